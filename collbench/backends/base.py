@@ -1,0 +1,108 @@
+"""The interface every backend implements, and the cross-rank control channel.
+
+A backend owns its communicator and buffers. The harness asks it to allocate once per
+(collective, backend) at the largest size, to bind one collective call over slices of those
+buffers, and to barrier and synchronise; it never sees mpi4py or torch objects.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional
+
+import numpy as np
+
+
+class Control(ABC):
+    """Small host-side messages between ranks, outside timed regions (stop decisions, samples)."""
+
+    rank: int
+    size: int
+
+    @abstractmethod
+    def barrier(self) -> None: ...
+
+    @abstractmethod
+    def bcast(self, obj: Any, root: int = 0) -> Any: ...
+
+    @abstractmethod
+    def gather(self, obj: Any, root: int = 0) -> Optional[list]: ...
+
+    @abstractmethod
+    def reduce_max(self, values: np.ndarray, root: int = 0) -> Optional[np.ndarray]:
+        """Element-wise max over ranks of a float64 array; the result on ``root`` only."""
+
+    def allreduce_sum(self, value: int) -> int:
+        gathered = self.gather(value)
+        return self.bcast(sum(gathered) if gathered is not None else None)
+
+
+@dataclass
+class Bound:
+    """One collective call bound to buffer slices.
+
+    ``run`` issues the call; ``run_blocking`` returns only once this rank's part is complete
+    (the same function for host-synchronous backends). ``checked`` overwrites the receive side,
+    makes one blocking call and returns what arrived, on the host (None if nothing arrives here).
+    """
+
+    run: Callable[[], Any]
+    run_blocking: Callable[[], Any]
+    checked: Callable[[], Optional[np.ndarray]]
+
+
+class Backend(ABC):
+    """A communication library measured by collbench. Keyword-only, one module each."""
+
+    name: ClassVar[str]
+    uses_mpi: ClassVar[bool] = False
+    uses_torch: ClassVar[bool] = False
+    #: copies of the payload a call may hold beyond send and receive buffers (pickling)
+    extra_copies: ClassVar[int] = 0
+
+    @classmethod
+    @abstractmethod
+    def unavailable_reason(cls) -> Optional[str]:
+        """None when usable here, else one line naming what is missing and how to install it."""
+
+    @abstractmethod
+    def setup(self, *, control: Control) -> None: ...
+
+    @property
+    @abstractmethod
+    def rank(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
+        """None if this combination can run, else the reason it cannot."""
+
+    @abstractmethod
+    def allocate(self, *, send_len: int, recv_len: int, dtype: np.dtype, in_place: bool) -> Any:
+        """Allocate buffers once; returns an opaque handle passed back to fill and bind."""
+
+    @abstractmethod
+    def fill(self, buffers: Any, *, start: int, values: np.ndarray) -> None:
+        """Write host values into the send buffer at ``start``."""
+
+    @abstractmethod
+    def bind(self, buffers: Any, *, collective: str, send_len: int, recv_len: int,
+             op: str, root: int) -> Bound: ...
+
+    @abstractmethod
+    def barrier(self) -> None: ...
+
+    def synchronize(self) -> None:
+        """Wait for outstanding device work (no-op on host-synchronous backends)."""
+
+    def release(self, buffers: Any) -> None:
+        """Drop buffers before the next collective allocates its own."""
+
+    def versions(self) -> dict:
+        return {}
+
+    def close(self) -> None: ...

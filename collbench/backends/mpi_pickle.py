@@ -1,0 +1,90 @@
+"""The ``mpi-pickle`` backend: mpi4py's object API (allreduce, bcast, ...), pickling included.
+
+Arrays travel as Python objects; reductions apply numpy ufuncs to whole arrays, as a user of
+the object API would. The object API has no reduce_scatter: it is measured as an alltoall of
+the n blocks followed by a local reduction, the pairwise-exchange algorithm.
+"""
+
+from __future__ import annotations
+
+from functools import reduce as fold
+from typing import Optional
+
+import numpy as np
+
+from collbench.backends import _host, _mpi
+from collbench.backends.base import Backend, Bound, Control
+from collbench.datatypes import OPS
+
+
+def _calls(comm, rank, n, s, send_len, recv_len, ufunc, root):
+    sv = s[:send_len]
+    chunks = [sv[j * recv_len:(j + 1) * recv_len] for j in range(n)]   # scatter, reduce_scatter
+    block = send_len // n
+    blocks = [sv[j * block:(j + 1) * block] for j in range(n)]           # alltoall
+    mine = sv if rank == root else None
+    to_scatter = chunks if rank == root else None
+    return {
+        "allreduce": lambda: comm.allreduce(sv, op=ufunc),
+        "bcast": lambda: comm.bcast(mine, root=root),
+        "reduce": lambda: comm.reduce(sv, op=ufunc, root=root),
+        "allgather": lambda: comm.allgather(sv),
+        "gather": lambda: comm.gather(sv, root=root),
+        "scatter": lambda: comm.scatter(to_scatter, root=root),
+        "alltoall": lambda: comm.alltoall(blocks),
+        "reduce_scatter": lambda: fold(ufunc, comm.alltoall(chunks)),
+        "barrier": lambda: comm.barrier(),
+    }
+
+
+def _as_array(result) -> Optional[np.ndarray]:
+    if result is None:
+        return None
+    if isinstance(result, list):
+        return np.concatenate(result) if result else np.empty(0)
+    return np.asarray(result)
+
+
+class MpiPickleBackend(Backend):
+    name = "mpi-pickle"
+    uses_mpi = True
+    extra_copies = 3   # pickled send payload, received payload, unpickled result
+
+    @classmethod
+    def unavailable_reason(cls) -> Optional[str]:
+        return _mpi.mpi4py_missing()
+
+    def setup(self, *, control: Control) -> None:
+        self.MPI = _mpi.mpi_module()
+        self.comm = _mpi.bench_comm()
+
+    @property
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    @property
+    def size(self) -> int:
+        return self.comm.Get_size()
+
+    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
+        return None
+
+    def allocate(self, *, send_len, recv_len, dtype, in_place):
+        # Results arrive as new objects, so only the send side is allocated.
+        return _host.allocate(send_len, 0, dtype, True)
+
+    def fill(self, buffers, *, start, values):
+        _host.fill(buffers, start, values)
+
+    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
+        ufunc = OPS[op].ufunc if op in OPS else np.add
+        calls = _calls(self.comm, self.rank, self.size, buffers.send, send_len, recv_len, ufunc, root)
+        call = calls[collective]
+        return Bound(run=call, run_blocking=call, checked=lambda: _as_array(call()))
+
+    def barrier(self) -> None:
+        self.comm.barrier()
+
+    def versions(self) -> dict:
+        import mpi4py
+        return {"mpi_library": _mpi.library_version(), "mpi4py": mpi4py.__version__}

@@ -1,0 +1,107 @@
+"""One exporter per file format behind one tiny interface: ``render(result) -> str``.
+
+Files are written atomically (temporary file in the same folder, then rename), so a reader
+or a crash never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from collbench.errors import UsageError
+from collbench.results import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RunResult
+from collbench.tables import build_tables, to_markdown
+
+
+def _clean(value):
+    """JSON has no NaN: store it as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+class JsonExporter:
+    suffix = ".json"
+
+    @staticmethod
+    def render(result: RunResult) -> str:
+        rows = []
+        for row, samples, means in zip(result.rows, result.samples, result.rank_means):
+            record = {k: _clean(v) for k, v in row.to_dict().items()}
+            record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
+            record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
+            rows.append(record)
+        doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
+               "notes": result.notes, "rows": rows}
+        return json.dumps(doc, indent=1, default=str) + "\n"
+
+
+class CsvExporter:
+    suffix = ".csv"
+
+    @staticmethod
+    def render(result: RunResult) -> str:
+        import pandas as pd
+
+        frame = pd.DataFrame([r.to_dict() for r in result.rows], columns=list(ROW_FIELDS))
+        return frame.to_csv(index=False, float_format="%.6g")
+
+
+class MarkdownExporter:
+    suffix = ".md"
+
+    @staticmethod
+    def render(result: RunResult) -> str:
+        meta = result.metadata
+        head = [f"# collbench results", "",
+                f"- collbench {meta.get('collbench_version', '?')}, {meta.get('timestamp', '')}",
+                f"- {meta.get('world_size', '?')} ranks on {', '.join(meta.get('hostnames', []))}",
+                f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", ""]
+        body = [to_markdown(t) for t in build_tables(result.rows)]
+        notes = [f"- {n}" for n in result.notes]
+        return "\n".join(head) + "\n".join(body) + ("\n" + "\n".join(notes) + "\n" if notes else "")
+
+
+EXPORTERS = {e.suffix: e for e in (JsonExporter, CsvExporter, MarkdownExporter)}
+
+
+def exporter_for(path: Path):
+    try:
+        return EXPORTERS[path.suffix.lower()]
+    except KeyError:
+        raise UsageError(f"cannot tell the format of {str(path)!r}: use a name ending in "
+                         + ", ".join(EXPORTERS)) from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def check_writable(path: Path, force: bool) -> None:
+    """Refuse, before anything is measured, an output we could not or must not write."""
+    path = Path(path)
+    exporter_for(path)
+    if path.is_dir():
+        raise UsageError(f"output {str(path)!r} is a directory; give a file name")
+    if path.exists() and not force:
+        raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} is not writable")

@@ -1,0 +1,135 @@
+"""Rank 0's side of a run: live progress, tables on the terminal, files after every size."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from collbench.exporters import CsvExporter, JsonExporter, exporter_for, write_atomic
+from collbench.results import Row, RunResult
+from collbench.tables import build_tables, to_markdown, to_rich
+
+PRINT_FORMATS = ("table", "markdown", "csv", "json")
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    outputs: tuple = ()            # explicit -o paths; empty = default files in results_dir
+    results_dir: str = "results"
+    save: bool = True
+    force: bool = False
+    quiet: bool = False
+    print_format: str = "table"
+
+
+def default_paths(results_dir: str) -> list:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = Path(results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    base, i = folder / f"collbench-{stamp}", 1
+    while base.with_suffix(".json").exists() or base.with_suffix(".csv").exists():
+        i += 1
+        base = folder / f"collbench-{stamp}-{i}"
+    return [base.with_suffix(".json"), base.with_suffix(".csv")]
+
+
+class Output:
+    """Collects rows, rewrites the files after each one, prints a table per collective."""
+
+    def __init__(self, settings: OutputSettings, result: RunResult, total_steps: int) -> None:
+        from rich.console import Console
+
+        self.settings = settings
+        self.result = result
+        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
+        self.plain = not self.console.is_terminal
+        if self.plain:   # piped: never squeeze columns to a guessed 80-character terminal
+            self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
+                                   no_color=True)
+        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        if settings.outputs:
+            self.paths = [Path(p) for p in settings.outputs]
+        elif settings.save:
+            self.paths = default_paths(settings.results_dir)
+        else:
+            self.paths = []
+        self._printed = 0
+        self.progress = None
+        if not settings.quiet and self.err.is_terminal and total_steps > 0:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
+                                     console=self.err, transient=True)
+            self.task = self.progress.add_task("collbench", total=total_steps)
+            self.progress.start()
+
+    def note(self, text: str) -> None:
+        self.result.notes.append(text)
+        if self.result.rows:
+            self.save()
+        if not self.settings.quiet:
+            self.err.print(f"collbench: {text}", markup=False, highlight=False)
+
+    def step(self, description: str) -> None:
+        if self.progress:
+            self.progress.update(self.task, description=description)
+
+    def add(self, row: Row, samples=None, rank_means=None) -> None:
+        self.result.add(row, samples, rank_means)
+        self.save()
+        if self.progress:
+            self.progress.advance(self.task)
+
+    def save(self) -> None:
+        for path in self.paths:
+            write_atomic(path, exporter_for(path).render(self.result))
+
+    def collective_done(self) -> None:
+        """Print the tables of rows added since the last call (one collective, all backends)."""
+        rows = self.result.rows[self._printed:]
+        self._printed = len(self.result.rows)
+        if self.settings.quiet or not rows or self.settings.print_format not in ("table", "markdown"):
+            return
+        for table in build_tables(rows):
+            if self.settings.print_format == "markdown":
+                self._print_line(to_markdown(table))
+            else:
+                self._clear_progress_line()
+                self.console.print(to_rich(table, plain=self.plain))
+
+    def _print_line(self, text: str) -> None:
+        self.console.file.write(text + "\n")
+        self.console.file.flush()
+
+    def _clear_progress_line(self) -> None:
+        if self.progress:
+            self.progress.refresh()
+
+    def finish(self) -> None:
+        if self.progress:
+            self.progress.stop()
+        fmt = self.settings.print_format
+        if not self.settings.quiet and fmt in ("csv", "json"):
+            self._print_line((CsvExporter if fmt == "csv" else JsonExporter).render(self.result).rstrip("\n"))
+        if self.paths and not self.settings.quiet:
+            self.err.print("collbench: wrote " + ", ".join(str(p) for p in self.paths), markup=False)
+
+
+class NullOutput:
+    """What ranks other than 0 use: they print and write nothing."""
+
+    paths: list = []
+
+    def note(self, text: str) -> None: ...
+    def step(self, description: str) -> None: ...
+    def add(self, row, samples=None, rank_means=None) -> None: ...
+    def collective_done(self) -> None: ...
+    def finish(self) -> None: ...
+
+
+def make_output(is_root: bool, settings: OutputSettings, result: Optional[RunResult], total: int):
+    return Output(settings, result, total) if is_root else NullOutput()
