@@ -1,0 +1,39 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collbench.launch import find_mpiexec, mpiexec_command
+
+FAST = ["--iters", "10", "--warmup", "1"]
+
+
+def cli(args, cwd, *, timeout=120, env=None, input=None):
+    """Run ``python -m collbench ARGS`` for real; returns the CompletedProcess."""
+    full_env = {**os.environ, **(env or {})}
+    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED"):
+        full_env.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "collbench", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout, input=input)
+
+
+def mpirun(n, args, cwd, *, timeout=180, env=None):
+    """Run collbench under a real ``mpiexec -n N`` (the one beside this Python)."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    full_env = {**os.environ, **(env or {})}
+    cmd = mpiexec_command(mpiexec, n, [sys.executable, "-m", "collbench", *args], full_env)
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def load_json(path):
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return tmp_path

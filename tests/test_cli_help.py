@@ -1,0 +1,37 @@
+import pytest
+
+from collbench.cli import cli
+from conftest import cli as run_cli
+
+SUBCOMMANDS = sorted(cli.commands)
+
+
+def test_top_level_help(tmp_path):
+    proc = run_cli(["--help"], tmp_path)
+    assert proc.returncode == 0
+    for name in ("allreduce", "all", "env"):
+        assert name in proc.stdout
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_every_subcommand_has_help(name, tmp_path):
+    proc = run_cli([name, "--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Usage: collbench {name}")
+    assert "Traceback" not in proc.stderr
+
+
+def test_version(tmp_path):
+    proc = run_cli(["--version"], tmp_path)
+    assert proc.returncode == 0 and "collbench" in proc.stdout
+
+
+def test_help_does_not_import_torch_or_mpi(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; from collbench.cli import main\n"
+            "try:\n    main(['allreduce', '--help'])\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in ('torch', 'mpi4py.MPI', 'matplotlib', 'pandas') if m in sys.modules]\n"
+            "print('IMPORTED', bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
