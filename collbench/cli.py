@@ -83,10 +83,13 @@ def cli():
     """
 
 
+_argv: list = []   # the arguments main() was given: self-launched ranks re-run them
+
+
 def _bench(collectives, **opts):
     from collbench.plan import build_and_run
 
-    sys.exit(build_and_run(collectives, opts, sys.argv[1:]))
+    sys.exit(build_and_run(collectives, opts, list(_argv)))
 
 
 def _make_command(name):
@@ -119,8 +122,9 @@ def env_command():
 
 def main(argv=None) -> None:
     """Entry point: every failure that is not a bug is one line on stderr and an exit code."""
+    _argv[:] = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.main(args=argv, prog_name="collbench", standalone_mode=False)
+        cli.main(args=list(_argv), prog_name="collbench", standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:

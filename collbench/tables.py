@@ -104,7 +104,7 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
 def _notes(rows: list) -> tuple:
     notes = []
     if any(not r.precision_reached for r in rows):
-        notes.append("* precision target not reached within --max-time")
+        notes.append("* 95% CI of the median wider than --precision (not enough iterations or time)")
     wrong = [r for r in rows if r.check.startswith("wrong")]
     if wrong:
         notes.append(f"{len(wrong)} row(s) FAILED the result check")

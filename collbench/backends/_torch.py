@@ -1,0 +1,154 @@
+"""torch.distributed plumbing shared by the gloo and nccl backends.
+
+torch is imported only here and only when a torch backend (or a torch-only control channel)
+is set up. The default process group is always gloo; each backend measures on a process group
+of its own, so control messages and the other backend's traffic never share its channel.
+
+Rendezvous:
+  * MASTER_ADDR/MASTER_PORT in the environment (torchrun, collbench's local self-launch, or
+    the user) win: ``env://``.
+  * Otherwise, under an MPI launcher, rank 0 opens a TCP store on a free port and broadcasts
+    its address and port through MPI. The address is 127.0.0.1 when all ranks share a host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import socket
+from typing import Any, Optional
+
+import numpy as np
+
+from collbench.backends.base import Control
+from collbench.errors import BackendUnavailable
+
+INSTALL_HINT = 'pip install "collbench[torch]" (or pip install torch)'
+INIT_TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("COLLBENCH_INIT_TIMEOUT", "120")))
+
+
+def torch_missing() -> Optional[str]:
+    if importlib.util.find_spec("torch") is None:
+        return f"torch is not installed; install it with: {INSTALL_HINT}"
+    return None
+
+
+def torch_modules():
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise BackendUnavailable(f"torch is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
+    if not dist.is_available():
+        raise BackendUnavailable("this torch build has no torch.distributed")
+    return torch, dist
+
+
+TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16",
+                "int32": "int32", "int64": "int64"}
+
+
+def torch_dtype(np_dtype: np.dtype):
+    torch, _ = torch_modules()
+    return getattr(torch, TORCH_DTYPES[np.dtype(np_dtype).name])
+
+
+def _world_from_env() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _all_local(hostnames) -> bool:
+    return len(set(hostnames)) == 1
+
+
+def init_default_group(control: Optional[Control] = None) -> None:
+    """Initialise the default (gloo) process group once per process."""
+    torch, dist = torch_modules()
+    if dist.is_initialized():
+        return
+    if control is None or ("MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ):
+        rank, size = (control.rank, control.size) if control is not None else _world_from_env()
+        if "MASTER_ADDR" not in os.environ:          # a single process with no launcher at all
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(_free_port("127.0.0.1")))
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+        return
+    hosts = control.gather(socket.gethostname())
+    address = None
+    if control.rank == 0:
+        address = "127.0.0.1" if _all_local(hosts) else socket.gethostbyname(socket.gethostname())
+    address = control.bcast(address)
+    if address == "127.0.0.1":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
+    store = None
+    port = None
+    if control.rank == 0:
+        store = dist.TCPStore(address, 0, control.size, is_master=True, timeout=INIT_TIMEOUT,
+                              wait_for_workers=False)
+        port = store.port
+    port = control.bcast(port)
+    if control.rank != 0:
+        store = dist.TCPStore(address, port, control.size, is_master=False, timeout=INIT_TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=control.rank, world_size=control.size,
+                            timeout=INIT_TIMEOUT)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _loopback_name() -> str:
+    try:
+        for name in os.listdir("/sys/class/net"):
+            with open(f"/sys/class/net/{name}/flags") as fh:
+                if int(fh.read().strip(), 16) & 0x8:   # IFF_LOOPBACK
+                    return name
+    except OSError:
+        pass
+    return "lo"
+
+
+class TorchControl(Control):
+    """Control messages over the default gloo group, for runs with no MPI at all."""
+
+    def __init__(self, launcher) -> None:
+        if launcher.world_size and launcher.world_size > 1 and os.environ.get("MASTER_ADDR") == "127.0.0.1":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
+        init_default_group(None)
+        torch, dist = torch_modules()
+        self._torch, self._dist = torch, dist
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=root)
+        return box[0]
+
+    def gather(self, obj: Any, root: int = 0) -> Optional[list]:
+        out = [None] * self.size if self.rank == root else None
+        self._dist.gather_object(obj, out, dst=root)
+        return out
+
+    def reduce_max(self, values: np.ndarray, root: int = 0) -> Optional[np.ndarray]:
+        t = self._torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64).copy())
+        self._dist.reduce(t, dst=root, op=self._dist.ReduceOp.MAX)
+        return t.numpy() if self.rank == root else None
+
+
+def torch_versions() -> dict:
+    torch, dist = torch_modules()
+    out = {"torch": torch.__version__}
+    if torch.cuda.is_available():
+        out["cuda"] = torch.version.cuda
+        try:
+            out["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except Exception:
+            pass
+    return out

@@ -1,0 +1,100 @@
+"""The ``nccl`` backend: torch.distributed with NCCL, one GPU per rank.
+
+The device is LOCAL_RANK mod the number of visible devices. The communicator is created
+eagerly (``device_id=``) so that its set-up is not inside any measured call, and every timed
+call is followed by a CUDA synchronise, so the time is the GPU's, not the launch's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+from collbench.backends import _torch
+from collbench.backends.torchdist import TorchBackend
+
+
+def visible_gpus() -> int:
+    if _torch.torch_missing():
+        return 0
+    torch, _ = _torch.torch_modules()
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_summary() -> str:
+    if _torch.torch_missing():
+        return "torch not installed"
+    torch, _ = _torch.torch_modules()
+    if not torch.cuda.is_available():
+        return "no CUDA device visible"
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return f"{len(names)}: " + ", ".join(names)
+
+
+def _local_rank() -> int:
+    for name in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+class NcclBackend(TorchBackend):
+    name = "nccl"
+    pg_backend = "nccl"
+
+    @classmethod
+    def unavailable_reason(cls) -> Optional[str]:
+        missing = _torch.torch_missing()
+        if missing:
+            return missing
+        torch, dist = _torch.torch_modules()
+        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+            why = ("it is a CPU-only build; install a CUDA build of torch" if torch.version.cuda is None
+                   else "check CUDA_VISIBLE_DEVICES and the NVIDIA driver")
+            return f"nccl needs a CUDA GPU, and torch {torch.__version__} sees no CUDA device ({why})"
+        if not dist.is_nccl_available():
+            return f"torch {torch.__version__} was built without NCCL; install a CUDA build of torch"
+        return None
+
+    def _device(self):
+        index = _local_rank() % self.torch.cuda.device_count()
+        self.torch.cuda.set_device(index)
+        return self.torch.device("cuda", index)
+
+    def _new_group(self):
+        group = self.dist.new_group(backend="nccl", device_id=self.device)
+        self._token = self.torch.ones(1, device=self.device)
+        self.dist.all_reduce(self._token, group=group)      # make sure the communicator exists now
+        self.torch.cuda.synchronize(self.device)
+        return group
+
+    def _blocking(self, call: Callable) -> Callable:
+        sync = self.torch.cuda.synchronize
+        device = self.device
+
+        def blocking():
+            call()
+            sync(device)
+
+        return blocking
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        self.dist.all_reduce(self._token, group=self.group)
+        self.torch.cuda.synchronize(self.device)
+
+    def versions(self) -> dict:
+        out = super().versions()
+        torch = self.torch
+        out["gpu"] = torch.cuda.get_device_name(self.device)
+        out["gpu_capability"] = "%d.%d" % torch.cuda.get_device_capability(self.device)
+        try:
+            import subprocess
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+            out["gpu_driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else "unknown"
+        except (OSError, IndexError, Exception):
+            out["gpu_driver"] = "unknown"
+        return out

@@ -1,0 +1,133 @@
+"""What the gloo and nccl backends share: torch.distributed calls for each collective.
+
+torch's reductions and broadcast work in place, so allreduce and reduce run on a work buffer
+(the receive side); before the check it is refilled from the untouched send buffer. Between
+timed iterations it is not: values keep reducing into it, which costs the same time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from collbench.backends import _torch
+from collbench.backends.base import Backend, Bound, Control
+
+
+@dataclass
+class TensorBuffers:
+    send: Any
+    recv: Any
+    in_place: bool
+
+
+def _first(dist, *names):
+    for name in names:
+        if hasattr(dist, name):
+            return getattr(dist, name)
+    raise AttributeError(names[0])
+
+
+def _calls(dist, group, sv, rv, n: int, rank: int, root: int, op) -> dict:
+    """Each collective's (call, reset-before-check) on its slices; one entry per collective."""
+    all_gather = _first(dist, "all_gather_single", "all_gather_into_tensor")
+    reduce_scatter = _first(dist, "reduce_scatter_single", "reduce_scatter_tensor")
+
+    def restore():
+        rv.copy_(sv)
+
+    def poison():
+        rv.fill_(float("nan") if rv.is_floating_point() else -1)
+
+    def poison_unless_root():
+        if rank != root:
+            poison()
+
+    gather_list = list(rv.chunk(n)) if rank == root and rv.numel() else None
+    scatter_list = list(sv.chunk(n)) if rank == root and sv.numel() else None
+    return {
+        "allreduce": lambda: (partial(dist.all_reduce, rv, op=op, group=group), restore),
+        "bcast": lambda: (partial(dist.broadcast, sv, src=root, group=group), poison_unless_root),
+        "reduce": lambda: (partial(dist.reduce, rv, dst=root, op=op, group=group), restore),
+        "allgather": lambda: (partial(all_gather, rv, sv, group=group), poison),
+        "gather": lambda: (partial(dist.gather, sv, gather_list=gather_list, dst=root, group=group), poison),
+        "scatter": lambda: (partial(dist.scatter, rv, scatter_list=scatter_list, src=root, group=group), poison),
+        "alltoall": lambda: (partial(dist.all_to_all_single, rv, sv, group=group), poison),
+        "reduce_scatter": lambda: (partial(reduce_scatter, rv, sv, op=op, group=group), poison),
+        "barrier": lambda: (partial(dist.barrier, group=group), lambda: None),
+    }
+
+
+class TorchBackend(Backend):
+    """A torch.distributed backend on its own process group; subclasses pick the device."""
+
+    uses_torch = True
+    pg_backend: str = ""
+
+    def setup(self, *, control: Control) -> None:
+        self.torch, self.dist = _torch.torch_modules()
+        _torch.init_default_group(control)
+        self.device = self._device()
+        self.group = self._new_group()
+        self._ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
+                     "min": self.dist.ReduceOp.MIN, "prod": self.dist.ReduceOp.PRODUCT,
+                     "none": self.dist.ReduceOp.SUM}
+
+    def _device(self):
+        return self.torch.device("cpu")
+
+    def _new_group(self):
+        return self.dist.new_group(backend=self.pg_backend)
+
+    @property
+    def rank(self) -> int:
+        return self.dist.get_rank(self.group)
+
+    @property
+    def size(self) -> int:
+        return self.dist.get_world_size(self.group)
+
+    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
+        if np.dtype(dtype).name not in _torch.TORCH_DTYPES:
+            return f"dtype {np.dtype(dtype).name} has no torch equivalent here"
+        return None
+
+    def allocate(self, *, send_len, recv_len, dtype, in_place):
+        tdt = _torch.torch_dtype(dtype)
+        send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
+        recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)
+        return TensorBuffers(send, recv, in_place)
+
+    def fill(self, buffers, *, start, values):
+        buffers.send[start:start + len(values)].copy_(self.torch.from_numpy(np.ascontiguousarray(values)))
+
+    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
+        sv = buffers.send[:send_len]
+        rv = sv if buffers.in_place else buffers.recv[:recv_len]
+        call, reset = _calls(self.dist, self.group, sv, rv, self.size, self.rank, root, self._ops[op])[collective]()
+        blocking = self._blocking(call)
+
+        def checked() -> Optional[np.ndarray]:
+            reset()
+            blocking()
+            return rv.cpu().numpy()
+
+        return Bound(run=call, run_blocking=blocking, checked=checked)
+
+    def _blocking(self, call: Callable) -> Callable:
+        """A call that returns once this rank's part is complete (gloo calls already do)."""
+        return call
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+    def versions(self) -> dict:
+        return _torch.torch_versions()
+
+    def close(self) -> None:
+        # Tears down every group, the default one included: the run is over for this process.
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()

@@ -1,0 +1,117 @@
+"""gloo for real (self-launched, under mpiexec, under torchrun) and nccl's error paths."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collbench.collectives import ORDER
+from conftest import FAST, cli, load_json, mpirun
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+SIZES = "8,4K,48K"
+HAS_GPU = torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def _assert_all_ok(rows, backends, n=2):
+    assert {r["collective"] for r in rows} == set(ORDER)
+    assert {r["backend"] for r in rows} == set(backends)
+    assert all(r["check"] == "ok" and r["world_size"] == n for r in rows), [r for r in rows if r["check"] != "ok"]
+
+
+def test_gloo_self_launched_every_collective(run_dir):
+    proc = cli(["all", "-n", "2", "--backend", "gloo", "--sizes", SIZES, *FAST, "-v", "-o", "g.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "local processes" in proc.stderr and "127.0.0.1" in proc.stderr
+    doc = load_json(run_dir / "g.json")
+    _assert_all_ok(doc["rows"], ["gloo"])
+    assert doc["metadata"]["launcher"] == "collbench"
+    assert doc["metadata"]["versions"]["torch"].startswith(torch.__version__.split("+")[0])
+
+
+def test_gloo_under_mpiexec_every_collective(run_dir):
+    proc = mpirun(2, ["all", "--backend", "gloo", "--sizes", SIZES, *FAST, "-o", "g.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = load_json(run_dir / "g.json")
+    _assert_all_ok(doc["rows"], ["gloo"])
+    assert doc["metadata"]["launcher"] == "mpiexec"
+
+
+def test_mpi_and_gloo_side_by_side(run_dir):
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi,gloo", "--sizes", "1K-64K:x8", *FAST, "-o", "m.json"],
+               run_dir)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(run_dir / "m.json")["rows"]
+    assert [(r["backend"], r["size_bytes"]) for r in rows] == [
+        ("mpi", 1024), ("mpi", 8192), ("mpi", 65536), ("gloo", 1024), ("gloo", 8192), ("gloo", 65536)]
+    assert all(r["check"] == "ok" for r in rows)
+    assert "gloo/mpi" in proc.stdout and proc.stdout.count("allreduce · float32 sum") == 1
+
+
+@pytest.mark.parametrize("dtype,op", [("float16", "sum"), ("int64", "prod"), ("float64", "max"), ("int32", "min")])
+def test_gloo_dtypes_and_ops(run_dir, dtype, op):
+    proc = cli(["reduce_scatter", "-n", "2", "--backend", "gloo", "--sizes", "4K", "--dtype", dtype, "--op", op,
+                *FAST, "-o", "r.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(run_dir / "r.json")["rows"]
+    assert rows[0]["check"] == "ok" and rows[0]["dtype"] == dtype
+
+
+@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun")
+def test_gloo_under_torchrun_and_mpi_refused(run_dir):
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    ok = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "collbench", "bcast", "--backend", "gloo",
+                         "--sizes", "1K", *FAST, "-o", "t.json"], cwd=run_dir, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    doc = load_json(run_dir / "t.json")
+    assert doc["metadata"]["launcher"] == "torchrun" and doc["rows"][0]["check"] == "ok"
+    bad = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "collbench", "bcast", "--backend", "mpi",
+                          "--sizes", "1K", "--no-save"], cwd=run_dir, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert "backend mpi needs an MPI launcher" in bad.stderr
+
+
+def test_without_torch_gloo_is_one_line_exit_2(run_dir):
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from collbench.cli import main\n"
+            "main(['allreduce', '--backend', 'gloo', '-n', '2', '--no-save'])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "torch is not installed" in proc.stderr and 'pip install "collbench[torch]"' in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_all_without_torch_skips_torch_backends(run_dir):
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from collbench.cli import main\n"
+            "main(['barrier', '--backend', 'all', '-n', '1', '--iters', '5', '-o', 'b.json'])")
+    # One rank runs in this very process, where torch cannot be imported.
+    proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "skipping backend gloo: torch is not installed" in proc.stderr
+    assert {r["backend"] for r in load_json(run_dir / "b.json")["rows"]} == {"mpi", "mpi-pickle"}
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a CUDA device is visible")
+def test_nccl_without_gpu_is_one_line_exit_2(run_dir):
+    proc = cli(["allreduce", "--backend", "nccl"], run_dir)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "CUDA" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA device visible")
+def test_nccl_on_gpu(run_dir):
+    n = torch.cuda.device_count()
+    proc = cli(["all", "--backend", "nccl,gloo", "-n", str(n), "--sizes", "1K-1M:x32", *FAST, "-o", "n.json"],
+               run_dir, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(run_dir / "n.json")["rows"]
+    _assert_all_ok(rows, ["nccl", "gloo"], n)
