@@ -63,6 +63,8 @@ def bench_options(f):
         click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
         click.option("-f", "--format", "print_format", type=click.Choice(FORMATS), default="table",
                      show_default=True, help="What to print on stdout."),
+        click.option("--timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+                     help="Abort the whole job if one size takes longer than this many seconds; 0 = never."),
         click.option("-v", "--verbose", is_flag=True, help="Print the launch command and more detail."),
     ]
     for decorator in reversed(decorators):
@@ -87,6 +89,11 @@ _argv: list = []   # the arguments main() was given: self-launched ranks re-run 
 
 
 def _bench(collectives, **opts):
+    from collbench import launch, supervise
+
+    launcher = launch.detect()
+    if launcher.name != "none":
+        supervise.guard_rank(launcher.rank)   # before heavy imports: the guardian stays small
     from collbench.plan import build_and_run
 
     sys.exit(build_and_run(collectives, opts, list(_argv)))

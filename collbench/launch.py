@@ -134,12 +134,18 @@ def _wait_forwarding(procs: list) -> int:
                 except subprocess.TimeoutExpired:
                     continue
                 pending.remove(p)
+                if rc < 0 and len(procs) > 1:   # a rank killed outright, guardian and all
+                    print(f"collbench: rank {procs.index(p)} (pid {p.pid}) was killed by signal {-rc}; "
+                          "stopping the other ranks", file=sys.stderr, flush=True)
                 if rc != 0 and code == 0:
                     code = rc
                     for other in pending:      # a rank failed: do not leave the others hanging
                         if other.poll() is None:
                             other.terminate()
         if received:
+            if received[0] != signal.SIGINT:   # ranks report SIGINT themselves; a launcher may not forward others
+                print(f"collbench: stopped by {signal.Signals(received[0]).name}; result files keep every size "
+                      "finished before", file=sys.stderr, flush=True)
             return 128 + received[0]
         return 128 - code if code < 0 else code
     finally:

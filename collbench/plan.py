@@ -63,7 +63,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
                 dtype=opts["dtype"], op=opts["op"], root=opts["root"], timings=_timings(opts["timing"]),
                 timing=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
-                verbose=opts["verbose"])
+                verbose=opts["verbose"], timeout=opts["timeout"])
 
 
 def build_and_run(collectives, opts: dict, argv: list) -> int:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from collbench import harness, memory
+from collbench import harness, memory, supervise, testhooks
 from collbench.backends import backend_class
 from collbench.collectives import Collective, get_collective
 from collbench.datatypes import NO_OP, OPS, dtype_of
@@ -42,6 +44,7 @@ class Plan:
     argv: tuple = ()
     notes: tuple = ()
     verbose: bool = False
+    timeout: float = 300.0          # seconds one size may take before the job is aborted; 0 = never
 
 
 @dataclass(frozen=True)
@@ -101,53 +104,136 @@ def _row(plan, coll, backend_name, point, m, timing, wrong, checked, n, rpn) -> 
                algbw, busbw, check, m.precision_reached)
 
 
-def _sweep(plan, coll, name, backend, control, out, rpn, failures) -> None:
-    n, rank = control.size, control.rank
-    dtype = dtype_of(plan.dtype)
-    op = OPS[plan.op] if coll.reduces else OPS["sum"]
-    op_name = plan.op if coll.reduces else NO_OP
-    reason = backend.supports(collective=coll.name, dtype=dtype, op=op_name)
-    if reason:
-        out.note(f"{coll.name} on {name}: {reason}; skipped")
-        return
-    points, notes = size_points(coll, plan.sizes, dtype.itemsize, n)
-    budget = control.bcast(memory.budget_bytes() if rank == 0 else None)
-    fits, too_big = memory.split_by_budget(points, dtype.itemsize, backend.extra_copies, rpn, budget)
-    for note in notes + [memory.skip_note(coll.name, name, p, dtype.itemsize, backend.extra_copies, rpn, budget)
-                         for p in too_big]:
-        out.note(note)
-    if not fits:
-        return
-    top = fits[-1]
-    buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=dtype, in_place=coll.in_place)
-    _fill(backend, buffers, coll, op, rank, n, top.send_len, dtype)
-    for point in fits:
-        out.step(f"{coll.name} {name} {format_size(point.size_bytes) if point.size_bytes else ''}")
-        bound = backend.bind(buffers, collective=coll.name, send_len=point.send_len, recv_len=point.recv_len,
-                             op=op_name, root=plan.root)
-        wrong = 0
-        if plan.check:
-            mine = harness.count_wrong(bound, coll, op, n, rank, plan.root, point.elements, point.recv_len)
-            wrong = control.allreduce_sum(mine)
-            if wrong:
-                failures.append(f"{coll.name} on {name} at {format_size(point.size_bytes)}: {wrong} wrong elements")
-        for timing in plan.timings:
-            settings = dataclasses.replace(plan.timing, mode=timing)
-            m = harness.measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
-                                settings=settings)
-            if rank == 0:
-                out.add(_row(plan, coll, name, point, m, timing, wrong, plan.check, n, rpn),
-                        m.samples_us.tolist(), m.rank_means_us)
-    backend.release(buffers)
+class Sweep:
+    """One rank's walk over collectives x backends x sizes, with rank 0's output."""
+
+    def __init__(self, plan: Plan, control, backends: dict, rpn: int) -> None:
+        self.plan, self.control, self.backends, self.rpn = plan, control, backends, rpn
+        self.out = None
+        self.failures: list = []
+        self.hooks = testhooks.from_env()
+        self.dtype = dtype_of(plan.dtype)
+        self.watchdog = supervise.Watchdog(getattr(control, "abort", lambda code: None))
+        budget = control.bcast(memory.budget_bytes() if control.rank == 0 else None)
+        self.points: dict = {}
+        self.notes: list = []
+        for cname in plan.collectives:
+            for name, backend in backends.items():
+                self.points[cname, name] = self._points(get_collective(cname), name, backend, budget)
+
+    def _points(self, coll: Collective, name: str, backend, budget: int) -> list:
+        """The sizes this (collective, backend) will measure; notes say why others are skipped."""
+        op_name = self.plan.op if coll.reduces else NO_OP
+        reason = backend.supports(collective=coll.name, dtype=self.dtype, op=op_name)
+        if reason:
+            self.notes.append(f"{coll.name} on {name}: {reason}; skipped")
+            return []
+        itemsize = self.dtype.itemsize
+        points, notes = size_points(coll, self.plan.sizes, itemsize, self.control.size)
+        self.notes += notes
+        limit = backend.max_message_bytes()
+        if limit is not None:
+            over = [p for p in points if max(p.send_len, p.recv_len) * itemsize > limit]
+            self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: a message beyond "
+                           f"{name}'s {format_size(limit)} limit; skipped" for p in over]
+            points = [p for p in points if p not in over]
+        fits, too_big = memory.split_by_budget(points, itemsize, backend.extra_copies, self.rpn, budget)
+        self.notes += [memory.skip_note(coll.name, name, p, itemsize, backend.extra_copies, self.rpn, budget)
+                       for p in too_big]
+        return fits
+
+    @property
+    def steps(self) -> int:
+        return sum(len(p) for p in self.points.values()) * len(self.plan.timings)
+
+    def run(self, out) -> None:
+        self.out = out
+        for note in self.notes:
+            self.out.note(note)
+        for cname in self.plan.collectives:
+            coll = get_collective(cname)
+            for name, backend in self.backends.items():
+                self._collective(coll, name, backend, self.points[cname, name])
+                self.control.barrier()
+            self.out.collective_done()
+        self.watchdog.disarm()
+        supervise.at("shutdown")
+
+    def _collective(self, coll: Collective, name: str, backend, points: list) -> None:
+        if not points:
+            return
+        plan, control = self.plan, self.control
+        n, rank = control.size, control.rank
+        op = OPS[plan.op] if coll.reduces else OPS["sum"]
+        op_name = plan.op if coll.reduces else NO_OP
+        top = points[-1]
+        where = f"allocation for {coll.name} on {name}"
+        supervise.at(where)
+        self.watchdog.arm(plan.timeout, where)
+        buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
+                                   in_place=coll.in_place)
+        _fill(backend, buffers, coll, op, rank, n, top.send_len, self.dtype)
+        for point in points:
+            label = format_size(point.size_bytes) if point.size_bytes else "-"
+            where = f"{coll.name} on {name} at {label}" if point.size_bytes else f"{coll.name} on {name}"
+            supervise.at(where)
+            self.watchdog.arm(plan.timeout, where)
+            self.out.step(where)
+            if self.hooks.pause_s:
+                time.sleep(self.hooks.pause_s)
+            if self.hooks.hangs(rank, coll.name, point.size_bytes):
+                time.sleep(1e9)
+            bound = backend.bind(buffers, collective=coll.name, send_len=point.send_len,
+                                 recv_len=point.recv_len, op=op_name, root=plan.root)
+            wrong = 0
+            if plan.check:
+                mine = harness.count_wrong(bound, coll, op, n, rank, plan.root, point.elements, point.recv_len,
+                                           corrupt=self.hooks.corrupts(rank))
+                wrong = control.allreduce_sum(mine)
+                if wrong:
+                    self.failures.append(f"{where}: {wrong} wrong elements")
+            for timing in plan.timings:
+                settings = dataclasses.replace(plan.timing, mode=timing)
+                m = harness.measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
+                                    settings=settings)
+                if rank == 0:
+                    self.out.add(_row(plan, coll, name, point, m, timing, wrong, plan.check, n, self.rpn),
+                                 m.samples_us.tolist(), m.rank_means_us)
+        backend.release(buffers)
 
 
 def run(plan: Plan, launcher: Launcher) -> int:
     """Run the plan on this rank; returns the process exit code."""
+    supervise.install_signal_handlers()
+    try:
+        return _run(plan, launcher)
+    except supervise.Interrupted as exc:
+        _leave(exc, launcher.rank)
+
+
+def _leave(exc: supervise.Interrupted, rank: int) -> None:
+    """Stop at once after SIGINT/SIGTERM, without MPI_Finalize (peers may be gone or blocked).
+
+    Rank 0 speaks first; the others give it a moment, since a launcher kills every rank as
+    soon as one has exited.
+    """
+    if rank == 0:
+        print(f"collbench: interrupted by {exc}; result files keep every size finished before",
+              file=sys.stderr, flush=True)
+    else:
+        time.sleep(1.0)
+    sys.stdout.flush()
+    os._exit(exc.exit_code)
+
+
+def _run(plan: Plan, launcher: Launcher) -> int:
+    supervise.at("start-up (MPI or torch initialisation)")
     control = make_control(launcher, plan.backends)
     if plan.root >= control.size:
         raise UsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
     backends = {}
     for name in plan.backends:
+        supervise.at(f"set-up of backend {name}")
         backend = backend_class(name)()
         backend.setup(control=control)
         backends[name] = backend
@@ -162,31 +248,28 @@ def run(plan: Plan, launcher: Launcher) -> int:
             versions.update(backend.versions())
         settings = {**dataclasses.asdict(plan.timing), "timings": list(plan.timings), "check": plan.check,
                     "timer": harness.TIMER_NAME, "timer_resolution_s": harness.TIMER_RESOLUTION_S,
-                    "root": plan.root, "backends": list(plan.backends)}
+                    "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout}
         result = RunResult(collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv),
                                    settings=settings, versions=versions))
-    steps = sum(len(size_points(get_collective(c), plan.sizes, dtype_of(plan.dtype).itemsize, control.size)[0])
-                for c in plan.collectives) * len(plan.backends) * len(plan.timings)
-    out = make_output(is_root, plan.output, result, steps)
+    sweep = Sweep(plan, control, backends, rpn)
+    if not sweep.steps:
+        raise UsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
+    out = make_output(is_root, plan.output, result, sweep.steps)
     for note in plan.notes:
         out.note(note)
-    failures: list = []
     try:
-        for cname in plan.collectives:
-            coll = get_collective(cname)
-            for name, backend in backends.items():
-                _sweep(plan, coll, name, backend, control, out, rpn, failures)
-                control.barrier()
-            out.collective_done()
+        sweep.run(out)
         _warn_resolution(out, result)
+    except supervise.Interrupted as exc:
+        _leave(exc, control.rank)
     finally:
         out.finish()
     for backend in backends.values():
         backend.close()
-    if failures and is_root:
-        for failure in failures:
+    if sweep.failures and is_root:
+        for failure in sweep.failures:
             print(f"collbench: CHECK FAILED: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return 1 if sweep.failures else 0
 
 
 def _warn_resolution(out, result: Optional[RunResult]) -> None:

@@ -63,35 +63,61 @@ def _all_local(hostnames) -> bool:
 
 
 def init_default_group(control: Optional[Control] = None) -> None:
-    """Initialise the default (gloo) process group once per process."""
+    """Initialise the default (gloo) process group once per process.
+
+    When collbench launched the ranks itself, or bootstraps through MPI on one host, rank 0's
+    TCP store listens on 127.0.0.1 only. A store address the user or launcher chose (torchrun,
+    MASTER_ADDR) is used as given.
+    """
     torch, dist = torch_modules()
     if dist.is_initialized():
         return
-    if control is None or ("MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ):
+    env = os.environ
+    self_launched = env.get("COLLBENCH_LAUNCHED") == "local"
+    user_address = "MASTER_ADDR" in env and "MASTER_PORT" in env and not self_launched
+    if user_address or (control is None and not self_launched):
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
-        if "MASTER_ADDR" not in os.environ:          # a single process with no launcher at all
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(_free_port("127.0.0.1")))
+        if "MASTER_ADDR" not in env:                 # one process, no launcher at all
+            env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(_free_port("127.0.0.1"))
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=INIT_TIMEOUT)
         return
-    hosts = control.gather(socket.gethostname())
-    address = None
-    if control.rank == 0:
-        address = "127.0.0.1" if _all_local(hosts) else socket.gethostbyname(socket.gethostname())
-    address = control.bcast(address)
-    if address == "127.0.0.1":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
-    store = None
-    port = None
-    if control.rank == 0:
-        store = dist.TCPStore(address, 0, control.size, is_master=True, timeout=INIT_TIMEOUT,
-                              wait_for_workers=False)
-        port = store.port
-    port = control.bcast(port)
-    if control.rank != 0:
-        store = dist.TCPStore(address, port, control.size, is_master=False, timeout=INIT_TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=control.rank, world_size=control.size,
-                            timeout=INIT_TIMEOUT)
+    if self_launched:
+        rank, size = _world_from_env()
+        address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+        store = _store(dist, address, port, rank, size)
+    else:
+        rank, size = control.rank, control.size
+        hosts = control.gather(socket.gethostname())
+        address = None
+        if rank == 0:
+            address = "127.0.0.1" if _all_local(hosts) else socket.gethostbyname(socket.gethostname())
+        address = control.bcast(address)
+        store = _store(dist, address, 0, rank, size) if rank == 0 else None
+        port = control.bcast(store.port if rank == 0 else None)
+        if rank != 0:
+            store = _store(dist, address, port, rank, size)
+    if address.startswith("127."):
+        env.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+
+
+_listeners: list = []
+
+
+def _store(dist, address: str, port: int, rank: int, size: int):
+    """Rank 0 hosts the store (bound to ``address`` itself when it is loopback); others connect."""
+    if rank != 0:
+        return dist.TCPStore(address, port, size, is_master=False, timeout=INIT_TIMEOUT)
+    if not address.startswith("127."):
+        return dist.TCPStore(address, port, size, is_master=True, timeout=INIT_TIMEOUT, wait_for_workers=False)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, port))
+    listener.listen(max(128, size))
+    store = dist.TCPStore(address, listener.getsockname()[1], size, is_master=True, timeout=INIT_TIMEOUT,
+                          wait_for_workers=False, master_listen_fd=listener.fileno())
+    _listeners.append(listener)      # the store serves on this socket: keep it open
+    return store
 
 
 def _free_port(host: str) -> int:
@@ -115,8 +141,6 @@ class TorchControl(Control):
     """Control messages over the default gloo group, for runs with no MPI at all."""
 
     def __init__(self, launcher) -> None:
-        if launcher.world_size and launcher.world_size > 1 and os.environ.get("MASTER_ADDR") == "127.0.0.1":
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
         init_default_group(None)
         torch, dist = torch_modules()
         self._torch, self._dist = torch, dist

@@ -99,6 +99,10 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for outstanding device work (no-op on host-synchronous backends)."""
 
+    def max_message_bytes(self) -> Optional[int]:
+        """The largest payload one call can carry, or None when there is no such limit."""
+        return None
+
     def release(self, buffers: Any) -> None:
         """Drop buffers before the next collective allocates its own."""
 

@@ -7,6 +7,7 @@ the n blocks followed by a local reduction, the pairwise-exchange algorithm.
 
 from __future__ import annotations
 
+import os
 from functools import reduce as fold
 from typing import Optional
 
@@ -45,6 +46,18 @@ def _as_array(result) -> Optional[np.ndarray]:
     return np.asarray(result)
 
 
+def _pickle_limit(MPI) -> Optional[int]:
+    """Pickled messages need a count that fits a C int unless both mpi4py and the MPI library
+    do MPI-4 large counts (mpi4py 4 then sends larger pickles). COLLBENCH_PICKLE_LIMIT overrides
+    it, so that the skip path can be tested without gigabytes."""
+    override = os.environ.get("COLLBENCH_PICKLE_LIMIT")
+    if override:
+        return int(override)
+    import mpi4py
+    large = MPI.Get_version() >= (4, 0) and int(mpi4py.__version__.split(".")[0]) >= 4
+    return None if large else 2**31 - 1
+
+
 class MpiPickleBackend(Backend):
     name = "mpi-pickle"
     uses_mpi = True
@@ -57,6 +70,10 @@ class MpiPickleBackend(Backend):
     def setup(self, *, control: Control) -> None:
         self.MPI = _mpi.mpi_module()
         self.comm = _mpi.bench_comm()
+        self._limit = _pickle_limit(self.MPI)
+
+    def max_message_bytes(self) -> Optional[int]:
+        return self._limit
 
     @property
     def rank(self) -> int:

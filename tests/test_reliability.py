@@ -1,0 +1,271 @@
+"""Bad input, dead and hung ranks, signals, memory limits and wrong results: for real."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collbench.loader import load_result
+from conftest import FAST, cli, mpirun
+
+BAD_INPUTS = [
+    (["allreduce", "--sizes", "1X"], "unknown unit"),
+    (["allreduce", "--sizes", "8K-1K"], "start is larger than end"),
+    (["allreduce", "--sizes", ""], "empty"),
+    (["allreduce", "--sizes", "0"], "positive"),
+    (["allreduce", "--sizes", "-5"], "START-END"),
+    (["allreduce", "--sizes", "1K-1M:x1"], "factor"),
+    (["allreduce", "--sizes", "1K-1M:+0"], "step"),
+    (["allreduce", "--sizes", "1K-1M:/2"], "use xN"),
+    (["allreduc"], "No such command"),
+    (["allreduce", "--backend", "foo"], "unknown backend 'foo'"),
+    (["allreduce", "--backend", ","], "--backend is empty"),
+    (["allreduce", "--dtype", "float8"], "unknown dtype 'float8'"),
+    (["allreduce", "--op", "avg"], "unknown op 'avg'"),
+    (["allreduce", "-n", "0"], "-n/--np must be at least 1"),
+    (["allreduce", "-n", "-2"], "-n/--np must be at least 1"),
+    (["bcast", "-n", "2", "--root", "2"], "--root 2 is outside the world of 2 ranks"),
+    (["bcast", "--root", "-1"], "--root must be 0 or more"),
+    (["allreduce", "--iters", "0"], "must be at least 1"),
+    (["allreduce", "--warmup", "-1"], "--warmup"),
+    (["allreduce", "--precision", "0"], "--precision"),
+    (["allreduce", "--max-time", "-1"], "--max-time"),
+    (["allreduce", "--timeout", "-1"], "--timeout"),
+    (["allreduce", "--timing", "fast"], "--timing"),
+    (["allreduce", "--format", "xml"], "--format"),
+    (["allreduce", "-o", "run.txt"], "cannot tell the format"),
+    (["allreduce", "-o", "missing/run.json"], "does not exist"),
+    (["allreduce", "-o", "afile/run.json"], "does not exist"),
+    (["allreduce", "-o", "existing.json"], "exists; use --force"),
+    (["allreduce", "-o", "."], "cannot tell the format"),
+    (["allreduce", "-o", "adir.json"], "is a directory"),
+    (["allreduce", "-o", "x.json", "--no-save"], "contradict"),
+    (["allreduce", "--iters", "5", "--min-iters", "10"], "--min-iters is larger than --iters"),
+    (["allreduce", "--sizes", "64G", "-n", "2"], "more than the"),
+    (["allreduce", "--bogus"], "No such option"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2(args, fragment, run_dir):
+    (run_dir / "existing.json").write_text("{}")
+    (run_dir / "afile").write_text("")
+    (run_dir / "adir.json").mkdir()
+    proc = cli(args, run_dir, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert fragment in lines[0]
+    assert (run_dir / "existing.json").read_text() == "{}"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("args,fragment", [
+    (["bcast", "--root", "3"], "outside the world of 2 ranks"),
+    (["allreduce", "--dtype", "float8"], "unknown dtype"),
+])
+def test_bad_input_under_mpiexec_is_one_line_exit_2(args, fragment, run_dir):
+    proc = mpirun(2, args + ["--no-save"], run_dir, timeout=60)
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("collbench")]
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_force_overwrites(run_dir):
+    (run_dir / "r.json").write_text("{}")
+    proc = cli(["barrier", "-n", "2", *FAST, "-o", "r.json", "--force"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert load_result(run_dir / "r.json").rows[0].collective == "barrier"
+
+
+def _wait_rows(path: Path, n: int, limit: float = 60.0) -> None:
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            if len(json.loads(path.read_text())["rows"]) >= n:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never reached {n} rows")
+
+
+def _rank_pid(rank: int, marker: str) -> int:
+    """The real rank process (the guardian's child) whose environment says it is ``rank``."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent_cmd = Path(f"/proc/{ppid}/cmdline").read_bytes()
+            parent_env = Path(f"/proc/{ppid}/environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        tag = (b"PMI_RANK=%d" % rank, b"RANK=%d" % rank)
+        if marker.encode() in cmd and parent_cmd == cmd and any(e in tag for e in env) \
+                and any(e in tag for e in parent_env):
+            return int(pid)
+    raise AssertionError(f"no rank {rank} process found")
+
+
+def _start(args, cwd, env):
+    full = {**os.environ, **env}
+    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED"):
+        full.pop(name, None)
+    return subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_killed_rank_ends_the_job_promptly(backend, run_dir):
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    marker = f"kill-{backend}.json"
+    proc = _start(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-1M", *FAST, "-o", marker],
+                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
+    _wait_rows(run_dir / marker, 2)
+    victim = _rank_pid(1, marker)
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    ended = time.monotonic() - killed
+    assert ended < 10, ended
+    assert proc.returncode != 0
+    assert re.search(rf"rank 1 \(pid {victim} on .*\) was killed by signal 9 \(SIGKILL\) during "
+                     rf"allreduce on {backend} at \d+", err), err
+    partial = load_result(run_dir / marker)
+    assert 2 <= len(partial.rows) < 18 and all(r.check == "ok" for r in partial.rows)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_hung_rank_is_aborted_by_timeout(backend, run_dir):
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    start = time.monotonic()
+    proc = cli(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-4K", *FAST, "--timeout", "3",
+                "-o", "h.json"], run_dir, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"}, timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 124, proc.stderr
+    assert f"timeout: allreduce on {backend} at 1K did not finish within 3 s" in proc.stderr
+    assert elapsed < 60
+    sizes = [r.size_bytes for r in load_result(run_dir / "h.json").rows]
+    assert sizes == [8, 16, 32, 64, 128, 256, 512]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_signal_on_launching_process(signum, code, backend, run_dir):
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    proc = _start(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-1M", *FAST, "-o", "s.json"],
+                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
+    _wait_rows(run_dir / "s.json", 2)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "result files keep every size finished before" in err
+    assert "Traceback" not in err
+    rows = load_result(run_dir / "s.json").rows
+    assert 2 <= len(rows) < 18
+    time.sleep(0.5)
+    leftovers = subprocess.run(["pgrep", "-f", "s.json"], capture_output=True, text=True).stdout.split()
+    assert not [p for p in leftovers if int(p) != os.getpid()]
+
+
+@pytest.mark.mpi
+def test_sigint_under_mpiexec(run_dir):
+    from collbench.launch import find_mpiexec
+    env = {**os.environ, "COLLBENCH_TEST_PAUSE": "0.3"}
+    proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench", "allreduce",
+                             "--sizes", "8-1M", *FAST, "-o", "m.json"], cwd=run_dir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_rows(run_dir / "m.json", 2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    # Every rank exits 130; MPICH's mpiexec reports 130, or 9 when it killed a rank still exiting.
+    assert proc.returncode in (130, 9), err
+    assert "interrupted by SIGINT" in err
+    assert len(load_result(run_dir / "m.json").rows) >= 2
+
+
+@pytest.mark.mpi
+def test_memory_guard_skips_what_does_not_fit(run_dir):
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "1K,16G", *FAST,
+                "-o", "m.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    result = load_result(run_dir / "m.json")
+    assert [(r.backend, r.size_bytes) for r in result.rows] == [("mpi", 1024), ("mpi-pickle", 1024)]
+    assert any("allreduce on mpi at 16G: needs about 64.0 GiB on this node (2 ranks)" in n for n in result.notes)
+    assert "16G" in proc.stderr and "skipped" in proc.stderr
+
+
+@pytest.mark.mpi
+def test_pickle_message_limit_skips_with_note(run_dir):
+    proc = cli(["allgather", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "1K-16K", *FAST, "-o", "p.json"],
+               run_dir, env={"COLLBENCH_PICKLE_LIMIT": "4096"})
+    assert proc.returncode == 0, proc.stderr
+    result = load_result(run_dir / "p.json")
+    pickled = [r.size_bytes for r in result.rows if r.backend == "mpi-pickle"]
+    assert pickled == [1024, 2048, 4096]
+    assert [r.size_bytes for r in result.rows if r.backend == "mpi"] == [1024, 2048, 4096, 8192, 16384]
+    assert any("8K: a message beyond mpi-pickle's 4K limit; skipped" in n for n in result.notes)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpi", "mpi-pickle", "gloo"])
+def test_check_catches_corruption(backend, run_dir):
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    proc = cli(["allreduce", "-n", "2", "--backend", backend, "--sizes", "1K,4K", *FAST, "-o", "c.json"],
+               run_dir, env={"COLLBENCH_TEST_CORRUPT": "1"})
+    assert proc.returncode == 1
+    assert "CHECK FAILED: allreduce on" in proc.stderr and "3 wrong elements" in proc.stderr
+    rows = load_result(run_dir / "c.json").rows
+    assert [r.check for r in rows] == ["wrong:3", "wrong:3"]
+    assert "FAILED the result check" in proc.stdout
+
+
+def _listening_addresses(pids) -> set:
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":                       # LISTEN
+                inodes[fields[9]] = fields[1].split(":")[0]
+    found = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                m = re.match(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
+                if m and m.group(1) in inodes:
+                    found.add(inodes[m.group(1)])
+        except OSError:
+            continue
+    return found
+
+
+def test_self_launched_torch_listens_on_loopback_only(run_dir):
+    pytest.importorskip("torch")
+    proc = _start(["allreduce", "-n", "2", "--backend", "gloo", "--sizes", "8-1M", *FAST, "-o", "l.json"],
+                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
+    try:
+        _wait_rows(run_dir / "l.json", 2)
+        pids = [_rank_pid(0, "l.json"), _rank_pid(1, "l.json")]
+        addresses = _listening_addresses(pids)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert addresses, "expected the rendezvous store and gloo to listen"
+    loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+    assert addresses <= loopback, addresses
