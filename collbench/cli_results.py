@@ -53,14 +53,13 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
     Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable input.
     Statistics, verdicts and the multiple-comparison control: docs/compare.md.
     """
+    from collbench import compare_render
     from collbench.compare import compare_runs, parse_threshold
     from collbench.loader import load_result
 
     threshold_value = parse_threshold(threshold)
     comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
                               threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new)
-    from collbench import compare_render
-
     for warning in comparison.warnings:
         _warn(warning)
     if fmt == "json":
