@@ -115,3 +115,14 @@ def test_helpers_build_consistent_rows():
     row = row_from_samples([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], size_bytes=1000)
     assert isinstance(row, Row) and row.time_us_p50 == 4.0 and row.iterations == 7
     assert row.algbw_gbps == pytest.approx(1000 / 4e-6 / 1e9)
+
+
+def test_curated_example_is_a_small_complete_result():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "results" / "examples" / "allreduce-2ranks-mpi-vs-pickle.json"
+    assert example.stat().st_size < 200_000
+    run = load_result(example)
+    assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
+    assert all(s is not None and len(s) == r.iterations for r, s in zip(run.rows, run.samples))
+    assert run.metadata["world_size"] == 2 and run.metadata["cpu_count"] == 2
