@@ -67,7 +67,8 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
     elif fmt == "markdown":
         sys.stdout.write(compare_render.to_summary_markdown(comparison))
     else:
-        print(("REGRESSION: " if comparison.regression else "no regression: ") + compare_render.summary_line(comparison))
+        outcome = "REGRESSION" if comparison.regression else "no regression"
+        print(f"{outcome}: {compare_render.summary_line(comparison)}")
         _print_tables([compare_render.comparison_table(comparison)])
     sys.stdout.flush()
     if comparison.regression:

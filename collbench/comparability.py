@@ -62,7 +62,8 @@ def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_na
         b = sorted({getattr(r, label) for r in new.rows})
         if a != b:
             notes.append(f"{label} differs: {','.join(a)} in {baseline_name}, {','.join(b)} in {new_name}")
-    placement = sorted({(b.ranks_per_node, n.ranks_per_node) for b, n in matched if b.ranks_per_node != n.ranks_per_node})
+    placement = sorted({(b.ranks_per_node, n.ranks_per_node) for b, n in matched
+                        if b.ranks_per_node != n.ranks_per_node})
     if placement:
         pairs = ", ".join(f"{a} vs {b}" for a, b in placement)
         notes.append(f"ranks per node differ in matched rows ({pairs}): the ranks were placed differently")

@@ -20,7 +20,6 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.results import Row
 
 MIN_POINTS = 3
 _NEGLIGIBLE = 1e-9
