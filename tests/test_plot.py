@@ -1,0 +1,69 @@
+"""collbench plot writes real images; without matplotlib it says how to get it."""
+
+import subprocess
+import sys
+
+import pytest
+
+from collbench.errors import UsageError
+from collbench.plot import INSTALL_HINT, plot_rows, series
+from results_helpers import row_from_samples, run_of, sweep, write
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def rows_two_backends():
+    run = run_of(sweep(backends=("mpi", "mpi-pickle")))
+    run.add(row_from_samples([5.0] * 8, collective="barrier", size_bytes=0), [5.0] * 8)
+    return run.rows
+
+
+def test_plot_writes_a_png_that_reads_back(tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    out = tmp_path / "plot.png"
+    notes = plot_rows(rows_two_backends(), out)
+    assert out.read_bytes()[:8] == PNG_MAGIC
+    pixels = image.imread(out)
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 200
+    assert pixels.std() > 0                                   # something was drawn
+    assert notes == ["1 row(s) without a size (barrier) are not on the log–log plot"]
+
+
+def test_plot_writes_svg_and_refuses_to_overwrite(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plot.svg"
+    plot_rows(rows_two_backends(), out)
+    assert "<svg" in out.read_text()[:500]
+    with pytest.raises(UsageError, match="exists; use --force"):
+        plot_rows(rows_two_backends(), out)
+    plot_rows(rows_two_backends(), out, force=True)
+
+
+def test_plot_refuses_bad_names_and_nothing_to_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(UsageError, match="image format"):
+        plot_rows(rows_two_backends(), tmp_path / "plot.txt")
+    with pytest.raises(UsageError, match="does not exist"):
+        plot_rows(rows_two_backends(), tmp_path / "no" / "plot.png")
+    barrier = [row_from_samples([5.0] * 8, collective="barrier", size_bytes=0)]
+    with pytest.raises(UsageError, match="nothing to plot"):
+        plot_rows(barrier, tmp_path / "plot.png")
+
+
+def test_series_labels_name_what_varies():
+    lines, shared = series(rows_two_backends())
+    assert list(lines) == ["mpi", "mpi-pickle"]
+    assert shared == ["allreduce", "float32", "sum", "2 ranks", "latency"]
+    mixed = rows_two_backends() + [row_from_samples([9.0] * 8, collective="bcast", size_bytes=64)]
+    assert "bcast · mpi" in series(mixed)[0]
+
+
+def test_missing_matplotlib_is_one_line_with_the_install_hint(tmp_path):
+    path = write(run_of(sweep()), tmp_path / "run.json")
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from collbench.cli import main\n"
+            f"main(['plot', {str(path)!r}, '-o', {str(tmp_path / 'x.png')!r}])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"collbench: error: {INSTALL_HINT}"
+    assert not (tmp_path / "x.png").exists()

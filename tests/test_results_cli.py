@@ -1,0 +1,180 @@
+"""compare, report and plot through the real command line: exit codes, output, errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from collbench.launch import find_mpiexec
+from results_helpers import metadata, one_line_error, run_cli, run_of, sweep, write
+
+SERIES = sweep(backends=("mpi", "mpi-pickle"))
+
+
+@pytest.fixture
+def files(tmp_path):
+    """base.json; same.json (another run, same speed); slow.json (3x); fast.json (0.5x); CSVs of base and slow."""
+    base, same = run_of(SERIES, seed=1), run_of(SERIES, seed=2)
+    slow, fast = run_of(SERIES, seed=3, scale=3.0), run_of(SERIES, seed=4, scale=0.5)
+    paths = {name: write(run, tmp_path / f"{name}.json")
+             for name, run in (("base", base), ("same", same), ("slow", slow), ("fast", fast))}
+    paths["base_csv"] = write(base, tmp_path / "base.csv")
+    paths["slow_csv"] = write(slow, tmp_path / "slow.csv")
+    return paths
+
+
+@pytest.mark.parametrize("name", ["compare", "report", "plot"])
+def test_help(name, tmp_path):
+    proc = run_cli([name, "--help"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"Usage: collbench {name}")
+
+
+def test_compare_help_imports_nothing_heavy(tmp_path):
+    code = ("import sys; from collbench.cli import main\n"
+            "try:\n    main(['compare', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('IMPORTED', [m for m in ('torch', 'mpi4py', 'matplotlib', 'pandas', 'rich') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert "IMPORTED []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_identical_files_exit_0(files, tmp_path):
+    proc = run_cli(["compare", files["base"], files["base"]], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"no regression: 0 slower, 0 faster, {len(SERIES)} same")
+
+
+def test_same_speed_run_exits_0(files, tmp_path):
+    proc = run_cli(["compare", files["base"], files["same"]], tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.startswith("no regression: 0 slower, 0 faster")
+
+
+def test_three_times_slower_exits_1(files, tmp_path):
+    proc = run_cli(["compare", files["base"], files["slow"]], tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout.startswith(f"REGRESSION: {len(SERIES)} slower")
+    assert proc.stdout.count(" slower ") >= len(SERIES)       # one per table row
+    assert "3.0" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_faster_exits_0(files, tmp_path):
+    proc = run_cli(["compare", files["base"], files["fast"], "--metric", "busbw_gbps"], tmp_path)
+    assert proc.returncode == 0 and f"0 slower, {len(SERIES)} faster" in proc.stdout
+
+
+def test_csv_files_compare_by_ci_overlap(files, tmp_path):
+    proc = run_cli(["compare", files["base_csv"], files["slow_csv"], "--format", "json"], tmp_path)
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert {r["test"] for r in doc["rows"]} == {"ci-overlap"} and doc["summary"]["slower"] == len(SERIES)
+    assert "CSV without run metadata" in proc.stderr
+    mixed = run_cli(["compare", files["base"], files["base_csv"]], tmp_path)
+    assert mixed.returncode == 0
+
+
+def test_markdown_is_a_job_summary(files, tmp_path):
+    proc = run_cli(["compare", files["base"], files["slow"], "--format", "markdown"], tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "## collbench compare: REGRESSION"
+    assert lines[2] == f"**{len(SERIES)} slower, 0 faster, 0 same**"
+    assert "| collective | backend | size |" in proc.stdout and "**slower**" in proc.stdout
+    assert "<details>" in proc.stdout
+
+
+def test_json_output_and_metadata_warning(files, tmp_path):
+    other = write(run_of(SERIES, seed=5, meta=metadata(hostnames=["ci-runner-9"])), tmp_path / "other.json")
+    proc = run_cli(["compare", files["base"], other, "-f", "json", "--threshold", "0.5"], tmp_path)
+    assert proc.returncode == 0
+    doc = json.loads(proc.stdout)
+    assert doc["threshold"] == 0.5 and doc["regression"] is False
+    assert any("hostnames differs" in w for w in doc["warnings"])
+    assert "collbench: warning: hostnames differs: node1" in proc.stderr
+
+
+def test_threshold_changes_the_verdict(files, tmp_path):
+    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "250%"], tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("content", ["garbage, not a result\n", ""])
+def test_garbage_and_empty_files_exit_2_with_one_line(files, tmp_path, content):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    for args in (["compare", files["base"], bad], ["compare", bad, files["base"]], ["report", bad],
+                 ["plot", bad, "-o", tmp_path / "p.png"]):
+        proc = run_cli(args, tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "bad.json" in one_line_error(proc) and proc.stdout == ""
+
+
+def test_incomparable_and_bad_options_exit_2(files, tmp_path):
+    other = write(run_of({("bcast", "gloo", 8): 3.0}), tmp_path / "other.json")
+    assert "incomparable" in one_line_error(run_cli(["compare", files["base"], other], tmp_path))
+    bad = run_cli(["compare", files["base"], files["slow"], "--threshold", "5"], tmp_path)
+    assert bad.returncode == 2 and "ambiguous" in one_line_error(bad)
+    bad = run_cli(["compare", files["base"], files["slow"], "--metric", "speed"], tmp_path)
+    assert bad.returncode == 2 and "--metric" in one_line_error(bad)
+    missing = run_cli(["compare", files["base"], tmp_path / "absent.json"], tmp_path)
+    assert missing.returncode == 2 and "no such file" in one_line_error(missing)
+
+
+def test_report_merges_files_and_fits(tmp_path):
+    mpi = write(run_of(sweep(backends=("mpi",), alpha_us=3.0, beta_gbps=2.0)), tmp_path / "mpi.json")
+    pickle = run_of({("allreduce", "mpi-pickle", s): 30.0 + s / 1e3 for s in (8, 64, 1024, 8192, 65536)})
+    pickle_csv = write(pickle, tmp_path / "pickle.csv")
+    proc = run_cli(["report", mpi, pickle_csv, "--format", "markdown"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert text.startswith("# collbench report")
+    assert "| size | mpi p50 µs | mpi CI | mpi busbw GB/s | mpi-pickle p50 µs |" in text   # merged table
+    fit_lines = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| allreduce | mpi")}
+    assert set(fit_lines) == {"mpi", "mpi-pickle"}
+    alpha_us = {name: float(line.split(" | ")[3]) for name, line in fit_lines.items()}
+    assert alpha_us["mpi"] == pytest.approx(3.0, rel=0.05) and alpha_us["mpi-pickle"] == pytest.approx(30.0, rel=0.05)
+    terminal = run_cli(["report", mpi], tmp_path)
+    assert terminal.returncode == 0 and "latency–bandwidth fit" in terminal.stdout
+
+
+def test_plot_command_writes_png(files, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plot.png"
+    proc = run_cli(["plot", files["base"], files["base_csv"], "-o", out], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    again = run_cli(["plot", files["base"], "-o", out], tmp_path)
+    assert again.returncode == 2 and "--force" in one_line_error(again)
+
+
+@pytest.mark.mpi
+def test_end_to_end_sweeps_compare_report_plot(tmp_path):
+    if find_mpiexec() is None:
+        pytest.skip("no mpiexec")
+    sweep_args = ["allreduce", "-n", "2", "--sizes", "8-4K", "--backend", "mpi", "--max-time", "0.2"]
+    first = run_cli(sweep_args + ["-o", "base.json", "-o", "base.csv", "-o", "base.md", "-f", "markdown"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "| size | count | iters | p50 µs |" in first.stdout
+    assert "### allreduce · float32 sum · 2 ranks · latency" in (tmp_path / "base.md").read_text()
+    second = run_cli(sweep_args + ["-o", "new.json", "-q"], tmp_path)
+    assert second.returncode == 0, second.stderr
+
+    gate = run_cli(["compare", "base.json", "new.json", "--format", "markdown"], tmp_path)
+    assert gate.returncode in (0, 1), gate.stderr       # a noisy machine may really differ
+    assert gate.stdout.startswith("## collbench compare: ")
+    assert ("REGRESSION" in gate.stdout.splitlines()[0]) == (gate.returncode == 1)
+    loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"], tmp_path)
+    assert loose.returncode == 0
+    doc = json.loads(loose.stdout)
+    assert len(doc["rows"]) == 10 and {r["test"] for r in doc["rows"]} == {"mann-whitney"}
+    assert doc["warnings"] == []                        # same host, same library, same shape
+    csv_gate = run_cli(["compare", "base.csv", "new.json", "--threshold", "1000%"], tmp_path)
+    assert csv_gate.returncode == 0
+
+    report = run_cli(["report", "base.json", "--format", "markdown"], tmp_path)
+    assert report.returncode == 0 and "| allreduce | mpi | float32 sum, 2 ranks, latency |" in report.stdout
+
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "sweep.png"
+    proc = run_cli(["plot", "base.json", "new.json", "-o", plot], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,128 @@
+"""Result files: write with the real exporters, read back with the loader, compare."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from collbench.errors import UsageError
+from collbench.exporters import MarkdownExporter
+from collbench.loader import load_result
+from collbench.results import ROW_FIELDS, SCHEMA, Row
+from results_helpers import metadata, row_from_samples, run_of, sweep, write
+
+SERIES = sweep(backends=("mpi", "mpi-pickle"))
+FLOATS = [f for f in ROW_FIELDS if f.startswith(("time_us", "algbw", "busbw"))]
+
+
+def test_json_round_trip_keeps_rows_samples_metadata_and_notes(tmp_path):
+    run = run_of(SERIES)
+    run.notes.append("a note")
+    back = load_result(write(run, tmp_path / "run.json"))
+    assert back.rows == run.rows
+    assert back.samples == run.samples                 # samples carry 4 decimals, as stored
+    assert back.rank_means == [[round(m, 4) for m in means] for means in run.rank_means]
+    assert back.metadata == run.metadata and back.notes == ["a note"]
+
+
+def test_json_round_trip_keeps_nan_and_rows_without_samples(tmp_path):
+    run = run_of(SERIES)
+    run.rows[0] = dataclasses.replace(run.rows[0], time_us_rank_avg=math.nan, time_us_ci_low=math.nan,
+                                      time_us_ci_high=math.nan)
+    run.samples[1] = None
+    path = write(run, tmp_path / "run.json")
+    assert json.loads(path.read_text())["rows"][0]["time_us_rank_avg"] is None     # valid JSON: no NaN
+    back = load_result(path)
+    assert math.isnan(back.rows[0].time_us_rank_avg) and math.isnan(back.rows[0].time_us_ci_low)
+    assert back.rows[1:] == run.rows[1:] and back.samples[1] is None
+
+
+def test_json_document_is_the_documented_schema(tmp_path):
+    doc = json.loads(write(run_of(SERIES), tmp_path / "run.json").read_text())
+    assert doc["schema"] == SCHEMA and doc["schema_version"] == 1
+    assert set(doc) == {"schema", "schema_version", "metadata", "notes", "rows"}
+    assert set(doc["rows"][0]) == set(ROW_FIELDS) | {"samples_us", "rank_means_us"}
+
+
+def test_csv_round_trip(tmp_path):
+    """CSV keeps the rows only, each number to 6 significant digits."""
+    run = run_of(SERIES)
+    back = load_result(write(run, tmp_path / "run.csv"))
+    assert len(back.rows) == len(run.rows) and back.samples == [None] * len(run.rows)
+    for ours, theirs in zip(run.rows, back.rows):
+        assert ours.key() == theirs.key()
+        for name in ROW_FIELDS:
+            if name in FLOATS:
+                assert getattr(theirs, name) == pytest.approx(getattr(ours, name), rel=1e-5), name
+            else:
+                assert getattr(theirs, name) == getattr(ours, name), name
+    assert back.metadata["format"] == "csv"
+
+
+def test_csv_round_trip_is_exact_for_six_digit_values(tmp_path):
+    run = run_of({("allreduce", "mpi", 1024): 1.0})
+    run.rows[0] = dataclasses.replace(run.rows[0], **{name: 12.3456 for name in FLOATS}, precision_reached=False,
+                                      check="wrong:3")
+    back = load_result(write(run, tmp_path / "run.csv"))
+    assert back.rows == run.rows
+
+
+def test_markdown_export_renders_the_tables(tmp_path):
+    path = write(run_of(SERIES, meta=metadata()), tmp_path / "run.md")
+    text = path.read_text()
+    assert text.startswith("# collbench results")
+    assert "### allreduce · float32 sum · 2 ranks · latency" in text
+    assert "| size | mpi p50 µs |" in text and MarkdownExporter.suffix == ".md"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("garbage.json", "this is not json\n", "not valid JSON"),
+    ("empty.json", "", "empty file"),
+    ("blank.csv", "  \n\n", "empty file"),
+    ("list.json", "[1, 2, 3]", "not a collbench result file"),
+    ("other.json", '{"schema": "pyperf", "rows": []}', "not a collbench result file"),
+    ("future.json", '{"schema": "collbench.result", "schema_version": 99, "rows": []}', "unsupported schema version"),
+    ("garbage.csv", "hello,world\n1,2\n", "missing columns"),
+    ("badrow.json", '{"schema": "collbench.result", "schema_version": 1, "rows": [7]}', "row 0 is not an object"),
+])
+def test_loader_rejects_anything_else_with_one_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(UsageError) as info:
+        load_result(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_loader_rejects_binary_and_missing_files(tmp_path):
+    binary = tmp_path / "image.json"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    for path, message in ((binary, "cannot read"), (tmp_path / "absent.json", "no such file")):
+        with pytest.raises(UsageError, match=message):
+            load_result(path)
+
+
+def test_loader_rejects_a_bad_value(tmp_path):
+    run = run_of(SERIES)
+    doc = json.loads(write(run, tmp_path / "run.json").read_text())
+    doc["rows"][2]["size_bytes"] = "lots"
+    (tmp_path / "run.json").write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=r"row 2: bad value 'lots' in column size_bytes"):
+        load_result(tmp_path / "run.json")
+
+
+def test_helpers_build_consistent_rows():
+    row = row_from_samples([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], size_bytes=1000)
+    assert isinstance(row, Row) and row.time_us_p50 == 4.0 and row.iterations == 7
+    assert row.algbw_gbps == pytest.approx(1000 / 4e-6 / 1e9)
+
+
+def test_curated_example_is_a_small_complete_result():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "results" / "examples" / "allreduce-2ranks-mpi-vs-pickle.json"
+    assert example.stat().st_size < 200_000
+    run = load_result(example)
+    assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
+    assert all(s is not None and len(s) == r.iterations for r, s in zip(run.rows, run.samples))
+    assert run.metadata["world_size"] == 2 and run.metadata["cpu_count"] == 2
