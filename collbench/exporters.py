@@ -25,19 +25,28 @@ def _clean(value):
 
 
 class JsonExporter:
+    """The versioned JSON document. Rows are serialised once and kept in ``result.cache``, so
+    rewriting the file after every size costs the I/O, not the serialisation of every sample
+    measured so far again."""
+
     suffix = ".json"
 
     @staticmethod
-    def render(result: RunResult) -> str:
-        rows = []
-        for row, samples, means in zip(result.rows, result.samples, result.rank_means):
-            record = {k: _clean(v) for k, v in row.to_dict().items()}
-            record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
-            record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
-            rows.append(record)
-        doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
-               "notes": result.notes, "rows": rows}
-        return json.dumps(doc, indent=1, default=str) + "\n"
+    def _row_text(row, samples, means) -> str:
+        record = {k: _clean(v) for k, v in row.to_dict().items()}
+        record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
+        record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
+        return json.dumps(record, default=str)
+
+    @classmethod
+    def render(cls, result: RunResult) -> str:
+        texts = result.cache.setdefault("json_rows", [])
+        for i in range(len(texts), len(result.rows)):
+            texts.append(cls._row_text(result.rows[i], result.samples[i], result.rank_means[i]))
+        head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
+                "notes": result.notes}
+        body = json.dumps(head, indent=1, default=str)
+        return body[:-2] + ',\n "rows": [\n  ' + ",\n  ".join(texts) + "\n ]\n}\n"
 
 
 class CsvExporter:
@@ -77,10 +86,21 @@ def exporter_for(path: Path):
                          + ", ".join(EXPORTERS)) from None
 
 
+def _file_mode() -> int:
+    """What a plain open() would give (0666 less the umask); mkstemp's own 0600 is too strict."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_MODE = _file_mode()
+
+
 def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
+        os.fchmod(fd, _MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)

@@ -70,6 +70,7 @@ class RunResult:
     samples: list = field(default_factory=list)      # per row: per-iteration max over ranks
     rank_means: list = field(default_factory=list)   # per row: each rank's mean time
     notes: list = field(default_factory=list)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)   # exporters' memo
 
     def add(self, row: Row, samples: Optional[list] = None, rank_means: Optional[list] = None) -> None:
         self.rows.append(row)
