@@ -157,6 +157,12 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool) -> int:
     """Run ``python -m collbench ARGV`` as n ranks and return their exit code."""
     base = [sys.executable, "-m", "collbench"] + argv
     env = dict(os.environ)
+    # The ranks write through the launcher's pipes: tell rank 0 what the user's terminal is.
+    for stream, name in ((sys.stdout, "COLLBENCH_STDOUT_TTY"), (sys.stderr, "COLLBENCH_STDERR_TTY")):
+        if stream.isatty():
+            env[name] = "1"
+    if sys.stdout.isatty() or sys.stderr.isatty():
+        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
     if use_mpi:
         mpiexec = find_mpiexec()
         if mpiexec is None:

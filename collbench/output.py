@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -44,12 +45,17 @@ class Output:
 
         self.settings = settings
         self.result = result
-        self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
-        self.plain = not self.console.is_terminal
+        # Self-launched ranks write through the launcher's pipes; the parent says whether the
+        # user's stdout and stderr are terminals.
+        out_tty = sys.stdout.isatty() or os.environ.get("COLLBENCH_STDOUT_TTY") == "1"
+        err_tty = sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1"
+        self.plain = not out_tty
         if self.plain:   # piped: never squeeze columns to a guessed 80-character terminal
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
-                                   no_color=True)
-        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+                                   no_color=True, force_terminal=False)
+        else:
+            self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, force_terminal=True)
+        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
         if settings.outputs:
             self.paths = [Path(p) for p in settings.outputs]
         elif settings.save:
@@ -99,7 +105,15 @@ class Output:
                 self._print_line(to_markdown(table))
             else:
                 self._clear_progress_line()
-                self.console.print(to_rich(table, plain=self.plain))
+                rendered = to_rich(table, plain=self.plain)
+                # Wider than the terminal: let it run past the edge rather than cut cells.
+                natural = self.console.measure(rendered, options=self.console.options.update_width(10_000)).maximum
+                if natural > self.console.width:
+                    from rich.console import Console
+                    Console(file=sys.stdout, highlight=False, force_terminal=not self.plain,
+                            no_color=self.plain, width=natural).print(rendered)
+                else:
+                    self.console.print(rendered)
 
     def _print_line(self, text: str) -> None:
         self.console.file.write(text + "\n")

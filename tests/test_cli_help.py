@@ -35,3 +35,10 @@ def test_help_does_not_import_torch_or_mpi(tmp_path):
             "print('IMPORTED', bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
+
+
+def test_env_reports_launcher_mpi_and_backends(tmp_path):
+    proc = run_cli(["env"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for fragment in ("launcher", "mpiexec", "MPI library", "backend mpi", "backend gloo", "backend nccl"):
+        assert fragment in proc.stdout
