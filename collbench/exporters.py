@@ -112,10 +112,9 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def check_writable(path: Path, force: bool) -> None:
-    """Refuse, before anything is measured, an output we could not or must not write."""
+def check_output_path(path, force: bool) -> Path:
+    """Refuse, before anything is measured or drawn, an output we could not or must not write."""
     path = Path(path)
-    exporter_for(path)
     if path.is_dir():
         raise UsageError(f"output {str(path)!r} is a directory; give a file name")
     if path.exists() and not force:
@@ -125,3 +124,10 @@ def check_writable(path: Path, force: bool) -> None:
         raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} is not writable")
+    return path
+
+
+def check_writable(path, force: bool) -> None:
+    """A result file: a known format, and a path we may write."""
+    exporter_for(Path(path))
+    check_output_path(path, force)

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from collbench.errors import UsageError
+from collbench.exporters import check_output_path
 from collbench.sizes import format_size
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -37,12 +38,7 @@ def check_plot_path(path, force: bool) -> Path:
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise UsageError(f"cannot tell the image format of {str(path)!r}: use a name ending in {', '.join(FORMATS)}")
-    if path.exists() and not force:
-        raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
-    return path
+    return check_output_path(path, force)
 
 
 def _part(field: str, value) -> str:

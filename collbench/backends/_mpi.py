@@ -70,3 +70,40 @@ class MpiControl(Control):
 
     def abort(self, code: int) -> None:
         self.comm.Abort(code)
+
+
+class MpiBase:
+    """What both MPI backends share: the benchmark communicator and host buffers.
+
+    A mixin over ``Backend``: subclasses bind their own calls.
+    """
+
+    uses_mpi = True
+
+    @classmethod
+    def unavailable_reason(cls) -> Optional[str]:
+        return mpi4py_missing()
+
+    def setup(self, *, control: Control) -> None:
+        self.MPI = mpi_module()
+        self.comm = bench_comm()
+
+    @property
+    def rank(self) -> int:
+        return self.comm.Get_rank()
+
+    @property
+    def size(self) -> int:
+        return self.comm.Get_size()
+
+    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
+        return None
+
+    def fill(self, buffers, *, start, values):
+        from collbench.backends import _host
+        _host.fill(buffers, start, values)
+
+    def versions(self) -> dict:
+        import mpi4py
+        return {"mpi_library": library_version(), "mpi4py": mpi4py.__version__,
+                "mpi_standard": "%d.%d" % self.MPI.Get_version()}

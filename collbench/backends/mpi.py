@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional
 
-import numpy as np
-
-from collbench.backends import _host, _mpi
+from collbench.backends import _host
+from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 
 
-def _calls(comm, MPI, s, r, send_len, recv_len, op, root):
+def _calls(comm, s, r, send_len, recv_len, op, root):
     """Each collective's call, bound to its slices; one entry per collective."""
     sv, rv = s[:send_len], r[:recv_len]
     return {
@@ -27,47 +25,21 @@ def _calls(comm, MPI, s, r, send_len, recv_len, op, root):
     }
 
 
-class MpiBackend(Backend):
+class MpiBackend(MpiBase, Backend):
     name = "mpi"
-    uses_mpi = True
-
-    @classmethod
-    def unavailable_reason(cls) -> Optional[str]:
-        return _mpi.mpi4py_missing()
 
     def setup(self, *, control: Control) -> None:
-        self.MPI = _mpi.mpi_module()
-        self.comm = _mpi.bench_comm()
+        super().setup(control=control)
         self._ops = {"sum": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
                      "prod": self.MPI.PROD, "none": self.MPI.SUM}
-
-    @property
-    def rank(self) -> int:
-        return self.comm.Get_rank()
-
-    @property
-    def size(self) -> int:
-        return self.comm.Get_size()
-
-    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
-        return None
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         return _host.allocate(send_len, recv_len, dtype, in_place)
 
-    def fill(self, buffers, *, start, values):
-        _host.fill(buffers, start, values)
-
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
-        call = _calls(self.comm, self.MPI, buffers.send, buffers.recv, send_len, recv_len,
-                      self._ops[op], root)[collective]()
+        call = _calls(self.comm, buffers.send, buffers.recv, send_len, recv_len, self._ops[op], root)[collective]()
         keeps = buffers.in_place and self.rank == root
         return _host.bound_in_place(call, buffers, recv_len, keeps_data=keeps)
 
     def barrier(self) -> None:
         self.comm.Barrier()
-
-    def versions(self) -> dict:
-        import mpi4py
-        return {"mpi_library": _mpi.library_version(), "mpi4py": mpi4py.__version__,
-                "mpi_standard": "%d.%d" % self.MPI.Get_version()}

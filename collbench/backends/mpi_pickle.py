@@ -13,7 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.backends import _host, _mpi
+from collbench.backends import _host
+from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 from collbench.datatypes import OPS
 
@@ -58,50 +59,25 @@ def _pickle_limit(MPI) -> Optional[int]:
     return None if large else 2**31 - 1
 
 
-class MpiPickleBackend(Backend):
+class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
-    uses_mpi = True
     extra_copies = 3   # pickled send payload, received payload, unpickled result
 
-    @classmethod
-    def unavailable_reason(cls) -> Optional[str]:
-        return _mpi.mpi4py_missing()
-
     def setup(self, *, control: Control) -> None:
-        self.MPI = _mpi.mpi_module()
-        self.comm = _mpi.bench_comm()
+        super().setup(control=control)
         self._limit = _pickle_limit(self.MPI)
 
     def max_message_bytes(self) -> Optional[int]:
         return self._limit
 
-    @property
-    def rank(self) -> int:
-        return self.comm.Get_rank()
-
-    @property
-    def size(self) -> int:
-        return self.comm.Get_size()
-
-    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
-        return None
-
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         # Results arrive as new objects, so only the send side is allocated.
         return _host.allocate(send_len, 0, dtype, True)
 
-    def fill(self, buffers, *, start, values):
-        _host.fill(buffers, start, values)
-
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
         ufunc = OPS[op].ufunc if op in OPS else np.add
-        calls = _calls(self.comm, self.rank, self.size, buffers.send, send_len, recv_len, ufunc, root)
-        call = calls[collective]
+        call = _calls(self.comm, self.rank, self.size, buffers.send, send_len, recv_len, ufunc, root)[collective]
         return Bound(run=call, run_blocking=call, checked=lambda: _as_array(call()))
 
     def barrier(self) -> None:
         self.comm.barrier()
-
-    def versions(self) -> dict:
-        import mpi4py
-        return {"mpi_library": _mpi.library_version(), "mpi4py": mpi4py.__version__}
