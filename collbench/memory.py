@@ -53,5 +53,5 @@ def skip_note(collective: str, backend: str, point, itemsize: int, extra_copies:
               ranks_per_node: int, budget: int) -> str:
     need = need_per_rank(point, itemsize, extra_copies) * ranks_per_node
     return (f"{collective} on {backend} at {format_size(point.size_bytes)}: needs about "
-            f"{need / 2**30:.1f} GiB on this node ({ranks_per_node} ranks), more than the "
+            f"{need / 2**30:.1f} GiB on this node ({ranks_per_node} ranks) or device, more than the "
             f"{budget / 2**30:.1f} GiB available; skipped")

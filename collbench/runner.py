@@ -137,8 +137,14 @@ class Sweep:
             self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: a message beyond "
                            f"{name}'s {format_size(limit)} limit; skipped" for p in over]
             points = [p for p in points if p not in over]
-        fits, too_big = memory.split_by_budget(points, itemsize, backend.extra_copies, self.rpn, budget)
-        self.notes += [memory.skip_note(coll.name, name, p, itemsize, backend.extra_copies, self.rpn, budget)
+        sharing = self.rpn
+        device_free = backend.device_memory_bytes()
+        if device_free is not None:           # one device per rank: the fullest device decides for all
+            gathered = self.control.gather(device_free)
+            budget = self.control.bcast(int(min(gathered) * memory.BUDGET_SHARE) if gathered else None)
+            sharing = 1
+        fits, too_big = memory.split_by_budget(points, itemsize, backend.extra_copies, sharing, budget)
+        self.notes += [memory.skip_note(coll.name, name, p, itemsize, backend.extra_copies, sharing, budget)
                        for p in too_big]
         return fits
 
@@ -148,7 +154,7 @@ class Sweep:
 
     def run(self, out) -> None:
         self.out = out
-        for note in self.notes:
+        for note in dict.fromkeys(self.notes):      # once each, though every backend found it
             self.out.note(note)
         for cname in self.plan.collectives:
             coll = get_collective(cname)

@@ -103,6 +103,10 @@ class Backend(ABC):
         """The largest payload one call can carry, or None when there is no such limit."""
         return None
 
+    def device_memory_bytes(self) -> Optional[int]:
+        """Free memory of this rank's own device, when buffers live there (None: host memory)."""
+        return None
+
     def release(self, buffers: Any) -> None:
         """Drop buffers before the next collective allocates its own."""
 

@@ -78,6 +78,10 @@ class NcclBackend(TorchBackend):
 
         return blocking
 
+    def device_memory_bytes(self) -> Optional[int]:
+        free, _total = self.torch.cuda.mem_get_info(self.device)
+        return int(free)
+
     def synchronize(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
