@@ -11,6 +11,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.results import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RunResult
@@ -25,19 +26,31 @@ def _clean(value):
 
 
 class JsonExporter:
+    """The whole run: metadata and notes indented, then one compact line per row.
+
+    A row never changes once added, so a writer that saves after every size passes
+    ``rendered``, a list it keeps between calls: each row (with its raw samples) is then
+    encoded once, instead of every row again at every save.
+    """
+
     suffix = ".json"
 
     @staticmethod
-    def render(result: RunResult) -> str:
-        rows = []
-        for row, samples, means in zip(result.rows, result.samples, result.rank_means):
-            record = {k: _clean(v) for k, v in row.to_dict().items()}
-            record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
-            record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
-            rows.append(record)
-        doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
-               "notes": result.notes, "rows": rows}
-        return json.dumps(doc, indent=1, default=str) + "\n"
+    def render_row(row, samples, means) -> str:
+        record = {k: _clean(v) for k, v in row.to_dict().items()}
+        record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
+        record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
+        return json.dumps(record, default=str)
+
+    @staticmethod
+    def render(result: RunResult, rendered: Optional[list] = None) -> str:
+        rows = rendered if rendered is not None else []
+        for i in range(len(rows), len(result.rows)):
+            rows.append(JsonExporter.render_row(result.rows[i], result.samples[i], result.rank_means[i]))
+        head = json.dumps({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
+                           "notes": result.notes}, indent=1, default=str)
+        body = "[\n  " + ",\n  ".join(rows) + "\n ]" if rows else "[]"
+        return head[:-2] + ',\n "rows": ' + body + "\n}\n"
 
 
 class CsvExporter:

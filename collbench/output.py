@@ -57,6 +57,7 @@ class Output:
         else:
             self.paths = []
         self._printed = 0
+        self._json_rows: list = []
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -86,7 +87,11 @@ class Output:
 
     def save(self) -> None:
         for path in self.paths:
-            write_atomic(path, exporter_for(path).render(self.result))
+            exporter = exporter_for(path)
+            if exporter is JsonExporter:    # each row's samples encoded once, not at every save
+                write_atomic(path, JsonExporter.render(self.result, self._json_rows))
+            else:
+                write_atomic(path, exporter.render(self.result))
 
     def collective_done(self) -> None:
         """Print the tables of rows added since the last call (one collective, all backends)."""
