@@ -10,7 +10,7 @@ Run under ``mpiexec -n 2``. For each case (backend, size) both ranks alternate b
      barrier + time one call with ``time.perf_counter``, max over ranks.
 
 Both sides take the same number of samples per block, chosen once per case so that a block
-lasts about BLOCK_S: a noisy machine drifts on a scale of 100 ms, so short blocks in many pairs,
+lasts about 10 ms: a noisy machine drifts on a scale of 100 ms, so short blocks in many pairs,
 ordered A B B A A B ..., put the drift on both sides equally. The bare loop runs on the
 harness's own arrays: where a buffer lies (a fresh page-aligned mmap or the heap, which depends
 on what the process freed before) moves a 1 MiB allreduce by a few per cent on its own. (The harness's blocks use a fixed
@@ -153,8 +153,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backends", default="mpi,mpi-pickle,gloo")
     parser.add_argument("--sizes", default="8,1048576")
-    parser.add_argument("--pairs", type=int, default=24)
-    parser.add_argument("--block-s", type=float, default=0.025, help="target duration of one block")
+    parser.add_argument("--pairs", type=int, default=40)
+    parser.add_argument("--block-s", type=float, default=0.01, help="target duration of one block")
     args = parser.parse_args()
     mpi_module()
     control = MpiControl()

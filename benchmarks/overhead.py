@@ -190,7 +190,7 @@ def harness_cost(n: int, repeats: int) -> None:
 def side_by_side(mpiexec: str, pairs: int, workdir: str) -> None:
     backends = ["mpi", "mpi-pickle"] + (["gloo"] if importlib.util.find_spec("torch") else [])
     section(f"2. harness against a bare loop: allreduce, {RANKS} ranks, latency mode, "
-            f"{pairs} A/B pairs of ~25 ms blocks ({', '.join(backends)})")
+            f"{pairs} A/B pairs of ~10 ms blocks ({', '.join(backends)})")
     env = clean_env()
     cmd = mpiexec_command(mpiexec, RANKS, [sys.executable, str(HERE / "_side_by_side.py"), "--pairs", str(pairs),
                                            "--backends", ",".join(backends), "--sizes", "8,1048576"], env)
@@ -404,7 +404,7 @@ def main() -> int:
     global LOAD_BEFORE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (about half the time)")
-    parser.add_argument("--pairs", type=int, help="A/B pairs per harness-vs-bare case [default: 30, quick 12]")
+    parser.add_argument("--pairs", type=int, help="A/B pairs per harness-vs-bare case [default: 40, quick 20]")
     parser.add_argument("--only", default="1,2,3,4,5", help="comma list of sections to run, e.g. 2,5")
     parser.add_argument("--memory-top", default="256M", help="largest size of the memory figure [256M]")
     args = parser.parse_args()
@@ -414,7 +414,7 @@ def main() -> int:
     if mpiexec is None:
         raise SystemExit('no mpiexec beside Python or on PATH; pip install "collbench[mpich]"')
     only = set(args.only.split(","))
-    pairs = args.pairs or (12 if args.quick else 30)
+    pairs = args.pairs or (20 if args.quick else 40)
     repeats = 3 if args.quick else 5
     print(f"collbench overhead benchmark: {sys.executable}, {mpiexec}, {RANKS} ranks")
     with tempfile.TemporaryDirectory(prefix="collbench-overhead-") as workdir:
