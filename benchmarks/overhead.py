@@ -390,7 +390,7 @@ def summary(started: float) -> int:
     twidth = max(len(r[2]) for r in results)
     for figure, measured, target, ok in results:
         verdict = "" if ok is None else ("PASS" if ok else "MISS")
-        print(f"  {figure:<{width}}  {measured:>{mwidth}}  {target:<{twidth}}  {verdict}")
+        print(f"  {figure:<{width}}  {measured:>{mwidth}}  {target:<{twidth}}  {verdict}".rstrip())
     misses = [r for r in results if r[3] is False]
     print(f"  {len(results) - len(misses)} of {len(results)} figures on target or informative, "
           f"{len(misses)} missed; benchmark took {time.perf_counter() - started:.0f} s")
