@@ -45,8 +45,8 @@ class JsonExporter:
             texts.append(cls._row_text(result.rows[i], result.samples[i], result.rank_means[i]))
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
-        body = json.dumps(head, indent=1, default=str)
-        return body[:-2] + ',\n "rows": [\n  ' + ",\n  ".join(texts) + "\n ]\n}\n"
+        body = "[\n  " + ",\n  ".join(texts) + "\n ]" if texts else "[]"
+        return json.dumps(head, indent=1, default=str)[:-2] + ',\n "rows": ' + body + "\n}\n"
 
 
 class CsvExporter:

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from collbench import probe
 from collbench.backends.base import Bound, Control
 from collbench.collectives import Collective
 from collbench.datatypes import ReduceOp
@@ -125,6 +126,7 @@ def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control
     maxima: list = []
     batch = settings.iters if settings.iters else settings.min_iters
     reached = False
+    probe.first_timed_iteration(control.rank)
     start = timer()
     while True:
         before = len(mine)
