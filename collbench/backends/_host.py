@@ -17,9 +17,21 @@ class HostBuffers:
     in_place: bool
 
 
+PAGE = 4096
+
+
+def _aligned_zeros(length: int, dtype: np.dtype) -> np.ndarray:
+    """A zeroed array starting on a page boundary (as OSU aligns its buffers), so results do
+    not depend on where the allocator happened to place a small buffer."""
+    dtype = np.dtype(dtype)
+    raw = np.zeros(length * dtype.itemsize + PAGE, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % PAGE
+    return raw[offset:offset + length * dtype.itemsize].view(dtype)
+
+
 def allocate(send_len: int, recv_len: int, dtype: np.dtype, in_place: bool) -> HostBuffers:
-    send = np.zeros(max(send_len, 1), dtype=dtype)
-    recv = send if in_place else np.zeros(max(recv_len, 1), dtype=dtype)
+    send = _aligned_zeros(max(send_len, 1), dtype)
+    recv = send if in_place else _aligned_zeros(max(recv_len, 1), dtype)
     return HostBuffers(send, recv, in_place)
 
 
