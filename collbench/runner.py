@@ -27,6 +27,9 @@ from collbench.sizes import format_size
 from collbench.stats import summarize
 
 FILL_CHUNK = 1 << 22
+#: Start-up (imports, MPI initialisation, torch rendezvous) may take longer than a short
+#: --timeout meant for one size; it gets at least this many seconds.
+STARTUP_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -107,13 +110,13 @@ def _row(plan, coll, backend_name, point, m, timing, wrong, checked, n, rpn) -> 
 class Sweep:
     """One rank's walk over collectives x backends x sizes, with rank 0's output."""
 
-    def __init__(self, plan: Plan, control, backends: dict, rpn: int) -> None:
+    def __init__(self, plan: Plan, control, backends: dict, rpn: int, watchdog: supervise.Watchdog) -> None:
         self.plan, self.control, self.backends, self.rpn = plan, control, backends, rpn
+        self.watchdog = watchdog
         self.out = None
         self.failures: list = []
         self.hooks = testhooks.from_env()
         self.dtype = dtype_of(plan.dtype)
-        self.watchdog = supervise.Watchdog(getattr(control, "abort", lambda code: None))
         budget = control.bcast(memory.budget_bytes() if control.rank == 0 else None)
         self.points: dict = {}
         self.notes: list = []
@@ -215,6 +218,18 @@ def run(plan: Plan, launcher: Launcher) -> int:
         return _run(plan, launcher)
     except supervise.Interrupted as exc:
         _leave(exc, launcher.rank)
+    except UsageError:
+        raise          # every rank meets the same bad input and exits 2 on its own
+    except Exception as exc:
+        # A failure on some ranks only (a rendezvous that cannot start, a library error):
+        # the others would wait for this one forever, so end the whole job.
+        text = str(exc).strip().splitlines()
+        print(f"collbench: rank {launcher.rank} failed at {supervise.where() or 'start-up'}: "
+              f"{type(exc).__name__}: {text[-1] if text else ''}", file=sys.stderr)
+        if plan.verbose:
+            import traceback
+            traceback.print_exc()
+        supervise.abort_job(1)
 
 
 def _leave(exc: supervise.Interrupted, rank: int) -> None:
@@ -233,13 +248,21 @@ def _leave(exc: supervise.Interrupted, rank: int) -> None:
 
 
 def _run(plan: Plan, launcher: Launcher) -> int:
-    supervise.at("start-up (MPI or torch initialisation)")
+    # Start-up (MPI initialisation, torch rendezvous) is under the same --timeout as each size.
+    watchdog = supervise.Watchdog()
+    where = "start-up (MPI or torch initialisation)"
+    supervise.at(where)
+    startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
+    watchdog.arm(startup_limit, where)
     control = make_control(launcher, plan.backends)
+    supervise.set_job_abort(getattr(control, "abort", None))
     if plan.root >= control.size:
         raise UsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
     backends = {}
     for name in plan.backends:
-        supervise.at(f"set-up of backend {name}")
+        where = f"set-up of backend {name}"
+        supervise.at(where)
+        watchdog.arm(startup_limit, where)
         backend = backend_class(name)()
         backend.setup(control=control)
         backends[name] = backend
@@ -257,7 +280,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
                     "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout}
         result = RunResult(collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv),
                                    settings=settings, versions=versions))
-    sweep = Sweep(plan, control, backends, rpn)
+    sweep = Sweep(plan, control, backends, rpn, watchdog)
     if not sweep.steps:
         raise UsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
     out = make_output(is_root, plan.output, result, sweep.steps)

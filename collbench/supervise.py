@@ -122,8 +122,7 @@ def _guardian(child: int, rank: int, position: _Position) -> None:
 class Watchdog:
     """Aborts the job when one size runs past its deadline. One thread per rank, mostly asleep."""
 
-    def __init__(self, abort: Callable[[int], None]) -> None:
-        self._abort = abort
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._deadline: Optional[float] = None
@@ -159,14 +158,36 @@ class Watchdog:
                                  f"{limit:g} s (--timeout); aborting the job; result files keep every "
                                  f"size finished before\n")
                 sys.stderr.flush()
-                self._abort(TIMEOUT_EXIT)
-                os._exit(TIMEOUT_EXIT)
+                abort_job(TIMEOUT_EXIT)
+
+
+_job_abort: Optional[Callable[[int], None]] = None
+
+
+def set_job_abort(abort: Optional[Callable[[int], None]]) -> None:
+    """How to end the whole job from this rank (MPI_Abort); without it only this process ends,
+    and the launcher (or collbench's own parent) stops the others."""
+    global _job_abort
+    _job_abort = abort
+
+
+def abort_job(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(0.5)          # let the launcher forward the message before it kills the job
+    if _job_abort is not None:
+        _job_abort(code)
+    os._exit(code)
 
 
 def at(what: str) -> None:
     """Record what this rank is doing, for the guardian's report if it dies."""
     if _position is not None:
         _position.write(what)
+
+
+def where() -> str:
+    return _position.read() if _position is not None else ""
 
 
 def install_signal_handlers() -> None:

@@ -115,3 +115,24 @@ def test_nccl_on_gpu(run_dir):
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "n.json")["rows"]
     _assert_all_ok(rows, ["nccl", "gloo"], n)
+
+
+def test_gloo_under_mpiexec_uses_master_addr_when_set(run_dir):
+    import socket
+
+    from collbench.launch import free_port
+    ok = mpirun(2, ["bcast", "--backend", "gloo", "--sizes", "4K", *FAST, "-o", "g.json"], run_dir,
+                env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+    assert ok.returncode == 0, ok.stderr
+    assert load_json(run_dir / "g.json")["rows"][0]["check"] == "ok"
+    # The same run pointed at a port something else holds fails: the variables were used.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        bad = mpirun(2, ["bcast", "--backend", "gloo", "--sizes", "4K", *FAST, "--no-save", "--timeout", "8"],
+                     run_dir, env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(squatter.getsockname()[1])},
+                     timeout=120)
+    # Rank 0 cannot host the store there; it says so in one line and ends the whole job.
+    assert bad.returncode != 0
+    assert "collbench: rank 0 failed at set-up of backend gloo: DistNetworkError" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
