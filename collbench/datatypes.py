@@ -1,9 +1,10 @@
 """Element types and reduction operators, with the check pattern each operator uses.
 
-Every rank fills its send buffer with small integers ``value(rank, k)`` (k = index in the
-buffer) chosen so that the reduction over any number of ranks is exact in every dtype,
-float16 included. ``reduced(n, k)`` is the closed form of that reduction over n ranks, so an
-expected result never needs all ranks' data in one place.
+Every rank fills its send buffer with small integers ``value(rank, k, n)`` (k = index in the
+buffer) chosen so that the reduction is exact in every dtype offered: the largest sum,
+n(n+1)/2 + 6n, stays exact in float16 (integers up to 2048) up to about 55 ranks, and the
+product is always 2. ``reduced(k, n)`` is the closed form of that reduction over n ranks, so
+an expected result never needs all ranks' data in one place.
 """
 
 from __future__ import annotations
@@ -21,11 +22,7 @@ DTYPES = {
     "float16": np.float16,
     "int32": np.int32,
     "int64": np.int64,
-    "int8": np.int8,
-    "uint8": np.uint8,
 }
-
-Values = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)

@@ -54,16 +54,17 @@ def _mpi_library() -> str:
         from mpi4py import MPI
         return MPI.Get_library_version().strip().splitlines()[0].strip()
     except Exception as exc:  # libmpi missing or broken: say so, do not crash
-        return f"unusable ({exc.__class__.__name__}: {exc})"
+        return f"unusable ({exc.__class__.__name__}: {str(exc).strip().splitlines()[0]})"
 
 
 def print_report() -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="collbench env", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     for key, value in gather().items():
-        table.add_row(key, value)
+        table.add_row(escape(key), escape(value))     # install hints hold [brackets]
     Console().print(table)

@@ -20,7 +20,19 @@ from collbench.stats import relative_ci_halfwidth
 
 timer = time.perf_counter
 TIMER_NAME = "time.perf_counter"
-TIMER_RESOLUTION_S = time.get_clock_info("perf_counter").resolution
+
+
+def timer_resolution() -> float:
+    """The smallest step the timer actually shows, in seconds (the clock's nominal resolution,
+    often 1 ns, says nothing of what a Python call to it can resolve)."""
+    steps = []
+    for _ in range(200):
+        a = timer()
+        b = timer()
+        while b == a:
+            b = timer()
+        steps.append(b - a)
+    return max(min(steps), time.get_clock_info("perf_counter").resolution)
 
 #: A throughput sample is this many back-to-back calls' worth of time (at most MAX_BATCH calls).
 THROUGHPUT_SAMPLE_S = 1e-3
@@ -76,7 +88,9 @@ def _throughput_loop(run: Callable, sync: Callable, barrier: Callable, n: int, k
 def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: float) -> int:
     """How many more iterations to run before deciding again."""
     needed = n * (rel / precision) ** 2 if math.isfinite(rel) else 2 * n
-    grow = max(int(needed) - n, n // 4, 1)
+    # At most double per round: the estimate from a few noisy samples can be wildly high,
+    # and one huge batch would overshoot the precision target by orders of magnitude.
+    grow = min(max(int(needed) - n, n // 4, 1), n)
     per_iter = elapsed / n if n else 0.0
     if per_iter > 0:
         grow = min(grow, max(1, int((max_time - elapsed) / per_iter) + 1))

@@ -26,15 +26,56 @@ class OutputSettings:
     print_format: str = "table"
 
 
+def check_outputs(settings: OutputSettings) -> None:
+    """Everything about where results go that can be refused before measuring (UsageError)."""
+    from collbench.errors import UsageError
+    from collbench.exporters import check_writable
+
+    for path in settings.outputs:
+        check_writable(path, settings.force)
+    if settings.save and not settings.outputs:
+        folder = Path(settings.results_dir)
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"--results-dir {settings.results_dir!r} is not a folder")
+        parent = folder if folder.exists() else folder.parent
+        if not parent.is_dir():
+            raise UsageError(f"--results-dir {settings.results_dir!r}: folder {str(parent)!r} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise UsageError(f"--results-dir {settings.results_dir!r} is not writable")
+
+
+def _claim(path: Path) -> bool:
+    """Create ``path`` if nobody has: another run starting at the same moment gets False."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        return True
+    except FileExistsError:
+        return False
+
+
 def default_paths(results_dir: str) -> list:
+    """Fresh names for this run's JSON and CSV, claimed at once so no concurrent run takes them."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = Path(results_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    base, i = folder / f"collbench-{stamp}", 1
-    while base.with_suffix(".json").exists() or base.with_suffix(".csv").exists():
+    i = 1
+    while True:
+        base = folder / (f"collbench-{stamp}" + (f"-{i}" if i > 1 else ""))
+        json_path, csv_path = base.with_suffix(".json"), base.with_suffix(".csv")
+        if _claim(json_path):
+            if _claim(csv_path):
+                return [json_path, csv_path]
+            json_path.unlink()
         i += 1
-        base = folder / f"collbench-{stamp}-{i}"
-    return [base.with_suffix(".json"), base.with_suffix(".csv")]
+
+
+def claim_outputs(paths, force: bool) -> None:
+    """-o files: checked before the run, claimed now; one that appeared since is not overwritten."""
+    from collbench.errors import UsageError
+
+    for path in paths:
+        if not force and not _claim(Path(path)):
+            raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
 
 
 class Output:
@@ -56,11 +97,13 @@ class Output:
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, force_terminal=True)
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
         if settings.outputs:
+            claim_outputs(settings.outputs, settings.force)
             self.paths = [Path(p) for p in settings.outputs]
         elif settings.save:
             self.paths = default_paths(settings.results_dir)
         else:
             self.paths = []
+        self.save()                      # a claimed file is a valid, empty result from the start
         self._printed = 0
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
@@ -99,11 +142,12 @@ class Output:
         self._printed = len(self.result.rows)
         if self.settings.quiet or not rows or self.settings.print_format not in ("table", "markdown"):
             return
+        if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
+            self.progress.stop()
         for table in build_tables(rows):
             if self.settings.print_format == "markdown":
                 self._print_line(to_markdown(table))
             else:
-                self._clear_progress_line()
                 rendered = to_rich(table, plain=self.plain)
                 # Wider than the terminal: let it run past the edge rather than cut cells.
                 natural = self.console.measure(rendered, options=self.console.options.update_width(10_000)).maximum
@@ -113,14 +157,12 @@ class Output:
                             no_color=self.plain, width=natural).print(rendered)
                 else:
                     self.console.print(rendered)
+        if self.progress:
+            self.progress.start()
 
     def _print_line(self, text: str) -> None:
         self.console.file.write(text + "\n")
         self.console.file.flush()
-
-    def _clear_progress_line(self) -> None:
-        if self.progress:
-            self.progress.refresh()
 
     def finish(self) -> None:
         if self.progress:
@@ -151,7 +193,3 @@ class NullOutput:
     def add(self, row, samples=None, rank_means=None) -> None: ...
     def collective_done(self) -> None: ...
     def finish(self) -> None: ...
-
-
-def make_output(is_root: bool, settings: OutputSettings, result: Optional[RunResult], total: int):
-    return Output(settings, result, total) if is_root else NullOutput()

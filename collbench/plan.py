@@ -12,7 +12,7 @@ from collbench.backends import MPI_BACKENDS, TORCH_BACKENDS, parse_backends
 from collbench.datatypes import dtype_of, op_of
 from collbench.errors import UsageError
 from collbench.harness import TimingSettings
-from collbench.output import OutputSettings
+from collbench.output import OutputSettings, check_outputs
 from collbench.sizes import parse_sizes
 
 
@@ -51,15 +51,13 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         raise UsageError("--output and --no-save contradict each other; give one")
     if opts["iters"] is not None and opts["min_iters"] > opts["iters"] and "--min-iters" in argv:
         raise UsageError("--min-iters is larger than --iters; with --iters the count is fixed")
-    if launcher.rank == 0:
-        from collbench.exporters import check_writable
-        for path in opts["output"]:
-            check_writable(path, opts["force"])
     timing = TimingSettings(iters=opts["iters"], warmup=opts["warmup"], min_iters=opts["min_iters"],
                             max_time=opts["max_time"], precision=opts["precision"])
     output = OutputSettings(outputs=tuple(opts["output"]), results_dir=opts["results_dir"],
                             save=not opts["no_save"], force=opts["force"], quiet=opts["quiet"],
                             print_format=opts["print_format"])
+    if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
+        check_outputs(output)
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
                 dtype=opts["dtype"], op=opts["op"], root=opts["root"], timings=_timings(opts["timing"]),
                 timing=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),

@@ -25,8 +25,8 @@ class Row:
     op: str                  # reduction op, "none" for collectives that do not reduce
     world_size: int          # ranks taking part
     ranks_per_node: int      # most ranks sharing one host
-    size_bytes: int          # message size as nccl-tests defines it (see README, "Size semantics")
-    per_rank_bytes: int      # bytes each rank contributes (send side)
+    size_bytes: int          # message size as nccl-tests defines it (README, Methodology, "Sizes")
+    per_rank_bytes: int      # each rank's share: size_bytes for allreduce/bcast/reduce, else size_bytes/n
     count: int               # elements in size_bytes
     timing: str              # latency or throughput
     iterations: int          # timed samples taken

@@ -21,7 +21,7 @@ from collbench.datatypes import NO_OP, OPS, dtype_of
 from collbench.errors import UsageError
 from collbench.launch import Launcher
 from collbench.metadata import collect, hostname, ranks_per_node
-from collbench.output import OutputSettings, make_output
+from collbench.output import NullOutput, Output, OutputSettings, check_outputs
 from collbench.results import Row, RunResult, bandwidths
 from collbench.sizes import format_size
 from collbench.stats import summarize
@@ -69,8 +69,9 @@ def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, l
     for size in sizes:
         elements = (size // itemsize) // granule * granule
         if elements == 0:
-            notes.append(f"{coll.name}: size {format_size(size)} is too small for {n} ranks of "
-                         f"{itemsize}-byte elements; skipped")
+            why = (f"smaller than one {itemsize}-byte element" if granule == 1 else
+                   f"too small to split over {n} ranks in {itemsize}-byte elements")
+            notes.append(f"{coll.name}: size {format_size(size)} is {why}; skipped")
             continue
         if elements in seen:
             continue
@@ -100,6 +101,7 @@ def _row(plan, coll, backend_name, point, m, timing, wrong, checked, n, rpn) -> 
     s = summarize(m.samples_us)
     algbw, busbw = bandwidths(point.size_bytes, s.p50, coll.bus_factor(n))
     means = [x for x in (m.rank_means_us or []) if x is not None and not math.isnan(x)]
+    checked = checked and coll.moves_data        # a barrier carries nothing to check
     check = "skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}")
     return Row(coll.name, backend_name, plan.dtype, plan.op if coll.reduces else NO_OP, n, rpn,
                point.size_bytes, point.per_rank_bytes, point.elements, timing, s.n, s.p50, s.ci_low,
@@ -213,11 +215,9 @@ class Sweep:
 
 def run(plan: Plan, launcher: Launcher) -> int:
     """Run the plan on this rank; returns the process exit code."""
-    supervise.install_signal_handlers()
+    supervise.handle_signals(launcher.rank)
     try:
         return _run(plan, launcher)
-    except supervise.Interrupted as exc:
-        _leave(exc, launcher.rank)
     except UsageError:
         raise          # every rank meets the same bad input and exits 2 on its own
     except Exception as exc:
@@ -232,21 +232,6 @@ def run(plan: Plan, launcher: Launcher) -> int:
         supervise.abort_job(1)
 
 
-def _leave(exc: supervise.Interrupted, rank: int) -> None:
-    """Stop at once after SIGINT/SIGTERM, without MPI_Finalize (peers may be gone or blocked).
-
-    Rank 0 speaks first; the others give it a moment, since a launcher kills every rank as
-    soon as one has exited.
-    """
-    if rank == 0:
-        print(f"collbench: interrupted by {exc}; result files keep every size finished before",
-              file=sys.stderr, flush=True)
-    else:
-        time.sleep(1.0)
-    sys.stdout.flush()
-    os._exit(exc.exit_code)
-
-
 def _run(plan: Plan, launcher: Launcher) -> int:
     # Start-up (MPI initialisation, torch rendezvous) is under the same --timeout as each size.
     watchdog = supervise.Watchdog()
@@ -258,7 +243,26 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     supervise.set_job_abort(getattr(control, "abort", None))
     if plan.root >= control.size:
         raise UsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
-    backends = {}
+    problem = control.bcast(_output_problem(plan.output) if control.rank == 0 else None)
+    if problem:                      # rank 0 alone can judge its paths; every rank must stop
+        raise UsageError(problem)
+    backends: dict = {}
+    try:
+        return _measure(plan, launcher, control, backends, watchdog, startup_limit)
+    finally:
+        for backend in backends.values():
+            backend.close()
+
+
+def _output_problem(settings) -> Optional[str]:
+    try:
+        check_outputs(settings)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
+def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float) -> int:
     for name in plan.backends:
         where = f"set-up of backend {name}"
         supervise.at(where)
@@ -275,26 +279,31 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         versions = {}
         for backend in backends.values():
             versions.update(backend.versions())
-        settings = {**dataclasses.asdict(plan.timing), "timings": list(plan.timings), "check": plan.check,
-                    "timer": harness.TIMER_NAME, "timer_resolution_s": harness.TIMER_RESOLUTION_S,
+        timing = {k: v for k, v in dataclasses.asdict(plan.timing).items() if k != "mode"}
+        settings = {**timing, "timings": list(plan.timings), "check": plan.check,
+                    "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
                     "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout}
         result = RunResult(collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv),
                                    settings=settings, versions=versions))
     sweep = Sweep(plan, control, backends, rpn, watchdog)
     if not sweep.steps:
         raise UsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
-    out = make_output(is_root, plan.output, result, sweep.steps)
+    out, problem = NullOutput(), None
+    if is_root:
+        try:
+            out = Output(plan.output, result, sweep.steps)
+        except UsageError as exc:        # an output file that appeared since the check
+            problem = str(exc)
+    problem = control.bcast(problem)
+    if problem:
+        raise UsageError(problem)
     for note in plan.notes:
         out.note(note)
     try:
         sweep.run(out)
         _warn_resolution(out, result)
-    except supervise.Interrupted as exc:
-        _leave(exc, control.rank)
     finally:
         out.finish()
-    for backend in backends.values():
-        backend.close()
     if sweep.failures and is_root:
         for failure in sweep.failures:
             print(f"collbench: CHECK FAILED: {failure}", file=sys.stderr)
@@ -304,7 +313,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 def _warn_resolution(out, result: Optional[RunResult]) -> None:
     if result is None:
         return
-    limit = 10 * harness.TIMER_RESOLUTION_S * 1e6
+    limit = 10 * harness.timer_resolution() * 1e6
     low = [r for r in result.rows if r.time_us_p50 < limit]
     if low:
         out.note(f"{len(low)} median(s) are under 10x the timer resolution ({limit:.3f} µs); treat them with care")

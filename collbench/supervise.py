@@ -9,8 +9,8 @@
   the rank before each size, outside any timed region.
 * A **watchdog** thread per rank: if one size takes longer than ``--timeout`` seconds, it
   names the collective and size and aborts the whole job. It sleeps until the deadline.
-* **Signals**: SIGINT and SIGTERM raise ``Interrupted`` once in the rank's main thread;
-  repeats are ignored so clean-up is not interrupted.
+* **Signals**: SIGINT and SIGTERM are taken by a thread of their own, which ends the rank at
+  once even while the main thread is blocked inside MPI or torch.
 
 Only the standard library is imported here: the guardian must stay small.
 """
@@ -30,15 +30,6 @@ from typing import Callable, Optional
 OWN_EXIT_CODES = {0, 1, 2, 124, 130, 143}
 TIMEOUT_EXIT = 124
 _POSITION_BYTES = 512
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached a rank."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-        self.exit_code = 128 + signum
 
 
 class _Position:
@@ -190,15 +181,30 @@ def where() -> str:
     return _position.read() if _position is not None else ""
 
 
-def install_signal_handlers() -> None:
-    """SIGINT/SIGTERM raise Interrupted in the main thread, once."""
-    fired: list = []
+def handle_signals(rank: int) -> None:
+    """SIGINT and SIGTERM end this rank from a thread of their own, at once.
 
-    def handler(signum, _frame):
-        if fired:
-            return
-        fired.append(signum)
-        raise Interrupted(signum)
+    A Python signal handler would only run once the main thread returns from the MPI or
+    torch call it is blocked in, which, when a peer is gone, is never. So the signals are
+    blocked here, before MPI, torch or the watchdog start threads (they inherit the mask), and
+    one thread waits for them: rank 0 says what happened, the others give it a moment (a
+    launcher kills every rank once one has exited), and the rank leaves without
+    MPI_Finalize, which could wait forever. Files need nothing: they are complete after every size.
+    """
+    wanted = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
 
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, handler)
+    def wait() -> None:
+        signum = signal.sigwait(wanted)
+        if rank == 0:
+            if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
+                sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
+            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; result files keep "
+                             "every size finished before\n")
+        else:
+            time.sleep(1.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    threading.Thread(target=wait, name="collbench-signals", daemon=True).start()

@@ -104,12 +104,14 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
 def _notes(rows: list) -> tuple:
     notes = []
     if any(not r.precision_reached for r in rows):
-        notes.append("* 95% CI of the median wider than --precision (not enough iterations or time)")
+        notes.append("* precision not reached: the 95% CI of the median is wider than --precision, "
+                     "or there were too few samples (under 6) for one")
     wrong = [r for r in rows if r.check.startswith("wrong")]
+    checked = [r for r in rows if r.check != "skipped"]
     if wrong:
         notes.append(f"{len(wrong)} row(s) FAILED the result check")
-    elif rows and all(r.check == "ok" for r in rows):
-        notes.append("every result checked: ok")
+    elif checked:
+        notes.append("every checked result: ok" if len(checked) < len(rows) else "every result checked: ok")
     return tuple(notes)
 
 
@@ -129,7 +131,8 @@ def to_markdown(table: TableModel) -> str:
     lines = [f"### {table.title}", "", "| " + " | ".join(table.headers) + " |",
              "|" + "|".join("---:" if i else "---" for i in range(len(table.headers))) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in table.rows]
-    lines += [""] + [f"_{note}_" for note in table.notes] if table.notes else []
+    for note in table.notes:
+        lines += ["", f"_{note}_"]
     return "\n".join(lines) + "\n"
 
 

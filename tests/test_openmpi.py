@@ -33,7 +33,8 @@ def test_every_collective_on_three_oversubscribed_ranks(tmp_path):
     result = load_result(tmp_path / "o.json")
     assert "Open MPI" in result.metadata["versions"]["mpi_library"]
     assert len(result.rows) == 2 * (8 * 2 + 1)
-    assert all(r.check == "ok" and r.world_size == 3 for r in result.rows)
+    assert all(r.check == ("skipped" if r.collective == "barrier" else "ok") and r.world_size == 3
+               for r in result.rows)
 
 
 def test_timeout_aborts_under_open_mpi(tmp_path):

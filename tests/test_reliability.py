@@ -47,7 +47,10 @@ BAD_INPUTS = [
     (["allreduce", "-o", "adir.json"], "is a directory"),
     (["allreduce", "-o", "x.json", "--no-save"], "contradict"),
     (["allreduce", "--iters", "5", "--min-iters", "10"], "--min-iters is larger than --iters"),
-    (["allreduce", "--sizes", "64G", "-n", "2"], "more than the"),
+    (["allreduce", "--sizes", "64G", "-n", "2"], "more than the 8.0 GiB available"),
+    (["allreduce", "--results-dir", "afile"], "is not a folder"),
+    (["allreduce", "--results-dir", "missing/deeper"], "does not exist"),
+    (["allreduce", "--precision", "2"], "--precision"),
     (["allreduce", "--bogus"], "No such option"),
 ]
 
@@ -57,7 +60,7 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment, run_dir):
     (run_dir / "existing.json").write_text("{}")
     (run_dir / "afile").write_text("")
     (run_dir / "adir.json").mkdir()
-    proc = cli(args, run_dir, timeout=60)
+    proc = cli(args, run_dir, timeout=60, env={"COLLBENCH_MEMORY_LIMIT": "8G"})
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -68,11 +71,15 @@ def test_bad_input_is_one_line_and_exit_2(args, fragment, run_dir):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("args,fragment", [
-    (["bcast", "--root", "3"], "outside the world of 2 ranks"),
-    (["allreduce", "--dtype", "float8"], "unknown dtype"),
+    (["bcast", "--root", "3", "--no-save"], "outside the world of 2 ranks"),
+    (["allreduce", "--dtype", "float8", "--no-save"], "unknown dtype"),
+    # Only rank 0 can judge its output paths; the other ranks must stop with it, not wait.
+    (["allreduce", "-o", "existing.json"], "exists; use --force"),
+    (["allreduce", "--results-dir", "existing.json"], "is not a folder"),
 ])
 def test_bad_input_under_mpiexec_is_one_line_exit_2(args, fragment, run_dir):
-    proc = mpirun(2, args + ["--no-save"], run_dir, timeout=60)
+    (run_dir / "existing.json").write_text("{}")
+    proc = mpirun(2, args, run_dir, timeout=60)
     assert proc.returncode == 2
     lines = [l for l in proc.stderr.splitlines() if l.startswith("collbench")]
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
@@ -186,6 +193,22 @@ def test_signal_on_launching_process(signum, code, backend, run_dir):
 
 
 @pytest.mark.mpi
+def test_sigint_reaches_ranks_blocked_in_mpi(run_dir):
+    # Rank 1 hangs before 1K; rank 0 then waits inside an MPI call, where no Python signal
+    # handler could run. Ctrl-C must still end the job at once.
+    proc = _start(["allreduce", "-n", "2", "--sizes", "8-4K", *FAST, "--timeout", "100", "-o", "b.json"],
+                  run_dir, {"COLLBENCH_TEST_HANG": "1:allreduce:1024"})
+    _wait_rows(run_dir / "b.json", 7)
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, err
+    assert [r.size_bytes for r in load_result(run_dir / "b.json").rows] == [8, 16, 32, 64, 128, 256, 512]
+
+
+@pytest.mark.mpi
 def test_sigint_under_mpiexec(run_dir):
     from collbench.launch import find_mpiexec
     env = {**os.environ, "COLLBENCH_TEST_PAUSE": "0.3"}
@@ -204,7 +227,7 @@ def test_sigint_under_mpiexec(run_dir):
 @pytest.mark.mpi
 def test_memory_guard_skips_what_does_not_fit(run_dir):
     proc = cli(["allreduce", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "1K,16G", *FAST,
-                "-o", "m.json"], run_dir)
+                "-o", "m.json"], run_dir, env={"COLLBENCH_MEMORY_LIMIT": "8G"})
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "m.json")
     assert [(r.backend, r.size_bytes) for r in result.rows] == [("mpi", 1024), ("mpi-pickle", 1024)]

@@ -5,6 +5,7 @@ mpi4py is imported here, lazily, so that MPI is initialised only in ranks that u
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Optional
 
 import numpy as np
@@ -18,15 +19,35 @@ INSTALL_HINT = 'pip install "collbench[mpich]" (or pip install mpi4py mpich)'
 def mpi_module():
     try:
         from mpi4py import MPI
-    except ImportError as exc:  # mpi4py missing, or libmpi not loadable
+    except Exception as exc:  # mpi4py missing (ImportError), or no loadable libmpi (RuntimeError)
         raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
     return MPI
 
 
+_PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
+          "from mpi4py import MPI; MPI.Get_library_version()")
+
+
+@lru_cache(maxsize=1)
 def mpi4py_missing() -> Optional[str]:
+    """Why mpi4py cannot run here, or None.
+
+    Outside a launcher the MPI library is also loaded, in a separate process (this one must
+    not load MPI before it is configured). Ranks under a launcher skip that: a missing library
+    is then reported when MPI starts.
+    """
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
         return f"mpi4py is not installed; install it with: {INSTALL_HINT}"
+    from collbench.launch import detect
+    if detect().name != "none":
+        return None
+    import subprocess
+    import sys
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"no MPI library could be loaded ({lines[-1] if lines else 'unknown error'}); install one with: {INSTALL_HINT}"
     return None
 
 
