@@ -46,7 +46,7 @@ def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, n
         return notes
     for label, path in CHECKED_METADATA:
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
-        if a is None and b is None:
+        if a is None or b is None:       # e.g. torch is only recorded by runs that used it
             continue
         if a != b:
             notes.append(f"{label} differs: {_show(a) if a is not None else '(not recorded)'} in {baseline_name}, "
@@ -58,10 +58,15 @@ def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_na
     """Differences in what was measured, and failed result checks, among ``matched`` (base, new) row pairs."""
     notes = []
     for label in ("dtype", "op"):
-        a = sorted({getattr(r, label) for r in baseline.rows})
-        b = sorted({getattr(r, label) for r in new.rows})
-        if a != b:
+        # ops only among reducing rows: the others have op "none" in every run
+        a = sorted({getattr(r, label) for r in baseline.rows if label != "op" or r.op != "none"})
+        b = sorted({getattr(r, label) for r in new.rows if label != "op" or r.op != "none"})
+        if a and b and a != b:
             notes.append(f"{label} differs: {','.join(a)} in {baseline_name}, {','.join(b)} in {new_name}")
+    missing = len(baseline.rows) - len(matched)
+    if missing > 0:
+        notes.append(f"{missing} row(s) of {baseline_name} are missing from {new_name}: a partial or "
+                     f"interrupted run? (missing rows do not fail the gate)")
     placement = sorted({(b.ranks_per_node, n.ranks_per_node) for b, n in matched
                         if b.ranks_per_node != n.ranks_per_node})
     if placement:

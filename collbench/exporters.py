@@ -32,8 +32,9 @@ class JsonExporter:
     suffix = ".json"
 
     @staticmethod
-    def _row_text(row, samples, means) -> str:
+    def _row_text(row, samples, means, extra=None) -> str:
         record = {k: _clean(v) for k, v in row.to_dict().items()}
+        record.update(extra or {})
         record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
         record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
         return json.dumps(record, default=str)
@@ -42,7 +43,8 @@ class JsonExporter:
     def render(cls, result: RunResult) -> str:
         texts = result.cache.setdefault("json_rows", [])
         for i in range(len(texts), len(result.rows)):
-            texts.append(cls._row_text(result.rows[i], result.samples[i], result.rank_means[i]))
+            extra = result.extras[i] if i < len(result.extras) else None
+            texts.append(cls._row_text(result.rows[i], result.samples[i], result.rank_means[i], extra))
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
         body = "[\n  " + ",\n  ".join(texts) + "\n ]" if texts else "[]"

@@ -6,7 +6,6 @@ import datetime
 import os
 import platform
 import socket
-import sys
 from collections import Counter
 
 from collbench import __version__
@@ -24,6 +23,21 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def gpus() -> list:
+    """GPU model and driver from nvidia-smi, where there is one (without importing torch)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in smi.stdout.splitlines() if line.strip()] if smi.returncode == 0 else []
 
 
 def relevant_env() -> dict:
@@ -50,6 +64,7 @@ def collect(*, hostnames: list, launcher: str, argv: list, settings: dict, versi
         "ranks_per_node": ranks_per_node(hostnames),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "gpus": gpus(),
         "platform": platform.platform(),
         "versions": {"python": platform.python_version(), "numpy": numpy.__version__, **versions},
         "settings": settings,
@@ -60,6 +75,3 @@ def collect(*, hostnames: list, launcher: str, argv: list, settings: dict, versi
 def hostname() -> str:
     return socket.gethostname()
 
-
-def torch_loaded() -> bool:
-    return "torch" in sys.modules

@@ -13,9 +13,6 @@ from collbench.exporters import CsvExporter, JsonExporter, exporter_for, write_a
 from collbench.results import Row, RunResult
 from collbench.tables import build_tables, to_markdown, to_rich
 
-PRINT_FORMATS = ("table", "markdown", "csv", "json")
-
-
 @dataclass(frozen=True)
 class OutputSettings:
     outputs: tuple = ()            # explicit -o paths; empty = default files in results_dir
@@ -126,8 +123,8 @@ class Output:
         if self.progress:
             self.progress.update(self.task, description=description)
 
-    def add(self, row: Row, samples=None, rank_means=None) -> None:
-        self.result.add(row, samples, rank_means)
+    def add(self, row: Row, samples=None, rank_means=None, extra=None) -> None:
+        self.result.add(row, samples, rank_means, extra)
         self.save()
         if self.progress:
             self.progress.advance(self.task)
@@ -190,6 +187,6 @@ class NullOutput:
 
     def note(self, text: str) -> None: ...
     def step(self, description: str) -> None: ...
-    def add(self, row, samples=None, rank_means=None) -> None: ...
+    def add(self, row, samples=None, rank_means=None, extra=None) -> None: ...
     def collective_done(self) -> None: ...
     def finish(self) -> None: ...

@@ -70,9 +70,12 @@ class RunResult:
     samples: list = field(default_factory=list)      # per row: per-iteration max over ranks
     rank_means: list = field(default_factory=list)   # per row: each rank's mean time
     notes: list = field(default_factory=list)
+    extras: list = field(default_factory=list)       # per row: JSON-only details (calls_per_sample)
     cache: dict = field(default_factory=dict, repr=False, compare=False)   # exporters' memo
 
-    def add(self, row: Row, samples: Optional[list] = None, rank_means: Optional[list] = None) -> None:
+    def add(self, row: Row, samples: Optional[list] = None, rank_means: Optional[list] = None,
+            extra: Optional[dict] = None) -> None:
         self.rows.append(row)
+        self.extras.append(dict(extra or {}))
         self.samples.append(list(samples) if samples is not None else None)
         self.rank_means.append(list(rank_means) if rank_means is not None else None)

@@ -102,11 +102,17 @@ def _row(plan, coll, backend_name, point, m, timing, wrong, checked, n, rpn) -> 
     algbw, busbw = bandwidths(point.size_bytes, s.p50, coll.bus_factor(n))
     means = [x for x in (m.rank_means_us or []) if x is not None and not math.isnan(x)]
     checked = checked and coll.moves_data        # a barrier carries nothing to check
-    check = "skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}")
-    return Row(coll.name, backend_name, plan.dtype, plan.op if coll.reduces else NO_OP, n, rpn,
-               point.size_bytes, point.per_rank_bytes, point.elements, timing, s.n, s.p50, s.ci_low,
-               s.ci_high, s.mean, s.min, s.p95, s.p99, s.max, float(np.mean(means)) if means else math.nan,
-               algbw, busbw, check, m.precision_reached)
+    return Row(
+        collective=coll.name, backend=backend_name, dtype=plan.dtype,
+        op=plan.op if coll.reduces else NO_OP, world_size=n, ranks_per_node=rpn,
+        size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes, count=point.elements,
+        timing=timing, iterations=s.n, time_us_p50=s.p50, time_us_ci_low=s.ci_low,
+        time_us_ci_high=s.ci_high, time_us_mean=s.mean, time_us_min=s.min, time_us_p95=s.p95,
+        time_us_p99=s.p99, time_us_max=s.max,
+        time_us_rank_avg=float(np.mean(means)) if means else math.nan,
+        algbw_gbps=algbw, busbw_gbps=busbw,
+        check="skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}"),
+        precision_reached=m.precision_reached)
 
 
 class Sweep:
@@ -209,7 +215,7 @@ class Sweep:
                                     settings=settings)
                 if rank == 0:
                     self.out.add(_row(plan, coll, name, point, m, timing, wrong, plan.check, n, self.rpn),
-                                 m.samples_us.tolist(), m.rank_means_us)
+                                 m.samples_us.tolist(), m.rank_means_us, {"calls_per_sample": m.calls_per_sample})
         backend.release(buffers)
 
 

@@ -57,7 +57,6 @@ class Backend(ABC):
 
     name: ClassVar[str]
     uses_mpi: ClassVar[bool] = False
-    uses_torch: ClassVar[bool] = False
     #: copies of the payload a call may hold beyond send and receive buffers (pickling)
     extra_copies: ClassVar[int] = 0
 

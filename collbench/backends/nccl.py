@@ -1,8 +1,9 @@
 """The ``nccl`` backend: torch.distributed with NCCL, one GPU per rank.
 
 The device is LOCAL_RANK mod the number of visible devices. The communicator is created
-eagerly (``device_id=``) so that its set-up is not inside any measured call, and every timed
-call is followed by a CUDA synchronise, so the time is the GPU's, not the launch's.
+eagerly (``device_id=``) so that its set-up is not inside any measured call. In latency mode
+every timed call, in throughput mode every timed loop, ends with a CUDA synchronise, so the
+time is the GPU's, not the launch's.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ class NcclBackend(TorchBackend):
         return self.torch.device("cuda", index)
 
     def _new_group(self):
-        group = self.dist.new_group(backend="nccl", device_id=self.device)
+        try:
+            group = self.dist.new_group(backend="nccl", device_id=self.device)
+        except TypeError:             # torch before 2.6 has no device_id here; the all_reduce below
+            group = self.dist.new_group(backend="nccl")   # creates the communicator just as early
         self._token = self.torch.ones(1, device=self.device)
         self.dist.all_reduce(self._token, group=group)      # make sure the communicator exists now
         self.torch.cuda.synchronize(self.device)
@@ -94,11 +98,4 @@ class NcclBackend(TorchBackend):
         torch = self.torch
         out["gpu"] = torch.cuda.get_device_name(self.device)
         out["gpu_capability"] = "%d.%d" % torch.cuda.get_device_capability(self.device)
-        try:
-            import subprocess
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10)
-            out["gpu_driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else "unknown"
-        except (OSError, IndexError, Exception):
-            out["gpu_driver"] = "unknown"
         return out

@@ -64,7 +64,6 @@ def _calls(dist, group, sv, rv, n: int, rank: int, root: int, op) -> dict:
 class TorchBackend(Backend):
     """A torch.distributed backend on its own process group; subclasses pick the device."""
 
-    uses_torch = True
     pg_backend: str = ""
 
     def setup(self, *, control: Control) -> None:
