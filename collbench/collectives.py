@@ -28,8 +28,8 @@ class Collective:
     name: str
     bus_factor: Callable[[int], float]
     size_is_per_rank: bool       # True: size = each rank's buffer; False: size = whole n-rank array
-    send_div: int                # send length = elements / (n if send_div else 1)
-    recv_div: int
+    send_div: bool               # send length = elements / n if send_div, else elements
+    recv_div: bool
     reduces: bool                # takes --op
     rooted: bool                 # takes --root
     in_place: bool               # one buffer serves as send and receive (bcast)
@@ -94,15 +94,15 @@ def _expect_nothing(op, n, rank, root, elements, idx):
 
 
 COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
-    Collective("allreduce", lambda n: 2 * (n - 1) / n, True, 0, 0, True, False, False, _expect_allreduce),
-    Collective("bcast", _one, True, 0, 0, False, True, True, _expect_bcast),
-    Collective("reduce", _one, True, 0, 0, True, True, False, _expect_reduce),
-    Collective("allgather", _ring, False, 1, 0, False, False, False, _expect_allgather),
-    Collective("gather", _ring, False, 1, 0, False, True, False, _expect_gather),
-    Collective("scatter", _ring, False, 0, 1, False, True, False, _expect_scatter),
-    Collective("alltoall", _ring, False, 0, 0, False, False, False, _expect_alltoall),
-    Collective("reduce_scatter", _ring, False, 0, 1, True, False, False, _expect_reduce_scatter),
-    Collective("barrier", _one, True, 0, 0, False, False, False, _expect_nothing, moves_data=False),
+    Collective("allreduce", lambda n: 2 * (n - 1) / n, True, False, False, True, False, False, _expect_allreduce),
+    Collective("bcast", _one, True, False, False, False, True, True, _expect_bcast),
+    Collective("reduce", _one, True, False, False, True, True, False, _expect_reduce),
+    Collective("allgather", _ring, False, True, False, False, False, False, _expect_allgather),
+    Collective("gather", _ring, False, True, False, False, True, False, _expect_gather),
+    Collective("scatter", _ring, False, False, True, False, True, False, _expect_scatter),
+    Collective("alltoall", _ring, False, False, False, False, False, False, _expect_alltoall),
+    Collective("reduce_scatter", _ring, False, False, True, True, False, False, _expect_reduce_scatter),
+    Collective("barrier", _one, True, False, False, False, False, False, _expect_nothing, moves_data=False),
 )}
 
 ORDER = tuple(COLLECTIVES)

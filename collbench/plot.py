@@ -56,7 +56,8 @@ def series(rows) -> tuple:
     shown = varying if varying else [1]
     labelled = {}
     for key, group in groups.items():
-        label = " · ".join(_part(SERIES_FIELDS[i], key[i]) for i in shown)
+        label = " · ".join(_part(SERIES_FIELDS[i], key[i]) for i in shown
+                           if not (SERIES_FIELDS[i] == "op" and key[i] == "none"))
         labelled[label] = sorted(group, key=lambda r: r.size_bytes)
     first = next(iter(groups), None)
     shared = [_part(SERIES_FIELDS[i], first[i]) for i in range(len(SERIES_FIELDS))
@@ -87,13 +88,19 @@ def plot_rows(rows, path, *, force: bool = False) -> list:
     FigureCanvasAgg(figure)
     latency, bandwidth = figure.subplots(1, 2)
     size_label = FuncFormatter(lambda x, _: format_size(int(round(x))) if x >= 1 else f"{x:g}")
-    for label, group in lines.items():
+    # Ten colours, then the same colours with other line styles and markers: no two lines alike.
+    colours = [f"C{i}" for i in range(10)]
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for i, (label, group) in enumerate(lines.items()):
         sizes = [r.size_bytes for r in group]
-        line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker="o", markersize=3, label=label)
+        dash, mark = styles[(i // len(colours)) % len(styles)]
+        line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker=mark, markersize=3, label=label,
+                             color=colours[i % len(colours)], linestyle=dash)
         lows = [r.time_us_ci_low if math.isfinite(r.time_us_ci_low) else r.time_us_p50 for r in group]
         highs = [r.time_us_ci_high if math.isfinite(r.time_us_ci_high) else r.time_us_p50 for r in group]
         latency.fill_between(sizes, lows, highs, color=line.get_color(), alpha=0.25, linewidth=0)
-        bandwidth.plot(sizes, [r.busbw_gbps for r in group], marker="o", markersize=3, color=line.get_color(),
+        bandwidth.plot(sizes, [r.busbw_gbps for r in group], marker=mark, markersize=3, color=line.get_color(),
+                       linestyle=dash,
                        label=label)
         bandwidth.fill_between(sizes, [_band(r, True) for r in group], [_band(r, False) for r in group],
                                color=line.get_color(), alpha=0.25, linewidth=0)
@@ -108,7 +115,7 @@ def plot_rows(rows, path, *, force: bool = False) -> list:
         axes.grid(True, which="major", alpha=0.3)
     latency.set_title("latency (band: 95% CI of the median)")
     bandwidth.set_title("bus bandwidth")
-    bandwidth.legend(fontsize="small")
+    bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
     figure.suptitle(" · ".join(["collbench", *shared]))
     figure.savefig(path, dpi=120)
     return notes

@@ -79,8 +79,9 @@ def test_buffer_lengths_follow_nccl_tests_size_semantics():
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])
 @pytest.mark.parametrize("op_name", list(OPS))
-def test_check_pattern_is_exact_in_every_dtype(dtype, op_name):
-    op, dt, n = OPS[op_name], dtype_of(dtype), 16
+@pytest.mark.parametrize("n", [2, 3, 16, 55])
+def test_check_pattern_is_exact_in_every_dtype(dtype, op_name, n):
+    op, dt = OPS[op_name], dtype_of(dtype)
     k = np.arange(1000)
     per_rank = [np.asarray(op.value(r, k, n)).astype(dt) for r in range(n)]
     got = op.ufunc.reduce(np.stack(per_rank), axis=0)
