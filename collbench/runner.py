@@ -319,7 +319,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
 def _warn_resolution(out, result: Optional[RunResult]) -> None:
     if result is None:
         return
-    limit = 10 * harness.timer_resolution() * 1e6
+    limit = 10 * result.metadata["settings"]["timer_resolution_s"] * 1e6
     low = [r for r in result.rows if r.time_us_p50 < limit]
     if low:
         out.note(f"{len(low)} median(s) are under 10x the timer resolution ({limit:.3f} µs); treat them with care")

@@ -131,15 +131,21 @@ def _start(args, cwd, env):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _slow_sweep(backend: str, name: str, run_dir: Path) -> subprocess.Popen:
+    """An allreduce sweep paused 0.3 s per size, returned once two sizes are in its file."""
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    proc = _start(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-1M", *FAST, "-o", name],
+                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
+    _wait_rows(run_dir / name, 2)
+    return proc
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_killed_rank_ends_the_job_promptly(backend, run_dir):
-    if backend == "gloo":
-        pytest.importorskip("torch")
     marker = f"kill-{backend}.json"
-    proc = _start(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-1M", *FAST, "-o", marker],
-                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
-    _wait_rows(run_dir / marker, 2)
+    proc = _slow_sweep(backend, marker, run_dir)
     victim = _rank_pid(1, marker)
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
@@ -173,12 +179,8 @@ def test_hung_rank_is_aborted_by_timeout(backend, run_dir):
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_signal_on_launching_process(signum, code, backend, run_dir):
-    if backend == "gloo":
-        pytest.importorskip("torch")
     name = f"sig{int(signum)}-{backend}.json"
-    proc = _start(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-1M", *FAST, "-o", name],
-                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
-    _wait_rows(run_dir / name, 2)
+    proc = _slow_sweep(backend, name, run_dir)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
@@ -281,11 +283,8 @@ def _listening_addresses(pids) -> set:
 
 
 def test_self_launched_torch_listens_on_loopback_only(run_dir):
-    pytest.importorskip("torch")
-    proc = _start(["allreduce", "-n", "2", "--backend", "gloo", "--sizes", "8-1M", *FAST, "-o", "l.json"],
-                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
+    proc = _slow_sweep("gloo", "l.json", run_dir)
     try:
-        _wait_rows(run_dir / "l.json", 2)
         pids = [_rank_pid(0, "l.json"), _rank_pid(1, "l.json")]
         addresses = _listening_addresses(pids)
     finally:
