@@ -15,6 +15,7 @@ import click
 from collbench import __version__
 from collbench.collectives import ORDER
 from collbench.errors import CollbenchError, UsageError
+from collbench.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
 TIMINGS = ("latency", "throughput", "both")
 FORMATS = ("table", "markdown", "csv", "json")
@@ -42,16 +43,24 @@ def bench_options(f):
         click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod."),
         click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives."),
         click.option("--iters", type=int, default=None, callback=_positive_int("--iters"),
-                     help="Fixed timed iterations per size [default: adaptive]."),
+                     help="Fixed timed iterations per size and round [default: adaptive]."),
         click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
                      help="Untimed iterations per size, after the first call."),
         click.option("--min-iters", type=click.IntRange(min=1), default=10, show_default=True,
                      help="Fewest timed iterations in adaptive mode."),
         click.option("--max-time", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-                     help="Seconds of timed work per size in adaptive mode."),
+                     help="Seconds of timed work per size in adaptive mode, shared among the rounds."),
         click.option("--precision", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.02,
                      show_default=True,
                      help="Stop when the median's 95%% CI half-width is this fraction of the median."),
+        click.option("--rounds", type=click.IntRange(min=1, max=MAX_ROUNDS), default=DEFAULT_ROUNDS,
+                     show_default=True,
+                     help="Measure the whole sweep this many times: fresh launches when collbench starts "
+                          "the ranks, fresh communicators and buffers under your launcher."),
+        click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=None,
+                     help="Seed of the shuffled measurement order [default: random, recorded]."),
+        click.option("--shuffle/--no-shuffle", default=True, show_default=True,
+                     help="Shuffle the order of collectives, backends and sizes within each round."),
         click.option("--timing", type=click.Choice(TIMINGS), default="latency", show_default=True,
                      help="latency: barrier + one call; throughput: back-to-back calls; both."),
         click.option("--check/--no-check", default=True, show_default=True,

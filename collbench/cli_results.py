@@ -47,7 +47,10 @@ def _warn(text: str) -> None:
 @click.option("-f", "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True,
               help="table, markdown (fits a CI job summary) or json.")
 def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
-    """Compare NEW with BASELINE row by row; exit 1 on a significant regression beyond the threshold.
+    """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
+
+    A row is slower only when the change of its per-round medians is beyond the threshold and
+    significant (Holm over all rows); inconclusive rows (too few rounds) do not fail.
 
     \b
     Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable input.
@@ -79,20 +82,27 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
 @click.argument("files", nargs=-1, required=True)
 @click.option("-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
               help="Terminal tables or markdown.")
-def report_command(files, fmt) -> None:
+@click.option("--threshold", default="5%", show_default=True,
+              help="The compare threshold to judge each row's noise against: 5% or 0.05.")
+def report_command(files, fmt, threshold) -> None:
     """Re-render the tables of result FILES (JSON or CSV, merged) with a latency–bandwidth fit.
 
     For each collective and backend, t(n) = α + n/β is fitted to the median times: α (µs),
-    β (GB/s), the half-peak size n½ = α·β and the fit's RMS relative error.
+    β (GB/s), the half-peak size n½ = α·β and the fit's RMS relative error. A last table says,
+    per row, the smallest change a comparison of its rounds would detect, and whether rows are
+    too noisy to gate on at --threshold.
     """
-    from collbench.report import build_report, fit_table, to_markdown_report
+    from collbench.compare import DEFAULT_ALPHA, parse_threshold
+    from collbench.report import build_report, fit_table, sensitivity_table, to_markdown_report
     from collbench.tables import build_tables
 
+    threshold_value = parse_threshold(threshold)
     report = build_report(files)
     if fmt == "markdown":
-        sys.stdout.write(to_markdown_report(report))
+        sys.stdout.write(to_markdown_report(report, threshold_value, DEFAULT_ALPHA))
         return
-    tables = build_tables(report.rows) + ([fit_table(report.fits)] if report.fits else [])
+    tables = build_tables(report.rows) + ([fit_table(report.fits)] if report.fits else []) \
+        + [sensitivity_table(report.rows, threshold_value, DEFAULT_ALPHA)]
     _print_tables(tables)
     for note in report.notes:
         print(f"collbench: {note}", file=sys.stderr)

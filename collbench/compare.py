@@ -1,14 +1,17 @@
-"""Compare two runs row by row: ratios, significance and verdicts, as frozen objects.
+"""Compare two runs row by row on their rounds: change, confidence interval, verdict.
 
 Nothing here prints; ``compare_render`` turns a ``Comparison`` into a table, markdown or JSON.
 The rules are documented for users in docs/compare.md; in short:
 
 * rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing);
-* ratio = new / baseline of the chosen metric;
-* a row is "slower" or "faster" only when the change is beyond the threshold AND significant
-  (Mann–Whitney on raw samples, Holm-adjusted over every row tested; without samples on both
-  sides, non-overlapping 95% confidence intervals of the median); otherwise "same";
-* the significance test is always on times, also for ``busbw_gbps`` (bandwidth is size / time).
+* the unit of inference is the round (one launch), never the iterations of one launch: the
+  change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
+  interval on the log medians (``runstats.change``);
+* rounds that ran while other processes wanted the CPU (``metadata.rounds[].load.busy``) are
+  left out when the side has quiet rounds; a side with only busy rounds gets no verdict beyond
+  inconclusive;
+* slower/faster: Holm-adjusted p below alpha over every row tested AND the estimate beyond
+  the threshold; same: the 95% CI inside ±threshold; otherwise inconclusive (more rounds).
 """
 
 from __future__ import annotations
@@ -18,23 +21,22 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
-
 from collbench.comparability import comparability_warnings
 from collbench.errors import UsageError
 from collbench.results import Row, RunResult
-from collbench.significance import ci_overlap, holm, mann_whitney
+from collbench.runstats import Change, change, detectable_change, rounds_needed
+from collbench.significance import holm
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
-VERDICTS = ("slower", "faster", "same", "new", "missing", "insufficient data")
+VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "insufficient data")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
-MIN_SAMPLES = 5
-
-TEST_MANN_WHITNEY = "mann-whitney"
-TEST_CI_OVERLAP = "ci-overlap"
-TEST_NONE = "none"
+#: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
+#: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
+#: one-round comparison flags only changes far beyond what launches alone do there.
+ASSUMED_LOG_SD = 0.25
+POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -42,14 +44,20 @@ class RowComparison:
     key: tuple                      # values of MATCH_FIELDS
     baseline: Optional[Row]
     new: Optional[Row]
-    baseline_value: float           # the metric, nan when the row is absent
+    baseline_value: float           # the metric as each file reports it; nan when absent
     new_value: float
-    ratio: float                    # new / baseline; nan when either is absent or zero
-    test: str                       # mann-whitney, ci-overlap or none
-    p_value: Optional[float]        # Mann–Whitney, unadjusted
-    p_adjusted: Optional[float]     # Holm-adjusted over all rows tested with Mann–Whitney
-    significant: bool
+    ratio: float                    # new / baseline of the metric, from the rounds compared
+    change_low: float               # 95% CI of the relative change of the metric
+    change_high: float
+    p_value: Optional[float]        # two-sided, against no change
+    p_adjusted: Optional[float]     # Holm-adjusted over every row tested
+    rounds_baseline: int            # rounds used on each side (busy rounds left out)
+    rounds_new: int
+    noise: str                      # where the run-to-run spread came from: both, baseline, new, assumed
+    detectable: float               # change this comparison detects with 80% power (nan: untested)
+    rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
     verdict: str                    # one of VERDICTS
+    reason: str = ""                # why a row is inconclusive, or what limited it
 
     def field(self, name: str):
         return self.key[MATCH_FIELDS.index(name)]
@@ -58,6 +66,10 @@ class RowComparison:
     def change(self) -> float:
         """Relative change of the metric, (new - baseline) / baseline."""
         return self.ratio - 1.0
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in ("slower", "faster")
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,7 @@ class Comparison:
     alpha: float
     rows: tuple
     warnings: tuple
-    min_samples: int = MIN_SAMPLES
+    tested: int = 0                 # rows with a change estimate (the Holm family)
 
     @property
     def lower_is_better(self) -> bool:
@@ -85,12 +97,13 @@ class Comparison:
         return any(r.verdict == "slower" for r in self.rows)
 
     @property
-    def tests_used(self) -> tuple:
-        return tuple(t for t in (TEST_MANN_WHITNEY, TEST_CI_OVERLAP) if any(r.test == t for r in self.rows))
+    def noise_sources(self) -> tuple:
+        return tuple(sorted({r.noise for r in self.rows if r.noise}))
 
-    @property
-    def mann_whitney_count(self) -> int:
-        return sum(1 for r in self.rows if r.test == TEST_MANN_WHITNEY)
+    def too_noisy(self) -> list:
+        """Rows that could not be decided and whose spread hides a change of the threshold's size."""
+        return [r for r in self.rows if r.verdict == "inconclusive" and math.isfinite(r.detectable)
+                and r.detectable > self.threshold]
 
 
 def parse_threshold(text) -> float:
@@ -125,19 +138,6 @@ def _describe(key: tuple) -> str:
     return " ".join(f"{name}={value}" for name, value in zip(MATCH_FIELDS, key))
 
 
-def _samples(result: RunResult, i: int, name: str) -> Optional[np.ndarray]:
-    raw = result.samples[i] if i < len(result.samples) else None
-    if raw is None:
-        return None
-    try:
-        values = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise UsageError(f"{name} row {i}: samples_us is not a list of numbers") from None
-    if values.ndim != 1 or not np.all(np.isfinite(values)):
-        raise UsageError(f"{name} row {i}: samples_us is not a list of finite numbers")
-    return values
-
-
 def _metric(row: Optional[Row], metric: str) -> float:
     if row is None:
         return math.nan
@@ -145,54 +145,79 @@ def _metric(row: Optional[Row], metric: str) -> float:
     return value if math.isfinite(value) and value > 0 else math.nan
 
 
-def _has_ci(row: Row, min_samples: int) -> bool:
-    return all(math.isfinite(v) for v in (row.time_us_ci_low, row.time_us_ci_high)) \
-        and row.iterations >= min_samples
+def busy_rounds(result: RunResult) -> dict:
+    """Round number -> the CPU cores other processes used, for rounds recorded as busy."""
+    out = {}
+    for record in result.metadata.get("rounds") or []:
+        if not isinstance(record, dict):
+            continue
+        load = record.get("load") if isinstance(record.get("load"), dict) else {}
+        if load.get("busy") is True and isinstance(record.get("round"), int):
+            out[record["round"]] = load.get("other_cpu_cores")
+    return out
+
+
+def _medians(result: RunResult, i: int, busy: dict) -> tuple:
+    """(round medians to compare, whether they all come from busy rounds)."""
+    row = result.rows[i]
+    pairs = list(zip(result.round_numbers(i), row.time_us_round_p50s))
+    quiet = [m for number, m in pairs if number not in busy]
+    if quiet:
+        return quiet, False
+    return [m for _, m in pairs], bool(pairs)
 
 
 @dataclass(frozen=True)
 class _Pending:
-    """A matched row before multiple-comparison adjustment."""
-
     key: tuple
     base: Row
     new: Row
-    ratio: float
-    test: str
-    p_value: Optional[float]
-    ci_apart: bool
-    new_is_larger: bool     # direction of the time difference the test saw
+    change: Optional[Change]
+    busy_side: str                  # "", a file's name, or "both": a side with only busy rounds
 
 
-def _test(base: Row, new: Row, base_samples, new_samples, min_samples: int) -> tuple:
-    """(test, p_value, ci_apart, new_is_larger) on times; test is none when data are too few."""
-    if base_samples is not None and new_samples is not None:
-        if len(base_samples) < min_samples or len(new_samples) < min_samples:
-            return TEST_NONE, None, False, False
-        result = mann_whitney(base_samples, new_samples)
-        return TEST_MANN_WHITNEY, result.p_value, False, result.prob_y_greater > 0.5
-    if not (_has_ci(base, min_samples) and _has_ci(new, min_samples)):
-        return TEST_NONE, None, False, False
-    apart = not ci_overlap(base.time_us_ci_low, base.time_us_ci_high, new.time_us_ci_low, new.time_us_ci_high)
-    return TEST_CI_OVERLAP, None, apart, new.time_us_p50 > base.time_us_p50
+def _metric_change(c: Change, lower_is_better: bool) -> tuple:
+    """(ratio, CI low, CI high) of the metric's relative change from the log change of times."""
+    if lower_is_better:
+        return c.ratio, math.expm1(c.ci_low), math.expm1(c.ci_high)
+    return 1.0 / c.ratio, math.expm1(-c.ci_high), math.expm1(-c.ci_low)
 
 
-def _verdict(p: _Pending, significant: bool, threshold: float, lower_is_better: bool) -> str:
-    if p.test == TEST_NONE or not math.isfinite(p.ratio):
-        return "insufficient data"
-    beyond = abs(p.ratio - 1.0) > threshold
-    metric_larger = p.ratio > 1.0
-    # Bandwidth is size / time: a larger bandwidth must come with smaller times.
-    agrees = metric_larger == p.new_is_larger if lower_is_better else metric_larger != p.new_is_larger
-    if not (beyond and significant and agrees):
-        return "same"
-    return "slower" if metric_larger == lower_is_better else "faster"
+def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float, metric: str,
+            tested: int) -> RowComparison:
+    lower_is_better = METRICS[metric]
+    base_value, new_value = _metric(p.base, metric), _metric(p.new, metric)
+    c = p.change
+    if c is None or not (math.isfinite(base_value) and math.isfinite(new_value)):
+        return RowComparison(p.key, p.base, p.new, base_value, new_value, math.nan, math.nan, math.nan, None, None,
+                             0, 0, "", math.nan, None, "insufficient data", "no round medians to compare")
+    ratio, low, high = _metric_change(c, lower_is_better)
+    detect = detectable_change(c.log_sd, c.n_baseline, c.n_new, c.df, alpha / max(1, tested), POWER)
+    # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
+    needed = rounds_needed(c.log_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4))
+    beyond = abs(ratio - 1.0) > threshold
+    significant = p_adj is not None and p_adj < alpha
+    reason = ""
+    if significant and beyond and not p.busy_side:
+        verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
+    elif low >= -threshold and high <= threshold:
+        verdict = "same"
+    else:
+        verdict = "inconclusive"
+        if significant and beyond:
+            reason = f"every round of {'both files' if p.busy_side == 'both' else p.busy_side} ran on a busy host"
+        elif needed is None:
+            reason = "more than 1000 rounds per side would be needed"
+        else:
+            reason = f"needs about {needed} rounds per side"
+    return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
+                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason)
 
 
 def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
                  threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                  baseline_name: str = "baseline", new_name: str = "new",
-                 min_samples: int = MIN_SAMPLES) -> Comparison:
+                 assumed_log_sd: float = ASSUMED_LOG_SD) -> Comparison:
     """Match the rows of two runs and give each a verdict; UsageError when nothing matches."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
@@ -202,33 +227,51 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
                          f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
+    busy_base, busy_new = busy_rounds(baseline), busy_rounds(new)
     pending = []
     for key in common:
         b, n = base_index[key], new_index[key]
-        base_row, new_row = baseline.rows[b], new.rows[n]
-        test, p_value, apart, larger = _test(base_row, new_row, _samples(baseline, b, baseline_name),
-                                             _samples(new, n, new_name), min_samples)
-        ratio = _metric(new_row, metric) / _metric(base_row, metric)
-        pending.append(_Pending(key, base_row, new_row, ratio, test, p_value, apart, larger))
-    tested = [p for p in pending if p.test == TEST_MANN_WHITNEY]
-    adjusted = dict(zip((p.key for p in tested), holm([p.p_value for p in tested])))
-    by_key = {}
-    for p in pending:
-        p_adj = adjusted.get(p.key)
-        significant = p.ci_apart if p.test == TEST_CI_OVERLAP else (p_adj is not None and p_adj < alpha)
-        by_key[p.key] = RowComparison(p.key, p.base, p.new, _metric(p.base, metric), _metric(p.new, metric),
-                                      p.ratio, p.test, p.p_value, p_adj, significant,
-                                      _verdict(p, significant, threshold, METRICS[metric]))
+        base_medians, base_busy = _medians(baseline, b, busy_base)
+        new_medians, new_busy = _medians(new, n, busy_new)
+        side = "both" if base_busy and new_busy else baseline_name if base_busy else new_name if new_busy else ""
+        estimate = change(base_medians, new_medians, assumed_log_sd=assumed_log_sd)
+        if estimate is not None and not (_metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0):
+            estimate = None                       # e.g. the bus bandwidth of a barrier
+        pending.append(_Pending(key, baseline.rows[b], new.rows[n], estimate, side))
+    tested = [p for p in pending if p.change is not None]
+    adjusted = dict(zip((p.key for p in tested), holm([p.change.p_value for p in tested])))
+    by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, len(tested)) for p in pending}
     rows = []
+    nan = math.nan
     for key, i in base_index.items():
         row = baseline.rows[i]
-        rows.append(by_key.get(key) or RowComparison(key, row, None, _metric(row, metric), math.nan, math.nan,
-                                                     TEST_NONE, None, None, False, "missing"))
+        rows.append(by_key.get(key) or RowComparison(key, row, None, _metric(row, metric), nan, nan, nan, nan, None,
+                                                     None, 0, 0, "", nan, None, "missing"))
     for key, i in new_index.items():
         if key not in base_index:
             row = new.rows[i]
-            rows.append(RowComparison(key, None, row, math.nan, _metric(row, metric), math.nan,
-                                      TEST_NONE, None, None, False, "new"))
+            rows.append(RowComparison(key, None, row, nan, _metric(row, metric), nan, nan, nan, None, None, 0, 0,
+                                      "", nan, None, "new"))
     warnings = comparability_warnings(baseline, new, baseline_name, new_name,
                                       [(r.baseline, r.new) for r in by_key.values()])
-    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), min_samples)
+    warnings += _round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
+                                assumed_log_sd)
+    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested))
+
+
+def _round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, busy_base: dict,
+                    busy_new: dict, compared, assumed_log_sd: float) -> list:
+    notes = []
+    for name, result, busy in ((baseline_name, baseline, busy_base), (new_name, new, busy_new)):
+        if busy:
+            total = len(result.metadata.get("rounds") or [])
+            worst = max((v for v in busy.values() if isinstance(v, (int, float))), default=math.nan)
+            notes.append(f"{name}: {len(busy)} of {total} round(s) ran while other processes used up to "
+                         f"{worst:.2f} CPU cores beyond the idle ones; "
+                         + ("they are left out where quiet rounds remain"
+                            if len(busy) < total else "no row of it can be called slower or faster"))
+    if any(r.noise == "assumed" for r in compared):
+        notes.append(f"neither file has two or more rounds of some rows: their run-to-run spread is assumed "
+                     f"to be {assumed_log_sd:.0%} (sd of log medians), so only large changes are called; "
+                     f"measure with --rounds 3 or more")
+    return notes

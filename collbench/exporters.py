@@ -24,27 +24,38 @@ def _clean(value):
     return value
 
 
+def _round_record(r) -> dict:
+    return {"round": r.round, "iterations": r.iterations, "time_us_p50": _clean(r.time_us_p50),
+            "time_us_ci_low": _clean(r.time_us_ci_low), "time_us_ci_high": _clean(r.time_us_ci_high),
+            "precision_reached": r.precision_reached, "check": r.check, "calls_per_sample": r.calls_per_sample,
+            "samples_us": [round(v, 4) for v in r.samples_us] if r.samples_us is not None else None,
+            "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us] if r.rank_means_us is not None else None}
+
+
 class JsonExporter:
-    """The versioned JSON document. Rows are serialised once and kept in ``result.cache``, so
-    rewriting the file after every size costs the I/O, not the serialisation of every sample
-    measured so far again."""
+    """The versioned JSON document. Each row's text is kept in ``result.cache`` until the row
+    object changes (a new round of it), so rewriting the file after every size costs the I/O,
+    not the serialisation of every sample measured so far again."""
 
     suffix = ".json"
 
     @staticmethod
-    def _row_text(row, samples, means, extra=None) -> str:
+    def _row_text(row, rounds) -> str:
         record = {k: _clean(v) for k, v in row.to_dict().items()}
-        record.update(extra or {})
-        record["samples_us"] = [round(s, 4) for s in samples] if samples is not None else None
-        record["rank_means_us"] = [_clean(round(m, 4)) for m in means] if means is not None else None
+        record["time_us_round_p50s"] = [_clean(v) for v in row.time_us_round_p50s]
+        record["round_details"] = [_round_record(r) for r in rounds]
         return json.dumps(record, default=str)
 
     @classmethod
     def render(cls, result: RunResult) -> str:
-        texts = result.cache.setdefault("json_rows", [])
-        for i in range(len(texts), len(result.rows)):
-            extra = result.extras[i] if i < len(result.extras) else None
-            texts.append(cls._row_text(result.rows[i], result.samples[i], result.rank_means[i], extra))
+        memo = result.cache.setdefault("json_rows", {})
+        texts = []
+        for row, rounds in zip(result.rows, result.rounds):
+            cached = memo.get(row.key())
+            if cached is None or cached[0] is not row:
+                cached = (row, cls._row_text(row, rounds))
+                memo[row.key()] = cached
+            texts.append(cached[1])
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
         body = "[\n  " + ",\n  ".join(texts) + "\n ]" if texts else "[]"
@@ -52,13 +63,20 @@ class JsonExporter:
 
 
 class CsvExporter:
+    """The rows, one per line; the round medians as one space-separated cell."""
+
     suffix = ".csv"
 
     @staticmethod
     def render(result: RunResult) -> str:
         import pandas as pd
 
-        frame = pd.DataFrame([r.to_dict() for r in result.rows], columns=list(ROW_FIELDS))
+        records = []
+        for r in result.rows:
+            record = r.to_dict()
+            record["time_us_round_p50s"] = " ".join(f"{v:.6g}" for v in r.time_us_round_p50s)
+            records.append(record)
+        frame = pd.DataFrame(records, columns=list(ROW_FIELDS))
         return frame.to_csv(index=False, float_format="%.6g")
 
 

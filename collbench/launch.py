@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
@@ -153,16 +154,8 @@ def _wait_forwarding(procs: list) -> int:
             signal.signal(s, handler)
 
 
-def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool) -> int:
-    """Run ``python -m collbench ARGV`` as n ranks and return their exit code."""
-    base = [sys.executable, "-m", "collbench"] + argv
-    env = dict(os.environ)
-    # The ranks write through the launcher's pipes: tell rank 0 what the user's terminal is.
-    for stream, name in ((sys.stdout, "COLLBENCH_STDOUT_TTY"), (sys.stderr, "COLLBENCH_STDERR_TTY")):
-        if stream.isatty():
-            env[name] = "1"
-    if sys.stdout.isatty() or sys.stderr.isatty():
-        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> list:
+    """Start one launch of n ranks; returns the processes to wait for."""
     if use_mpi:
         mpiexec = find_mpiexec()
         if mpiexec is None:
@@ -172,13 +165,57 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool) -> int:
         cmd = mpiexec_command(mpiexec, n, base, env)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
-        procs = [subprocess.Popen(cmd, env=env)]
-    else:
-        env.update({CHILD_MARK: "local", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n),
-                    "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
-                    "MASTER_PORT": env.get("MASTER_PORT", str(free_port()))})
-        if verbose:
-            print(f"collbench: launching {n} local processes: " + " ".join(base)
-                  + f" (rendezvous {env['MASTER_ADDR']}:{env['MASTER_PORT']})", file=sys.stderr, flush=True)
-        procs = [subprocess.Popen(base, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
-    return _wait_forwarding(procs)
+        return [subprocess.Popen(cmd, env=env)]
+    env.update({CHILD_MARK: "local", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n)})
+    if verbose:
+        print(f"collbench: launching {n} local processes: " + " ".join(base)
+              + f" (rendezvous {env['MASTER_ADDR']}:{env['MASTER_PORT']})", file=sys.stderr, flush=True)
+    return [subprocess.Popen(base, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
+
+
+def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0) -> int:
+    """Run ``python -m collbench ARGV`` as n ranks, once per round, and return their exit code.
+
+    Every round is a launch of its own (new processes, communicators and buffers). The ranks
+    learn their round and the seed from the environment, and rank 0 of each launch finds the
+    earlier rounds in a journal in a temporary folder, which goes when the run ends. A round
+    whose result check failed (exit 1 after completing) does not stop the rounds after it; any
+    other failure does.
+    """
+    from collbench import rounds as rounds_mod
+
+    base = [sys.executable, "-m", "collbench"] + argv
+    env = dict(os.environ)
+    # The ranks write through the launcher's pipes: tell rank 0 what the user's terminal is.
+    for stream, name in ((sys.stdout, "COLLBENCH_STDOUT_TTY"), (sys.stderr, "COLLBENCH_STDERR_TTY")):
+        if stream.isatty():
+            env[name] = "1"
+    if sys.stdout.isatty() or sys.stderr.isatty():
+        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+    if use_mpi and find_mpiexec() is None:
+        raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
+                         'pip install "collbench[mpich]", or start collbench under your own launcher')
+    user_port = env.get("MASTER_PORT")
+    state = tempfile.mkdtemp(prefix="collbench-rounds-")
+    env.update({rounds_mod.ROUNDS_ENV: str(rounds), rounds_mod.SEED_ENV: str(seed), rounds_mod.STATE_ENV: state})
+    check_failed = False
+    try:
+        for number in range(1, rounds + 1):
+            env[rounds_mod.ROUND_ENV] = str(number)
+            if not use_mpi:
+                env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
+                env["MASTER_PORT"] = user_port or str(free_port())
+            code = _wait_forwarding(_start(base, n, env, use_mpi=use_mpi, verbose=verbose and number == 1))
+            completed = any(e["record"]["round"] == number
+                            for e in rounds_mod.Journal.open(Path(state)).of_type("round"))
+            if code == 1 and completed:          # a wrong result: reported, and the rounds go on
+                check_failed = True
+                continue
+            if code != 0:
+                if number > 1:
+                    print(f"collbench: stopped in round {number} of {rounds}; the result files keep rounds "
+                          f"1-{number - 1} and what round {number} measured", file=sys.stderr, flush=True)
+                return code
+        return 1 if check_failed else 0
+    finally:
+        shutil.rmtree(state, ignore_errors=True)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Optional
 
 from collbench.exporters import CsvExporter, JsonExporter, exporter_for, write_atomic
-from collbench.results import Row, RunResult
 from collbench.tables import build_tables, to_markdown, to_rich
 
 @dataclass(frozen=True)
@@ -76,13 +75,23 @@ def claim_outputs(paths, force: bool) -> None:
 
 
 class Output:
-    """Collects rows, rewrites the files after each one, prints a table per collective."""
+    """Collects rounds of rows, rewrites the files after each one, prints a table per collective.
 
-    def __init__(self, settings: OutputSettings, result: RunResult, total_steps: int) -> None:
+    With several rounds, only the process that measures the final round prints tables (they
+    combine every round) and the "wrote" line; the others show progress and notes. ``journal``
+    (self-launched rounds): where this launch appends what it measured, and where the earlier
+    launches' rows, notes and output paths come from.
+    """
+
+    def __init__(self, settings: OutputSettings, collector, *, total_steps: int, done_steps: int = 0,
+                 prints_final: bool = True, round_label: str = "", journal=None) -> None:
         from rich.console import Console
 
         self.settings = settings
-        self.result = result
+        self.collector = collector
+        self.journal = journal
+        self.prints_final = prints_final
+        self.round_label = round_label
         # Self-launched ranks write through the launcher's pipes; the parent says whether the
         # user's stdout and stderr are terminals.
         out_tty, err_tty = _terminals()
@@ -93,15 +102,29 @@ class Output:
         else:
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, force_terminal=True)
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
-        if settings.outputs:
-            claim_outputs(settings.outputs, settings.force)
-            self.paths = [Path(p) for p in settings.outputs]
-        elif settings.save:
-            self.paths = default_paths(settings.results_dir)
+        self._known_notes = set()
+        earlier = journal.of_type("outputs") if journal is not None else []
+        if earlier:                          # an earlier round of this run claimed the files
+            self.paths = [Path(p) for p in earlier[0]["paths"]]
+            for entry in journal.of_type("measure"):
+                collector.replay(entry)
+            for entry in journal.of_type("note"):
+                self._known_notes.add(entry["text"])
+                collector.notes.append(entry["text"])
+            for entry in journal.of_type("round"):
+                collector.metadata.setdefault("rounds", []).append(entry["record"])
         else:
-            self.paths = []
+            if settings.outputs:
+                claim_outputs(settings.outputs, settings.force)
+                self.paths = [Path(p) for p in settings.outputs]
+            elif settings.save:
+                self.paths = default_paths(settings.results_dir)
+            else:
+                self.paths = []
+            if journal is not None:
+                journal.append({"type": "run", "metadata": collector.metadata})
+                journal.append({"type": "outputs", "paths": [str(p) for p in self.paths]})
         self.save()                      # a claimed file is a valid, empty result from the start
-        self._printed = 0
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -109,34 +132,50 @@ class Output:
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                      TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
                                      console=self.err, transient=True)
-            self.task = self.progress.add_task("collbench", total=total_steps)
+            self.task = self.progress.add_task("collbench", total=total_steps, completed=done_steps)
             self.progress.start()
 
     def note(self, text: str) -> None:
-        self.result.notes.append(text)
-        if self.result.rows:
+        if text in self._known_notes:          # an earlier round said it already
+            return
+        self._known_notes.add(text)
+        self.collector.notes.append(text)
+        if self.journal is not None:
+            self.journal.append({"type": "note", "text": text})
+        if self.collector.result.rows:
             self.save()
         if not self.settings.quiet:
             self.err.print(f"collbench: {text}", markup=False, highlight=False)
 
     def step(self, description: str) -> None:
         if self.progress:
-            self.progress.update(self.task, description=description)
+            self.progress.update(self.task, description=self.round_label + description)
 
-    def add(self, row: Row, samples=None, rank_means=None, extra=None) -> None:
-        self.result.add(row, samples, rank_means, extra)
+    def add(self, identity, sort_key: tuple, data) -> None:
+        self.collector.add(identity, sort_key, data)
+        if self.journal is not None:
+            self.journal.append(self.collector.entry(identity, sort_key, data))
         self.save()
         if self.progress:
             self.progress.advance(self.task)
 
-    def save(self) -> None:
-        for path in self.paths:
-            write_atomic(path, exporter_for(path).render(self.result))
+    def round_done(self, record: dict) -> None:
+        """The round's own metadata (number, kind, order, load), kept in ``metadata["rounds"]``."""
+        self.collector.metadata.setdefault("rounds", []).append(record)
+        if self.journal is not None:
+            self.journal.append({"type": "round", "record": record})
+        self.save()
 
-    def collective_done(self) -> None:
-        """Print the tables of rows added since the last call (one collective, all backends)."""
-        rows = self.result.rows[self._printed:]
-        self._printed = len(self.result.rows)
+    def save(self) -> None:
+        result = self.collector.run_result()
+        for path in self.paths:
+            write_atomic(path, exporter_for(path).render(result))
+
+    def collective_done(self, collective: str, final_round: bool) -> None:
+        """Print the tables of one collective (all its backends, every round so far)."""
+        if not (final_round and self.prints_final):
+            return
+        rows = self.collector.rows_of(collective)
         if self.settings.quiet or not rows or self.settings.print_format not in ("table", "markdown"):
             return
         if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
@@ -161,12 +200,16 @@ class Output:
         self.console.file.write(text + "\n")
         self.console.file.flush()
 
-    def finish(self) -> None:
+    def finish(self, completed: bool) -> None:
+        """End of this process's rounds; ``completed``: the final round ran to its end."""
         if self.progress:
             self.progress.stop()
+        if not self.prints_final:
+            return
         fmt = self.settings.print_format
-        if not self.settings.quiet and fmt in ("csv", "json"):
-            self._print_line((CsvExporter if fmt == "csv" else JsonExporter).render(self.result).rstrip("\n"))
+        result = self.collector.run_result()
+        if completed and not self.settings.quiet and fmt in ("csv", "json"):
+            self._print_line((CsvExporter if fmt == "csv" else JsonExporter).render(result).rstrip("\n"))
         if self.paths and not self.settings.quiet:
             self.err.print("collbench: wrote " + ", ".join(str(p) for p in self.paths), markup=False)
 
@@ -187,6 +230,7 @@ class NullOutput:
 
     def note(self, text: str) -> None: ...
     def step(self, description: str) -> None: ...
-    def add(self, row, samples=None, rank_means=None, extra=None) -> None: ...
-    def collective_done(self) -> None: ...
-    def finish(self) -> None: ...
+    def add(self, identity, sort_key, data) -> None: ...
+    def round_done(self, record: dict) -> None: ...
+    def collective_done(self, collective: str, final_round: bool) -> None: ...
+    def finish(self, completed: bool) -> None: ...

@@ -13,6 +13,7 @@ from collbench.datatypes import dtype_of, op_of
 from collbench.errors import UsageError
 from collbench.harness import TimingSettings
 from collbench.output import OutputSettings, check_outputs
+from collbench.rounds import new_seed
 from collbench.sizes import parse_sizes
 
 
@@ -61,7 +62,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
                 dtype=opts["dtype"], op=opts["op"], root=opts["root"], timings=_timings(opts["timing"]),
                 timing=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
-                verbose=opts["verbose"], timeout=opts["timeout"])
+                verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
+                shuffle=opts["shuffle"])
 
 
 def build_and_run(collectives, opts: dict, argv: list) -> int:
@@ -73,7 +75,9 @@ def build_and_run(collectives, opts: dict, argv: list) -> int:
             raise UsageError(f"--root {plan.root} is outside the world of {n} ranks (0..{n - 1})")
         if n > 1:
             use_mpi = not all(b in TORCH_BACKENDS for b in plan.backends)
-            return launch.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose)
+            seed = plan.seed if plan.seed is not None else new_seed()
+            return launch.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
+                                      seed=seed)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
         raise UsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
                          f"started by {launcher.name}; drop -n under a launcher")

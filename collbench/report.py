@@ -1,4 +1,5 @@
-"""``collbench report``: result files merged into one set of rows, their tables and α–β fits."""
+"""``collbench report``: result files merged into one set of rows, their tables, α–β fits, and
+what a comparison of their rounds could detect (``sensitivity_table``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 from collbench.fit import MIN_POINTS, GroupFit, fit_rows
 from collbench.loader import load_result
+from collbench.sizes import format_size
 from collbench.tables import TableModel, build_tables, to_markdown
 
 FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
@@ -83,10 +85,42 @@ def fit_table(fits) -> TableModel:
     return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes))
 
 
-def to_markdown_report(report: Report) -> str:
+def detectable(row, rows_tested: int, alpha: float) -> float:
+    """The change a comparison against another run of as many rounds detects with 80% power
+    for this row (its own run-to-run spread, Holm's first step over ``rows_tested`` rows)."""
+    from collbench.compare import POWER
+    from collbench.runstats import detectable_change, summarize_rounds
+
+    summary = summarize_rounds(row.time_us_round_p50s)
+    if summary.rounds < 2:
+        return math.nan
+    n = summary.rounds
+    return detectable_change(summary.log_sd, n, n, 2 * n - 2, alpha / max(1, rows_tested), POWER)
+
+
+def sensitivity_table(rows, threshold: float, alpha: float) -> TableModel:
+    """Per row: rounds, run-to-run spread, the change a comparison of as many rounds detects,
+    and whether that is within ``threshold`` (a row that is not cannot be gated on there)."""
+    tested = sum(1 for r in rows if r.rounds >= 2)
+    headers = ("collective", "backend", "size", "timing", "rounds", "run cv", "detects", f"gate at ±{threshold:.0%}")
+    cells = []
+    for r in rows:
+        found = detectable(r, tested, alpha)
+        verdict = ("needs 2+ rounds" if math.isnan(found) else "ok" if found <= threshold else "too noisy")
+        cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
+        cells.append((r.collective, r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing,
+                      str(r.rounds), cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
+    notes = (f"detects: the change that collbench compare, against another run with as many rounds, calls with "
+             f"80% power (two-sided Student t on the log round medians, Holm over the {tested} rows with rounds, "
+             f"alpha {alpha:g}); rows above the threshold give inconclusive verdicts there, not false alarms",)
+    return TableModel("what a comparison of these rounds can detect", headers, tuple(cells), notes)
+
+
+def to_markdown_report(report: Report, threshold: float = 0.05, alpha: float = 0.05) -> str:
     lines = ["# collbench report", "", "Files: " + ", ".join(f"`{s}`" for s in report.sources), ""]
     lines += [to_markdown(t) for t in build_tables(report.rows)]
     if report.fits:
         lines.append(to_markdown(fit_table(report.fits)))
+    lines.append(to_markdown(sensitivity_table(report.rows, threshold, alpha)))
     lines += [f"- {n}" for n in report.notes]
     return "\n".join(lines).rstrip("\n") + "\n"

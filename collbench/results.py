@@ -1,7 +1,9 @@
-"""The result record: one frozen row per (collective, backend, dtype, op, world size, size, timing).
+"""The result record: one frozen row per (collective, backend, dtype, op, world size, size, timing),
+and what each round of the sweep measured for it.
 
-Rows are the only thing exporters and renderers see. Times are in microseconds, bandwidths in
-GB/s with GB = 1e9 bytes, computed from the median time.
+Rows are what exporters and renderers see. Times are in microseconds, bandwidths in GB/s with
+GB = 1e9 bytes, computed from ``time_us_p50``. With several rounds a row's figures combine
+them (``collbench.aggregate``); each round's own median, CI and samples stay in ``RoundData``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 KEY_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "ranks_per_node",
               "size_bytes", "per_rank_bytes", "count", "timing")
@@ -29,11 +31,11 @@ class Row:
     per_rank_bytes: int      # each rank's share: size_bytes for allreduce/bcast/reduce, else size_bytes/n
     count: int               # elements in size_bytes
     timing: str              # latency or throughput
-    iterations: int          # timed samples taken
-    time_us_p50: float       # median over iterations of the per-iteration max over ranks
-    time_us_ci_low: float    # 95% confidence interval of that median (order statistics)
-    time_us_ci_high: float
-    time_us_mean: float
+    iterations: int          # timed samples taken, all rounds together
+    time_us_p50: float       # one round: median of the samples; several: geometric mean of the round medians
+    time_us_ci_low: float    # 95% CI of time_us_p50: one round, from its samples (order statistics);
+    time_us_ci_high: float   # several, from the spread of the round medians (Student t on their logs)
+    time_us_mean: float      # mean, min, p95, p99, max: over the samples of every round
     time_us_min: float
     time_us_p95: float
     time_us_p99: float
@@ -42,7 +44,11 @@ class Row:
     algbw_gbps: float        # size_bytes / median time
     busbw_gbps: float        # algbw times the collective's bus factor
     check: str               # ok, wrong:N or skipped
-    precision_reached: bool  # CI half-width reached --precision before --max-time ran out
+    precision_reached: bool  # every round's CI reached --precision before its share of --max-time ran out
+    rounds: int = 1          # rounds that measured this row
+    run_to_run_cv: float = math.nan     # standard deviation / mean of the round medians (2+ rounds)
+    rounds_disagree: bool = False       # round medians spread far beyond their within-round CIs
+    time_us_round_p50s: tuple = ()      # each round's median, in round order
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -61,21 +67,39 @@ def bandwidths(size_bytes: int, median_us: float, bus_factor: float) -> tuple[fl
     return algbw, algbw * bus_factor
 
 
+@dataclass(frozen=True)
+class RoundData:
+    """What one round measured for one row (JSON only; CSV keeps the rows)."""
+
+    round: int                    # 1-based round number, as in the metadata's ``rounds``
+    iterations: int
+    time_us_p50: float            # this round's median
+    time_us_ci_low: float         # its within-round 95% CI (order statistics)
+    time_us_ci_high: float
+    precision_reached: bool
+    check: str                    # ok, wrong:N or skipped
+    calls_per_sample: int = 1     # calls timed together in one sample (throughput mode: k)
+    samples_us: Optional[tuple] = None      # per iteration: max over ranks (latency) or loop / k
+    rank_means_us: Optional[tuple] = None   # each rank's mean time
+
+
 @dataclass
 class RunResult:
-    """A run: metadata, rows in measurement order, and each row's raw samples (µs)."""
+    """A run: metadata, rows in file order, and per row what each round measured."""
 
     metadata: dict
     rows: list = field(default_factory=list)
-    samples: list = field(default_factory=list)      # per row: per-iteration max over ranks
-    rank_means: list = field(default_factory=list)   # per row: each rank's mean time
+    rounds: list = field(default_factory=list)       # per row: tuple of RoundData, in round order
     notes: list = field(default_factory=list)
-    extras: list = field(default_factory=list)       # per row: JSON-only details (calls_per_sample)
     cache: dict = field(default_factory=dict, repr=False, compare=False)   # exporters' memo
 
-    def add(self, row: Row, samples: Optional[list] = None, rank_means: Optional[list] = None,
-            extra: Optional[dict] = None) -> None:
+    def add(self, row: Row, rounds: tuple = ()) -> None:
         self.rows.append(row)
-        self.extras.append(dict(extra or {}))
-        self.samples.append(list(samples) if samples is not None else None)
-        self.rank_means.append(list(rank_means) if rank_means is not None else None)
+        self.rounds.append(tuple(rounds))
+
+    def round_numbers(self, i: int) -> tuple:
+        """The rounds row ``i`` was measured in (1, 2, ... when the file does not say)."""
+        data = self.rounds[i] if i < len(self.rounds) else ()
+        if data:
+            return tuple(d.round for d in data)
+        return tuple(range(1, self.rows[i].rounds + 1))

@@ -15,6 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from collbench.distributions import normal_quantile
+
 CONFIDENCE = 0.95
 _EXACT_LIMIT = 1000
 
@@ -35,30 +37,9 @@ def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] |
         if j == 0:
             return None
     else:
-        z = _normal_quantile(1.0 - alpha / 2)
+        z = normal_quantile(1.0 - alpha / 2)
         j = max(1, int(math.floor(n / 2.0 - z * math.sqrt(n) / 2.0)))
     return j - 1, n - j
-
-
-def _normal_quantile(p: float) -> float:
-    """Inverse standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9)."""
-    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
-         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)
-    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
-         6.680131188771972e01, -1.328068155288572e01)
-    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
-         -2.549671010114517e00, 4.374664141464968e00, 2.938163982698783e00)
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    if p < 0.02425:
-        q = math.sqrt(-2 * math.log(p))
-        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
-               ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
-    if p > 1 - 0.02425:
-        return -_normal_quantile(1 - p)
-    q = p - 0.5
-    r = q * q
-    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
-           (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
 
 
 def median_ci(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:

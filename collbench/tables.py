@@ -2,7 +2,9 @@
 
 One table per (collective, dtype, op, timing, world size). With one backend it shows the
 full statistics; with several, a column group per backend and the median-time ratio of each
-backend against the first (above 1: slower than the first).
+backend against the first (above 1: slower than the first). With rounds, the CI shown is the
+run-to-run one, the spread of the round medians is a column, and a row whose rounds disagree
+far beyond their own within-round CIs is marked.
 """
 
 from __future__ import annotations
@@ -37,16 +39,27 @@ def _bw(gbps: float) -> str:
     return "-" if not gbps or math.isnan(gbps) else f"{gbps:.3f}" if gbps < 10 else f"{gbps:.2f}"
 
 
+DISAGREE_MARK = "‡"
+
+
+def _mark(row: Row) -> str:
+    return DISAGREE_MARK if row.rounds_disagree else ""
+
+
 def _ci(row: Row) -> str:
     if math.isnan(row.time_us_ci_low):
         return "-"
-    return f"{_t(row.time_us_ci_low)}–{_t(row.time_us_ci_high)}"
+    return f"{_t(row.time_us_ci_low)}–{_t(row.time_us_ci_high)}{_mark(row)}"
 
 
 def _ci_pct(row: Row) -> str:
     if math.isnan(row.time_us_ci_low) or not row.time_us_p50:
         return "-"
-    return f"±{(row.time_us_ci_high - row.time_us_ci_low) / 2 / row.time_us_p50 * 100:.1f}%"
+    return f"±{(row.time_us_ci_high - row.time_us_ci_low) / 2 / row.time_us_p50 * 100:.1f}%{_mark(row)}"
+
+
+def _cv(row: Row) -> str:
+    return "-" if math.isnan(row.run_to_run_cv) else f"{row.run_to_run_cv * 100:.1f}%"
 
 
 def _size(row: Row) -> str:
@@ -67,10 +80,13 @@ def _title(row: Row) -> str:
 
 
 def _single(title: str, rows: list) -> TableModel:
-    headers = ("size", "count", "iters", "p50 µs", "95% CI µs", "min µs", "p95 µs", "max µs",
-               "algbw GB/s", "busbw GB/s", "check")
-    cells = tuple((_size(r), str(r.count), _iters(r), _t(r.time_us_p50), _ci(r), _t(r.time_us_min),
-                   _t(r.time_us_p95), _t(r.time_us_max), _bw(r.algbw_gbps), _bw(r.busbw_gbps), r.check)
+    rounds = any(r.rounds > 1 for r in rows)
+    headers = ("size", "count") + (("rounds",) if rounds else ()) + ("iters", "p50 µs", "95% CI µs") \
+        + (("run cv",) if rounds else ()) + ("min µs", "p95 µs", "max µs", "algbw GB/s", "busbw GB/s", "check")
+    cells = tuple((_size(r), str(r.count)) + ((str(r.rounds),) if rounds else ())
+                  + (_iters(r), _t(r.time_us_p50), _ci(r)) + ((_cv(r),) if rounds else ())
+                  + (_t(r.time_us_min), _t(r.time_us_p95), _t(r.time_us_max), _bw(r.algbw_gbps), _bw(r.busbw_gbps),
+                     r.check)
                   for r in rows)
     return TableModel(f"{title} · {rows[0].backend}", headers, cells, _notes(rows))
 
@@ -103,9 +119,19 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
 
 def _notes(rows: list) -> tuple:
     notes = []
+    most = max(r.rounds for r in rows)
+    if most > 1:
+        notes.append(f"{most} rounds: p50 is the geometric mean of the round medians, its 95% CI comes from "
+                     f"their spread (run cv: standard deviation / mean of the round medians)")
+    else:
+        notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
+                     "from one run to the next")
+    if any(r.rounds_disagree for r in rows):
+        notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread more than 3× what each round's "
+                     f"own CI allows")
     if any(not r.precision_reached for r in rows):
-        notes.append("* precision not reached: the 95% CI of the median is wider than --precision, "
-                     "or there were too few samples (under 6) for one")
+        notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
+                     "--precision, or it had too few samples (under 6) for one")
     wrong = [r for r in rows if r.check.startswith("wrong")]
     checked = [r for r in rows if r.check != "skipped"]
     if wrong:

@@ -8,7 +8,7 @@ import pytest
 
 from collbench.launch import find_mpiexec, mpiexec_command
 
-FAST = ["--iters", "10", "--warmup", "1"]
+FAST = ["--iters", "10", "--warmup", "1", "--rounds", "1"]   # one round: tests of rounds say so
 
 
 def cli(args, cwd, *, timeout=120, env=None, input=None):

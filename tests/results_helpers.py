@@ -9,16 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from collbench.aggregate import RowIdentity, build_row, round_data
+from collbench.collectives import get_collective
 from collbench.exporters import exporter_for, write_atomic
-from collbench.results import Row, RunResult, bandwidths
-from collbench.stats import summarize
-
-BUS_FACTORS = {"allreduce": lambda n: 2 * (n - 1) / n, "bcast": lambda n: 1.0, "allgather": lambda n: (n - 1) / n,
-               "barrier": lambda n: 0.0}
+from collbench.results import Row, RunResult
 
 
 def metadata(**overrides) -> dict:
-    meta = {"schema_version": 1, "timestamp": "2024-01-01T00:00:00+00:00", "collbench_version": "0.1.0",
+    meta = {"schema_version": 2, "timestamp": "2024-01-01T00:00:00+00:00", "collbench_version": "0.1.0",
             "world_size": 2, "hostnames": ["node1"], "rank_hosts": ["node1", "node1"], "ranks_per_node": 2,
             "cpu_model": "Test CPU", "versions": {"python": "3.11", "mpi_library": "MPICH Version: 4.2",
                                                   "mpi4py": "4.0"}}
@@ -26,15 +24,23 @@ def metadata(**overrides) -> dict:
     return meta
 
 
-def row_from_samples(samples, *, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2,
-                     dtype="float32", op="sum", timing="latency", check="ok") -> Row:
-    """A Row whose statistics are computed from ``samples`` the way the harness computes them."""
-    s = summarize(np.asarray(samples, dtype=np.float64))
-    algbw, busbw = bandwidths(size_bytes, s.p50, BUS_FACTORS[collective](world_size))
-    per_rank = size_bytes if collective in ("allreduce", "bcast") else size_bytes // world_size
-    return Row(collective, backend, dtype, op if collective != "barrier" else "none", world_size, world_size,
-               size_bytes, per_rank, size_bytes // 4, timing, s.n, s.p50, s.ci_low, s.ci_high, s.mean, s.min,
-               s.p95, s.p99, s.max, s.mean, algbw, busbw, check, True)
+def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2, dtype="float32", op="sum",
+             timing="latency") -> RowIdentity:
+    per_rank = size_bytes if collective in ("allreduce", "bcast", "reduce") else size_bytes // world_size
+    return RowIdentity(collective, backend, dtype, op if collective != "barrier" else "none", world_size, world_size,
+                       size_bytes, per_rank, size_bytes // 4, timing, get_collective(collective).bus_factor(world_size))
+
+
+def row_with_rounds(rounds_samples, *, check="ok", **key) -> tuple:
+    """(Row, rounds) from one list of samples per round, built the way the runner builds them."""
+    rounds = [round_data(i + 1, samples, [float(np.mean(samples))] * 2, precision_reached=True, check=check)
+              for i, samples in enumerate(rounds_samples)]
+    return build_row(identity(**key), rounds), tuple(rounds)
+
+
+def row_from_samples(samples, *, check="ok", **key) -> Row:
+    """A one-round Row whose statistics are computed from ``samples``."""
+    return row_with_rounds([samples], check=check, **key)[0]
 
 
 def lognormal_samples(median_us: float, n: int, seed: int, spread: float = 0.05) -> list:
@@ -42,13 +48,19 @@ def lognormal_samples(median_us: float, n: int, seed: int, spread: float = 0.05)
     return [round(float(v), 4) for v in median_us * rng.lognormal(0.0, spread, n)]
 
 
-def run_of(series: dict, *, meta=None, seed: int = 0, n: int = 40, scale: float = 1.0) -> RunResult:
-    """A run with one row per ((collective, backend, size), base median µs); times multiplied by scale."""
-    result = RunResult(metadata=meta or metadata())
+def run_of(series: dict, *, meta=None, seed: int = 0, n: int = 40, scale: float = 1.0, rounds: int = 5,
+           launch_sd: float = 0.01) -> RunResult:
+    """A run with one row per ((collective, backend, size), base median µs), times multiplied by
+    ``scale``; each round shifts every row by one launch effect (log sd ``launch_sd``)."""
+    rng = np.random.default_rng(seed + 10_000)
+    effects = rng.normal(0.0, launch_sd, rounds)
+    result = RunResult(metadata=meta or metadata(rounds=[{"round": r + 1, "load": {"busy": False}}
+                                                         for r in range(rounds)]))
     for i, ((collective, backend, size), median) in enumerate(series.items()):
-        samples = lognormal_samples(median * scale, n, seed * 1000 + i)
-        result.add(row_from_samples(samples, collective=collective, backend=backend, size_bytes=size),
-                   samples, [float(np.mean(samples))] * 2)
+        per_round = [lognormal_samples(median * scale * np.exp(effects[r]), n, seed * 1000 + i * 97 + r)
+                     for r in range(rounds)]
+        row, data = row_with_rounds(per_round, collective=collective, backend=backend, size_bytes=size)
+        result.add(row, data)
     return result
 
 

@@ -3,28 +3,33 @@
 import json
 import math
 
+from collbench.collector import Collector
 from collbench.exporters import JsonExporter
 from collbench.loader import load_result
-from collbench.results import Row, RunResult
+from collbench.results import RunResult
+from results_helpers import identity
+from collbench.aggregate import round_data
 
 
-def _row(size: int) -> Row:
-    return Row("allreduce", "mpi", "float32", "sum", 2, 2, size, size, size // 4, "latency", 3,
-               2.0, 1.5, 2.5, 2.1, 1.5, 2.5, 2.5, 2.5, math.nan, 0.1, 0.1, "ok", True)
-
-
-def test_saving_after_each_row_gives_the_whole_document(tmp_path):
-    result = RunResult({"world_size": 2})
-    for size in (8, 16, 32):
-        result.add(_row(size), [2.0, 1.51234567, 2.5], [2.1, 2.0])
-        text = JsonExporter.render(result)
-        fresh = RunResult(result.metadata, result.rows, result.samples, result.rank_means)
-        assert text == JsonExporter.render(fresh)          # the memo changes nothing
-        assert len(result.cache["json_rows"]) == len(result.rows)
+def test_saving_after_each_round_gives_the_whole_document(tmp_path):
+    """Rows arrive in a shuffled order, round after round; each save equals a fresh rendering."""
+    collector = Collector({"world_size": 2})
+    result = collector.run_result()
+    for number in (1, 2):
+        for size in (32, 8, 16):
+            collector.add(identity(size_bytes=size), (0, 0, size, 0),
+                          round_data(number, [2.0 * number, 1.51234567, 2.5], [math.nan, 2.0],
+                                     precision_reached=True, check="ok"))
+            text = JsonExporter.render(collector.run_result())
+            fresh = RunResult(result.metadata, list(result.rows), list(result.rounds))
+            assert text == JsonExporter.render(fresh)          # the memo changes nothing
+            assert len(result.cache["json_rows"]) == len(result.rows)
     doc = json.loads(text)
-    assert [r["size_bytes"] for r in doc["rows"]] == [8, 16, 32]
-    assert doc["rows"][0]["samples_us"] == [2.0, 1.5123, 2.5]
-    assert doc["rows"][0]["time_us_rank_avg"] is None
+    assert [r["size_bytes"] for r in doc["rows"]] == [8, 16, 32]          # plan order, not measurement order
+    first = doc["rows"][0]
+    assert first["rounds"] == 2 and first["time_us_round_p50s"] == [2.0, 2.5]
+    assert first["round_details"][0]["samples_us"] == [2.0, 1.5123, 2.5]
+    assert first["round_details"][0]["rank_means_us"] == [None, 2.0]
     path = tmp_path / "run.json"
     path.write_text(text)
     assert [r.size_bytes for r in load_result(path).rows] == [8, 16, 32]

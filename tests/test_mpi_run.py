@@ -21,9 +21,10 @@ def _check_rows(rows, n, backends):
     for r in rows:
         assert r["check"] == ("skipped" if r["collective"] == "barrier" else "ok"), r
         assert r["world_size"] == n
-        assert r["iterations"] == 10
-        assert len(r["samples_us"]) == 10
-        assert len(r["rank_means_us"]) == n
+        assert r["iterations"] == 10 and r["rounds"] == 1
+        (only,) = r["round_details"]
+        assert len(only["samples_us"]) == 10 and only["round"] == 1
+        assert len(only["rank_means_us"]) == n
         assert r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"]
         assert r["time_us_ci_low"] <= r["time_us_p50"] <= r["time_us_ci_high"]
         if r["collective"] == "barrier":
@@ -117,7 +118,7 @@ def test_root_and_throughput_timing(run_dir):
 
 def test_adaptive_iterations_reach_precision(run_dir):
     proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--precision", "0.05", "--max-time", "2",
-                "-o", "r.json"], run_dir)
+                "--rounds", "1", "-o", "r.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     meta_rows = load_json(run_dir / "r.json")
     rows = meta_rows["rows"]

@@ -165,8 +165,9 @@ def test_hung_rank_is_aborted_by_timeout(backend, run_dir):
     if backend == "gloo":
         pytest.importorskip("torch")
     start = time.monotonic()
-    proc = cli(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-4K", *FAST, "--timeout", "3",
-                "-o", "h.json"], run_dir, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"}, timeout=120)
+    proc = cli(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-4K", *FAST, "--no-shuffle",
+                "--timeout", "3", "-o", "h.json"], run_dir, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"},
+               timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode == 124, proc.stderr
     assert f"timeout: allreduce on {backend} at 1K did not finish within 3 s" in proc.stderr
@@ -198,7 +199,7 @@ def test_signal_on_launching_process(signum, code, backend, run_dir):
 def test_sigint_reaches_ranks_blocked_in_mpi(run_dir):
     # Rank 1 hangs before 1K; rank 0 then waits inside an MPI call, where no Python signal
     # handler could run. Ctrl-C must still end the job at once.
-    proc = _start(["allreduce", "-n", "2", "--sizes", "8-4K", *FAST, "--timeout", "100", "-o", "b.json"],
+    proc = _start(["allreduce", "-n", "2", "--sizes", "8-4K", *FAST, "--no-shuffle", "--timeout", "100", "-o", "b.json"],
                   run_dir, {"COLLBENCH_TEST_HANG": "1:allreduce:1024"})
     _wait_rows(run_dir / "b.json", 7)
     time.sleep(1.0)

@@ -13,47 +13,54 @@ from collbench.results import ROW_FIELDS, SCHEMA, Row
 from results_helpers import metadata, row_from_samples, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
-FLOATS = [f for f in ROW_FIELDS if f.startswith(("time_us", "algbw", "busbw"))]
+FLOATS = [f for f in ROW_FIELDS if f.startswith(("time_us", "algbw", "busbw")) and f != "time_us_round_p50s"]
 
 
-def test_json_round_trip_keeps_rows_samples_metadata_and_notes(tmp_path):
+def test_json_round_trip_keeps_rows_rounds_metadata_and_notes(tmp_path):
     run = run_of(SERIES)
     run.notes.append("a note")
     back = load_result(write(run, tmp_path / "run.json"))
     assert back.rows == run.rows
-    assert back.samples == run.samples                 # samples carry 4 decimals, as stored
-    assert back.rank_means == [[round(m, 4) for m in means] for means in run.rank_means]
+    for ours, theirs in zip(run.rounds, back.rounds):
+        assert [d.round for d in theirs] == [1, 2, 3, 4, 5]
+        assert [d.samples_us for d in theirs] == [d.samples_us for d in ours]    # samples carry 4 decimals
+        assert [d.time_us_p50 for d in theirs] == [d.time_us_p50 for d in ours]
     assert back.metadata == run.metadata and back.notes == ["a note"]
 
 
-def test_json_round_trip_keeps_nan_and_rows_without_samples(tmp_path):
+def test_json_round_trip_keeps_nan_and_rounds_without_samples(tmp_path):
     run = run_of(SERIES)
     run.rows[0] = dataclasses.replace(run.rows[0], time_us_rank_avg=math.nan, time_us_ci_low=math.nan,
                                       time_us_ci_high=math.nan)
-    run.samples[1] = None
+    run.rounds[1] = tuple(dataclasses.replace(d, samples_us=None, rank_means_us=None) for d in run.rounds[1])
     path = write(run, tmp_path / "run.json")
     assert json.loads(path.read_text())["rows"][0]["time_us_rank_avg"] is None     # valid JSON: no NaN
     back = load_result(path)
     assert math.isnan(back.rows[0].time_us_rank_avg) and math.isnan(back.rows[0].time_us_ci_low)
-    assert back.rows[1:] == run.rows[1:] and back.samples[1] is None
+    assert back.rows[1:] == run.rows[1:] and all(d.samples_us is None for d in back.rounds[1])
 
 
 def test_json_document_is_the_documented_schema(tmp_path):
     doc = json.loads(write(run_of(SERIES), tmp_path / "run.json").read_text())
-    assert doc["schema"] == SCHEMA and doc["schema_version"] == 1
+    assert doc["schema"] == SCHEMA and doc["schema_version"] == 2
     assert set(doc) == {"schema", "schema_version", "metadata", "notes", "rows"}
-    assert set(doc["rows"][0]) == set(ROW_FIELDS) | {"samples_us", "rank_means_us"}
+    row = doc["rows"][0]
+    assert set(row) == set(ROW_FIELDS) | {"round_details"}
+    assert len(row["time_us_round_p50s"]) == row["rounds"] == 5
+    assert set(row["round_details"][0]) == {"round", "iterations", "time_us_p50", "time_us_ci_low", "time_us_ci_high",
+                                            "precision_reached", "check", "calls_per_sample", "samples_us",
+                                            "rank_means_us"}
 
 
 def test_csv_round_trip(tmp_path):
     """CSV keeps the rows only, each number to 6 significant digits."""
     run = run_of(SERIES)
     back = load_result(write(run, tmp_path / "run.csv"))
-    assert len(back.rows) == len(run.rows) and back.samples == [None] * len(run.rows)
+    assert len(back.rows) == len(run.rows) and back.rounds == [()] * len(run.rows)
     for ours, theirs in zip(run.rows, back.rows):
         assert ours.key() == theirs.key()
         for name in ROW_FIELDS:
-            if name in FLOATS:
+            if name in FLOATS or name in ("run_to_run_cv", "time_us_round_p50s"):
                 assert getattr(theirs, name) == pytest.approx(getattr(ours, name), rel=1e-5), name
             else:
                 assert getattr(theirs, name) == getattr(ours, name), name
@@ -63,7 +70,8 @@ def test_csv_round_trip(tmp_path):
 def test_csv_round_trip_is_exact_for_six_digit_values(tmp_path):
     run = run_of({("allreduce", "mpi", 1024): 1.0})
     run.rows[0] = dataclasses.replace(run.rows[0], **{name: 12.3456 for name in FLOATS}, precision_reached=False,
-                                      check="wrong:3")
+                                      check="wrong:3", time_us_round_p50s=(12.3456, 1.5), run_to_run_cv=0.5,
+                                      rounds=2)
     back = load_result(write(run, tmp_path / "run.csv"))
     assert back.rows == run.rows
 
@@ -83,6 +91,9 @@ def test_markdown_export_renders_the_tables(tmp_path):
     ("list.json", "[1, 2, 3]", "not a collbench result file"),
     ("other.json", '{"schema": "pyperf", "rows": []}', "not a collbench result file"),
     ("future.json", '{"schema": "collbench.result", "schema_version": 99, "rows": []}', "unsupported schema version"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("rounds.json", '{"schema": "collbench.result", "schema_version": 2, "rows": [{"round_details": 5}]}',
+     "missing columns"),
     ("garbage.csv", "hello,world\n1,2\n", "missing columns"),
     ("badrow.json", '{"schema": "collbench.result", "schema_version": 1, "rows": [7]}', "row 0 is not an object"),
 ])
@@ -113,16 +124,16 @@ def test_loader_rejects_a_bad_value(tmp_path):
 
 def test_helpers_build_consistent_rows():
     row = row_from_samples([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], size_bytes=1000)
-    assert isinstance(row, Row) and row.time_us_p50 == 4.0 and row.iterations == 7
+    assert isinstance(row, Row) and row.time_us_p50 == 4.0 and row.iterations == 7 and row.rounds == 1
     assert row.algbw_gbps == pytest.approx(1000 / 4e-6 / 1e9)
 
 
-def test_curated_example_is_a_small_complete_result():
+def test_version_1_file_loads_as_one_round():
     from pathlib import Path
 
-    example = Path(__file__).resolve().parent.parent / "results" / "examples" / "allreduce-2ranks-mpi-vs-pickle.json"
-    assert example.stat().st_size < 200_000
+    example = Path(__file__).resolve().parent / "data" / "v1-allreduce-mpi-vs-pickle.json"
     run = load_result(example)
     assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
-    assert all(s is not None and len(s) == r.iterations for r, s in zip(run.rows, run.samples))
-    assert run.metadata["world_size"] == 2 and run.metadata["cpu_count"] == 2
+    assert all(r.rounds == 1 and math.isnan(r.run_to_run_cv) for r in run.rows)
+    assert all(len(d) == 1 and len(d[0].samples_us) == r.iterations for r, d in zip(run.rows, run.rounds))
+    assert run.metadata["schema_version"] == 1

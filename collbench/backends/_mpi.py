@@ -55,17 +55,6 @@ def library_version() -> str:
     return mpi_module().Get_library_version().strip().splitlines()[0].strip()
 
 
-_bench_comm = None
-
-
-def bench_comm():
-    """A duplicate of COMM_WORLD for measured traffic, so control messages never mix with it."""
-    global _bench_comm
-    if _bench_comm is None:
-        _bench_comm = mpi_module().COMM_WORLD.Dup()
-    return _bench_comm
-
-
 class MpiControl(Control):
     def __init__(self) -> None:
         MPI = mpi_module()
@@ -107,7 +96,14 @@ class MpiBase:
 
     def setup(self, *, control: Control) -> None:
         self.MPI = mpi_module()
-        self.comm = bench_comm()
+        # A duplicate of COMM_WORLD of this backend's own, so that control messages and the
+        # other backends' traffic never mix with what is measured.
+        self.comm = self.MPI.COMM_WORLD.Dup()
+
+    def renew(self) -> None:
+        """A fresh communicator for the next in-job round (every rank is between rounds)."""
+        self.comm.Free()
+        self.comm = self.MPI.COMM_WORLD.Dup()
 
     @property
     def rank(self) -> int:

@@ -109,6 +109,10 @@ class Backend(ABC):
     def release(self, buffers: Any) -> None:
         """Drop buffers before the next collective allocates its own."""
 
+    def renew(self) -> None:
+        """Replace the communicator (process group) by a fresh one: each in-job round measures
+        on its own, as each self-launched round does in new processes."""
+
     def versions(self) -> dict:
         return {}
 

@@ -126,6 +126,10 @@ class TorchBackend(Backend):
     def versions(self) -> dict:
         return _torch.torch_versions()
 
+    def renew(self) -> None:
+        self.dist.destroy_process_group(self.group)
+        self.group = self._new_group()
+
     def close(self) -> None:
         # Tears down every group, the default one included: the run is over for this process.
         if self.dist.is_initialized():

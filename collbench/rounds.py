@@ -1,0 +1,192 @@
+"""Rounds: the whole sweep measured several times, each time afresh, in a shuffled order.
+
+* **Schedule.** Self-launched runs make every round a launch of its own: the parent starts the
+  ranks once per round and tells them which round they are (``COLLBENCH_ROUND``) and where the
+  earlier rounds left their data (``COLLBENCH_STATE``, a folder with a journal). Under a user's
+  launcher the rounds run inside the job, each on freshly duplicated communicators and freshly
+  allocated buffers. The result file records which kind of rounds it holds.
+* **Order.** Within a round the collectives are shuffled, then the backends of each collective,
+  then the sizes of each (collective, backend) block, from a generator seeded with
+  (seed, round). A block's buffers are allocated once at its largest size, so sizes are shuffled
+  within a block and blocks among themselves rather than all points at once (which would need
+  every block's buffers at the same time). Rank 0 decides and broadcasts the order.
+* **Load.** Each round records how much CPU other processes used on each host
+  (``CpuMeter``): a round during which they wanted more than the cores the ranks left idle is
+  marked busy, and ``collbench compare`` does not trust its numbers for a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+ROUND_ENV, ROUNDS_ENV, SEED_ENV, STATE_ENV = "COLLBENCH_ROUND", "COLLBENCH_ROUNDS", "COLLBENCH_SEED", "COLLBENCH_STATE"
+KIND_LAUNCH, KIND_IN_JOB = "launch", "in-job"
+#: Rounds by default: enough for a run-to-run CI, cheap enough for a default sweep.
+DEFAULT_ROUNDS = 5
+MAX_ROUNDS = 1000
+#: CPU (in cores) that other processes may use beyond the idle cores before a round is busy.
+BUSY_MARGIN_CORES = 0.25
+JOURNAL = "journal.jsonl"
+
+
+def new_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Schedule:
+    total: int                 # rounds in the run
+    here: tuple                # round numbers this process measures, in order
+    kind: str                  # launch or in-job
+    seed: int
+    shuffle: bool
+    state: Optional[Path] = None   # self-launched rounds: the folder the parent made
+
+    @property
+    def first(self) -> int:
+        return self.here[0]
+
+    @property
+    def final(self) -> int:
+        return self.total
+
+    def budget_share(self) -> float:
+        """Each round gets this share of the per-size --max-time."""
+        return 1.0 / self.total
+
+
+def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.environ) -> Schedule:
+    """The schedule of this process: one round of a self-launched run (from the environment the
+    parent set) or every round, in-job. ``seed`` None: the parent's, or one chosen now (rank 0's
+    choice is broadcast by the caller)."""
+    if env.get("COLLBENCH_LAUNCHED") and env.get(ROUND_ENV) and env.get(STATE_ENV):
+        total = int(env.get(ROUNDS_ENV, rounds))
+        return Schedule(total, (int(env[ROUND_ENV]),), KIND_LAUNCH, int(env[SEED_ENV]), shuffle, Path(env[STATE_ENV]))
+    return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB, seed if seed is not None else new_seed(), shuffle)
+
+
+@dataclass(frozen=True)
+class Block:
+    collective: str
+    backend: str
+    points: tuple          # indices into the block's size points, in measurement order
+
+
+def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
+    """Measurement order for one round. ``blocks``: (collective, backend, number of points) in
+    plan order; the result: Blocks, collectives kept together so their tables can print as soon
+    as they are done."""
+    if not shuffle:
+        return [Block(c, b, tuple(range(k))) for c, b, k in blocks]
+    import numpy as np
+
+    rng = np.random.default_rng([seed, round_number])
+    collectives = list(dict.fromkeys(c for c, _, _ in blocks))
+    out = []
+    for ci in rng.permutation(len(collectives)):
+        mine = [blk for blk in blocks if blk[0] == collectives[ci]]
+        for bi in rng.permutation(len(mine)):
+            c, b, k = mine[bi]
+            out.append(Block(c, b, tuple(int(i) for i in rng.permutation(k))))
+    return out
+
+
+# --- CPU load --------------------------------------------------------------------------------
+
+def _host_cpu() -> Optional[tuple]:
+    """(busy seconds, steal seconds) of the whole host since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = fh.readline().split()
+        if fields[0] != "cpu":
+            return None
+        ticks = [int(v) for v in fields[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / hz, steal / hz
+
+
+class CpuMeter:
+    """What this rank and its whole host spent on the CPU during a round."""
+
+    def start(self) -> None:
+        self._wall = time.monotonic()
+        self._own = time.process_time()
+        self._host = _host_cpu()
+
+    def stop(self) -> dict:
+        host = _host_cpu()
+        report = {"wall_s": time.monotonic() - self._wall, "own_cpu_s": time.process_time() - self._own,
+                  "host_busy_s": None, "host_steal_s": None, "cpus": os.cpu_count() or 1}
+        if host is not None and self._host is not None:
+            report["host_busy_s"] = host[0] - self._host[0]
+            report["host_steal_s"] = host[1] - self._host[1]
+        return report
+
+
+def round_load(reports: list, hosts: list) -> dict:
+    """Rank 0's summary of every rank's ``CpuMeter.stop()``: per host, the cores other processes
+    used on average, and whether that was more than the ranks' idle cores (busy)."""
+    per_host: dict = {}
+    for rank, (report, host) in enumerate(zip(reports, hosts)):
+        entry = per_host.setdefault(host, {"ranks": 0, "own_cpu_s": 0.0, "reader": report})
+        entry["ranks"] += 1
+        entry["own_cpu_s"] += report["own_cpu_s"]
+    summary = {}
+    busy = False
+    worst = 0.0
+    for host, entry in per_host.items():
+        reader = entry["reader"]
+        if reader["host_busy_s"] is None or reader["wall_s"] <= 0:
+            summary[host] = {"other_cpu_cores": None}
+            continue
+        other = max(0.0, reader["host_busy_s"] - entry["own_cpu_s"]) / reader["wall_s"]
+        idle = max(0, reader["cpus"] - entry["ranks"])
+        host_busy = other > idle + BUSY_MARGIN_CORES
+        busy = busy or host_busy
+        worst = max(worst, other)
+        summary[host] = {"other_cpu_cores": round(other, 3), "steal_cores": round(reader["host_steal_s"] / reader["wall_s"], 3),
+                         "own_cpu_cores": round(entry["own_cpu_s"] / reader["wall_s"], 3), "cpus": reader["cpus"],
+                         "ranks": entry["ranks"], "busy": host_busy}
+    return {"busy": busy, "other_cpu_cores": round(worst, 3), "hosts": summary}
+
+
+# --- the journal of self-launched rounds -----------------------------------------------------
+
+@dataclass
+class Journal:
+    """Append-only record of a self-launched run's rounds, in the parent's state folder.
+
+    Rank 0 of each launch appends what it measured; the next launch's rank 0 reads it back, so
+    the result files of round k hold rounds 1..k. The parent deletes the folder at the end."""
+
+    path: Path
+    entries: list = field(default_factory=list)
+
+    @classmethod
+    def open(cls, folder: Path) -> "Journal":
+        journal = cls(Path(folder) / JOURNAL)
+        try:
+            with open(journal.path, encoding="utf-8") as fh:
+                for line in fh:
+                    try:
+                        journal.entries.append(json.loads(line))
+                    except json.JSONDecodeError:      # a line cut short by a crash: the rest is gone too
+                        break
+        except FileNotFoundError:
+            pass
+        return journal
+
+    def of_type(self, kind: str) -> list:
+        return [e for e in self.entries if e.get("type") == kind]
+
+    def append(self, entry: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, default=str) + "\n")

@@ -1,0 +1,198 @@
+"""Rounds for real: fresh launches when self-launched, in-job rounds under mpiexec, the
+shuffled order and its seed, busy rounds, failures in a later round, and compare on real runs."""
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from collbench import rounds
+from collbench.loader import load_result
+from conftest import cli, load_json, mpirun
+from test_reliability import _rank_pid, _start
+
+pytestmark = pytest.mark.mpi
+
+QUICK = ["--iters", "20", "--warmup", "1"]
+
+
+def _states() -> set:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "collbench-rounds-*")))
+
+
+def test_self_launched_rounds_are_fresh_launches_merged_in_one_file(run_dir):
+    before = _states()
+    proc = cli(["allreduce", "-n", "2", "--sizes", "1K,64K", *QUICK, "--rounds", "3", "--seed", "11",
+                "-o", "r.json", "-o", "r.csv"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = load_json(run_dir / "r.json")
+    settings, records = doc["metadata"]["settings"], doc["metadata"]["rounds"]
+    assert (settings["rounds"], settings["round_kind"], settings["seed"]) == (3, "launch", 11)
+    assert [r["round"] for r in records] == [1, 2, 3] and {r["kind"] for r in records} == {"launch"}
+    assert len({r["rank0_pid"] for r in records}) == 3                 # three sets of processes
+    for row in doc["rows"]:
+        assert row["rounds"] == 3 and len(row["time_us_round_p50s"]) == 3 and row["iterations"] == 60
+        assert [d["round"] for d in row["round_details"]] == [1, 2, 3]
+        assert row["time_us_ci_low"] < row["time_us_p50"] < row["time_us_ci_high"]
+        assert row["run_to_run_cv"] >= 0
+    assert proc.stdout.count("allreduce · float32 sum · 2 ranks") == 1      # printed once, by the last round
+    assert "3 rounds: p50 is the geometric mean" in proc.stdout
+    assert proc.stderr.count("wrote r.json, r.csv") == 1
+    assert [r.rounds for r in load_result(run_dir / "r.csv").rows] == [3, 3]
+    assert _states() == before                                            # the journal folder is gone
+
+
+def test_in_job_rounds_under_mpiexec(run_dir):
+    proc = mpirun(2, ["allreduce", "--sizes", "1K,64K", *QUICK, "--rounds", "3", "-o", "r.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = load_json(run_dir / "r.json")
+    records = doc["metadata"]["rounds"]
+    assert doc["metadata"]["settings"]["round_kind"] == "in-job"
+    assert [r["kind"] for r in records] == ["in-job"] * 3 and len({r["rank0_pid"] for r in records}) == 1
+    assert all(row["rounds"] == 3 and row["check"] == "ok" for row in doc["rows"])
+    assert proc.stdout.count("allreduce · float32 sum · 2 ranks") == 1
+
+
+def test_default_is_several_rounds_with_the_budget_shared(run_dir):
+    proc = cli(["bcast", "-n", "2", "--sizes", "1K", "--max-time", "0.5", "-o", "d.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = load_json(run_dir / "d.json")
+    settings = doc["metadata"]["settings"]
+    assert settings["rounds"] == rounds.DEFAULT_ROUNDS >= 3
+    assert settings["max_time_per_round"] == pytest.approx(0.5 / rounds.DEFAULT_ROUNDS)
+    assert doc["rows"][0]["rounds"] == rounds.DEFAULT_ROUNDS
+
+
+def _orders(doc) -> list:
+    return [[(b["collective"], b["backend"], tuple(b["sizes"])) for b in r["order"]] for r in doc["metadata"]["rounds"]]
+
+
+def test_shuffled_order_is_recorded_and_reproducible_from_the_seed(run_dir):
+    args = ["all", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "8,1K,64K", "--iters", "3", "--warmup", "0",
+            "--rounds", "2", "--no-check"]
+    runs = {}
+    for name, extra in (("a", ["--seed", "5"]), ("b", ["--seed", "5"]), ("c", ["--seed", "6"]), ("plain", ["--no-shuffle"])):
+        proc = cli(args + extra + ["-o", f"{name}.json"], run_dir)
+        assert proc.returncode == 0, proc.stderr
+        runs[name] = load_json(run_dir / f"{name}.json")
+    assert _orders(runs["a"]) == _orders(runs["b"]) and _orders(runs["a"]) != _orders(runs["c"])
+    first, second = _orders(runs["a"])
+    assert first != second                                    # each round its own order
+    plain = _orders(runs["plain"])[0]
+    assert [c for c, _, _ in plain[::2]] == ["allreduce", "bcast", "reduce", "allgather", "gather", "scatter",
+                                             "alltoall", "reduce_scatter", "barrier"]
+    assert plain != first and sorted(plain) == sorted((c, b, tuple(sorted(s))) for c, b, s in first)
+    assert runs["plain"]["metadata"]["settings"]["shuffle"] is False
+    # the file lists rows in plan order whatever the measuring order
+    assert [(r["collective"], r["backend"], r["size_bytes"]) for r in runs["a"]["rows"]] == \
+        [(r["collective"], r["backend"], r["size_bytes"]) for r in runs["plain"]["rows"]]
+
+
+def test_order_keeps_blocks_and_shuffles_within():
+    blocks = [("allreduce", "mpi", 4), ("allreduce", "gloo", 4), ("bcast", "mpi", 3)]
+    one = rounds.order(blocks, 42, 1, True)
+    assert one == rounds.order(blocks, 42, 1, True) and one != rounds.order(blocks, 42, 2, True)
+    assert sorted((b.collective, b.backend) for b in one) == sorted((c, b) for c, b, _ in blocks)
+    assert all(sorted(b.points) == list(range(dict(((c, bk), k) for c, bk, k in blocks)[b.collective, b.backend]))
+               for b in one)
+    collectives = [b.collective for b in one]
+    assert collectives == sorted(collectives, key=collectives.index)     # a collective's blocks stay together
+    assert [b.points for b in rounds.order(blocks, 42, 1, False)] == [(0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2)]
+
+
+def test_gloo_rounds_self_launched_and_in_job(run_dir):
+    pytest.importorskip("torch")
+    local = cli(["allreduce", "-n", "2", "--backend", "gloo", "--sizes", "1K", "--iters", "5", "--rounds", "2",
+                 "-o", "g.json"], run_dir, timeout=180)
+    assert local.returncode == 0, local.stderr
+    in_job = mpirun(2, ["allreduce", "--backend", "mpi,gloo", "--sizes", "1K", "--iters", "5", "--rounds", "2",
+                        "-o", "m.json"], run_dir, timeout=180)
+    assert in_job.returncode == 0, in_job.stderr
+    for name, kind in (("g.json", "launch"), ("m.json", "in-job")):
+        doc = load_json(run_dir / name)
+        assert doc["metadata"]["settings"]["round_kind"] == kind
+        assert all(r["rounds"] == 2 and r["check"] == "ok" for r in doc["rows"])
+
+
+def test_a_wrong_result_does_not_stop_the_rounds(run_dir):
+    proc = cli(["allreduce", "-n", "2", "--sizes", "1K", *QUICK, "--rounds", "2", "-o", "c.json"], run_dir,
+               env={"COLLBENCH_TEST_CORRUPT": "1"})
+    assert proc.returncode == 1
+    assert proc.stderr.count("CHECK FAILED: allreduce on mpi at 1K: 3 wrong elements (round") == 2
+    (row,) = load_result(run_dir / "c.json").rows
+    assert row.rounds == 2 and row.check == "wrong:3"
+
+
+def _wait_round(path, number: int, limit: float = 60.0) -> None:
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            if any(r["rounds"] >= number for r in load_json(path)["rows"]):
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never reached round {number}")
+
+
+def test_a_rank_killed_in_a_later_round_stops_the_run_and_keeps_the_earlier_rounds(run_dir):
+    before = _states()
+    proc = _start(["allreduce", "-n", "2", "--sizes", "8-64K", *QUICK, "--rounds", "3", "-o", "k.json"], run_dir,
+                  {"COLLBENCH_TEST_PAUSE": "0.2"})
+    _wait_round(run_dir / "k.json", 2)
+    os.kill(_rank_pid(1, "k.json"), signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "was killed by signal 9" in err
+    assert "stopped in round 2 of 3; the result files keep rounds 1-1 and what round 2 measured" in err
+    result = load_result(run_dir / "k.json")
+    assert len(result.rows) == 14 and all(r.rounds in (1, 2) for r in result.rows)
+    assert [r["round"] for r in result.metadata["rounds"]] == [1]
+    assert _states() == before
+
+
+def _hogs(n: int) -> list:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir):
+    args = ["all", "-n", "2", "--sizes", "8,64K", "--iters", "30", "--warmup", "1", "--rounds", "3"]
+    quiet = cli(args + ["-o", "quiet.json"], run_dir)
+    assert quiet.returncode == 0, quiet.stderr
+    hogs = _hogs(2)
+    try:
+        busy = cli(args + ["-o", "busy.json"], run_dir)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy.returncode == 0, busy.stderr
+    loads = [r["load"] for r in load_json(run_dir / "busy.json")["metadata"]["rounds"]]
+    assert all(load["busy"] and load["other_cpu_cores"] > 0.25 for load in loads), loads
+    compared = cli(["compare", "quiet.json", "busy.json"], run_dir)
+    assert compared.returncode == 0, compared.stdout
+    assert "3 of 3 round(s) ran while other processes used" in compared.stderr
+    assert " slower " not in compared.stdout
+
+
+def test_compare_on_real_runs_a_a_passes_and_a_pinned_run_fails(run_dir):
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset is not installed")
+    args = ["allreduce", "-n", "2", "--sizes", "8,1K,64K", "--iters", "30", "--warmup", "2"]
+    for name, prefix, n in (("base", [], 8), ("again", [], 5), ("pinned", ["taskset", "-c", "0"], 5)):
+        full = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "COLLBENCH_LAUNCHED")}
+        proc = subprocess.run(prefix + [sys.executable, "-m", "collbench", *args, "--rounds", str(n), "-q",
+                                        "-o", f"{name}.json"], cwd=run_dir, env=full, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    # alpha 0.001: this test must not be the flaky one; benchmarks/calibrate.py measures the real rate
+    same = cli(["compare", "base.json", "again.json", "--alpha", "0.001", "--threshold", "10%"], run_dir)
+    assert same.returncode == 0, same.stdout
+    pinned = cli(["compare", "base.json", "pinned.json"], run_dir)
+    assert pinned.returncode == 1, pinned.stdout
+    assert pinned.stdout.startswith("REGRESSION: ")

@@ -1,0 +1,118 @@
+"""Run-to-run statistics and the t distribution, as pure functions with known answers."""
+
+import math
+
+import numpy as np
+import pytest
+
+from collbench.aggregate import build_row, round_data, worst_check
+from collbench.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
+from collbench.runstats import change, detectable_change, rounds_needed, summarize_rounds
+from results_helpers import identity
+
+
+@pytest.mark.parametrize("df", [0.7, 1, 2, 3.5, 4, 9, 30, 250, 5000])
+def test_t_distribution_matches_scipy(df):
+    stats = pytest.importorskip("scipy.stats")
+    for t in (-40, -4.5, -1.2, 0.0, 0.3, 2.1, 7.0, 60.0):
+        assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), rel=1e-9, abs=1e-13)
+        assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9, abs=1e-13)
+    for p in (1e-6, 0.001, 0.025, 0.4, 0.975, 0.999, 1 - 1e-6):
+        assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
+
+
+def test_t_distribution_known_values_and_limits():
+    assert t_quantile(0.975, 4) == pytest.approx(2.7764451051977987)
+    assert t_quantile(0.975, math.inf) == pytest.approx(1.959963984540054)
+    assert t_cdf(0.0, 3) == 0.5 and t_two_sided_p(0.0, 3) == 1.0
+    assert incomplete_beta(2.0, 3.0, 0.0) == 0.0 and incomplete_beta(2.0, 3.0, 1.0) == 1.0
+    assert incomplete_beta(1.0, 1.0, 0.3) == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        t_quantile(1.0, 3)
+
+
+def test_summarize_rounds_known_answer():
+    s = summarize_rounds([10.0, 20.0, 40.0])
+    assert s.rounds == 3 and s.center == pytest.approx(20.0)                # geometric mean
+    sd = math.log(2.0)                                                      # logs are evenly spaced
+    half = t_quantile(0.975, 2) * sd / math.sqrt(3)
+    assert s.log_sd == pytest.approx(sd)
+    assert (s.ci_low, s.ci_high) == pytest.approx((20 * math.exp(-half), 20 * math.exp(half)))
+    assert s.cv == pytest.approx(np.std([10, 20, 40], ddof=1) / np.mean([10, 20, 40]))
+
+
+def test_one_round_has_no_run_to_run_figures():
+    s = summarize_rounds([7.0])
+    assert s.rounds == 1 and s.center == 7.0 and math.isnan(s.ci_low) and math.isnan(s.cv) and not s.disagree
+    assert summarize_rounds([]).rounds == 0
+
+
+def test_rounds_disagree_only_far_beyond_their_own_cis():
+    tight = [(9.9, 10.1), (10.9, 11.1), (11.9, 12.1)]        # each ±1%, medians 10% apart
+    assert summarize_rounds([10.0, 11.0, 12.0], tight).disagree
+    wide = [(8.0, 12.5), (9.0, 13.5), (10.0, 14.5)]           # each ±20%: 10% apart is nothing
+    assert not summarize_rounds([10.0, 11.0, 12.0], wide).disagree
+
+
+@pytest.mark.parametrize("rounds", [3, 5, 10])
+def test_run_to_run_ci_covers_the_true_centre_about_95_percent(rounds):
+    """Short seeded version of benchmarks/coverage.py: launches with a lognormal effect (sd 15%)
+    plus within-round noise (3%); the CI of the centre must cover exp(mean log) ~95% of the time."""
+    rng = np.random.default_rng(rounds)
+    true = 50.0
+    trials, covered = 4000, 0
+    for _ in range(trials):
+        medians = true * np.exp(rng.normal(0, 0.15, rounds) + rng.normal(0, 0.03, rounds))
+        s = summarize_rounds(medians)
+        covered += s.ci_low <= true <= s.ci_high
+    assert 0.935 <= covered / trials <= 0.965
+
+
+def test_change_sources_of_noise():
+    both = change([10, 11, 12], [20, 22, 24], assumed_log_sd=0.3)
+    assert both.noise == "both" and both.ratio == pytest.approx(2.0) and both.df == 4
+    assert both.ci_low < math.log(2) < both.ci_high and both.p_value < 0.001
+    base_only = change([10, 11, 12, 10.5], [20], assumed_log_sd=0.3)
+    assert base_only.noise == "baseline" and base_only.df == 3
+    assert change([10], [20, 21], assumed_log_sd=0.3).noise == "new"
+    assumed = change([10], [20], assumed_log_sd=0.3)
+    assert assumed.noise == "assumed" and math.isinf(assumed.df)
+    assert assumed.se == pytest.approx(0.3 * math.sqrt(2))
+    assert change([], [1.0], assumed_log_sd=0.3) is None
+
+
+def test_change_takes_the_noisier_side():
+    quiet = [10.0, 10.1, 9.9, 10.0, 10.05, 9.95]
+    noisy = [12.0, 9.0, 15.0]
+    c = change(quiet, noisy, assumed_log_sd=0.3)
+    assert c.log_sd == pytest.approx(np.std(np.log(noisy), ddof=1), rel=1e-9)
+    assert c.p_value > 0.05                          # a quiet baseline does not make a noisy new run "significant"
+
+
+def test_detectable_change_and_rounds_needed():
+    assert detectable_change(0.1, 10, 10, 18, 0.05) < detectable_change(0.1, 3, 3, 4, 0.05)
+    assert detectable_change(0.1, 10, 10, 18, 0.05 / 100) > detectable_change(0.1, 10, 10, 18, 0.05)
+    assert math.isnan(detectable_change(math.nan, 3, 3, 4, 0.05))
+    n = rounds_needed(0.1, 0.05)
+    half = lambda k: math.expm1(t_quantile(0.975, 2 * k - 2) * 0.1 * math.sqrt(2 / k))   # noqa: E731
+    assert half(n) <= 0.05 < half(n - 1)
+    assert rounds_needed(5.0, 0.01) is None and rounds_needed(0.001, 0.5) == 2
+
+
+def test_rows_from_rounds():
+    rounds = [round_data(i + 1, [m] * 9 + [m * 3], [m, m], precision_reached=i != 1, check=c)
+              for i, (m, c) in enumerate([(10.0, "ok"), (20.0, "wrong:3"), (40.0, "ok")])]
+    row = build_row(identity(size_bytes=1024), rounds)
+    assert row.rounds == 3 and row.time_us_round_p50s == (10.0, 20.0, 40.0)
+    assert row.time_us_p50 == pytest.approx(20.0) and row.iterations == 30
+    assert row.time_us_min == 10.0 and row.time_us_max == 120.0          # over every round's samples
+    assert row.check == "wrong:3" and not row.precision_reached
+    assert row.algbw_gbps == pytest.approx(1024 / 20e-6 / 1e9)
+    single = build_row(identity(size_bytes=1024), rounds[:1])
+    assert single.time_us_p50 == 10.0 and single.time_us_ci_low == rounds[0].time_us_ci_low
+
+
+def test_worst_check():
+    assert worst_check(["ok", "ok"]) == "ok"
+    assert worst_check(["ok", "wrong:2", "wrong:7"]) == "wrong:7"
+    assert worst_check(["skipped"]) == "skipped"
