@@ -63,11 +63,11 @@ def test_faster_exits_0(files, tmp_path):
     assert proc.returncode == 0 and f"0 slower, {len(SERIES)} faster" in proc.stdout
 
 
-def test_csv_files_compare_by_ci_overlap(files, tmp_path):
+def test_csv_files_compare_on_their_round_medians(files, tmp_path):
     proc = run_cli(["compare", files["base_csv"], files["slow_csv"], "--format", "json"], tmp_path)
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
-    assert {r["test"] for r in doc["rows"]} == {"ci-overlap"} and doc["summary"]["slower"] == len(SERIES)
+    assert {r["rounds_baseline"] for r in doc["rows"]} == {5} and doc["summary"]["slower"] == len(SERIES)
     assert "CSV without run metadata" in proc.stderr
     mixed = run_cli(["compare", files["base"], files["base_csv"]], tmp_path)
     assert mixed.returncode == 0
@@ -78,7 +78,7 @@ def test_markdown_is_a_job_summary(files, tmp_path):
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
     assert lines[0] == "## collbench compare: REGRESSION"
-    assert lines[2] == f"**{len(SERIES)} slower, 0 faster, 0 same**"
+    assert lines[2] == f"**{len(SERIES)} slower, 0 faster, 0 same, 0 inconclusive**"
     assert "| collective | backend | size |" in proc.stdout and "**slower**" in proc.stdout
     assert "<details>" in proc.stdout
 
@@ -128,12 +128,27 @@ def test_report_merges_files_and_fits(tmp_path):
     text = proc.stdout
     assert text.startswith("# collbench report")
     assert "| size | mpi p50 µs | mpi CI | mpi busbw GB/s | mpi-pickle p50 µs |" in text   # merged table
-    fit_lines = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| allreduce | mpi")}
+    fit_lines = {line.split(" | ")[1]: line for line in text.splitlines()
+                 if line.startswith("| allreduce | mpi") and "float32 sum, 2 ranks" in line}
     assert set(fit_lines) == {"mpi", "mpi-pickle"}
     alpha_us = {name: float(line.split(" | ")[3]) for name, line in fit_lines.items()}
     assert alpha_us["mpi"] == pytest.approx(3.0, rel=0.05) and alpha_us["mpi-pickle"] == pytest.approx(30.0, rel=0.05)
     terminal = run_cli(["report", mpi], tmp_path)
     assert terminal.returncode == 0 and "latency–bandwidth fit" in terminal.stdout
+
+
+def test_report_says_which_rows_are_too_noisy_to_gate(tmp_path):
+    quiet = write(run_of(SERIES, seed=1, rounds=10, launch_sd=0.01), tmp_path / "quiet.json")
+    noisy = write(run_of(SERIES, seed=1, rounds=3, launch_sd=0.3), tmp_path / "noisy.json")
+    one = write(run_of(SERIES, seed=1, rounds=1), tmp_path / "one.json")
+    verdicts = {}
+    for name, path in (("quiet", quiet), ("noisy", noisy), ("one", one)):
+        proc = run_cli(["report", path, "--format", "markdown", "--threshold", "10%"], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "### what a comparison of these rounds can detect" in proc.stdout
+        verdicts[name] = {line.rsplit(" | ", 1)[1].rstrip(" |") for line in proc.stdout.splitlines()
+                          if line.startswith("| allreduce | ") and " | latency | " in line}
+    assert verdicts == {"quiet": {"ok"}, "noisy": {"too noisy"}, "one": {"needs 2+ rounds"}}
 
 
 def test_plot_command_writes_png(files, tmp_path):
@@ -153,7 +168,7 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     sweep_args = ["allreduce", "-n", "2", "--sizes", "8-4K", "--backend", "mpi", "--max-time", "0.2"]
     first = run_cli(sweep_args + ["-o", "base.json", "-o", "base.csv", "-o", "base.md", "-f", "markdown"], tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "| size | count | iters | p50 µs |" in first.stdout
+    assert "| size | count | rounds | iters | p50 µs | 95% CI µs | run cv |" in first.stdout
     assert "### allreduce · float32 sum · 2 ranks · latency" in (tmp_path / "base.md").read_text()
     second = run_cli(sweep_args + ["-o", "new.json", "-q"], tmp_path)
     assert second.returncode == 0, second.stderr
@@ -165,7 +180,7 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"], tmp_path)
     assert loose.returncode == 0
     doc = json.loads(loose.stdout)
-    assert len(doc["rows"]) == 10 and {r["test"] for r in doc["rows"]} == {"mann-whitney"}
+    assert len(doc["rows"]) == 10 and {(r["rounds_baseline"], r["rounds_new"]) for r in doc["rows"]} == {(5, 5)}
     assert doc["warnings"] == []                        # same host, same library, same shape
     csv_gate = run_cli(["compare", "base.csv", "new.json", "--threshold", "1000%"], tmp_path)
     assert csv_gate.returncode == 0

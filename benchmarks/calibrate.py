@@ -1,0 +1,206 @@
+"""Calibrate ``collbench compare`` on this machine: false alarms, power, and what it costs.
+
+It runs one sweep (by default the CI recipe's: ``collbench all -n 2 --sizes 8-1M`` with
+``--rounds 10``) many times, each run its own launches:
+
+* ``quiet``     — 2×N runs on the machine as it is;
+* ``pinned``    — runs under ``taskset -c 0``: both ranks on one core, a real, large slowdown;
+* ``neighbour`` — runs beside a CPU-heavy neighbour (one busy-looping process);
+
+interleaved, so that drift of the machine hits every kind alike. Then, over many random splits:
+
+* **A/A**: a baseline made of ``--baseline-runs`` quiet runs (their rounds merged, as a baseline
+  grown over several runs is) against one other quiet run: how many rows ``compare`` calls
+  slower or faster, and how many comparisons would exit 1;
+* **A/A beside a neighbour**: the same baseline against a neighbour run;
+* **power, real**: against a pinned run: the share of rows called slower;
+* **power, synthetic**: against a quiet run whose round medians are all multiplied by 1.05,
+  1.10 or 1.20 (labelled synthetic): the share of rows called slower, overall and among the
+  rows whose spread lets this comparison see that shift (``detectable`` at most the shift).
+
+    python benchmarks/calibrate.py                      # about 20 minutes on 2 cores
+    python benchmarks/calibrate.py --runs 4 --pinned 2 --neighbour 2 --splits 50   # a quick look
+    python benchmarks/calibrate.py --analyse DIR        # analyse the files of an earlier collection
+
+Run it alone on the machine: anything else running is part of what it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from collbench.aggregate import RowIdentity, build_row  # noqa: E402
+from collbench.collectives import get_collective  # noqa: E402
+from collbench.compare import compare_runs, parse_threshold  # noqa: E402
+from collbench.loader import load_result  # noqa: E402
+from collbench.results import RoundData, RunResult  # noqa: E402
+
+SHIFTS = (0.05, 0.10, 0.20)
+
+
+def _collect(folder: Path, args) -> dict:
+    """Run the sweeps; returns wall seconds per kind."""
+    kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour
+    random.Random(args.seed).shuffle(kinds)
+    counters: dict = {}
+    walls: dict = {}
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "COLLBENCH_LAUNCHED")}
+    for i, kind in enumerate(kinds, 1):
+        counters[kind] = counters.get(kind, 0) + 1
+        path = folder / f"{kind}-{counters[kind]:02d}.json"
+        cmd = [sys.executable, "-m", "collbench", *args.command.split(), "--rounds", str(args.rounds), "-q",
+               "--force", "-o", str(path)]
+        if kind == "pinned":
+            cmd = ["taskset", "-c", "0"] + cmd
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if kind == "neighbour" else None
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+        wall = time.monotonic() - start
+        walls.setdefault(kind, []).append(wall)
+        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
+        print(f"[{i}/{len(kinds)}] {path.name}: {wall:.1f} s, {status}", flush=True)
+    return walls
+
+
+def merge(results: list) -> RunResult:
+    """One run of all the rounds of ``results`` (rows present in every one), rounds renumbered."""
+    keys = set.intersection(*(set(r.key() for r in res.rows) for res in results))
+    merged = RunResult(metadata={"rounds": []})
+    offset = 0
+    pooled: dict = {}
+    for res in results:
+        count = max((d.round for data in res.rounds for d in data), default=0)
+        for record in res.metadata.get("rounds") or []:
+            merged.metadata["rounds"].append({**record, "round": record["round"] + offset})
+        for row, data in zip(res.rows, res.rounds):
+            if row.key() in keys:
+                first, rounds = pooled.setdefault(row.key(), (row, []))
+                rounds += [dataclasses.replace(d, round=d.round + offset) for d in data]
+        offset += count
+    for key in sorted(keys, key=lambda k: [str(v) for v in k]):
+        row, rounds = pooled[key]
+        identity = RowIdentity.of(row, get_collective(row.collective).bus_factor(row.world_size))
+        merged.add(build_row(identity, rounds), tuple(rounds))
+    merged.metadata.update({k: v for k, v in results[0].metadata.items() if k != "rounds"})
+    return merged
+
+
+def shifted(result: RunResult, factor: float) -> RunResult:
+    """The run with every round median multiplied by ``factor`` (a synthetic slowdown)."""
+    out = RunResult(metadata=result.metadata)
+    for row, data in zip(result.rows, result.rounds):
+        rounds = tuple(dataclasses.replace(d, time_us_p50=d.time_us_p50 * factor) for d in data)
+        identity = RowIdentity.of(row, get_collective(row.collective).bus_factor(row.world_size))
+        rebuilt = build_row(identity, rounds)
+        out.add(rebuilt, rounds)
+    return out
+
+
+def _split(quiet: list, k: int, rng: random.Random) -> tuple:
+    chosen = rng.sample(range(len(quiet)), k + 1)
+    return merge([quiet[i] for i in chosen[:k]]), quiet[chosen[k]]
+
+
+def analyse(folder: Path, args) -> None:
+    files = {kind: sorted(folder.glob(f"{kind}-*.json")) for kind in ("quiet", "pinned", "neighbour")}
+    runs = {kind: [load_result(p) for p in paths] for kind, paths in files.items()}
+    quiet = runs["quiet"]
+    if len(quiet) < args.baseline_runs + 1:
+        raise SystemExit(f"need at least {args.baseline_runs + 1} quiet runs, found {len(quiet)}")
+    threshold, rng = parse_threshold(args.threshold), random.Random(args.seed)
+    options = dict(threshold=threshold, alpha=args.alpha)
+    rows_total = len(quiet[0].rows)
+    print(f"\n{len(quiet)} quiet, {len(runs['pinned'])} pinned, {len(runs['neighbour'])} neighbour runs of "
+          f"{rows_total} rows, {quiet[0].metadata.get('settings', {}).get('rounds')} rounds each; baseline = "
+          f"{args.baseline_runs} quiet runs merged; threshold {args.threshold}, alpha {args.alpha}; {args.splits} "
+          f"random splits per line")
+    spread = [r.run_to_run_cv for r in merge(quiet).rows if np.isfinite(r.run_to_run_cv)]
+    print(f"run-to-run cv per row over every quiet round: median {np.median(spread):.1%}, "
+          f"90th percentile {np.percentile(spread, 90):.1%}, max {np.max(spread):.1%}")
+    busy = [rec["load"]["other_cpu_cores"] for res in runs["neighbour"] for rec in res.metadata.get("rounds", [])]
+    calm = [rec["load"]["other_cpu_cores"] for res in quiet for rec in res.metadata.get("rounds", [])]
+    if calm:
+        print(f"other processes' CPU per round (cores): quiet median {np.median(calm):.2f} max {np.max(calm):.2f}"
+              + (f"; beside the neighbour median {np.median(busy):.2f} min {np.min(busy):.2f}" if busy else ""))
+
+    def trials(make_new, label: str, power: bool = False, gate: float = None) -> None:
+        exits = flagged = slower = rows = seen = seen_slower = 0
+        for _ in range(args.splits):
+            baseline, other = _split(quiet, args.baseline_runs, rng)
+            c = compare_runs(baseline, make_new(other), **options)
+            exits += c.regression
+            flagged += c.counts["slower"] + c.counts["faster"]
+            slower += c.counts["slower"]
+            rows += len(c.rows)
+            if gate is not None:
+                able = [r for r in c.rows if np.isfinite(r.detectable) and r.detectable <= gate]
+                seen += len(able)
+                seen_slower += sum(r.verdict == "slower" for r in able)
+        if power:
+            extra = (f"; among rows able to see it ({seen / max(1, args.splits):.0f} of {rows_total} per comparison): "
+                     f"{seen_slower / max(1, seen):.1%}" if gate is not None else "")
+            print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}")
+        else:
+            print(f"{label:<42} rows flagged {flagged / rows:6.2%}   comparisons exiting 1 {exits}/{args.splits}")
+
+    trials(lambda other: other, "A/A, quiet")
+    if runs["neighbour"]:
+        trials(lambda other: rng.choice(runs["neighbour"]), "A/A, new run beside a CPU-heavy neighbour")
+    if runs["pinned"]:
+        trials(lambda other: rng.choice(runs["pinned"]), "power: taskset -c 0 (real)", power=True)
+    for shift in SHIFTS:
+        trials(lambda other, s=shift: shifted(other, 1 + s), f"power: +{shift:.0%} (synthetic)", power=True,
+               gate=shift)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--command", default="all -n 2 --sizes 8-1M", help="the collbench sweep to calibrate")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds per run (the CI recipe's)")
+    parser.add_argument("--runs", type=int, default=8, help="N: 2N quiet runs")
+    parser.add_argument("--pinned", type=int, default=4)
+    parser.add_argument("--neighbour", type=int, default=4)
+    parser.add_argument("--baseline-runs", type=int, default=2, help="quiet runs merged into one baseline")
+    parser.add_argument("--splits", type=int, default=200)
+    parser.add_argument("--threshold", default="10%")
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", help="folder for the result files [default: a new temporary folder]")
+    parser.add_argument("--analyse", metavar="DIR", help="only analyse the files collected earlier in DIR")
+    args = parser.parse_args()
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; load average before: "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if args.analyse:
+        folder = Path(args.analyse)
+    else:
+        folder = Path(args.out or tempfile.mkdtemp(prefix="collbench-calibration-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"collecting into {folder}: collbench {args.command} --rounds {args.rounds}")
+        walls = _collect(folder, args)
+        for kind, values in walls.items():
+            print(f"wall time per run, {kind}: median {np.median(values):.1f} s, max {np.max(values):.1f} s")
+        print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    analyse(folder, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
