@@ -46,7 +46,8 @@ from collbench.aggregate import RowIdentity, build_row  # noqa: E402
 from collbench.collectives import get_collective  # noqa: E402
 from collbench.compare import compare_runs, parse_threshold  # noqa: E402
 from collbench.loader import load_result  # noqa: E402
-from collbench.results import RoundData, RunResult  # noqa: E402
+from collbench.merge import merge_runs  # noqa: E402
+from collbench.results import RunResult  # noqa: E402
 
 SHIFTS = (0.05, 0.10, 0.20)
 
@@ -81,26 +82,10 @@ def _collect(folder: Path, args) -> dict:
 
 
 def merge(results: list) -> RunResult:
-    """One run of all the rounds of ``results`` (rows present in every one), rounds renumbered."""
-    keys = set.intersection(*(set(r.key() for r in res.rows) for res in results))
-    merged = RunResult(metadata={"rounds": []})
-    offset = 0
-    pooled: dict = {}
-    for res in results:
-        count = max((d.round for data in res.rounds for d in data), default=0)
-        for record in res.metadata.get("rounds") or []:
-            merged.metadata["rounds"].append({**record, "round": record["round"] + offset})
-        for row, data in zip(res.rows, res.rounds):
-            if row.key() in keys:
-                first, rounds = pooled.setdefault(row.key(), (row, []))
-                rounds += [dataclasses.replace(d, round=d.round + offset) for d in data]
-        offset += count
-    for key in sorted(keys, key=lambda k: [str(v) for v in k]):
-        row, rounds = pooled[key]
-        identity = RowIdentity.of(row, get_collective(row.collective).bus_factor(row.world_size))
-        merged.add(build_row(identity, rounds), tuple(rounds))
-    merged.metadata.update({k: v for k, v in results[0].metadata.items() if k != "rounds"})
-    return merged
+    """One run of all the rounds of ``results``, each keeping its run (``collbench merge``)."""
+    if len(results) == 1:
+        return results[0]
+    return merge_runs([(f"run-{id(r)}", r) for r in results])[0]
 
 
 def shifted(result: RunResult, factor: float) -> RunResult:
@@ -114,24 +99,29 @@ def shifted(result: RunResult, factor: float) -> RunResult:
     return out
 
 
-def _split(quiet: list, k: int, rng: random.Random) -> tuple:
-    chosen = rng.sample(range(len(quiet)), k + 1)
-    return merge([quiet[i] for i in chosen[:k]]), quiet[chosen[k]]
+def _split(quiet: list, k: int, m: int, rng: random.Random) -> tuple:
+    """A baseline of k quiet runs merged, and m other quiet runs merged as the new side."""
+    chosen = rng.sample(range(len(quiet)), k + m)
+    return merge([quiet[i] for i in chosen[:k]]), merge([quiet[i] for i in chosen[k:]])
+
+
+def _draw(runs: list, m: int, rng: random.Random) -> RunResult:
+    return merge(rng.sample(runs, min(m, len(runs))))
 
 
 def analyse(folder: Path, args) -> None:
     files = {kind: sorted(folder.glob(f"{kind}-*.json")) for kind in ("quiet", "pinned", "neighbour")}
     runs = {kind: [load_result(p) for p in paths] for kind, paths in files.items()}
     quiet = runs["quiet"]
-    if len(quiet) < args.baseline_runs + 1:
-        raise SystemExit(f"need at least {args.baseline_runs + 1} quiet runs, found {len(quiet)}")
+    if len(quiet) < args.baseline_runs + args.new_runs:
+        raise SystemExit(f"need at least {args.baseline_runs + args.new_runs} quiet runs, found {len(quiet)}")
     threshold, rng = parse_threshold(args.threshold), random.Random(args.seed)
     options = dict(threshold=threshold, alpha=args.alpha)
     rows_total = len(quiet[0].rows)
     print(f"\n{len(quiet)} quiet, {len(runs['pinned'])} pinned, {len(runs['neighbour'])} neighbour runs of "
           f"{rows_total} rows, {quiet[0].metadata.get('settings', {}).get('rounds')} rounds each; baseline = "
-          f"{args.baseline_runs} quiet runs merged; threshold {args.threshold}, alpha {args.alpha}; {args.splits} "
-          f"random splits per line")
+          f"{args.baseline_runs} quiet run(s) merged, new = {args.new_runs} run(s) merged; threshold "
+          f"{args.threshold}, alpha {args.alpha}; {args.splits} random splits per line")
     spread = [r.run_to_run_cv for r in merge(quiet).rows if np.isfinite(r.run_to_run_cv)]
     print(f"run-to-run cv per row over every quiet round: median {np.median(spread):.1%}, "
           f"90th percentile {np.percentile(spread, 90):.1%}, max {np.max(spread):.1%}")
@@ -144,7 +134,7 @@ def analyse(folder: Path, args) -> None:
     def trials(make_new, label: str, power: bool = False, gate: float = None) -> None:
         exits = flagged = slower = rows = seen = seen_slower = 0
         for _ in range(args.splits):
-            baseline, other = _split(quiet, args.baseline_runs, rng)
+            baseline, other = _split(quiet, args.baseline_runs, args.new_runs, rng)
             c = compare_runs(baseline, make_new(other), **options)
             exits += c.regression
             flagged += c.counts["slower"] + c.counts["faster"]
@@ -163,9 +153,9 @@ def analyse(folder: Path, args) -> None:
 
     trials(lambda other: other, "A/A, quiet")
     if runs["neighbour"]:
-        trials(lambda other: rng.choice(runs["neighbour"]), "A/A, new run beside a CPU-heavy neighbour")
+        trials(lambda other: _draw(runs["neighbour"], args.new_runs, rng), "A/A, new run beside a CPU-heavy neighbour")
     if runs["pinned"]:
-        trials(lambda other: rng.choice(runs["pinned"]), "power: taskset -c 0 (real)", power=True)
+        trials(lambda other: _draw(runs["pinned"], args.new_runs, rng), "power: taskset -c 0 (real)", power=True)
     for shift in SHIFTS:
         trials(lambda other, s=shift: shifted(other, 1 + s), f"power: +{shift:.0%} (synthetic)", power=True,
                gate=shift)
@@ -175,10 +165,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--command", default="all -n 2 --sizes 8-1M", help="the collbench sweep to calibrate")
     parser.add_argument("--rounds", type=int, default=10, help="rounds per run (the CI recipe's)")
-    parser.add_argument("--runs", type=int, default=8, help="N: 2N quiet runs")
+    parser.add_argument("--runs", type=int, default=10, help="N: 2N quiet runs")
     parser.add_argument("--pinned", type=int, default=4)
     parser.add_argument("--neighbour", type=int, default=4)
-    parser.add_argument("--baseline-runs", type=int, default=2, help="quiet runs merged into one baseline")
+    parser.add_argument("--baseline-runs", type=int, default=3, help="quiet runs merged into one baseline")
+    parser.add_argument("--new-runs", type=int, default=1, help="runs merged into the new side")
     parser.add_argument("--splits", type=int, default=200)
     parser.add_argument("--threshold", default="10%")
     parser.add_argument("--alpha", type=float, default=0.05)

@@ -54,7 +54,7 @@ FORBIDDEN = ("torch", "matplotlib")
 RATIO_TOLERANCE = 0.05        # harness median within 5 % of the bare loop's
 HARNESS_NS_MAX = 1000.0       # "well under a microsecond" per iteration
 HELP_S_MAX = 0.5              # collbench --help "answers fast"
-SWEEP_S_MAX = 30.0            # "well under a minute"
+SWEEP_S_MAX = 15.0            # the default sweep, rounds included, "within about 15 s"
 SWEEP_REACHED_MIN = 0.8       # "precision on most sizes"
 MEMORY_FACTOR_MAX = 3.0       # "within about 3x the largest buffer set"
 
@@ -286,7 +286,7 @@ def time_to_first_iteration(backend: str, workdir: str) -> tuple:
     env = clean_env(COLLBENCH_STARTUP_PROBE="1")
     start = time.time()
     proc, wall = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", backend, "--sizes", "8",
-                                   "--iters", "5", "--no-save", "-q"), cwd=workdir, env=env)
+                                   "--iters", "5", "--rounds", "1", "--no-save", "-q"), cwd=workdir, env=env)
     stamps = [float(m) for m in re.findall(r"collbench-probe: rank \d+ first timed iteration at ([0-9.]+)",
                                            proc.stderr)]
     if len(stamps) != RANKS:
@@ -305,7 +305,7 @@ def sweep(workdir: str) -> None:
     reached = sum(r["precision_reached"] for r in rows)
     missed = [f"{r['collective']} {format_size(r['size_bytes'])}" for r in rows if not r["precision_reached"]]
     iters = sum(r["iterations"] for r in rows)
-    print(f"  adaptive (defaults: precision 2 %, max-time 1 s): {wall:.1f} s, {len(rows)} rows, "
+    print(f"  adaptive (defaults: {rows[0]['rounds']} rounds, precision 2 %, max-time 1 s): {wall:.1f} s, {len(rows)} rows, "
           f"{reached} reached precision, {iters:,} timed iterations")
     if missed:
         print("    not reached: " + ", ".join(missed))
@@ -313,7 +313,7 @@ def sweep(workdir: str) -> None:
     for sizes, iters_n, warmup in (("8-4K", 1000, 200), ("8K-1M", 100, 10)):
         path = Path(workdir, f"osu-{iters_n}.json")
         _, w = run(collbench_cmd(*base, "--sizes", sizes, "--iters", str(iters_n), "--warmup", str(warmup),
-                                 "-o", str(path)), cwd=workdir)
+                                 "--rounds", "1", "-o", str(path)), cwd=workdir)
         fixed_wall += w
         fixed_rows += json.loads(path.read_text())["rows"]
     fixed_reached = sum(r["precision_reached"] for r in fixed_rows)
@@ -343,11 +343,13 @@ def peak_rss(mpiexec: str, args: list, workdir: str) -> tuple:
 def memory(mpiexec: str, workdir: str, top: str) -> None:
     section(f"5. memory: peak RSS per rank, --sizes 1K-{top} --iters 3, check on")
     mib = 2 ** 20
-    base, _, _ = peak_rss(mpiexec, ["allreduce", "--sizes", "1K", "--iters", "3", "--no-save", "-q"], workdir)
+    base, _, _ = peak_rss(mpiexec, ["allreduce", "--sizes", "1K", "--iters", "3", "--rounds", "1", "--no-save", "-q"],
+                          workdir)
     print(f"  baseline (allreduce at 1K only): {max(base) / mib:.0f} MiB per rank")
     largest = parse_bytes(top)
     for name in ("allreduce", "alltoall"):
-        peaks, wall, err = peak_rss(mpiexec, [name, "--sizes", f"1K-{top}", "--iters", "3", "--no-save", "-q"],
+        peaks, wall, err = peak_rss(mpiexec, [name, "--sizes", f"1K-{top}", "--iters", "3", "--rounds", "1",
+                                              "--no-save", "-q"],
                                     workdir)
         if "skipped" in err:
             print("  note: " + "; ".join(line for line in err.splitlines() if "skipped" in line))

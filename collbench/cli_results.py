@@ -43,14 +43,15 @@ def _warn(text: str) -> None:
 @click.option("--metric", type=click.Choice(("time_us_p50", "busbw_gbps")), default="time_us_p50",
               show_default=True, help="Median time (lower is better) or bus bandwidth (higher is better).")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
-              show_default=True, help="Family-wise significance level (Holm–Bonferroni over the rows).")
+              show_default=True, help="Family-wise significance level (max-T over the rows).")
 @click.option("-f", "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True,
               help="table, markdown (fits a CI job summary) or json.")
 def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
     A row is slower only when the change of its per-round medians is beyond the threshold and
-    significant (Holm over all rows); inconclusive rows (too few rounds) do not fail.
+    significant with every row adjusted together; inconclusive rows (too few rounds, too
+    much drift) do not fail.
 
     \b
     Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable input.
@@ -102,7 +103,7 @@ def report_command(files, fmt, threshold) -> None:
         sys.stdout.write(to_markdown_report(report, threshold_value, DEFAULT_ALPHA))
         return
     tables = build_tables(report.rows) + ([fit_table(report.fits)] if report.fits else []) \
-        + [sensitivity_table(report.rows, threshold_value, DEFAULT_ALPHA)]
+        + [sensitivity_table(list(report.loaded), threshold_value, DEFAULT_ALPHA)]
     _print_tables(tables)
     for note in report.notes:
         print(f"collbench: {note}", file=sys.stderr)
@@ -130,7 +131,37 @@ def plot_command(files, output, force) -> None:
     print(f"collbench: wrote {output}", file=sys.stderr)
 
 
+@click.command("merge")
+@click.argument("files", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, metavar="FILE", help="The merged result to write (.json).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+def merge_command(files, output, force) -> None:
+    """Merge runs of one sweep (JSON FILES) into one file: their rounds side by side.
+
+    A baseline merged from runs made at different times tells compare how far whole runs
+    drift on the machine, and gives each row more rounds. Rounds are renumbered; each keeps
+    the run it came from.
+    """
+    from pathlib import Path
+
+    from collbench.errors import UsageError
+    from collbench.exporters import JsonExporter, check_output_path, write_atomic
+    from collbench.loader import load_result
+    from collbench.merge import merge_runs
+
+    if Path(output).suffix.lower() != ".json":
+        raise UsageError(f"merge writes JSON (the rounds need it): {output!r} does not end in .json")
+    check_output_path(output, force)
+    merged, warnings = merge_runs([(str(f), load_result(f)) for f in files])
+    for warning in warnings:
+        _warn(warning)
+    write_atomic(Path(output), JsonExporter.render(merged))
+    runs = len(merged.metadata["merged_from"])
+    print(f"collbench: merged {runs} runs, {merged.metadata['settings']['rounds']} rounds, {len(merged.rows)} rows "
+          f"into {output}", file=sys.stderr)
+
+
 def register(group) -> None:
     """Add the result-file subcommands to the ``collbench`` group."""
-    for command in (compare_command, report_command, plot_command):
+    for command in (compare_command, report_command, plot_command, merge_command):
         group.add_command(command)

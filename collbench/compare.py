@@ -6,26 +6,34 @@ The rules are documented for users in docs/compare.md; in short:
 * rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing);
 * the unit of inference is the round (one launch), never the iterations of one launch: the
   change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
-  interval on the log medians (``runstats.change``);
+  interval on the log medians (``runstats.change``) whose variance also carries the drift of
+  whole runs made at different times: assumed from the rounds' own spread, or measured when
+  a file merges three or more runs;
 * rounds that ran while other processes wanted the CPU (``metadata.rounds[].load.busy``) are
   left out when the side has quiet rounds; a side with only busy rounds gets no verdict beyond
   inconclusive;
-* slower/faster: Holm-adjusted p below alpha over every row tested AND the estimate beyond
-  the threshold; same: the 95% CI inside ±threshold; otherwise inconclusive (more rounds).
+* slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
+  so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
+  95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from collbench.comparability import comparability_warnings
 from collbench.errors import UsageError
 from collbench.results import Row, RunResult
-from collbench.runstats import Change, change, detectable_change, rounds_needed
-from collbench.significance import holm
+from collbench.runstats import (MIN_LOG_SD, Change, change, detectable_change, drift_between_runs, rounds_needed,
+                                within_spread)
+from collbench.distributions import chi2_quantile
+from collbench.significance import max_t_adjust
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
@@ -36,6 +44,10 @@ DEFAULT_ALPHA = 0.05
 #: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
 #: one-round comparison flags only changes far beyond what launches alone do there.
 ASSUMED_LOG_SD = 0.25
+#: Whole runs made minutes apart move together (a machine-wide factor) by this fraction of the
+#: typical spread between the rounds of one run, unless a file merged from five or more runs
+#: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
+DRIFT_FACTOR = 0.75
 POWER = 0.8
 
 
@@ -50,11 +62,11 @@ class RowComparison:
     change_low: float               # 95% CI of the relative change of the metric
     change_high: float
     p_value: Optional[float]        # two-sided, against no change
-    p_adjusted: Optional[float]     # Holm-adjusted over every row tested
+    p_adjusted: Optional[float]     # max-T adjusted over every row tested (significance.max_t_adjust)
     rounds_baseline: int            # rounds used on each side (busy rounds left out)
     rounds_new: int
     noise: str                      # where the run-to-run spread came from: both, baseline, new, assumed
-    detectable: float               # change this comparison detects with 80% power (nan: untested)
+    detectable: float               # change this comparison detects with 80% power, rows adjusted together
     rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
     verdict: str                    # one of VERDICTS
     reason: str = ""                # why a row is inconclusive, or what limited it
@@ -81,7 +93,9 @@ class Comparison:
     alpha: float
     rows: tuple
     warnings: tuple
-    tested: int = 0                 # rows with a change estimate (the Holm family)
+    tested: int = 0                 # rows with a change estimate (the family adjusted together)
+    drift_sd: float = math.nan      # drift of whole runs used (sd of log medians)
+    drift_source: str = ""          # "assumed" or "measured over N runs"
 
     @property
     def lower_is_better(self) -> bool:
@@ -145,10 +159,15 @@ def _metric(row: Optional[Row], metric: str) -> float:
     return value if math.isfinite(value) and value > 0 else math.nan
 
 
+def _round_records(result: RunResult) -> list:
+    records = result.metadata.get("rounds")
+    return records if isinstance(records, list) else []
+
+
 def busy_rounds(result: RunResult) -> dict:
     """Round number -> the CPU cores other processes used, for rounds recorded as busy."""
     out = {}
-    for record in result.metadata.get("rounds") or []:
+    for record in _round_records(result):
         if not isinstance(record, dict):
             continue
         load = record.get("load") if isinstance(record.get("load"), dict) else {}
@@ -157,14 +176,23 @@ def busy_rounds(result: RunResult) -> dict:
     return out
 
 
-def _medians(result: RunResult, i: int, busy: dict) -> tuple:
-    """(round medians to compare, whether they all come from busy rounds)."""
+def run_ids(result: RunResult) -> dict:
+    """Round number -> the run it belongs to (rounds of one invocation share one; files merged
+    from several runs keep theirs). Rounds without a record belong to one unnamed run."""
+    return {r["round"]: str(r.get("run_id", "")) for r in _round_records(result)
+            if isinstance(r, dict) and isinstance(r.get("round"), int)}
+
+
+def rounds_by_run(result: RunResult, i: int, busy: dict, ids: dict) -> tuple:
+    """(round medians grouped by run, whether they all come from busy rounds)."""
     row = result.rows[i]
     pairs = list(zip(result.round_numbers(i), row.time_us_round_p50s))
-    quiet = [m for number, m in pairs if number not in busy]
-    if quiet:
-        return quiet, False
-    return [m for _, m in pairs], bool(pairs)
+    quiet = [(n, m) for n, m in pairs if n not in busy]
+    chosen = quiet or pairs
+    runs: dict = {}
+    for number, median in chosen:
+        runs.setdefault(ids.get(number, ""), []).append(median)
+    return list(runs.values()), not quiet and bool(pairs)
 
 
 @dataclass(frozen=True)
@@ -172,8 +200,11 @@ class _Pending:
     key: tuple
     base: Row
     new: Row
-    change: Optional[Change]
+    base_runs: list                 # round medians grouped by run
+    new_runs: list
     busy_side: str                  # "", a file's name, or "both": a side with only busy rounds
+    change: Optional[Change] = None
+    drift_var: float = 0.0          # the drift's share of the estimate's variance
 
 
 def _metric_change(c: Change, lower_is_better: bool) -> tuple:
@@ -184,7 +215,8 @@ def _metric_change(c: Change, lower_is_better: bool) -> tuple:
 
 
 def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float, metric: str,
-            tested: int) -> RowComparison:
+            critical: float) -> RowComparison:
+    """The verdict of one row from its change, its adjusted p-value and the threshold."""
     lower_is_better = METRICS[metric]
     base_value, new_value = _metric(p.base, metric), _metric(p.new, metric)
     c = p.change
@@ -192,9 +224,10 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         return RowComparison(p.key, p.base, p.new, base_value, new_value, math.nan, math.nan, math.nan, None, None,
                              0, 0, "", math.nan, None, "insufficient data", "no round medians to compare")
     ratio, low, high = _metric_change(c, lower_is_better)
-    detect = detectable_change(c.log_sd, c.n_baseline, c.n_new, c.df, alpha / max(1, tested), POWER)
+    detect = detectable_change(c.se, c.df, critical, POWER)
     # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
-    needed = rounds_needed(c.log_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4))
+    within_sd = math.sqrt(max(c.se ** 2 - p.drift_var, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
+    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=p.drift_var)
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason = ""
@@ -207,7 +240,8 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         if significant and beyond:
             reason = f"every round of {'both files' if p.busy_side == 'both' else p.busy_side} ran on a busy host"
         elif needed is None:
-            reason = "more than 1000 rounds per side would be needed"
+            reason = ("the drift between runs hides a change this size: use a baseline merged from more runs"
+                      if p.drift_var > 0 else "more than 1000 rounds per side would be needed")
         else:
             reason = f"needs about {needed} rounds per side"
     return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
@@ -228,19 +262,33 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
                          f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
     busy_base, busy_new = busy_rounds(baseline), busy_rounds(new)
+    ids_base, ids_new = run_ids(baseline), run_ids(new)
     pending = []
     for key in common:
         b, n = base_index[key], new_index[key]
-        base_medians, base_busy = _medians(baseline, b, busy_base)
-        new_medians, new_busy = _medians(new, n, busy_new)
+        base_runs, base_busy = rounds_by_run(baseline, b, busy_base, ids_base)
+        new_runs, new_busy = rounds_by_run(new, n, busy_new, ids_new)
         side = "both" if base_busy and new_busy else baseline_name if base_busy else new_name if new_busy else ""
-        estimate = change(base_medians, new_medians, assumed_log_sd=assumed_log_sd)
-        if estimate is not None and not (_metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0):
-            estimate = None                       # e.g. the bus bandwidth of a barrier
-        pending.append(_Pending(key, baseline.rows[b], new.rows[n], estimate, side))
+        comparable = _metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0
+        pending.append(_Pending(key, baseline.rows[b], new.rows[n], base_runs if comparable else [],
+                                new_runs if comparable else [], side))
+    spreads = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
+    drift, drift_source = estimate_drift(list(spreads.values()),
+                                         [[p.base_runs for p in pending], [p.new_runs for p in pending]], assumed_log_sd)
+    for i, p in enumerate(pending):
+        estimate = change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift)
+        if estimate is not None:
+            concentration = sum(len(g) ** 2 for g in p.base_runs) / estimate.n_baseline ** 2 + \
+                sum(len(g) ** 2 for g in p.new_runs) / estimate.n_new ** 2
+            pending[i] = dataclasses.replace(p, change=estimate, drift_var=drift[0] ** 2 * concentration)
     tested = [p for p in pending if p.change is not None]
-    adjusted = dict(zip((p.key for p in tested), holm([p.change.p_value for p in tested])))
-    by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, len(tested)) for p in pending}
+    within = [spreads[p.key] for p in tested]
+    family = max_t_adjust(
+        [p.change.estimate / p.change.se for p in tested],
+        [max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / p.change.n_baseline + 1.0 / p.change.n_new) for w, p in zip(within, tested)],
+        [w.df for w in within], [p.drift_var for p in tested], drift[1], alpha=alpha)
+    adjusted = dict(zip((p.key for p in tested), family.adjusted))
+    by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, family.critical) for p in pending}
     rows = []
     nan = math.nan
     for key, i in base_index.items():
@@ -256,7 +304,28 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                                       [(r.baseline, r.new) for r in by_key.values()])
     warnings += _round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
                                 assumed_log_sd)
-    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested))
+    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
+                      drift[0], drift_source)
+
+
+def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_LOG_SD) -> tuple:
+    """((sd, df), description) of the drift of whole runs: DRIFT_FACTOR times the typical
+    spread of rounds within a run, or what a side merged from enough runs measured, whichever
+    is larger. ``sides``: per side, every row's rounds grouped by run. One machine-wide value:
+    the factor moves every row alike."""
+    measured = [p for p in spreads if p.source != "assumed"]
+    typical = float(np.median([p.log_sd for p in measured])) if measured else assumed_log_sd
+    # The typical spread over many rows is known precisely: the assumption is what is uncertain.
+    assumed = DRIFT_FACTOR * typical
+    best = ((assumed, math.inf), f"assumed: {DRIFT_FACTOR:g} × the rounds' typical spread")
+    for rows in sides:
+        found = drift_between_runs([runs for runs in rows if runs])
+        # A side of several runs that drifted clearly more than assumed (beyond the 95th
+        # percentile of what the assumption allows for that many runs) overrules it.
+        if found is not None and found[0] ** 2 > assumed ** 2 * chi2_quantile(0.95, found[1]) / found[1] \
+                and found[0] > best[0][0]:
+            best = (found, f"measured over {int(found[1]) + 1} runs")
+    return best
 
 
 def _round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, busy_base: dict,
@@ -264,7 +333,7 @@ def _round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new
     notes = []
     for name, result, busy in ((baseline_name, baseline, busy_base), (new_name, new, busy_new)):
         if busy:
-            total = len(result.metadata.get("rounds") or [])
+            total = len(_round_records(result))
             worst = max((v for v in busy.values() if isinstance(v, (int, float))), default=math.nan)
             notes.append(f"{name}: {len(busy)} of {total} round(s) ran while other processes used up to "
                          f"{worst:.2f} CPU cores beyond the idle ones; "

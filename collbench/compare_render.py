@@ -71,9 +71,11 @@ def summary_line(c: Comparison) -> str:
 def method_line(c: Comparison) -> str:
     direction = "lower" if c.lower_is_better else "higher"
     noise = ", ".join(_NOISE[n] for n in c.noise_sources) or "-"
+    drift = f"±{c.drift_sd:.1%}, {c.drift_source}" if math.isfinite(c.drift_sd) else "-"
     return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of the per-round "
-            f"medians, 95% CI from Student t on their logs (spread from {noise}); slower or faster when beyond "
-            f"±{c.threshold * 100:g}% and Holm-adjusted p < {c.alpha:g} over {c.tested} rows; same when the 95% CI "
+            f"medians, 95% CI from Student t on their logs (rounds' spread from {noise}; drift of whole runs "
+            f"{drift}); slower or faster when beyond "
+            f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the 95% CI "
             f"lies inside ±{c.threshold * 100:g}%; otherwise inconclusive")
 
 
@@ -97,7 +99,7 @@ def comparison_table(c: Comparison) -> TableModel:
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
     headers = ("collective", "backend", *[lbl for _, lbl in varying], "size", f"baseline {label}",
-               f"new {label}", "change", "95% CI", "rounds", "p (Holm)", "verdict") + (("why",) if show_reason else ())
+               f"new {label}", "change", "95% CI", "rounds", "p (adj.)", "verdict") + (("why",) if show_reason else ())
     cells = []
     for r in c.rows:
         size = r.field("size_bytes")
@@ -154,7 +156,8 @@ def to_json(c: Comparison) -> str:
     doc = {"schema": COMPARISON_SCHEMA, "schema_version": COMPARISON_SCHEMA_VERSION,
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
            "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
-           "rows_tested": c.tested, "multiple_comparisons": "holm", "regression": c.regression,
+           "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
+           "drift_sd": _number(c.drift_sd), "drift_source": c.drift_source or None,
            "summary": c.counts, "method": method_line(c), "warnings": list(c.warnings),
            "too_noisy": [_where(r) for r in c.too_noisy()], "rows": rows}
     return json.dumps(doc, indent=1) + "\n"

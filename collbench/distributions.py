@@ -101,6 +101,16 @@ def t_two_sided_p(t: float, df: float) -> float:
     return min(1.0, incomplete_beta(df / 2.0, 0.5, df / (df + t * t)))
 
 
+def chi2_quantile(p: float, df: float) -> float:
+    """Chi-square quantile, Wilson–Hilferty approximation (within 1% from 2 degrees of freedom
+    on in the upper tail, which is what a pretest needs)."""
+    if df <= 0 or not 0.0 < p < 1.0:
+        raise ValueError(f"chi2_quantile needs df > 0 and p in (0, 1), got df={df}, p={p}")
+    z = normal_quantile(p)
+    h = 2.0 / (9.0 * df)
+    return df * max(1.0 - h + z * math.sqrt(h), 0.0) ** 3
+
+
 @lru_cache(maxsize=4096)
 def t_quantile(p: float, df: float) -> float:
     """The t value with P(T <= t) = p: bisection on the upper tail, which keeps its relative

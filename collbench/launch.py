@@ -213,8 +213,9 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
                 continue
             if code != 0:
                 if number > 1:
-                    print(f"collbench: stopped in round {number} of {rounds}; the result files keep rounds "
-                          f"1-{number - 1} and what round {number} measured", file=sys.stderr, flush=True)
+                    kept = "round 1" if number == 2 else f"rounds 1-{number - 1}"
+                    print(f"collbench: stopped in round {number} of {rounds}; the result files keep {kept} and "
+                          f"what round {number} measured", file=sys.stderr, flush=True)
                 return code
         return 1 if check_failed else 0
     finally:

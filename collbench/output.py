@@ -159,6 +159,10 @@ class Output:
         if self.progress:
             self.progress.advance(self.task)
 
+    @property
+    def run_id(self) -> str:
+        return str(self.collector.metadata.get("run_id", ""))
+
     def round_done(self, record: dict) -> None:
         """The round's own metadata (number, kind, order, load), kept in ``metadata["rounds"]``."""
         self.collector.metadata.setdefault("rounds", []).append(record)
@@ -227,6 +231,7 @@ class NullOutput:
     """What ranks other than 0 use: they print and write nothing."""
 
     paths: list = []
+    run_id = ""
 
     def note(self, text: str) -> None: ...
     def step(self, description: str) -> None: ...

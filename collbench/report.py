@@ -22,6 +22,7 @@ class Report:
     rows: tuple        # merged rows
     fits: tuple        # GroupFit per (collective, backend, dtype, op, world size, timing)
     notes: tuple       # what merging replaced, plus the files' own notes
+    loaded: tuple = ()  # (name, RunResult) per file, for what their rounds can detect
 
 
 def merge_rows(named_rows) -> tuple:
@@ -46,7 +47,7 @@ def build_report(paths) -> Report:
     loaded = [(str(p), load_result(p)) for p in paths]
     rows, notes = merge_rows((name, result.rows) for name, result in loaded)
     file_notes = tuple(f"{name}: {note}" for name, result in loaded for note in result.notes)
-    return Report(tuple(name for name, _ in loaded), rows, tuple(fit_rows(rows)), notes + file_notes)
+    return Report(tuple(name for name, _ in loaded), rows, tuple(fit_rows(rows)), notes + file_notes, tuple(loaded))
 
 
 def _setup(g: GroupFit) -> str:
@@ -85,35 +86,59 @@ def fit_table(fits) -> TableModel:
     return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes))
 
 
-def detectable(row, rows_tested: int, alpha: float) -> float:
-    """The change a comparison against another run of as many rounds detects with 80% power
-    for this row (its own run-to-run spread, Holm's first step over ``rows_tested`` rows)."""
-    from collbench.compare import POWER
-    from collbench.runstats import detectable_change, summarize_rounds
+def gate_sensitivity(result, alpha: float) -> list:
+    """(row, detectable change) for every row of one file: the change that ``compare`` calls
+    with 80% power when this file is the baseline and the new file is one more run with as
+    many rounds per run — its rounds' spread, the drift between runs, the rows adjusted
+    together as compare adjusts them. nan for a row without two rounds in one run."""
+    from collbench.compare import POWER, busy_rounds, estimate_drift, rounds_by_run, run_ids
+    from collbench.runstats import MIN_LOG_SD, detectable_change, within_spread
+    from collbench.significance import max_t_adjust
 
-    summary = summarize_rounds(row.time_us_round_p50s)
-    if summary.rounds < 2:
-        return math.nan
-    n = summary.rounds
-    return detectable_change(summary.log_sd, n, n, 2 * n - 2, alpha / max(1, rows_tested), POWER)
+    busy, ids = busy_rounds(result), run_ids(result)
+    grouped = [rounds_by_run(result, i, busy, ids)[0] for i in range(len(result.rows))]
+    spreads = [within_spread(runs, [], assumed_log_sd=0.0) for runs in grouped]
+    (drift_sd, drift_df), _ = estimate_drift(spreads, [grouped])
+    parts = []                                   # (row index, within variance, df, drift variance)
+    for i, (runs, spread) in enumerate(zip(grouped, spreads)):
+        if spread.source == "assumed":
+            continue
+        n = sum(len(r) for r in runs)
+        per_run = n / len(runs)
+        share = sum(len(r) ** 2 for r in runs) / n ** 2 + 1.0      # this file's runs, and one new run
+        parts.append((i, max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / n + 1.0 / per_run), spread.df,
+                      drift_sd ** 2 * share))
+    found = [math.nan] * len(result.rows)
+    if parts:
+        family = max_t_adjust([0.0] * len(parts), [p[1] for p in parts], [p[2] for p in parts],
+                              [p[3] for p in parts], drift_df, alpha=alpha)
+        for i, within, df, drift in parts:
+            found[i] = detectable_change(math.sqrt(within + drift), df, family.critical, POWER)
+    return list(zip(result.rows, found))
 
 
-def sensitivity_table(rows, threshold: float, alpha: float) -> TableModel:
-    """Per row: rounds, run-to-run spread, the change a comparison of as many rounds detects,
-    and whether that is within ``threshold`` (a row that is not cannot be gated on there)."""
-    tested = sum(1 for r in rows if r.rounds >= 2)
-    headers = ("collective", "backend", "size", "timing", "rounds", "run cv", "detects", f"gate at ±{threshold:.0%}")
+def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel:
+    """Per row of each file: rounds, run-to-run spread, the change a comparison against one more
+    run detects, and whether that is within ``threshold`` (rows that are not cannot be gated
+    on there: they come out inconclusive, not as false alarms)."""
+    several = len(named) > 1
+    headers = (("file",) if several else ()) + ("collective", "backend", "size", "timing", "rounds", "run cv",
+                                                "detects", f"gate at ±{threshold:.0%}")
     cells = []
-    for r in rows:
-        found = detectable(r, tested, alpha)
-        verdict = ("needs 2+ rounds" if math.isnan(found) else "ok" if found <= threshold else "too noisy")
-        cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
-        cells.append((r.collective, r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing,
-                      str(r.rounds), cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
-    notes = (f"detects: the change that collbench compare, against another run with as many rounds, calls with "
-             f"80% power (two-sided Student t on the log round medians, Holm over the {tested} rows with rounds, "
-             f"alpha {alpha:g}); rows above the threshold give inconclusive verdicts there, not false alarms",)
-    return TableModel("what a comparison of these rounds can detect", headers, tuple(cells), notes)
+    for name, result in named:
+        for r, found in gate_sensitivity(result, alpha):
+            verdict = ("needs 2+ rounds" if math.isnan(found) else "ok" if found <= threshold else "too noisy")
+            cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
+            cells.append(((name,) if several else ()) + (
+                r.collective, r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
+                cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
+    notes = ("detects: the change collbench compare calls with 80% power when this file is the baseline and the "
+             "new file one more run with as many rounds per run: the rounds' spread, the drift of whole runs "
+             f"between the two (assumed, or measured in a file merged from 3+ runs), the rows adjusted together "
+             f"(max-T), alpha "
+             f"{alpha:g}. Rows above the threshold give inconclusive verdicts there, not false alarms; a baseline "
+             "merged from several runs (collbench merge) lowers the figure",)
+    return TableModel("what a comparison against this baseline can detect", headers, tuple(cells), notes)
 
 
 def to_markdown_report(report: Report, threshold: float = 0.05, alpha: float = 0.05) -> str:
@@ -121,6 +146,6 @@ def to_markdown_report(report: Report, threshold: float = 0.05, alpha: float = 0
     lines += [to_markdown(t) for t in build_tables(report.rows)]
     if report.fits:
         lines.append(to_markdown(fit_table(report.fits)))
-    lines.append(to_markdown(sensitivity_table(report.rows, threshold, alpha)))
+    lines.append(to_markdown(sensitivity_table(list(report.loaded), threshold, alpha)))
     lines += [f"- {n}" for n in report.notes]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -29,7 +29,8 @@ KIND_LAUNCH, KIND_IN_JOB = "launch", "in-job"
 #: Rounds by default: enough for a run-to-run CI, cheap enough for a default sweep.
 DEFAULT_ROUNDS = 5
 MAX_ROUNDS = 1000
-#: CPU (in cores) that other processes may use beyond the idle cores before a round is busy.
+#: CPU (in cores) that other processes may use beyond the idle cores before a round is busy,
+#: on top of the measurement's own resolution (whole ticks of /proc/stat over the round).
 BUSY_MARGIN_CORES = 0.25
 JOURNAL = "journal.jsonl"
 
@@ -99,7 +100,7 @@ def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
 # --- CPU load --------------------------------------------------------------------------------
 
 def _host_cpu() -> Optional[tuple]:
-    """(busy seconds, steal seconds) of the whole host since boot, from /proc/stat."""
+    """(busy seconds, steal seconds, seconds per tick) of the whole host since boot, from /proc/stat."""
     try:
         with open("/proc/stat", encoding="ascii") as fh:
             fields = fh.readline().split()
@@ -110,7 +111,7 @@ def _host_cpu() -> Optional[tuple]:
     except (OSError, ValueError, IndexError):
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / hz, steal / hz
+    return (user + nice + system + irq + softirq + steal) / hz, steal / hz, 1.0 / hz
 
 
 class CpuMeter:
@@ -128,6 +129,7 @@ class CpuMeter:
         if host is not None and self._host is not None:
             report["host_busy_s"] = host[0] - self._host[0]
             report["host_steal_s"] = host[1] - self._host[1]
+            report["tick_s"] = host[2]
         return report
 
 
@@ -149,12 +151,15 @@ def round_load(reports: list, hosts: list) -> dict:
             continue
         other = max(0.0, reader["host_busy_s"] - entry["own_cpu_s"]) / reader["wall_s"]
         idle = max(0, reader["cpus"] - entry["ranks"])
-        host_busy = other > idle + BUSY_MARGIN_CORES
+        # /proc/stat counts whole ticks: each CPU's count may be off by one at either end,
+        # which in a short round is a lot of cores. Only what lies beyond that counts.
+        resolution = 2.0 * reader["cpus"] * reader.get("tick_s", 0.01) / reader["wall_s"]
+        host_busy = other > idle + BUSY_MARGIN_CORES + resolution
         busy = busy or host_busy
         worst = max(worst, other)
         summary[host] = {"other_cpu_cores": round(other, 3), "steal_cores": round(reader["host_steal_s"] / reader["wall_s"], 3),
                          "own_cpu_cores": round(entry["own_cpu_s"] / reader["wall_s"], 3), "cpus": reader["cpus"],
-                         "ranks": entry["ranks"], "busy": host_busy}
+                         "ranks": entry["ranks"], "resolution_cores": round(resolution, 3), "busy": host_busy}
     return {"busy": busy, "other_cpu_cores": round(worst, 3), "hosts": summary}
 
 

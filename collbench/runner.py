@@ -10,6 +10,7 @@ import datetime
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Optional
 
@@ -120,8 +121,10 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, hosts: list, sched
                 "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout,
                 "rounds": schedule.total, "round_kind": schedule.kind, "seed": schedule.seed,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing.max_time * schedule.budget_share()}
-    return collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
-                   versions=versions)
+    metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
+                       versions=versions)
+    metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
+    return metadata
 
 
 def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):
@@ -171,7 +174,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         watchdog.disarm()
         supervise.at("shutdown")
         completed = True
-        if is_root:
+        if is_root and schedule.final in schedule.here:
             _warn_resolution(out, collector)
     finally:
         out.finish(completed)
@@ -202,7 +205,8 @@ def _round(plan: Plan, control, backends: dict, sweep: Sweep, out, schedule: rou
     reports = control.gather(meter.stop())
     if is_root:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
-        out.round_done({"round": number, "kind": schedule.kind, "started": started, "rank0_pid": os.getpid(),
+        out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
+                        "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3), "rank_hosts": hosts,
                         "load": rounds.round_load(reports, hosts),
                         "order": [{"collective": b.collective, "backend": b.backend,

@@ -10,8 +10,11 @@ multiplicative, so differences of logs are ratios.
 * ``summarize_rounds`` — the centre (geometric mean of the round medians), a 95% CI of it
   (Student t on the log medians), the coefficient of variation, and whether the rounds
   disagree far beyond what their own within-round CIs allow.
-* ``change`` — the change between two sets of round medians (ratio of geometric means) with
-  its CI and p-value, the noise coming from whichever side has rounds to estimate it.
+* ``within_spread``, ``drift_between_runs`` and ``change`` — the change between two sets of
+  runs of round medians (ratio of geometric means) with its CI and p-value. Two kinds of
+  noise: the rounds of one run spread around the run's mean, and whole runs made at
+  different times drift together (a machine-wide factor: on a shared VM, ±10% from one
+  minute to the next). Rounds average out the first only; the second needs separate runs.
 * ``detectable_change`` and ``rounds_needed`` — what a given spread lets a comparison see.
 """
 
@@ -85,80 +88,153 @@ def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tup
 
 
 @dataclass(frozen=True)
+class Spread:
+    """The spread of one row's round medians within runs (sd of logs), shared by both sides."""
+
+    log_sd: float
+    df: float            # degrees of freedom of that estimate (inf: assumed)
+    source: str          # both, baseline, new (the sides with two or more rounds in a run), or assumed
+
+
+def _within(groups) -> tuple:
+    """(sum of squares around each run's mean, degrees of freedom) of log medians."""
+    ss, df = 0.0, 0
+    for g in groups:
+        if len(g) >= 2:
+            ss += float(((g - g.mean()) ** 2).sum())
+            df += len(g) - 1
+    return ss, df
+
+
+def _logs(groups) -> list:
+    return [np.log(x) for x in (_positive(g) for g in groups) if len(x)]
+
+
+def within_spread(baseline, new, *, assumed_log_sd: float) -> Spread:
+    """How far the rounds of one run spread, from the rounds of both sides (each a list of runs,
+    each run a list of round medians). With rounds on both sides the *larger* side's variance
+    (never smaller than the pooled one: a noisy new run cannot borrow precision from a quiet
+    baseline) with the pooled degrees of freedom; with rounds on one side, that side's; with
+    none, ``assumed_log_sd``."""
+    ssa, dfa = _within(_logs(baseline))
+    ssb, dfb = _within(_logs(new))
+    if dfa and dfb:
+        return Spread(math.sqrt(max(ssa / dfa, ssb / dfb)), float(dfa + dfb), "both")
+    if dfa:
+        return Spread(math.sqrt(ssa / dfa), float(dfa), "baseline")
+    if dfb:
+        return Spread(math.sqrt(ssb / dfb), float(dfb), "new")
+    return Spread(assumed_log_sd, math.inf, "assumed")
+
+
+#: Runs a side needs before its own drift between runs is trusted: with fewer, the estimate has
+#: too few degrees of freedom to be anything but noise (calibration: with three runs it cost
+#: more power than it bought, benchmarks/README.md).
+MIN_RUNS_FOR_DRIFT = 3
+
+
+def drift_between_runs(rows_runs) -> Optional[tuple]:
+    """(sd, df) of the machine-wide factor that moves whole runs made at different times, from
+    one side's rows, each a list of runs of round medians; None with fewer than
+    MIN_RUNS_FOR_DRIFT runs.
+
+    Each run's effect is the median over rows of its mean log median's deviation from the
+    row's mean (the factor moves every row alike); their variance, less what the rounds' own
+    spread explains, is the drift's."""
+    k = max((len(_logs(runs)) for runs in rows_runs), default=0)
+    if k < MIN_RUNS_FOR_DRIFT:
+        return None
+    deviations, within = [], []
+    for runs in rows_runs:
+        logs = _logs(runs)
+        if len(logs) != k:
+            continue
+        means = np.array([g.mean() for g in logs])
+        deviations.append(means - means.mean())
+        ss, df = _within(logs)
+        if df:
+            within.append(ss / df * float(np.mean([1.0 / len(g) for g in logs])))
+    if not deviations:
+        return None
+    effects = np.median(np.array(deviations), axis=0)
+    variance = float(effects.var(ddof=1)) - (float(np.median(within)) / len(deviations) if within else 0.0)
+    return math.sqrt(max(variance, 0.0)), float(k - 1)
+
+
+@dataclass(frozen=True)
 class Change:
     """NEW against BASELINE on the log scale: ``estimate`` = log(ratio of geometric means)."""
 
-    n_baseline: int
+    n_baseline: int      # rounds on each side
     n_new: int
     estimate: float      # log ratio; exp(estimate) = new / baseline
-    se: float            # standard error of the estimate
-    df: float            # degrees of freedom of the t distribution (inf: an assumed spread)
+    se: float            # standard error of the estimate: rounds and drift between runs
+    df: float            # degrees of freedom of the t distribution (Welch–Satterthwaite)
     ci_low: float        # log ratio bounds of the 95% CI
     ci_high: float
     p_value: float       # two-sided, against no change
-    noise: str           # where the spread came from: both, baseline, new, assumed
+    noise: str           # where the rounds' spread came from: both, baseline, new, assumed
 
     @property
     def ratio(self) -> float:
         return math.exp(self.estimate)
 
-    @property
-    def log_sd(self) -> float:
-        scale = math.sqrt(1.0 / self.n_baseline + 1.0 / self.n_new)
-        return self.se / scale
+
+def _concentration(runs) -> float:
+    """sum(n_run²) / n²: the share of a side's mean that one run's drift carries (1 for one run)."""
+    sizes = [len(g) for g in runs]
+    total = sum(sizes)
+    return sum(n * n for n in sizes) / (total * total)
 
 
-def change(baseline: Sequence[float], new: Sequence[float], *, assumed_log_sd: float,
-           confidence: float = CONFIDENCE) -> Optional[Change]:
-    """The change from ``baseline`` to ``new`` round medians; None if either side has none.
+def change(baseline, new, *, spread: Spread, drift: tuple, confidence: float = CONFIDENCE) -> Optional[Change]:
+    """The change from ``baseline`` to ``new`` (each a list of runs, each run a list of round
+    medians); None if either side has none.
 
-    The spread of round medians is a property of the machine, so both sides share one
-    estimate of it: with two or more rounds on each side the larger of the two sides' variances
-    (never smaller than the pooled one, so a noisier side cannot hide behind a quiet one), with
-    the pooled degrees of freedom; with one round on one side, the other side's; with one
-    round on each, ``assumed_log_sd`` and the normal distribution.
+    The estimate is the difference of the sides' mean log medians. Its variance has two parts:
+    the rounds' spread within a run, which averages out over all rounds, and the drift of
+    whole runs (``drift``: (sd, df)), which averages out only over separate runs — a side made
+    of one run carries all of its run's drift.
     """
-    a, b = np.log(_positive(baseline)), np.log(_positive(new))
-    na, nb = len(a), len(b)
-    if na == 0 or nb == 0:
+    a, b = _logs(baseline), _logs(new)
+    if not a or not b:
         return None
-    if na >= 2 and nb >= 2:
-        sd = math.sqrt(max(a.var(ddof=1), b.var(ddof=1)))
-        df, noise = float(na + nb - 2), "both"
-    elif na >= 2:
-        sd, df, noise = float(a.std(ddof=1)), float(na - 1), "baseline"
-    elif nb >= 2:
-        sd, df, noise = float(b.std(ddof=1)), float(nb - 1), "new"
-    else:
-        sd, df, noise = assumed_log_sd, math.inf, "assumed"
-    sd = max(sd, MIN_LOG_SD)
-    se = sd * math.sqrt(1.0 / na + 1.0 / nb)
-    estimate = float(b.mean() - a.mean())
+    na, nb = sum(len(g) for g in a), sum(len(g) for g in b)
+    drift_sd, drift_df = drift
+    within_var = max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / na + 1.0 / nb)
+    drift_var = drift_sd ** 2 * (_concentration(a) + _concentration(b))
+    variance = within_var + drift_var
+    parts = [(within_var, spread.df), (drift_var, drift_df)]
+    denominator = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
+    df = variance * variance / denominator if denominator > 0 else math.inf
+    se = math.sqrt(variance)
+    estimate = float(np.concatenate(b).mean() - np.concatenate(a).mean())
     half = t_quantile(0.5 + confidence / 2, df) * se
     return Change(na, nb, estimate, se, df, estimate - half, estimate + half,
-                  t_two_sided_p(estimate / se, df), noise)
+                  t_two_sided_p(estimate / se, df), spread.source)
 
 
-def detectable_change(log_sd: float, n_baseline: int, n_new: int, df: float, alpha: float,
-                      power: float = 0.8) -> float:
-    """The relative change that a two-sided t test at level ``alpha`` detects with probability
-    ``power``, for this spread and these round counts (e.g. 0.12 for 12%)."""
-    if not math.isfinite(log_sd) or df <= 0:
+def detectable_change(se: float, df: float, critical: float, power: float = 0.8) -> float:
+    """The relative change (0.12 for 12%) that a test calling |t| > ``critical`` significant
+    detects with probability ``power`` when the estimate's standard error is ``se``."""
+    if not (math.isfinite(se) and math.isfinite(critical)) or df <= 0:
         return math.nan
-    se = max(log_sd, MIN_LOG_SD) * math.sqrt(1.0 / n_baseline + 1.0 / n_new)
-    return math.expm1((t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * se)
+    return math.expm1((critical + t_quantile(power, df)) * se)
 
 
-def rounds_needed(log_sd: float, half_width: float, confidence: float = CONFIDENCE, limit: int = 1000) -> Optional[int]:
-    """Rounds on each side for the CI of a change to be at most ±``half_width`` (relative) wide;
-    None if more than ``limit``."""
+def rounds_needed(log_sd: float, half_width: float, *, drift_var: float = 0.0, confidence: float = CONFIDENCE,
+                  limit: int = 1000) -> Optional[int]:
+    """Rounds on each side (one run each) for the CI of a change to be at most ±``half_width``
+    (relative) wide; None if more than ``limit`` — or if the drift between runs
+    (``drift_var``: its share of the estimate's variance) alone is too wide, which no number
+    of rounds in one run can fix."""
     if not math.isfinite(log_sd) or half_width <= 0:
         return None
     target = math.log1p(half_width)
     sd = max(log_sd, MIN_LOG_SD)
 
     def fits(n: int) -> bool:
-        return t_quantile(0.5 + confidence / 2, 2 * n - 2) * sd * math.sqrt(2.0 / n) <= target
+        return t_quantile(0.5 + confidence / 2, 2 * n - 2) * math.sqrt(sd * sd * 2.0 / n + drift_var) <= target
 
     if not fits(limit):
         return None

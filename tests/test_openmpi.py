@@ -26,7 +26,7 @@ def _run(args, cwd, env=None, timeout=180):
 
 def test_every_collective_on_three_oversubscribed_ranks(tmp_path):
     proc = _run(["all", "-n", "3", "--backend", "mpi,mpi-pickle", "--sizes", "1K,48K", "--iters", "10", "-v",
-                 "-o", "o.json"], tmp_path)
+                 "--rounds", "2", "-o", "o.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     if 3 > (os.cpu_count() or 1):
         assert "--oversubscribe" in proc.stderr
@@ -34,11 +34,13 @@ def test_every_collective_on_three_oversubscribed_ranks(tmp_path):
     assert "Open MPI" in result.metadata["versions"]["mpi_library"]
     assert len(result.rows) == 2 * (8 * 2 + 1)
     assert all(r.check == ("skipped" if r.collective == "barrier" else "ok") and r.world_size == 3
-               for r in result.rows)
+               and r.rounds == 2 for r in result.rows)
+    assert result.metadata["settings"]["round_kind"] == "launch"
 
 
 def test_timeout_aborts_under_open_mpi(tmp_path):
-    proc = _run(["allreduce", "-n", "2", "--sizes", "8-4K", "--iters", "10", "--timeout", "3", "-o", "h.json"],
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8-4K", "--iters", "10", "--rounds", "1", "--no-shuffle",
+                 "--timeout", "3", "-o", "h.json"],
                 tmp_path, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"})
     assert proc.returncode != 0
     assert "timeout: allreduce on mpi at 1K did not finish within 3 s" in proc.stderr

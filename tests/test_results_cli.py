@@ -24,7 +24,7 @@ def files(tmp_path):
     return paths
 
 
-@pytest.mark.parametrize("name", ["compare", "report", "plot"])
+@pytest.mark.parametrize("name", ["compare", "report", "plot", "merge"])
 def test_help(name, tmp_path):
     proc = run_cli([name, "--help"], tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith(f"Usage: collbench {name}")
@@ -145,7 +145,7 @@ def test_report_says_which_rows_are_too_noisy_to_gate(tmp_path):
     for name, path in (("quiet", quiet), ("noisy", noisy), ("one", one)):
         proc = run_cli(["report", path, "--format", "markdown", "--threshold", "10%"], tmp_path)
         assert proc.returncode == 0, proc.stderr
-        assert "### what a comparison of these rounds can detect" in proc.stdout
+        assert "### what a comparison against this baseline can detect" in proc.stdout
         verdicts[name] = {line.rsplit(" | ", 1)[1].rstrip(" |") for line in proc.stdout.splitlines()
                           if line.startswith("| allreduce | ") and " | latency | " in line}
     assert verdicts == {"quiet": {"ok"}, "noisy": {"too noisy"}, "one": {"needs 2+ rounds"}}
@@ -193,3 +193,46 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     proc = run_cli(["plot", "base.json", "new.json", "-o", plot], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def _run_with_id(seed, run_id, **kw):
+    run = run_of(SERIES, seed=seed, **kw)
+    run.metadata["run_id"] = run_id
+    run.metadata["rounds"] = [{"round": d.round, "run_id": run_id, "load": {"busy": False}} for d in run.rounds[0]]
+    return run
+
+
+def test_merge_puts_runs_side_by_side(tmp_path):
+    first = write(_run_with_id(1, "aaa", rounds=3), tmp_path / "a.json")
+    second = write(_run_with_id(2, "bbb", rounds=4, meta=metadata(hostnames=["node9"])), tmp_path / "b.json")
+    proc = run_cli(["merge", first, second, "-o", "m.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "merged 2 runs, 7 rounds" in proc.stderr and "hostnames differs" in proc.stderr
+    from collbench.loader import load_result
+    merged = load_result(tmp_path / "m.json")
+    assert [r["round"] for r in merged.metadata["rounds"]] == list(range(1, 8))
+    assert [r["run_id"] for r in merged.metadata["rounds"]] == ["aaa"] * 3 + ["bbb"] * 4
+    assert [s["rounds"] for s in merged.metadata["merged_from"]] == [3, 4]
+    assert all(r.rounds == 7 and len(r.time_us_round_p50s) == 7 for r in merged.rows)
+    assert [d.round for d in merged.rounds[0]] == list(range(1, 8))
+    again = run_cli(["merge", first, second, "-o", "m.json"], tmp_path)
+    assert again.returncode == 2 and "--force" in one_line_error(again)
+    assert run_cli(["compare", "m.json", second], tmp_path).returncode == 0
+
+
+def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp_path):
+    from pathlib import Path
+    v1 = Path(__file__).resolve().parent / "data" / "v1-allreduce-mpi-vs-pickle.json"
+    copy = tmp_path / "v1-again.json"
+    copy.write_text(v1.read_text())
+    proc = run_cli(["merge", v1, copy, "-o", "old.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "old.json").read_text())
+    assert doc["schema_version"] == 2 and all(r["rounds"] == 2 for r in doc["rows"])
+    assert [r["run_id"] for r in doc["metadata"]["rounds"]] == [v1.name, copy.name]
+    for args, message in ((["merge", files["base"], "-o", "x.json"], "two or more"),
+                          (["merge", v1, v1, "-o", "x.json"], "the same run"),
+                          (["merge", files["base"], files["base_csv"], "-o", "x.json"], "a CSV has no rounds"),
+                          (["merge", files["base"], files["same"], "-o", "x.csv"], "does not end in .json")):
+        bad = run_cli(args, tmp_path)
+        assert bad.returncode == 2 and message in one_line_error(bad), bad.stderr

@@ -7,7 +7,8 @@ import pytest
 
 from collbench.aggregate import build_row, round_data, worst_check
 from collbench.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
-from collbench.runstats import change, detectable_change, rounds_needed, summarize_rounds
+from collbench.runstats import (change, detectable_change, drift_between_runs, rounds_needed, summarize_rounds,
+                                within_spread)
 from results_helpers import identity
 
 
@@ -68,35 +69,63 @@ def test_run_to_run_ci_covers_the_true_centre_about_95_percent(rounds):
     assert 0.935 <= covered / trials <= 0.965
 
 
+def _change(a, b, drift=0.0, assumed=0.3):
+    spread = within_spread(a, b, assumed_log_sd=assumed)
+    return change(a, b, spread=spread, drift=(drift, math.inf))
+
+
 def test_change_sources_of_noise():
-    both = change([10, 11, 12], [20, 22, 24], assumed_log_sd=0.3)
-    assert both.noise == "both" and both.ratio == pytest.approx(2.0) and both.df == 4
+    both = _change([[10, 11, 12]], [[20, 22, 24]])
+    assert both.noise == "both" and both.ratio == pytest.approx(2.0) and both.df == pytest.approx(4)
     assert both.ci_low < math.log(2) < both.ci_high and both.p_value < 0.001
-    base_only = change([10, 11, 12, 10.5], [20], assumed_log_sd=0.3)
-    assert base_only.noise == "baseline" and base_only.df == 3
-    assert change([10], [20, 21], assumed_log_sd=0.3).noise == "new"
-    assumed = change([10], [20], assumed_log_sd=0.3)
+    base_only = _change([[10, 11, 12, 10.5]], [[20]])
+    assert base_only.noise == "baseline" and base_only.df == pytest.approx(3)
+    assert _change([[10]], [[20, 21]]).noise == "new"
+    assumed = _change([[10]], [[20]])
     assert assumed.noise == "assumed" and math.isinf(assumed.df)
     assert assumed.se == pytest.approx(0.3 * math.sqrt(2))
-    assert change([], [1.0], assumed_log_sd=0.3) is None
+    assert _change([], [[1.0]]) is None
 
 
 def test_change_takes_the_noisier_side():
-    quiet = [10.0, 10.1, 9.9, 10.0, 10.05, 9.95]
-    noisy = [12.0, 9.0, 15.0]
-    c = change(quiet, noisy, assumed_log_sd=0.3)
-    assert c.log_sd == pytest.approx(np.std(np.log(noisy), ddof=1), rel=1e-9)
-    assert c.p_value > 0.05                          # a quiet baseline does not make a noisy new run "significant"
+    quiet = [[10.0, 10.1, 9.9, 10.0, 10.05, 9.95]]
+    noisy = [[12.0, 9.0, 15.0]]
+    spread = within_spread(quiet, noisy, assumed_log_sd=0.3)
+    assert spread.log_sd == pytest.approx(np.std(np.log(noisy[0]), ddof=1), rel=1e-9)
+    assert _change(quiet, noisy).p_value > 0.05    # a quiet baseline does not make a noisy new run "significant"
+
+
+def test_drift_of_whole_runs_averages_out_over_runs_not_rounds():
+    """One run on each side carries all of its run's drift: more rounds in it do not help."""
+    few, many = _change([[10.0, 10.2]], [[11.0, 11.2]], drift=0.1), \
+        _change([[10.0, 10.2] * 20], [[11.0, 11.2] * 20], drift=0.1)
+    assert many.se == pytest.approx(0.1 * math.sqrt(2), rel=0.01) and many.se < few.se
+    base, new = [[10.0, 10.2]] * 8, [[11.0, 11.2]]                         # eight runs in the baseline
+    runs = _change(base, new, drift=0.1)
+    s = within_spread(base, new, assumed_log_sd=0.3).log_sd
+    assert runs.se == pytest.approx(math.sqrt(s * s * (1 / 16 + 1 / 2) + 0.1 ** 2 * (1 / 8 + 1)))
+    assert runs.se < many.se
+
+
+def test_drift_between_runs_is_measured_from_three_runs():
+    rng = np.random.default_rng(3)
+    effects = rng.normal(0, 0.2, 8)                        # each run shifts every row alike
+    rows = [[list(10.0 * (r + 1) * np.exp(e + rng.normal(0, 0.01, 6))) for e in effects] for r in range(30)]
+    sd, df = drift_between_runs(rows)
+    assert df == 7 and sd == pytest.approx(np.std(effects, ddof=1), rel=0.05)
+    assert drift_between_runs([runs[:2] for runs in rows]) is None          # too few runs to say anything
 
 
 def test_detectable_change_and_rounds_needed():
-    assert detectable_change(0.1, 10, 10, 18, 0.05) < detectable_change(0.1, 3, 3, 4, 0.05)
-    assert detectable_change(0.1, 10, 10, 18, 0.05 / 100) > detectable_change(0.1, 10, 10, 18, 0.05)
-    assert math.isnan(detectable_change(math.nan, 3, 3, 4, 0.05))
+    assert detectable_change(0.05, 18, 2.0) < detectable_change(0.1, 18, 2.0)
+    assert detectable_change(0.1, 18, 3.5) > detectable_change(0.1, 18, 2.0)
+    assert detectable_change(0.1, math.inf, 1.96) == pytest.approx(math.expm1((1.96 + 0.8416) * 0.1), rel=1e-3)
+    assert math.isnan(detectable_change(math.nan, 4, 2.0))
     n = rounds_needed(0.1, 0.05)
     half = lambda k: math.expm1(t_quantile(0.975, 2 * k - 2) * 0.1 * math.sqrt(2 / k))   # noqa: E731
     assert half(n) <= 0.05 < half(n - 1)
     assert rounds_needed(5.0, 0.01) is None and rounds_needed(0.001, 0.5) == 2
+    assert rounds_needed(0.01, 0.05, drift_var=0.1 ** 2) is None              # the drift alone is wider
 
 
 def test_rows_from_rounds():
