@@ -133,9 +133,11 @@ def analyse(folder: Path, args) -> None:
 
     def trials(make_new, label: str, power: bool = False, gate: float = None) -> None:
         exits = flagged = slower = rows = seen = seen_slower = 0
+        drifts = []
         for _ in range(args.splits):
             baseline, other = _split(quiet, args.baseline_runs, args.new_runs, rng)
             c = compare_runs(baseline, make_new(other), **options)
+            drifts.append((c.drift_sd, c.drift_source.split(":")[0]))
             exits += c.regression
             flagged += c.counts["slower"] + c.counts["faster"]
             slower += c.counts["slower"]
@@ -149,7 +151,9 @@ def analyse(folder: Path, args) -> None:
                      f"{seen_slower / max(1, seen):.1%}" if gate is not None else "")
             print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}")
         else:
-            print(f"{label:<42} rows flagged {flagged / rows:6.2%}   comparisons exiting 1 {exits}/{args.splits}")
+            measured = sum(1 for _, source in drifts if source.startswith("measured"))
+            print(f"{label:<42} rows flagged {flagged / rows:6.2%}   comparisons exiting 1 {exits}/{args.splits}   "
+                  f"(drift used: median ±{np.median([d for d, _ in drifts]):.1%}, measured in {measured})")
 
     trials(lambda other: other, "A/A, quiet")
     if runs["neighbour"]:

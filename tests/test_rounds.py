@@ -198,3 +198,24 @@ def test_compare_on_real_runs_a_a_passes_and_a_pinned_run_fails(run_dir):
     pinned = cli(["compare", "base.json", "pinned.json"], run_dir)
     assert pinned.returncode == 1, pinned.stdout
     assert pinned.stdout.startswith("REGRESSION: ")
+
+
+def _report(wall, own, busy, cpus=2, tick=0.01):
+    return {"wall_s": wall, "own_cpu_s": own, "host_busy_s": busy, "host_steal_s": 0.0, "cpus": cpus, "tick_s": tick}
+
+
+def test_round_load_counts_other_processes_beyond_idle_cores_and_tick_resolution():
+    # 2 ranks on 2 cores for 2 s: the ranks used 3 s of CPU, the host 4 s: others took 0.5 core
+    load = rounds.round_load([_report(2.0, 1.5, 4.0), _report(2.0, 1.5, 4.0)], ["a", "a"])
+    assert load["busy"] and load["other_cpu_cores"] == pytest.approx(0.5)
+    # the same share in a 50 ms round is within what whole ticks can tell apart
+    short = rounds.round_load([_report(0.05, 0.0375, 0.1), _report(0.05, 0.0375, 0.1)], ["a", "a"])
+    assert not short["busy"] and short["hosts"]["a"]["resolution_cores"] == pytest.approx(0.8)
+    # 4 cores, 2 ranks: others may use the 2 idle cores before the ranks feel them
+    roomy = rounds.round_load([_report(2.0, 2.0, 7.0, cpus=4), _report(2.0, 2.0, 7.0, cpus=4)], ["a", "a"])
+    assert roomy["other_cpu_cores"] == pytest.approx(1.5) and not roomy["busy"]
+    crowded = rounds.round_load([_report(2.0, 2.0, 9.5, cpus=4), _report(2.0, 2.0, 9.5, cpus=4)], ["a", "a"])
+    assert crowded["busy"]
+    # two hosts: each judged by its own ranks; unknown where /proc/stat was not readable
+    mixed = rounds.round_load([_report(2.0, 2.0, 4.0), _report(2.0, 2.0, None)], ["a", "b"])
+    assert mixed["hosts"]["b"] == {"other_cpu_cores": None} and not mixed["busy"]
