@@ -14,8 +14,8 @@ interleaved, so that drift of the machine hits every kind alike. Then, over many
   slower or faster, and how many comparisons would exit 1;
 * **A/A beside a neighbour**: the same baseline against a neighbour run;
 * **power, real**: against a pinned run: the share of rows called slower;
-* **power, synthetic**: against a quiet run whose round medians are all multiplied by 1.05,
-  1.10 or 1.20 (labelled synthetic): the share of rows called slower, overall and among the
+* **power, synthetic**: against a quiet run whose round medians are all multiplied by
+  1 + shift (``--shifts``, by default +5, 10, 20, 50 and 100%; labelled synthetic): the share of rows called slower, overall and among the
   rows whose spread lets this comparison see that shift (``detectable`` at most the shift).
 
     python benchmarks/calibrate.py                      # about 20 minutes on 2 cores
@@ -49,7 +49,7 @@ from collbench.loader import load_result  # noqa: E402
 from collbench.merge import merge_runs  # noqa: E402
 from collbench.results import RunResult  # noqa: E402
 
-SHIFTS = (0.05, 0.10, 0.20)
+SHIFTS = "5%,10%,20%,50%,100%"
 
 
 def _collect(folder: Path, args) -> dict:
@@ -160,7 +160,7 @@ def analyse(folder: Path, args) -> None:
         trials(lambda other: _draw(runs["neighbour"], args.new_runs, rng), "A/A, new run beside a CPU-heavy neighbour")
     if runs["pinned"]:
         trials(lambda other: _draw(runs["pinned"], args.new_runs, rng), "power: taskset -c 0 (real)", power=True)
-    for shift in SHIFTS:
+    for shift in (parse_threshold(s) for s in args.shifts.split(",")):
         trials(lambda other, s=shift: shifted(other, 1 + s), f"power: +{shift:.0%} (synthetic)", power=True,
                gate=shift)
 
@@ -176,6 +176,7 @@ def main() -> int:
     parser.add_argument("--new-runs", type=int, default=1, help="runs merged into the new side")
     parser.add_argument("--splits", type=int, default=200)
     parser.add_argument("--threshold", default="10%")
+    parser.add_argument("--shifts", default=SHIFTS, help="synthetic slowdowns to apply [default: %(default)s]")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", help="folder for the result files [default: a new temporary folder]")

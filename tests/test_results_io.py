@@ -137,3 +137,14 @@ def test_version_1_file_loads_as_one_round():
     assert all(r.rounds == 1 and math.isnan(r.run_to_run_cv) for r in run.rows)
     assert all(len(d) == 1 and len(d[0].samples_us) == r.iterations for r, d in zip(run.rows, run.rounds))
     assert run.metadata["schema_version"] == 1
+
+
+def test_curated_example_is_a_small_version_2_file_of_five_rounds():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "results" / "examples" / "allreduce-2ranks-mpi-vs-pickle.json"
+    assert example.stat().st_size < 200_000
+    run = load_result(example)
+    assert run.metadata["schema_version"] == 2 and run.metadata["settings"]["rounds"] == 5
+    assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
+    assert all(r.rounds == 5 and len(r.time_us_round_p50s) == 5 and r.run_to_run_cv > 0 for r in run.rows)
