@@ -1,16 +1,25 @@
 """Element types and reduction operators, with the check pattern each operator uses.
 
 Every rank fills its send buffer with small integers ``value(rank, k, n)`` (k = index in the
-buffer) chosen so that the reduction is exact in every dtype offered: the largest sum,
-n(n+1)/2 + 6n, stays exact in float16 (integers up to 2048) up to about 55 ranks, and the
-product is always 2. ``reduced(k, n)`` is the closed form of that reduction over n ranks, so
-an expected result never needs all ranks' data in one place.
+buffer) and ``reduced(k, n)`` is the closed form of their reduction over n ranks, so an expected
+result never needs all ranks' data in one place.
+
+The patterns are exact at any scale and in any reduction order:
+
+* ``sum``: each value is 1, 2 or 3, and only the ranks r ≡ k (mod m) contribute to element k
+  (the others send 0), with the stride m chosen from n and the dtype's exact-integer limit so that
+  the whole sum, and so every partial sum in any order, stays an exactly representable integer
+  (float16: 2048, float32: 2^24). Up to 682 ranks in float16 every rank contributes (m = 1).
+* ``max``/``min`` pick one element (rank r sends r mod (limit - 4) + k mod 5, so values stay
+  exact and distinct), and ``prod`` multiplies 1s and one 2.
+* ``none`` (what bcast, gather, scatter, allgather and alltoall move): ``(rank + 1) + k % 7``,
+  different on every rank; data is only moved, so nothing has to stay exact.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -24,26 +33,74 @@ DTYPES = {
     "int64": np.int64,
 }
 
+#: Largest integer up to which every integer is exactly representable (floats: 2^(mantissa bits + 1)).
+EXACT_LIMIT = {"float16": 2 ** 11, "bfloat16": 2 ** 8, "float32": 2 ** 24, "float64": 2 ** 53,
+               "int32": 2 ** 31 - 1, "int64": 2 ** 63 - 1}
+
+#: Non-reducing collectives carry data only; they use the ``none`` pattern.
+NO_OP = "none"
+
 
 @dataclass(frozen=True)
 class ReduceOp:
     name: str
-    value: Callable[[np.ndarray, np.ndarray, int], np.ndarray]   # (rank, k, n) -> values
-    reduced: Callable[[np.ndarray, int], np.ndarray]             # (k, n) -> reduction over ranks
-    ufunc: np.ufunc
+    value: Callable[[np.ndarray, np.ndarray, int], np.ndarray]             # (rank, k, n) -> values
+    reduced: Optional[Callable[[np.ndarray, int], np.ndarray]] = None      # (k, n) -> reduction over ranks
+    ufunc: Optional[np.ufunc] = None
+
+
+def sum_stride(n: int, limit: int) -> int:
+    """The stride m: element k sums the ranks r ≡ k (mod m), each 1..3, so the sum is at most limit."""
+    return max(1, -(-n // (limit // 3)))
+
+
+def _sum_op(limit: int) -> ReduceOp:
+    def value(rank, k, n):
+        m = sum_stride(n, limit)
+        k = np.asarray(k)
+        return np.where(rank % m == k % m, 1 + (rank // m + k) % 3, 0)
+
+    def reduced(k, n):
+        m = sum_stride(n, limit)
+        k = np.asarray(k)
+        c = k % m                                    # the first contributing rank
+        count = np.where(c < n, (n - 1 - c) // m + 1, 0)
+        whole, rest = count // 3, count % 3          # contributors j = 0..count-1 add 1 + (j + k) % 3
+        return count + 3 * whole + np.where(rest >= 1, k % 3, 0) + np.where(rest >= 2, (k + 1) % 3, 0)
+
+    return ReduceOp("sum", value, reduced, np.add)
+
+
+def _extreme_ops(limit: int) -> dict:
+    span = limit - 4                              # rank r sends r mod span + k mod 5: at most limit
+
+    def value(r, k, n):
+        return r % span + k % 5
+
+    return {"max": ReduceOp("max", value, lambda k, n: min(n, span) - 1 + k % 5, np.maximum),
+            "min": ReduceOp("min", value, lambda k, n: k % 5, np.minimum)}
 
 
 OPS = {
-    "sum": ReduceOp("sum", lambda r, k, n: (r + 1) + k % 7,
-                    lambda k, n: n * (n + 1) // 2 + n * (k % 7), np.add),
-    "max": ReduceOp("max", lambda r, k, n: r + k % 5, lambda k, n: (n - 1) + k % 5, np.maximum),
-    "min": ReduceOp("min", lambda r, k, n: r + k % 5, lambda k, n: k % 5, np.minimum),
+    "sum": _sum_op(EXACT_LIMIT["float16"]),
+    **_extreme_ops(EXACT_LIMIT["float16"]),
     "prod": ReduceOp("prod", lambda r, k, n: np.where(r == k % n, 2, 1),
                      lambda k, n: np.full_like(k, 2), np.multiply),
 }
 
-#: Non-reducing collectives carry data only; they use the sum pattern's values.
-NO_OP = "none"
+_MOVED = ReduceOp(NO_OP, lambda r, k, n: (r + 1) + k % 7)
+
+
+def pattern(op: str, dtype: str) -> ReduceOp:
+    """The check pattern for ``op`` (or ``none``) in ``dtype``: exact in that dtype at any n."""
+    if op == NO_OP:
+        return _MOVED
+    limit = EXACT_LIMIT[dtype]
+    if op == "sum":
+        return _sum_op(limit)
+    if op in ("max", "min"):
+        return _extreme_ops(limit)[op]
+    return op_of(op)
 
 
 def dtype_of(name: str) -> np.dtype:

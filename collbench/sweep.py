@@ -15,7 +15,7 @@ import numpy as np
 from collbench import harness, memory, supervise, testhooks
 from collbench.aggregate import RowIdentity, round_data
 from collbench.collectives import Collective, get_collective
-from collbench.datatypes import NO_OP, OPS, dtype_of
+from collbench.datatypes import NO_OP, dtype_of, pattern
 from collbench.sizes import format_size
 
 FILL_CHUNK = 1 << 22
@@ -140,8 +140,8 @@ class Sweep:
                settings: harness.TimingSettings) -> None:
         plan, control = self.plan, self.control
         n, rank = control.size, control.rank
-        op = OPS[plan.op] if coll.reduces else OPS["sum"]
         op_name = plan.op if coll.reduces else NO_OP
+        op = pattern(op_name, plan.dtype)
         top = points[-1]                  # sizes ascend; the order of measuring them is ``indices``
         where = f"allocation for {coll.name} on {name}"
         supervise.at(where)

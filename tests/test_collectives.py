@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from collbench.collectives import COLLECTIVES, ORDER, get_collective
-from collbench.datatypes import OPS, dtype_of
+from collbench.datatypes import EXACT_LIMIT, NO_OP, OPS, _sum_op, dtype_of, pattern, sum_stride
 from collbench.errors import UsageError
 
 
@@ -18,7 +18,7 @@ def simulate(name, op, n, elements, root):
     coll = COLLECTIVES[name]
     send_len, recv_len = coll.lengths(elements, n)
     sends = _sends(op, n, send_len)
-    reduced = op.ufunc.reduce(np.stack(sends), axis=0) if sends and send_len else None
+    reduced = op.ufunc.reduce(np.stack(sends), axis=0) if op.ufunc and sends and send_len else None
     c = elements // n
     out = {
         "allreduce": lambda r: reduced,
@@ -35,11 +35,14 @@ def simulate(name, op, n, elements, root):
 
 
 @pytest.mark.parametrize("name", ORDER)
-@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("op_name", list(OPS) + ["sum, stride 3"])
 @pytest.mark.parametrize("n", [2, 3, 8])
 def test_expected_matches_simulation(name, op_name, n):
     coll = COLLECTIVES[name]
-    op = OPS[op_name]
+    if not coll.reduces:
+        op = pattern(NO_OP, "float32")
+    else:   # a limit of 9 makes the sum's stride ceil(n / 3) > 1 at 8 ranks: only some ranks contribute
+        op = _sum_op(9) if op_name == "sum, stride 3" else pattern(op_name, "float32")
     elements = 0 if not coll.moves_data else 24 * n
     root = n - 1 if coll.rooted else 0
     received, recv_len = simulate(name, op, n, elements, root)
@@ -77,15 +80,61 @@ def test_buffer_lengths_follow_nccl_tests_size_semantics():
     assert COLLECTIVES["reduce_scatter"].lengths(elements, n) == (1024, 256)
 
 
+def _reduce_in_order(values, ufunc, dt, order):
+    """Reduce ``values`` (ranks × elements) in the dtype, rounding after every step as a library does.
+
+    ``sequential``: rank 0, 1, … n-1; ``ring``: element k starts at rank k mod n and goes round, as a
+    ring reduce-scatter does per chunk; ``tree``: pairs, then pairs of pairs (recursive halving).
+    """
+    n, width = values.shape
+    values = values.astype(dt)
+    if order == "tree":
+        while len(values) > 1:
+            head, tail = values[: len(values) // 2 * 2], values[len(values) // 2 * 2:]
+            values = np.concatenate([ufunc(head[0::2], head[1::2]).astype(dt), tail])
+        return values[0]
+    start = np.arange(width) % n if order == "ring" else np.zeros(width, dtype=int)
+    acc = values[start, np.arange(width)]
+    for step in range(1, n):
+        acc = ufunc(acc, values[(start + step) % n, np.arange(width)]).astype(dt)
+    return acc
+
+
+ORDERS = ("sequential", "ring", "tree")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])
 @pytest.mark.parametrize("op_name", list(OPS))
-@pytest.mark.parametrize("n", [2, 3, 16, 55])
-def test_check_pattern_is_exact_in_every_dtype(dtype, op_name, n):
-    op, dt = OPS[op_name], dtype_of(dtype)
-    k = np.arange(1000)
-    per_rank = [np.asarray(op.value(r, k, n)).astype(dt) for r in range(n)]
-    got = op.ufunc.reduce(np.stack(per_rank), axis=0)
-    np.testing.assert_array_equal(got, np.asarray(op.reduced(k, n)).astype(dt))
+@pytest.mark.parametrize("n", [2, 3, 55, 64, 512, 4096])
+def test_check_pattern_is_exact_in_every_dtype_order_and_scale(dtype, op_name, n):
+    op, dt = pattern(op_name, dtype), dtype_of(dtype)
+    k = np.arange(96)                      # every residue of the sum's stride, which is at most 7 here
+    values = np.stack([np.asarray(op.value(r, k, n)) for r in range(n)])
+    want = np.asarray(op.reduced(k, n))
+    assert want.max() <= EXACT_LIMIT[dtype]
+    np.testing.assert_array_equal(want, op.ufunc.reduce(values, axis=0))     # closed form, in exact integers
+    for order in ORDERS:
+        np.testing.assert_array_equal(_reduce_in_order(values, op.ufunc, dt, order), want.astype(dt), err_msg=order)
+
+
+def test_sum_pattern_keeps_every_rank_while_it_can_and_every_element_nonzero():
+    assert sum_stride(682, EXACT_LIMIT["float16"]) == 1 and sum_stride(683, EXACT_LIMIT["float16"]) == 2
+    assert sum_stride(4096, EXACT_LIMIT["float16"]) == 7 and sum_stride(4096, EXACT_LIMIT["float32"]) == 1
+    op, k = pattern("sum", "float16"), np.arange(96)
+    for n in (2, 682, 683, 4096):
+        assert np.asarray(op.reduced(k, n)).min() > 0
+    # one rank's contribution lost or doubled changes every element it contributes to
+    values = np.stack([np.asarray(op.value(r, k, 4096)) for r in range(4096)])
+    assert np.all((values[5] == 0) | (values.sum(axis=0) - values[5] != op.reduced(k, 4096)))
+
+
+def test_the_simulation_catches_a_pattern_that_is_not_exact():
+    """Every rank adding (rank + 1) + k % 7, the earlier pattern, rounds in float16 at 64 ranks and beyond."""
+    k, n = np.arange(96), 64
+    values = np.stack([(r + 1) + k % 7 for r in range(n)])
+    exact = values.sum(axis=0)
+    assert any(np.any(_reduce_in_order(values, np.add, np.float16, order) != exact.astype(np.float16))
+               for order in ORDERS)
 
 
 def test_unknown_collective():
