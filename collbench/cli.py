@@ -33,7 +33,7 @@ def bench_options(f):
     """Options shared by every collective command and ``all``."""
     decorators = [
         click.option("-b", "--backend", default="mpi", show_default=True,
-                     help="Comma list of mpi, mpi-pickle, gloo, nccl, or all (every usable one)."),
+                     help="Comma list of mpi, mpi-pickle, gloo, nccl, installed plugins (collbench env lists them), or all (every usable one)."),
         click.option("-s", "--sizes", default="8-1M", show_default=True,
                      help="Sizes: 1K-1G (powers of 2), 8-1M:x4, 1K-64K:+8K, 8,1K,1M; K/M/G are 1024-based."),
         click.option("-n", "--np", "nprocs", type=int, default=None,

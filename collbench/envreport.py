@@ -7,7 +7,7 @@ import os
 import sys
 
 from collbench import __version__, launch
-from collbench.backends import NAMES, unavailable_reason
+from collbench.backends import names, plugins, unavailable_reason
 
 
 def _version(module: str) -> str:
@@ -35,9 +35,10 @@ def gather() -> dict:
         "torch": _version("torch"),
         "cpus": str(os.cpu_count()),
     }
-    for name in NAMES:
+    for name in names():
         reason = unavailable_reason(name)
-        info[f"backend {name}"] = "usable" if reason is None else f"unusable: {reason}"
+        origin = f" (plugin {plugins()[name].value})" if name in plugins() else ""
+        info[f"backend {name}"] = ("usable" if reason is None else f"unusable: {reason}") + origin
     if "torch" in sys.modules:
         from collbench.backends.nccl import gpu_summary
         info["GPUs"] = gpu_summary()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collbench import launch
-from collbench.backends import MPI_BACKENDS, TORCH_BACKENDS, parse_backends
+from collbench.backends import parse_backends, uses_mpi
 from collbench.datatypes import dtype_of, op_of
 from collbench.errors import UsageError
 from collbench.harness import TimingSettings
@@ -40,11 +40,11 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     backends, notes = parse_backends(opts["backend"])
     if launcher.name in ("torchrun", "env") and not launcher.mpi:
-        mpi_here = [b for b in backends if b in MPI_BACKENDS]
+        mpi_here = [b for b in backends if uses_mpi(b)]
         if mpi_here and opts["backend"].strip() != "all":
             raise UsageError(f"backend {', '.join(mpi_here)} needs an MPI launcher (mpiexec, srun); "
                              f"under {launcher.name} use gloo or nccl")
-        backends = [b for b in backends if b not in MPI_BACKENDS]
+        backends = [b for b in backends if not uses_mpi(b)]
         notes += [f"skipping backend {b}: needs an MPI launcher" for b in mpi_here]
         if not backends:
             raise UsageError("no usable backend under " + launcher.name)
@@ -74,7 +74,7 @@ def build_and_run(collectives, opts: dict, argv: list) -> int:
         if plan.root >= n:
             raise UsageError(f"--root {plan.root} is outside the world of {n} ranks (0..{n - 1})")
         if n > 1:
-            use_mpi = not all(b in TORCH_BACKENDS for b in plan.backends)
+            use_mpi = any(uses_mpi(b) for b in plan.backends)
             seed = plan.seed if plan.seed is not None else new_seed()
             return launch.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
                                       seed=seed)

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from collbench import harness, memory, supervise, testhooks
+from collbench import harness, memory, supervise
 from collbench.aggregate import RowIdentity, round_data
 from collbench.collectives import Collective, get_collective
 from collbench.datatypes import NO_OP, dtype_of, pattern
@@ -68,7 +67,6 @@ class Sweep:
         self.failures: list = []
         self.out = None
         self.rounds = 1
-        self.hooks = testhooks.from_env()
         self.dtype = dtype_of(plan.dtype)
         budget = control.bcast(memory.budget_bytes() if control.rank == 0 else None)
         self.points: dict = {}
@@ -156,17 +154,12 @@ class Sweep:
             supervise.at(where)
             self.watchdog.arm(plan.timeout, where)
             self.out.step(where)
-            if self.hooks.pause_s:
-                time.sleep(self.hooks.pause_s)
-            if self.hooks.hangs(rank, coll.name, point.size_bytes):
-                time.sleep(1e9)
             bound = backend.bind(buffers, collective=coll.name, send_len=point.send_len,
                                  recv_len=point.recv_len, op=op_name, root=plan.root)
             wrong = 0
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
-                mine = harness.count_wrong(bound, coll, op, n, rank, plan.root, point.elements, point.recv_len,
-                                           corrupt=self.hooks.corrupts(rank))
+                mine = harness.count_wrong(bound, coll, op, n, rank, plan.root, point.elements, point.recv_len)
                 wrong = control.allreduce_sum(mine)
                 if wrong:
                     self.failures.append(f"{where}: {wrong} wrong elements"

@@ -37,3 +37,24 @@ def load_json(path):
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def plugin_env(tmp_path_factory):
+    """The test plugins of ``tests/plugin`` installed for real (``pip install --target``), as a
+    third-party backend would be; returns the environment that makes them importable."""
+    import shutil
+
+    source = tmp_path_factory.mktemp("plugin-source") / "plugin"
+    shutil.copytree(Path(__file__).parent / "plugin", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    target = tmp_path_factory.mktemp("plugin-site")
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)]
+    try:
+        import setuptools  # noqa: F401
+        cmd.insert(4, "--no-build-isolation")      # no download when the build backend is here already
+    except ImportError:
+        pass
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    path = os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}

@@ -38,10 +38,10 @@ def test_every_collective_on_three_oversubscribed_ranks(tmp_path):
     assert result.metadata["settings"]["round_kind"] == "launch"
 
 
-def test_timeout_aborts_under_open_mpi(tmp_path):
-    proc = _run(["allreduce", "-n", "2", "--sizes", "8-4K", "--iters", "10", "--rounds", "1", "--no-shuffle",
-                 "--timeout", "3", "-o", "h.json"],
-                tmp_path, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"})
+def test_timeout_aborts_under_open_mpi(tmp_path, plugin_env):
+    proc = _run(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-4K", "--iters", "10", "--rounds", "1",
+                 "--no-shuffle", "--timeout", "3", "-o", "h.json"],
+                tmp_path, env={**plugin_env, "FAULTY_HANG": "1:allreduce:1024"})
     assert proc.returncode != 0
-    assert "timeout: allreduce on mpi at 1K did not finish within 3 s" in proc.stderr
+    assert "timeout: allreduce on faulty-mpi at 1K did not finish within 3 s" in proc.stderr
     assert [r.size_bytes for r in load_result(tmp_path / "h.json").rows] == [8, 16, 32, 64, 128, 256, 512]

@@ -131,21 +131,22 @@ def _start(args, cwd, env):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _slow_sweep(backend: str, name: str, run_dir: Path) -> subprocess.Popen:
-    """An allreduce sweep paused 0.3 s per size, returned once two sizes are in its file."""
+def _slow_sweep(backend: str, name: str, run_dir: Path, plugin_env: dict) -> subprocess.Popen:
+    """An allreduce sweep paused 0.3 s per size (the faulty plugin wrapping ``backend``),
+    returned once two sizes are in its file."""
     if backend == "gloo":
         pytest.importorskip("torch")
-    proc = _start(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-1M", *FAST, "-o", name],
-                  run_dir, {"COLLBENCH_TEST_PAUSE": "0.3"})
+    proc = _start(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "8-1M", *FAST, "-o", name],
+                  run_dir, {**plugin_env, "FAULTY_PAUSE": "0.3"})
     _wait_rows(run_dir / name, 2)
     return proc
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
-def test_killed_rank_ends_the_job_promptly(backend, run_dir):
+def test_killed_rank_ends_the_job_promptly(backend, run_dir, plugin_env):
     marker = f"kill-{backend}.json"
-    proc = _slow_sweep(backend, marker, run_dir)
+    proc = _slow_sweep(backend, marker, run_dir, plugin_env)
     victim = _rank_pid(1, marker)
     killed = time.monotonic()
     os.kill(victim, signal.SIGKILL)
@@ -154,23 +155,23 @@ def test_killed_rank_ends_the_job_promptly(backend, run_dir):
     assert ended < 10, ended
     assert proc.returncode != 0
     assert re.search(rf"rank 1 \(pid {victim} on .*\) was killed by signal 9 \(SIGKILL\) during "
-                     rf"allreduce on {backend} at \d+", err), err
+                     rf"allreduce on faulty-{backend} at \d+", err), err
     partial = load_result(run_dir / marker)
     assert 2 <= len(partial.rows) < 18 and all(r.check == "ok" for r in partial.rows)
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
-def test_hung_rank_is_aborted_by_timeout(backend, run_dir):
+def test_hung_rank_is_aborted_by_timeout(backend, run_dir, plugin_env):
     if backend == "gloo":
         pytest.importorskip("torch")
     start = time.monotonic()
-    proc = cli(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-4K", *FAST, "--no-shuffle",
-                "--timeout", "3", "-o", "h.json"], run_dir, env={"COLLBENCH_TEST_HANG": "1:allreduce:1024"},
+    proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "8-4K", *FAST, "--no-shuffle",
+                "--timeout", "3", "-o", "h.json"], run_dir, env={**plugin_env, "FAULTY_HANG": "1:allreduce:1024"},
                timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode == 124, proc.stderr
-    assert f"timeout: allreduce on {backend} at 1K did not finish within 3 s" in proc.stderr
+    assert f"timeout: allreduce on faulty-{backend} at 1K did not finish within 3 s" in proc.stderr
     assert elapsed < 60
     sizes = [r.size_bytes for r in load_result(run_dir / "h.json").rows]
     assert sizes == [8, 16, 32, 64, 128, 256, 512]
@@ -179,9 +180,9 @@ def test_hung_rank_is_aborted_by_timeout(backend, run_dir):
 @pytest.mark.mpi
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
-def test_signal_on_launching_process(signum, code, backend, run_dir):
+def test_signal_on_launching_process(signum, code, backend, run_dir, plugin_env):
     name = f"sig{int(signum)}-{backend}.json"
-    proc = _slow_sweep(backend, name, run_dir)
+    proc = _slow_sweep(backend, name, run_dir, plugin_env)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
@@ -196,11 +197,11 @@ def test_signal_on_launching_process(signum, code, backend, run_dir):
 
 
 @pytest.mark.mpi
-def test_sigint_reaches_ranks_blocked_in_mpi(run_dir):
+def test_sigint_reaches_ranks_blocked_in_mpi(run_dir, plugin_env):
     # Rank 1 hangs before 1K; rank 0 then waits inside an MPI call, where no Python signal
     # handler could run. Ctrl-C must still end the job at once.
-    proc = _start(["allreduce", "-n", "2", "--sizes", "8-4K", *FAST, "--no-shuffle", "--timeout", "100", "-o", "b.json"],
-                  run_dir, {"COLLBENCH_TEST_HANG": "1:allreduce:1024"})
+    proc = _start(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-4K", *FAST, "--no-shuffle",
+                   "--timeout", "100", "-o", "b.json"], run_dir, {**plugin_env, "FAULTY_HANG": "1:allreduce:1024"})
     _wait_rows(run_dir / "b.json", 7)
     time.sleep(1.0)
     sent = time.monotonic()
@@ -212,11 +213,11 @@ def test_sigint_reaches_ranks_blocked_in_mpi(run_dir):
 
 
 @pytest.mark.mpi
-def test_sigint_under_mpiexec(run_dir):
+def test_sigint_under_mpiexec(run_dir, plugin_env):
     from collbench.launch import find_mpiexec
-    env = {**os.environ, "COLLBENCH_TEST_PAUSE": "0.3"}
+    env = {**os.environ, **plugin_env, "FAULTY_PAUSE": "0.3"}
     proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench", "allreduce",
-                             "--sizes", "8-1M", *FAST, "-o", "m.json"], cwd=run_dir, env=env,
+                             "--backend", "faulty-mpi", "--sizes", "8-1M", *FAST, "-o", "m.json"], cwd=run_dir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_rows(run_dir / "m.json", 2)
     proc.send_signal(signal.SIGINT)
@@ -252,15 +253,16 @@ def test_pickle_message_limit_skips_with_note(run_dir):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "mpi-pickle", "gloo"])
-def test_check_catches_corruption(backend, run_dir):
+def test_check_catches_corruption(backend, run_dir, plugin_env):
+    """Rank 1 sends three wrong elements through the real library; both ranks' sums are wrong there."""
     if backend == "gloo":
         pytest.importorskip("torch")
-    proc = cli(["allreduce", "-n", "2", "--backend", backend, "--sizes", "1K,4K", *FAST, "-o", "c.json"],
-               run_dir, env={"COLLBENCH_TEST_CORRUPT": "1"})
+    proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "1K,4K", *FAST, "-o", "c.json"],
+               run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})
     assert proc.returncode == 1
-    assert "CHECK FAILED: allreduce on" in proc.stderr and "3 wrong elements" in proc.stderr
+    assert f"CHECK FAILED: allreduce on faulty-{backend}" in proc.stderr and "6 wrong elements" in proc.stderr
     rows = load_result(run_dir / "c.json").rows
-    assert [r.check for r in rows] == ["wrong:3", "wrong:3"]
+    assert [r.check for r in rows] == ["wrong:6", "wrong:6"]
     assert "FAILED the result check" in proc.stdout
 
 

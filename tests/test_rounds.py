@@ -120,13 +120,14 @@ def test_gloo_rounds_self_launched_and_in_job(run_dir):
         assert all(r["rounds"] == 2 and r["check"] == "ok" for r in doc["rows"])
 
 
-def test_a_wrong_result_does_not_stop_the_rounds(run_dir):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "1K", *QUICK, "--rounds", "2", "-o", "c.json"], run_dir,
-               env={"COLLBENCH_TEST_CORRUPT": "1"})
+def test_a_wrong_result_does_not_stop_the_rounds(run_dir, plugin_env):
+    # rank 1 sends three wrong elements: both ranks' sums are wrong there
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "1K", *QUICK, "--rounds", "2",
+                "-o", "c.json"], run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})
     assert proc.returncode == 1
-    assert proc.stderr.count("CHECK FAILED: allreduce on mpi at 1K: 3 wrong elements (round") == 2
+    assert proc.stderr.count("CHECK FAILED: allreduce on faulty-mpi at 1K: 6 wrong elements (round") == 2
     (row,) = load_result(run_dir / "c.json").rows
-    assert row.rounds == 2 and row.check == "wrong:3"
+    assert row.rounds == 2 and row.check == "wrong:6"
 
 
 def _wait_round(path, number: int, limit: float = 60.0) -> None:
@@ -141,10 +142,10 @@ def _wait_round(path, number: int, limit: float = 60.0) -> None:
     raise AssertionError(f"{path} never reached round {number}")
 
 
-def test_a_rank_killed_in_a_later_round_stops_the_run_and_keeps_the_earlier_rounds(run_dir):
+def test_a_rank_killed_in_a_later_round_stops_the_run_and_keeps_the_earlier_rounds(run_dir, plugin_env):
     before = _states()
-    proc = _start(["allreduce", "-n", "2", "--sizes", "8-64K", *QUICK, "--rounds", "3", "-o", "k.json"], run_dir,
-                  {"COLLBENCH_TEST_PAUSE": "0.2"})
+    proc = _start(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-64K", *QUICK, "--rounds", "3",
+                   "-o", "k.json"], run_dir, {**plugin_env, "FAULTY_PAUSE": "0.2"})
     _wait_round(run_dir / "k.json", 2)
     os.kill(_rank_pid(1, "k.json"), signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
@@ -160,15 +161,16 @@ def _hogs(n: int) -> list:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
-def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir):
-    args = ["all", "-n", "2", "--sizes", "8,64K", "--iters", "30", "--warmup", "1", "--rounds", "3"]
-    quiet = cli(args + ["-o", "quiet.json"], run_dir)
+def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir, plugin_env):
+    args = ["all", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8,64K", "--iters", "30", "--warmup", "1",
+            "--rounds", "3"]
+    quiet = cli(args + ["-o", "quiet.json"], run_dir, env=plugin_env)
     assert quiet.returncode == 0, quiet.stderr
     hogs = _hogs(2)
     try:
         # Rounds of a second or more (a pause before each size), so that the hogs' share of
         # the CPU averages out instead of swinging from one 10 ms tick to the next.
-        busy = cli(args + ["-o", "busy.json"], run_dir, env={"COLLBENCH_TEST_PAUSE": "0.06"})
+        busy = cli(args + ["-o", "busy.json"], run_dir, env={**plugin_env, "FAULTY_PAUSE": "0.06"})
     finally:
         for hog in hogs:
             hog.kill()
@@ -176,7 +178,7 @@ def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir):
     assert busy.returncode == 0, busy.stderr
     loads = [r["load"] for r in load_json(run_dir / "busy.json")["metadata"]["rounds"]]
     assert all(load["busy"] and load["other_cpu_cores"] > 0.25 for load in loads), loads
-    compared = cli(["compare", "quiet.json", "busy.json"], run_dir)
+    compared = cli(["compare", "quiet.json", "busy.json"], run_dir, env=plugin_env)
     assert compared.returncode == 0, compared.stdout
     assert "3 of 3 round(s) ran while other processes used" in compared.stderr
     assert compared.stdout.startswith("no regression: 0 slower, 0 faster")

@@ -1,35 +1,79 @@
-"""Backend registry: names map to modules imported only when a backend is used."""
+"""Backend registry: built-in names and plugins, each imported only when a backend is used.
+
+A plugin is a class implementing :class:`collbench.backends.base.Backend`, announced by an
+installed package under the entry point group ``collbench.backends`` (the entry point's name is
+the backend's name). Plugins cannot take a built-in name. A plugin that fails to import is
+unusable with a one-line reason, as a backend whose library is missing is.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Optional
 
 from collbench.backends.base import Backend
 from collbench.errors import BackendUnavailable, UsageError
 
-_REGISTRY = {
+ENTRY_POINT_GROUP = "collbench.backends"
+
+_BUILTIN = {
     "mpi": ("collbench.backends.mpi", "MpiBackend"),
     "mpi-pickle": ("collbench.backends.mpi_pickle", "MpiPickleBackend"),
     "gloo": ("collbench.backends.gloo", "GlooBackend"),
     "nccl": ("collbench.backends.nccl", "NcclBackend"),
 }
-NAMES = tuple(_REGISTRY)
-MPI_BACKENDS = ("mpi", "mpi-pickle")
-TORCH_BACKENDS = ("gloo", "nccl")
+BUILTIN_NAMES = tuple(_BUILTIN)
 
 
-def backend_class(name: str) -> type[Backend]:
+@functools.lru_cache(maxsize=None)
+def plugins() -> dict:
+    """Installed plugins' entry points by name (not imported), built-in names left out."""
+    from importlib.metadata import entry_points
+
     try:
-        module, cls = _REGISTRY[name]
-    except KeyError:
-        raise UsageError(f"unknown backend {name!r}; choose from: {', '.join(NAMES)}, or all") from None
-    return getattr(importlib.import_module(module), cls)
+        found = entry_points(group=ENTRY_POINT_GROUP)
+    except Exception:       # a broken installed distribution must not stop collbench
+        return {}
+    return {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name) if ep.name not in _BUILTIN}
+
+
+def names() -> tuple:
+    """Every backend name: the built-in ones, then the plugins."""
+    return BUILTIN_NAMES + tuple(plugins())
+
+
+@functools.lru_cache(maxsize=None)
+def backend_class(name: str) -> type[Backend]:
+    """The class of backend ``name``; UsageError when unknown, BackendUnavailable when a plugin
+    does not import or is not a Backend."""
+    if name in _BUILTIN:
+        module, cls = _BUILTIN[name]
+        return getattr(importlib.import_module(module), cls)
+    ep = plugins().get(name)
+    if ep is None:
+        raise UsageError(f"unknown backend {name!r}; choose from: {', '.join(names())}, or all")
+    try:
+        cls = ep.load()
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise BackendUnavailable(f"plugin {ep.value} did not import ({type(exc).__name__}"
+                                 f"{': ' + detail if detail else ''})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise BackendUnavailable(f"plugin {ep.value} is not a subclass of collbench.backends.base.Backend")
+    return cls
 
 
 def unavailable_reason(name: str) -> Optional[str]:
     """Why a backend cannot run here, or None; imports nothing heavy for the MPI backends."""
-    return backend_class(name).unavailable_reason()
+    try:
+        return backend_class(name).unavailable_reason()
+    except BackendUnavailable as exc:
+        return str(exc)
+
+
+def uses_mpi(name: str) -> bool:
+    return backend_class(name).uses_mpi
 
 
 def parse_backends(text: str) -> tuple[list[str], list[str]]:
@@ -39,13 +83,13 @@ def parse_backends(text: str) -> tuple[list[str], list[str]]:
     """
     items = [part.strip() for part in text.split(",") if part.strip()]
     if not items:
-        raise UsageError("--backend is empty; choose from: " + ", ".join(NAMES) + ", or all")
+        raise UsageError("--backend is empty; choose from: " + ", ".join(names()) + ", or all")
     chosen: list[str] = []
     notes: list[str] = []
     for item in items:
-        names = NAMES if item == "all" else (item,)
-        for name in names:
-            backend_class(name)  # unknown name -> UsageError
+        for name in names() if item == "all" else (item,):
+            if name not in names():
+                raise UsageError(f"unknown backend {name!r}; choose from: {', '.join(names())}, or all")
             if name in chosen:
                 continue
             reason = unavailable_reason(name)

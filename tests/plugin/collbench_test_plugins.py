@@ -1,0 +1,78 @@
+"""Backends for collbench's tests, installed as a plugin through the ``collbench.backends`` entry
+points (see pyproject.toml), the way a third-party backend would be.
+
+``plain-mpi`` is the ``mpi`` backend under another name. The ``faulty-*`` backends wrap a real
+backend and misbehave as a broken library or host would, as the environment asks:
+
+FAULTY_CORRUPT=R           rank R sends its first three elements one too large: every rank that
+                           receives them holds data that really arrived wrong
+FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the sweep's size)
+FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
+
+``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
+and ``mpi`` tries to take a built-in name.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from collbench.backends.base import Bound
+from collbench.backends.gloo import GlooBackend
+from collbench.backends.mpi import MpiBackend
+from collbench.backends.mpi_pickle import MpiPickleBackend
+
+
+class PlainMpi(MpiBackend):
+    name = "plain-mpi"
+
+
+def _forever(*args, **kwargs):
+    while True:
+        time.sleep(3600)
+
+
+class Faulty:
+    """Mixed in before a real backend; every fault is off unless its variable is set."""
+
+    def allocate(self, *, send_len, recv_len, dtype, in_place):
+        self._itemsize = np.dtype(dtype).itemsize
+        return super().allocate(send_len=send_len, recv_len=recv_len, dtype=dtype, in_place=in_place)
+
+    def fill(self, buffers, *, start, values):
+        corrupt = os.environ.get("FAULTY_CORRUPT")
+        if corrupt and int(corrupt) == self.rank and start == 0:
+            values = values.copy()
+            values[:3] += 1
+        super().fill(buffers, start=start, values=values)
+
+    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
+        pause = float(os.environ.get("FAULTY_PAUSE", "0"))
+        if pause:
+            time.sleep(pause)
+        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, root=root)
+        hang = os.environ.get("FAULTY_HANG")
+        if hang:
+            rank, name, size = hang.split(":")
+            if (int(rank), name, int(size)) == (self.rank, collective, max(send_len, recv_len) * self._itemsize):
+                return Bound(run=_forever, run_blocking=_forever, checked=_forever)
+        return bound
+
+
+class FaultyMpi(Faulty, MpiBackend):
+    name = "faulty-mpi"
+
+
+class FaultyMpiPickle(Faulty, MpiPickleBackend):
+    name = "faulty-mpi-pickle"
+
+
+class FaultyGloo(Faulty, GlooBackend):
+    name = "faulty-gloo"
+
+
+class NotABackend:
+    pass

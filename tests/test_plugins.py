@@ -1,0 +1,58 @@
+"""Backends as plugins: the package in tests/plugin, installed with pip, found through the
+``collbench.backends`` entry points by a real collbench process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FAST, cli, mpirun
+from collbench.loader import load_result
+
+pytestmark = pytest.mark.mpi
+
+
+def test_a_plugin_backend_runs_through_its_entry_point(run_dir, plugin_env):
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi,plain-mpi", "--sizes", "8,1K", *FAST, "-o", "p.json"],
+               run_dir, env=plugin_env)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_result(run_dir / "p.json").rows
+    assert [(r.backend, r.size_bytes, r.check) for r in rows] == [
+        ("mpi", 8, "ok"), ("mpi", 1024, "ok"), ("plain-mpi", 8, "ok"), ("plain-mpi", 1024, "ok")]
+    assert "plain-mpi/mpi" in proc.stdout          # side by side, as any two backends
+
+
+def test_a_plugin_backend_under_a_users_mpiexec(run_dir, plugin_env):
+    proc = mpirun(2, ["bcast", "--backend", "plain-mpi", "--sizes", "4K", *FAST, "-o", "b.json"], run_dir,
+                  env=plugin_env)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = load_result(run_dir / "b.json").rows
+    assert (row.backend, row.world_size, row.check) == ("plain-mpi", 2, "ok")
+
+
+def test_env_lists_plugins_and_why_a_broken_one_cannot_run(run_dir, plugin_env):
+    shown = cli(["env"], run_dir, env={**plugin_env, "COLUMNS": "200"})
+    assert shown.returncode == 0 and "backend plain-mpi" in shown.stdout and "backend broken" in shown.stdout
+    code = "import json; from collbench.envreport import gather; print(json.dumps(gather()))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, env={**os.environ, **plugin_env},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["backend plain-mpi"] == "usable (plugin collbench_test_plugins:PlainMpi)"
+    assert info["backend broken"].startswith("unusable: plugin collbench_test_plugins_missing:Nothing did not "
+                                             "import (ModuleNotFoundError")
+    assert "not a subclass of collbench.backends.base.Backend" in info["backend not-a-backend"]
+    assert info["backend mpi"] == "usable"          # a plugin cannot take a built-in name
+
+
+@pytest.mark.parametrize("name,message", [
+    ("broken", "backend broken is not usable: plugin collbench_test_plugins_missing:Nothing did not import"),
+    ("not-a-backend", "is not a subclass of collbench.backends.base.Backend"),
+    ("plain-mpj", "unknown backend 'plain-mpj'; choose from: mpi, mpi-pickle, gloo, nccl, broken,"),
+])
+def test_a_plugin_that_cannot_run_is_one_line_and_exit_2(run_dir, plugin_env, name, message):
+    proc = cli(["allreduce", "-n", "2", "--backend", name, "--sizes", "8", *FAST], run_dir, env=plugin_env)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
