@@ -29,6 +29,6 @@ def _report() -> None:
 
 if __name__ == "__main__":
     atexit.register(_report)
-    from collbench.cli import main
+    from collbench.cli.app import main
 
     main(sys.argv[1:])

@@ -2,7 +2,7 @@
 
 Run under ``mpiexec -n 2``. For each case (backend, size) both ranks alternate blocks of
 
-  A  ``collbench.harness.measure`` on a real backend from ``collbench.backends``, latency mode
+  A  ``collbench.measure.harness.measure`` on a real backend from ``collbench.backends``, latency mode
      (the CLI's default), the code path ``collbench`` runs: first call and warm-up untimed, then
      barrier + time one call, max over ranks, gathered after the block;
   B  a bare loop written the way a user would, straight on mpi4py or torch.distributed, on the
@@ -30,9 +30,9 @@ import numpy as np
 
 from collbench.backends import backend_class
 from collbench.backends._mpi import MpiControl, mpi_module
-from collbench.datatypes import OPS
-from collbench.harness import TimingSettings, measure
-from collbench.stats import median_ci
+from collbench.collectives.datatypes import OPS
+from collbench.measure.harness import TimingSettings, measure
+from collbench.measure.stats import median_ci
 
 FLOAT32 = np.dtype(np.float32)
 MIN_BLOCK, MAX_BLOCK = 20, 5000     # samples per block

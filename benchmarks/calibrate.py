@@ -42,12 +42,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.aggregate import RowIdentity, build_row  # noqa: E402
-from collbench.collectives import get_collective  # noqa: E402
-from collbench.compare import compare_runs, parse_threshold  # noqa: E402
-from collbench.loader import load_result  # noqa: E402
-from collbench.merge import merge_runs  # noqa: E402
-from collbench.results import RunResult  # noqa: E402
+from collbench.results.aggregate import RowIdentity, build_row  # noqa: E402
+from collbench.collectives.registry import get_collective  # noqa: E402
+from collbench.analysis.compare import compare_runs, parse_threshold  # noqa: E402
+from collbench.results.loader import load_result  # noqa: E402
+from collbench.results.merge import merge_runs  # noqa: E402
+from collbench.results.records import RunResult  # noqa: E402
 
 SHIFTS = "5%,10%,20%,50%,100%"
 

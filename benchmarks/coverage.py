@@ -1,6 +1,6 @@
 """Coverage of collbench's run-to-run confidence interval, by simulation.
 
-A row's run-to-run CI (``collbench.runstats.summarize_rounds``) is a Student t interval on the
+A row's run-to-run CI (``collbench.measure.runstats.summarize_rounds``) is a Student t interval on the
 logs of its per-round medians; its target is the centre of the distribution a round's median
 is drawn from (exp of the mean log median: what many more launches would settle on). This
 script draws rounds from several models of launch-to-launch variation and counts how often
@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.runstats import change, summarize_rounds  # noqa: E402
+from collbench.measure.runstats import change, summarize_rounds  # noqa: E402
 
 ROUNDS = (3, 5, 10)
 WITHIN = 0.02
@@ -73,7 +73,7 @@ def coverage(model, rounds: int, trials: int, rng) -> tuple:
 
 
 def empirical(files: list, rounds: int, trials: int, rng) -> tuple:
-    from collbench.loader import load_result
+    from collbench.results.loader import load_result
 
     pools: dict = {}
     for path in files:

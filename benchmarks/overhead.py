@@ -36,12 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from collbench import harness
+from collbench.measure import harness
 from collbench.backends.base import Bound, Control
-from collbench.collectives import get_collective
-from collbench.launch import find_mpiexec, mpiexec_command
-from collbench.metadata import cpu_model
-from collbench.sizes import format_size, parse_bytes
+from collbench.collectives.registry import get_collective
+from collbench.launch.launcher import find_mpiexec, mpiexec_command
+from collbench.run.metadata import cpu_model
+from collbench.measure.sizes import format_size, parse_bytes
 
 HERE = Path(__file__).resolve().parent
 RANKS = 2

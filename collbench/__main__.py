@@ -1,4 +1,4 @@
-from collbench.cli import main
+from collbench.cli.app import main
 
 if __name__ == "__main__":
     main()

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collbench.aggregate import RowIdentity, build_row, round_data
-from collbench.collectives import get_collective
-from collbench.exporters import exporter_for, write_atomic
-from collbench.results import Row, RunResult
+from collbench.results.aggregate import RowIdentity, build_row, round_data
+from collbench.collectives.registry import get_collective
+from collbench.results.exporters import exporter_for, write_atomic
+from collbench.results.records import Row, RunResult
 
 
 def metadata(**overrides) -> dict:

@@ -1,6 +1,6 @@
 import pytest
 
-from collbench.cli import cli
+from collbench.cli.app import cli
 from conftest import cli as run_cli
 
 SUBCOMMANDS = sorted(cli.commands)
@@ -29,7 +29,7 @@ def test_version(tmp_path):
 def test_help_does_not_import_torch_or_mpi(tmp_path):
     import subprocess
     import sys
-    code = ("import sys; from collbench.cli import main\n"
+    code = ("import sys; from collbench.cli.app import main\n"
             "try:\n    main(['allreduce', '--help'])\nexcept SystemExit:\n    pass\n"
             "bad = [m for m in ('torch', 'mpi4py.MPI', 'matplotlib', 'pandas') if m in sys.modules]\n"
             "print('IMPORTED', bad)")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from collbench.collectives import COLLECTIVES, ORDER, get_collective
-from collbench.datatypes import EXACT_LIMIT, NO_OP, OPS, _sum_op, dtype_of, pattern, sum_stride
+from collbench.collectives.registry import COLLECTIVES, ORDER, get_collective
+from collbench.collectives.datatypes import EXACT_LIMIT, NO_OP, OPS, _sum_op, dtype_of, pattern, sum_stride
 from collbench.errors import UsageError
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collbench.compare import ASSUMED_LOG_SD, compare_runs, parse_threshold
-from collbench.compare_render import comparison_table, summary_line, to_json, to_summary_markdown
+from collbench.analysis.compare import ASSUMED_LOG_SD, compare_runs, parse_threshold
+from collbench.analysis.compare_render import comparison_table, summary_line, to_json, to_summary_markdown
 from collbench.errors import UsageError
-from collbench.loader import load_result
-from collbench.results import RunResult
-from collbench.significance import holm, max_t_adjust
+from collbench.results.loader import load_result
+from collbench.results.records import RunResult
+from collbench.analysis.significance import holm, max_t_adjust
 from results_helpers import metadata, row_with_rounds, run_of, sweep
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
@@ -303,7 +303,7 @@ def test_random_a_a_pairs_rarely_flag_anything():
 
 def _with_drift(seed: int, runs: int, scale: float = 1.0, drift_sd: float = 0.15) -> RunResult:
     """``runs`` runs of 4 rounds, each run shifted as a whole (the machine's drift), merged."""
-    from collbench.merge import merge_runs
+    from collbench.results.merge import merge_runs
 
     rng = np.random.default_rng(seed)
     parts = []

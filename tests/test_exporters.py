@@ -3,12 +3,12 @@
 import json
 import math
 
-from collbench.collector import Collector
-from collbench.exporters import JsonExporter
-from collbench.loader import load_result
-from collbench.results import RunResult
+from collbench.results.collector import Collector
+from collbench.results.exporters import JsonExporter
+from collbench.results.loader import load_result
+from collbench.results.records import RunResult
 from results_helpers import identity
-from collbench.aggregate import round_data
+from collbench.results.aggregate import round_data
 
 
 def test_saving_after_each_round_gives_the_whole_document(tmp_path):

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from collbench.fit import fit_alpha_beta, fit_rows
-from collbench.report import fit_table
+from collbench.analysis.fit import fit_alpha_beta, fit_rows
+from collbench.analysis.report import fit_table
 from results_helpers import row_from_samples
 
 SIZES = 2.0 ** np.arange(3, 27)          # 8 B .. 64 MiB

@@ -5,9 +5,9 @@ import math
 import pandas as pd
 import pytest
 
-from collbench.collectives import ORDER
-from collbench.loader import load_result
-from collbench.results import ROW_FIELDS
+from collbench.collectives.registry import ORDER
+from collbench.results.loader import load_result
+from collbench.results.records import ROW_FIELDS
 from conftest import FAST, cli, load_json, mpirun
 
 pytestmark = pytest.mark.mpi

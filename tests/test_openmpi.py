@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from collbench.loader import load_result
+from collbench.results.loader import load_result
 
 OMPI_PYTHON = os.environ.get("COLLBENCH_OPENMPI_PYTHON")
 pytestmark = [pytest.mark.mpi,

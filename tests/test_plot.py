@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from collbench.errors import UsageError
-from collbench.plot import INSTALL_HINT, plot_rows, series
+from collbench.analysis.plot import INSTALL_HINT, plot_rows, series
 from results_helpers import row_from_samples, run_of, sweep, write
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -61,7 +61,7 @@ def test_series_labels_name_what_varies():
 def test_missing_matplotlib_is_one_line_with_the_install_hint(tmp_path):
     path = write(run_of(sweep()), tmp_path / "run.json")
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from collbench.cli import main\n"
+            "from collbench.cli.app import main\n"
             f"main(['plot', {str(path)!r}, '-o', {str(tmp_path / 'x.png')!r}])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.loader import load_result
+from collbench.results.loader import load_result
 from conftest import FAST, cli, mpirun
 
 BAD_INPUTS = [
@@ -214,7 +214,7 @@ def test_sigint_reaches_ranks_blocked_in_mpi(run_dir, plugin_env):
 
 @pytest.mark.mpi
 def test_sigint_under_mpiexec(run_dir, plugin_env):
-    from collbench.launch import find_mpiexec
+    from collbench.launch.launcher import find_mpiexec
     env = {**os.environ, **plugin_env, "FAULTY_PAUSE": "0.3"}
     proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench", "allreduce",
                              "--backend", "faulty-mpi", "--sizes", "8-1M", *FAST, "-o", "m.json"], cwd=run_dir, env=env,
@@ -285,8 +285,8 @@ def _listening_addresses(pids) -> set:
     return found
 
 
-def test_self_launched_torch_listens_on_loopback_only(run_dir):
-    proc = _slow_sweep("gloo", "l.json", run_dir)
+def test_self_launched_torch_listens_on_loopback_only(run_dir, plugin_env):
+    proc = _slow_sweep("gloo", "l.json", run_dir, plugin_env)
     try:
         pids = [_rank_pid(0, "l.json"), _rank_pid(1, "l.json")]
         addresses = _listening_addresses(pids)

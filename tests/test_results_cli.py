@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from collbench.launch import find_mpiexec
+from collbench.launch.launcher import find_mpiexec
 from results_helpers import metadata, one_line_error, run_cli, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
@@ -31,7 +31,7 @@ def test_help(name, tmp_path):
 
 
 def test_compare_help_imports_nothing_heavy(tmp_path):
-    code = ("import sys; from collbench.cli import main\n"
+    code = ("import sys; from collbench.cli.app import main\n"
             "try:\n    main(['compare', '--help'])\nexcept SystemExit:\n    pass\n"
             "print('IMPORTED', [m for m in ('torch', 'mpi4py', 'matplotlib', 'pandas', 'rich') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
@@ -208,7 +208,7 @@ def test_merge_puts_runs_side_by_side(tmp_path):
     proc = run_cli(["merge", first, second, "-o", "m.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "merged 2 runs, 7 rounds" in proc.stderr and "hostnames differs" in proc.stderr
-    from collbench.loader import load_result
+    from collbench.results.loader import load_result
     merged = load_result(tmp_path / "m.json")
     assert [r["round"] for r in merged.metadata["rounds"]] == list(range(1, 8))
     assert [r["run_id"] for r in merged.metadata["rounds"]] == ["aaa"] * 3 + ["bbb"] * 4

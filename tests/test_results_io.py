@@ -7,9 +7,9 @@ import math
 import pytest
 
 from collbench.errors import UsageError
-from collbench.exporters import MarkdownExporter
-from collbench.loader import load_result
-from collbench.results import ROW_FIELDS, SCHEMA, Row
+from collbench.results.exporters import MarkdownExporter
+from collbench.results.loader import load_result
+from collbench.results.records import ROW_FIELDS, SCHEMA, Row
 from results_helpers import metadata, row_from_samples, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from collbench import rounds
-from collbench.loader import load_result
+from collbench.run import rounds
+from collbench.results.loader import load_result
 from conftest import cli, load_json, mpirun
 from test_reliability import _rank_pid, _start
 

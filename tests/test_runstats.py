@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from collbench.aggregate import build_row, round_data, worst_check
-from collbench.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
-from collbench.runstats import (change, detectable_change, drift_between_runs, rounds_needed, summarize_rounds,
+from collbench.results.aggregate import build_row, round_data, worst_check
+from collbench.measure.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
+from collbench.measure.runstats import (change, detectable_change, drift_between_runs, rounds_needed, summarize_rounds,
                                 within_spread)
 from results_helpers import identity
 

@@ -1,7 +1,7 @@
 import pytest
 
 from collbench.errors import UsageError
-from collbench.sizes import format_size, parse_bytes, parse_sizes
+from collbench.measure.sizes import format_size, parse_bytes, parse_sizes
 
 K, M, G = 1 << 10, 1 << 20, 1 << 30
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.collectives import ORDER
+from collbench.collectives.registry import ORDER
 from conftest import FAST, cli, load_json, mpirun
 
 torch = pytest.importorskip("torch")
@@ -80,7 +80,7 @@ def test_gloo_under_torchrun_and_mpi_refused(run_dir):
 
 def test_without_torch_gloo_is_one_line_exit_2(run_dir):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from collbench.cli import main\n"
+            "from collbench.cli.app import main\n"
             "main(['allreduce', '--backend', 'gloo', '-n', '2', '--no-save'])")
     proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
@@ -91,7 +91,7 @@ def test_without_torch_gloo_is_one_line_exit_2(run_dir):
 
 def test_all_without_torch_skips_torch_backends(run_dir):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from collbench.cli import main\n"
+            "from collbench.cli.app import main\n"
             "main(['barrier', '--backend', 'all', '-n', '1', '--iters', '5', '-o', 'b.json'])")
     # One rank runs in this very process, where torch cannot be imported.
     proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, capture_output=True, text=True, timeout=60)
@@ -122,7 +122,7 @@ def test_nccl_on_gpu(run_dir):
 def test_gloo_under_mpiexec_uses_master_addr_when_set(run_dir):
     import socket
 
-    from collbench.launch import free_port
+    from collbench.launch.launcher import free_port
     ok = mpirun(2, ["bcast", "--backend", "gloo", "--sizes", "4K", *FAST, "-o", "g.json"], run_dir,
                 env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
     assert ok.returncode == 0, ok.stderr

@@ -39,7 +39,7 @@ def mpi4py_missing() -> Optional[str]:
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
         return f"mpi4py is not installed; install it with: {INSTALL_HINT}"
-    from collbench.launch import detect
+    from collbench.launch.launcher import detect
     if detect().name != "none":
         return None
     import subprocess

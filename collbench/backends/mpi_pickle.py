@@ -16,7 +16,7 @@ import numpy as np
 from collbench.backends import _host
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
-from collbench.datatypes import OPS
+from collbench.collectives.datatypes import OPS
 
 
 def _calls(comm, rank, n, s, send_len, recv_len, ufunc, root):

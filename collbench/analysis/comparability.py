@@ -1,0 +1,85 @@
+"""Whether two runs can be compared at all: differences in run metadata and in what was measured.
+
+These are warnings, not errors: a CI runner may well get a new hostname every time. What the
+comparison cannot survive — no row in common — is an error raised by ``compare``.
+"""
+
+from __future__ import annotations
+
+from collbench.results.records import RunResult
+
+# (label, path into the metadata dict)
+CHECKED_METADATA = (
+    ("hostnames", ("hostnames",)),
+    ("CPU model", ("cpu_model",)),
+    ("MPI library", ("versions", "mpi_library")),
+    ("mpi4py version", ("versions", "mpi4py")),
+    ("torch version", ("versions", "torch")),
+    ("world size", ("world_size",)),
+    ("result schema version", ("schema_version",)),
+)
+
+
+def _lookup(metadata: dict, path: tuple):
+    value = metadata
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _show(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return " ".join(str(value).split())
+
+
+def _is_csv(result: RunResult) -> bool:
+    return result.metadata.get("format") == "csv"
+
+
+def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str) -> list:
+    notes = [f"{name} is a CSV without run metadata: host and library were not checked"
+             for name, result in ((baseline_name, baseline), (new_name, new)) if _is_csv(result)]
+    if notes:
+        return notes
+    for label, path in CHECKED_METADATA:
+        a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
+        if a is None or b is None:       # e.g. torch is only recorded by runs that used it
+            continue
+        if a != b:
+            notes.append(f"{label} differs: {_show(a) if a is not None else '(not recorded)'} in {baseline_name}, "
+                         f"{_show(b) if b is not None else '(not recorded)'} in {new_name}")
+    return notes
+
+
+def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, matched: list) -> list:
+    """Differences in what was measured, and failed result checks, among ``matched`` (base, new) row pairs."""
+    notes = []
+    for label in ("dtype", "op"):
+        # ops only among reducing rows: the others have op "none" in every run
+        a = sorted({getattr(r, label) for r in baseline.rows if label != "op" or r.op != "none"})
+        b = sorted({getattr(r, label) for r in new.rows if label != "op" or r.op != "none"})
+        if a and b and a != b:
+            notes.append(f"{label} differs: {','.join(a)} in {baseline_name}, {','.join(b)} in {new_name}")
+    missing = len(baseline.rows) - len(matched)
+    if missing > 0:
+        notes.append(f"{missing} row(s) of {baseline_name} are missing from {new_name}: a partial or "
+                     f"interrupted run? (missing rows do not fail the gate)")
+    placement = sorted({(b.ranks_per_node, n.ranks_per_node) for b, n in matched
+                        if b.ranks_per_node != n.ranks_per_node})
+    if placement:
+        pairs = ", ".join(f"{a} vs {b}" for a, b in placement)
+        notes.append(f"ranks per node differ in matched rows ({pairs}): the ranks were placed differently")
+    for name, side in ((baseline_name, 0), (new_name, 1)):
+        wrong = sum(1 for pair in matched if not pair[side].check.startswith(("ok", "skipped")))
+        if wrong:
+            notes.append(f"{wrong} matched row(s) in {name} FAILED the result check")
+    return notes
+
+
+def comparability_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str,
+                           matched: list) -> list:
+    return metadata_warnings(baseline, new, baseline_name, new_name) + \
+        row_warnings(baseline, new, baseline_name, new_name, matched)

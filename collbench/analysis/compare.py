@@ -1,0 +1,346 @@
+"""Compare two runs row by row on their rounds: change, confidence interval, verdict.
+
+Nothing here prints; ``compare_render`` turns a ``Comparison`` into a table, markdown or JSON.
+The rules are documented for users in docs/compare.md; in short:
+
+* rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing);
+* the unit of inference is the round (one launch), never the iterations of one launch: the
+  change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
+  interval on the log medians (``runstats.change``) whose variance also carries the drift of
+  whole runs made at different times: assumed from the rounds' own spread, or measured when
+  a file merges three or more runs;
+* rounds that ran while other processes wanted the CPU (``metadata.rounds[].load.busy``) are
+  left out when the side has quiet rounds; a side with only busy rounds gets no verdict beyond
+  inconclusive;
+* slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
+  so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
+  95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from collbench.analysis.comparability import comparability_warnings
+from collbench.errors import UsageError
+from collbench.results.records import Row, RunResult
+from collbench.measure.runstats import (MIN_LOG_SD, Change, change, detectable_change, drift_between_runs, rounds_needed,
+                                within_spread)
+from collbench.measure.distributions import chi2_quantile
+from collbench.analysis.significance import max_t_adjust
+
+MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
+METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
+VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "insufficient data")
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.05
+#: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
+#: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
+#: one-round comparison flags only changes far beyond what launches alone do there.
+ASSUMED_LOG_SD = 0.25
+#: Whole runs made minutes apart move together (a machine-wide factor) by this fraction of the
+#: typical spread between the rounds of one run, unless a file merged from five or more runs
+#: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
+DRIFT_FACTOR = 0.75
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class RowComparison:
+    key: tuple                      # values of MATCH_FIELDS
+    baseline: Optional[Row]
+    new: Optional[Row]
+    baseline_value: float           # the metric as each file reports it; nan when absent
+    new_value: float
+    ratio: float                    # new / baseline of the metric, from the rounds compared
+    change_low: float               # 95% CI of the relative change of the metric
+    change_high: float
+    p_value: Optional[float]        # two-sided, against no change
+    p_adjusted: Optional[float]     # max-T adjusted over every row tested (significance.max_t_adjust)
+    rounds_baseline: int            # rounds used on each side (busy rounds left out)
+    rounds_new: int
+    noise: str                      # where the run-to-run spread came from: both, baseline, new, assumed
+    detectable: float               # change this comparison detects with 80% power, rows adjusted together
+    rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
+    verdict: str                    # one of VERDICTS
+    reason: str = ""                # why a row is inconclusive, or what limited it
+
+    def field(self, name: str):
+        return self.key[MATCH_FIELDS.index(name)]
+
+    @property
+    def change(self) -> float:
+        """Relative change of the metric, (new - baseline) / baseline."""
+        return self.ratio - 1.0
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in ("slower", "faster")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline_name: str
+    new_name: str
+    metric: str
+    threshold: float
+    alpha: float
+    rows: tuple
+    warnings: tuple
+    tested: int = 0                 # rows with a change estimate (the family adjusted together)
+    drift_sd: float = math.nan      # drift of whole runs used (sd of log medians)
+    drift_source: str = ""          # "assumed" or "measured over N runs"
+
+    @property
+    def lower_is_better(self) -> bool:
+        return METRICS[self.metric]
+
+    @property
+    def counts(self) -> dict:
+        counted = Counter(r.verdict for r in self.rows)
+        return {v: counted.get(v, 0) for v in VERDICTS}
+
+    @property
+    def regression(self) -> bool:
+        return any(r.verdict == "slower" for r in self.rows)
+
+    @property
+    def noise_sources(self) -> tuple:
+        return tuple(sorted({r.noise for r in self.rows if r.noise}))
+
+    def too_noisy(self) -> list:
+        """Rows that could not be decided and whose spread hides a change of the threshold's size."""
+        return [r for r in self.rows if r.verdict == "inconclusive" and math.isfinite(r.detectable)
+                and r.detectable > self.threshold]
+
+
+def parse_threshold(text) -> float:
+    """``5%`` or ``0.05`` -> 0.05. A bare number of 1 or more is ambiguous and refused."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(f"bad --threshold {raw!r}: expected a percentage like 5% or a fraction like 0.05") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"bad --threshold {raw!r}: must be a non-negative percentage like 5%")
+    if value >= 1 and not raw.endswith("%"):
+        raise UsageError(f"bad --threshold {raw!r}: ambiguous; write {raw}% or {value / 100:g}")
+    return value
+
+
+def match_key(row: Row) -> tuple:
+    return tuple(getattr(row, name) for name in MATCH_FIELDS)
+
+
+def _index(result: RunResult, name: str) -> dict:
+    index = {}
+    for i, row in enumerate(result.rows):
+        key = match_key(row)
+        if key in index:
+            raise UsageError(f"{name}: two rows for {_describe(key)}; compare files of one run each")
+        index[key] = i
+    return index
+
+
+def _describe(key: tuple) -> str:
+    return " ".join(f"{name}={value}" for name, value in zip(MATCH_FIELDS, key))
+
+
+def _metric(row: Optional[Row], metric: str) -> float:
+    if row is None:
+        return math.nan
+    value = float(getattr(row, metric))
+    return value if math.isfinite(value) and value > 0 else math.nan
+
+
+def _round_records(result: RunResult) -> list:
+    records = result.metadata.get("rounds")
+    return records if isinstance(records, list) else []
+
+
+def busy_rounds(result: RunResult) -> dict:
+    """Round number -> the CPU cores other processes used, for rounds recorded as busy."""
+    out = {}
+    for record in _round_records(result):
+        if not isinstance(record, dict):
+            continue
+        load = record.get("load") if isinstance(record.get("load"), dict) else {}
+        if load.get("busy") is True and isinstance(record.get("round"), int):
+            out[record["round"]] = load.get("other_cpu_cores")
+    return out
+
+
+def run_ids(result: RunResult) -> dict:
+    """Round number -> the run it belongs to (rounds of one invocation share one; files merged
+    from several runs keep theirs). Rounds without a record belong to one unnamed run."""
+    return {r["round"]: str(r.get("run_id", "")) for r in _round_records(result)
+            if isinstance(r, dict) and isinstance(r.get("round"), int)}
+
+
+def rounds_by_run(result: RunResult, i: int, busy: dict, ids: dict) -> tuple:
+    """(round medians grouped by run, whether they all come from busy rounds)."""
+    row = result.rows[i]
+    pairs = list(zip(result.round_numbers(i), row.time_us_round_p50s))
+    quiet = [(n, m) for n, m in pairs if n not in busy]
+    chosen = quiet or pairs
+    runs: dict = {}
+    for number, median in chosen:
+        runs.setdefault(ids.get(number, ""), []).append(median)
+    return list(runs.values()), not quiet and bool(pairs)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    key: tuple
+    base: Row
+    new: Row
+    base_runs: list                 # round medians grouped by run
+    new_runs: list
+    busy_side: str                  # "", a file's name, or "both": a side with only busy rounds
+    change: Optional[Change] = None
+    drift_var: float = 0.0          # the drift's share of the estimate's variance
+
+
+def _metric_change(c: Change, lower_is_better: bool) -> tuple:
+    """(ratio, CI low, CI high) of the metric's relative change from the log change of times."""
+    if lower_is_better:
+        return c.ratio, math.expm1(c.ci_low), math.expm1(c.ci_high)
+    return 1.0 / c.ratio, math.expm1(-c.ci_high), math.expm1(-c.ci_low)
+
+
+def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float, metric: str,
+            critical: float) -> RowComparison:
+    """The verdict of one row from its change, its adjusted p-value and the threshold."""
+    lower_is_better = METRICS[metric]
+    base_value, new_value = _metric(p.base, metric), _metric(p.new, metric)
+    c = p.change
+    if c is None or not (math.isfinite(base_value) and math.isfinite(new_value)):
+        return RowComparison(p.key, p.base, p.new, base_value, new_value, math.nan, math.nan, math.nan, None, None,
+                             0, 0, "", math.nan, None, "insufficient data", "no round medians to compare")
+    ratio, low, high = _metric_change(c, lower_is_better)
+    detect = detectable_change(c.se, c.df, critical, POWER)
+    # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
+    within_sd = math.sqrt(max(c.se ** 2 - p.drift_var, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
+    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=p.drift_var)
+    beyond = abs(ratio - 1.0) > threshold
+    significant = p_adj is not None and p_adj < alpha
+    reason = ""
+    if significant and beyond and not p.busy_side:
+        verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
+    elif low >= -threshold and high <= threshold:
+        verdict = "same"
+    else:
+        verdict = "inconclusive"
+        if significant and beyond:
+            reason = f"every round of {'both files' if p.busy_side == 'both' else p.busy_side} ran on a busy host"
+        elif needed is None:
+            reason = ("the drift between runs hides a change this size: use a baseline merged from more runs"
+                      if p.drift_var > 0 else "more than 1000 rounds per side would be needed")
+        else:
+            reason = f"needs about {needed} rounds per side"
+    return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
+                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason)
+
+
+def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
+                 threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
+                 baseline_name: str = "baseline", new_name: str = "new",
+                 assumed_log_sd: float = ASSUMED_LOG_SD) -> Comparison:
+    """Match the rows of two runs and give each a verdict; UsageError when nothing matches."""
+    if metric not in METRICS:
+        raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
+    base_index = _index(baseline, baseline_name)
+    new_index = _index(new, new_name)
+    common = [k for k in base_index if k in new_index]
+    if not common:
+        raise UsageError(f"{baseline_name} and {new_name} have no row in common "
+                         f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
+    busy_base, busy_new = busy_rounds(baseline), busy_rounds(new)
+    ids_base, ids_new = run_ids(baseline), run_ids(new)
+    pending = []
+    for key in common:
+        b, n = base_index[key], new_index[key]
+        base_runs, base_busy = rounds_by_run(baseline, b, busy_base, ids_base)
+        new_runs, new_busy = rounds_by_run(new, n, busy_new, ids_new)
+        side = "both" if base_busy and new_busy else baseline_name if base_busy else new_name if new_busy else ""
+        comparable = _metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0
+        pending.append(_Pending(key, baseline.rows[b], new.rows[n], base_runs if comparable else [],
+                                new_runs if comparable else [], side))
+    spreads = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
+    drift, drift_source = estimate_drift(list(spreads.values()),
+                                         [[p.base_runs for p in pending], [p.new_runs for p in pending]], assumed_log_sd)
+    for i, p in enumerate(pending):
+        estimate = change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift)
+        if estimate is not None:
+            concentration = sum(len(g) ** 2 for g in p.base_runs) / estimate.n_baseline ** 2 + \
+                sum(len(g) ** 2 for g in p.new_runs) / estimate.n_new ** 2
+            pending[i] = dataclasses.replace(p, change=estimate, drift_var=drift[0] ** 2 * concentration)
+    tested = [p for p in pending if p.change is not None]
+    within = [spreads[p.key] for p in tested]
+    family = max_t_adjust(
+        [p.change.estimate / p.change.se for p in tested],
+        [max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / p.change.n_baseline + 1.0 / p.change.n_new) for w, p in zip(within, tested)],
+        [w.df for w in within], [p.drift_var for p in tested], drift[1], alpha=alpha)
+    adjusted = dict(zip((p.key for p in tested), family.adjusted))
+    by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, family.critical) for p in pending}
+    rows = []
+    nan = math.nan
+    for key, i in base_index.items():
+        row = baseline.rows[i]
+        rows.append(by_key.get(key) or RowComparison(key, row, None, _metric(row, metric), nan, nan, nan, nan, None,
+                                                     None, 0, 0, "", nan, None, "missing"))
+    for key, i in new_index.items():
+        if key not in base_index:
+            row = new.rows[i]
+            rows.append(RowComparison(key, None, row, nan, _metric(row, metric), nan, nan, nan, None, None, 0, 0,
+                                      "", nan, None, "new"))
+    warnings = comparability_warnings(baseline, new, baseline_name, new_name,
+                                      [(r.baseline, r.new) for r in by_key.values()])
+    warnings += _round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
+                                assumed_log_sd)
+    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
+                      drift[0], drift_source)
+
+
+def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_LOG_SD) -> tuple:
+    """((sd, df), description) of the drift of whole runs: DRIFT_FACTOR times the typical
+    spread of rounds within a run, or what a side merged from enough runs measured, whichever
+    is larger. ``sides``: per side, every row's rounds grouped by run. One machine-wide value:
+    the factor moves every row alike."""
+    measured = [p for p in spreads if p.source != "assumed"]
+    typical = float(np.median([p.log_sd for p in measured])) if measured else assumed_log_sd
+    # The typical spread over many rows is known precisely: the assumption is what is uncertain.
+    assumed = DRIFT_FACTOR * typical
+    best = ((assumed, math.inf), f"assumed: {DRIFT_FACTOR:g} × the rounds' typical spread")
+    for rows in sides:
+        found = drift_between_runs([runs for runs in rows if runs])
+        # A side of several runs that drifted clearly more than assumed (beyond the 95th
+        # percentile of what the assumption allows for that many runs) overrules it.
+        if found is not None and found[0] ** 2 > assumed ** 2 * chi2_quantile(0.95, found[1]) / found[1] \
+                and found[0] > best[0][0]:
+            best = (found, f"measured over {int(found[1]) + 1} runs")
+    return best
+
+
+def _round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, busy_base: dict,
+                    busy_new: dict, compared, assumed_log_sd: float) -> list:
+    notes = []
+    for name, result, busy in ((baseline_name, baseline, busy_base), (new_name, new, busy_new)):
+        if busy:
+            total = len(_round_records(result))
+            worst = max((v for v in busy.values() if isinstance(v, (int, float))), default=math.nan)
+            notes.append(f"{name}: {len(busy)} of {total} round(s) ran while other processes used up to "
+                         f"{worst:.2f} CPU cores beyond the idle ones; "
+                         + ("they are left out where quiet rounds remain"
+                            if len(busy) < total else "no row of it can be called slower or faster"))
+    if any(r.noise == "assumed" for r in compared):
+        notes.append(f"neither file has two or more rounds of some rows: their run-to-run spread is assumed "
+                     f"to be {assumed_log_sd:.0%} (sd of log medians), so only large changes are called; "
+                     f"measure with --rounds 3 or more")
+    return notes

@@ -1,0 +1,163 @@
+"""Render a ``Comparison``: a TableModel (rich or markdown), a CI job summary, or JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from collbench.analysis.compare import MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
+from collbench.measure.sizes import format_size
+from collbench.results.tables import TableModel, to_markdown
+
+COMPARISON_SCHEMA = "collbench.comparison"
+COMPARISON_SCHEMA_VERSION = 2
+
+_CONFIG = (("dtype", "dtype"), ("op", "op"), ("world_size", "ranks"), ("timing", "timing"))
+_METRIC_LABEL = {"time_us_p50": "p50 µs", "busbw_gbps": "busbw GB/s"}
+_NOISE = {"both": "both files' rounds", "baseline": "the baseline's rounds", "new": "the new file's rounds",
+          "assumed": "an assumed spread"}
+
+
+def _value(v: float) -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    if v >= 100:
+        return f"{v:.1f}"
+    return f"{v:.3g}" if v < 1 else f"{v:.2f}"
+
+
+def _percent(v: float) -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    percent = round(v * 100, 1)
+    return f"{percent if percent else 0.0:+.1f}%"     # never "-0.0%"
+
+
+def _change(r: RowComparison) -> str:
+    return _percent(r.change) if math.isfinite(r.ratio) else "-"
+
+
+def _interval(r: RowComparison) -> str:
+    if not math.isfinite(r.change_low):
+        return "-"
+    return f"{_percent(r.change_low)}…{_percent(r.change_high)}"
+
+
+def _p(r: RowComparison) -> str:
+    if r.p_adjusted is None:
+        return "-"
+    return "<0.0001" if r.p_adjusted < 1e-4 else f"{r.p_adjusted:.4f}"
+
+
+def _rounds(r: RowComparison) -> str:
+    return f"{r.rounds_baseline}/{r.rounds_new}" if r.rounds_baseline else "-"
+
+
+def _varying(c: Comparison) -> list:
+    return [(field, label) for field, label in _CONFIG if len({r.field(field) for r in c.rows}) > 1]
+
+
+def _where(r: RowComparison) -> str:
+    size = r.field("size_bytes")
+    return f"{r.field('collective')}/{r.field('backend')}" + (f" {format_size(size)}" if size else "")
+
+
+def summary_line(c: Comparison) -> str:
+    counts = c.counts
+    parts = [f"{counts[v]} {v}" for v in VERDICTS if v in ("slower", "faster", "same", "inconclusive") or counts[v]]
+    return ", ".join(parts)
+
+
+def method_line(c: Comparison) -> str:
+    direction = "lower" if c.lower_is_better else "higher"
+    noise = ", ".join(_NOISE[n] for n in c.noise_sources) or "-"
+    drift = f"±{c.drift_sd:.1%}, {c.drift_source}" if math.isfinite(c.drift_sd) else "-"
+    return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of the per-round "
+            f"medians, 95% CI from Student t on their logs (rounds' spread from {noise}; drift of whole runs "
+            f"{drift}); slower or faster when beyond "
+            f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the 95% CI "
+            f"lies inside ±{c.threshold * 100:g}%; otherwise inconclusive")
+
+
+def noisy_line(c: Comparison, limit: int = 6) -> str:
+    """The rows too noisy to gate at this threshold, named; empty when there are none."""
+    noisy = c.too_noisy()
+    if not noisy:
+        return ""
+    shown = ", ".join(f"{_where(r)} (detects {r.detectable:.0%})" for r in noisy[:limit])
+    more = f" and {len(noisy) - limit} more" if len(noisy) > limit else ""
+    return (f"{len(noisy)} row(s) too noisy to gate at ±{c.threshold * 100:g}% with these rounds — the change "
+            f"each detects with {POWER:.0%} power: {shown}{more}")
+
+
+def comparison_table(c: Comparison) -> TableModel:
+    varying = _varying(c)
+    varying_fields = {f for f, _ in varying}
+    first = c.rows[0]
+    fixed = [f"{first.field(f)}{' ranks' if f == 'world_size' else ''}" for f, _ in _CONFIG
+             if f not in varying_fields and not (f == "op" and first.field(f) == "none")]
+    label = _METRIC_LABEL[c.metric]
+    show_reason = any(r.reason for r in c.rows)
+    headers = ("collective", "backend", *[lbl for _, lbl in varying], "size", f"baseline {label}",
+               f"new {label}", "change", "95% CI", "rounds", "p (adj.)", "verdict") + (("why",) if show_reason else ())
+    cells = []
+    for r in c.rows:
+        size = r.field("size_bytes")
+        cells.append((r.field("collective"), r.field("backend"), *[str(r.field(f)) for f, _ in varying],
+                      format_size(size) if size else "-", _value(r.baseline_value), _value(r.new_value),
+                      _change(r), _interval(r), _rounds(r), _p(r), r.verdict) + ((r.reason,) if show_reason else ()))
+    title = f"{c.baseline_name} → {c.new_name}" + (f" · {' · '.join(fixed)}" if fixed else "")
+    notes = (method_line(c),) + ((noisy_line(c),) if noisy_line(c) else ())
+    return TableModel(title, headers, tuple(cells), notes)
+
+
+def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
+    def bold(row):
+        cell = row[verdict_column]
+        return row[:verdict_column] + (f"**{cell}**" if cell in ("slower", "faster") else cell,) + row[verdict_column + 1:]
+    rows = tuple(bold(row) for row, r in zip(table.rows, keep) if r)
+    return TableModel(table.title, table.headers, rows, table.notes)
+
+
+def to_summary_markdown(c: Comparison) -> str:
+    """A GitHub job summary: heading, verdict counts, warnings, the rows that are not "same",
+    then every row in a collapsed block."""
+    outcome = "REGRESSION" if c.regression else "no regression"
+    lines = [f"## collbench compare: {outcome}", "", f"**{summary_line(c)}**", ""]
+    lines += [f"> **Warning:** {w}" for w in c.warnings]
+    if c.warnings:
+        lines.append("")
+    table = comparison_table(c)
+    column = table.headers.index("verdict")
+    notable = [r.verdict != "same" for r in c.rows]
+    if any(notable):
+        lines.append(to_markdown(_bold_verdicts(table, notable, column)).replace("### ", "#### ", 1))
+    every_row = _bold_verdicts(table, [True] * len(c.rows), column)
+    untitled = to_markdown(TableModel("", every_row.headers, every_row.rows)).split("\n", 2)[2]
+    lines += [f"<details><summary>All {len(c.rows)} rows</summary>", "", untitled, "</details>", ""]
+    return "\n".join(lines)
+
+
+def _number(v):
+    return v if v is None or math.isfinite(v) else None
+
+
+def to_json(c: Comparison) -> str:
+    rows = []
+    for r in c.rows:
+        record = dict(zip(MATCH_FIELDS, r.key))
+        record.update(baseline=_number(r.baseline_value), new=_number(r.new_value), ratio=_number(r.ratio),
+                      change=_number(r.change), change_ci_low=_number(r.change_low),
+                      change_ci_high=_number(r.change_high), p_value=r.p_value, p_adjusted=r.p_adjusted,
+                      rounds_baseline=r.rounds_baseline, rounds_new=r.rounds_new, noise=r.noise or None,
+                      detectable_change=_number(r.detectable), rounds_needed=r.rounds_needed,
+                      verdict=r.verdict, reason=r.reason or None)
+        rows.append(record)
+    doc = {"schema": COMPARISON_SCHEMA, "schema_version": COMPARISON_SCHEMA_VERSION,
+           "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
+           "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
+           "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
+           "drift_sd": _number(c.drift_sd), "drift_source": c.drift_source or None,
+           "summary": c.counts, "method": method_line(c), "warnings": list(c.warnings),
+           "too_noisy": [_where(r) for r in c.too_noisy()], "rows": rows}
+    return json.dumps(doc, indent=1) + "\n"

@@ -1,0 +1,121 @@
+"""``collbench plot``: latency and bus bandwidth against size, log–log, one line per series.
+
+matplotlib is the optional ``plot`` extra and is imported only here, inside ``plot_rows``.
+The figure is drawn on a bare ``Figure`` with the Agg canvas (no pyplot), so no display,
+no global state and no interactive backend are involved.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from collbench.errors import UsageError
+from collbench.results.exporters import check_output_path
+from collbench.measure.sizes import format_size
+
+FORMATS = (".png", ".svg", ".pdf")
+SERIES_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "timing")
+INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
+
+
+def _import_matplotlib():
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter, LogFormatter
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+    return Figure, FigureCanvasAgg, FuncFormatter, LogFormatter
+
+
+def require_matplotlib() -> None:
+    """Fail early, before reading any file, when the plot extra is not installed."""
+    _import_matplotlib()
+
+
+def check_plot_path(path, force: bool) -> Path:
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise UsageError(f"cannot tell the image format of {str(path)!r}: use a name ending in {', '.join(FORMATS)}")
+    return check_output_path(path, force)
+
+
+def _part(field: str, value) -> str:
+    return f"{value} ranks" if field == "world_size" else str(value)
+
+
+def series(rows) -> tuple:
+    """Rows with a size grouped per line and sorted by size, labelled by what varies between lines;
+    and the title parts: what all lines share."""
+    groups: dict = {}
+    for r in rows:
+        if r.size_bytes > 0 and math.isfinite(r.time_us_p50) and r.time_us_p50 > 0:
+            groups.setdefault(tuple(getattr(r, f) for f in SERIES_FIELDS), []).append(r)
+    varying = [i for i in range(len(SERIES_FIELDS)) if len({k[i] for k in groups}) > 1]
+    shown = varying if varying else [1]
+    labelled = {}
+    for key, group in groups.items():
+        label = " · ".join(_part(SERIES_FIELDS[i], key[i]) for i in shown
+                           if not (SERIES_FIELDS[i] == "op" and key[i] == "none"))
+        labelled[label] = sorted(group, key=lambda r: r.size_bytes)
+    first = next(iter(groups), None)
+    shared = [_part(SERIES_FIELDS[i], first[i]) for i in range(len(SERIES_FIELDS))
+              if first and i not in shown and not (SERIES_FIELDS[i] == "op" and first[i] == "none")]
+    return labelled, shared
+
+
+def _band(r, low: bool) -> float:
+    """Bus bandwidth at one end of the time CI (the high time is the low bandwidth)."""
+    t = r.time_us_ci_high if low else r.time_us_ci_low
+    if not math.isfinite(t) or t <= 0:
+        return r.busbw_gbps
+    return r.busbw_gbps * r.time_us_p50 / t
+
+
+def plot_rows(rows, path, *, force: bool = False) -> list:
+    """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user."""
+    path = check_plot_path(path, force)
+    Figure, FigureCanvasAgg, FuncFormatter, LogFormatter = _import_matplotlib()
+    lines, shared = series(rows)
+    if not lines:
+        raise UsageError("nothing to plot: no row with a size and a time")
+    notes = []
+    skipped = sum(1 for r in rows if r.size_bytes == 0)
+    if skipped:
+        notes.append(f"{skipped} row(s) without a size (barrier) are not on the log–log plot")
+    figure = Figure(figsize=(11, 4.5), constrained_layout=True)
+    FigureCanvasAgg(figure)
+    latency, bandwidth = figure.subplots(1, 2)
+    size_label = FuncFormatter(lambda x, _: format_size(int(round(x))) if x >= 1 else f"{x:g}")
+    # Ten colours, then the same colours with other line styles and markers: no two lines alike.
+    colours = [f"C{i}" for i in range(10)]
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for i, (label, group) in enumerate(lines.items()):
+        sizes = [r.size_bytes for r in group]
+        dash, mark = styles[(i // len(colours)) % len(styles)]
+        line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker=mark, markersize=3, label=label,
+                             color=colours[i % len(colours)], linestyle=dash)
+        lows = [r.time_us_ci_low if math.isfinite(r.time_us_ci_low) else r.time_us_p50 for r in group]
+        highs = [r.time_us_ci_high if math.isfinite(r.time_us_ci_high) else r.time_us_p50 for r in group]
+        latency.fill_between(sizes, lows, highs, color=line.get_color(), alpha=0.25, linewidth=0)
+        bandwidth.plot(sizes, [r.busbw_gbps for r in group], marker=mark, markersize=3, color=line.get_color(),
+                       linestyle=dash,
+                       label=label)
+        bandwidth.fill_between(sizes, [_band(r, True) for r in group], [_band(r, False) for r in group],
+                               color=line.get_color(), alpha=0.25, linewidth=0)
+    for axes, ylabel in ((latency, "median time (µs)"), (bandwidth, "bus bandwidth (GB/s)")):
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.xaxis.set_major_formatter(size_label)
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+        axes.set_xlabel("message size (bytes)")
+        axes.set_ylabel(ylabel)
+        axes.grid(True, which="major", alpha=0.3)
+    latency.set_title("latency (band: 95% CI of the median)")
+    bandwidth.set_title("bus bandwidth")
+    bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
+    figure.suptitle(" · ".join(["collbench", *shared]))
+    figure.savefig(path, dpi=120)
+    return notes

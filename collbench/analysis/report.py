@@ -1,0 +1,151 @@
+"""``collbench report``: result files merged into one set of rows, their tables, α–β fits, and
+what a comparison of their rounds could detect (``sensitivity_table``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from collbench.analysis.fit import MIN_POINTS, GroupFit, fit_rows
+from collbench.results.loader import load_result
+from collbench.measure.sizes import format_size
+from collbench.results.tables import TableModel, build_tables, to_markdown
+
+FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
+            "β: algorithm bandwidth (size / time), bus β: β × the bus factor; "
+            "n½ = α·β: the size reaching half of β; error: RMS relative error of the model")
+
+
+@dataclass(frozen=True)
+class Report:
+    sources: tuple     # file names, in the order given
+    rows: tuple        # merged rows
+    fits: tuple        # GroupFit per (collective, backend, dtype, op, world size, timing)
+    notes: tuple       # what merging replaced, plus the files' own notes
+    loaded: tuple = ()  # (name, RunResult) per file, for what their rounds can detect
+
+
+def merge_rows(named_rows) -> tuple:
+    """Rows of several files in order; a later row with the same key replaces an earlier one."""
+    merged: dict = {}
+    origin: dict = {}
+    replaced: dict = {}
+    for name, rows in named_rows:
+        for row in rows:
+            key = row.key()
+            if key in merged:
+                pair = (name, origin[key])
+                replaced[pair] = replaced.get(pair, 0) + 1
+            merged[key] = row
+            origin[key] = name
+    notes = tuple(f"{count} row(s) of {old} replaced by the same key in {new}"
+                  for (new, old), count in replaced.items())
+    return tuple(merged.values()), notes
+
+
+def build_report(paths) -> Report:
+    loaded = [(str(p), load_result(p)) for p in paths]
+    rows, notes = merge_rows((name, result.rows) for name, result in loaded)
+    file_notes = tuple(f"{name}: {note}" for name, result in loaded for note in result.notes)
+    return Report(tuple(name for name, _ in loaded), rows, tuple(fit_rows(rows)), notes + file_notes, tuple(loaded))
+
+
+def _setup(g: GroupFit) -> str:
+    op = "" if g.field("op") == "none" else f" {g.field('op')}"
+    return f"{g.field('dtype')}{op}, {g.field('world_size')} ranks, {g.field('timing')}"
+
+
+def format_bytes(n: float) -> str:
+    if math.isinf(n):
+        return "∞"
+    for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def _gbps(v: float) -> str:
+    if math.isinf(v):
+        return "∞"
+    if not math.isfinite(v):
+        return "-"
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+
+def fit_table(fits) -> TableModel:
+    headers = ("collective", "backend", "setup", "α µs", "β GB/s", "bus β GB/s", "n½", "error", "points")
+    cells = []
+    for g in fits:
+        f = g.fit
+        values = (f"{f.alpha_us:.2f}", _gbps(f.beta_gbps), _gbps(g.bus_beta_gbps), format_bytes(f.half_peak_bytes),
+                  f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
+        cells.append((g.field("collective"), g.field("backend"), _setup(g), *values, str(g.points)))
+    notes = [FIT_NOTE]
+    if any(g.fit is None for g in fits):
+        notes.append(f"-: fewer than {MIN_POINTS} sizes with a time, no fit")
+    return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes))
+
+
+def gate_sensitivity(result, alpha: float) -> list:
+    """(row, detectable change) for every row of one file: the change that ``compare`` calls
+    with 80% power when this file is the baseline and the new file is one more run with as
+    many rounds per run — its rounds' spread, the drift between runs, the rows adjusted
+    together as compare adjusts them. nan for a row without two rounds in one run."""
+    from collbench.analysis.compare import POWER, busy_rounds, estimate_drift, rounds_by_run, run_ids
+    from collbench.measure.runstats import MIN_LOG_SD, detectable_change, within_spread
+    from collbench.analysis.significance import max_t_adjust
+
+    busy, ids = busy_rounds(result), run_ids(result)
+    grouped = [rounds_by_run(result, i, busy, ids)[0] for i in range(len(result.rows))]
+    spreads = [within_spread(runs, [], assumed_log_sd=0.0) for runs in grouped]
+    (drift_sd, drift_df), _ = estimate_drift(spreads, [grouped])
+    parts = []                                   # (row index, within variance, df, drift variance)
+    for i, (runs, spread) in enumerate(zip(grouped, spreads)):
+        if spread.source == "assumed":
+            continue
+        n = sum(len(r) for r in runs)
+        per_run = n / len(runs)
+        share = sum(len(r) ** 2 for r in runs) / n ** 2 + 1.0      # this file's runs, and one new run
+        parts.append((i, max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / n + 1.0 / per_run), spread.df,
+                      drift_sd ** 2 * share))
+    found = [math.nan] * len(result.rows)
+    if parts:
+        family = max_t_adjust([0.0] * len(parts), [p[1] for p in parts], [p[2] for p in parts],
+                              [p[3] for p in parts], drift_df, alpha=alpha)
+        for i, within, df, drift in parts:
+            found[i] = detectable_change(math.sqrt(within + drift), df, family.critical, POWER)
+    return list(zip(result.rows, found))
+
+
+def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel:
+    """Per row of each file: rounds, run-to-run spread, the change a comparison against one more
+    run detects, and whether that is within ``threshold`` (rows that are not cannot be gated
+    on there: they come out inconclusive, not as false alarms)."""
+    several = len(named) > 1
+    headers = (("file",) if several else ()) + ("collective", "backend", "size", "timing", "rounds", "run cv",
+                                                "detects", f"gate at ±{threshold:.0%}")
+    cells = []
+    for name, result in named:
+        for r, found in gate_sensitivity(result, alpha):
+            verdict = ("needs 2+ rounds" if math.isnan(found) else "ok" if found <= threshold else "too noisy")
+            cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
+            cells.append(((name,) if several else ()) + (
+                r.collective, r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
+                cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
+    notes = ("detects: the change collbench compare calls with 80% power when this file is the baseline and the "
+             "new file one more run with as many rounds per run: the rounds' spread, the drift of whole runs "
+             f"between the two (assumed, or measured in a file merged from 3+ runs), the rows adjusted together "
+             f"(max-T), alpha "
+             f"{alpha:g}. Rows above the threshold give inconclusive verdicts there, not false alarms; a baseline "
+             "merged from several runs (collbench merge) lowers the figure",)
+    return TableModel("what a comparison against this baseline can detect", headers, tuple(cells), notes)
+
+
+def to_markdown_report(report: Report, threshold: float = 0.05, alpha: float = 0.05) -> str:
+    lines = ["# collbench report", "", "Files: " + ", ".join(f"`{s}`" for s in report.sources), ""]
+    lines += [to_markdown(t) for t in build_tables(report.rows)]
+    if report.fits:
+        lines.append(to_markdown(fit_table(report.fits)))
+    lines.append(to_markdown(sensitivity_table(list(report.loaded), threshold, alpha)))
+    lines += [f"- {n}" for n in report.notes]
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,167 @@
+"""Subcommands that work on result files (compare, report, plot).
+
+Each command only wires pieces together: load files, call a pure module (compare, fit, plot),
+hand the objects to a renderer. Heavy imports stay inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+COMPARE_FORMATS = ("table", "markdown", "json")
+REPORT_FORMATS = ("table", "markdown")
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    if not console.is_terminal:   # piped: never squeeze columns to a guessed 80-character terminal
+        console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400, no_color=True)
+    return console
+
+
+def _print_tables(tables) -> None:
+    from collbench.results.tables import to_rich
+
+    console = _console()
+    for table in tables:
+        console.print(to_rich(table, plain=not console.is_terminal))
+
+
+def _warn(text: str) -> None:
+    print(f"collbench: warning: {text}", file=sys.stderr)
+
+
+@click.command("compare")
+@click.argument("baseline")
+@click.argument("new")
+@click.option("--threshold", default="5%", show_default=True,
+              help="Smallest change that counts: a percentage (5%) or a fraction (0.05).")
+@click.option("--metric", type=click.Choice(("time_us_p50", "busbw_gbps")), default="time_us_p50",
+              show_default=True, help="Median time (lower is better) or bus bandwidth (higher is better).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Family-wise significance level (max-T over the rows).")
+@click.option("-f", "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True,
+              help="table, markdown (fits a CI job summary) or json.")
+def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
+    """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
+
+    A row is slower only when the change of its per-round medians is beyond the threshold and
+    significant with every row adjusted together; inconclusive rows (too few rounds, too
+    much drift) do not fail.
+
+    \b
+    Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable input.
+    Statistics, verdicts and the multiple-comparison control: docs/compare.md.
+    """
+    from collbench.analysis import compare_render
+    from collbench.analysis.compare import compare_runs, parse_threshold
+    from collbench.results.loader import load_result
+
+    threshold_value = parse_threshold(threshold)
+    comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
+                              threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new)
+    for warning in comparison.warnings:
+        _warn(warning)
+    if fmt == "json":
+        sys.stdout.write(compare_render.to_json(comparison))
+    elif fmt == "markdown":
+        sys.stdout.write(compare_render.to_summary_markdown(comparison))
+    else:
+        outcome = "REGRESSION" if comparison.regression else "no regression"
+        print(f"{outcome}: {compare_render.summary_line(comparison)}")
+        _print_tables([compare_render.comparison_table(comparison)])
+    sys.stdout.flush()
+    if comparison.regression:
+        sys.exit(1)
+
+
+@click.command("report")
+@click.argument("files", nargs=-1, required=True)
+@click.option("-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
+              help="Terminal tables or markdown.")
+@click.option("--threshold", default="5%", show_default=True,
+              help="The compare threshold to judge each row's noise against: 5% or 0.05.")
+def report_command(files, fmt, threshold) -> None:
+    """Re-render the tables of result FILES (JSON or CSV, merged) with a latency–bandwidth fit.
+
+    For each collective and backend, t(n) = α + n/β is fitted to the median times: α (µs),
+    β (GB/s), the half-peak size n½ = α·β and the fit's RMS relative error. A last table says,
+    per row, the smallest change a comparison of its rounds would detect, and whether rows are
+    too noisy to gate on at --threshold.
+    """
+    from collbench.analysis.compare import DEFAULT_ALPHA, parse_threshold
+    from collbench.analysis.report import build_report, fit_table, sensitivity_table, to_markdown_report
+    from collbench.results.tables import build_tables
+
+    threshold_value = parse_threshold(threshold)
+    report = build_report(files)
+    if fmt == "markdown":
+        sys.stdout.write(to_markdown_report(report, threshold_value, DEFAULT_ALPHA))
+        return
+    tables = build_tables(report.rows) + ([fit_table(report.fits)] if report.fits else []) \
+        + [sensitivity_table(list(report.loaded), threshold_value, DEFAULT_ALPHA)]
+    _print_tables(tables)
+    for note in report.notes:
+        print(f"collbench: {note}", file=sys.stderr)
+
+
+@click.command("plot")
+@click.argument("files", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, help="Image to write: .png, .svg or .pdf.")
+@click.option("--force", is_flag=True, help="Overwrite an existing image.")
+def plot_command(files, output, force) -> None:
+    """Plot latency and bus bandwidth against size (log–log) from result FILES into an image.
+
+    One line per backend (and per collective when there are several), the 95% CI of the
+    median as a band. Needs matplotlib: pip install "collbench[plot]".
+    """
+    from collbench.results.loader import load_result
+    from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
+    from collbench.analysis.report import merge_rows
+
+    check_plot_path(output, force)
+    require_matplotlib()
+    rows, notes = merge_rows((str(f), load_result(f).rows) for f in files)
+    for note in list(notes) + plot_rows(rows, output, force=force):
+        print(f"collbench: {note}", file=sys.stderr)
+    print(f"collbench: wrote {output}", file=sys.stderr)
+
+
+@click.command("merge")
+@click.argument("files", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, metavar="FILE", help="The merged result to write (.json).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+def merge_command(files, output, force) -> None:
+    """Merge runs of one sweep (JSON FILES) into one file: their rounds side by side.
+
+    A baseline merged from runs made at different times tells compare how far whole runs
+    drift on the machine, and gives each row more rounds. Rounds are renumbered; each keeps
+    the run it came from.
+    """
+    from pathlib import Path
+
+    from collbench.errors import UsageError
+    from collbench.results.exporters import JsonExporter, check_output_path, write_atomic
+    from collbench.results.loader import load_result
+    from collbench.results.merge import merge_runs
+
+    if Path(output).suffix.lower() != ".json":
+        raise UsageError(f"merge writes JSON (the rounds need it): {output!r} does not end in .json")
+    check_output_path(output, force)
+    merged, warnings = merge_runs([(str(f), load_result(f)) for f in files])
+    for warning in warnings:
+        _warn(warning)
+    write_atomic(Path(output), JsonExporter.render(merged))
+    runs = len(merged.metadata["merged_from"])
+    print(f"collbench: merged {runs} runs, {merged.metadata['settings']['rounds']} rounds, {len(merged.rows)} rows "
+          f"into {output}", file=sys.stderr)
+
+
+def register(group) -> None:
+    """Add the result-file subcommands to the ``collbench`` group."""
+    for command in (compare_command, report_command, plot_command, merge_command):
+        group.add_command(command)

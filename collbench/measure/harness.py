@@ -1,0 +1,170 @@
+"""The measurement loop for one (collective, backend, size): warm-up, check, timed iterations,
+stop rule and cross-rank reduction. It talks to backends only through ``Bound`` and
+``Control``; statistics come from ``collbench.measure.stats``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from collbench.measure import probe
+from collbench.backends.base import Bound, Control
+from collbench.collectives.registry import Collective
+from collbench.collectives.datatypes import ReduceOp
+from collbench.measure.stats import relative_ci_halfwidth
+
+timer = time.perf_counter
+TIMER_NAME = "time.perf_counter"
+
+
+def timer_resolution() -> float:
+    """The smallest step the timer actually shows, in seconds (the clock's nominal resolution,
+    often 1 ns, says nothing of what a Python call to it can resolve)."""
+    steps = []
+    for _ in range(200):
+        a = timer()
+        b = timer()
+        while b == a:
+            b = timer()
+        steps.append(b - a)
+    return max(min(steps), time.get_clock_info("perf_counter").resolution)
+
+#: A throughput sample is this many back-to-back calls' worth of time (at most MAX_BATCH calls).
+THROUGHPUT_SAMPLE_S = 1e-3
+MAX_BATCH = 1000
+MAX_SAMPLES = 1_000_000
+CHECK_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    mode: str = "latency"            # "latency" or "throughput"
+    iters: Optional[int] = None      # fixed iteration count; None = adaptive
+    warmup: int = 5
+    min_iters: int = 10
+    max_time: float = 1.0            # seconds of timed work per size (adaptive mode)
+    precision: float = 0.02          # target relative half-width of the median's 95% CI
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one size produced. Samples (µs) are per-iteration maxima over ranks, on rank 0 only."""
+
+    samples_us: np.ndarray
+    rank_means_us: Optional[list]
+    iterations: int
+    calls_per_sample: int
+    precision_reached: bool
+
+
+def _latency_loop(run: Callable, barrier: Callable, n: int, out: list) -> None:
+    append = out.append
+    clock = timer
+    for _ in range(n):
+        barrier()
+        t0 = clock()
+        run()
+        append(clock() - t0)
+
+
+def _throughput_loop(run: Callable, sync: Callable, barrier: Callable, n: int, k: int, out: list) -> None:
+    append = out.append
+    clock = timer
+    calls = range(k)
+    for _ in range(n):
+        barrier()
+        t0 = clock()
+        for _ in calls:
+            run()
+        sync()
+        append((clock() - t0) / k)
+
+
+def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: float) -> int:
+    """How many more iterations to run before deciding again."""
+    needed = n * (rel / precision) ** 2 if math.isfinite(rel) else 2 * n
+    # At most double per round: the estimate from a few noisy samples can be wildly high,
+    # and one huge batch would overshoot the precision target by orders of magnitude.
+    grow = min(max(int(needed) - n, n // 4, 1), n)
+    per_iter = elapsed / n if n else 0.0
+    if per_iter > 0:
+        grow = min(grow, max(1, int((max_time - elapsed) / per_iter) + 1))
+    return min(grow, MAX_SAMPLES - n)
+
+
+def count_wrong(bound: Bound, coll: Collective, op: ReduceOp, n: int, rank: int, root: int,
+                elements: int, recv_len: int) -> int:
+    """Run the call once outside any timed region and count wrong elements on this rank."""
+    got = bound.checked()
+    first = coll.expected(op, n, rank, root, elements, np.arange(min(1, recv_len)))
+    if got is None or first is None:
+        return 0
+    got = np.asarray(got).reshape(-1)
+    if len(got) != recv_len:
+        return recv_len
+    wrong = 0
+    for start in range(0, recv_len, CHECK_CHUNK):
+        idx = np.arange(start, min(recv_len, start + CHECK_CHUNK))
+        want = coll.expected(op, n, rank, root, elements, idx).astype(got.dtype)
+        wrong += int(np.count_nonzero(got[start:start + len(idx)] != want))
+    return wrong
+
+
+def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control,
+            settings: TimingSettings) -> Measurement:
+    """Warm up, then time iterations until the stop rule (decided on rank 0) says enough."""
+    is_root = control.rank == 0
+    throughput = settings.mode == "throughput"
+
+    t0 = timer()
+    bound.run_blocking()                      # first call: connection and algorithm setup
+    first_call = timer() - t0
+    warm: list = []
+    _latency_loop(bound.run_blocking, barrier, settings.warmup, warm)
+    estimate = float(np.median(warm)) if warm else first_call
+    k = 1
+    if throughput:
+        k = control.bcast(max(1, min(MAX_BATCH, int(THROUGHPUT_SAMPLE_S / max(estimate, 1e-9)))))
+
+    mine: list = []
+    maxima: list = []
+    batch = settings.iters if settings.iters else settings.min_iters
+    reached = False
+    probe.first_timed_iteration(control.rank)
+    start = timer()
+    while True:
+        before = len(mine)
+        if throughput:
+            _throughput_loop(bound.run, sync, barrier, batch, k, mine)
+        else:
+            _latency_loop(bound.run_blocking, barrier, batch, mine)
+        top = control.reduce_max(np.asarray(mine[before:], dtype=np.float64))
+        if settings.iters:
+            if is_root:
+                maxima.extend(top.tolist())
+            break
+        decision = None
+        if is_root:
+            maxima.extend(top.tolist())
+            rel = relative_ci_halfwidth(np.asarray(maxima))
+            reached = rel <= settings.precision
+            elapsed = timer() - start
+            done = len(maxima) >= settings.min_iters and (
+                reached or elapsed >= settings.max_time or len(maxima) >= MAX_SAMPLES)
+            decision = 0 if done else _next_batch(len(maxima), rel, settings.precision,
+                                                   elapsed, settings.max_time)
+        batch = control.bcast(decision)
+        if not batch:
+            break
+
+    mean_here = float(np.mean(mine)) * 1e6 if mine else math.nan
+    rank_means = control.gather(mean_here)
+    samples = np.asarray(maxima, dtype=np.float64) * 1e6 if is_root else np.empty(0)
+    if settings.iters and is_root:
+        reached = relative_ci_halfwidth(samples) <= settings.precision
+    return Measurement(samples, rank_means, len(mine), k, bool(reached))

@@ -1,0 +1,248 @@
+"""Run-to-run statistics: pure functions on the per-round medians of one row (no MPI).
+
+A *round* is one measurement of the whole sweep: a fresh launch when collbench starts the
+ranks itself, a fresh communicator and fresh buffers inside a user's job. Launch-to-launch
+variation (placement, page layout, connection set-up, neighbours) is what makes one launch's
+numbers differ from the next, and the samples of one launch cannot see it; the round medians
+can. Everything here works on their logarithms: times are positive and their spread is
+multiplicative, so differences of logs are ratios.
+
+* ``summarize_rounds`` — the centre (geometric mean of the round medians), a 95% CI of it
+  (Student t on the log medians), the coefficient of variation, and whether the rounds
+  disagree far beyond what their own within-round CIs allow.
+* ``within_spread``, ``drift_between_runs`` and ``change`` — the change between two sets of
+  runs of round medians (ratio of geometric means) with its CI and p-value. Two kinds of
+  noise: the rounds of one run spread around the run's mean, and whole runs made at
+  different times drift together (a machine-wide factor: on a shared VM, ±10% from one
+  minute to the next). Rounds average out the first only; the second needs separate runs.
+* ``detectable_change`` and ``rounds_needed`` — what a given spread lets a comparison see.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from collbench.measure.distributions import normal_quantile, t_quantile, t_two_sided_p
+
+CONFIDENCE = 0.95
+#: Rounds "disagree" when their medians spread this many times more than their own
+#: within-round CIs say a median can move (standard deviations of the log medians).
+DISAGREE_FACTOR = 3.0
+#: The smallest run-to-run spread (sd of log medians) a comparison assumes: identical round
+#: medians (a rounded file, a synthetic test) must not make every difference significant.
+MIN_LOG_SD = 0.001
+
+
+@dataclass(frozen=True)
+class RoundsSummary:
+    rounds: int
+    center: float        # geometric mean of the round medians; the median itself for one round
+    ci_low: float        # 95% CI of the centre from the spread of the rounds; nan under 2 rounds
+    ci_high: float
+    cv: float            # standard deviation / mean of the round medians; nan under 2 rounds
+    log_sd: float        # standard deviation of the log round medians; nan under 2 rounds
+    disagree: bool       # spread far beyond the within-round CIs (DISAGREE_FACTOR)
+
+
+def _positive(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0], dtype=np.float64)
+    return x
+
+
+def within_log_se(ci_low: float, ci_high: float) -> float:
+    """Standard error of a log median implied by its 95% CI (half the log width / z)."""
+    if not (math.isfinite(ci_low) and math.isfinite(ci_high)) or ci_low <= 0 or ci_high < ci_low:
+        return math.nan
+    return (math.log(ci_high) - math.log(ci_low)) / (2.0 * normal_quantile(0.5 + CONFIDENCE / 2))
+
+
+def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tuple]] = None,
+                     confidence: float = CONFIDENCE) -> RoundsSummary:
+    """Statistics of one row across rounds. ``within_cis``: each round's own (low, high) CI of
+    its median, used only to tell whether the rounds disagree."""
+    x = _positive(medians)
+    n = len(x)
+    nan = math.nan
+    if n == 0:
+        return RoundsSummary(0, nan, nan, nan, nan, nan, False)
+    logs = np.log(x)
+    center = float(np.exp(logs.mean()))
+    if n == 1:
+        return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False)
+    sd = float(logs.std(ddof=1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    cv = float(x.std(ddof=1) / x.mean())
+    disagree = False
+    if within_cis:
+        se = np.asarray([within_log_se(lo, hi) for lo, hi in within_cis], dtype=np.float64)
+        se = se[np.isfinite(se)]
+        if len(se):
+            typical = float(np.sqrt(np.mean(se ** 2)))
+            disagree = sd > DISAGREE_FACTOR * max(typical, MIN_LOG_SD)
+    return RoundsSummary(n, center, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)),
+                         cv, sd, disagree)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The spread of one row's round medians within runs (sd of logs), shared by both sides."""
+
+    log_sd: float
+    df: float            # degrees of freedom of that estimate (inf: assumed)
+    source: str          # both, baseline, new (the sides with two or more rounds in a run), or assumed
+
+
+def _within(groups) -> tuple:
+    """(sum of squares around each run's mean, degrees of freedom) of log medians."""
+    ss, df = 0.0, 0
+    for g in groups:
+        if len(g) >= 2:
+            ss += float(((g - g.mean()) ** 2).sum())
+            df += len(g) - 1
+    return ss, df
+
+
+def _logs(groups) -> list:
+    return [np.log(x) for x in (_positive(g) for g in groups) if len(x)]
+
+
+def within_spread(baseline, new, *, assumed_log_sd: float) -> Spread:
+    """How far the rounds of one run spread, from the rounds of both sides (each a list of runs,
+    each run a list of round medians). With rounds on both sides the *larger* side's variance
+    (never smaller than the pooled one: a noisy new run cannot borrow precision from a quiet
+    baseline) with the pooled degrees of freedom; with rounds on one side, that side's; with
+    none, ``assumed_log_sd``."""
+    ssa, dfa = _within(_logs(baseline))
+    ssb, dfb = _within(_logs(new))
+    if dfa and dfb:
+        return Spread(math.sqrt(max(ssa / dfa, ssb / dfb)), float(dfa + dfb), "both")
+    if dfa:
+        return Spread(math.sqrt(ssa / dfa), float(dfa), "baseline")
+    if dfb:
+        return Spread(math.sqrt(ssb / dfb), float(dfb), "new")
+    return Spread(assumed_log_sd, math.inf, "assumed")
+
+
+#: Runs a side needs before its own drift between runs is trusted: with fewer, the estimate has
+#: too few degrees of freedom to be anything but noise (calibration: with three runs it cost
+#: more power than it bought, benchmarks/README.md).
+MIN_RUNS_FOR_DRIFT = 3
+
+
+def drift_between_runs(rows_runs) -> Optional[tuple]:
+    """(sd, df) of the machine-wide factor that moves whole runs made at different times, from
+    one side's rows, each a list of runs of round medians; None with fewer than
+    MIN_RUNS_FOR_DRIFT runs.
+
+    Each run's effect is the median over rows of its mean log median's deviation from the
+    row's mean (the factor moves every row alike); their variance, less what the rounds' own
+    spread explains, is the drift's."""
+    k = max((len(_logs(runs)) for runs in rows_runs), default=0)
+    if k < MIN_RUNS_FOR_DRIFT:
+        return None
+    deviations, within = [], []
+    for runs in rows_runs:
+        logs = _logs(runs)
+        if len(logs) != k:
+            continue
+        means = np.array([g.mean() for g in logs])
+        deviations.append(means - means.mean())
+        ss, df = _within(logs)
+        if df:
+            within.append(ss / df * float(np.mean([1.0 / len(g) for g in logs])))
+    if not deviations:
+        return None
+    effects = np.median(np.array(deviations), axis=0)
+    variance = float(effects.var(ddof=1)) - (float(np.median(within)) / len(deviations) if within else 0.0)
+    return math.sqrt(max(variance, 0.0)), float(k - 1)
+
+
+@dataclass(frozen=True)
+class Change:
+    """NEW against BASELINE on the log scale: ``estimate`` = log(ratio of geometric means)."""
+
+    n_baseline: int      # rounds on each side
+    n_new: int
+    estimate: float      # log ratio; exp(estimate) = new / baseline
+    se: float            # standard error of the estimate: rounds and drift between runs
+    df: float            # degrees of freedom of the t distribution (Welch–Satterthwaite)
+    ci_low: float        # log ratio bounds of the 95% CI
+    ci_high: float
+    p_value: float       # two-sided, against no change
+    noise: str           # where the rounds' spread came from: both, baseline, new, assumed
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.estimate)
+
+
+def _concentration(runs) -> float:
+    """sum(n_run²) / n²: the share of a side's mean that one run's drift carries (1 for one run)."""
+    sizes = [len(g) for g in runs]
+    total = sum(sizes)
+    return sum(n * n for n in sizes) / (total * total)
+
+
+def change(baseline, new, *, spread: Spread, drift: tuple, confidence: float = CONFIDENCE) -> Optional[Change]:
+    """The change from ``baseline`` to ``new`` (each a list of runs, each run a list of round
+    medians); None if either side has none.
+
+    The estimate is the difference of the sides' mean log medians. Its variance has two parts:
+    the rounds' spread within a run, which averages out over all rounds, and the drift of
+    whole runs (``drift``: (sd, df)), which averages out only over separate runs — a side made
+    of one run carries all of its run's drift.
+    """
+    a, b = _logs(baseline), _logs(new)
+    if not a or not b:
+        return None
+    na, nb = sum(len(g) for g in a), sum(len(g) for g in b)
+    drift_sd, drift_df = drift
+    within_var = max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / na + 1.0 / nb)
+    drift_var = drift_sd ** 2 * (_concentration(a) + _concentration(b))
+    variance = within_var + drift_var
+    parts = [(within_var, spread.df), (drift_var, drift_df)]
+    denominator = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
+    df = variance * variance / denominator if denominator > 0 else math.inf
+    se = math.sqrt(variance)
+    estimate = float(np.concatenate(b).mean() - np.concatenate(a).mean())
+    half = t_quantile(0.5 + confidence / 2, df) * se
+    return Change(na, nb, estimate, se, df, estimate - half, estimate + half,
+                  t_two_sided_p(estimate / se, df), spread.source)
+
+
+def detectable_change(se: float, df: float, critical: float, power: float = 0.8) -> float:
+    """The relative change (0.12 for 12%) that a test calling |t| > ``critical`` significant
+    detects with probability ``power`` when the estimate's standard error is ``se``."""
+    if not (math.isfinite(se) and math.isfinite(critical)) or df <= 0:
+        return math.nan
+    return math.expm1((critical + t_quantile(power, df)) * se)
+
+
+def rounds_needed(log_sd: float, half_width: float, *, drift_var: float = 0.0, confidence: float = CONFIDENCE,
+                  limit: int = 1000) -> Optional[int]:
+    """Rounds on each side (one run each) for the CI of a change to be at most ±``half_width``
+    (relative) wide; None if more than ``limit`` — or if the drift between runs
+    (``drift_var``: its share of the estimate's variance) alone is too wide, which no number
+    of rounds in one run can fix."""
+    if not math.isfinite(log_sd) or half_width <= 0:
+        return None
+    target = math.log1p(half_width)
+    sd = max(log_sd, MIN_LOG_SD)
+
+    def fits(n: int) -> bool:
+        return t_quantile(0.5 + confidence / 2, 2 * n - 2) * math.sqrt(sd * sd * 2.0 / n + drift_var) <= target
+
+    if not fits(limit):
+        return None
+    lo, hi = 1, limit                 # the half-width shrinks as n grows: bisect for the first n that fits
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return max(hi, 2)

@@ -1,0 +1,118 @@
+"""Rows from rounds: what one row reports once one or more rounds have measured it.
+
+* One round: the median of its samples and that median's order-statistics CI, as before
+  rounds existed.
+* Several rounds: ``time_us_p50`` is the geometric mean of the round medians and its CI comes
+  from their spread (``runstats.summarize_rounds``); mean, min, percentiles and max are over
+  the samples of every round; the check is the worst round's; ``precision_reached`` only if
+  every round reached it.
+
+Pure functions: the runner uses them after every size, ``collbench merge`` and the
+calibration script on rounds read back from files.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from collbench.results.records import RoundData, Row, bandwidths
+from collbench.measure.runstats import summarize_rounds
+from collbench.measure.stats import summarize
+
+
+@dataclass(frozen=True)
+class RowIdentity:
+    """Everything about a row that does not come from timing."""
+
+    collective: str
+    backend: str
+    dtype: str
+    op: str
+    world_size: int
+    ranks_per_node: int
+    size_bytes: int
+    per_rank_bytes: int
+    count: int
+    timing: str
+    bus_factor: float
+
+    @classmethod
+    def of(cls, row: Row, bus_factor: float) -> "RowIdentity":
+        return cls(row.collective, row.backend, row.dtype, row.op, row.world_size, row.ranks_per_node,
+                   row.size_bytes, row.per_rank_bytes, row.count, row.timing, bus_factor)
+
+
+def round_data(round_number: int, samples_us, rank_means_us=None, *, precision_reached: bool,
+               check: str, calls_per_sample: int = 1) -> RoundData:
+    """One round's record for one row, its median and within-round CI computed from the samples."""
+    samples = np.asarray(samples_us, dtype=np.float64)
+    s = summarize(samples)
+    means = None if rank_means_us is None else tuple(float(m) for m in rank_means_us)
+    return RoundData(round_number, s.n, s.p50, s.ci_low, s.ci_high, bool(precision_reached), check,
+                     int(calls_per_sample), tuple(float(v) for v in samples), means)
+
+
+def worst_check(checks: Sequence[str]) -> str:
+    """ok if every checked round was ok; the largest wrong:N otherwise; skipped if none was checked."""
+    wrong = [int(c.split(":", 1)[1]) for c in checks if c.startswith("wrong:")]
+    if wrong:
+        return f"wrong:{max(wrong)}"
+    return "ok" if any(c == "ok" for c in checks) else "skipped"
+
+
+def _rank_avg(rounds: Sequence[RoundData]) -> float:
+    per_round = []
+    for r in rounds:
+        means = [m for m in (r.rank_means_us or ()) if m is not None and math.isfinite(m)]
+        if means:
+            per_round.append(float(np.mean(means)))
+    return float(np.mean(per_round)) if per_round else math.nan
+
+
+def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
+    """The row for ``identity`` from its rounds (at least one), in round order."""
+    rounds = sorted(rounds, key=lambda r: r.round)
+    medians = [r.time_us_p50 for r in rounds]
+    across = summarize_rounds(medians, [(r.time_us_ci_low, r.time_us_ci_high) for r in rounds])
+    pooled_parts = [np.asarray(r.samples_us, dtype=np.float64) for r in rounds if r.samples_us]
+    pooled = summarize(np.concatenate(pooled_parts)) if pooled_parts else None
+    if len(rounds) == 1:
+        p50, lo, hi = rounds[0].time_us_p50, rounds[0].time_us_ci_low, rounds[0].time_us_ci_high
+    else:
+        p50, lo, hi = across.center, across.ci_low, across.ci_high
+    algbw, busbw = bandwidths(identity.size_bytes, p50, identity.bus_factor)
+    nan = math.nan
+    return Row(
+        collective=identity.collective, backend=identity.backend, dtype=identity.dtype, op=identity.op,
+        world_size=identity.world_size, ranks_per_node=identity.ranks_per_node,
+        size_bytes=identity.size_bytes, per_rank_bytes=identity.per_rank_bytes, count=identity.count,
+        timing=identity.timing, iterations=sum(r.iterations for r in rounds),
+        time_us_p50=p50, time_us_ci_low=lo, time_us_ci_high=hi,
+        time_us_mean=pooled.mean if pooled else nan, time_us_min=pooled.min if pooled else nan,
+        time_us_p95=pooled.p95 if pooled else nan, time_us_p99=pooled.p99 if pooled else nan,
+        time_us_max=pooled.max if pooled else nan, time_us_rank_avg=_rank_avg(rounds),
+        algbw_gbps=algbw, busbw_gbps=busbw, check=worst_check([r.check for r in rounds]),
+        precision_reached=all(r.precision_reached for r in rounds), rounds=len(rounds),
+        run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians))
+
+
+def merge_rounds(parts: Sequence[tuple], bus_factor) -> Optional[tuple]:
+    """(Row, rounds) for one key from several files' (Row, rounds) pairs: the rounds of each
+    part are renumbered after the previous parts' so that none collide. ``bus_factor(row)``
+    gives the factor for bandwidths. None when no part has per-round data to merge."""
+    merged: list = []
+    offset = 0
+    first = None
+    for row, rounds, span in parts:
+        if not rounds:
+            return None
+        first = first or row
+        merged += [RoundData(offset + r.round, r.iterations, r.time_us_p50, r.time_us_ci_low, r.time_us_ci_high,
+                             r.precision_reached, r.check, r.calls_per_sample, r.samples_us, r.rank_means_us)
+                   for r in rounds]
+        offset += span
+    return build_row(RowIdentity.of(first, bus_factor(first)), merged), tuple(merged)

@@ -1,0 +1,158 @@
+"""Read result files back: collbench JSON (schema versions 1 and 2) or CSV of rows.
+
+Version 1 files (before rounds) load as runs of one round: the row's samples become round 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from collbench.errors import UsageError
+from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RoundData, Row, RunResult
+
+_INT = {"world_size", "ranks_per_node", "size_bytes", "per_rank_bytes", "count", "iterations", "rounds"}
+_STR = {"collective", "backend", "dtype", "op", "timing", "check"}
+_BOOL = {"precision_reached", "rounds_disagree"}
+#: Fields added by schema version 2, with the value a version 1 row has.
+_ADDED_IN_2 = {"rounds": 1, "run_to_run_cv": math.nan, "rounds_disagree": False, "time_us_round_p50s": None}
+
+
+def _float(v) -> float:
+    return math.nan if v is None or v == "" else float(v)
+
+
+def _medians(v, where: str) -> tuple:
+    """time_us_round_p50s: a JSON list, or the CSV's space-separated text."""
+    if isinstance(v, str):
+        v = v.split()
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):   # a CSV cell: one median, or empty
+        v = [] if math.isnan(v) else [v]
+    if not isinstance(v, (list, tuple)):
+        raise UsageError(f"{where}: time_us_round_p50s is not a list of numbers")
+    try:
+        return tuple(_float(x) for x in v)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: time_us_round_p50s is not a list of numbers") from None
+
+
+def _row(record: dict, where: str) -> Row:
+    missing = [f for f in ROW_FIELDS if f not in record and f not in _ADDED_IN_2]
+    if missing:
+        raise UsageError(f"{where}: not a collbench result (missing columns: {', '.join(missing[:4])})")
+    values = {}
+    for name in ROW_FIELDS:
+        v = record.get(name, _ADDED_IN_2.get(name))
+        try:
+            if name == "time_us_round_p50s":
+                continue
+            if name in _INT:
+                values[name] = int(v)
+            elif name in _STR:
+                values[name] = str(v)
+            elif name in _BOOL:
+                values[name] = v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
+            else:
+                values[name] = _float(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: bad value {v!r} in column {name}") from None
+    medians = record.get("time_us_round_p50s")
+    values["time_us_round_p50s"] = _medians(medians, where) if medians is not None else (values["time_us_p50"],)
+    return Row(**values)
+
+
+def _numbers(v, where: str, name: str):
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise UsageError(f"{where}: {name} is not a list of numbers")
+    try:
+        return tuple(_float(x) for x in v)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: {name} is not a list of numbers") from None
+
+
+def _round(d, where: str) -> RoundData:
+    if not isinstance(d, dict):
+        raise UsageError(f"{where}: a round_details entry is not an object")
+    try:
+        return RoundData(round=int(d["round"]), iterations=int(d["iterations"]), time_us_p50=_float(d["time_us_p50"]),
+                         time_us_ci_low=_float(d.get("time_us_ci_low")), time_us_ci_high=_float(d.get("time_us_ci_high")),
+                         precision_reached=bool(d.get("precision_reached", False)), check=str(d.get("check", "skipped")),
+                         calls_per_sample=int(d.get("calls_per_sample") or 1),
+                         samples_us=_numbers(d.get("samples_us"), where, "samples_us"),
+                         rank_means_us=_numbers(d.get("rank_means_us"), where, "rank_means_us"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: bad round_details entry ({exc.__class__.__name__}: {exc})") from None
+
+
+def _rounds_v1(record: dict, row: Row, where: str) -> tuple:
+    """A version 1 row as one round: its samples and CI are that round's."""
+    samples = _numbers(record.get("samples_us"), where, "samples_us")
+    means = _numbers(record.get("rank_means_us"), where, "rank_means_us")
+    return (RoundData(1, row.iterations, row.time_us_p50, row.time_us_ci_low, row.time_us_ci_high,
+                      row.precision_reached, row.check, int(record.get("calls_per_sample") or 1), samples, means),)
+
+
+def _load_json(path: Path, text: str) -> RunResult:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a collbench result file (nested too deeply)") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: not a collbench result file")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
+        raise UsageError(f"{path}: unsupported schema version {version!r} (this collbench reads 1..{SCHEMA_VERSION})")
+    metadata = doc.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise UsageError(f"{path}: metadata is not an object")
+    rows = doc.get("rows") or []
+    if not isinstance(rows, list):
+        raise UsageError(f"{path}: rows is not a list")
+    result = RunResult(metadata=metadata, notes=[str(n) for n in (doc.get("notes") or [])])
+    for i, record in enumerate(rows):
+        where = f"{path} row {i}"
+        if not isinstance(record, dict):
+            raise UsageError(f"{where} is not an object")
+        row = _row(record, where)
+        if version == 1:
+            rounds = _rounds_v1(record, row, where)
+        else:
+            details = record.get("round_details") or []
+            if not isinstance(details, list):
+                raise UsageError(f"{where}: round_details is not a list")
+            rounds = tuple(_round(d, where) for d in details)
+        result.add(row, rounds)
+    return result
+
+
+def _load_csv(path: Path) -> RunResult:
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except Exception as exc:  # pandas raises several types for unreadable CSV
+        raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    result = RunResult(metadata={"source": str(path), "format": "csv"})
+    for i, record in enumerate(frame.to_dict("records")):
+        result.add(_row(record, f"{path} row {i}"))
+    return result
+
+
+def load_result(path) -> RunResult:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    if not text.strip():
+        raise UsageError(f"{path}: empty file")
+    if path.suffix.lower() == ".csv":
+        return _load_csv(path)
+    return _load_json(path, text)

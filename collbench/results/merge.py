@@ -1,0 +1,77 @@
+"""``collbench merge``: several runs of one sweep as one file, their rounds side by side.
+
+A baseline made of runs taken at different times is what lets ``compare`` see how far whole
+runs drift on a machine (``runstats.drift_between_runs``), and gives each row more rounds.
+Rounds are renumbered one file after the other; each keeps the ``run_id`` of the run it
+came from (files without one, version 1 files among them, get one named after the file), and
+its busy flag. Rows are rebuilt from their rounds; a row missing from some files simply has
+fewer rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from collbench.results.aggregate import RowIdentity, build_row
+from collbench.collectives.registry import COLLECTIVES
+from collbench.analysis.comparability import metadata_warnings
+from collbench.errors import UsageError
+from collbench.results.records import RunResult
+
+
+def _bus_factor(row) -> float:
+    collective = COLLECTIVES.get(row.collective)
+    if collective is not None:
+        return collective.bus_factor(row.world_size)
+    return row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 1.0   # a collective this version lacks
+
+
+def merge_runs(named: list) -> tuple:
+    """(RunResult, warnings) from [(name, RunResult), ...] in the order given."""
+    if len(named) < 2:
+        raise UsageError("merge needs two or more result files")
+    first_name, first = named[0]
+    rows: dict = {}
+    records: list = []
+    sources: list = []
+    warnings: list = []
+    offset = 0
+    seen: dict = {}
+    for name, result in named:
+        if result.metadata.get("format") == "csv":
+            raise UsageError(f"{name}: a CSV has no rounds to merge; merge the JSON files")
+        if result is not first:
+            warnings += metadata_warnings(first, result, first_name, name)
+        run_id = str(result.metadata.get("run_id") or Path(name).name)
+        for part in run_id.split("+"):
+            if part in seen:
+                raise UsageError(f"{seen[part]} and {name} hold the same run ({part}); merge each run once")
+            seen[part] = name
+        own = {r["round"]: r for r in (result.metadata.get("rounds") or []) if isinstance(r, dict)
+               and isinstance(r.get("round"), int)}
+        numbers = sorted({d.round for data in result.rounds for d in data} | set(own))
+        renumber = {n: offset + i + 1 for i, n in enumerate(numbers)}
+        for n in numbers:
+            record = dict(own.get(n) or {"round": n})
+            record["run_id"] = str(record.get("run_id") or run_id)
+            record["round"] = renumber[n]
+            records.append(record)
+        for row, data in zip(result.rows, result.rounds):
+            if not data:
+                raise UsageError(f"{name}: row {row.collective} {row.backend} {row.size_bytes} has no rounds to merge")
+            entry = rows.setdefault(row.key(), [row, []])
+            entry[1] += [dataclasses.replace(d, round=renumber[d.round]) for d in data]
+        sources.append({"file": str(name), "run_id": run_id, "timestamp": result.metadata.get("timestamp"),
+                        "rounds": len(numbers)})
+        offset += len(numbers)
+    settings = first.metadata.get("settings") if isinstance(first.metadata.get("settings"), dict) else {}
+    kinds = {r.metadata.get("settings", {}).get("round_kind") for _, r in named if isinstance(r.metadata.get("settings"), dict)}
+    settings = {**settings, "rounds": offset, "round_kind": kinds.pop() if len(kinds) == 1 else "mixed"}
+    merged = RunResult(metadata={**first.metadata, "settings": settings, "rounds": records, "merged_from": sources,
+                                 "run_id": "+".join(s["run_id"] for s in sources)})
+    for row, data in rows.values():
+        data.sort(key=lambda d: d.round)
+        merged.add(build_row(RowIdentity.of(row, _bus_factor(row)), data), tuple(data))
+    merged.notes.extend(note for _, result in named for note in result.notes if note not in merged.notes)
+    return merged, warnings

@@ -1,0 +1,85 @@
+"""Turn command-line options into a validated Plan, then launch ranks or run this one.
+
+Everything a user can get wrong is checked here, before any rank starts, so that bad input is
+one line and exit 2 whether or not collbench launches itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collbench.launch import launcher as launch
+from collbench.backends import parse_backends, uses_mpi
+from collbench.collectives.datatypes import dtype_of, op_of
+from collbench.errors import UsageError
+from collbench.measure.harness import TimingSettings
+from collbench.results.output import OutputSettings, check_outputs
+from collbench.run.rounds import new_seed
+from collbench.measure.sizes import parse_sizes
+
+
+def default_nprocs(backends: list) -> int:
+    if "nccl" in backends:
+        from collbench.backends.nccl import visible_gpus
+        return max(1, visible_gpus())
+    return max(2, min(os.cpu_count() or 1, 4))
+
+
+def _timings(choice: str) -> tuple:
+    return ("latency", "throughput") if choice == "both" else (choice,)
+
+
+def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
+    from collbench.run.runner import Plan  # numpy and friends: only once options parsed
+
+    sizes = parse_sizes(opts["sizes"])
+    dtype_of(opts["dtype"])
+    op_of(opts["op"])
+    if opts["root"] < 0:
+        raise UsageError(f"--root must be 0 or more, got {opts['root']}")
+    if opts["nprocs"] is not None and opts["nprocs"] < 1:
+        raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
+    backends, notes = parse_backends(opts["backend"])
+    if launcher.name in ("torchrun", "env") and not launcher.mpi:
+        mpi_here = [b for b in backends if uses_mpi(b)]
+        if mpi_here and opts["backend"].strip() != "all":
+            raise UsageError(f"backend {', '.join(mpi_here)} needs an MPI launcher (mpiexec, srun); "
+                             f"under {launcher.name} use gloo or nccl")
+        backends = [b for b in backends if not uses_mpi(b)]
+        notes += [f"skipping backend {b}: needs an MPI launcher" for b in mpi_here]
+        if not backends:
+            raise UsageError("no usable backend under " + launcher.name)
+    if opts["output"] and opts["no_save"]:
+        raise UsageError("--output and --no-save contradict each other; give one")
+    if opts["iters"] is not None and opts["min_iters"] > opts["iters"] and "--min-iters" in argv:
+        raise UsageError("--min-iters is larger than --iters; with --iters the count is fixed")
+    timing = TimingSettings(iters=opts["iters"], warmup=opts["warmup"], min_iters=opts["min_iters"],
+                            max_time=opts["max_time"], precision=opts["precision"])
+    output = OutputSettings(outputs=tuple(opts["output"]), results_dir=opts["results_dir"],
+                            save=not opts["no_save"], force=opts["force"], quiet=opts["quiet"],
+                            print_format=opts["print_format"])
+    if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
+        check_outputs(output)
+    return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
+                dtype=opts["dtype"], op=opts["op"], root=opts["root"], timings=_timings(opts["timing"]),
+                timing=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
+                verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
+                shuffle=opts["shuffle"])
+
+
+def build_and_run(collectives, opts: dict, argv: list) -> int:
+    launcher = launch.detect()
+    plan = build_plan(collectives, opts, argv, launcher)
+    if launcher.name == "none":
+        n = opts["nprocs"] if opts["nprocs"] is not None else default_nprocs(list(plan.backends))
+        if plan.root >= n:
+            raise UsageError(f"--root {plan.root} is outside the world of {n} ranks (0..{n - 1})")
+        if n > 1:
+            use_mpi = any(uses_mpi(b) for b in plan.backends)
+            seed = plan.seed if plan.seed is not None else new_seed()
+            return launch.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
+                                      seed=seed)
+    elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
+        raise UsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
+                         f"started by {launcher.name}; drop -n under a launcher")
+    from collbench.run.runner import run
+    return run(plan, launcher)

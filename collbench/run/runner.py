@@ -1,0 +1,222 @@
+"""One rank's run: set up backends, then measure the rounds this process owns (every round
+in-job, or the one round of a self-launched launch), handing rows to rank 0's output.
+The walk over sizes is ``sweep.Sweep``; the measurement itself ``harness.measure``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Optional
+
+from collbench.measure import harness
+from collbench.run import rounds
+from collbench.launch import supervise
+from collbench.backends import backend_class
+from collbench.results.collector import Collector
+from collbench.errors import UsageError
+from collbench.launch.launcher import Launcher
+from collbench.run.metadata import collect, hostname, ranks_per_node
+from collbench.results.output import NullOutput, Output, OutputSettings, check_outputs
+from collbench.run.sweep import Sweep
+
+#: Start-up (imports, MPI initialisation, torch rendezvous) may take longer than a short
+#: --timeout meant for one size; it gets at least this many seconds.
+STARTUP_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    collectives: tuple
+    backends: tuple
+    sizes: tuple
+    dtype: str = "float32"
+    op: str = "sum"
+    root: int = 0
+    timings: tuple = ("latency",)
+    timing: harness.TimingSettings = harness.TimingSettings()
+    check: bool = True
+    output: OutputSettings = OutputSettings()
+    argv: tuple = ()
+    notes: tuple = ()
+    verbose: bool = False
+    timeout: float = 300.0          # seconds one size may take before the job is aborted; 0 = never
+    rounds: int = rounds.DEFAULT_ROUNDS
+    seed: Optional[int] = None      # None: chosen at random and recorded
+    shuffle: bool = True
+
+
+def make_control(launcher: Launcher, backends: tuple):
+    uses_mpi = launcher.mpi or any(backend_class(b).uses_mpi for b in backends)
+    if uses_mpi:
+        from collbench.backends._mpi import MpiControl
+        return MpiControl()
+    from collbench.backends._torch import TorchControl
+    return TorchControl(launcher)
+
+
+def run(plan: Plan, launcher: Launcher) -> int:
+    """Run the plan on this rank; returns the process exit code."""
+    supervise.handle_signals(launcher.rank)
+    try:
+        return _run(plan, launcher)
+    except UsageError:
+        raise          # every rank meets the same bad input and exits 2 on its own
+    except Exception as exc:
+        # A failure on some ranks only (a rendezvous that cannot start, a library error):
+        # the others would wait for this one forever, so end the whole job.
+        text = str(exc).strip().splitlines()
+        print(f"collbench: rank {launcher.rank} failed at {supervise.where() or 'start-up'}: "
+              f"{type(exc).__name__}: {text[-1] if text else ''}", file=sys.stderr)
+        if plan.verbose:
+            import traceback
+            traceback.print_exc()
+        supervise.abort_job(1)
+
+
+def _run(plan: Plan, launcher: Launcher) -> int:
+    # Start-up (MPI initialisation, torch rendezvous) is under the same --timeout as each size.
+    watchdog = supervise.Watchdog()
+    where = "start-up (MPI or torch initialisation)"
+    supervise.at(where)
+    startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
+    watchdog.arm(startup_limit, where)
+    control = make_control(launcher, plan.backends)
+    supervise.set_job_abort(getattr(control, "abort", None))
+    if plan.root >= control.size:
+        raise UsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
+    schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle)
+    if schedule.kind == rounds.KIND_IN_JOB:        # rank 0's seed for everyone
+        schedule = dataclasses.replace(schedule, seed=control.bcast(schedule.seed if control.rank == 0 else None))
+    resuming = schedule.first > 1
+    problem = control.bcast(_output_problem(plan.output) if control.rank == 0 and not resuming else None)
+    if problem:                      # rank 0 alone can judge its paths; every rank must stop
+        raise UsageError(problem)
+    backends: dict = {}
+    try:
+        return _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule)
+    finally:
+        for backend in backends.values():
+            backend.close()
+
+
+def _output_problem(settings) -> Optional[str]:
+    try:
+        check_outputs(settings)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
+def _metadata(plan: Plan, launcher: Launcher, backends: dict, hosts: list, schedule: rounds.Schedule) -> dict:
+    versions = {}
+    for backend in backends.values():
+        versions.update(backend.versions())
+    timing = {k: v for k, v in dataclasses.asdict(plan.timing).items() if k != "mode"}
+    settings = {**timing, "timings": list(plan.timings), "check": plan.check,
+                "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
+                "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout,
+                "rounds": schedule.total, "round_kind": schedule.kind, "seed": schedule.seed,
+                "shuffle": schedule.shuffle, "max_time_per_round": plan.timing.max_time * schedule.budget_share()}
+    metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
+                       versions=versions)
+    metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
+    return metadata
+
+
+def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):
+    label = f"round {schedule.first}/{schedule.total} · " if schedule.total > 1 else ""
+    return Output(plan.output, collector, total_steps=sweep.steps * schedule.total,
+                  done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.final in schedule.here,
+                  round_label=label, journal=journal)
+
+
+def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
+             schedule: rounds.Schedule) -> int:
+    for name in plan.backends:
+        where = f"set-up of backend {name}"
+        supervise.at(where)
+        watchdog.arm(startup_limit, where)
+        backend = backend_class(name)()
+        backend.setup(control=control)
+        backends[name] = backend
+    hosts = control.bcast(control.gather(hostname()))
+    rpn = ranks_per_node(hosts)
+    is_root = control.rank == 0
+    journal = rounds.Journal.open(schedule.state) if is_root and schedule.state is not None else None
+    collector = None
+    if is_root:
+        earlier = journal.of_type("run") if journal is not None else []
+        collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, hosts, schedule))
+    sweep = Sweep(plan, control, backends, rpn, watchdog)
+    if not sweep.steps:
+        raise UsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
+    out, problem = NullOutput(), None
+    if is_root:
+        try:
+            out = _open_output(plan, collector, sweep, schedule, journal)
+        except UsageError as exc:        # an output file that appeared since the check
+            problem = str(exc)
+    problem = control.bcast(problem)
+    if problem:
+        raise UsageError(problem)
+    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)):
+        out.note(note)
+    settings = dataclasses.replace(plan.timing, max_time=plan.timing.max_time * schedule.budget_share())
+    completed = False
+    try:
+        for number in schedule.here:
+            _round(plan, control, backends, sweep, out, schedule, number, settings, hosts,
+                   first=number == schedule.first, setup_limit=startup_limit)
+        watchdog.disarm()
+        supervise.at("shutdown")
+        completed = True
+        if is_root and schedule.final in schedule.here:
+            _warn_resolution(out, collector)
+    finally:
+        out.finish(completed)
+    if sweep.failures and is_root:
+        for failure in sweep.failures:
+            print(f"collbench: CHECK FAILED: {failure}", file=sys.stderr)
+    return 1 if sweep.failures else 0
+
+
+def _round(plan: Plan, control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule, number: int,
+           settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float) -> None:
+    """Measure round ``number``: fresh communicators (after the first round of this process),
+    the round's order from rank 0, and the CPU the host spent on others meanwhile."""
+    if not first:
+        where = f"new communicators for round {number}"
+        supervise.at(where)
+        sweep.watchdog.arm(setup_limit, where)
+        for backend in backends.values():
+            backend.renew()
+    is_root = control.rank == 0
+    order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle) if is_root else None)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    wall = time.monotonic()
+    meter = rounds.CpuMeter()
+    control.barrier()
+    meter.start()
+    sweep.run(out, number, order, settings, schedule.total)
+    reports = control.gather(meter.stop())
+    if is_root:
+        sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
+        out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
+                        "rank0_pid": os.getpid(),
+                        "seconds": round(time.monotonic() - wall, 3), "rank_hosts": hosts,
+                        "load": rounds.round_load(reports, hosts),
+                        "order": [{"collective": b.collective, "backend": b.backend,
+                                   "sizes": [sizes[b.collective, b.backend][i] for i in b.points]} for b in order]})
+
+
+def _warn_resolution(out, collector: Collector) -> None:
+    limit = 10 * collector.metadata["settings"]["timer_resolution_s"] * 1e6
+    low = [r for r in collector.run_result().rows if r.time_us_p50 < limit]
+    if low:
+        out.note(f"{len(low)} median(s) are under 10x the timer resolution ({limit:.3f} µs); treat them with care")

@@ -1,0 +1,180 @@
+"""One rank's walk over one round: blocks of (collective, backend) in the round's order, the
+sizes of each block in theirs, each size checked once and then measured by ``harness.measure``.
+Rank 0 hands each measurement to the output as one round of one row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from collbench.measure import harness
+from collbench.measure import memory
+from collbench.launch import supervise
+from collbench.results.aggregate import RowIdentity, round_data
+from collbench.collectives.registry import Collective, get_collective
+from collbench.collectives.datatypes import NO_OP, dtype_of, pattern
+from collbench.measure.sizes import format_size
+
+FILL_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class SizePoint:
+    requested: int
+    elements: int        # elements in size_bytes
+    size_bytes: int
+    per_rank_bytes: int
+    send_len: int
+    recv_len: int
+
+
+def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, list]:
+    """Round each size down to whole elements that split evenly over n ranks."""
+    if not coll.moves_data:
+        return [SizePoint(0, 0, 0, 0, 0, 0)], []
+    points, notes, seen = [], [], set()
+    granule = coll.granule(n)
+    for size in sizes:
+        elements = (size // itemsize) // granule * granule
+        if elements == 0:
+            why = (f"smaller than one {itemsize}-byte element" if granule == 1 else
+                   f"too small to split over {n} ranks in {itemsize}-byte elements")
+            notes.append(f"{coll.name}: size {format_size(size)} is {why}; skipped")
+            continue
+        if elements in seen:
+            continue
+        seen.add(elements)
+        send, recv = coll.lengths(elements, n)
+        per_rank = elements * itemsize if coll.size_is_per_rank else elements * itemsize // n
+        points.append(SizePoint(size, elements, elements * itemsize, per_rank, send, recv))
+    return points, notes
+
+
+def _fill(backend, buffers, coll: Collective, op, rank: int, n: int, send_len: int, dtype) -> None:
+    for start in range(0, send_len, FILL_CHUNK):
+        k = np.arange(start, min(send_len, start + FILL_CHUNK))
+        backend.fill(buffers, start=start, values=np.asarray(op.value(rank, k, n)).astype(dtype))
+
+
+class Sweep:
+    """The sizes each (collective, backend) measures, and one round's walk over them."""
+
+    def __init__(self, plan, control, backends: dict, rpn: int, watchdog: supervise.Watchdog) -> None:
+        self.plan, self.control, self.backends, self.rpn = plan, control, backends, rpn
+        self.watchdog = watchdog
+        self.failures: list = []
+        self.out = None
+        self.rounds = 1
+        self.dtype = dtype_of(plan.dtype)
+        budget = control.bcast(memory.budget_bytes() if control.rank == 0 else None)
+        self.points: dict = {}
+        self.notes: list = []
+        for cname in plan.collectives:
+            for name, backend in backends.items():
+                self.points[cname, name] = self._points(get_collective(cname), name, backend, budget)
+
+    def _points(self, coll: Collective, name: str, backend, budget: int) -> list:
+        """The sizes this (collective, backend) will measure; notes say why others are skipped."""
+        op_name = self.plan.op if coll.reduces else NO_OP
+        reason = backend.supports(collective=coll.name, dtype=self.dtype, op=op_name)
+        if reason:
+            self.notes.append(f"{coll.name} on {name}: {reason}; skipped")
+            return []
+        itemsize = self.dtype.itemsize
+        points, notes = size_points(coll, self.plan.sizes, itemsize, self.control.size)
+        self.notes += notes
+        limit = backend.max_message_bytes()
+        if limit is not None:
+            over = [p for p in points if max(p.send_len, p.recv_len) * itemsize > limit]
+            self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: a message beyond "
+                           f"{name}'s {format_size(limit)} limit; skipped" for p in over]
+            points = [p for p in points if p not in over]
+        sharing = self.rpn
+        device_free = backend.device_memory_bytes()
+        if device_free is not None:           # one device per rank: the fullest device decides for all
+            gathered = self.control.gather(device_free)
+            budget = self.control.bcast(int(min(gathered) * memory.BUDGET_SHARE) if gathered else None)
+            sharing = 1
+        fits, too_big = memory.split_by_budget(points, itemsize, backend.extra_copies, sharing, budget)
+        self.notes += [memory.skip_note(coll.name, name, p, itemsize, backend.extra_copies, sharing, budget)
+                       for p in too_big]
+        return fits
+
+    @property
+    def steps(self) -> int:
+        """Measurements in one round."""
+        return sum(len(p) for p in self.points.values()) * len(self.plan.timings)
+
+    def blocks(self) -> list:
+        """(collective, backend, number of sizes) in plan order: what ``rounds.order`` shuffles."""
+        return [(c, b, len(self.points[c, b])) for c in self.plan.collectives for b in self.backends
+                if self.points[c, b]]
+
+    def run(self, out, round_number: int, order: list, settings: harness.TimingSettings, rounds: int) -> None:
+        """Round ``round_number`` of ``rounds``: every block in ``order``; in the final round the
+        output prints each collective's table when it is complete."""
+        final = round_number == rounds
+        self.out, self.rounds = out, rounds
+        current = None
+        for block in order:
+            if current is not None and block.collective != current:
+                out.collective_done(current, final)
+            current = block.collective
+            points = self.points[block.collective, block.backend]
+            self._block(get_collective(block.collective), block.backend, self.backends[block.backend],
+                        points, block.points, round_number, settings)
+            self.control.barrier()
+        if current is not None:
+            out.collective_done(current, final)
+
+    def _sort_key(self, coll: Collective, backend: str, point: SizePoint, timing: str) -> tuple:
+        plan = self.plan
+        return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
+                plan.timings.index(timing))
+
+    def _block(self, coll: Collective, name: str, backend, points: list, indices: tuple, round_number: int,
+               settings: harness.TimingSettings) -> None:
+        plan, control = self.plan, self.control
+        n, rank = control.size, control.rank
+        op_name = plan.op if coll.reduces else NO_OP
+        op = pattern(op_name, plan.dtype)
+        top = points[-1]                  # sizes ascend; the order of measuring them is ``indices``
+        where = f"allocation for {coll.name} on {name}"
+        supervise.at(where)
+        self.watchdog.arm(plan.timeout, where)
+        buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
+                                   in_place=coll.in_place)
+        _fill(backend, buffers, coll, op, rank, n, top.send_len, self.dtype)
+        for index in indices:
+            point = points[index]
+            label = format_size(point.size_bytes) if point.size_bytes else "-"
+            where = f"{coll.name} on {name} at {label}" if point.size_bytes else f"{coll.name} on {name}"
+            supervise.at(where)
+            self.watchdog.arm(plan.timeout, where)
+            self.out.step(where)
+            bound = backend.bind(buffers, collective=coll.name, send_len=point.send_len,
+                                 recv_len=point.recv_len, op=op_name, root=plan.root)
+            wrong = 0
+            checked = plan.check and coll.moves_data      # a barrier carries nothing to check
+            if checked:
+                mine = harness.count_wrong(bound, coll, op, n, rank, plan.root, point.elements, point.recv_len)
+                wrong = control.allreduce_sum(mine)
+                if wrong:
+                    self.failures.append(f"{where}: {wrong} wrong elements"
+                                         + (f" (round {round_number})" if self.rounds > 1 else ""))
+            check = "skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}")
+            for timing in plan.timings:
+                m = harness.measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
+                                    settings=dataclasses.replace(settings, mode=timing))
+                if rank == 0:
+                    identity = RowIdentity(coll.name, name, plan.dtype, op_name, n, self.rpn, point.size_bytes,
+                                           point.per_rank_bytes, point.elements, timing, coll.bus_factor(n))
+                    means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
+                    self.out.add(identity, self._sort_key(coll, name, point, timing),
+                                 round_data(round_number, m.samples_us, means, precision_reached=m.precision_reached,
+                                            check=check, calls_per_sample=m.calls_per_sample))
+        backend.release(buffers)
