@@ -140,3 +140,27 @@ def test_the_simulation_catches_a_pattern_that_is_not_exact():
 def test_unknown_collective():
     with pytest.raises(UsageError, match="unknown collective 'allreduc'"):
         get_collective("allreduc")
+
+
+def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends():
+    from collbench.backends.gloo import GlooBackend
+    from collbench.backends.mpi import MpiBackend
+    from collbench.collectives.base import Collective
+
+    class BufferOnly(Collective):
+        name, position = "buffer-only", 99
+
+        def buffer_call(self, c):
+            return c.comm.Barrier
+
+    coll = BufferOnly()
+    assert coll.issued_by("buffer") and not coll.issued_by("tensor") and not coll.issued_by("object")
+    assert MpiBackend.supports(collective=coll, dtype=np.dtype("float32"), op="none") is None
+    assert GlooBackend.supports(collective=coll, dtype=np.dtype("float32"), op="none") == \
+        "buffer-only has no tensor call"
+    assert all(c.issued_by(f) for c in COLLECTIVES.values() for f in ("buffer", "object", "tensor"))
+
+
+def test_every_collective_module_is_found_in_its_place():
+    assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall",
+                     "reduce_scatter", "barrier")

@@ -56,3 +56,27 @@ def test_a_plugin_that_cannot_run_is_one_line_and_exit_2(run_dir, plugin_env, na
     proc = cli(["allreduce", "-n", "2", "--backend", name, "--sizes", "8", *FAST], run_dir, env=plugin_env)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_an_unsupported_combination_is_refused_before_any_rank_starts(run_dir, plugin_env):
+    proc = cli(["allreduce", "-n", "2", "--backend", "no-prod-mpi", "--op", "prod", "--sizes", "8", *FAST], run_dir,
+               env=plugin_env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("collbench: error: allreduce on no-prod-mpi with float32 prod: "
+                                   "no-prod-mpi has no product reduction")
+    assert "rank" not in proc.stderr and not list(run_dir.iterdir())     # nothing launched, nothing written
+
+
+def test_under_all_an_unsupported_combination_is_a_note_and_the_rest_runs(run_dir, plugin_env):
+    proc = cli(["all", "-n", "2", "--backend", "mpi,no-prod-mpi", "--op", "prod", "--sizes", "1K", *FAST,
+                "-o", "a.json"], run_dir, env=plugin_env)
+    assert proc.returncode == 0, proc.stderr
+    result = load_result(run_dir / "a.json")
+    pairs = {(r.collective, r.backend) for r in result.rows}
+    assert {("allreduce", "mpi"), ("reduce", "mpi"), ("reduce_scatter", "mpi"), ("bcast", "no-prod-mpi"),
+            ("barrier", "no-prod-mpi")} <= pairs
+    assert not {c for c, b in pairs if b == "no-prod-mpi"} & {"allreduce", "reduce", "reduce_scatter"}
+    for name in ("allreduce", "reduce", "reduce_scatter"):
+        note = f"{name} on no-prod-mpi: no-prod-mpi has no product reduction; skipped"
+        assert note in result.notes and note in proc.stderr + proc.stdout
+    assert all(r.check in ("ok", "skipped") for r in result.rows)

@@ -113,9 +113,6 @@ class MpiBase:
     def size(self) -> int:
         return self.comm.Get_size()
 
-    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
-        return None
-
     def fill(self, buffers, *, start, values):
         from collbench.backends import _host
         _host.fill(buffers, start, values)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collbench.collectives.base import Collective
 
 
 class Control(ABC):
@@ -56,6 +59,9 @@ class Backend(ABC):
     """A communication library measured by collbench. Keyword-only, one module each."""
 
     name: ClassVar[str]
+    #: how it issues a collective: "buffer" (mpi4py's buffer API), "object" (its pickle API),
+    #: "tensor" (torch.distributed), or None for a backend that binds every call itself
+    family: ClassVar[Optional[str]] = None
     uses_mpi: ClassVar[bool] = False
     #: copies of the payload a call may hold beyond send and receive buffers (pickling)
     extra_copies: ClassVar[int] = 0
@@ -76,9 +82,13 @@ class Backend(ABC):
     @abstractmethod
     def size(self) -> int: ...
 
-    @abstractmethod
-    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
-        """None if this combination can run, else the reason it cannot."""
+    @classmethod
+    def supports(cls, *, collective: "Collective", dtype: np.dtype, op: str) -> Optional[str]:
+        """None if this combination can run, else the reason it cannot (asked when the plan is
+        built, before any rank starts)."""
+        if cls.family is not None and not collective.issued_by(cls.family):
+            return f"{collective.name} has no {cls.family} call"
+        return None
 
     @abstractmethod
     def allocate(self, *, send_len: int, recv_len: int, dtype: np.dtype, in_place: bool) -> Any:
@@ -89,8 +99,10 @@ class Backend(ABC):
         """Write host values into the send buffer at ``start``."""
 
     @abstractmethod
-    def bind(self, buffers: Any, *, collective: str, send_len: int, recv_len: int,
-             op: str, root: int) -> Bound: ...
+    def bind(self, buffers: Any, *, collective: "Collective", send_len: int, recv_len: int,
+             op: str, root: int) -> Bound:
+        """One call of ``collective`` (a ``collbench.collectives.base.Collective``) over the
+        first ``send_len`` / ``recv_len`` elements of the buffers."""
 
     @abstractmethod
     def barrier(self) -> None: ...

@@ -8,7 +8,6 @@ the n blocks followed by a local reduction, the pairwise-exchange algorithm.
 from __future__ import annotations
 
 import os
-from functools import reduce as fold
 from typing import Optional
 
 import numpy as np
@@ -16,27 +15,8 @@ import numpy as np
 from collbench.backends import _host
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
+from collbench.collectives.base import ObjectCall
 from collbench.collectives.datatypes import OPS
-
-
-def _calls(comm, rank, n, s, send_len, recv_len, ufunc, root):
-    sv = s[:send_len]
-    chunks = [sv[j * recv_len:(j + 1) * recv_len] for j in range(n)]   # scatter, reduce_scatter
-    block = send_len // n
-    blocks = [sv[j * block:(j + 1) * block] for j in range(n)]           # alltoall
-    mine = sv if rank == root else None
-    to_scatter = chunks if rank == root else None
-    return {
-        "allreduce": lambda: comm.allreduce(sv, op=ufunc),
-        "bcast": lambda: comm.bcast(mine, root=root),
-        "reduce": lambda: comm.reduce(sv, op=ufunc, root=root),
-        "allgather": lambda: comm.allgather(sv),
-        "gather": lambda: comm.gather(sv, root=root),
-        "scatter": lambda: comm.scatter(to_scatter, root=root),
-        "alltoall": lambda: comm.alltoall(blocks),
-        "reduce_scatter": lambda: fold(ufunc, comm.alltoall(chunks)),
-        "barrier": lambda: comm.barrier(),
-    }
 
 
 def _as_array(result) -> Optional[np.ndarray]:
@@ -61,6 +41,7 @@ def _pickle_limit(MPI) -> Optional[int]:
 
 class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
+    family = "object"
     extra_copies = 3   # pickled send payload, received payload, unpickled result
 
     def setup(self, *, control: Control) -> None:
@@ -75,8 +56,9 @@ class MpiPickleBackend(MpiBase, Backend):
         return _host.allocate(send_len, 0, dtype, True)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
-        ufunc = OPS[op].ufunc if op in OPS else np.add
-        call = _calls(self.comm, self.rank, self.size, buffers.send, send_len, recv_len, ufunc, root)[collective]
+        ufunc = OPS[op].ufunc if op in OPS else None
+        call = collective.object_call(ObjectCall(self.comm, buffers.send[:send_len], self.rank, self.size, recv_len,
+                                                 ufunc, root))
         return Bound(run=call, run_blocking=call, checked=lambda: _as_array(call()))
 
     def barrier(self) -> None:

@@ -8,13 +8,13 @@ timed iterations it is not: values keep reducing into it, which costs the same t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from collbench.backends import _torch
 from collbench.backends.base import Backend, Bound, Control
+from collbench.collectives.base import TensorCall
 
 
 @dataclass
@@ -24,47 +24,11 @@ class TensorBuffers:
     in_place: bool
 
 
-def _first(dist, *names):
-    for name in names:
-        if hasattr(dist, name):
-            return getattr(dist, name)
-    raise AttributeError(names[0])
-
-
-def _calls(dist, group, sv, rv, n: int, rank: int, root: int, op) -> dict:
-    """Each collective's (call, reset-before-check) on its slices; one entry per collective."""
-    all_gather = _first(dist, "all_gather_single", "all_gather_into_tensor")
-    reduce_scatter = _first(dist, "reduce_scatter_single", "reduce_scatter_tensor")
-
-    def restore():
-        rv.copy_(sv)
-
-    def poison():
-        rv.fill_(float("nan") if rv.is_floating_point() else -1)
-
-    def poison_unless_root():
-        if rank != root:
-            poison()
-
-    gather_list = list(rv.chunk(n)) if rank == root and rv.numel() else None
-    scatter_list = list(sv.chunk(n)) if rank == root and sv.numel() else None
-    return {
-        "allreduce": lambda: (partial(dist.all_reduce, rv, op=op, group=group), restore),
-        "bcast": lambda: (partial(dist.broadcast, sv, src=root, group=group), poison_unless_root),
-        "reduce": lambda: (partial(dist.reduce, rv, dst=root, op=op, group=group), restore),
-        "allgather": lambda: (partial(all_gather, rv, sv, group=group), poison),
-        "gather": lambda: (partial(dist.gather, sv, gather_list=gather_list, dst=root, group=group), poison),
-        "scatter": lambda: (partial(dist.scatter, rv, scatter_list=scatter_list, src=root, group=group), poison),
-        "alltoall": lambda: (partial(dist.all_to_all_single, rv, sv, group=group), poison),
-        "reduce_scatter": lambda: (partial(reduce_scatter, rv, sv, op=op, group=group), poison),
-        "barrier": lambda: (partial(dist.barrier, group=group), lambda: None),
-    }
-
-
 class TorchBackend(Backend):
     """A torch.distributed backend on its own process group; subclasses pick the device."""
 
     pg_backend: str = ""
+    family = "tensor"
 
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()
@@ -89,10 +53,11 @@ class TorchBackend(Backend):
     def size(self) -> int:
         return self.dist.get_world_size(self.group)
 
-    def supports(self, *, collective: str, dtype: np.dtype, op: str) -> Optional[str]:
+    @classmethod
+    def supports(cls, *, collective, dtype: np.dtype, op: str) -> Optional[str]:
         if np.dtype(dtype).name not in _torch.TORCH_DTYPES:
             return f"dtype {np.dtype(dtype).name} has no torch equivalent here"
-        return None
+        return super().supports(collective=collective, dtype=dtype, op=op)
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         tdt = _torch.torch_dtype(dtype)
@@ -106,7 +71,8 @@ class TorchBackend(Backend):
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
         sv = buffers.send[:send_len]
         rv = sv if buffers.in_place else buffers.recv[:recv_len]
-        call, reset = _calls(self.dist, self.group, sv, rv, self.size, self.rank, root, self._ops[op])[collective]()
+        call, reset = collective.tensor_call(TensorCall(self.dist, self.group, sv, rv, self.rank, self.size, root,
+                                                        self._ops[op]))
         blocking = self._blocking(call)
 
         def checked() -> Optional[np.ndarray]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from collbench.launch import launcher as launch
-from collbench.backends import parse_backends, uses_mpi
-from collbench.collectives.datatypes import dtype_of, op_of
+from collbench.backends import backend_class, parse_backends, uses_mpi
+from collbench.collectives.registry import get_collective
+from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
 from collbench.errors import UsageError
 from collbench.measure.harness import TimingSettings
 from collbench.results.output import OutputSettings, check_outputs
@@ -26,6 +27,29 @@ def default_nprocs(backends: list) -> int:
 
 def _timings(choice: str) -> tuple:
     return ("latency", "throughput") if choice == "both" else (choice,)
+
+
+def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, list]:
+    """The (collective, backend) pairs that cannot run with this dtype and op, found before any
+    rank starts: an error when the user named both the collective and the backend, else a note."""
+    dtype = dtype_of(opts["dtype"])
+    named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
+    pairs, notes = set(), []
+    for cname in collectives:
+        coll = get_collective(cname)
+        op = opts["op"] if coll.reduces else NO_OP
+        for backend in backends:
+            reason = backend_class(backend).supports(collective=coll, dtype=dtype, op=op)
+            if reason is None:
+                continue
+            if named:
+                raise UsageError(f"{cname} on {backend} with {opts['dtype']}"
+                                 f"{' ' + op if coll.reduces else ''}: {reason}")
+            pairs.add((cname, backend))
+            notes.append(f"{cname} on {backend}: {reason}; skipped")
+    if len(pairs) == len(collectives) * len(backends):
+        raise UsageError("nothing to measure: " + "; ".join(notes))
+    return frozenset(pairs), notes
 
 
 def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
@@ -48,6 +72,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         notes += [f"skipping backend {b}: needs an MPI launcher" for b in mpi_here]
         if not backends:
             raise UsageError("no usable backend under " + launcher.name)
+    unsupported, more = _unsupported(collectives, backends, opts)
+    notes += more
     if opts["output"] and opts["no_save"]:
         raise UsageError("--output and --no-save contradict each other; give one")
     if opts["iters"] is not None and opts["min_iters"] > opts["iters"] and "--min-iters" in argv:
@@ -63,7 +89,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                 dtype=opts["dtype"], op=opts["op"], root=opts["root"], timings=_timings(opts["timing"]),
                 timing=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
-                shuffle=opts["shuffle"])
+                shuffle=opts["shuffle"], unsupported=unsupported)
 
 
 def build_and_run(collectives, opts: dict, argv: list) -> int:

@@ -49,6 +49,7 @@ class Plan:
     rounds: int = rounds.DEFAULT_ROUNDS
     seed: Optional[int] = None      # None: chosen at random and recorded
     shuffle: bool = True
+    unsupported: frozenset = frozenset()   # (collective, backend) pairs left out when planned
 
 
 def make_control(launcher: Launcher, backends: tuple):

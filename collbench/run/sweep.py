@@ -15,7 +15,8 @@ from collbench.measure import harness
 from collbench.measure import memory
 from collbench.launch import supervise
 from collbench.results.aggregate import RowIdentity, round_data
-from collbench.collectives.registry import Collective, get_collective
+from collbench.collectives.base import Collective
+from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, dtype_of, pattern
 from collbench.measure.sizes import format_size
 
@@ -79,10 +80,7 @@ class Sweep:
 
     def _points(self, coll: Collective, name: str, backend, budget: int) -> list:
         """The sizes this (collective, backend) will measure; notes say why others are skipped."""
-        op_name = self.plan.op if coll.reduces else NO_OP
-        reason = backend.supports(collective=coll.name, dtype=self.dtype, op=op_name)
-        if reason:
-            self.notes.append(f"{coll.name} on {name}: {reason}; skipped")
+        if (coll.name, name) in self.plan.unsupported:     # the plan's notes say why
             return []
         itemsize = self.dtype.itemsize
         points, notes = size_points(coll, self.plan.sizes, itemsize, self.control.size)
@@ -156,7 +154,7 @@ class Sweep:
             supervise.at(where)
             self.watchdog.arm(plan.timeout, where)
             self.out.step(where)
-            bound = backend.bind(buffers, collective=coll.name, send_len=point.send_len,
+            bound = backend.bind(buffers, collective=coll, send_len=point.send_len,
                                  recv_len=point.recv_len, op=op_name, root=plan.root)
             wrong = 0
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check

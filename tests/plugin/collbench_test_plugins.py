@@ -1,7 +1,7 @@
 """Backends for collbench's tests, installed as a plugin through the ``collbench.backends`` entry
 points (see pyproject.toml), the way a third-party backend would be.
 
-``plain-mpi`` is the ``mpi`` backend under another name. The ``faulty-*`` backends wrap a real
+``plain-mpi`` is the ``mpi`` backend under another name; ``no-prod-mpi`` refuses ``--op prod``. The ``faulty-*`` backends wrap a real
 backend and misbehave as a broken library or host would, as the environment asks:
 
 FAULTY_CORRUPT=R           rank R sends its first three elements one too large: every rank that
@@ -28,6 +28,18 @@ from collbench.backends.mpi_pickle import MpiPickleBackend
 
 class PlainMpi(MpiBackend):
     name = "plain-mpi"
+
+
+class NoProductMpi(MpiBackend):
+    """The mpi backend without the product reduction, as a library lacking an op would be."""
+
+    name = "no-prod-mpi"
+
+    @classmethod
+    def supports(cls, *, collective, dtype, op):
+        if op == "prod":
+            return "no-prod-mpi has no product reduction"
+        return super().supports(collective=collective, dtype=dtype, op=op)
 
 
 def _forever(*args, **kwargs):
@@ -57,7 +69,7 @@ class Faulty:
         hang = os.environ.get("FAULTY_HANG")
         if hang:
             rank, name, size = hang.split(":")
-            if (int(rank), name, int(size)) == (self.rank, collective, max(send_len, recv_len) * self._itemsize):
+            if (int(rank), name, int(size)) == (self.rank, collective.name, max(send_len, recv_len) * self._itemsize):
                 return Bound(run=_forever, run_blocking=_forever, checked=_forever)
         return bound
 

@@ -1,0 +1,30 @@
+"""allgather: every rank contributes size / n and ends with the whole array."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective, ring_factor
+
+
+class Allgather(Collective):
+    name, position = "allgather", 3
+    size_is_per_rank = False
+    send_div = True
+
+    bus_factor = staticmethod(ring_factor)
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        chunk = elements // n
+        return pattern.value(idx // chunk, idx % chunk, n)
+
+    def buffer_call(self, c):
+        return partial(c.comm.Allgather, c.send, c.recv)
+
+    def object_call(self, c):
+        return lambda: c.comm.allgather(c.send)
+
+    def tensor_call(self, c):
+        gather = c.function("all_gather_single", "all_gather_into_tensor")
+        return partial(gather, c.recv, c.send, group=c.group), c.poison
+
+
+COLLECTIVE = Allgather()

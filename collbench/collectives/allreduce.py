@@ -1,0 +1,28 @@
+"""allreduce: every rank ends with the reduction of every rank's buffer."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective
+
+
+class Allreduce(Collective):
+    name, position = "allreduce", 0
+    reduces = True
+
+    def bus_factor(self, n):
+        return 2 * (n - 1) / n
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        return pattern.reduced(idx, n)
+
+    def buffer_call(self, c):
+        return partial(c.comm.Allreduce, c.send, c.recv, c.op)
+
+    def object_call(self, c):
+        return lambda: c.comm.allreduce(c.send, op=c.ufunc)
+
+    def tensor_call(self, c):
+        return partial(c.dist.all_reduce, c.recv, op=c.op, group=c.group), c.restore
+
+
+COLLECTIVE = Allreduce()

@@ -1,0 +1,29 @@
+"""alltoall: each rank sends piece j of its array to rank j and receives one piece from each."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective, ring_factor
+
+
+class Alltoall(Collective):
+    name, position = "alltoall", 6
+    size_is_per_rank = False
+
+    bus_factor = staticmethod(ring_factor)
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        chunk = elements // n
+        return pattern.value(idx // chunk, rank * chunk + idx % chunk, n)
+
+    def buffer_call(self, c):
+        return partial(c.comm.Alltoall, c.send, c.recv)
+
+    def object_call(self, c):
+        blocks = c.chunks(len(c.send) // c.n)
+        return lambda: c.comm.alltoall(blocks)
+
+    def tensor_call(self, c):
+        return partial(c.dist.all_to_all_single, c.recv, c.send, group=c.group), c.poison
+
+
+COLLECTIVE = Alltoall()

@@ -1,0 +1,22 @@
+"""barrier: no data; every rank waits for all. One row, no sizes."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective
+
+
+class Barrier(Collective):
+    name, position = "barrier", 8
+    moves_data = False
+
+    def buffer_call(self, c):
+        return c.comm.Barrier
+
+    def object_call(self, c):
+        return c.comm.barrier
+
+    def tensor_call(self, c):
+        return partial(c.dist.barrier, group=c.group), c.nothing
+
+
+COLLECTIVE = Barrier()

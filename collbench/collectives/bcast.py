@@ -1,0 +1,27 @@
+"""bcast: the root's buffer reaches every rank (in place: one buffer per rank)."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective
+
+
+class Bcast(Collective):
+    name, position = "bcast", 1
+    rooted = True
+    in_place = True
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        return pattern.value(root, idx, n)
+
+    def buffer_call(self, c):
+        return partial(c.comm.Bcast, c.send, c.root)
+
+    def object_call(self, c):
+        mine = c.send if c.rank == c.root else None
+        return lambda: c.comm.bcast(mine, root=c.root)
+
+    def tensor_call(self, c):
+        return partial(c.dist.broadcast, c.send, src=c.root, group=c.group), c.poison_unless_root
+
+
+COLLECTIVE = Bcast()

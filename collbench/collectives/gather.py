@@ -1,0 +1,31 @@
+"""gather: every rank contributes size / n; the root ends with the whole array."""
+
+from functools import partial
+
+from collbench.collectives.allgather import COLLECTIVE as ALLGATHER
+from collbench.collectives.base import Collective, ring_factor
+
+
+class Gather(Collective):
+    name, position = "gather", 4
+    size_is_per_rank = False
+    send_div = True
+    rooted = True
+
+    bus_factor = staticmethod(ring_factor)
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        return ALLGATHER.expected(pattern, n, rank, root, elements, idx) if rank == root else None
+
+    def buffer_call(self, c):
+        return partial(c.comm.Gather, c.send, c.recv, c.root)
+
+    def object_call(self, c):
+        return lambda: c.comm.gather(c.send, root=c.root)
+
+    def tensor_call(self, c):
+        pieces = list(c.recv.chunk(c.n)) if c.rank == c.root and c.recv.numel() else None
+        return partial(c.dist.gather, c.send, gather_list=pieces, dst=c.root, group=c.group), c.poison
+
+
+COLLECTIVE = Gather()

@@ -1,0 +1,26 @@
+"""reduce: the root ends with the reduction of every rank's buffer."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective
+
+
+class Reduce(Collective):
+    name, position = "reduce", 2
+    reduces = True
+    rooted = True
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        return pattern.reduced(idx, n) if rank == root else None
+
+    def buffer_call(self, c):
+        return partial(c.comm.Reduce, c.send, c.recv, c.op, c.root)
+
+    def object_call(self, c):
+        return lambda: c.comm.reduce(c.send, op=c.ufunc, root=c.root)
+
+    def tensor_call(self, c):
+        return partial(c.dist.reduce, c.recv, dst=c.root, op=c.op, group=c.group), c.restore
+
+
+COLLECTIVE = Reduce()

@@ -1,0 +1,33 @@
+"""reduce_scatter: the array is reduced over ranks and rank r keeps its r-th piece of size / n."""
+
+from functools import partial
+from functools import reduce as fold
+
+from collbench.collectives.base import Collective, ring_factor
+
+
+class ReduceScatter(Collective):
+    name, position = "reduce_scatter", 7
+    size_is_per_rank = False
+    recv_div = True
+    reduces = True
+
+    bus_factor = staticmethod(ring_factor)
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        return pattern.reduced(rank * (elements // n) + idx, n)
+
+    def buffer_call(self, c):
+        return partial(c.comm.Reduce_scatter_block, c.send, c.recv, c.op)
+
+    def object_call(self, c):
+        # the pickle API has no reduce_scatter: an alltoall of the pieces, reduced locally
+        pieces = c.chunks(c.recv_len)
+        return lambda: fold(c.ufunc, c.comm.alltoall(pieces))
+
+    def tensor_call(self, c):
+        scatter = c.function("reduce_scatter_single", "reduce_scatter_tensor")
+        return partial(scatter, c.recv, c.send, op=c.op, group=c.group), c.poison
+
+
+COLLECTIVE = ReduceScatter()

@@ -1,0 +1,31 @@
+"""scatter: the root holds the whole array; rank r receives its r-th piece of size / n."""
+
+from functools import partial
+
+from collbench.collectives.base import Collective, ring_factor
+
+
+class Scatter(Collective):
+    name, position = "scatter", 5
+    size_is_per_rank = False
+    recv_div = True
+    rooted = True
+
+    bus_factor = staticmethod(ring_factor)
+
+    def expected(self, pattern, n, rank, root, elements, idx):
+        return pattern.value(root, rank * (elements // n) + idx, n)
+
+    def buffer_call(self, c):
+        return partial(c.comm.Scatter, c.send, c.recv, c.root)
+
+    def object_call(self, c):
+        pieces = c.chunks(c.recv_len) if c.rank == c.root else None
+        return lambda: c.comm.scatter(pieces, root=c.root)
+
+    def tensor_call(self, c):
+        pieces = list(c.send.chunk(c.n)) if c.rank == c.root and c.send.numel() else None
+        return partial(c.dist.scatter, c.recv, scatter_list=pieces, src=c.root, group=c.group), c.poison
+
+
+COLLECTIVE = Scatter()
