@@ -113,10 +113,6 @@ class MpiBase:
     def size(self) -> int:
         return self.comm.Get_size()
 
-    def fill(self, buffers, *, start, values):
-        from collbench.backends import _host
-        _host.fill(buffers, start, values)
-
     def versions(self) -> dict:
         import mpi4py
         return {"mpi_library": library_version(), "mpi4py": mpi4py.__version__,

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 import numpy as np
 
+from collbench.backends.devices import HostDevice
+
 if TYPE_CHECKING:
     from collbench.collectives.base import Collective
 
@@ -59,6 +61,9 @@ class Backend(ABC):
     """A communication library measured by collbench. Keyword-only, one module each."""
 
     name: ClassVar[str]
+    #: where its buffers live (``collbench.backends.devices``); set in ``setup`` when it depends
+    #: on the rank, as one GPU per rank does
+    device: Any = HostDevice()
     #: how it issues a collective: "buffer" (mpi4py's buffer API), "object" (its pickle API),
     #: "tensor" (torch.distributed), or None for a backend that binds every call itself
     family: ClassVar[Optional[str]] = None
@@ -90,13 +95,14 @@ class Backend(ABC):
             return f"{collective.name} has no {cls.family} call"
         return None
 
-    @abstractmethod
     def allocate(self, *, send_len: int, recv_len: int, dtype: np.dtype, in_place: bool) -> Any:
-        """Allocate buffers once; returns an opaque handle passed back to fill and bind."""
+        """Allocate buffers once; returns a handle passed back to fill and bind (by default the
+        device's ``Buffers``)."""
+        return self.device.allocate(send_len, recv_len, dtype, in_place)
 
-    @abstractmethod
     def fill(self, buffers: Any, *, start: int, values: np.ndarray) -> None:
         """Write host values into the send buffer at ``start``."""
+        self.device.fill(buffers, start, values)
 
     @abstractmethod
     def bind(self, buffers: Any, *, collective: "Collective", send_len: int, recv_len: int,
@@ -108,7 +114,8 @@ class Backend(ABC):
     def barrier(self) -> None: ...
 
     def synchronize(self) -> None:
-        """Wait for outstanding device work (no-op on host-synchronous backends)."""
+        """Wait for outstanding device work (nothing to wait for on the host)."""
+        self.device.synchronize()
 
     def max_message_bytes(self) -> Optional[int]:
         """The largest payload one call can carry, or None when there is no such limit."""
@@ -116,10 +123,7 @@ class Backend(ABC):
 
     def device_memory_bytes(self) -> Optional[int]:
         """Free memory of this rank's own device, when buffers live there (None: host memory)."""
-        return None
-
-    def release(self, buffers: Any) -> None:
-        """Drop buffers before the next collective allocates its own."""
+        return self.device.free_memory()
 
     def renew(self) -> None:
         """Replace the communicator (process group) by a fresh one: each in-job round measures

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collbench.backends import _host
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 from collbench.collectives.base import BufferCall
@@ -17,14 +16,19 @@ class MpiBackend(MpiBase, Backend):
         self._ops = {"sum": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
                      "prod": self.MPI.PROD, "none": self.MPI.SUM}
 
-    def allocate(self, *, send_len, recv_len, dtype, in_place):
-        return _host.allocate(send_len, recv_len, dtype, in_place)
-
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
         call = collective.buffer_call(BufferCall(self.comm, buffers.send[:send_len], buffers.recv[:recv_len],
                                                  self._ops[op], root))
-        keeps = buffers.in_place and self.rank == root
-        return _host.bound_in_place(call, buffers, recv_len, keeps_data=keeps)
+        view = buffers.recv[:recv_len]
+        keeps = buffers.in_place and self.rank == root    # the bcast root's buffer is its source
+
+        def checked():
+            if not keeps:
+                self.device.poison(view)
+            call()
+            return self.device.to_host(view)
+
+        return Bound(run=call, run_blocking=call, checked=checked)
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -12,7 +12,6 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.backends import _host
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 from collbench.collectives.base import ObjectCall
@@ -53,7 +52,7 @@ class MpiPickleBackend(MpiBase, Backend):
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         # Results arrive as new objects, so only the send side is allocated.
-        return _host.allocate(send_len, 0, dtype, True)
+        return self.device.allocate(send_len, 0, dtype, True)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
         ufunc = OPS[op].ufunc if op in OPS else None

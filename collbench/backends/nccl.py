@@ -1,15 +1,16 @@
 """The ``nccl`` backend: torch.distributed with NCCL, one GPU per rank.
 
-The device is LOCAL_RANK mod the number of visible devices. The communicator is created
-eagerly (``device_id=``) so that its set-up is not inside any measured call. In latency mode
-every timed call, in throughput mode every timed loop, ends with a CUDA synchronise, so the
-time is the GPU's, not the launch's.
+The GPU is LOCAL_RANK mod the number of visible devices; buffers, synchronisation and free
+memory belong to its ``TorchDevice`` (``collbench.backends.devices``). The communicator is
+created eagerly (``device_id=``) so that its set-up is not inside any measured call. In latency
+mode every timed call, in throughput mode every timed loop, ends with a CUDA synchronise, so
+the time is the GPU's, not the launch's.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Optional
 
 from collbench.backends import _torch
 from collbench.backends.torchdist import TorchBackend
@@ -57,45 +58,29 @@ class NcclBackend(TorchBackend):
             return f"torch {torch.__version__} was built without NCCL; install a CUDA build of torch"
         return None
 
-    def _device(self):
+    def _torch_device(self):
         index = _local_rank() % self.torch.cuda.device_count()
         self.torch.cuda.set_device(index)
         return self.torch.device("cuda", index)
 
     def _new_group(self):
+        gpu = self.device.device
         try:
-            group = self.dist.new_group(backend="nccl", device_id=self.device)
+            group = self.dist.new_group(backend="nccl", device_id=gpu)
         except TypeError:             # torch before 2.6 has no device_id here; the all_reduce below
             group = self.dist.new_group(backend="nccl")   # creates the communicator just as early
-        self._token = self.torch.ones(1, device=self.device)
+        self._token = self.torch.ones(1, device=gpu)
         self.dist.all_reduce(self._token, group=group)      # make sure the communicator exists now
-        self.torch.cuda.synchronize(self.device)
+        self.device.synchronize()
         return group
-
-    def _blocking(self, call: Callable) -> Callable:
-        sync = self.torch.cuda.synchronize
-        device = self.device
-
-        def blocking():
-            call()
-            sync(device)
-
-        return blocking
-
-    def device_memory_bytes(self) -> Optional[int]:
-        free, _total = self.torch.cuda.mem_get_info(self.device)
-        return int(free)
-
-    def synchronize(self) -> None:
-        self.torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
         self.dist.all_reduce(self._token, group=self.group)
-        self.torch.cuda.synchronize(self.device)
+        self.device.synchronize()
 
     def versions(self) -> dict:
         out = super().versions()
         torch = self.torch
-        out["gpu"] = torch.cuda.get_device_name(self.device)
-        out["gpu_capability"] = "%d.%d" % torch.cuda.get_device_capability(self.device)
+        out["gpu"] = torch.cuda.get_device_name(self.device.device)
+        out["gpu_capability"] = "%d.%d" % torch.cuda.get_device_capability(self.device.device)
         return out

@@ -7,25 +7,18 @@ timed iterations it is not: values keep reducing into it, which costs the same t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from collbench.backends import _torch
 from collbench.backends.base import Backend, Bound, Control
+from collbench.backends.devices import TorchDevice
 from collbench.collectives.base import TensorCall
 
 
-@dataclass
-class TensorBuffers:
-    send: Any
-    recv: Any
-    in_place: bool
-
-
 class TorchBackend(Backend):
-    """A torch.distributed backend on its own process group; subclasses pick the device."""
+    """A torch.distributed backend on its own process group; subclasses pick the torch device."""
 
     pg_backend: str = ""
     family = "tensor"
@@ -33,13 +26,13 @@ class TorchBackend(Backend):
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()
         _torch.init_default_group(control)
-        self.device = self._device()
+        self.device = TorchDevice(self.torch, self._torch_device())
         self.group = self._new_group()
         self._ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
                      "min": self.dist.ReduceOp.MIN, "prod": self.dist.ReduceOp.PRODUCT,
                      "none": self.dist.ReduceOp.SUM}
 
-    def _device(self):
+    def _torch_device(self):
         return self.torch.device("cpu")
 
     def _new_group(self):
@@ -59,15 +52,6 @@ class TorchBackend(Backend):
             return f"dtype {np.dtype(dtype).name} has no torch equivalent here"
         return super().supports(collective=collective, dtype=dtype, op=op)
 
-    def allocate(self, *, send_len, recv_len, dtype, in_place):
-        tdt = _torch.torch_dtype(dtype)
-        send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
-        recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)
-        return TensorBuffers(send, recv, in_place)
-
-    def fill(self, buffers, *, start, values):
-        buffers.send[start:start + len(values)].copy_(self.torch.from_numpy(np.ascontiguousarray(values)))
-
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
         sv = buffers.send[:send_len]
         rv = sv if buffers.in_place else buffers.recv[:recv_len]
@@ -78,13 +62,22 @@ class TorchBackend(Backend):
         def checked() -> Optional[np.ndarray]:
             reset()
             blocking()
-            return rv.cpu().numpy()
+            return self.device.to_host(rv)
 
         return Bound(run=call, run_blocking=blocking, checked=checked)
 
     def _blocking(self, call: Callable) -> Callable:
-        """A call that returns once this rank's part is complete (gloo calls already do)."""
-        return call
+        """A call that returns once this rank's part is complete: on an asynchronous device (a
+        CUDA stream) followed by a synchronise; gloo's calls already block."""
+        if not self.device.asynchronous:
+            return call
+        sync = self.device.synchronize
+
+        def blocking():
+            call()
+            sync()
+
+        return blocking
 
     def barrier(self) -> None:
         self.dist.barrier(group=self.group)

@@ -175,4 +175,4 @@ class Sweep:
                     self.out.add(identity, self._sort_key(coll, name, point, timing),
                                  round_data(round_number, m.samples_us, means, precision_reached=m.precision_reached,
                                             check=check, calls_per_sample=m.calls_per_sample))
-        backend.release(buffers)
+        del buffers                       # before the next block allocates its own

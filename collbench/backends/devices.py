@@ -1,0 +1,105 @@
+"""Where a backend's buffers live: a small strategy apart from the communication library.
+
+A backend is a library driving a device. The device owns allocation, filling, poisoning the
+receive side before a check, copies back to the host, synchronisation and its free memory:
+
+* ``HostDevice``: numpy arrays in main memory, page-aligned (mpi, mpi-pickle);
+* ``TorchDevice``: torch tensors on a torch device: the CPU (gloo) or one CUDA GPU (nccl).
+
+Room for more: a cupy device would implement the same few methods, and any backend whose
+library accepts its arrays (mpi4py takes CUDA arrays from a CUDA-aware MPI) could drive it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+PAGE = 4096
+
+
+@dataclass
+class Buffers:
+    send: Any
+    recv: Any               # the same object as ``send`` for in-place collectives
+    in_place: bool
+
+
+def sentinel(dtype) -> float:
+    """What a receive side is overwritten with before a check: NaN, or -1 for integers."""
+    return np.nan if np.issubdtype(np.dtype(dtype), np.floating) else -1
+
+
+class HostDevice:
+    """numpy arrays in main memory; every call is complete when it returns."""
+
+    name = "host"
+    asynchronous = False
+
+    @staticmethod
+    def _aligned_zeros(length: int, dtype: np.dtype) -> np.ndarray:
+        """A zeroed array starting on a page boundary (as OSU aligns its buffers), so results do
+        not depend on where the allocator happened to place a small buffer."""
+        dtype = np.dtype(dtype)
+        raw = np.zeros(length * dtype.itemsize + PAGE, dtype=np.uint8)
+        offset = (-raw.ctypes.data) % PAGE
+        return raw[offset:offset + length * dtype.itemsize].view(dtype)
+
+    def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
+        send = self._aligned_zeros(max(send_len, 1), dtype)
+        recv = send if in_place else self._aligned_zeros(max(recv_len, 1), dtype)
+        return Buffers(send, recv, in_place)
+
+    def fill(self, buffers: Buffers, start: int, values: np.ndarray) -> None:
+        buffers.send[start:start + len(values)] = values
+
+    def poison(self, view) -> None:
+        view[:] = sentinel(view.dtype)
+
+    def to_host(self, view) -> np.ndarray:
+        return view
+
+    def synchronize(self) -> None:
+        pass
+
+    def free_memory(self) -> Optional[int]:
+        """None: host memory is budgeted by collbench.measure.memory for the whole node."""
+        return None
+
+
+class TorchDevice:
+    """torch tensors on ``device`` (a ``torch.device``): the CPU, or one CUDA GPU."""
+
+    def __init__(self, torch, device) -> None:
+        self.torch, self.device = torch, device
+        self.name = str(device)
+        self.asynchronous = device.type == "cuda"
+
+    def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
+        from collbench.backends._torch import torch_dtype
+
+        tdt = torch_dtype(dtype)
+        send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
+        recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)
+        return Buffers(send, recv, in_place)
+
+    def fill(self, buffers: Buffers, start: int, values: np.ndarray) -> None:
+        buffers.send[start:start + len(values)].copy_(self.torch.from_numpy(np.ascontiguousarray(values)))
+
+    def poison(self, view) -> None:
+        view.fill_(float("nan") if view.is_floating_point() else -1)
+
+    def to_host(self, view) -> np.ndarray:
+        return view.cpu().numpy()
+
+    def synchronize(self) -> None:
+        if self.asynchronous:
+            self.torch.cuda.synchronize(self.device)
+
+    def free_memory(self) -> Optional[int]:
+        if not self.asynchronous:
+            return None
+        free, _total = self.torch.cuda.mem_get_info(self.device)
+        return int(free)
