@@ -31,6 +31,7 @@ import numpy as np
 from collbench.backends import backend_class
 from collbench.backends._mpi import MpiControl, mpi_module
 from collbench.collectives.datatypes import OPS
+from collbench.collectives.registry import get_collective
 from collbench.measure.harness import TimingSettings, measure
 from collbench.measure.stats import median_ci
 
@@ -111,7 +112,7 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     buffers = backend.allocate(send_len=count, recv_len=count, dtype=FLOAT32, in_place=False)
     backend.fill(buffers, start=0, values=OPS["sum"].value(control.rank, np.arange(count), control.size)
                  .astype(FLOAT32))
-    bound = backend.bind(buffers, collective="allreduce", send_len=count, recv_len=count, op="sum", root=0)
+    bound = backend.bind(buffers, collective=get_collective("allreduce"), send_len=count, recv_len=count, op="sum", root=0)
     call, loop = BARE[name](backend, buffers, count)
     defaults = TimingSettings()
 
@@ -137,7 +138,7 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
                 loop(n, mine)
                 top = max_over_ranks(world, mine)
                 b_blocks.append(top * 1e6 if top is not None else None)
-    backend.release(buffers)
+    del buffers
     if control.rank != 0:
         return {}
     a, b = np.concatenate(a_blocks), np.concatenate(b_blocks)

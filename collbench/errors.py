@@ -15,9 +15,3 @@ class UsageError(CollbenchError):
 
 class BackendUnavailable(UsageError):
     """A backend that cannot run here (missing package, missing device)."""
-
-
-class CheckFailed(CollbenchError):
-    """A collective produced a wrong result."""
-
-    exit_code = 1

@@ -13,7 +13,7 @@ from collbench.analysis.compare_render import comparison_table, summary_line, to
 from collbench.errors import UsageError
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
-from collbench.analysis.significance import holm, max_t_adjust
+from collbench.analysis.significance import max_t_adjust
 from results_helpers import metadata, row_with_rounds, run_of, sweep
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
@@ -22,6 +22,16 @@ V1_EXAMPLE = Path(__file__).resolve().parent / "data" / "v1-allreduce-mpi-vs-pic
 
 def verdicts(comparison) -> list:
     return [r.verdict for r in comparison.rows]
+
+
+def holm(p_values) -> list:
+    """Holm–Bonferroni adjusted p-values: the reference max-T is held against."""
+    p = [float(v) for v in p_values]
+    adjusted, running = [0.0] * len(p), 0.0
+    for step, index in enumerate(sorted(range(len(p)), key=lambda i: p[i])):
+        running = max(running, min(1.0, (len(p) - step) * p[index]))
+        adjusted[index] = running
+    return adjusted
 
 
 def test_holm_known_values():

@@ -1,7 +1,7 @@
 """What collbench does with result files once measured.
 
 ``compare`` and ``compare_render`` (the regression gate and its output), ``significance``
-(max-T and Holm over rows), ``comparability`` (warnings when two runs differ in set-up),
+(max-T over rows), ``comparability`` (warnings when two runs differ in set-up),
 ``fit`` (latency-bandwidth model), ``report`` (fit and detectable change per row), ``plot``.
 
 May import: ``collbench.errors``, ``collbench.measure``, ``collbench.results``,

@@ -18,6 +18,7 @@ The patterns are exact at any scale and in any reduction order:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -55,18 +56,27 @@ def sum_stride(n: int, limit: int) -> int:
 
 
 def _sum_op(limit: int) -> ReduceOp:
-    def value(rank, k, n):
+    # Element k's value and sum depend on k only through k mod m and k mod 3: both are looked up
+    # in a table of one period, lcm(m, 3), so that filling and checking a large buffer cost one
+    # remainder and one gather, not a dozen full-length temporaries.
+    def period(n: int) -> tuple[int, int]:
         m = sum_stride(n, limit)
-        k = np.asarray(k)
-        return np.where(rank % m == k % m, 1 + (rank // m + k) % 3, 0)
+        return m, m * 3 // math.gcd(m, 3)
+
+    def value(rank, k, n):
+        m, length = period(n)
+        j = np.arange(length)
+        table = np.where(rank % m == j % m, 1 + (rank // m + j) % 3, 0)
+        return table[np.asarray(k) % length]
 
     def reduced(k, n):
-        m = sum_stride(n, limit)
-        k = np.asarray(k)
-        c = k % m                                    # the first contributing rank
+        m, length = period(n)
+        j = np.arange(length)
+        c = j % m                                    # the first contributing rank
         count = np.where(c < n, (n - 1 - c) // m + 1, 0)
-        whole, rest = count // 3, count % 3          # contributors j = 0..count-1 add 1 + (j + k) % 3
-        return count + 3 * whole + np.where(rest >= 1, k % 3, 0) + np.where(rest >= 2, (k + 1) % 3, 0)
+        whole, rest = count // 3, count % 3          # contributors i = 0..count-1 add 1 + (i + j) % 3
+        table = count + 3 * whole + np.where(rest >= 1, j % 3, 0) + np.where(rest >= 2, (j + 1) % 3, 0)
+        return table[np.asarray(k) % length]
 
     return ReduceOp("sum", value, reduced, np.add)
 

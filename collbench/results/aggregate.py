@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -99,20 +99,3 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         precision_reached=all(r.precision_reached for r in rounds), rounds=len(rounds),
         run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians))
 
-
-def merge_rounds(parts: Sequence[tuple], bus_factor) -> Optional[tuple]:
-    """(Row, rounds) for one key from several files' (Row, rounds) pairs: the rounds of each
-    part are renumbered after the previous parts' so that none collide. ``bus_factor(row)``
-    gives the factor for bandwidths. None when no part has per-round data to merge."""
-    merged: list = []
-    offset = 0
-    first = None
-    for row, rounds, span in parts:
-        if not rounds:
-            return None
-        first = first or row
-        merged += [RoundData(offset + r.round, r.iterations, r.time_us_p50, r.time_us_ci_low, r.time_us_ci_high,
-                             r.precision_reached, r.check, r.calls_per_sample, r.samples_us, r.rank_means_us)
-                   for r in rounds]
-        offset += span
-    return build_row(RowIdentity.of(first, bus_factor(first)), merged), tuple(merged)

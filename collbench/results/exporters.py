@@ -86,7 +86,7 @@ class MarkdownExporter:
     @staticmethod
     def render(result: RunResult) -> str:
         meta = result.metadata
-        head = [f"# collbench results", "",
+        head = ["# collbench results", "",
                 f"- collbench {meta.get('collbench_version', '?')}, {meta.get('timestamp', '')}",
                 f"- {meta.get('world_size', '?')} ranks on {', '.join(meta.get('hostnames', []))}",
                 f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", ""]

@@ -7,7 +7,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from collbench.results.exporters import CsvExporter, JsonExporter, exporter_for, write_atomic
 from collbench.results.tables import build_tables, to_markdown, to_rich
