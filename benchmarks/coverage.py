@@ -1,10 +1,11 @@
 """Coverage of collbench's run-to-run confidence interval, by simulation.
 
 A row's run-to-run CI (``collbench.measure.runstats.summarize_rounds``) is a Student t interval on the
-logs of its per-round medians; its target is the centre of the distribution a round's median
+logs of its per-round medians, moderated by the sweep's typical spread (``spread_prior``); its target is the centre of the distribution a round's median
 is drawn from (exp of the mean log median: what many more launches would settle on). This
-script draws rounds from several models of launch-to-launch variation and counts how often
-the interval covers the centre, for 3, 5 and 10 rounds. It also checks the comparison built on
+script draws sweeps of rows from several models of launch-to-launch variation and counts how
+often the interval covers the centre, for 3, 5 and 10 rounds, with a row's own rounds alone and
+moderated. It also checks the comparison built on
 the same statistics: how often ``runstats.change`` calls two sets of rounds from one model
 different at the 5% level (it should be about 5%, or less).
 
@@ -32,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.measure.runstats import change, summarize_rounds, within_spread  # noqa: E402
+from collbench.measure.runstats import change, spread_prior, summarize_rounds, within_spread  # noqa: E402
 
 ROUNDS = (3, 5, 10)
 WITHIN = 0.02
@@ -66,39 +67,59 @@ def _alarm(a, b) -> bool:
     return change([a], [b], spread=spread, drift=(0.0, math.inf)).p_value < 0.05
 
 
+SWEEP_ROWS = 40      # rows per simulated sweep: what the moderated interval pools over
+
+
+def _covers(sweep_logs: np.ndarray, centres: np.ndarray) -> tuple:
+    """(rows whose own-rounds CI covers its centre, rows whose moderated CI does) in one sweep
+    (rows × rounds of log medians); the moderated CI is what collbench writes."""
+    medians = np.exp(sweep_logs)
+    prior = spread_prior(medians)
+    own = moderated = 0
+    for row, centre in zip(medians, centres):
+        s = summarize_rounds(row)
+        own += s.ci_low <= centre <= s.ci_high
+        m = summarize_rounds(row, prior=prior)
+        moderated += m.ci_low <= centre <= m.ci_high
+    return own, moderated
+
+
 def coverage(model, rounds: int, trials: int, rng) -> tuple:
-    """(share of CIs covering the centre, share of same-model pairs called different at 5%)."""
-    centre = _centre(model, rng)
-    covered = alarms = 0
-    for _ in range(trials):
-        medians = 40.0 * np.exp(model(rng, rounds) + rng.normal(0.0, WITHIN, rounds))
-        s = summarize_rounds(medians)
-        covered += s.ci_low <= 40.0 * centre <= s.ci_high
-        other = 40.0 * np.exp(model(rng, rounds) + rng.normal(0.0, WITHIN, rounds))
-        alarms += _alarm(medians, other)
-    return covered / trials, alarms / trials
+    """(coverage of the own-rounds CI, of the moderated CI, share of same-model pairs called
+    different at 5%); ``trials`` rows in sweeps of SWEEP_ROWS rows."""
+    centre = math.log(40.0 * _centre(model, rng))
+    own = moderated = alarms = total = 0
+    for _ in range(max(1, trials // SWEEP_ROWS)):
+        sweep = np.stack([math.log(40.0) + model(rng, rounds) + rng.normal(0.0, WITHIN, rounds)
+                          for _ in range(SWEEP_ROWS)])
+        a, b = _covers(sweep, np.full(SWEEP_ROWS, math.exp(centre)))
+        own, moderated, total = own + a, moderated + b, total + SWEEP_ROWS
+        for row in sweep[:4]:
+            other = np.exp(math.log(40.0) + model(rng, rounds) + rng.normal(0.0, WITHIN, rounds))
+            alarms += _alarm(np.exp(row), other)
+    return own / total, moderated / total, alarms / (4 * max(1, trials // SWEEP_ROWS))
 
 
 def empirical(files: list, rounds: int, trials: int, rng) -> tuple:
+    """The same over every row of real files at once: each row's round medians, pooled over the
+    files, resampled with replacement; a simulated sweep draws every row."""
     from collbench.results.loader import load_result
 
     pools: dict = {}
     for path in files:
         for row in load_result(path).rows:
             pools.setdefault(row.key(), []).extend(row.time_us_round_p50s)
-    covered = alarms = total = 0
-    for values in pools.values():
-        pool = np.asarray(values, dtype=np.float64)
-        if len(pool) < 2 * rounds:
-            continue
-        centre = float(np.exp(np.log(pool).mean()))
-        for _ in range(trials):
-            draw = rng.choice(pool, rounds)
-            s = summarize_rounds(draw)
-            covered += s.ci_low <= centre <= s.ci_high
-            alarms += _alarm(draw, rng.choice(pool, rounds))
-            total += 1
-    return (covered / total, alarms / total, len(pools)) if total else (math.nan, math.nan, 0)
+    logs = [np.log(np.asarray(v, dtype=np.float64)) for v in pools.values() if len(v) >= 2 * rounds]
+    if not logs:
+        return math.nan, math.nan, math.nan, 0
+    centres = np.exp([p.mean() for p in logs])
+    own = moderated = alarms = total = 0
+    for _ in range(trials):
+        sweep = np.stack([rng.choice(p, rounds) for p in logs])
+        a, b = _covers(sweep, centres)
+        own, moderated, total = own + a, moderated + b, total + len(logs)
+        alarms += sum(_alarm(np.exp(row), np.exp(rng.choice(p, rounds))) for row, p in zip(sweep, logs))
+    return own / total, moderated / total, alarms / total, len(logs)
 
 
 def main() -> int:
@@ -108,18 +129,20 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    print(f"coverage of the 95% run-to-run CI, and A/A alarm rate of change() at p < 0.05 "
-          f"({args.trials} trials each)")
-    print(f"{'model':<12}" + "".join(f"{f'{r} rounds':>22}" for r in ROUNDS))
+    print(f"coverage of the 95% run-to-run CI and A/A alarm rate of change() at p < 0.05 "
+          f"({args.trials} rows each, in sweeps of {SWEEP_ROWS})")
+    print(f"{'model':<22}" + "".join(f"{f'{r} rounds':>24}" for r in ROUNDS))
+    print(f"{'':<22}" + "".join(f"{'own  moder.  alarms':>24}" for _ in ROUNDS))
     for name, model in MODELS.items():
         cells = [coverage(model, r, args.trials, rng) for r in ROUNDS]
-        print(f"{name:<12}" + "".join(f"{c:>12.3f} {a:>8.3f} " for c, a in cells))
+        print(f"{name:<22}" + "".join(f"{o:>10.3f} {m:>6.3f} {a:>6.3f}" for o, m, a in cells))
     if args.files:
-        trials = max(50, args.trials // 50)
+        trials = max(20, args.trials // 100)
         cells = [empirical(args.files, r, trials, rng) for r in ROUNDS]
-        label = f"empirical ({cells[0][2]} rows)"
-        print(f"{label:<12}" + "".join(f"{c:>12.3f} {a:>8.3f} " for c, a, _ in cells))
-    print("columns per round count: coverage (target 0.95), alarm rate (target 0.05 or less)")
+        label = f"empirical ({cells[0][3]} rows)"
+        print(f"{label:<22}" + "".join(f"{o:>10.3f} {m:>6.3f} {a:>6.3f}" for o, m, a, _ in cells))
+    print("own: the interval from a row's own rounds; moder.: moderated by the sweep's typical spread "
+          "(what collbench writes); targets: coverage 0.95, alarms 0.05 or less")
     return 0
 
 

@@ -43,6 +43,8 @@ def test_self_launched_rounds_are_fresh_launches_merged_in_one_file(run_dir):
         assert row["run_to_run_cv"] >= 0
     assert proc.stdout.count("allreduce · float32 sum · 2 ranks") == 1      # printed once, by the last round
     assert "3 rounds: p50 is the geometric mean" in proc.stdout
+    assert [tuple(r["round_details"][0]["samples_us"]) for r in doc["rows"]] == \
+        [d[0].samples_us for d in load_result(run_dir / "r.json").rounds]
     assert proc.stderr.count("wrote r.json, r.csv") == 1
     assert [r.rounds for r in load_result(run_dir / "r.csv").rows] == [3, 3]
     assert _states() == before                                            # the journal folder is gone
@@ -221,3 +223,18 @@ def test_round_load_counts_other_processes_beyond_idle_cores_and_tick_resolution
     # two hosts: each judged by its own ranks; unknown where /proc/stat was not readable
     mixed = rounds.round_load([_report(2.0, 2.0, 4.0), _report(2.0, 2.0, None)], ["a", "b"])
     assert mixed["hosts"]["b"] == {"other_cpu_cores": None} and not mixed["busy"]
+
+
+def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):
+    from collbench.measure.runstats import spread_prior, summarize_rounds
+
+    proc = cli(["all", "-n", "2", "--sizes", "8,1K,64K", *QUICK, "--rounds", "3", "-o", "m.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_result(run_dir / "m.json").rows
+    prior = spread_prior(r.time_us_round_p50s for r in rows)
+    assert prior is not None and prior.rows == len(rows) == 25
+    for r in rows:
+        own = summarize_rounds(r.time_us_round_p50s)
+        pooled = summarize_rounds(r.time_us_round_p50s, prior=prior)
+        assert (r.time_us_ci_low, r.time_us_ci_high) == pytest.approx((pooled.ci_low, pooled.ci_high), rel=1e-9)
+        assert r.time_us_p50 == pytest.approx(own.center)

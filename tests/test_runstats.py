@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from collbench.results.aggregate import build_row, round_data, worst_check
+from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
 from collbench.measure.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
-from collbench.measure.runstats import (change, detectable_change, drift_between_runs, rounds_needed, summarize_rounds,
-                                within_spread)
+from collbench.measure.runstats import (MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, change, detectable_change,
+                                       drift_between_runs, rounds_needed, spread_prior, summarize_rounds, within_spread)
 from results_helpers import identity
 
 
@@ -67,6 +67,27 @@ def test_run_to_run_ci_covers_the_true_centre_about_95_percent(rounds):
         s = summarize_rounds(medians)
         covered += s.ci_low <= true <= s.ci_high
     assert 0.935 <= covered / trials <= 0.965
+
+
+@pytest.mark.parametrize("rounds", [3, 5])
+def test_moderated_interval_covers_when_launches_fall_into_modes(rounds):
+    """Short seeded sweeps of 40 rows where one launch in four is 35% slower: a row's own few
+    rounds often all miss the slow mode and under-cover; pooled with the sweep's spread, the
+    interval comes back near 95%."""
+    rng = np.random.default_rng(100 + rounds)
+    slow = math.log(1.35)
+    centre = math.exp(0.25 * slow) * 50.0
+    own = pooled = total = 0
+    for _ in range(60):
+        sweep = [50.0 * np.exp(np.where(rng.random(rounds) < 0.25, slow, 0.0) + rng.normal(0, 0.02, rounds))
+                 for _ in range(40)]
+        prior = spread_prior(sweep)
+        for medians in sweep:
+            s, m = summarize_rounds(medians), summarize_rounds(medians, prior=prior)
+            own += s.ci_low <= centre <= s.ci_high
+            pooled += m.ci_low <= centre <= m.ci_high
+            total += 1
+    assert own / total < 0.8 and pooled / total > 0.9
 
 
 def _change(a, b, drift=0.0, assumed=0.3):
@@ -145,3 +166,45 @@ def test_worst_check():
     assert worst_check(["ok", "ok"]) == "ok"
     assert worst_check(["ok", "wrong:2", "wrong:7"]) == "wrong:7"
     assert worst_check(["skipped"]) == "skipped"
+
+
+def test_moderated_interval_pools_the_sweeps_spread_into_each_rows_own():
+    medians = [10.0, 10.1, 9.9]                       # three rounds that happen to agree
+    own = summarize_rounds(medians)
+    prior = SpreadPrior(log_sd=0.2, df=4.0, rows=20)
+    moderated = summarize_rounds(medians, prior=prior)
+    logs = np.log(medians)
+    var = (2 * logs.var(ddof=1) + 4.0 * 0.2 ** 2) / 6.0
+    half = t_quantile(0.975, 6.0) * math.sqrt(var / 3)
+    assert moderated.ci_low == pytest.approx(math.exp(logs.mean() - half))
+    assert moderated.ci_high == pytest.approx(math.exp(logs.mean() + half))
+    assert moderated.ci_high - moderated.ci_low > 5 * (own.ci_high - own.ci_low)
+    assert moderated.center == own.center and moderated.cv == own.cv    # only the interval changes
+    # a noisy row next to a quiet sweep: more degrees of freedom, a narrower t, a smaller variance
+    noisy = [10.0, 14.0, 7.0]
+    assert summarize_rounds(noisy, prior=SpreadPrior(0.01, 4.0, 20)).ci_high < summarize_rounds(noisy).ci_high
+
+
+def test_spread_prior_is_the_median_variance_of_rows_with_rounds():
+    rows = [[10.0 * math.exp(0.1 * k), 10.0] for k in range(1, MIN_ROWS_FOR_PRIOR + 1)] + [[5.0]]
+    prior = spread_prior(rows)
+    variances = sorted(np.log(r).var(ddof=1) for r in rows if len(r) >= 2)
+    assert prior.rows == MIN_ROWS_FOR_PRIOR and prior.df == PRIOR_DF
+    assert prior.log_sd == pytest.approx(math.sqrt(np.median(variances)))
+    assert spread_prior(rows[:MIN_ROWS_FOR_PRIOR - 1] + [[1.0]] * 20) is None   # too few rows of 2+ rounds
+
+
+def test_moderate_rows_changes_only_the_intervals_of_rows_with_rounds():
+    def row(medians, size):
+        rounds = [round_data(i + 1, [m] * 10, [m, m], precision_reached=True, check="ok") for i, m in enumerate(medians)]
+        return build_row(identity(size_bytes=size), rounds)
+
+    rng = np.random.default_rng(3)
+    noisy = [row(list(20.0 * np.exp(rng.normal(0, 0.2, 5))), 2 ** k) for k in range(10)]
+    quiet = row([20.0, 20.01, 19.99, 20.0, 20.02], 4096)
+    single = row([7.0], 8192)
+    out = moderate_rows(noisy + [quiet, single])
+    assert out[-1] is single
+    assert [r.time_us_p50 for r in out] == [r.time_us_p50 for r in noisy + [quiet, single]]
+    assert out[-2].time_us_ci_high / out[-2].time_us_ci_low > 1.2 > quiet.time_us_ci_high / quiet.time_us_ci_low
+    assert moderate_rows(noisy[:3]) == noisy[:3]          # too few rows to pool: their own rounds only

@@ -35,6 +35,34 @@ DISAGREE_FACTOR = 3.0
 #: The smallest run-to-run spread (sd of log medians) a comparison assumes: identical round
 #: medians (a rounded file, a synthetic test) must not make every difference significant.
 MIN_LOG_SD = 0.001
+#: A row's run-to-run CI is moderated by the sweep's typical spread of rounds, given this many
+#: degrees of freedom (a moderated t, as in limma): a few rounds that happen to agree cannot
+#: promise more than the machine's launches allow. Calibrated by benchmarks/coverage.py.
+PRIOR_DF = 4.0
+#: Rows with two or more rounds needed before their spreads are pooled into that prior.
+MIN_ROWS_FOR_PRIOR = 8
+
+
+@dataclass(frozen=True)
+class SpreadPrior:
+    """The sweep's typical spread of round medians (sd of logs) and the weight it gets."""
+
+    log_sd: float
+    df: float
+    rows: int
+
+
+def spread_prior(rows_medians) -> Optional["SpreadPrior"]:
+    """The median over rows of the variance of their log round medians, as a prior for each
+    row's own; None with fewer than MIN_ROWS_FOR_PRIOR rows of two or more rounds."""
+    variances = []
+    for medians in rows_medians:
+        logs = np.log(_positive(medians))
+        if len(logs) >= 2:
+            variances.append(float(logs.var(ddof=1)))
+    if len(variances) < MIN_ROWS_FOR_PRIOR:
+        return None
+    return SpreadPrior(math.sqrt(float(np.median(variances))), PRIOR_DF, len(variances))
 
 
 @dataclass(frozen=True)
@@ -61,9 +89,11 @@ def within_log_se(ci_low: float, ci_high: float) -> float:
 
 
 def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tuple]] = None,
-                     confidence: float = CONFIDENCE) -> RoundsSummary:
+                     confidence: float = CONFIDENCE, prior: Optional[SpreadPrior] = None) -> RoundsSummary:
     """Statistics of one row across rounds. ``within_cis``: each round's own (low, high) CI of
-    its median, used only to tell whether the rounds disagree."""
+    its median, used only to tell whether the rounds disagree. ``prior``: the sweep's typical
+    spread; with it the CI uses the moderated variance ((R-1)·sd² + d0·s0²) / (R-1+d0) and
+    t with R-1+d0 degrees of freedom."""
     x = _positive(medians)
     n = len(x)
     nan = math.nan
@@ -74,7 +104,11 @@ def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tup
     if n == 1:
         return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False)
     sd = float(logs.std(ddof=1))
-    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    var, df = sd * sd, float(n - 1)
+    if prior is not None:
+        var = (df * var + prior.df * prior.log_sd ** 2) / (df + prior.df)
+        df += prior.df
+    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(var / n)
     cv = float(x.std(ddof=1) / x.mean())
     disagree = False
     if within_cis:

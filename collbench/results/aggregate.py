@@ -13,6 +13,7 @@ calibration script on rounds read back from files.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -20,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from collbench.results.records import RoundData, Row, bandwidths
-from collbench.measure.runstats import summarize_rounds
+from collbench.measure.runstats import spread_prior, summarize_rounds
 from collbench.measure.stats import summarize
 
 
@@ -74,7 +75,8 @@ def _rank_avg(rounds: Sequence[RoundData]) -> float:
 
 
 def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
-    """The row for ``identity`` from its rounds (at least one), in round order."""
+    """The row for ``identity`` from its rounds (at least one), in round order, with the CI of
+    its own rounds alone; ``moderate_rows`` then brings in the sweep's typical spread."""
     rounds = sorted(rounds, key=lambda r: r.round)
     medians = [r.time_us_p50 for r in rounds]
     across = summarize_rounds(medians, [(r.time_us_ci_low, r.time_us_ci_high) for r in rounds])
@@ -99,3 +101,17 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         precision_reached=all(r.precision_reached for r in rounds), rounds=len(rounds),
         run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians))
 
+
+def moderate_rows(rows: Sequence[Row]) -> list:
+    """``rows`` with each run-to-run CI moderated by the typical spread of all of them (rows
+    of one rounds: unchanged). Cheap: only the CI is recomputed, from the round medians."""
+    prior = spread_prior(r.time_us_round_p50s for r in rows)
+    if prior is None:
+        return list(rows)
+    out = []
+    for row in rows:
+        if row.rounds >= 2:
+            across = summarize_rounds(row.time_us_round_p50s, prior=prior)
+            row = dataclasses.replace(row, time_us_ci_low=across.ci_low, time_us_ci_high=across.ci_high)
+        out.append(row)
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Optional
 
-from collbench.results.aggregate import RowIdentity, build_row
+from collbench.results.aggregate import RowIdentity, build_row, moderate_rows
 from collbench.results.records import KEY_FIELDS, RoundData, Row, RunResult
 
 
@@ -42,7 +42,7 @@ class Collector:
         """The RunResult exporters render; the same object every time (it carries their memo)."""
         if self._dirty:
             ordered = sorted(self._entries.values(), key=lambda e: e[1])
-            self.result.rows[:] = [e[3] for e in ordered]
+            self.result.rows[:] = moderate_rows([e[3] for e in ordered])
             self.result.rounds[:] = [tuple(sorted(e[2], key=lambda d: d.round)) for e in ordered]
             self._dirty = False
         return self.result

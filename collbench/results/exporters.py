@@ -33,18 +33,18 @@ def _round_record(r) -> dict:
 
 
 class JsonExporter:
-    """The versioned JSON document. Each row's text is kept in ``result.cache`` until the row
-    object changes (a new round of it), so rewriting the file after every size costs the I/O,
-    not the serialisation of every sample measured so far again."""
+    """The versioned JSON document. Each row's per-round details (every sample) are encoded once
+    and kept in ``result.cache`` while the row's rounds stay the same objects, so rewriting the
+    file after every size costs the I/O and the rows' few scalar fields, not the serialisation
+    of every sample measured so far again."""
 
     suffix = ".json"
 
     @staticmethod
-    def _row_text(row, rounds) -> str:
+    def _row_text(row, details: str) -> str:
         record = {k: _clean(v) for k, v in row.to_dict().items()}
         record["time_us_round_p50s"] = [_clean(v) for v in row.time_us_round_p50s]
-        record["round_details"] = [_round_record(r) for r in rounds]
-        return json.dumps(record, default=str)
+        return json.dumps(record, default=str)[:-1] + ', "round_details": ' + details + "}"
 
     @classmethod
     def render(cls, result: RunResult) -> str:
@@ -52,10 +52,12 @@ class JsonExporter:
         texts = []
         for row, rounds in zip(result.rows, result.rounds):
             cached = memo.get(row.key())
-            if cached is None or cached[0] is not row:
-                cached = (row, cls._row_text(row, rounds))
+            if cached is None or cached[0] != rounds:        # tuples of the same RoundData: compared by identity
+                cached = [rounds, json.dumps([_round_record(r) for r in rounds], default=str), None, None]
                 memo[row.key()] = cached
-            texts.append(cached[1])
+            if cached[2] is not row:
+                cached[2], cached[3] = row, cls._row_text(row, cached[1])
+            texts.append(cached[3])
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
         body = "[\n  " + ",\n  ".join(texts) + "\n ]" if texts else "[]"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from collbench.results.aggregate import RowIdentity, build_row
+from collbench.results.aggregate import RowIdentity, build_row, moderate_rows
 from collbench.collectives.registry import COLLECTIVES
 from collbench.analysis.comparability import metadata_warnings
 from collbench.errors import UsageError
@@ -73,5 +73,6 @@ def merge_runs(named: list) -> tuple:
     for row, data in rows.values():
         data.sort(key=lambda d: d.round)
         merged.add(build_row(RowIdentity.of(row, _bus_factor(row)), data), tuple(data))
+    merged.rows[:] = moderate_rows(merged.rows)
     merged.notes.extend(note for _, result in named for note in result.notes if note not in merged.notes)
     return merged, warnings
