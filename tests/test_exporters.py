@@ -38,3 +38,11 @@ def test_saving_after_each_round_gives_the_whole_document(tmp_path):
 def test_no_rows_is_valid_json():
     doc = json.loads(JsonExporter.render(RunResult({"world_size": 2}, notes=["nothing measured"])))
     assert doc["rows"] == [] and doc["notes"] == ["nothing measured"]
+
+
+def test_stdout_formats_are_the_file_exporters():
+    from collbench.cli.app import FORMATS
+    from collbench.results.exporters import EXPORTERS, STDOUT_FORMATS
+
+    assert set(STDOUT_FORMATS) == set(FORMATS)
+    assert {e for e in STDOUT_FORMATS.values() if e is not None} == set(EXPORTERS.values())

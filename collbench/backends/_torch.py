@@ -23,6 +23,7 @@ import numpy as np
 
 from collbench.backends.base import Control
 from collbench.errors import BackendUnavailable
+from collbench.launch.launcher import detect, free_port
 
 INSTALL_HINT = 'pip install "collbench[torch]" (or pip install torch)'
 INIT_TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("COLLBENCH_INIT_TIMEOUT", "120")))
@@ -55,7 +56,8 @@ def torch_dtype(np_dtype: np.dtype):
 
 
 def _world_from_env() -> tuple[int, int]:
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    launcher = detect()
+    return launcher.rank, launcher.world_size
 
 
 def _all_local(hostnames) -> bool:
@@ -78,7 +80,7 @@ def init_default_group(control: Optional[Control] = None) -> None:
     if user_address or (control is None and not self_launched):
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
         if "MASTER_ADDR" not in env:                 # one process, no launcher at all
-            env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(_free_port("127.0.0.1"))
+            env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port("127.0.0.1"))
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=INIT_TIMEOUT)
         return
     if self_launched:
@@ -118,12 +120,6 @@ def _store(dist, address: str, port: int, rank: int, size: int):
                           wait_for_workers=False, master_listen_fd=listener.fileno())
     _listeners.append(listener)      # the store serves on this socket: keep it open
     return store
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _loopback_name() -> str:

@@ -9,11 +9,11 @@ the time is the GPU's, not the launch's.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 from collbench.backends import _torch
 from collbench.backends.torchdist import TorchBackend
+from collbench.launch.launcher import detect
 
 
 def visible_gpus() -> int:
@@ -31,13 +31,6 @@ def gpu_summary() -> str:
         return "no CUDA device visible"
     names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return f"{len(names)}: " + ", ".join(names)
-
-
-def _local_rank() -> int:
-    for name in ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
 
 
 class NcclBackend(TorchBackend):
@@ -59,7 +52,7 @@ class NcclBackend(TorchBackend):
         return None
 
     def _torch_device(self):
-        index = _local_rank() % self.torch.cuda.device_count()
+        index = detect().local_rank % self.torch.cuda.device_count()
         self.torch.cuda.set_device(index)
         return self.torch.device("cuda", index)
 

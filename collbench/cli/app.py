@@ -7,7 +7,6 @@ names (about 0.1 s for ``--help`` in all).
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -18,7 +17,7 @@ from collbench.errors import CollbenchError, UsageError
 from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
 TIMINGS = ("latency", "throughput", "both")
-FORMATS = ("table", "markdown", "csv", "json")
+FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
 
 
 def _positive_int(name):
@@ -159,9 +158,9 @@ def main(argv=None) -> None:
 
 def _report(exc: CollbenchError) -> None:
     # Under a launcher every rank meets the same bad input: only rank 0 says so.
-    rank = next((os.environ[k] for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK")
-                 if k in os.environ), "0")
-    if rank == "0" or not isinstance(exc, UsageError):
+    from collbench.launch.launcher import detect
+
+    if detect().rank == 0 or not isinstance(exc, UsageError):
         print(f"collbench: error: {exc}", file=sys.stderr)
 
 

@@ -8,6 +8,7 @@ for runs that use torch backends only.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -26,11 +27,20 @@ CHILD_MARK = "COLLBENCH_LAUNCHED"
 
 @dataclass(frozen=True)
 class Launcher:
-    name: str          # mpiexec, srun, torchrun, collbench (self-launched local processes), none
+    """Who started this process and where it stands: the one place collbench learns its rank.
+
+    ``detect`` fills it from the environment; once ranks can talk, the runner adds every rank's
+    host (``with_hosts``)."""
+
+    name: str          # mpiexec, srun, torchrun, collbench (self-launched local processes), env, none
     rank: int
     world_size: int
     local_rank: int
     mpi: bool          # ranks share an MPI world (mpi4py can be used)
+    hosts: tuple = ()  # every rank's host name, in rank order, once known
+
+    def with_hosts(self, hosts) -> "Launcher":
+        return dataclasses.replace(self, hosts=tuple(hosts))
 
 
 def _int(env: Mapping[str, str], *names: str) -> Optional[int]:
@@ -47,8 +57,8 @@ def detect(env: Mapping[str, str] = os.environ) -> Launcher:
         return Launcher("mpiexec", _int(env, "OMPI_COMM_WORLD_RANK") or 0, _int(env, "OMPI_COMM_WORLD_SIZE"),
                         _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, True)
     if "PMI_SIZE" in env or "PMIX_RANK" in env or "PMI_RANK" in env:
-        size = _int(env, "PMI_SIZE", "PMIX_SIZE") or 1
-        local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID") or 0
+        size = _int(env, "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") or 1
+        local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "PMIX_LOCAL_RANK", "SLURM_LOCALID") or 0
         name = "srun" if "SLURM_STEP_ID" in env else "mpiexec"
         return Launcher(name, _int(env, "PMI_RANK", "PMIX_RANK") or 0, size, local, True)
     if "TORCHELASTIC_RUN_ID" in env and "WORLD_SIZE" in env:
@@ -105,9 +115,10 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict) -> list:
     return cmd + argv
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on ``address`` now (the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 

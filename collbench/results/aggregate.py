@@ -3,7 +3,8 @@
 * One round: the median of its samples and that median's order-statistics CI, as before
   rounds existed.
 * Several rounds: ``time_us_p50`` is the geometric mean of the round medians and its CI comes
-  from their spread (``runstats.summarize_rounds``); mean, min, percentiles and max are over
+  from their spread (``runstats.summarize_rounds``), pooled with the sweep's typical spread
+  by ``moderate_rows`` once the rows of a run are known; mean, min, percentiles and max are over
   the samples of every round; the check is the worst round's; ``precision_reached`` only if
   every round reached it.
 

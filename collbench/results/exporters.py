@@ -38,7 +38,7 @@ class JsonExporter:
     file after every size costs the I/O and the rows' few scalar fields, not the serialisation
     of every sample measured so far again."""
 
-    suffix = ".json"
+    suffix, format = ".json", "json"
 
     @staticmethod
     def _row_text(row, details: str) -> str:
@@ -67,7 +67,7 @@ class JsonExporter:
 class CsvExporter:
     """The rows, one per line; the round medians as one space-separated cell."""
 
-    suffix = ".csv"
+    suffix, format = ".csv", "csv"
 
     @staticmethod
     def render(result: RunResult) -> str:
@@ -83,7 +83,14 @@ class CsvExporter:
 
 
 class MarkdownExporter:
-    suffix = ".md"
+    """The run's metadata as a list, then one table per (collective, setup), then the notes.
+    On stdout the tables print as each collective completes (``render_tables``)."""
+
+    suffix, format = ".md", "markdown"
+
+    @staticmethod
+    def render_tables(rows) -> str:
+        return "\n".join(to_markdown(t) for t in build_tables(rows))
 
     @staticmethod
     def render(result: RunResult) -> str:
@@ -97,7 +104,10 @@ class MarkdownExporter:
         return "\n".join(head) + "\n".join(body) + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
+#: One registry for files (by suffix) and stdout (by ``--format``); ``table``, the terminal's
+#: rich table, is the one format that is not a file.
 EXPORTERS = {e.suffix: e for e in (JsonExporter, CsvExporter, MarkdownExporter)}
+STDOUT_FORMATS = {"table": None, **{e.format: e for e in EXPORTERS.values()}}
 
 
 def exporter_for(path: Path):

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from collbench.results.exporters import CsvExporter, JsonExporter, exporter_for, write_atomic
-from collbench.results.tables import build_tables, to_markdown, to_rich
+from collbench.results.exporters import STDOUT_FORMATS, exporter_for, write_atomic
+from collbench.results.tables import build_tables, to_rich
 
 @dataclass(frozen=True)
 class OutputSettings:
@@ -179,14 +179,16 @@ class Output:
         if not (final_round and self.prints_final):
             return
         rows = self.collector.rows_of(collective)
-        if self.settings.quiet or not rows or self.settings.print_format not in ("table", "markdown"):
+        exporter = STDOUT_FORMATS[self.settings.print_format]
+        streams = exporter is None or hasattr(exporter, "render_tables")     # tables as collectives finish
+        if self.settings.quiet or not rows or not streams:
             return
         if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
             self.progress.stop()
-        for table in build_tables(rows):
-            if self.settings.print_format == "markdown":
-                self._print_line(to_markdown(table))
-            else:
+        if exporter is not None:
+            self._print_line(exporter.render_tables(rows))
+        else:
+            for table in build_tables(rows):
                 rendered = to_rich(table, plain=self.plain)
                 # Wider than the terminal: let it run past the edge rather than cut cells.
                 natural = self.console.measure(rendered, options=self.console.options.update_width(10_000)).maximum
@@ -209,10 +211,10 @@ class Output:
             self.progress.stop()
         if not self.prints_final:
             return
-        fmt = self.settings.print_format
-        result = self.collector.run_result()
-        if completed and not self.settings.quiet and fmt in ("csv", "json"):
-            self._print_line((CsvExporter if fmt == "csv" else JsonExporter).render(result).rstrip("\n"))
+        exporter = STDOUT_FORMATS[self.settings.print_format]
+        whole = exporter is not None and not hasattr(exporter, "render_tables")   # one document at the end
+        if completed and not self.settings.quiet and whole:
+            self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
         if self.paths and not self.settings.quiet:
             self.err.print("collbench: wrote " + ", ".join(str(p) for p in self.paths), markup=False)
 

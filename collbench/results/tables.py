@@ -122,7 +122,8 @@ def _notes(rows: list) -> tuple:
     most = max(r.rounds for r in rows)
     if most > 1:
         notes.append(f"{most} rounds: p50 is the geometric mean of the round medians, its 95% CI comes from "
-                     f"their spread (run cv: standard deviation / mean of the round medians)")
+                     f"their spread, pooled with the sweep's typical one (run cv: standard deviation / mean of the "
+                     f"round medians)")
     else:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")

@@ -114,7 +114,8 @@ def _output_problem(settings) -> Optional[str]:
     return None
 
 
-def _metadata(plan: Plan, launcher: Launcher, backends: dict, hosts: list, schedule: rounds.Schedule) -> dict:
+def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.Schedule) -> dict:
+    hosts = list(launcher.hosts)
     versions = {}
     for backend in backends.values():
         versions.update(backend.versions())
@@ -146,14 +147,14 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         backend = backend_class(name)()
         backend.setup(control=control)
         backends[name] = backend
-    hosts = control.bcast(control.gather(hostname()))
-    rpn = ranks_per_node(hosts)
+    launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
+    rpn = ranks_per_node(launcher.hosts)
     is_root = control.rank == 0
     journal = rounds.Journal.open(schedule.state) if is_root and schedule.state is not None else None
     collector = None
     if is_root:
         earlier = journal.of_type("run") if journal is not None else []
-        collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, hosts, schedule))
+        collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, schedule))
     sweep = Sweep(plan, control, backends, rpn, watchdog)
     if not sweep.steps:
         raise UsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
@@ -172,7 +173,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     completed = False
     try:
         for number in schedule.here:
-            _round(plan, control, backends, sweep, out, schedule, number, settings, hosts,
+            _round(plan, control, backends, sweep, out, schedule, number, settings, list(launcher.hosts),
                    first=number == schedule.first, setup_limit=startup_limit)
         watchdog.disarm()
         supervise.at("shutdown")
