@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collbench.analysis.compare import ASSUMED_LOG_SD, compare_runs, parse_threshold
+from collbench.analysis.compare import compare_runs, parse_threshold
+from collbench.analysis.runs import ASSUMED_LOG_SD
 from collbench.analysis.compare_render import comparison_table, summary_line, to_json, to_summary_markdown
 from collbench.errors import UsageError
 from collbench.results.loader import load_result

@@ -1,6 +1,7 @@
 """What collbench does with result files once measured.
 
-``compare`` and ``compare_render`` (the regression gate and its output), ``significance``
+``compare`` and ``compare_render`` (the regression gate and its output), ``runs`` (the runs
+and rounds inside a file: busy rounds, run ids, drift between runs), ``significance``
 (max-T over rows), ``comparability`` (warnings when two runs differ in set-up),
 ``fit`` (latency-bandwidth model), ``report`` (fit and detectable change per row), ``plot``.
 

@@ -25,29 +25,19 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
-
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
 from collbench.results.records import Row, RunResult
-from collbench.measure.runstats import (MIN_LOG_SD, Change, change, detectable_change, drift_between_runs, rounds_needed,
-                                within_spread)
-from collbench.measure.distributions import chi2_quantile
+from collbench.analysis.runs import (ASSUMED_LOG_SD, busy_rounds, estimate_drift, round_warnings, rounds_by_run,
+                                     run_ids)
 from collbench.analysis.significance import max_t_adjust
+from collbench.measure.runstats import MIN_LOG_SD, Change, change, detectable_change, rounds_needed, within_spread
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
 VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "insufficient data")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
-#: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
-#: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
-#: one-round comparison flags only changes far beyond what launches alone do there.
-ASSUMED_LOG_SD = 0.25
-#: Whole runs made minutes apart move together (a machine-wide factor) by this fraction of the
-#: typical spread between the rounds of one run, unless a file merged from five or more runs
-#: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
-DRIFT_FACTOR = 0.75
 POWER = 0.8
 
 
@@ -159,42 +149,6 @@ def _metric(row: Optional[Row], metric: str) -> float:
     return value if math.isfinite(value) and value > 0 else math.nan
 
 
-def _round_records(result: RunResult) -> list:
-    records = result.metadata.get("rounds")
-    return records if isinstance(records, list) else []
-
-
-def busy_rounds(result: RunResult) -> dict:
-    """Round number -> the CPU cores other processes used, for rounds recorded as busy."""
-    out = {}
-    for record in _round_records(result):
-        if not isinstance(record, dict):
-            continue
-        load = record.get("load") if isinstance(record.get("load"), dict) else {}
-        if load.get("busy") is True and isinstance(record.get("round"), int):
-            out[record["round"]] = load.get("other_cpu_cores")
-    return out
-
-
-def run_ids(result: RunResult) -> dict:
-    """Round number -> the run it belongs to (rounds of one invocation share one; files merged
-    from several runs keep theirs). Rounds without a record belong to one unnamed run."""
-    return {r["round"]: str(r.get("run_id", "")) for r in _round_records(result)
-            if isinstance(r, dict) and isinstance(r.get("round"), int)}
-
-
-def rounds_by_run(result: RunResult, i: int, busy: dict, ids: dict) -> tuple:
-    """(round medians grouped by run, whether they all come from busy rounds)."""
-    row = result.rows[i]
-    pairs = list(zip(result.round_numbers(i), row.time_us_round_p50s))
-    quiet = [(n, m) for n, m in pairs if n not in busy]
-    chosen = quiet or pairs
-    runs: dict = {}
-    for number, median in chosen:
-        runs.setdefault(ids.get(number, ""), []).append(median)
-    return list(runs.values()), not quiet and bool(pairs)
-
-
 @dataclass(frozen=True)
 class _Pending:
     key: tuple
@@ -302,45 +256,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                                       "", nan, None, "new"))
     warnings = comparability_warnings(baseline, new, baseline_name, new_name,
                                       [(r.baseline, r.new) for r in by_key.values()])
-    warnings += _round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
+    warnings += round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
                                 assumed_log_sd)
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
                       drift[0], drift_source)
-
-
-def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_LOG_SD) -> tuple:
-    """((sd, df), description) of the drift of whole runs: DRIFT_FACTOR times the typical
-    spread of rounds within a run, or what a side merged from enough runs measured, whichever
-    is larger. ``sides``: per side, every row's rounds grouped by run. One machine-wide value:
-    the factor moves every row alike."""
-    measured = [p for p in spreads if p.source != "assumed"]
-    typical = float(np.median([p.log_sd for p in measured])) if measured else assumed_log_sd
-    # The typical spread over many rows is known precisely: the assumption is what is uncertain.
-    assumed = DRIFT_FACTOR * typical
-    best = ((assumed, math.inf), f"assumed: {DRIFT_FACTOR:g} × the rounds' typical spread")
-    for rows in sides:
-        found = drift_between_runs([runs for runs in rows if runs])
-        # A side of several runs that drifted clearly more than assumed (beyond the 95th
-        # percentile of what the assumption allows for that many runs) overrules it.
-        if found is not None and found[0] ** 2 > assumed ** 2 * chi2_quantile(0.95, found[1]) / found[1] \
-                and found[0] > best[0][0]:
-            best = (found, f"measured over {int(found[1]) + 1} runs")
-    return best
-
-
-def _round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, busy_base: dict,
-                    busy_new: dict, compared, assumed_log_sd: float) -> list:
-    notes = []
-    for name, result, busy in ((baseline_name, baseline, busy_base), (new_name, new, busy_new)):
-        if busy:
-            total = len(_round_records(result))
-            worst = max((v for v in busy.values() if isinstance(v, (int, float))), default=math.nan)
-            notes.append(f"{name}: {len(busy)} of {total} round(s) ran while other processes used up to "
-                         f"{worst:.2f} CPU cores beyond the idle ones; "
-                         + ("they are left out where quiet rounds remain"
-                            if len(busy) < total else "no row of it can be called slower or faster"))
-    if any(r.noise == "assumed" for r in compared):
-        notes.append(f"neither file has two or more rounds of some rows: their run-to-run spread is assumed "
-                     f"to be {assumed_log_sd:.0%} (sd of log medians), so only large changes are called; "
-                     f"measure with --rounds 3 or more")
-    return notes

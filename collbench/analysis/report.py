@@ -91,7 +91,8 @@ def gate_sensitivity(result, alpha: float) -> list:
     with 80% power when this file is the baseline and the new file is one more run with as
     many rounds per run — its rounds' spread, the drift between runs, the rows adjusted
     together as compare adjusts them. nan for a row without two rounds in one run."""
-    from collbench.analysis.compare import POWER, busy_rounds, estimate_drift, rounds_by_run, run_ids
+    from collbench.analysis.compare import POWER
+    from collbench.analysis.runs import busy_rounds, estimate_drift, rounds_by_run, run_ids
     from collbench.measure.runstats import MIN_LOG_SD, detectable_change, within_spread
     from collbench.analysis.significance import max_t_adjust
 
