@@ -208,3 +208,28 @@ def test_moderate_rows_changes_only_the_intervals_of_rows_with_rounds():
     assert [r.time_us_p50 for r in out] == [r.time_us_p50 for r in noisy + [quiet, single]]
     assert out[-2].time_us_ci_high / out[-2].time_us_ci_low > 1.2 > quiet.time_us_ci_high / quiet.time_us_ci_low
     assert moderate_rows(noisy[:3]) == noisy[:3]          # too few rows to pool: their own rounds only
+
+
+def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchanged_rows():
+    from collbench.results.collector import Collector
+
+    rng = np.random.default_rng(5)
+    collector = Collector({})
+    ids = [identity(size_bytes=2 ** k) for k in range(12)]
+    for number in (1, 2, 3):
+        for k, key in enumerate(ids):
+            m = 10.0 * math.exp(rng.normal(0, 0.2))
+            collector.add(key, (k,), round_data(number, [m] * 8, [m, m], precision_reached=True, check="ok"))
+        collector.round_ended()
+    first = list(collector.run_result().rows)
+    prior = spread_prior(r.time_us_round_p50s for r in first)
+    assert first == moderate_rows(first) and prior is not None
+    m = 30.0
+    collector.add(ids[0], (0,), round_data(4, [m] * 8, [m, m], precision_reached=True, check="ok"))
+    second = collector.run_result().rows
+    assert all(a is b for a, b in zip(first[1:], second[1:]))          # a save costs the changed row only
+    assert second[0].rounds == 4
+    assert second[0].time_us_ci_high == pytest.approx(summarize_rounds(second[0].time_us_round_p50s,
+                                                                       prior=prior).ci_high)
+    collector.round_ended()                                             # the next round: a fresh prior
+    assert collector.run_result().rows == moderate_rows([r for r in collector.run_result().rows])

@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from collbench.results.records import RoundData, Row, bandwidths
-from collbench.measure.runstats import spread_prior, summarize_rounds
+from collbench.measure.runstats import SpreadPrior, spread_prior, summarize_rounds
 from collbench.measure.stats import summarize
 
 
@@ -103,16 +103,16 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians))
 
 
+def moderate(row: Row, prior: Optional[SpreadPrior]) -> Row:
+    """``row`` with its run-to-run CI moderated by ``prior`` (unchanged without one, or with
+    a single round). Cheap: only the CI is recomputed, from the round medians."""
+    if prior is None or row.rounds < 2:
+        return row
+    across = summarize_rounds(row.time_us_round_p50s, prior=prior)
+    return dataclasses.replace(row, time_us_ci_low=across.ci_low, time_us_ci_high=across.ci_high)
+
+
 def moderate_rows(rows: Sequence[Row]) -> list:
-    """``rows`` with each run-to-run CI moderated by the typical spread of all of them (rows
-    of one rounds: unchanged). Cheap: only the CI is recomputed, from the round medians."""
+    """``rows`` with each run-to-run CI moderated by the typical spread of all of them."""
     prior = spread_prior(r.time_us_round_p50s for r in rows)
-    if prior is None:
-        return list(rows)
-    out = []
-    for row in rows:
-        if row.rounds >= 2:
-            across = summarize_rounds(row.time_us_round_p50s, prior=prior)
-            row = dataclasses.replace(row, time_us_ci_low=across.ci_low, time_us_ci_high=across.ci_high)
-        out.append(row)
-    return out
+    return [moderate(row, prior) for row in rows]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Optional
 
-from collbench.results.aggregate import RowIdentity, build_row, moderate_rows
+from collbench.measure.runstats import spread_prior
+from collbench.results.aggregate import RowIdentity, build_row, moderate
 from collbench.results.records import KEY_FIELDS, RoundData, Row, RunResult
 
 
@@ -18,10 +19,17 @@ def _key(identity: RowIdentity) -> tuple:
 
 
 class Collector:
+    """Rows are moderated (``aggregate.moderate``) by the typical spread of the rows' rounds. That
+    prior is recomputed when a round ends (``round_ended``) and on the first result asked for;
+    in between, a row that gets a new round is moderated with the prior in force, and the other
+    rows stay the same objects, so saving after every size costs one row, not all of them."""
+
     def __init__(self, metadata: dict) -> None:
         self.result = RunResult(metadata)
-        self._entries: dict = {}         # key -> [identity, sort key, [RoundData], Row or None]
+        self._entries: dict = {}         # key -> [identity, sort key, [RoundData], Row, moderated Row or None]
         self._dirty = False
+        self._prior = None
+        self._prior_stale = True
 
     @property
     def metadata(self) -> dict:
@@ -32,17 +40,31 @@ class Collector:
         return self.result.notes
 
     def add(self, identity: RowIdentity, sort_key: tuple, data: RoundData) -> Row:
-        entry = self._entries.setdefault(_key(identity), [identity, tuple(sort_key), [], None])
+        entry = self._entries.setdefault(_key(identity), [identity, tuple(sort_key), [], None, None])
         entry[2] = [d for d in entry[2] if d.round != data.round] + [data]
         entry[3] = build_row(identity, entry[2])
+        entry[4] = None
         self._dirty = True
         return entry[3]
+
+    def round_ended(self) -> None:
+        """Every row may have a new round: the typical spread is worth recomputing."""
+        self._prior_stale = True
+        self._dirty = True
 
     def run_result(self) -> RunResult:
         """The RunResult exporters render; the same object every time (it carries their memo)."""
         if self._dirty:
             ordered = sorted(self._entries.values(), key=lambda e: e[1])
-            self.result.rows[:] = moderate_rows([e[3] for e in ordered])
+            if self._prior_stale:
+                self._prior = spread_prior(e[3].time_us_round_p50s for e in ordered)
+                self._prior_stale = False
+                for e in ordered:
+                    e[4] = None
+            for e in ordered:
+                if e[4] is None:
+                    e[4] = moderate(e[3], self._prior)
+            self.result.rows[:] = [e[4] for e in ordered]
             self.result.rounds[:] = [tuple(sorted(e[2], key=lambda d: d.round)) for e in ordered]
             self._dirty = False
         return self.result

@@ -165,6 +165,7 @@ class Output:
     def round_done(self, record: dict) -> None:
         """The round's own metadata (number, kind, order, load), kept in ``metadata["rounds"]``."""
         self.collector.metadata.setdefault("rounds", []).append(record)
+        self.collector.round_ended()
         if self.journal is not None:
             self.journal.append({"type": "round", "record": record})
         self.save()
