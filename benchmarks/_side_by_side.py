@@ -30,12 +30,12 @@ import numpy as np
 
 from collbench.backends import backend_class
 from collbench.backends._mpi import MpiControl, mpi_module
-from collbench.collectives.datatypes import OPS
+from collbench.collectives.datatypes import OPS, dtype_of
 from collbench.collectives.registry import get_collective
 from collbench.measure.harness import TimingSettings, measure
 from collbench.measure.stats import median_ci
 
-FLOAT32 = np.dtype(np.float32)
+FLOAT32 = dtype_of("float32")
 MIN_BLOCK, MAX_BLOCK = 20, 5000     # samples per block
 
 

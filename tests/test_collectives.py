@@ -107,7 +107,7 @@ ORDERS = ("sequential", "ring", "tree")
 @pytest.mark.parametrize("op_name", list(OPS))
 @pytest.mark.parametrize("n", [2, 3, 55, 64, 512, 4096])
 def test_check_pattern_is_exact_in_every_dtype_order_and_scale(dtype, op_name, n):
-    op, dt = pattern(op_name, dtype), dtype_of(dtype)
+    op, dt = pattern(op_name, dtype), dtype_of(dtype).numpy
     k = np.arange(96)                      # every residue of the sum's stride, which is at most 7 here
     values = np.stack([np.asarray(op.value(r, k, n)) for r in range(n)])
     want = np.asarray(op.reduced(k, n))
@@ -155,8 +155,8 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
 
     coll = BufferOnly()
     assert coll.issued_by("buffer") and not coll.issued_by("tensor") and not coll.issued_by("object")
-    assert MpiBackend.supports(collective=coll, dtype=np.dtype("float32"), op="none") is None
-    assert GlooBackend.supports(collective=coll, dtype=np.dtype("float32"), op="none") == \
+    assert MpiBackend.supports(collective=coll, dtype=dtype_of("float32"), op="none") is None
+    assert GlooBackend.supports(collective=coll, dtype=dtype_of("float32"), op="none") == \
         "buffer-only has no tensor call"
     assert all(c.issued_by(f) for c in COLLECTIVES.values() for f in ("buffer", "object", "tensor"))
 
@@ -164,3 +164,28 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
 def test_every_collective_module_is_found_in_its_place():
     assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall",
                      "reduce_scatter", "barrier")
+
+
+@pytest.mark.parametrize("op_name", list(OPS))
+@pytest.mark.parametrize("n", [2, 64, 512, 4096])
+def test_check_pattern_is_exact_in_bfloat16_in_every_order(op_name, n):
+    """bfloat16 keeps 8 significant bits: integers are exact up to 256. Simulated with torch,
+    rounding to bfloat16 after every step."""
+    torch = pytest.importorskip("torch")
+    op = pattern(op_name, "bfloat16")
+    k = np.arange(96)
+    values = np.stack([np.asarray(op.value(r, k, n)) for r in range(n)])
+    want = np.asarray(op.reduced(k, n))
+    assert want.max() <= EXACT_LIMIT["bfloat16"] and values.max() <= EXACT_LIMIT["bfloat16"]
+    step = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum, "prod": torch.mul}[op_name]
+    t = torch.tensor(values, dtype=torch.bfloat16)
+    orders = {"sequential": list(range(n)), "reversed": list(range(n - 1, -1, -1))}
+    for name, order in orders.items():
+        acc = t[order[0]].clone()
+        for r in order[1:]:
+            acc = step(acc, t[r])                    # each step rounds to bfloat16
+        assert acc.float().numpy().tolist() == want.astype(np.float32).tolist(), name
+    while len(t) > 1:                                # tree: pairs, then pairs of pairs
+        head, tail = t[: len(t) // 2 * 2], t[len(t) // 2 * 2:]
+        t = torch.cat([step(head[0::2], head[1::2]), tail])
+    assert t[0].float().numpy().tolist() == want.astype(np.float32).tolist(), "tree"

@@ -9,6 +9,7 @@ import pytest
 
 from collbench.collectives.registry import ORDER
 from conftest import FAST, cli, load_json, mpirun
+from collbench.results.loader import load_result
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -138,3 +139,17 @@ def test_gloo_under_mpiexec_uses_master_addr_when_set(run_dir):
     assert bad.returncode != 0
     assert "collbench: rank 0 failed at set-up of backend gloo: DistNetworkError" in bad.stderr, bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_bfloat16_on_gloo_checks_every_collective_and_mpi_refuses_it(run_dir):
+    pytest.importorskip("torch")
+    proc = cli(["all", "-n", "3", "--backend", "gloo", "--dtype", "bfloat16", "--sizes", "48,48K", *FAST,
+                "-o", "b.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_result(run_dir / "b.json").rows
+    assert len(rows) == 8 * 2 + 1 and {r.dtype for r in rows} == {"bfloat16"}
+    assert all(r.check == ("skipped" if r.collective == "barrier" else "ok") for r in rows)
+    refused = cli(["allreduce", "-n", "2", "--backend", "mpi", "--dtype", "bfloat16", *FAST], run_dir)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "collbench: error: allreduce on mpi with bfloat16 sum: mpi4py sends numpy arrays and numpy has no "
+        "bfloat16; use gloo or nccl")

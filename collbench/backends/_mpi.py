@@ -105,6 +105,12 @@ class MpiBase:
         self.comm.Free()
         self.comm = self.MPI.COMM_WORLD.Dup()
 
+    @classmethod
+    def supports(cls, *, collective, dtype, op: str) -> Optional[str]:
+        if dtype.numpy is None:
+            return f"mpi4py sends numpy arrays and numpy has no {dtype.name}; use gloo or nccl"
+        return super().supports(collective=collective, dtype=dtype, op=op)
+
     @property
     def rank(self) -> int:
         return self.comm.Get_rank()

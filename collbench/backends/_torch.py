@@ -46,13 +46,14 @@ def torch_modules():
     return torch, dist
 
 
-TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16",
+TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
                 "int32": "int32", "int64": "int64"}
 
 
-def torch_dtype(np_dtype: np.dtype):
+def torch_dtype(dtype):
+    """The torch type of a ``collbench.collectives.datatypes.Dtype``."""
     torch, _ = torch_modules()
-    return getattr(torch, TORCH_DTYPES[np.dtype(np_dtype).name])
+    return getattr(torch, TORCH_DTYPES[dtype.name])
 
 
 def _world_from_env() -> tuple[int, int]:

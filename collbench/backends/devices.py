@@ -48,8 +48,9 @@ class HostDevice:
         return raw[offset:offset + length * dtype.itemsize].view(dtype)
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
-        send = self._aligned_zeros(max(send_len, 1), dtype)
-        recv = send if in_place else self._aligned_zeros(max(recv_len, 1), dtype)
+        """``dtype``: a ``collbench.collectives.datatypes.Dtype`` that numpy has."""
+        send = self._aligned_zeros(max(send_len, 1), dtype.numpy)
+        recv = send if in_place else self._aligned_zeros(max(recv_len, 1), dtype.numpy)
         return Buffers(send, recv, in_place)
 
     def fill(self, buffers: Buffers, start: int, values: np.ndarray) -> None:
@@ -78,6 +79,7 @@ class TorchDevice:
         self.asynchronous = device.type == "cuda"
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
+        """``dtype``: a ``collbench.collectives.datatypes.Dtype`` (bfloat16 included)."""
         from collbench.backends._torch import torch_dtype
 
         tdt = torch_dtype(dtype)
@@ -92,7 +94,10 @@ class TorchDevice:
         view.fill_(float("nan") if view.is_floating_point() else -1)
 
     def to_host(self, view) -> np.ndarray:
-        return view.cpu().numpy()
+        host = view.cpu()
+        if host.dtype == self.torch.bfloat16:      # numpy has no bfloat16: widen, exactly
+            host = host.float()
+        return host.numpy()
 
     def synchronize(self) -> None:
         if self.asynchronous:

@@ -48,8 +48,8 @@ class TorchBackend(Backend):
 
     @classmethod
     def supports(cls, *, collective, dtype: np.dtype, op: str) -> Optional[str]:
-        if np.dtype(dtype).name not in _torch.TORCH_DTYPES:
-            return f"dtype {np.dtype(dtype).name} has no torch equivalent here"
+        if dtype.name not in _torch.TORCH_DTYPES:
+            return f"dtype {dtype.name} has no torch equivalent here"
         return super().supports(collective=collective, dtype=dtype, op=op)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:

@@ -38,7 +38,7 @@ def bench_options(f):
         click.option("-n", "--np", "nprocs", type=int, default=None,
                      help="Ranks to launch when no launcher is used [default: GPUs for nccl, else min(cpus, 4), at least 2]."),
         click.option("-d", "--dtype", default="float32", show_default=True,
-                     help="float32, float64, float16, int32, int64."),
+                     help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64."),
         click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod."),
         click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives."),
         click.option("--iters", type=int, default=None, callback=_positive_int("--iters"),

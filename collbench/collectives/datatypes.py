@@ -26,12 +26,30 @@ import numpy as np
 
 from collbench.errors import UsageError
 
+@dataclass(frozen=True)
+class Dtype:
+    """An element type. ``numpy``: its numpy type, None where numpy has none (bfloat16: only
+    backends whose buffers are torch tensors take it); ``host``: the numpy type its values are
+    made in and read back as on the host (exact for the small integers of the check)."""
+
+    name: str
+    itemsize: int
+    numpy: Optional[np.dtype]
+    host: np.dtype
+
+
+def _numpy(name: str) -> Dtype:
+    t = np.dtype(name)
+    return Dtype(name, t.itemsize, t, t)
+
+
 DTYPES = {
-    "float32": np.float32,
-    "float64": np.float64,
-    "float16": np.float16,
-    "int32": np.int32,
-    "int64": np.int64,
+    "float32": _numpy("float32"),
+    "float64": _numpy("float64"),
+    "float16": _numpy("float16"),
+    "bfloat16": Dtype("bfloat16", 2, None, np.dtype("float32")),
+    "int32": _numpy("int32"),
+    "int64": _numpy("int64"),
 }
 
 #: Largest integer up to which every integer is exactly representable (floats: 2^(mantissa bits + 1)).
@@ -113,9 +131,9 @@ def pattern(op: str, dtype: str) -> ReduceOp:
     return op_of(op)
 
 
-def dtype_of(name: str) -> np.dtype:
+def dtype_of(name: str) -> Dtype:
     try:
-        return np.dtype(DTYPES[name])
+        return DTYPES[name]
     except KeyError:
         raise UsageError(f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}") from None
 

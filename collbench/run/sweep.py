@@ -58,7 +58,7 @@ def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, l
 def _fill(backend, buffers, coll: Collective, op, rank: int, n: int, send_len: int, dtype) -> None:
     for start in range(0, send_len, FILL_CHUNK):
         k = np.arange(start, min(send_len, start + FILL_CHUNK))
-        backend.fill(buffers, start=start, values=np.asarray(op.value(rank, k, n)).astype(dtype))
+        backend.fill(buffers, start=start, values=np.asarray(op.value(rank, k, n)).astype(dtype.host))
 
 
 class Sweep:

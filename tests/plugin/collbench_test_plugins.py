@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
-
 from collbench.backends.base import Bound
 from collbench.backends.gloo import GlooBackend
 from collbench.backends.mpi import MpiBackend
@@ -51,7 +49,7 @@ class Faulty:
     """Mixed in before a real backend; every fault is off unless its variable is set."""
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
-        self._itemsize = np.dtype(dtype).itemsize
+        self._itemsize = dtype.itemsize
         return super().allocate(send_len=send_len, recv_len=recv_len, dtype=dtype, in_place=in_place)
 
     def fill(self, buffers, *, start, values):
