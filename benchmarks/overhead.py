@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -281,12 +282,30 @@ def startup(workdir: str, repeats: int) -> None:
         record(f"launch to first timed iteration ({backend})", f"{first_s:.2f} s", "(info)", None)
 
 
+def probe_plugin(workdir: str) -> str:
+    """Install benchmarks/probe_plugin (the probe backends) into ``workdir``; returns the folder
+    to put on PYTHONPATH. The probe lives outside collbench, as any plugin would."""
+    target = os.path.join(workdir, "probe-site")
+    if not os.path.isdir(target):
+        source = Path(__file__).resolve().parent / "probe_plugin"
+        build = os.path.join(workdir, "probe-source")
+        shutil.copytree(source, build)
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, build]
+        if importlib.util.find_spec("setuptools") is not None:
+            cmd.insert(4, "--no-build-isolation")
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return target
+
+
 def time_to_first_iteration(backend: str, workdir: str) -> tuple:
-    """Seconds from starting collbench to the last rank's first timed iteration (probe in harness)."""
-    env = clean_env(COLLBENCH_STARTUP_PROBE="1")
+    """Seconds from starting collbench to the last rank's first timed iteration, as the probe
+    backend of that name (``probe-mpi``, ``probe-gloo``) reports it."""
+    path = os.pathsep.join(p for p in (probe_plugin(workdir), os.environ.get("PYTHONPATH", "")) if p)
+    env = clean_env(PYTHONPATH=path, PROBE_CALL="2")
     start = time.time()
-    proc, wall = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", backend, "--sizes", "8",
-                                   "--iters", "5", "--rounds", "1", "--no-save", "-q"), cwd=workdir, env=env)
+    proc, wall = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", f"probe-{backend}", "--sizes", "8",
+                                   "--iters", "5", "--warmup", "0", "--rounds", "1", "--no-save", "-q"),
+                     cwd=workdir, env=env)
     stamps = [float(m) for m in re.findall(r"collbench-probe: rank \d+ first timed iteration at ([0-9.]+)",
                                            proc.stderr)]
     if len(stamps) != RANKS:

@@ -2,8 +2,7 @@
 
 ``harness`` (the timed loop of one size), ``stats`` (one round's samples: median and its CI),
 ``runstats`` and ``distributions`` (statistics over rounds: geometric mean, t interval, drift),
-``sizes`` (parsing and printing sizes), ``memory`` (what fits), ``probe`` (the start-up probe of
-``benchmarks/overhead.py``).
+``sizes`` (parsing and printing sizes), ``memory`` (what fits).
 
 May import: ``collbench.errors``, ``collbench.collectives`` and ``collbench.backends.base``
 (the harness drives a bound call), numpy. Nothing here imports mpi4py or torch.

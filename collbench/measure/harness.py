@@ -12,7 +12,6 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from collbench.measure import probe
 from collbench.backends.base import Bound, Control
 from collbench.collectives.registry import Collective
 from collbench.collectives.datatypes import ReduceOp
@@ -135,7 +134,6 @@ def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control
     maxima: list = []
     batch = settings.iters if settings.iters else settings.min_iters
     reached = False
-    probe.first_timed_iteration(control.rank)
     start = timer()
     while True:
         before = len(mine)

@@ -1,0 +1,45 @@
+"""The start-up probe of ``benchmarks/overhead.py``, outside the product: the ``mpi`` and
+``gloo`` backends under other names, whose bound call prints ``time.time()`` once, when this
+process makes call number ``PROBE_CALL`` to it through the harness (the result check calls
+the library directly and is not counted). With ``--warmup 0`` the harness makes one untimed
+first call, so ``PROBE_CALL=2`` is the first timed iteration.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from collbench.backends.base import Bound
+from collbench.backends.gloo import GlooBackend
+from collbench.backends.mpi import MpiBackend
+
+_calls = 0
+
+
+class Probe:
+    def bind(self, buffers, **kwargs) -> Bound:
+        bound = super().bind(buffers, **kwargs)
+        target = int(os.environ.get("PROBE_CALL", "2"))
+        rank = self.rank
+
+        def counted(call):
+            def run():
+                global _calls
+                _calls += 1
+                if _calls == target:
+                    print(f"collbench-probe: rank {rank} first timed iteration at {time.time():.6f}",
+                          file=sys.stderr, flush=True)
+                return call()
+            return run
+
+        return Bound(run=counted(bound.run), run_blocking=counted(bound.run_blocking), checked=bound.checked)
+
+
+class ProbeMpi(Probe, MpiBackend):
+    name = "probe-mpi"
+
+
+class ProbeGloo(Probe, GlooBackend):
+    name = "probe-gloo"
