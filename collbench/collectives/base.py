@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 
-from collbench.collectives.datatypes import ReduceOp
+from collbench.collectives.datatypes import CheckPattern
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class Collective:
         """Element counts must be a multiple of this for the data to split evenly over n ranks."""
         return 1 if self.size_is_per_rank else n
 
-    def expected(self, pattern: ReduceOp, n: int, rank: int, root: int, elements: int,
+    def expected(self, pattern: CheckPattern, n: int, rank: int, root: int, elements: int,
                  idx: np.ndarray) -> Optional[np.ndarray]:
         """What ``rank`` must find at receive indices ``idx``, or None when it receives nothing."""
         return None

@@ -61,7 +61,10 @@ NO_OP = "none"
 
 
 @dataclass(frozen=True)
-class ReduceOp:
+class CheckPattern:
+    """What each rank sends for the result check (``value``) and, for an operator, what the
+    reduction over n ranks must give (``reduced``), with numpy's ufunc for that operator."""
+
     name: str
     value: Callable[[np.ndarray, np.ndarray, int], np.ndarray]             # (rank, k, n) -> values
     reduced: Optional[Callable[[np.ndarray, int], np.ndarray]] = None      # (k, n) -> reduction over ranks
@@ -73,7 +76,7 @@ def sum_stride(n: int, limit: int) -> int:
     return max(1, -(-n // (limit // 3)))
 
 
-def _sum_op(limit: int) -> ReduceOp:
+def _sum_op(limit: int) -> CheckPattern:
     # Element k's value and sum depend on k only through k mod m and k mod 3: both are looked up
     # in a table of one period, lcm(m, 3), so that filling and checking a large buffer cost one
     # remainder and one gather, not a dozen full-length temporaries.
@@ -96,7 +99,7 @@ def _sum_op(limit: int) -> ReduceOp:
         table = count + 3 * whole + np.where(rest >= 1, j % 3, 0) + np.where(rest >= 2, (j + 1) % 3, 0)
         return table[np.asarray(k) % length]
 
-    return ReduceOp("sum", value, reduced, np.add)
+    return CheckPattern("sum", value, reduced, np.add)
 
 
 def _extreme_ops(limit: int) -> dict:
@@ -105,21 +108,21 @@ def _extreme_ops(limit: int) -> dict:
     def value(r, k, n):
         return r % span + k % 5
 
-    return {"max": ReduceOp("max", value, lambda k, n: min(n, span) - 1 + k % 5, np.maximum),
-            "min": ReduceOp("min", value, lambda k, n: k % 5, np.minimum)}
+    return {"max": CheckPattern("max", value, lambda k, n: min(n, span) - 1 + k % 5, np.maximum),
+            "min": CheckPattern("min", value, lambda k, n: k % 5, np.minimum)}
 
 
 OPS = {
     "sum": _sum_op(EXACT_LIMIT["float16"]),
     **_extreme_ops(EXACT_LIMIT["float16"]),
-    "prod": ReduceOp("prod", lambda r, k, n: np.where(r == k % n, 2, 1),
+    "prod": CheckPattern("prod", lambda r, k, n: np.where(r == k % n, 2, 1),
                      lambda k, n: np.full_like(k, 2), np.multiply),
 }
 
-_MOVED = ReduceOp(NO_OP, lambda r, k, n: (r + 1) + k % 7)
+_MOVED = CheckPattern(NO_OP, lambda r, k, n: (r + 1) + k % 7)
 
 
-def pattern(op: str, dtype: str) -> ReduceOp:
+def pattern(op: str, dtype: str) -> CheckPattern:
     """The check pattern for ``op`` (or ``none``) in ``dtype``: exact in that dtype at any n."""
     if op == NO_OP:
         return _MOVED
@@ -138,7 +141,7 @@ def dtype_of(name: str) -> Dtype:
         raise UsageError(f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}") from None
 
 
-def op_of(name: str) -> ReduceOp:
+def op_of(name: str) -> CheckPattern:
     try:
         return OPS[name]
     except KeyError:

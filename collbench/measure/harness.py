@@ -14,7 +14,7 @@ import numpy as np
 
 from collbench.backends.base import Bound, Control
 from collbench.collectives.registry import Collective
-from collbench.collectives.datatypes import ReduceOp
+from collbench.collectives.datatypes import CheckPattern
 from collbench.measure.stats import relative_ci_halfwidth
 
 timer = time.perf_counter
@@ -96,7 +96,7 @@ def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: 
     return min(grow, MAX_SAMPLES - n)
 
 
-def count_wrong(bound: Bound, coll: Collective, op: ReduceOp, n: int, rank: int, root: int,
+def count_wrong(bound: Bound, coll: Collective, op: CheckPattern, n: int, rank: int, root: int,
                 elements: int, recv_len: int) -> int:
     """Run the call once outside any timed region and count wrong elements on this rank."""
     got = bound.checked()
