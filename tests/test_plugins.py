@@ -45,11 +45,23 @@ def test_env_lists_plugins_and_why_a_broken_one_cannot_run(run_dir, plugin_env):
                                              "import (ModuleNotFoundError")
     assert "not a subclass of collbench.backends.base.Backend" in info["backend not-a-backend"]
     assert info["backend mpi"] == "usable"          # a plugin cannot take a built-in name
+    assert "backend all" not in info                # nor the word that means every backend
+
+
+def test_all_skips_plugins_that_cannot_run_with_a_note(run_dir, plugin_env):
+    proc = cli(["barrier", "-n", "2", "--backend", "all", *FAST, "--no-save"], run_dir,
+               env={**plugin_env, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    for name in ("broken", "not-a-backend", "raising-check", "unfinished"):
+        assert f"skipping backend {name}: " in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("name,message", [
     ("broken", "backend broken is not usable: plugin collbench_test_plugins_missing:Nothing did not import"),
     ("not-a-backend", "is not a subclass of collbench.backends.base.Backend"),
+    ("raising-check", "backend raising-check is not usable: its availability check failed (RuntimeError: cannot tell)"),
+    ("unfinished", "plugin collbench_test_plugins:Unfinished does not implement barrier, bind, rank, setup, size"),
     ("plain-mpj", "unknown backend 'plain-mpj'; choose from: mpi, mpi-pickle, gloo, nccl, broken,"),
 ])
 def test_a_plugin_that_cannot_run_is_one_line_and_exit_2(run_dir, plugin_env, name, message):

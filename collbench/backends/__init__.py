@@ -2,7 +2,8 @@
 
 A plugin is a class implementing :class:`collbench.backends.base.Backend`, announced by an
 installed package under the entry point group ``collbench.backends`` (the entry point's name is
-the backend's name). Plugins cannot take a built-in name. A plugin that fails to import is
+the backend's name). Plugins cannot take a built-in name, ``all``, or a name with a comma or
+surrounding spaces. A plugin that fails to import is
 unusable with a one-line reason, as a backend whose library is missing is.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from typing import Optional
 
 from collbench.backends.base import Backend
@@ -35,7 +37,8 @@ def plugins() -> dict:
         found = entry_points(group=ENTRY_POINT_GROUP)
     except Exception:       # a broken installed distribution must not stop collbench
         return {}
-    return {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name) if ep.name not in _BUILTIN}
+    return {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name)
+            if ep.name not in _BUILTIN and ep.name != "all" and ep.name.strip() == ep.name and "," not in ep.name}
 
 
 def names() -> tuple:
@@ -61,6 +64,9 @@ def backend_class(name: str) -> type[Backend]:
                                  f"{': ' + detail if detail else ''})") from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendUnavailable(f"plugin {ep.value} is not a subclass of collbench.backends.base.Backend")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise BackendUnavailable(f"plugin {ep.value} does not implement {missing}")
     return cls
 
 
@@ -70,6 +76,11 @@ def unavailable_reason(name: str) -> Optional[str]:
         return backend_class(name).unavailable_reason()
     except BackendUnavailable as exc:
         return str(exc)
+    except Exception as exc:          # a plugin's own check failed: say so in one line
+        if name in _BUILTIN:
+            raise
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"its availability check failed ({type(exc).__name__}{': ' + detail if detail else ''})"
 
 
 def uses_mpi(name: str) -> bool:

@@ -10,7 +10,8 @@ FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the 
 FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
 
 ``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
-and ``mpi`` tries to take a built-in name.
+``raising-check`` one whose availability check raises, ``unfinished`` an abstract Backend, and
+``mpi`` and ``all`` try to take reserved names.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-from collbench.backends.base import Bound
+from collbench.backends.base import Backend, Bound
 from collbench.backends.gloo import GlooBackend
 from collbench.backends.mpi import MpiBackend
 from collbench.backends.mpi_pickle import MpiPickleBackend
@@ -86,3 +87,19 @@ class FaultyGloo(Faulty, GlooBackend):
 
 class NotABackend:
     pass
+
+
+class RaisingCheck(MpiBackend):
+    """Its availability check itself fails."""
+
+    name = "raising-check"
+
+    @classmethod
+    def unavailable_reason(cls):
+        raise RuntimeError("cannot tell")
+
+
+class Unfinished(Backend):
+    """Declares itself a Backend but implements nothing."""
+
+    name = "unfinished"
