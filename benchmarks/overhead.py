@@ -40,7 +40,7 @@ import numpy as np
 from collbench.measure import harness
 from collbench.backends.base import Bound, Control
 from collbench.collectives.registry import get_collective
-from collbench.launch.launcher import find_mpiexec, mpiexec_command
+from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from collbench.run.metadata import cpu_model
 from collbench.measure.sizes import format_size, parse_bytes
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from collbench.backends.base import Control
 from collbench.errors import BackendUnavailable
-from collbench.launch.launcher import detect, free_port
+from collbench.launch.launcher import detect
+from collbench.launch.spawn import free_port
 
 INSTALL_HINT = 'pip install "collbench[torch]" (or pip install torch)'
 INIT_TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("COLLBENCH_INIT_TIMEOUT", "120")))

@@ -8,6 +8,7 @@ import sys
 
 from collbench import __version__
 from collbench.launch import launcher as launch
+from collbench.launch import spawn
 from collbench.backends import names, plugins, unavailable_reason
 
 
@@ -23,13 +24,13 @@ def _version(module: str) -> str:
 
 def gather() -> dict:
     launcher = launch.detect()
-    mpiexec = launch.find_mpiexec()
+    mpiexec = spawn.find_mpiexec()
     info = {
         "collbench": __version__,
         "python": sys.version.split()[0] + f" ({sys.executable})",
         "launcher": launcher.name,
         "rank / world size": f"{launcher.rank} / {launcher.world_size}",
-        "mpiexec": f"{mpiexec} ({launch.mpiexec_flavour(mpiexec)})" if mpiexec else "not found",
+        "mpiexec": f"{mpiexec} ({spawn.mpiexec_flavour(mpiexec)})" if mpiexec else "not found",
         "mpi4py": _version("mpi4py"),
         "MPI library": _mpi_library(),
         "numpy": _version("numpy"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collbench.launch import launcher as launch
+from collbench.launch import spawn
 from collbench.backends import backend_class, parse_backends, uses_mpi
 from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
@@ -102,7 +103,7 @@ def build_and_run(collectives, opts: dict, argv: list) -> int:
         if n > 1:
             use_mpi = any(uses_mpi(b) for b in plan.backends)
             seed = plan.seed if plan.seed is not None else new_seed()
-            return launch.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
+            return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
                                       seed=seed)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
         raise UsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
