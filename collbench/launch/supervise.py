@@ -162,7 +162,27 @@ def set_job_abort(abort: Optional[Callable[[int], None]]) -> None:
     _job_abort = abort
 
 
+_before_exit: list = []
+
+
+def before_exit(callback: Callable[[], None]) -> None:
+    """Run ``callback`` when this rank ends early (a signal, a timeout, an abort): what must not
+    be left half done, such as a result file being written. It runs on whichever thread ends
+    the rank, possibly while the main thread is stuck in a collective."""
+    _before_exit.append(callback)
+
+
+def _run_before_exit() -> None:
+    while _before_exit:
+        callback = _before_exit.pop()
+        try:
+            callback()
+        except Exception:          # an early exit must not fail on its way out
+            pass
+
+
 def abort_job(code: int) -> None:
+    _run_before_exit()
     sys.stdout.flush()
     sys.stderr.flush()
     time.sleep(0.5)          # let the launcher forward the message before it kills the job
@@ -203,6 +223,7 @@ def handle_signals(rank: int) -> None:
                              "every size finished before\n")
         else:
             time.sleep(1.0)
+        _run_before_exit()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signum)
