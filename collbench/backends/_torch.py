@@ -8,7 +8,9 @@ Rendezvous:
   * MASTER_ADDR/MASTER_PORT in the environment (torchrun, collbench's local self-launch, or
     the user) win: ``env://``.
   * Otherwise, under an MPI launcher, rank 0 opens a TCP store on a free port and broadcasts
-    its address and port through MPI. The address is 127.0.0.1 when all ranks share a host.
+    the port through MPI; each rank connects at the address it reached rank 0's coordinator
+    with (``collbench.launch.rendezvous``). The store listens on 127.0.0.1 when all ranks
+    share a host.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 
 from collbench.backends.base import Control
 from collbench.errors import BackendUnavailable
+from collbench.launch import rendezvous
 from collbench.launch.launcher import detect
 from collbench.launch.spawn import free_port
 
@@ -62,16 +65,14 @@ def _world_from_env() -> tuple[int, int]:
     return launcher.rank, launcher.world_size
 
 
-def _all_local(hostnames) -> bool:
-    return len(set(hostnames)) == 1
-
-
 def init_default_group(control: Optional[Control] = None) -> None:
     """Initialise the default (gloo) process group once per process.
 
-    When collbench launched the ranks itself, or bootstraps through MPI on one host, rank 0's
-    TCP store listens on 127.0.0.1 only. A store address the user or launcher chose (torchrun,
-    MASTER_ADDR) is used as given.
+    With MASTER_ADDR/MASTER_PORT (torchrun, collbench's local self-launch, or the user) the
+    rendezvous is ``env://`` and gloo binds the interface that routes to MASTER_ADDR unless
+    GLOO_SOCKET_IFNAME says otherwise. Under an MPI launcher rank 0 opens the store and every
+    rank reaches it at the address it reached rank 0's coordinator with
+    (``collbench.launch.rendezvous``); a store for one host listens on 127.0.0.1 only.
     """
     torch, dist = torch_modules()
     if dist.is_initialized():
@@ -83,36 +84,43 @@ def init_default_group(control: Optional[Control] = None) -> None:
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
         if "MASTER_ADDR" not in env:                 # one process, no launcher at all
             env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port("127.0.0.1"))
+        _choose_interface(rendezvous.towards_master(rank))
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=INIT_TIMEOUT)
         return
     if self_launched:
         rank, size = _world_from_env()
         address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
         store = _store(dist, address, port, rank, size)
+        _choose_interface(rendezvous.towards_master(rank))
     else:
         rank, size = control.rank, control.size
-        hosts = control.gather(socket.gethostname())
-        address = None
-        if rank == 0:
-            address = "127.0.0.1" if _all_local(hosts) else socket.gethostbyname(socket.gethostname())
-        address = control.bcast(address)
-        store = _store(dist, address, 0, rank, size) if rank == 0 else None
+        joined = rendezvous.joined()
+        local = joined is None or joined.all_local
+        address = "127.0.0.1" if rank == 0 or joined is None else joined.rank0_address
+        store = _store(dist, address, 0, rank, size, local) if rank == 0 else None
         port = control.bcast(store.port if rank == 0 else None)
         if rank != 0:
-            store = _store(dist, address, port, rank, size)
-    if address.startswith("127."):
-        env.setdefault("GLOO_SOCKET_IFNAME", _loopback_name())
+            store = _store(dist, address, port, rank, size, local)
+        _choose_interface(rendezvous.gloo_interface() if joined is not None else _loopback_name())
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+
+
+def _choose_interface(name: Optional[str]) -> None:
+    """gloo binds GLOO_SOCKET_IFNAME; left to itself it binds what the host name resolves to,
+    which may be loopback or nothing. The user's choice stands."""
+    if name and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
 _listeners: list = []
 
 
-def _store(dist, address: str, port: int, rank: int, size: int):
-    """Rank 0 hosts the store (bound to ``address`` itself when it is loopback); others connect."""
+def _store(dist, address: str, port: int, rank: int, size: int, local: bool = True):
+    """Rank 0 hosts the store: on every interface when ranks span hosts, else on loopback only
+    (``address`` is where rank 0 itself connects). Others connect to ``address``."""
     if rank != 0:
         return dist.TCPStore(address, port, size, is_master=False, timeout=INIT_TIMEOUT)
-    if not address.startswith("127."):
+    if not local or not address.startswith("127."):
         return dist.TCPStore(address, port, size, is_master=True, timeout=INIT_TIMEOUT, wait_for_workers=False)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -14,11 +14,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.launch.launcher import CHILD_MARK
+from collbench.launch.supervise import PARENT_ENV
 
 
 def find_mpiexec() -> Optional[str]:
@@ -67,51 +70,163 @@ def free_port(address: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _wait_forwarding(procs: list) -> int:
-    """Wait for all children, passing SIGINT/SIGTERM on; the first failure stops the rest."""
-    received: list = []
+#: Exit codes of a rank that mean something to collbench (see ``supervise``).
+_RANK_CODES = {0, 1, 2, 124, 129, 130, 137, 143}
+#: Seconds the ranks get to end after SIGTERM before SIGKILL.
+KILL_GRACE = 8.0
+#: Seconds the job's coordinator gets to end a job whose rank failed before we stop it.
+COORDINATOR_GRACE = 2.0
 
-    def forward(signum, _frame):
-        received.append(signum)
+
+def _wait_forwarding(procs: list, relay: Optional["Relay"] = None) -> int:
+    """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
+    the rest, and whatever has not ended ``KILL_GRACE`` seconds after it was told to (a
+    stopped rank, a stuck launcher) is killed."""
+    received: list = []
+    kill_at: list = []
+
+    def stop_all(signum: int) -> None:
         for p in procs:
             if p.poll() is None:
                 try:
                     p.send_signal(signum)
                 except OSError:
                     pass
+        if not kill_at:
+            kill_at.append(time.monotonic() + KILL_GRACE)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    def forward(signum, _frame):
+        received.append(signum)
+        stop_all(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         code = 0
         pending = list(procs)
+        killed: list = []                 # (rank, pid, signal) of local ranks killed outright
+        stop_at = None
         while pending:
+            now = time.monotonic()
+            if kill_at and now > kill_at[0]:
+                for p in pending:
+                    p.kill()
+            if stop_at is not None and now > stop_at:
+                stop_at = None            # the coordinator did not end the job: we do
+                for rank, pid, sig in killed[:1]:
+                    print(f"collbench: rank {rank} (pid {pid}) was killed by signal {sig}; stopping the other "
+                          "ranks", file=sys.stderr, flush=True)
+                stop_all(signal.SIGTERM)
             for p in list(pending):
                 try:
                     rc = p.wait(timeout=0.1)
                 except subprocess.TimeoutExpired:
                     continue
                 pending.remove(p)
-                if rc < 0 and len(procs) > 1:   # a rank killed outright, guardian and all
-                    print(f"collbench: rank {procs.index(p)} (pid {p.pid}) was killed by signal {-rc}; "
-                          "stopping the other ranks", file=sys.stderr, flush=True)
+                if rc < 0 and len(procs) > 1:   # a local rank killed outright, guardian and all
+                    killed.append((procs.index(p), p.pid, -rc))
                 if rc != 0 and code == 0:
                     code = rc
-                    for other in pending:      # a rank failed: do not leave the others hanging
-                        if other.poll() is None:
-                            other.terminate()
+                    # Do not leave the others hanging; but the job's coordinator usually ends it
+                    # first, and better: it names the rank's position and host.
+                    stop_at = time.monotonic() + COORDINATOR_GRACE
+        if relay is not None:
+            relay.join()
         if received:
-            if received[0] != signal.SIGINT:   # ranks report SIGINT themselves; a launcher may not forward others
+            # Local ranks got the signal from us and said so; mpiexec may not have passed it on.
+            if relay is not None and not relay.spoke:
                 print(f"collbench: stopped by {signal.Signals(received[0]).name}; result files keep every size "
                       "finished before", file=sys.stderr, flush=True)
             return 128 + received[0]
-        return 128 - code if code < 0 else code
+        if code < 0:
+            return 128 - code
+        if relay is not None and code not in _RANK_CODES and 0 < code < 64:
+            # mpiexec passes on a rank's death by signal N as exit code N
+            if not relay.spoke:
+                print(f"collbench: a rank was killed by signal {code} ({_signal_name(code)}) before collbench "
+                      "could say where; the job is stopped; result files keep every size finished before",
+                      file=sys.stderr, flush=True)
+            return 128 + code
+        return code
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
 
 
-def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> list:
-    """Start one launch of n ranks; returns the processes to wait for."""
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
+
+
+class Relay:
+    """Copies mpiexec's output to ours as it comes, leaving out what the launcher itself says
+    about a job collbench has already explained (MPICH's "BAD TERMINATION" banner, which it
+    prints on stdout and would corrupt ``-f json``; Ctrl-C chatter; MPI_Abort's line).
+    ``spoke``: a collbench line went by on stderr."""
+
+    NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED", b"This typically refers to a problem",
+             b"Please see the FAQ page", b"[mpiexec@", b"[proxy:", b"Abort(", b"Assertion failed",
+             b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again")
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.spoke = False
+        self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout), daemon=True),
+                         threading.Thread(target=self._copy, args=(process.stderr, sys.stderr), daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _copy(self, source, target) -> None:
+        out = getattr(target, "buffer", target)
+        held = b""
+        while True:
+            try:
+                chunk = os.read(source.fileno(), 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            held += chunk
+            *lines, held = held.split(b"\n")
+            keep = [line + b"\n" for line in lines if not self._noise(line)]
+            if held and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
+                keep.append(held)          # a partial line (a progress bar): pass it on now
+                held = b""
+            if keep:
+                self._write(out, b"".join(keep))
+        if held and not self._noise(held):
+            self._write(out, held)
+
+    def _noise(self, line: bytes) -> bool:
+        text = line.lstrip(b"\r")
+        if text.startswith(b"collbench:"):
+            self.spoke = True
+        return text.startswith(self.NOISE)
+
+    @staticmethod
+    def _write(out, data: bytes) -> None:
+        try:
+            out.write(data)
+            out.flush()
+        except (OSError, ValueError):
+            pass                     # a closed or broken stream: the run goes on, files are written
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+def _die_with_parent(signum: int):
+    """For Popen: the child gets ``signum`` when this process dies, however it dies."""
+    def set_it() -> None:
+        from collbench.launch.supervise import _set_pdeathsig
+        _set_pdeathsig(signum)
+    return set_it
+
+
+def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tuple:
+    """Start one launch of n ranks; returns the processes to wait for, and the relay of
+    mpiexec's output (None for local processes, which write straight to ours)."""
     if use_mpi:
         mpiexec = find_mpiexec()
         if mpiexec is None:
@@ -121,12 +236,15 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> li
         cmd = mpiexec_command(mpiexec, n, base, env)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
-        return [subprocess.Popen(cmd, env=env)]
+        process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent(signal.SIGTERM))
+        return [process], Relay(process)
     env.update({CHILD_MARK: "local", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n)})
     if verbose:
         print(f"collbench: launching {n} local processes: " + " ".join(base)
               + f" (rendezvous {env['MASTER_ADDR']}:{env['MASTER_PORT']})", file=sys.stderr, flush=True)
-    return [subprocess.Popen(base, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
+    return [subprocess.Popen(base, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                             preexec_fn=_die_with_parent(signal.SIGTERM)) for r in range(n)], None
 
 
 def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0) -> int:
@@ -142,6 +260,7 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
 
     base = [sys.executable, "-m", "collbench"] + argv
     env = dict(os.environ)
+    env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
     # The ranks write through the launcher's pipes: tell rank 0 what the user's terminal is.
     for stream, name in ((sys.stdout, "COLLBENCH_STDOUT_TTY"), (sys.stderr, "COLLBENCH_STDERR_TTY")):
         if stream.isatty():
@@ -161,7 +280,8 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
             if not use_mpi:
                 env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
                 env["MASTER_PORT"] = user_port or str(free_port())
-            code = _wait_forwarding(_start(base, n, env, use_mpi=use_mpi, verbose=verbose and number == 1))
+            procs, relay = _start(base, n, env, use_mpi=use_mpi, verbose=verbose and number == 1)
+            code = _wait_forwarding(procs, relay)
             completed = any(e["record"]["round"] == number
                             for e in rounds_mod.Journal.open(Path(state)).of_type("round"))
             if code == 1 and completed:          # a wrong result: reported, and the rounds go on

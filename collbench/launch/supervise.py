@@ -1,16 +1,21 @@
-"""Keeping a rank's failure loud and its results safe.
+"""Keeping a rank's failure loud, the job's end prompt, and its results safe.
 
 * A **guardian**: each rank forks before anything else is imported. The child is the real
-  rank; the parent only waits for it. If the child dies abnormally (a signal, or an exit code
-  collbench never uses), the guardian prints which rank died, where, and during which
-  collective and size, then exits non-zero, so the launcher ends the job at once. The child
-  gets SIGKILL if its guardian is killed (``PR_SET_PDEATHSIG``), so a launcher's clean-up
-  never leaves an orphan rank. Where the position lives: a few shared bytes (mmap), written by
-  the rank before each size, outside any timed region.
+  rank; the parent (the guardian) waits for it, and keeps the rank's connection to the job's
+  coordinator (``coordinator``; rank 0's guardian hosts it). If the child dies abnormally (a
+  signal, or an exit code collbench never uses), the coordinator prints which rank died, where,
+  on which host, during which collective and size, and ends the job on every host; without a
+  coordinator (one rank, or before the ranks joined) the guardian prints it. The child gets
+  SIGUSR1 if its guardian dies (``PR_SET_PDEATHSIG``): it saves what it must and leaves, so a
+  launcher's clean-up never leaves an orphan rank. A self-launched rank's guardian also ends its
+  rank when the collbench process that launched it is gone. Where the position lives: a few
+  shared bytes (mmap), written by the rank before each size, outside any timed region.
 * A **watchdog** thread per rank: if one size takes longer than ``--timeout`` seconds, it
-  names the collective and size and aborts the whole job. It sleeps until the deadline.
-* **Signals**: SIGINT and SIGTERM are taken by a thread of their own, which ends the rank at
-  once even while the main thread is blocked inside MPI or torch.
+  tells the coordinator, which names the ranks still in the collective and the ones stopped or
+  elsewhere, and aborts the whole job. It sleeps until the deadline.
+* **Signals**: SIGINT, SIGTERM and SIGHUP are taken by a thread of their own, which ends the
+  rank at once even while the main thread is blocked inside MPI or torch; SIGUSR1 is the
+  guardian's quiet "stop now".
 
 Only the standard library is imported here: the guardian must stay small.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -26,9 +32,13 @@ import threading
 import time
 from typing import Callable, Optional
 
+from collbench.launch import coordinator
+
 #: Exit codes collbench itself uses; any other exit of a rank counts as a crash.
-OWN_EXIT_CODES = {0, 1, 2, 124, 130, 143}
+OWN_EXIT_CODES = {0, 1, 2, 124, 129, 130, 143}
 TIMEOUT_EXIT = 124
+PARENT_ENV = "COLLBENCH_PARENT_PID"       # set by self-launch: the process whose death ends the ranks
+STOP_GRACE = 3.0                           # seconds a rank told to stop gets before SIGKILL
 _POSITION_BYTES = 512
 
 
@@ -50,64 +60,88 @@ class _Position:
 
 _position: Optional[_Position] = None
 _rank_label = "rank 0"
+_channel: Optional[socket.socket] = None   # the rank's end of its line to the guardian
+_channel_lock = threading.Lock()
+_coordinator_at: Optional[dict] = None     # rank 0: the port and token of its guardian's coordinator
 
 
-def _set_pdeathsig() -> bool:
+def _set_pdeathsig(signum: int) -> bool:
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0   # PR_SET_PDEATHSIG
+        return libc.prctl(1, signum, 0, 0, 0) == 0   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return False
 
 
 def guard_rank(rank: int) -> None:
     """Fork a guardian for this rank (Linux only). Returns in the child; never in the guardian."""
-    global _position, _rank_label
+    global _position, _rank_label, _channel, _coordinator_at
+    from collbench.launch.launcher import detect
+
     _rank_label = f"rank {rank}"
-    if not sys.platform.startswith("linux") or os.environ.get("COLLBENCH_NO_GUARDIAN"):
-        _position = _Position()
-        return
     position = _Position()
+    _position = position
+    if not sys.platform.startswith("linux") or os.environ.get("COLLBENCH_NO_GUARDIAN"):
+        return
+    size = detect().world_size
+    pair = socket.socketpair() if size > 1 else None
+    listener = coordinator.open_listener() if rank == 0 and size > 1 else None
+    token = secrets.token_hex(16)
+    guardian = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
     if child == 0:
-        _set_pdeathsig()
-        if os.getppid() == 1:          # the guardian died between fork and prctl
+        _set_pdeathsig(signal.SIGUSR1)
+        if os.getppid() != guardian:        # the guardian died between fork and prctl
             os._exit(1)
-        _position = position
+        if listener is not None:
+            _coordinator_at = {"port": listener.getsockname()[1], "token": token}
+            listener.close()
+        if pair is not None:
+            pair[0].close()
+            _channel = pair[1]
         return
-    _guardian(child, rank, position)
+    if pair is not None:
+        pair[1].close()
+    from collbench.launch.guardian import Guardian
+    Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
 
 
-def _guardian(child: int, rank: int, position: _Position) -> None:
-    def forward(signum, _frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
+def _ask_guardian(message: dict, seconds: float) -> Optional[dict]:
+    """One request to this rank's guardian and its answer; None without a guardian or answer."""
+    if _channel is None:
+        return None
+    with _channel_lock:
+        _channel.settimeout(seconds)
+        reader = coordinator.Lines(_channel)
+        if not coordinator._send(_channel, message):
+            return None
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            answers = reader.feed()
+            if answers is None:
+                return None
+            if answers:
+                return answers[0]
+    return None
 
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(s, forward)
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        how, code = f"was killed by signal {sig} ({signal.Signals(sig).name})", 128 + sig
-    else:
-        code = os.WEXITSTATUS(status)
-        how = f"exited with code {code}"
-    if code not in OWN_EXIT_CODES:
-        where = position.read() or "start-up"
-        sys.stderr.write(f"collbench: rank {rank} (pid {child} on {socket.gethostname()}) {how} during "
-                         f"{where}; the job is stopped; result files keep every size finished before\n")
-        sys.stderr.flush()
-    os._exit(code)
+
+def coordinator_at() -> Optional[dict]:
+    """Rank 0: where its guardian's coordinator listens ({"port", "token"}); None elsewhere."""
+    return _coordinator_at
+
+
+def join_job(candidates: list, port: int, token: str, seconds: float = 30.0) -> Optional[dict]:
+    """Have the guardian connect to the coordinator: {"address", "local"} on success,
+    {"error"} on failure, None when this rank has no guardian."""
+    answer = _ask_guardian({"t": "join", "candidates": candidates, "port": port, "token": token}, seconds)
+    if answer is None:
+        return None if _channel is None else {"error": "its guardian did not answer"}
+    if answer.get("t") == "joined":
+        return {"address": answer["address"], "local": answer["local"]}
+    return {"error": answer.get("error", "unknown")}
 
 
 class Watchdog:
@@ -137,19 +171,26 @@ class Watchdog:
         while True:
             with self._lock:
                 deadline = self._deadline
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = None if deadline is None else min(max(0.0, deadline - time.monotonic()), 3600.0)
             if self._wake.wait(wait):
                 self._wake.clear()
                 continue
             with self._lock:
                 expired = self._deadline is not None and time.monotonic() >= self._deadline
                 what, limit = self._what, self._limit
+            if expired and _report_timeout(what, limit):
+                time.sleep(coordinator.LOST_AFTER + 2 * STOP_GRACE)   # the coordinator ends the job
             if expired:
                 sys.stderr.write(f"collbench: {_rank_label}: timeout: {what} did not finish within "
                                  f"{limit:g} s (--timeout); aborting the job; result files keep every "
                                  f"size finished before\n")
                 sys.stderr.flush()
                 abort_job(TIMEOUT_EXIT)
+
+
+def _report_timeout(what: str, limit: float) -> bool:
+    answer = _ask_guardian({"t": "timeout", "what": what, "limit": limit, "where": where()}, 2.0)
+    return answer is not None and answer.get("t") == "taken"
 
 
 _job_abort: Optional[Callable[[int], None]] = None
@@ -182,9 +223,14 @@ def _run_before_exit() -> None:
 
 
 def abort_job(code: int) -> None:
+    """End the whole job with ``code``: through the coordinator when this rank has joined one
+    (it reaches every host), else MPI_Abort, else this process alone."""
     _run_before_exit()
     sys.stdout.flush()
     sys.stderr.flush()
+    answer = _ask_guardian({"t": "abort-job", "code": code}, 2.0)
+    if answer is not None and answer.get("t") == "taken":
+        time.sleep(2 * STOP_GRACE)            # the guardian stops this rank
     time.sleep(0.5)          # let the launcher forward the message before it kills the job
     if _job_abort is not None:
         _job_abort(code)
@@ -201,22 +247,37 @@ def where() -> str:
     return _position.read() if _position is not None else ""
 
 
+_stopping = threading.Event()
+
+
+def stopping() -> bool:
+    """A signal is ending this rank: errors the main thread meets now are its echo, not news."""
+    return _stopping.is_set()
+
+
 def handle_signals(rank: int) -> None:
-    """SIGINT and SIGTERM end this rank from a thread of their own, at once.
+    """SIGINT, SIGTERM, SIGHUP and SIGUSR1 end this rank from a thread of their own, at once.
 
     A Python signal handler would only run once the main thread returns from the MPI or
     torch call it is blocked in, which, when a peer is gone, is never. So the signals are
     blocked here, before MPI, torch or the watchdog start threads (they inherit the mask), and
     one thread waits for them: rank 0 says what happened, the others give it a moment (a
     launcher kills every rank once one has exited), and the rank leaves without
-    MPI_Finalize, which could wait forever. Files need nothing: they are complete after every size.
+    MPI_Finalize, which could wait forever. What must be saved is saved first (``before_exit``),
+    under a deadline so that a stuck save cannot keep the rank alive.
     """
-    wanted = {signal.SIGINT, signal.SIGTERM}
+    wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1}
     signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
 
     def wait() -> None:
         signum = signal.sigwait(wanted)
-        if rank == 0:
+        _stopping.set()
+        deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
+        deadline.daemon = True
+        deadline.start()
+        if signum == signal.SIGUSR1:      # the guardian's "stop now": it, or the coordinator, says why
+            pass
+        elif rank == 0:
             if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
                 sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
             sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; result files keep "

@@ -16,7 +16,7 @@ from typing import Optional
 
 from collbench.measure import harness
 from collbench.run import rounds
-from collbench.launch import supervise
+from collbench.launch import rendezvous, supervise
 from collbench.backends import backend_class
 from collbench.results.collector import Collector
 from collbench.errors import UsageError
@@ -69,6 +69,8 @@ def run(plan: Plan, launcher: Launcher) -> int:
     except UsageError:
         raise          # every rank meets the same bad input and exits 2 on its own
     except Exception as exc:
+        if supervise.stopping():      # a peer gone because the job is being stopped: the signal says it
+            time.sleep(60)
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job.
         text = str(exc).strip().splitlines()
@@ -89,6 +91,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     watchdog.arm(startup_limit, where)
     control = make_control(launcher, plan.backends)
     supervise.set_job_abort(getattr(control, "abort", None))
+    rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
     if plan.root >= control.size:
         raise UsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
     schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle)

@@ -1,0 +1,274 @@
+"""collbench's own channel between the ranks of a job, outside MPI and torch.
+
+A launcher cannot be trusted to end a job when one rank dies on another host, and MPI or
+gloo cannot say which rank a hung collective waits for. So every rank's guardian (see
+``supervise``) keeps a TCP connection to a small **coordinator** that runs in rank 0's
+guardian. Guardians send a beat every second with their rank's position (the collective and
+size it is in) and its process state; the coordinator beats back. Then:
+
+* a rank that dies: its guardian says so, and the coordinator ends the job on every host,
+  naming the rank, its pid and its host;
+* a guardian whose connection drops, or that is silent for ``LOST_AFTER`` seconds (its host
+  died or was cut off): the same, naming the host and its ranks;
+* a watchdog that fires: the coordinator names which ranks were still in the collective,
+  which were elsewhere, and which were stopped;
+* the coordinator gone silent (rank 0's host died): every guardian ends its rank; the lowest
+  rank of each host says why.
+
+Every message is one JSON object per line. A connection must first show the job's token, so
+a stray process that happens to listen on a probed address is never mistaken for rank 0.
+Only the standard library is used: this runs in the guardian.
+"""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+BEAT_S = 1.0
+LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
+CONNECT_TIMEOUT = 3.0
+LOST_CODE = 137           # a rank or host lost: as if killed (128 + SIGKILL)
+TIMEOUT_CODE = 124
+EARLY_EXIT_GRACE = 5.0   # seconds the others get to follow a rank that left with an error
+
+
+def _send(sock: socket.socket, message: dict) -> bool:
+    try:
+        sock.sendall((json.dumps(message) + "\n").encode())
+        return True
+    except OSError:
+        return False
+
+
+class Lines:
+    """Reads whole JSON lines off a socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buffer = b""
+
+    def feed(self) -> Optional[list]:
+        """What one ``recv`` brought, as messages; None at end of stream."""
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, socket.timeout):
+            return []
+        except OSError:
+            return None
+        if not data:
+            return None
+        self._buffer += data
+        *complete, self._buffer = self._buffer.split(b"\n")
+        out = []
+        for line in complete:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                out.append(message)
+        return out
+
+
+def ranks_text(ranks) -> str:
+    """0-3,5 for [0, 1, 2, 3, 5]."""
+    ranks = sorted(ranks)
+    spans, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            spans.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(spans)
+
+
+class _Peer:
+    def __init__(self, sock: socket.socket, address) -> None:
+        self.sock = sock
+        self.lines = Lines(sock)
+        self.address = address[0] if address else "?"
+        self.rank: Optional[int] = None
+        self.host = "?"
+        self.pid = 0
+        self.position = ""
+        self.state = ""
+        self.last_seen = time.monotonic()
+        self.done = False
+
+    def name(self) -> str:
+        return f"rank {self.rank} (pid {self.pid} on {self.host})"
+
+
+class Coordinator:
+    """The job's referee, in rank 0's guardian. ``stop_here(code)`` ends rank 0 (its guardian
+    and rank) once the others have been told."""
+
+    def __init__(self, listener: socket.socket, token: str, stop_here: Callable[[int], None]) -> None:
+        self.listener = listener
+        self.token = token
+        self.stop_here = stop_here
+        self.peers: dict = {}            # rank -> _Peer
+        self.size: Optional[int] = None
+        self.finished = False
+        self.aborted = False
+        self._early: dict = {}           # rank -> (when to act, code): ranks that left with an error
+        self._selector = selectors.DefaultSelector()
+
+    def start(self) -> None:
+        self.listener.setblocking(False)
+        self._selector.register(self.listener, selectors.EVENT_READ)
+        threading.Thread(target=self._loop, name="collbench-coordinator", daemon=True).start()
+
+    def _loop(self) -> None:
+        last_beat = 0.0
+        while True:
+            for key, _ in self._selector.select(timeout=BEAT_S / 2):
+                if key.fileobj is self.listener:
+                    self._accept()
+                else:
+                    self._read(key.data)
+            now = time.monotonic()
+            if now - last_beat >= BEAT_S:
+                last_beat = now
+                for peer in list(self.peers.values()):
+                    if not peer.done:
+                        _send(peer.sock, {"t": "beat"})
+                self._check_silence(now)
+
+    def _accept(self) -> None:
+        try:
+            sock, address = self.listener.accept()
+        except OSError:
+            return
+        sock.settimeout(2.0)
+        self._selector.register(sock, selectors.EVENT_READ, _Peer(sock, address))
+
+    def _drop(self, peer: _Peer) -> None:
+        try:
+            self._selector.unregister(peer.sock)
+        except (KeyError, ValueError):
+            pass
+        peer.sock.close()
+
+    def _read(self, peer: _Peer) -> None:
+        messages = peer.lines.feed()
+        if messages is None:
+            self._drop(peer)
+            if peer.rank is not None and not peer.done and not self.finished:
+                self.abort(LOST_CODE, f"{peer.name()} was lost: its guardian's connection closed without "
+                                      "a word (the process was killed, or its host went down)")
+            return
+        for message in messages:
+            self._handle(peer, message)
+
+    def _handle(self, peer: _Peer, message: dict) -> None:
+        kind = message.get("t")
+        if peer.rank is None:
+            if kind != "hello" or message.get("token") != self.token:
+                self._drop(peer)        # not one of ours
+                return
+            peer.rank, peer.host, peer.pid = int(message["rank"]), str(message["host"]), int(message["pid"])
+            self.size = int(message["size"])
+            self.peers[peer.rank] = peer
+            _send(peer.sock, {"t": "welcome", "observed": peer.address})
+            if len(self.peers) == self.size:
+                roster = {str(r): p.host for r, p in self.peers.items()}
+                for p in self.peers.values():
+                    _send(p.sock, {"t": "roster", "hosts": roster})
+            return
+        peer.last_seen = time.monotonic()
+        if kind == "beat":
+            peer.position, peer.state = str(message.get("where", "")), str(message.get("state", ""))
+        elif kind == "died":
+            self.abort(int(message.get("code", LOST_CODE)), f"{peer.name()} {message.get('how', 'died')} during "
+                       f"{message.get('where') or 'start-up'}", told=peer)
+        elif kind == "abort-job":         # the rank printed why itself
+            self.abort(int(message.get("code", 1)), None, told=peer)
+        elif kind == "timeout":
+            peer.position = str(message.get("where", peer.position))
+            self.abort(TIMEOUT_CODE, self._timeout_line(peer, message))
+        elif kind == "bye":
+            peer.done = True
+            code = int(message.get("code", 0))
+            if peer.rank != 0 and code not in (0, 1):    # the others may be on their way out too
+                self._early[peer.rank] = (time.monotonic() + EARLY_EXIT_GRACE, code)
+            if peer.rank == 0:          # rank 0 ended on its own terms: so does the job
+                self.finished = True
+                for p in self.peers.values():
+                    if p is not peer:
+                        _send(p.sock, {"t": "end"})
+            _send(peer.sock, {"t": "ack"})
+
+    def _check_silence(self, now: float) -> None:
+        if self.finished or self.aborted or self.size is None:
+            return
+        for rank, (deadline, code) in list(self._early.items()):
+            if now >= deadline:
+                peer = self.peers[rank]
+                self.abort(code, f"{peer.name()} ended with code {code} while the other ranks went on")
+                return
+        silent = [p for p in self.peers.values() if not p.done and now - p.last_seen > LOST_AFTER]
+        if not silent:
+            return
+        by_host: dict = {}
+        for p in silent:
+            by_host.setdefault(p.host, []).append(p.rank)
+        hosts = "; ".join(f"{host} (rank{'s' if len(r) > 1 else ''} {ranks_text(r)})" for host, r in by_host.items())
+        self.abort(LOST_CODE, f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
+                              "or its guardian is stopped")
+
+    def _timeout_line(self, reporter: _Peer, message: dict) -> str:
+        what, limit = message.get("what", "a size"), message.get("limit", 0)
+        groups: dict = {}
+        for p in sorted(self.peers.values(), key=lambda p: p.rank):
+            if p.done:
+                continue
+            if p.state.startswith("T"):
+                label = f"stopped (SIGSTOP or a debugger) at {p.position or 'start-up'}"
+            elif p.position == reporter.position:
+                label = f"still in {p.position}"
+            else:
+                label = f"at {p.position or 'start-up'}"
+            groups.setdefault(label, []).append(p)
+        parts = []
+        for label, peers in groups.items():
+            hosts = ", ".join(dict.fromkeys(p.host for p in peers))
+            plural = "s" if len(peers) > 1 else ""
+            parts.append(f"rank{plural} {ranks_text([p.rank for p in peers])} on {hosts} {label}")
+        return f"timeout: {what} did not finish within {limit:g} s (--timeout): " + "; ".join(parts)
+
+    def abort(self, code: int, why: Optional[str], told: Optional[_Peer] = None) -> None:
+        """End the job everywhere: one line here (unless the rank that asked printed it), then
+        every guardian stops its rank."""
+        if self.aborted or self.finished:
+            if told is not None:
+                _send(told.sock, {"t": "ack"})
+            return
+        self.aborted = True
+        if why:
+            sys.stderr.write(f"collbench: {why}; the job is stopped; result files keep every size finished "
+                             "before\n")
+            sys.stderr.flush()
+        if told is not None:
+            _send(told.sock, {"t": "ack"})
+        for p in self.peers.values():
+            if p.rank != 0 and p is not told:
+                _send(p.sock, {"t": "abort", "code": code})
+        self.stop_here(code)
+
+
+def open_listener() -> socket.socket:
+    """Rank 0's coordinator socket, on every IPv4 address of its host (the token keeps
+    strangers out), on a port the kernel picks."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(1024)
+    return listener

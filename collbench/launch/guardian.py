@@ -1,0 +1,255 @@
+"""A rank's guardian: the parent process that waits for the rank and speaks for it.
+
+See ``supervise`` for the whole picture. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+from collbench.launch import coordinator
+from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, LOST_AFTER, LOST_CODE, Lines, _send
+from collbench.launch.supervise import OWN_EXIT_CODES, PARENT_ENV, STOP_GRACE
+
+
+def connect(candidates: list, port: int, hello: dict) -> tuple:
+    """Connect to the coordinator through the first candidate address that answers with a
+    welcome: (socket, the address used, this end's address). Raises OSError naming every
+    address tried."""
+    tried = []
+    for address in dict.fromkeys(candidates):
+        try:
+            sock = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
+        except OSError as exc:
+            tried.append(f"{address}: {exc.strerror or exc}")
+            continue
+        sock.settimeout(CONNECT_TIMEOUT)
+        lines = Lines(sock)
+        if _send(sock, hello):
+            deadline = time.monotonic() + CONNECT_TIMEOUT
+            while time.monotonic() < deadline:
+                messages = lines.feed()
+                if messages is None:
+                    break
+                if any(m.get("t") == "welcome" for m in messages):
+                    return sock, address, sock.getsockname()[0], lines
+        tried.append(f"{address}: no answer from a collbench coordinator")
+        sock.close()
+    raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried) + ")")
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (R, S, D, T, t, Z), '' if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return data[data.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        return ""
+
+
+class Link:
+    """A guardian's connection to the coordinator, once its rank has joined the job."""
+
+    def __init__(self, sock: socket.socket, lines: Lines, rank: int, child: int, where: Callable[[], str],
+                 stop: Callable[[int], None]) -> None:
+        self.sock, self.lines, self.rank, self.child = sock, lines, rank, child
+        self.where, self.stop = where, stop
+        self.roster: dict = {}
+        self.ended = False
+        self._acked = threading.Event()
+        self._send_lock = threading.Lock()
+        sock.settimeout(BEAT_S)
+        threading.Thread(target=self._loop, name="collbench-link", daemon=True).start()
+
+    def send(self, message: dict) -> bool:
+        with self._send_lock:
+            return _send(self.sock, message)
+
+    def _loop(self) -> None:
+        last_heard = last_beat = time.monotonic()
+        while not self.ended:
+            messages = self.lines.feed()
+            now = time.monotonic()
+            if messages is None:
+                self._lost("its connection closed")
+                return
+            for message in messages:
+                last_heard = now
+                kind = message.get("t")
+                if kind == "abort":
+                    self.ended = True
+                    self.stop(int(message.get("code", LOST_CODE)))
+                    return
+                if kind == "end":
+                    self.ended = True
+                    self._acked.set()
+                    return
+                if kind == "roster":
+                    self.roster = {int(r): h for r, h in message.get("hosts", {}).items()}
+                if kind == "ack":
+                    self._acked.set()
+            if now - last_heard > LOST_AFTER:
+                self._lost(f"it was silent for {LOST_AFTER:g} s")
+                return
+            if now - last_beat >= BEAT_S:
+                last_beat = now
+                self.send({"t": "beat", "where": self.where(), "state": process_state(self.child)})
+
+    def _lost(self, how: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        here = socket.gethostname()
+        mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank)]
+        if self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
+            sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0's coordinator "
+                             f"on {self.roster.get(0, 'its host')} ({how}): its host is down or cut off; "
+                             "stopping the ranks here\n")
+            sys.stderr.flush()
+        self.stop(LOST_CODE)
+
+    def tell_and_wait(self, message: dict, seconds: float = 3.0) -> bool:
+        """Send ``message`` and wait for the coordinator's ack; False if none came."""
+        self._acked.clear()
+        if not self.send(message):
+            return False
+        return self._acked.wait(seconds)
+
+    def close(self) -> None:
+        self.ended = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def hello_message(token: str, rank: int, size: int, pid: int) -> dict:
+    return {"t": "hello", "token": token, "rank": rank, "size": size, "host": socket.gethostname(), "pid": pid}
+
+
+class Guardian:
+    """The parent of one rank: waits for it, speaks for it to the coordinator, ends it on demand."""
+
+    def __init__(self, child: int, rank: int, size: int, position, channel, listener, token) -> None:
+        self.child, self.rank, self.size, self.position = child, rank, size, position
+        self.channel = channel
+        self.link: Optional[coordinator.Link] = None
+        self.stop_code: Optional[int] = None
+        if listener is not None:
+            coordinator.Coordinator(listener, token, self.stop).start()
+
+    def stop(self, code: int) -> None:
+        """End the rank quietly (it saves what it must), SIGKILL after a grace period; the
+        guardian then exits with ``code``."""
+        if self.stop_code is not None:
+            return
+        self.stop_code = code
+        for signum in (signal.SIGCONT, signal.SIGUSR1):
+            self._signal(signum)
+        timer = threading.Timer(STOP_GRACE, self._signal, (signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def _signal(self, signum: int) -> None:
+        try:
+            os.kill(self.child, signum)
+        except ProcessLookupError:
+            pass
+
+    def _forward(self, signum, _frame) -> None:
+        self._signal(signum)
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._signal(signal.SIGCONT)            # a stopped rank could not act on it
+            timer = threading.Timer(STOP_GRACE * 2, self._signal, (signal.SIGKILL,))
+            timer.daemon = True
+            timer.start()
+
+    def run(self) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(s, self._forward)
+        if self.channel is not None:
+            threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True).start()
+        parent = os.environ.get(PARENT_ENV, "")
+        if parent.isdigit():
+            threading.Thread(target=self._watch_parent, args=(int(parent),), daemon=True).start()
+        while True:
+            try:
+                _, status = os.waitpid(self.child, 0)
+                break
+            except InterruptedError:
+                continue
+        if self.stop_code is not None:
+            os._exit(self.stop_code)
+        self._report(status)
+
+    def _report(self, status: int) -> None:
+        killed = os.WIFSIGNALED(status)
+        if killed:
+            sig = os.WTERMSIG(status)
+            how, code = f"was killed by signal {sig} ({signal.Signals(sig).name})", 128 + sig
+        else:
+            code = os.WEXITSTATUS(status)
+            how = f"exited with code {code}"
+        link = self.link if self.link is not None and not self.link.ended else None
+        if killed or code not in OWN_EXIT_CODES:
+            where = self.position.read() or "start-up"
+            told = link is not None and link.tell_and_wait({"t": "died", "how": how, "where": where, "code": code})
+            if not told:
+                sys.stderr.write(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) {how} "
+                                 f"during {where}; the job is stopped; result files keep every size finished "
+                                 "before\n")
+                sys.stderr.flush()
+        elif link is not None:
+            link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
+        os._exit(code)
+
+    def _serve_rank(self) -> None:
+        """Requests from the rank: join the job (connect to the coordinator), report a timeout."""
+        reader = Lines(self.channel)
+        while True:
+            messages = reader.feed()
+            if messages is None:
+                return
+            for message in messages:
+                if message.get("t") == "join":
+                    _send(self.channel, self._join(message))
+                elif message.get("t") in ("timeout", "abort-job"):
+                    stopping = self.stop_code is not None        # the job is ending already
+                    taken = stopping or (self.link is not None and not self.link.ended and self.link.send(message))
+                    _send(self.channel, {"t": "taken" if taken else "refused"})
+
+    def _join(self, request: dict) -> dict:
+        hello = hello_message(request["token"], self.rank, self.size, self.child)
+        try:
+            sock, address, local, lines = connect(request["candidates"], int(request["port"]), hello)
+        except OSError as exc:
+            return {"t": "join-failed", "error": str(exc)}
+        self.link = Link(sock, lines, self.rank, self.child, self.position.read, self.stop)
+        return {"t": "joined", "address": address, "local": local}
+
+    def _watch_parent(self, pid: int) -> None:
+        """A self-launched rank ends when collbench's own process is gone, however it went."""
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+                time.sleep(0.5)
+        self.stop(128 + signal.SIGHUP)
