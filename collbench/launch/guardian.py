@@ -38,7 +38,9 @@ def connect(candidates: list, port: int, hello: dict) -> tuple:
                 messages = lines.feed()
                 if messages is None:
                     break
-                if any(m.get("t") == "welcome" for m in messages):
+                kinds = [m.get("t") for m in messages]
+                if "welcome" in kinds:
+                    lines.early = messages[kinds.index("welcome") + 1:]    # a roster may follow at once
                     return sock, address, sock.getsockname()[0], lines
         tried.append(f"{address}: no answer from a collbench coordinator")
         sock.close()
@@ -75,8 +77,10 @@ class Link:
 
     def _loop(self) -> None:
         last_heard = last_beat = time.monotonic()
+        early, self.lines.early = getattr(self.lines, "early", []), []
         while not self.ended:
-            messages = self.lines.feed()
+            messages = early or self.lines.feed()
+            early = []
             now = time.monotonic()
             if messages is None:
                 self._lost("its connection closed")
@@ -108,11 +112,11 @@ class Link:
             return
         self.ended = True
         here = socket.gethostname()
-        mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank)]
+        mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank) and r != 0]
         if self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
-            sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0's coordinator "
-                             f"on {self.roster.get(0, 'its host')} ({how}): its host is down or cut off; "
-                             "stopping the ranks here\n")
+            sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
+                             f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
+                             "is down or cut off; stopping the ranks here\n")
             sys.stderr.flush()
         self.stop(LOST_CODE)
 

@@ -51,10 +51,16 @@ def mpiexec_flavour(mpiexec: str) -> str:
     return "unknown"
 
 
-def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict) -> list:
-    """The launch command for n ranks; Open MPI gets what it needs as root or oversubscribed."""
+def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated: bool = False) -> list:
+    """The launch command for n ranks; Open MPI gets what it needs as root or oversubscribed.
+
+    ``coordinated``: collbench's coordinator ends the job when a rank dies, and says where; so
+    MPICH is asked not to kill every rank first (its clean-up races the coordinator's line)."""
     cmd = [mpiexec, "-n", str(n)]
-    if mpiexec_flavour(mpiexec) == "openmpi":
+    flavour = mpiexec_flavour(mpiexec)
+    if coordinated and flavour == "mpich":
+        cmd.append("-disable-auto-cleanup")
+    if flavour == "openmpi":
         if n > (os.cpu_count() or 1):
             cmd.append("--oversubscribe")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -233,7 +239,7 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
         env[CHILD_MARK] = "mpi"
-        cmd = mpiexec_command(mpiexec, n, base, env)
+        cmd = mpiexec_command(mpiexec, n, base, env, coordinated=True)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
         process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

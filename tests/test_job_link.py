@@ -1,0 +1,254 @@
+"""collbench's own job channel on one host: real ranks, real kills, real stops.
+
+A lost rank ends the job in seconds with one line naming it; a stopped rank is named when the
+timeout fires; the death of the self-launching process leaves nothing running; the launcher's
+banner never reaches stdout. The same across hosts: tests/test_multihost.py.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from collbench.launch import coordinator
+from collbench.launch.guardian import connect, hello_message
+from collbench.launch.spawn import find_mpiexec, mpiexec_command
+from conftest import FAST
+
+def _long(backend: str) -> list:
+    """A quick first size, then one that lasts: the files hold a row when the fault comes."""
+    iters = "100000" if backend == "mpi" else "20000"
+    return ["--sizes", "8,1M", "--iters", iters, "--warmup", "0", "--rounds", "1", "--timeout", "0", "--no-shuffle"]
+
+
+def _env(extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED")}
+    env.update(extra or {})
+    return env
+
+
+def _collbench_pids(marker: str) -> list:
+    """Every live process whose command line carries ``marker``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd and int(entry.name) != os.getpid():
+            out.append(int(entry.name))
+    return out
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _rank_process(marker: str, rank: int, variable: str) -> int:
+    """The pid of the real rank ``rank``: the one of its two processes whose parent is the
+    other (its guardian)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ours = set()
+        for pid in _collbench_pids(marker):
+            try:
+                if f"{variable}={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    ours.add(pid)
+            except OSError:
+                continue
+        for pid in ours:
+            try:
+                if _parent(pid) in ours:
+                    return pid
+            except (OSError, ValueError, IndexError):
+                continue
+        time.sleep(0.3)
+    raise AssertionError(f"rank {rank} never started")
+
+
+def _wait_for_file_rows(path: Path, seconds: float = 90) -> None:
+    """Until the result file holds a measured row: the run is in its long size then."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(path.read_text()).get("rows"):
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.3)
+    raise AssertionError("the run never finished its first size")
+
+
+def _collbench_lines(stderr: str) -> list:
+    return [line for line in stderr.splitlines() if line.startswith("collbench:")]
+
+
+def _marker(tmp_path) -> str:
+    return f"--results-dir {tmp_path}/m"
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, backend):
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    out = tmp_path / "r.json"
+    env = _env()
+    cmd = mpiexec_command(mpiexec, 3, [sys.executable, "-m", "collbench", "allreduce", "--backend", backend,
+                                       *_long(backend), "-o", str(out), "--results-dir", f"{tmp_path}/m"], env)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_file_rows(out)
+        victim = _rank_process(_marker(tmp_path), 2, "PMI_RANK")
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = job.communicate(timeout=30)
+        took = time.monotonic() - killed_at
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert took < 10, took
+    assert job.returncode != 0
+    assert len(lines) == 1, stderr
+    assert f"rank 2 (pid {victim} on {socket.gethostname()}) was killed by signal 9" in lines[0]
+    assert "1M" in lines[0]
+    assert json.loads(out.read_text())["rows"], "the size finished before is kept"
+    assert not _collbench_pids(_marker(tmp_path))
+
+
+def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo", "--sizes", "8,1M",
+            "--iters", "3000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "12",
+            "-o", str(out), "--results-dir", f"{tmp_path}/m"]
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_file_rows(out)
+        victim = _rank_process(_marker(tmp_path), 1, "RANK")
+        os.kill(victim, signal.SIGSTOP)
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert job.returncode == 124, stderr
+    assert len(lines) == 1, stderr
+    assert "did not finish within 12 s" in lines[0]
+    assert "rank 1 on" in lines[0] and "stopped (SIGSTOP" in lines[0], lines[0]
+    assert "ranks 0,2 on" in lines[0] and "still in allreduce on gloo at 1M" in lines[0], lines[0]
+    assert not _collbench_pids(_marker(tmp_path))
+
+
+@pytest.mark.parametrize("backend,how", [("mpi", signal.SIGKILL), ("gloo", signal.SIGKILL), ("mpi", signal.SIGHUP)])
+def test_no_rank_outlives_the_self_launching_process(tmp_path, backend, how):
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--backend", backend, *_long(backend),
+            "-o", str(out), "--results-dir", f"{tmp_path}/m"]
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_file_rows(out)
+        assert len(_collbench_pids(_marker(tmp_path))) >= 3      # us, and every rank with its guardian
+        job.send_signal(how)
+        job.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _collbench_pids(_marker(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _collbench_pids(_marker(tmp_path))
+    finally:
+        job.kill()
+        for pid in _collbench_pids(_marker(tmp_path)):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"left running after {signal.Signals(how).name} to the self-launching process: {left}"
+    assert json.loads(out.read_text())["rows"]
+
+
+def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout(tmp_path):
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "mpi", *_long("mpi"), "-f", "json",
+            "-o", str(out), "--results-dir", f"{tmp_path}/m"]
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_file_rows(out)
+        rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
+        guardian = _parent(rank)
+        os.kill(guardian, signal.SIGKILL)
+        stdout, stderr = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert job.returncode == 137, stderr
+    assert "BAD TERMINATION" not in stdout and "=====" not in stdout
+    lines = _collbench_lines(stderr)
+    assert len(lines) == 1 and "rank 1 (pid" in lines[0] and "was lost" in lines[0], stderr
+    assert "BAD TERMINATION" not in stderr
+
+
+def test_a_normal_run_joins_every_rank_and_ends_cleanly(tmp_path):
+    from conftest import cli
+
+    proc = cli(["bcast", "-n", "3", "--backend", "mpi,gloo", "--sizes", "8-1K:x8", *FAST, "-o", "r.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "lost" not in proc.stderr and "Abort" not in proc.stderr
+
+
+# The coordinator itself, over real sockets, with guardians played by this test.
+
+def _coordinator():
+    stopped = []
+    listener = coordinator.open_listener()
+    c = coordinator.Coordinator(listener, "secret", stopped.append)
+    c.start()
+    return c, listener.getsockname()[1], stopped
+
+
+def test_a_connection_without_the_token_is_turned_away():
+    _, port, stopped = _coordinator()
+    with pytest.raises(OSError, match="no answer from a collbench coordinator"):
+        connect(["127.0.0.1"], port, hello_message("wrong", 1, 2, 4242))
+    assert not stopped
+
+
+def test_a_silent_host_is_named_after_the_silence_limit(capfd):
+    c, port, stopped = _coordinator()
+    first = connect(["127.0.0.1"], port, hello_message("secret", 0, 2, 1111))
+    second = connect(["127.0.0.1"], port, dict(hello_message("secret", 1, 2, 2222), host="far-away"))
+    started = time.monotonic()
+    while not stopped and time.monotonic() - started < coordinator.LOST_AFTER + 5:
+        coordinator._send(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
+        time.sleep(0.3)                  # rank 1 says nothing: its host went quiet
+    assert stopped == [coordinator.LOST_CODE]
+    assert coordinator.LOST_AFTER <= time.monotonic() - started < coordinator.LOST_AFTER + 3
+    err = capfd.readouterr().err
+    assert "lost contact with far-away (rank 1)" in err
+    second[0].close()
+    first[0].close()
+
+
+def test_a_guardian_that_reports_a_death_is_acknowledged_and_the_others_told(capfd):
+    c, port, stopped = _coordinator()
+    rank0 = connect(["127.0.0.1"], port, hello_message("secret", 0, 3, 10))
+    rank1 = connect(["127.0.0.1"], port, hello_message("secret", 1, 3, 11))
+    rank2 = connect(["127.0.0.1"], port, hello_message("secret", 2, 3, 12))
+    coordinator._send(rank2[0], {"t": "died", "how": "was killed by signal 9 (SIGKILL)",
+                                 "where": "gather on gloo at 4K", "code": 137})
+    heard = {}
+    for name, (sock, _, _, lines) in (("rank1", rank1), ("rank2", rank2)):
+        sock.settimeout(5)
+        deadline = time.monotonic() + 5
+        while name not in heard and time.monotonic() < deadline:
+            for m in lines.feed() or []:
+                if m.get("t") in ("abort", "ack"):
+                    heard[name] = m
+    assert heard["rank2"]["t"] == "ack"
+    assert heard["rank1"] == {"t": "abort", "code": 137}
+    assert stopped == [137]
+    assert "rank 2 (pid 12 on" in capfd.readouterr().err
+    for sock in (rank0[0], rank1[0], rank2[0]):
+        sock.close()
