@@ -248,6 +248,9 @@ def test_a_guardian_that_reports_a_death_is_acknowledged_and_the_others_told(cap
                     heard[name] = m
     assert heard["rank2"]["t"] == "ack"
     assert heard["rank1"] == {"t": "abort", "code": 137}
+    deadline = time.monotonic() + 5          # rank 0 is stopped right after the others are told
+    while not stopped and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert stopped == [137]
     assert "rank 2 (pid 12 on" in capfd.readouterr().err
     for sock in (rank0[0], rank1[0], rank2[0]):

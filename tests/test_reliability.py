@@ -186,7 +186,7 @@ def test_signal_on_launching_process(signum, code, backend, run_dir, plugin_env)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
-    assert "result files keep every size finished before" in err
+    assert f"{name} keeps every size finished before" in err, err
     assert "Traceback" not in err
     rows = load_result(run_dir / name).rows
     assert 2 <= len(rows) < 18

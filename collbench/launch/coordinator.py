@@ -118,6 +118,7 @@ class Coordinator:
         self.size: Optional[int] = None
         self.finished = False
         self.aborted = False
+        self.files: list = []            # rank 0's result files, to name in the line
         self._early: dict = {}           # rank -> (when to act, code): ranks that left with an error
         self._selector = selectors.DefaultSelector()
 
@@ -253,8 +254,9 @@ class Coordinator:
             return
         self.aborted = True
         if why:
-            sys.stderr.write(f"collbench: {why}; the job is stopped; result files keep every size finished "
-                             "before\n")
+            files = ", ".join(self.files) or "result files"
+            sys.stderr.write(f"collbench: {why}; the job is stopped; {files} keep{'s' if len(self.files) == 1 else ''} "
+                             "every size finished before\n")
             sys.stderr.flush()
         if told is not None:
             _send(told.sock, {"t": "ack"})

@@ -147,8 +147,10 @@ class Guardian:
         self.channel = channel
         self.link: Optional[coordinator.Link] = None
         self.stop_code: Optional[int] = None
+        self.coordinator = None
         if listener is not None:
-            coordinator.Coordinator(listener, token, self.stop).start()
+            self.coordinator = coordinator.Coordinator(listener, token, self.stop)
+            self.coordinator.start()
 
     def stop(self, code: int) -> None:
         """End the rank quietly (it saves what it must), SIGKILL after a grace period; the
@@ -223,7 +225,9 @@ class Guardian:
             if messages is None:
                 return
             for message in messages:
-                if message.get("t") == "join":
+                if message.get("t") == "files" and self.coordinator is not None:
+                    self.coordinator.files = [str(p) for p in message.get("paths", [])]
+                elif message.get("t") == "join":
                     _send(self.channel, self._join(message))
                 elif message.get("t") in ("timeout", "abort-job"):
                     stopping = self.stop_code is not None        # the job is ending already

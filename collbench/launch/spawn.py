@@ -21,7 +21,7 @@ from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.launch.launcher import CHILD_MARK
-from collbench.launch.supervise import PARENT_ENV
+from collbench.launch.supervise import PARENT_ENV, kept
 
 
 def find_mpiexec() -> Optional[str]:
@@ -84,7 +84,7 @@ KILL_GRACE = 8.0
 COORDINATOR_GRACE = 2.0
 
 
-def _wait_forwarding(procs: list, relay: Optional["Relay"] = None) -> int:
+def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda: []) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest, and whatever has not ended ``KILL_GRACE`` seconds after it was told to (a
     stopped rank, a stuck launcher) is killed."""
@@ -140,8 +140,8 @@ def _wait_forwarding(procs: list, relay: Optional["Relay"] = None) -> int:
         if received:
             # Local ranks got the signal from us and said so; mpiexec may not have passed it on.
             if relay is not None and not relay.spoke:
-                print(f"collbench: stopped by {signal.Signals(received[0]).name}; result files keep every size "
-                      "finished before", file=sys.stderr, flush=True)
+                print(f"collbench: stopped by {signal.Signals(received[0]).name}; {kept(files())}", file=sys.stderr,
+                      flush=True)
             return 128 + received[0]
         if code < 0:
             return 128 - code
@@ -149,13 +149,23 @@ def _wait_forwarding(procs: list, relay: Optional["Relay"] = None) -> int:
             # mpiexec passes on a rank's death by signal N as exit code N
             if not relay.spoke:
                 print(f"collbench: a rank was killed by signal {code} ({_signal_name(code)}) before collbench "
-                      "could say where; the job is stopped; result files keep every size finished before",
+                      f"could say where; the job is stopped; {kept(files())}",
                       file=sys.stderr, flush=True)
             return 128 + code
         return code
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _result_paths(state: str) -> list:
+    """The result files rank 0 claimed, from the run's journal; [] if it did not get that far."""
+    from collbench.run import rounds as rounds_mod
+    try:
+        entries = rounds_mod.Journal.open(Path(state)).of_type("outputs")
+        return list(entries[0]["paths"]) if entries else []
+    except Exception:          # a journal cut short: the line goes without the names
+        return []
 
 
 def _signal_name(number: int) -> str:
@@ -173,7 +183,8 @@ class Relay:
 
     NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED", b"This typically refers to a problem",
              b"Please see the FAQ page", b"[mpiexec@", b"[proxy:", b"Abort(", b"Assertion failed",
-             b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again")
+             b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again",
+             b"Ctrl-C caught", b"Sending Ctrl-C")
 
     def __init__(self, process: subprocess.Popen) -> None:
         self.spoke = False
@@ -287,7 +298,7 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
                 env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
                 env["MASTER_PORT"] = user_port or str(free_port())
             procs, relay = _start(base, n, env, use_mpi=use_mpi, verbose=verbose and number == 1)
-            code = _wait_forwarding(procs, relay)
+            code = _wait_forwarding(procs, relay, lambda: _result_paths(state))
             completed = any(e["record"]["round"] == number
                             for e in rounds_mod.Journal.open(Path(state)).of_type("round"))
             if code == 1 and completed:          # a wrong result: reported, and the rounds go on

@@ -182,8 +182,7 @@ class Watchdog:
                 time.sleep(coordinator.LOST_AFTER + 2 * STOP_GRACE)   # the coordinator ends the job
             if expired:
                 sys.stderr.write(f"collbench: {_rank_label}: timeout: {what} did not finish within "
-                                 f"{limit:g} s (--timeout); aborting the job; result files keep every "
-                                 f"size finished before\n")
+                                 f"{limit:g} s (--timeout); aborting the job; {kept()}\n")
                 sys.stderr.flush()
                 abort_job(TIMEOUT_EXIT)
 
@@ -204,6 +203,24 @@ def set_job_abort(abort: Optional[Callable[[int], None]]) -> None:
 
 
 _before_exit: list = []
+_result_files: list = []
+
+
+def set_result_files(paths) -> None:
+    """The files this rank writes, so that a line about an early end can name them (also the
+    coordinator's, which runs in this rank's guardian)."""
+    _result_files[:] = [str(p) for p in paths]
+    if _channel is not None and _result_files:
+        with _channel_lock:
+            coordinator._send(_channel, {"t": "files", "paths": _result_files})
+
+
+def kept(paths=None) -> str:
+    """The end of a line about an early end: where what was measured is."""
+    paths = _result_files if paths is None else [str(p) for p in paths]
+    if not paths:
+        return "result files keep every size finished before"
+    return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} every size finished before"
 
 
 def before_exit(callback: Callable[[], None]) -> None:
@@ -280,8 +297,7 @@ def handle_signals(rank: int) -> None:
         elif rank == 0:
             if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
                 sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
-            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; result files keep "
-                             "every size finished before\n")
+            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {kept()}\n")
         else:
             time.sleep(1.0)
         _run_before_exit()

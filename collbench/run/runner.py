@@ -170,6 +170,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     problem = control.bcast(problem)
     if problem:
         raise UsageError(problem)
+    supervise.set_result_files(out.paths)
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)):
         out.note(note)
     settings = dataclasses.replace(plan.timing, max_time=plan.timing.max_time * schedule.budget_share())
