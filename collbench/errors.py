@@ -5,6 +5,9 @@ class CollbenchError(Exception):
     """A failure explained in one line; ``exit_code`` is what the process returns."""
 
     exit_code = 1
+    #: Under a launcher, every rank met this same error (options, a decision rank 0 broadcast):
+    #: rank 0 alone says it. Errors of one rank (its rendezvous, its environment) are said by it.
+    every_rank = False
 
 
 class UsageError(CollbenchError):
@@ -15,3 +18,10 @@ class UsageError(CollbenchError):
 
 class BackendUnavailable(UsageError):
     """A backend that cannot run here (missing package, missing device)."""
+
+
+class SharedUsageError(UsageError):
+    """Bad input that every rank of a job meets alike (its options, or a decision rank 0
+    broadcast): under a launcher only rank 0 says it."""
+
+    every_rank = True

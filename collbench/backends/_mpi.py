@@ -40,8 +40,12 @@ def mpi4py_missing() -> Optional[str]:
     if importlib.util.find_spec("mpi4py") is None:
         return f"mpi4py is not installed; install it with: {INSTALL_HINT}"
     from collbench.launch.launcher import detect
-    if detect().name != "none":
-        return None
+    from collbench.errors import UsageError
+    try:
+        if detect().name != "none":
+            return None
+    except UsageError:          # not a launch: load the library here, as without a launcher
+        pass
     import subprocess
     import sys
     probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)

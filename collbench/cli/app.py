@@ -12,8 +12,9 @@ import sys
 import click
 
 from collbench import __version__
+from collbench.cli import params
 from collbench.collectives.registry import ORDER
-from collbench.errors import CollbenchError, UsageError
+from collbench.errors import CollbenchError
 from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
 TIMINGS = ("latency", "throughput", "both")
@@ -47,9 +48,9 @@ def bench_options(f):
                      help="Untimed iterations per size, after the first call."),
         click.option("--min-iters", type=click.IntRange(min=1), default=10, show_default=True,
                      help="Fewest timed iterations in adaptive mode."),
-        click.option("--max-time", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+        click.option("--max-time", type=params.MAX_TIME, default=1.0, show_default=True,
                      help="Seconds of timed work per size in adaptive mode, shared among the rounds."),
-        click.option("--precision", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.02,
+        click.option("--precision", type=params.PRECISION, default=0.02,
                      show_default=True,
                      help="Stop when the median's 95%% CI half-width is this fraction of the median."),
         click.option("--rounds", type=click.IntRange(min=1, max=MAX_ROUNDS), default=DEFAULT_ROUNDS,
@@ -73,7 +74,7 @@ def bench_options(f):
         click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
         click.option("-f", "--format", "print_format", type=click.Choice(FORMATS), default="table",
                      show_default=True, help="What to print on stdout."),
-        click.option("--timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+        click.option("--timeout", type=params.TIMEOUT, default=300.0, show_default=True,
                      help="Abort the whole job if one size takes longer than this many seconds; 0 = never."),
         click.option("-v", "--verbose", is_flag=True, help="Print the launch command and more detail."),
     ]
@@ -140,13 +141,19 @@ def env_command():
 
 def main(argv=None) -> None:
     """Entry point: every failure that is not a bug is one line on stderr and an exit code."""
+    from collbench.cli import streams
+
+    streams.make_safe()          # closed, unencodable or broken output never changes the outcome
     _argv[:] = sys.argv[1:] if argv is None else list(argv)
     try:
         cli.main(args=list(_argv), prog_name="collbench", standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        print(f"collbench: error: {exc.format_message()}", file=sys.stderr)
+        from collbench.launch.launcher import detected_rank
+
+        if detected_rank() == 0:          # under a launcher every rank has the same options
+            print(f"collbench: error: {one_line(exc.format_message())}", file=sys.stderr)
         sys.exit(2)
     except CollbenchError as exc:
         _report(exc)
@@ -156,12 +163,17 @@ def main(argv=None) -> None:
         sys.exit(130)
 
 
+def one_line(text: str) -> str:
+    """A message as one line, whatever a library put into it."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
 def _report(exc: CollbenchError) -> None:
     # Under a launcher every rank meets the same bad input: only rank 0 says so.
-    from collbench.launch.launcher import detect
+    from collbench.launch.launcher import detected_rank
 
-    if detect().rank == 0 or not isinstance(exc, UsageError):
-        print(f"collbench: error: {exc}", file=sys.stderr)
+    if not exc.every_rank or detected_rank() == 0:
+        print(f"collbench: error: {one_line(exc)}", file=sys.stderr)
 
 
 def _register_file_commands() -> None:

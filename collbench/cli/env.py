@@ -10,6 +10,7 @@ from collbench import __version__
 from collbench.launch import launcher as launch
 from collbench.launch import spawn
 from collbench.backends import names, plugins, unavailable_reason
+from collbench.errors import UsageError
 
 
 def _version(module: str) -> str:
@@ -23,12 +24,15 @@ def _version(module: str) -> str:
 
 
 def gather() -> dict:
-    launcher = launch.detect()
+    try:
+        launcher, stray = launch.detect(), ""
+    except UsageError as exc:            # show what is wrong with the environment, not crash on it
+        launcher, stray = launch.Launcher("none", 0, 1, 0, False), f" (not a launch: {exc})"
     mpiexec = spawn.find_mpiexec()
     info = {
         "collbench": __version__,
         "python": sys.version.split()[0] + f" ({sys.executable})",
-        "launcher": launcher.name,
+        "launcher": launcher.name + stray,
         "rank / world size": f"{launcher.rank} / {launcher.world_size}",
         "mpiexec": f"{mpiexec} ({spawn.mpiexec_flavour(mpiexec)})" if mpiexec else "not found",
         "mpi4py": _version("mpi4py"),

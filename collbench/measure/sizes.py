@@ -29,23 +29,31 @@ _QUANTITY = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
 _ALLOWED = "bytes with an optional unit B, K, M, G, T (or KiB, MiB, GiB, TiB)"
 
 
+def _short(text: str) -> str:
+    """What the user wrote, cut to a length one line can show."""
+    text = text.strip()
+    return text if len(text) <= 40 else text[:20] + "…" + text[-10:]
+
+
 def parse_bytes(text: str) -> int:
     """Parse one quantity such as ``64K`` into bytes."""
     m = _QUANTITY.match(text)
     if not m:
-        raise UsageError(f"bad size {text.strip()!r}: expected {_ALLOWED}, e.g. 4096, 64K, 1MiB")
+        raise UsageError(f"bad size {_short(text)!r}: expected {_ALLOWED}, e.g. 4096, 64K, 1MiB")
+    if len(m.group(1)) > 15:          # beyond any limit below, and int() of 5000 digits raises
+        raise UsageError(f"bad size {_short(text)!r}: larger than the 1 TiB limit")
     number, unit = int(m.group(1)), m.group(2).lower()
     if unit not in UNITS:
-        raise UsageError(f"bad size {text.strip()!r}: unknown unit {m.group(2)!r}; use {_ALLOWED}")
+        raise UsageError(f"bad size {_short(text)!r}: unknown unit {m.group(2)!r}; use {_ALLOWED}")
     return number * UNITS[unit]
 
 
 def _positive(text: str) -> int:
     value = parse_bytes(text)
     if value <= 0:
-        raise UsageError(f"bad size {text.strip()!r}: sizes must be positive")
+        raise UsageError(f"bad size {_short(text)!r}: sizes must be positive")
     if value > MAX_SIZE:
-        raise UsageError(f"bad size {text.strip()!r}: larger than the 1 TiB limit")
+        raise UsageError(f"bad size {_short(text)!r}: larger than the 1 TiB limit")
     return value
 
 
@@ -53,31 +61,33 @@ def _parse_range(item: str) -> list[int]:
     body, _, step = item.partition(":")
     lo_text, _, hi_text = body.partition("-")
     if not lo_text.strip() or not hi_text.strip():
-        raise UsageError(f"bad size range {item!r}: expected START-END, e.g. 1K-1M")
+        raise UsageError(f"bad size range {_short(item)!r}: expected START-END, e.g. 1K-1M")
     lo, hi = _positive(lo_text), _positive(hi_text)
     if lo > hi:
-        raise UsageError(f"bad size range {item!r}: start is larger than end")
+        raise UsageError(f"bad size range {_short(item)!r}: start is larger than end")
     step = step.strip()
     if not step:
         factor, increment = 2, 0
     elif step[0] in "xX*":
+        if len(step) > 12:
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor is too large")
         try:
             factor, increment = int(step[1:]), 0
         except ValueError:
-            raise UsageError(f"bad size step {step!r} in {item!r}: expected xN, e.g. x4") from None
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: expected xN, e.g. x4") from None
         if factor < 2:
-            raise UsageError(f"bad size step {step!r} in {item!r}: the factor must be at least 2")
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor must be at least 2")
     elif step[0] == "+":
         factor, increment = 1, parse_bytes(step[1:]) if step[1:].strip() else 0
         if increment <= 0:
-            raise UsageError(f"bad size step {step!r} in {item!r}: the step must be a positive size, e.g. +8K")
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the step must be a positive size, e.g. +8K")
     else:
-        raise UsageError(f"bad size step {step!r} in {item!r}: use xN (factor) or +SIZE (step)")
+        raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: use xN (factor) or +SIZE (step)")
     sizes, value = [], lo
     while value <= hi:
         sizes.append(value)
         if len(sizes) > MAX_SIZES:
-            raise UsageError(f"size range {item!r} gives more than {MAX_SIZES} sizes")
+            raise UsageError(f"size range {_short(item)!r} gives more than {MAX_SIZES} sizes")
         value = value * factor + increment
     return sizes
 
@@ -86,7 +96,7 @@ def parse_sizes(spec: str) -> list[int]:
     """Parse a ``--sizes`` value into a sorted list of distinct byte counts."""
     items = [part.strip() for part in spec.split(",")]
     if not spec.strip() or any(not part for part in items):
-        raise UsageError(f"bad --sizes {spec!r}: empty item; expected e.g. 1K-1M, 8-1M:x4, 8,1K,1M")
+        raise UsageError(f"bad --sizes {_short(spec)!r}: empty item; expected e.g. 1K-1M, 8-1M:x4, 8,1K,1M")
     sizes: set[int] = set()
     for item in items:
         if "-" in item or ":" in item:
@@ -94,7 +104,7 @@ def parse_sizes(spec: str) -> list[int]:
         else:
             sizes.add(_positive(item))
     if len(sizes) > MAX_SIZES:
-        raise UsageError(f"--sizes {spec!r} gives more than {MAX_SIZES} sizes")
+        raise UsageError(f"--sizes {_short(spec)!r} gives more than {MAX_SIZES} sizes")
     return sorted(sizes)
 
 

@@ -12,7 +12,7 @@ from collbench.launch import spawn
 from collbench.backends import backend_class, parse_backends, uses_mpi
 from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
-from collbench.errors import UsageError
+from collbench.errors import SharedUsageError, UsageError
 from collbench.measure.harness import TimingSettings
 from collbench.results.output import OutputSettings, check_outputs
 from collbench.run.rounds import new_seed
@@ -53,6 +53,15 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
     return frozenset(pairs), notes
 
 
+def _check_rendezvous_variables(env) -> None:
+    """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
+    port = env.get("MASTER_PORT")
+    if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5 and 0 < int(port) < 65536):
+        raise UsageError(f"MASTER_PORT={port[:20]!r} is not a TCP port (1-65535); fix or unset it")
+    if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
+        raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, or unset it")
+
+
 def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     from collbench.run.runner import Plan  # numpy and friends: only once options parsed
 
@@ -73,6 +82,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         notes += [f"skipping backend {b}: needs an MPI launcher" for b in mpi_here]
         if not backends:
             raise UsageError("no usable backend under " + launcher.name)
+    if not all(uses_mpi(b) for b in backends):
+        _check_rendezvous_variables(os.environ)
     unsupported, more = _unsupported(collectives, backends, opts)
     notes += more
     if opts["output"] and opts["no_save"]:
@@ -95,7 +106,12 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
 
 def build_and_run(collectives, opts: dict, argv: list) -> int:
     launcher = launch.detect()
-    plan = build_plan(collectives, opts, argv, launcher)
+    try:
+        plan = build_plan(collectives, opts, argv, launcher)
+    except SharedUsageError:
+        raise
+    except UsageError as exc:      # the same options meet the same verdict on every rank
+        raise SharedUsageError(str(exc)) from None
     if launcher.name == "none":
         n = opts["nprocs"] if opts["nprocs"] is not None else default_nprocs(list(plan.backends))
         if plan.root >= n:
@@ -106,7 +122,7 @@ def build_and_run(collectives, opts: dict, argv: list) -> int:
             return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
                                       seed=seed)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
-        raise UsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
+        raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
                          f"started by {launcher.name}; drop -n under a launcher")
     from collbench.run.runner import run
     return run(plan, launcher)

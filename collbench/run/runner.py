@@ -19,7 +19,7 @@ from collbench.run import rounds
 from collbench.launch import rendezvous, supervise
 from collbench.backends import backend_class
 from collbench.results.collector import Collector
-from collbench.errors import UsageError
+from collbench.errors import SharedUsageError, UsageError
 from collbench.launch.launcher import Launcher
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.output import NullOutput, Output, OutputSettings, check_outputs
@@ -91,16 +91,20 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     watchdog.arm(startup_limit, where)
     control = make_control(launcher, plan.backends)
     supervise.set_job_abort(getattr(control, "abort", None))
+    if launcher.size_from and launcher.world_size != control.size:
+        raise UsageError(f"{launcher.size_from}={launcher.world_size} says {launcher.world_size} ranks, but "
+                         f"{control.size} started: a variable left over from another job? unset it, or start "
+                         "collbench under the launcher that set it")
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
     if plan.root >= control.size:
-        raise UsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
+        raise SharedUsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
     schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle)
     if schedule.kind == rounds.KIND_IN_JOB:        # rank 0's seed for everyone
         schedule = dataclasses.replace(schedule, seed=control.bcast(schedule.seed if control.rank == 0 else None))
     resuming = schedule.first > 1
     problem = control.bcast(_output_problem(plan.output) if control.rank == 0 and not resuming else None)
     if problem:                      # rank 0 alone can judge its paths; every rank must stop
-        raise UsageError(problem)
+        raise SharedUsageError(problem)
     backends: dict = {}
     try:
         return _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule)
@@ -160,7 +164,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, schedule))
     sweep = Sweep(plan, control, backends, rpn, watchdog)
     if not sweep.steps:
-        raise UsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
+        raise SharedUsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
     out, problem = NullOutput(), None
     if is_root:
         try:
@@ -169,7 +173,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
             problem = str(exc)
     problem = control.bcast(problem)
     if problem:
-        raise UsageError(problem)
+        raise SharedUsageError(problem)
     supervise.set_result_files(out.paths)
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)):
         out.note(note)

@@ -1,0 +1,55 @@
+"""Option types that refuse what ``float()`` lets through: ``nan``, ``inf``, ``1e300``.
+
+click's ``FloatRange`` compares with the bounds, and a NaN compares false with everything, so
+``--precision nan`` would pass it and reach the stop rule. Every number an option takes here is
+finite and inside stated bounds, or the command stops with one line naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import click
+
+
+class Bounded(click.ParamType):
+    """A finite float in [low, high] (``low_open``: low itself excluded)."""
+
+    name = "number"
+
+    def __init__(self, low: float, high: float, *, low_open: bool = False, high_open: bool = False,
+                 unit: str = "") -> None:
+        self.low, self.high, self.low_open, self.high_open, self.unit = low, high, low_open, high_open, unit
+
+    def convert(self, value, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> float:
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
+        too_low = number <= self.low if self.low_open else number < self.low
+        too_high = number >= self.high if self.high_open else number > self.high
+        if not math.isfinite(number) or too_low or too_high:
+            self.fail(f"{value!r} is not {self.describe()}", param, ctx)
+        return number
+
+    def describe(self) -> str:
+        low = f"{'more than' if self.low_open else 'at least'} {self.low:g}"
+        high = f"{'less than' if self.high_open else 'at most'} {self.high:g}"
+        return f"a finite number {low} and {high}{' ' + self.unit if self.unit else ''}"
+
+    def get_metavar(self, param, ctx=None) -> str:      # click 8.1 and 8.2 call it differently
+        return "SECONDS" if self.unit == "seconds" else "FLOAT"
+
+
+#: --timeout: a week is longer than any one size should take; 0 turns the watchdog off.
+TIMEOUT = Bounded(0, 7 * 24 * 3600, unit="seconds")
+#: --max-time: per size, shared among the rounds.
+MAX_TIME = Bounded(0, 24 * 3600, low_open=True, unit="seconds")
+#: --precision: below 0.01% no machine's timer or noise lets the stop rule end.
+PRECISION = Bounded(1e-4, 1, high_open=True)
+#: compare --alpha.
+ALPHA = Bounded(0, 1, low_open=True, high_open=True)
