@@ -9,6 +9,7 @@ import pytest
 from collbench.errors import UsageError
 from collbench.results.exporters import MarkdownExporter
 from collbench.results.loader import load_result
+from collbench.results.ranks import RANK_FIELDS
 from collbench.results.records import ROW_FIELDS, SCHEMA, Row
 from results_helpers import metadata, row_from_samples, run_of, sweep, write
 
@@ -45,7 +46,7 @@ def test_json_document_is_the_documented_schema(tmp_path):
     assert doc["schema"] == SCHEMA and doc["schema_version"] == 2
     assert set(doc) == {"schema", "schema_version", "metadata", "notes", "rows"}
     row = doc["rows"][0]
-    assert set(row) == set(ROW_FIELDS) | {"round_details"}
+    assert set(row) == set(ROW_FIELDS) | set(RANK_FIELDS) | {"round_details"}
     assert len(row["time_us_round_p50s"]) == row["rounds"] == 5
     assert set(row["round_details"][0]) == {"round", "iterations", "time_us_p50", "time_us_ci_low", "time_us_ci_high",
                                             "precision_reached", "check", "calls_per_sample", "samples_us",

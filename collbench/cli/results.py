@@ -10,6 +10,8 @@ import sys
 
 import click
 
+from collbench.cli import params
+
 COMPARE_FORMATS = ("table", "markdown", "json")
 REPORT_FORMATS = ("table", "markdown")
 
@@ -42,7 +44,7 @@ def _warn(text: str) -> None:
               help="Smallest change that counts: a percentage (5%) or a fraction (0.05).")
 @click.option("--metric", type=click.Choice(("time_us_p50", "busbw_gbps")), default="time_us_p50",
               show_default=True, help="Median time (lower is better) or bus bandwidth (higher is better).")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+@click.option("--alpha", type=params.ALPHA, default=0.05,
               show_default=True, help="Family-wise significance level (max-T over the rows).")
 @click.option("-f", "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True,
               help="table, markdown (fits a CI job summary) or json.")
@@ -85,7 +87,11 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
               help="Terminal tables or markdown.")
 @click.option("--threshold", default="5%", show_default=True,
               help="The compare threshold to judge each row's noise against: 5% or 0.05.")
-def report_command(files, fmt, threshold) -> None:
+@click.option("--per-rank", is_flag=True,
+              help="Instead of the tables: per size, the slowest rank and its host, its time against the median "
+                   "rank and the outlier ranks; then per host, how its ranks compare, so a bad node stands out "
+                   "(JSON files only; the rules: docs/results-format.md).")
+def report_command(files, fmt, threshold, per_rank) -> None:
     """Re-render the tables of result FILES (JSON or CSV, merged) with a latency–bandwidth fit.
 
     For each collective and backend, t(n) = α + n/β is fitted to the median times: α (µs),
@@ -99,6 +105,16 @@ def report_command(files, fmt, threshold) -> None:
 
     threshold_value = parse_threshold(threshold)
     report = build_report(files)
+    if per_rank:
+        from collbench.analysis.per_rank import per_rank_markdown, per_rank_tables
+
+        if fmt == "markdown":
+            sys.stdout.write(per_rank_markdown(report))
+            return
+        _print_tables(per_rank_tables(report.loaded))
+        for note in report.notes:
+            print(f"collbench: {note}", file=sys.stderr)
+        return
     if fmt == "markdown":
         sys.stdout.write(to_markdown_report(report, threshold_value, DEFAULT_ALPHA))
         return

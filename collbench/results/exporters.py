@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from collbench.errors import UsageError
+from collbench.results.ranks import RANK_FIELDS, csv_fields, json_fields, row_views
 from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RunResult
 from collbench.results.tables import build_tables, to_markdown
 
@@ -36,27 +37,29 @@ class JsonExporter:
     """The versioned JSON document. Each row's per-round details (every sample) are encoded once
     and kept in ``result.cache`` while the row's rounds stay the same objects, so rewriting the
     file after every size costs the I/O and the rows' few scalar fields, not the serialisation
-    of every sample measured so far again."""
+    of every sample measured so far again. The per-rank fields (``ranks``) come from the rounds
+    and their hosts; they are written for readers and recomputed, never read back."""
 
     suffix, format = ".json", "json"
 
     @staticmethod
-    def _row_text(row, details: str) -> str:
+    def _row_text(row, view, details: str) -> str:
         record = {k: _clean(v) for k, v in row.to_dict().items()}
         record["time_us_round_p50s"] = [_clean(v) for v in row.time_us_round_p50s]
+        record.update(json_fields(view))
         return json.dumps(record, default=str)[:-1] + ', "round_details": ' + details + "}"
 
     @classmethod
     def render(cls, result: RunResult) -> str:
         memo = result.cache.setdefault("json_rows", {})
         texts = []
-        for row, rounds in zip(result.rows, result.rounds):
+        for row, rounds, view in zip(result.rows, result.rounds, row_views(result)):
             cached = memo.get(row.key())
             if cached is None or cached[0] != rounds:        # tuples of the same RoundData: compared by identity
-                cached = [rounds, json.dumps([_round_record(r) for r in rounds], default=str), None, None]
+                cached = [rounds, json.dumps([_round_record(r) for r in rounds], default=str), None, None, None]
                 memo[row.key()] = cached
-            if cached[2] is not row:
-                cached[2], cached[3] = row, cls._row_text(row, cached[1])
+            if cached[2] is not row or cached[4] is not view:
+                cached[2], cached[4], cached[3] = row, view, cls._row_text(row, view, cached[1])
             texts.append(cached[3])
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
@@ -65,7 +68,8 @@ class JsonExporter:
 
 
 class CsvExporter:
-    """The rows, one per line; the round medians as one space-separated cell."""
+    """The rows, one per line; the round medians as one space-separated cell; then the per-rank
+    columns, for spreadsheets (readers of the file ignore them)."""
 
     suffix, format = ".csv", "csv"
 
@@ -74,11 +78,13 @@ class CsvExporter:
         import pandas as pd
 
         records = []
-        for r in result.rows:
+        for r, view in zip(result.rows, row_views(result)):
             record = r.to_dict()
             record["time_us_round_p50s"] = " ".join(f"{v:.6g}" for v in r.time_us_round_p50s)
+            record.update(csv_fields(view))
             records.append(record)
-        frame = pd.DataFrame(records, columns=list(ROW_FIELDS))
+        frame = pd.DataFrame(records, columns=list(ROW_FIELDS + RANK_FIELDS))
+        frame["slowest_rank"] = frame["slowest_rank"].astype("Int64")     # no "1.0" where a row has none
         return frame.to_csv(index=False, float_format="%.6g")
 
 
@@ -128,20 +134,43 @@ def _file_mode() -> int:
 _MODE = _file_mode()
 
 
-def write_atomic(path: Path, text: str) -> None:
+_in_flight: set = set()      # temporary files being written now
+
+
+def write_atomic(path: Path, data) -> None:
+    """Write ``path`` (text or bytes) whole or not at all: a temporary file beside it, then a
+    rename. An OSError names ``path`` (``filename``) whatever step failed."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        _in_flight.add(tmp)
         os.fchmod(fd, _MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+        raise
+    finally:
+        _in_flight.discard(tmp)
+
+
+def remove_partial() -> None:
+    """Remove the temporary files of writes still under way: the process is ending (a signal
+    thread calls this while the main thread may be inside ``write_atomic``)."""
+    for tmp in list(_in_flight):
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise
 
 
 def check_output_path(path, force: bool) -> Path:

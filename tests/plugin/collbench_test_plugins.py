@@ -8,6 +8,8 @@ FAULTY_CORRUPT=R           rank R sends its first three elements one too large: 
                            receives them holds data that really arrived wrong
 FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the sweep's size)
 FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
+FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank that
+                           unpacks or reduces slowly would: its own call ends late, the others' do not
 
 ``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
 ``raising-check`` one whose availability check raises, ``unfinished`` an abstract Backend, and
@@ -46,6 +48,14 @@ def _forever(*args, **kwargs):
         time.sleep(3600)
 
 
+def _then_sleep(call, seconds: float):
+    def slow_call():
+        result = call()
+        time.sleep(seconds)
+        return result
+    return slow_call
+
+
 class Faulty:
     """Mixed in before a real backend; every fault is off unless its variable is set."""
 
@@ -70,6 +80,12 @@ class Faulty:
             rank, name, size = hang.split(":")
             if (int(rank), name, int(size)) == (self.rank, collective.name, max(send_len, recv_len) * self._itemsize):
                 return Bound(run=_forever, run_blocking=_forever, checked=_forever)
+        slow = os.environ.get("FAULTY_SLOW")
+        if slow:
+            rank, seconds = slow.split(":")
+            if int(rank) == self.rank:
+                return Bound(run=_then_sleep(bound.run, float(seconds)),
+                             run_blocking=_then_sleep(bound.run_blocking, float(seconds)), checked=bound.checked)
         return bound
 
 
@@ -103,3 +119,27 @@ class Unfinished(Backend):
     """Declares itself a Backend but implements nothing."""
 
     name = "unfinished"
+
+
+class UnusableOnOneRank(MpiBackend):
+    """The mpi backend, unusable on the rank ``FAULTY_UNUSABLE_ON`` names (as a library missing
+    on one node would be): that rank stops before MPI starts, while the others wait for it in
+    MPI's start-up. The launching process, which has no rank, finds it usable."""
+
+    name = "unusable-on-one-rank"
+
+    @classmethod
+    def unavailable_reason(cls):
+        if os.environ.get("PMI_RANK") is not None and os.environ.get("PMI_RANK") == os.environ.get("FAULTY_UNUSABLE_ON"):
+            return f"its library is missing on this node (rank {os.environ['PMI_RANK']})"
+        return super().unavailable_reason()
+
+
+class SmallPickle(MpiPickleBackend):
+    """mpi-pickle with a 4 KiB message limit, as a library without large counts has at 2 GiB:
+    the skip path, without gigabytes."""
+
+    name = "small-pickle"
+
+    def max_message_bytes(self):
+        return 4096

@@ -1,0 +1,156 @@
+"""``collbench report --per-rank``: per size, the slowest rank and its host, its time against the
+median rank and the outlier ranks; then per host, how its ranks compare, so that a bad node
+stands out from the rows at once instead of by bisecting nodes by hand.
+
+The statistics are ``collbench.results.ranks``'s. They need each round's per-rank times, which
+only the JSON file holds. Several files merge as in ``report``: a later row replaces an earlier
+one with the same key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import median
+
+from collbench.errors import UsageError
+from collbench.measure.sizes import format_size
+from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
+from collbench.results.tables import TableModel, to_markdown
+
+RULE_NOTES = (
+    "slowest: the rank with the highest mean time per call against the median rank of its round (median over "
+    "rounds), the one the collective ends on; the root of bcast, reduce, gather and scatter is left out, its "
+    "part differs by design",
+    f"outliers: a rank beyond the median rank by more than {K_SPREADS:g} robust spreads (1.4826 × the median "
+    f"absolute deviation) and by more than {MARGIN:.0%}, in more than half of the rounds",
+    "a rank late into a call delays every rank as much: it makes every rank slower, not one; this view finds "
+    "ranks that end late (slow to unpack, reduce or receive)",
+)
+NOT_JUDGED_NOTE = ("-: outliers not judged: the root and the tree positions of bcast, reduce, gather and scatter do "
+                   "different work, and with fewer than 3 ranks compared neither is an outlier of the other")
+HOST_NOTES = (
+    "per host: every round of the rows where every rank does the same work (allreduce, allgather, alltoall, "
+    "reduce_scatter, barrier), with the hosts as that round placed the ranks; median ×: its ranks' times against "
+    "the median rank of their round; slowest in: rounds whose slowest rank ran there; expected: the rounds its "
+    "share of the ranks would give it; outlier in: rounds with a rank there beyond the outlier rule in that "
+    "round (3+ ranks). A bad node holds the slowest rank far more often than expected, in every collective",
+)
+
+
+def per_rank_rows(loaded) -> list:
+    """[(Row, RankView)] of the files ``loaded`` ([(name, RunResult)]), merged by row key."""
+    merged: dict = {}
+    for name, result in loaded:
+        if result.metadata.get("format") == "csv":
+            raise UsageError(f"{name}: a CSV holds no per-rank times; report --per-rank needs the JSON file")
+        for row, view in zip(result.rows, row_views(result, keep_slots=True)):
+            merged[row.key()] = (row, view)
+    return list(merged.values())
+
+
+def _us(us: float) -> str:
+    if not math.isfinite(us):
+        return "-"
+    return f"{us:.0f}" if us >= 1e4 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
+
+
+def _times(rel: float) -> str:
+    return f"{rel:.2f}×" if math.isfinite(rel) else "-"
+
+
+def _outliers(view) -> str:
+    if view.outliers is None:
+        return "-"
+    return ", ".join(f"{label(o.rank, o.host)} {_times(o.rel)}" for o in view.outliers) or "none"
+
+
+def _title(row) -> str:
+    op = "" if row.op == "none" else f" {row.op}"
+    return f"{row.collective} · {row.dtype}{op} · {row.world_size} ranks · {row.timing} · per rank"
+
+
+def size_tables(entries) -> list:
+    """One table per (collective, dtype, op, timing, world size): per backend and size, the
+    slowest rank@host, its time, the median rank's, their ratio and the outliers."""
+    groups: dict = {}
+    for row, view in entries:
+        groups.setdefault((row.collective, row.dtype, row.op, row.timing, row.world_size), []).append((row, view))
+    headers = ("backend", "size", "rounds", "slowest rank", "its µs", "median rank µs", "× median", "outliers")
+    tables = []
+    for group in groups.values():
+        cells = tuple((row.backend, format_size(row.size_bytes) if row.size_bytes else "-", str(row.rounds),
+                       "-" if view.slowest_rank is None else label(view.slowest_rank, view.slowest_host),
+                       _us(view.slowest_us), _us(view.median_us), _times(view.slowest_rel), _outliers(view))
+                      for row, view in group)
+        notes = (NOT_JUDGED_NOTE,) if any(v.outliers is None and v.slowest_rank is not None for _, v in group) else ()
+        tables.append(TableModel(_title(group[0][0]), headers, cells, notes))
+    return tables
+
+
+def _ranks(ranks) -> str:
+    """0-3,6: sorted ranks, runs collapsed."""
+    runs: list = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+@dataclass
+class _Host:
+    by_rank: dict = field(default_factory=dict)     # rank -> its relative times, every row and round
+    slowest: int = 0                                # rounds whose slowest rank ran here
+    share: float = 0.0                              # rounds its share of the ranks would give it
+    flagged: int = 0                                # judged rounds with an outlier here
+
+    def rels(self) -> list:
+        return [rel for rels in self.by_rank.values() for rel in rels]
+
+
+def host_table(entries) -> TableModel:
+    """Per host, over every round of the rows where every rank does the same work, with the
+    hosts as each round placed the ranks: its ranks' median relative time, the rounds whose
+    slowest rank ran there (and the rounds its share of the ranks would give it), the judged
+    rounds with an outlier there, and its slowest rank. Worst host first."""
+    hosts: dict = {}
+    rounds = judged = 0
+    for _, view in entries:
+        if not view.same_work:
+            continue
+        for one in view.per_round:
+            rounds += 1
+            judged += one.judged
+            for rank, host, rel in one.peers:
+                entry = hosts.setdefault(host or "?", _Host())
+                entry.by_rank.setdefault(rank, []).append(rel)
+                entry.share += 1 / len(one.peers)
+            hosts.setdefault(one.slowest_host or "?", _Host()).slowest += 1
+            for host in set(one.flagged_hosts):
+                hosts.setdefault(host or "?", _Host()).flagged += 1
+    lines = []
+    for name, h in hosts.items():
+        center = median(h.rels()) if h.by_rank else math.nan
+        worst = max(sorted(h.by_rank), key=lambda r: median(h.by_rank[r])) if h.by_rank else None
+        lines.append((-center if math.isfinite(center) else math.inf, (
+            name, _ranks(h.by_rank) if h.by_rank else "-", _times(center), f"{h.slowest} of {rounds}",
+            f"{h.share:.1f}", f"{h.flagged} of {judged}",
+            "-" if worst is None else f"{worst} ({_times(median(h.by_rank[worst]))})")))
+    lines.sort(key=lambda line: line[0])
+    headers = ("host", "ranks", "median ×", "slowest in", "expected", "outlier in", "its slowest rank")
+    return TableModel("per host", headers, tuple(line[1] for line in lines), HOST_NOTES + RULE_NOTES)
+
+
+def per_rank_tables(loaded) -> list:
+    entries = per_rank_rows(loaded)
+    return size_tables(entries) + [host_table(entries)]
+
+
+def per_rank_markdown(report) -> str:
+    """The per-rank view of a ``report.Report`` as a markdown document."""
+    lines = ["# collbench report: per rank", "", "Files: " + ", ".join(f"`{s}`" for s in report.sources), ""]
+    lines += [to_markdown(t) for t in per_rank_tables(report.loaded)]
+    lines += [f"- {n}" for n in report.notes]
+    return "\n".join(lines).rstrip("\n") + "\n"
