@@ -45,3 +45,52 @@ def test_timeout_aborts_under_open_mpi(tmp_path, plugin_env):
     assert proc.returncode != 0
     assert "timeout: allreduce on faulty-mpi at 1K did not finish within 3 s" in proc.stderr
     assert [r.size_bytes for r in load_result(tmp_path / "h.json").rows] == [8, 16, 32, 64, 128, 256, 512]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGHUP"])
+def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, how):
+    import json
+    import signal
+    import time
+    from pathlib import Path
+
+    marker = f"--results-dir {tmp_path}/marker"
+    out = tmp_path / "r.json"
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "COLLBENCH_LAUNCHED")) and k not in ("RANK", "WORLD_SIZE")}
+    job = subprocess.Popen([OMPI_PYTHON, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,1M", "--iters",
+                            "100000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "0", "-o", str(out),
+                            *marker.split()], cwd=tmp_path, env=full, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+
+    def ours() -> list:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes().replace(b"\0", b" "):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(out.read_text())["rows"]:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.3)
+        job.send_signal(getattr(signal, how))
+        job.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        left = ours()
+    finally:
+        job.kill()
+        for pid in ours():
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"left running after {how} to the self-launching process: {left}"
+    assert json.loads(out.read_text())["rows"]

@@ -47,7 +47,7 @@ BAD_INPUTS = [
     (["allreduce", "-o", "adir.json"], "is a directory"),
     (["allreduce", "-o", "x.json", "--no-save"], "contradict"),
     (["allreduce", "--iters", "5", "--min-iters", "10"], "--min-iters is larger than --iters"),
-    (["allreduce", "--sizes", "64G", "-n", "2"], "more than the 8.0 GiB available"),
+    (["allreduce", "--sizes", "64G", "-n", "2"], "GiB available there; skipped, as it would run out of memory"),
     (["allreduce", "--results-dir", "afile"], "is not a folder"),
     (["allreduce", "--results-dir", "missing/deeper"], "does not exist"),
     (["allreduce", "--precision", "2"], "--precision"),
@@ -235,20 +235,21 @@ def test_memory_guard_skips_what_does_not_fit(run_dir):
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "m.json")
     assert [(r.backend, r.size_bytes) for r in result.rows] == [("mpi", 1024), ("mpi-pickle", 1024)]
-    assert any("allreduce on mpi at 16G: needs about 64.0 GiB on this node (2 ranks)" in n for n in result.notes)
+    assert any(n.startswith("allreduce on mpi at 16G: needs about") and "(2 ranks), more than the" in n
+               and n.endswith("skipped, as it would run out of memory") for n in result.notes), result.notes
     assert "16G" in proc.stderr and "skipped" in proc.stderr
 
 
 @pytest.mark.mpi
-def test_pickle_message_limit_skips_with_note(run_dir):
-    proc = cli(["allgather", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "1K-16K", *FAST, "-o", "p.json"],
-               run_dir, env={"COLLBENCH_PICKLE_LIMIT": "4096"})
+def test_pickle_message_limit_skips_with_note(run_dir, plugin_env):
+    proc = cli(["allgather", "-n", "2", "--backend", "mpi,small-pickle", "--sizes", "1K-16K", *FAST, "-o", "p.json"],
+               run_dir, env=plugin_env)
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "p.json")
-    pickled = [r.size_bytes for r in result.rows if r.backend == "mpi-pickle"]
+    pickled = [r.size_bytes for r in result.rows if r.backend == "small-pickle"]
     assert pickled == [1024, 2048, 4096]
     assert [r.size_bytes for r in result.rows if r.backend == "mpi"] == [1024, 2048, 4096, 8192, 16384]
-    assert any("8K: a message beyond mpi-pickle's 4K limit; skipped" in n for n in result.notes)
+    assert any("8K: a message beyond small-pickle's 4K limit; skipped" in n for n in result.notes)
 
 
 @pytest.mark.mpi

@@ -97,7 +97,7 @@ def test_all_without_torch_skips_torch_backends(run_dir):
     # One rank runs in this very process, where torch cannot be imported.
     proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "skipping backend gloo: torch is not installed" in proc.stderr
+    assert "skipping backends gloo, nccl: torch is not installed" in proc.stderr
     assert {r["backend"] for r in load_json(run_dir / "b.json")["rows"]} == {"mpi", "mpi-pickle"}
 
 

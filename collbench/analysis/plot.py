@@ -7,11 +7,12 @@ no global state and no interactive backend are involved.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 from collbench.errors import UsageError
-from collbench.results.exporters import check_output_path
+from collbench.results.exporters import check_output_path, write_atomic
 from collbench.measure.sizes import format_size
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -117,5 +118,10 @@ def plot_rows(rows, path, *, force: bool = False) -> list:
     bandwidth.set_title("bus bandwidth")
     bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
     figure.suptitle(" · ".join(["collbench", *shared]))
-    figure.savefig(path, dpi=120)
+    image = io.BytesIO()            # drawn in memory, then written whole: a full disk leaves no half image
+    figure.savefig(image, format=path.suffix.lstrip(".").lower(), dpi=120)
+    try:
+        write_atomic(path, image.getvalue())
+    except OSError as exc:
+        raise UsageError(f"cannot write {str(path)!r}: {exc.strerror}") from None
     return notes

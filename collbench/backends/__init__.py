@@ -96,7 +96,7 @@ def parse_backends(text: str) -> tuple[list[str], list[str]]:
     if not items:
         raise UsageError("--backend is empty; choose from: " + ", ".join(names()) + ", or all")
     chosen: list[str] = []
-    notes: list[str] = []
+    skipped: dict = {}                  # reason -> backends skipped for it (said once)
     for item in items:
         for name in names() if item == "all" else (item,):
             if name not in names():
@@ -107,9 +107,11 @@ def parse_backends(text: str) -> tuple[list[str], list[str]]:
             if reason is None:
                 chosen.append(name)
             elif item == "all":
-                notes.append(f"skipping backend {name}: {reason}")
+                skipped.setdefault(reason, []).append(name)
             else:
                 raise BackendUnavailable(f"backend {name} is not usable: {reason}")
+    notes = [f"skipping backend{'s' if len(which) > 1 else ''} {', '.join(which)}: {reason}"
+             for reason, which in skipped.items()]
     if not chosen:
         raise BackendUnavailable("no usable backend: " + "; ".join(notes))
     return chosen, notes

@@ -32,9 +32,10 @@ _PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
 def mpi4py_missing() -> Optional[str]:
     """Why mpi4py cannot run here, or None.
 
-    Outside a launcher the MPI library is also loaded, in a separate process (this one must
-    not load MPI before it is configured). Ranks under a launcher skip that: a missing library
-    is then reported when MPI starts.
+    Outside an MPI launcher the MPI library is also loaded, in a separate process (this one
+    must not load MPI before it is configured): collbench's own local ranks and torchrun's meet
+    the same verdict as the process that launched them. Ranks under an MPI launcher skip that:
+    a missing library is then reported when MPI starts.
     """
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
@@ -42,7 +43,7 @@ def mpi4py_missing() -> Optional[str]:
     from collbench.launch.launcher import detect
     from collbench.errors import UsageError
     try:
-        if detect().name != "none":
+        if detect().mpi:
             return None
     except UsageError:          # not a launch: load the library here, as without a launcher
         pass

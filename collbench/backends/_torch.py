@@ -19,6 +19,7 @@ import datetime
 import importlib.util
 import os
 import socket
+import sys
 from typing import Any, Optional
 
 import numpy as np
@@ -70,12 +71,13 @@ def init_default_group(control: Optional[Control] = None) -> None:
 
     With MASTER_ADDR/MASTER_PORT (torchrun, collbench's local self-launch, or the user) the
     rendezvous is ``env://`` and gloo binds the interface that routes to MASTER_ADDR unless
-    GLOO_SOCKET_IFNAME says otherwise. Under an MPI launcher rank 0 opens the store and every
-    rank reaches it at the address it reached rank 0's coordinator with
-    (``collbench.launch.rendezvous``); a store for one host listens on 127.0.0.1 only.
+    GLOO_SOCKET_IFNAME says otherwise; a rank other than 0 that cannot reach rank 0's store
+    there within seconds says so and ends (``rendezvous.await_master``). Under an MPI launcher
+    rank 0 opens the store and every rank reaches it at the address it reached rank 0's
+    coordinator with (``collbench.launch.rendezvous``); a store for one host listens on
+    127.0.0.1 only.
     """
-    torch, dist = torch_modules()
-    if dist.is_initialized():
+    if _group_ready():
         return
     env = os.environ
     self_launched = env.get("COLLBENCH_LAUNCHED") == "local"
@@ -84,9 +86,15 @@ def init_default_group(control: Optional[Control] = None) -> None:
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
         if "MASTER_ADDR" not in env:                 # one process, no launcher at all
             env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port("127.0.0.1"))
+        # Before torch is imported, which takes seconds: a rendezvous that cannot succeed is
+        # said at once.
         _choose_interface(rendezvous.towards_master(rank))
+        if rank != 0:
+            rendezvous.await_master(rank)
+        _, dist = torch_modules()
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=INIT_TIMEOUT)
         return
+    _, dist = torch_modules()
     if self_launched:
         rank, size = _world_from_env()
         address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
@@ -103,6 +111,12 @@ def init_default_group(control: Optional[Control] = None) -> None:
             store = _store(dist, address, port, rank, size, local)
         _choose_interface(rendezvous.gloo_interface() if joined is not None else _loopback_name())
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+
+
+def _group_ready() -> bool:
+    """The default group exists already (without importing torch to ask)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
 
 
 def _choose_interface(name: Optional[str]) -> None:

@@ -7,7 +7,6 @@ the n blocks followed by a local reduction, the pairwise-exchange algorithm.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import numpy as np
@@ -28,11 +27,7 @@ def _as_array(result) -> Optional[np.ndarray]:
 
 def _pickle_limit(MPI) -> Optional[int]:
     """Pickled messages need a count that fits a C int unless both mpi4py and the MPI library
-    do MPI-4 large counts (mpi4py 4 then sends larger pickles). COLLBENCH_PICKLE_LIMIT overrides
-    it, so that the skip path can be tested without gigabytes."""
-    override = os.environ.get("COLLBENCH_PICKLE_LIMIT")
-    if override:
-        return int(override)
+    do MPI-4 large counts (mpi4py 4 then sends larger pickles)."""
     import mpi4py
     large = MPI.Get_version() >= (4, 0) and int(mpi4py.__version__.split(".")[0]) >= 4
     return None if large else 2**31 - 1
@@ -41,7 +36,6 @@ def _pickle_limit(MPI) -> Optional[int]:
 class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
     family = "object"
-    extra_copies = 3   # pickled send payload, received payload, unpickled result
 
     def setup(self, *, control: Control) -> None:
         super().setup(control=control)

@@ -157,10 +157,15 @@ def main(argv=None) -> None:
         sys.exit(2)
     except CollbenchError as exc:
         _report(exc)
+        _end_job_from_here(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("collbench: interrupted", file=sys.stderr)
         sys.exit(130)
+    except OSError as exc:         # a file that could not be read or written (a full disk, a folder gone)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"collbench: error: {where}{exc.strerror or one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def one_line(text: str) -> str:
@@ -174,6 +179,31 @@ def _report(exc: CollbenchError) -> None:
 
     if not exc.every_rank or detected_rank() == 0:
         print(f"collbench: error: {one_line(exc)}", file=sys.stderr)
+
+
+def _end_job_from_here(exc: CollbenchError) -> None:
+    """An error of this rank alone under an MPI launcher: the other ranks may be waiting for it
+    inside MPI (in MPI_Init, before collbench's own job channel exists), and a launcher ends a
+    job when a rank aborts, not when it exits. So abort the job (starting MPI first if need be:
+    the others are waiting in its start-up)."""
+    from collbench.errors import UsageError
+    from collbench.launch.launcher import detect
+
+    if exc.every_rank:
+        return
+    try:
+        launcher = detect()
+    except UsageError:
+        return
+    if not launcher.mpi or launcher.world_size < 2:
+        return
+    try:
+        from mpi4py import MPI
+
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(exc.exit_code)
+    except Exception:      # no usable MPI here: the guardians' start-up deadline ends the job
+        pass
 
 
 def _register_file_commands() -> None:

@@ -2,8 +2,11 @@
 
 ``launcher`` (which launcher started us: rank, local rank, world size, hosts), ``spawn``
 (self-launch when there is none: one launch per round), ``supervise`` (the guardian of each
-rank, the watchdog, signals).
+rank, the watchdog, signals), ``guardian`` and ``coordinator`` (collbench's own channel
+between the ranks of a job, on every host), ``rendezvous`` and ``netaddr`` (how ranks on
+several hosts reach each other: joining the channel, the store's address, gloo's interface).
 
 May import: ``collbench.errors``, ``collbench.run.rounds`` (the environment of a self-launched
-round), the standard library. Nothing here imports numpy, mpi4py or torch.
+round), ``collbench.results.journal`` and, after a launch that failed, ``collbench.results.recover``,
+the standard library. Nothing here imports numpy, mpi4py or torch.
 """

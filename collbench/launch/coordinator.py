@@ -190,8 +190,10 @@ class Coordinator:
         elif kind == "died":
             self.abort(int(message.get("code", LOST_CODE)), f"{peer.name()} {message.get('how', 'died')} during "
                        f"{message.get('where') or 'start-up'}", told=peer)
-        elif kind == "abort-job":         # the rank printed why itself
-            self.abort(int(message.get("code", 1)), None, told=peer)
+        elif kind == "abort-job":
+            # The rank printed why itself, and waits to be stopped like the others: told as
+            # they are, not merely acknowledged (its link must not take rank 0's end for a loss).
+            self.abort(int(message.get("code", 1)), None)
         elif kind == "timeout":
             peer.position = str(message.get("where", peer.position))
             self.abort(TIMEOUT_CODE, self._timeout_line(peer, message))
@@ -215,12 +217,15 @@ class Coordinator:
                 peer = self.peers[rank]
                 self.abort(code, f"{peer.name()} ended with code {code} while the other ranks went on")
                 return
-        silent = [p for p in self.peers.values() if not p.done and now - p.last_seen > LOST_AFTER]
-        if not silent:
+        lost_hosts = {p.host for p in self.peers.values() if not p.done and now - p.last_seen > LOST_AFTER}
+        if not lost_hosts:
             return
+        # A host that went down stopped every guardian on it within the same beat: name them
+        # all, not only the first whose silence passed the limit.
         by_host: dict = {}
-        for p in silent:
-            by_host.setdefault(p.host, []).append(p.rank)
+        for p in sorted(self.peers.values(), key=lambda p: p.rank):
+            if p.host in lost_hosts and not p.done and now - p.last_seen > 2 * BEAT_S:
+                by_host.setdefault(p.host, []).append(p.rank)
         hosts = "; ".join(f"{host} (rank{'s' if len(r) > 1 else ''} {ranks_text(r)})" for host, r in by_host.items())
         self.abort(LOST_CODE, f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
                               "or its guardian is stopped")

@@ -9,14 +9,19 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 from typing import Callable, Optional
 
 from collbench.launch import coordinator
+from collbench.launch.oom import OomWatch
 from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, LOST_AFTER, LOST_CODE, Lines, _send
-from collbench.launch.supervise import OWN_EXIT_CODES, PARENT_ENV, STOP_GRACE
+from collbench.launch.supervise import EARLY_END_PREFIX, OWN_EXIT_CODES, PARENT_ENV, STOP_GRACE, TIMEOUT_EXIT
+from collbench.run.rounds import STATE_ENV
+
+STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
 
 
 def connect(candidates: list, port: int, hello: dict) -> tuple:
@@ -66,6 +71,7 @@ class Link:
         self.where, self.stop = where, stop
         self.roster: dict = {}
         self.ended = False
+        self.ending: Callable[[], bool] = lambda: False      # the guardian is already stopping its rank
         self._acked = threading.Event()
         self._send_lock = threading.Lock()
         sock.settimeout(BEAT_S)
@@ -113,7 +119,9 @@ class Link:
         self.ended = True
         here = socket.gethostname()
         mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank) and r != 0]
-        if self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
+        if self.ending():          # told to stop from outside (Ctrl-C reached every process): no news
+            pass
+        elif self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
             sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
                              f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
                              "is down or cut off; stopping the ranks here\n")
@@ -139,6 +147,28 @@ def hello_message(token: str, rank: int, size: int, pid: int) -> dict:
     return {"t": "hello", "token": token, "rank": rank, "size": size, "host": socket.gethostname(), "pid": pid}
 
 
+def rebuild_files(journal: str, seconds: float = 120.0) -> None:
+    """Rewrite the result files from the run's journal, in a process of its own (the guardian
+    imports no more than the standard library); it says in one line if it cannot."""
+    try:
+        subprocess.run([sys.executable, "-m", "collbench.results.recover", journal], stdin=subprocess.DEVNULL,
+                       timeout=seconds)
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
+def rebuild_files_after(journal: str, pid: int) -> None:
+    """The self-launching process is gone, and the launcher is about to kill this guardian with
+    the rest: a process of its own session (which the launcher's clean-up does not reach)
+    waits for rank ``pid`` to end, rebuilds the files from the journal, and removes the
+    journal's folder, which nobody else will."""
+    try:
+        subprocess.Popen([sys.executable, "-m", "collbench.results.recover", journal, "--remove", "--after", str(pid)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        pass
+
+
 class Guardian:
     """The parent of one rank: waits for it, speaks for it to the coordinator, ends it on demand."""
 
@@ -147,6 +177,9 @@ class Guardian:
         self.channel = channel
         self.link: Optional[coordinator.Link] = None
         self.stop_code: Optional[int] = None
+        self.oom = OomWatch()
+        self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
+        self.orphaned = False                  # the self-launching process died
         self.coordinator = None
         if listener is not None:
             self.coordinator = coordinator.Coordinator(listener, token, self.stop)
@@ -173,8 +206,10 @@ class Guardian:
     def _forward(self, signum, _frame) -> None:
         self._signal(signum)
         if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if self.stop_code is None:      # the job is being ended from outside, which says why:
+                self.stop_code = 128 + signum      # a rank that must be killed is no news
             self._signal(signal.SIGCONT)            # a stopped rank could not act on it
-            timer = threading.Timer(STOP_GRACE * 2, self._signal, (signal.SIGKILL,))
+            timer = threading.Timer(STOP_GRACE, self._signal, (signal.SIGKILL,))
             timer.daemon = True
             timer.start()
 
@@ -192,6 +227,11 @@ class Guardian:
                 break
             except InterruptedError:
                 continue
+        if self.link is None and self.size > 1:
+            self._ended_before_joining(status)
+        ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
+        if self.journal and ended_early and not self.orphaned and os.path.isdir(self.journal):
+            rebuild_files(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None:
             os._exit(self.stop_code)
         self._report(status)
@@ -200,7 +240,7 @@ class Guardian:
         killed = os.WIFSIGNALED(status)
         if killed:
             sig = os.WTERMSIG(status)
-            how, code = f"was killed by signal {sig} ({signal.Signals(sig).name})", 128 + sig
+            how, code = f"was killed by signal {sig} ({signal.Signals(sig).name}){self.oom.explain(sig)}", 128 + sig
         else:
             code = os.WEXITSTATUS(status)
             how = f"exited with code {code}"
@@ -225,14 +265,48 @@ class Guardian:
             if messages is None:
                 return
             for message in messages:
-                if message.get("t") == "files" and self.coordinator is not None:
-                    self.coordinator.files = [str(p) for p in message.get("paths", [])]
+                if message.get("t") == "files":
+                    self.journal = message.get("journal")
+                    if self.coordinator is not None:
+                        self.coordinator.files = [str(p) for p in message.get("paths", [])]
+                elif message.get("t") == "startup":
+                    threading.Thread(target=self._watch_startup, args=(float(message.get("limit", 0)),),
+                                     daemon=True).start()
                 elif message.get("t") == "join":
                     _send(self.channel, self._join(message))
                 elif message.get("t") in ("timeout", "abort-job"):
                     stopping = self.stop_code is not None        # the job is ending already
                     taken = stopping or (self.link is not None and not self.link.ended and self.link.send(message))
                     _send(self.channel, {"t": "taken" if taken else "refused"})
+
+    def _watch_startup(self, limit: float) -> None:
+        """The rank's own watchdog cannot fire while MPI_Init holds the interpreter (waiting for
+        a rank that died during start-up, say): if the rank has not joined the job a little
+        after its start-up limit, its guardian stops it and says why."""
+        deadline = time.monotonic() + limit + STARTUP_SLACK
+        while self.link is None and self.stop_code is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if self.link is None and self.stop_code is None:
+            sys.stderr.write(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) was still in "
+                             f"{self.position.read() or 'start-up'} after {limit:g} s: another rank may have failed "
+                             "while starting; stopping it\n")
+            sys.stderr.flush()
+            self.stop(TIMEOUT_EXIT)
+
+    def _ended_before_joining(self, status: int) -> None:
+        """The rank ended before the job's channel existed, so no coordinator can stop the
+        others, which may wait for it inside MPI's start-up. Under self-launch, tell the
+        launching process (a file in the run's state folder it watches); a user's launcher
+        ends the job itself."""
+        state = os.environ.get(STATE_ENV)
+        if not state or not os.path.isdir(state):
+            return
+        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        try:
+            with open(os.path.join(state, f"{EARLY_END_PREFIX}{self.rank}"), "w", encoding="ascii") as fh:
+                fh.write(str(code))
+        except OSError:
+            pass
 
     def _join(self, request: dict) -> dict:
         hello = hello_message(request["token"], self.rank, self.size, self.child)
@@ -241,6 +315,7 @@ class Guardian:
         except OSError as exc:
             return {"t": "join-failed", "error": str(exc)}
         self.link = Link(sock, lines, self.rank, self.child, self.position.read, self.stop)
+        self.link.ending = lambda: self.stop_code is not None
         return {"t": "joined", "address": address, "local": local}
 
     def _watch_parent(self, pid: int) -> None:
@@ -260,4 +335,7 @@ class Guardian:
                 except PermissionError:
                     pass
                 time.sleep(0.5)
+        self.orphaned = True
+        if self.journal:
+            rebuild_files_after(self.journal, self.child)
         self.stop(128 + signal.SIGHUP)

@@ -3,7 +3,10 @@
 Host names are a poor guide across machines: in containers they often do not resolve, and on
 Debian a host's own name resolves to 127.0.1.1. collbench asks the kernel instead: the IPv4
 addresses of every interface (``SIOCGIFADDR``), and the source address the routing table
-picks for a destination (a UDP ``connect`` sends nothing).
+picks for a destination (a UDP ``connect`` sends nothing), and the local end of the TCP
+connections other hosts made to a port of this host (``/proc/net/tcp``): the address they
+reached it at. Whether anything listens at an address is asked with a TCP connection, closed
+at once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import errno
 import fcntl
 import socket
 import struct
+import sys
+import time
 from typing import Optional
 
 _SIOCGIFADDR = 0x8915
@@ -57,6 +62,41 @@ def interface_of(address: str) -> Optional[str]:
     return None
 
 
+_ESTABLISHED = "01"
+
+
+def _proc_address(field: str) -> tuple:
+    """(IPv4 address or None, port) of an ``ADDR:PORT`` field of /proc/net/tcp or tcp6; the
+    address is in 32-bit words of host byte order; IPv6 other than IPv4-mapped gives None."""
+    host, port = field.split(":")
+    raw = bytes.fromhex(host)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(raw) == 16 and raw[:12] == b"\0" * 10 + b"\xff\xff":
+        raw = raw[12:]
+    return (socket.inet_ntoa(raw) if len(raw) == 4 else None), int(port, 16)
+
+
+def reached_at(port: int) -> list:
+    """This host's non-loopback addresses that established TCP connections to its ``port``
+    arrived at: where the hosts that connected reach this one."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 4 or fields[3] != _ESTABLISHED:
+                continue
+            address, local_port = _proc_address(fields[1])
+            if local_port == port and address and not is_loopback(address) and address not in found:
+                found.append(address)
+    return found
+
+
 class RouteError(Exception):
     """No way to the peer: its name does not resolve, or no route leads there."""
 
@@ -81,6 +121,18 @@ def source_address(destination: str, port: int = 9) -> str:
         return s.getsockname()[0]
 
 
-def interface_towards(host: str) -> Optional[str]:
-    """The interface whose address the kernel uses to reach ``host``; None if unknown."""
-    return interface_of(source_address(resolve(host)))
+def await_listener(address: str, port: int, patience: float) -> None:
+    """Return once something at ``address``:``port`` accepts a TCP connection, trying again for
+    up to ``patience`` seconds (its owner may still be starting); RouteError naming what the
+    last try met otherwise."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=max(0.5, min(3.0, deadline - time.monotonic()))):
+                return
+        except OSError as exc:
+            met = exc.strerror or str(exc)
+        if time.monotonic() >= deadline:
+            raise RouteError(f"nothing at {address}:{port} accepted a connection from {socket.gethostname()} "
+                             f"within {patience:g} s ({met.lower()})")
+        time.sleep(0.25)

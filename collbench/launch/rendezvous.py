@@ -95,9 +95,36 @@ def gloo_interface() -> Optional[str]:
 def towards_master(rank: int) -> Optional[str]:
     """Under torchrun or a user's MASTER_ADDR: the interface that routes to MASTER_ADDR (what
     gloo should bind when the user named none). A name that does not resolve, or an address
-    with no route to it, is one line naming the address and this host, before torch waits."""
+    with no route to it, is one line naming the address and this host, before torch waits.
+
+    On rank 0's host MASTER_ADDR may lead to loopback (its own name on 127.0.1.1): loopback is
+    right only if no other host takes part. The hosts that do have connected to the store at
+    MASTER_PORT already (torchrun's agents, before any rank starts): the address they reached
+    this host at names the interface."""
     address = os.environ.get("MASTER_ADDR", "")
     try:
-        return netaddr.interface_towards(address)
+        source = netaddr.source_address(netaddr.resolve(address))
     except netaddr.RouteError as exc:
         raise UsageError(f"rendezvous of rank {rank} with MASTER_ADDR {address!r} cannot succeed: {exc}") from None
+    if netaddr.is_loopback(source):
+        outward = netaddr.reached_at(int(os.environ.get("MASTER_PORT", "0")))
+        if outward:
+            return netaddr.interface_of(outward[0])
+    return netaddr.interface_of(source)
+
+
+#: Seconds a rank other than 0 waits for rank 0's store to accept connections.
+MASTER_PATIENCE = 10.0
+
+
+def await_master(rank: int) -> None:
+    """A rank other than 0 under torchrun or a user's MASTER_ADDR: rank 0's store must accept a
+    connection within ``MASTER_PATIENCE`` seconds (rank 0 may still be starting; under torchrun
+    the store is up before any rank starts). torch itself would try for its whole rendezvous
+    timeout and then say little; this is one line naming the address and this host."""
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    try:
+        netaddr.await_listener(address, port, MASTER_PATIENCE)
+    except netaddr.RouteError as exc:
+        raise UsageError(f"rendezvous of rank {rank} with MASTER_ADDR {address!r} cannot succeed: {exc}: rank 0 "
+                         "is not running there, or MASTER_ADDR and MASTER_PORT differ between ranks") from None

@@ -21,7 +21,8 @@ from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.launch.launcher import CHILD_MARK
-from collbench.launch.supervise import PARENT_ENV, kept
+from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, kept
+from collbench.results.journal import Journal
 
 
 def find_mpiexec() -> Optional[str]:
@@ -84,10 +85,24 @@ KILL_GRACE = 8.0
 COORDINATOR_GRACE = 2.0
 
 
-def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda: []) -> int:
+def _ended_in_startup(state: Optional[str]) -> Optional[int]:
+    """The exit code of a rank that ended before the ranks could talk (its guardian left a
+    note in the state folder), or None."""
+    if not state:
+        return None
+    for note in Path(state).glob(f"{EARLY_END_PREFIX}*"):
+        try:
+            return int(note.read_text().strip())
+        except (OSError, ValueError):
+            return 1
+    return None
+
+
+def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda: [], state=None) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
-    the rest, and whatever has not ended ``KILL_GRACE`` seconds after it was told to (a
-    stopped rank, a stuck launcher) is killed."""
+    the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
+    has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
+    launcher) is killed."""
     received: list = []
     kill_at: list = []
 
@@ -111,8 +126,16 @@ def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda:
         pending = list(procs)
         killed: list = []                 # (rank, pid, signal) of local ranks killed outright
         stop_at = None
+        early, early_stop_at = None, None
         while pending:
             now = time.monotonic()
+            if early is None:
+                early = _ended_in_startup(state) or None
+                if early is not None:       # the others may wait for it inside MPI_Init for ever:
+                    early_stop_at = now + COORDINATOR_GRACE      # let them say their own piece, then stop them
+            if early_stop_at is not None and now > early_stop_at:
+                early_stop_at = None
+                stop_all(signal.SIGTERM)
             if kill_at and now > kill_at[0]:
                 for p in pending:
                     p.kill()
@@ -137,10 +160,12 @@ def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda:
                     stop_at = time.monotonic() + COORDINATOR_GRACE
         if relay is not None:
             relay.join()
+        if early:
+            return early
         if received:
             # Local ranks got the signal from us and said so; mpiexec may not have passed it on.
             if relay is not None and not relay.spoke:
-                print(f"collbench: stopped by {signal.Signals(received[0]).name}; {kept(files())}", file=sys.stderr,
+                print(f"collbench: interrupted by {signal.Signals(received[0]).name}; {kept(files())}", file=sys.stderr,
                       flush=True)
             return 128 + received[0]
         if code < 0:
@@ -160,12 +185,19 @@ def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda:
 
 def _result_paths(state: str) -> list:
     """The result files rank 0 claimed, from the run's journal; [] if it did not get that far."""
-    from collbench.run import rounds as rounds_mod
     try:
-        entries = rounds_mod.Journal.open(Path(state)).of_type("outputs")
+        entries = Journal.open(Path(state)).of_type("outputs")
         return list(entries[0]["paths"]) if entries else []
     except Exception:          # a journal cut short: the line goes without the names
         return []
+
+
+def _rebuild(state: str) -> None:
+    """After a launch that ended abnormally: the result files hold everything the journal does,
+    even if rank 0 and its guardian were killed before they could write it."""
+    from collbench.results.recover import main as recover
+
+    recover([state])
 
 
 def _signal_name(number: int) -> str:
@@ -294,13 +326,16 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
     try:
         for number in range(1, rounds + 1):
             env[rounds_mod.ROUND_ENV] = str(number)
+            for note in Path(state).glob(f"{EARLY_END_PREFIX}*"):
+                note.unlink()
             if not use_mpi:
                 env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
                 env["MASTER_PORT"] = user_port or str(free_port())
             procs, relay = _start(base, n, env, use_mpi=use_mpi, verbose=verbose and number == 1)
-            code = _wait_forwarding(procs, relay, lambda: _result_paths(state))
-            completed = any(e["record"]["round"] == number
-                            for e in rounds_mod.Journal.open(Path(state)).of_type("round"))
+            code = _wait_forwarding(procs, relay, lambda: _result_paths(state), state)
+            completed = any(e["record"]["round"] == number for e in Journal.open(Path(state)).of_type("round"))
+            if code not in (0, 1, 2):
+                _rebuild(state)
             if code == 1 and completed:          # a wrong result: reported, and the rounds go on
                 check_failed = True
                 continue

@@ -38,6 +38,7 @@ from collbench.launch import coordinator
 OWN_EXIT_CODES = {0, 1, 2, 124, 129, 130, 143}
 TIMEOUT_EXIT = 124
 PARENT_ENV = "COLLBENCH_PARENT_PID"       # set by self-launch: the process whose death ends the ranks
+EARLY_END_PREFIX = "ended-before-joining-"  # self-launch: a guardian's note that its rank ended in start-up
 STOP_GRACE = 3.0                           # seconds a rank told to stop gets before SIGKILL
 _POSITION_BYTES = 512
 
@@ -82,7 +83,7 @@ def guard_rank(rank: int) -> None:
     _rank_label = f"rank {rank}"
     position = _Position()
     _position = position
-    if not sys.platform.startswith("linux") or os.environ.get("COLLBENCH_NO_GUARDIAN"):
+    if not sys.platform.startswith("linux"):
         return
     size = detect().world_size
     pair = socket.socketpair() if size > 1 else None
@@ -126,6 +127,14 @@ def _ask_guardian(message: dict, seconds: float) -> Optional[dict]:
             if answers:
                 return answers[0]
     return None
+
+
+def watch_startup(seconds: float) -> None:
+    """Have the guardian stop this rank if it has not joined the job ``seconds`` from now (0:
+    never): the start-up deadline that still holds when MPI_Init keeps this interpreter."""
+    if _channel is not None and seconds > 0:
+        with _channel_lock:
+            coordinator._send(_channel, {"t": "startup", "limit": seconds})
 
 
 def coordinator_at() -> Optional[dict]:
@@ -206,13 +215,20 @@ _before_exit: list = []
 _result_files: list = []
 
 
-def set_result_files(paths) -> None:
+def set_result_files(paths, journal=None) -> None:
     """The files this rank writes, so that a line about an early end can name them (also the
-    coordinator's, which runs in this rank's guardian)."""
+    coordinator's, which runs in this rank's guardian), and the folder of the run's journal,
+    from which the guardian rebuilds them if this rank is killed outright."""
     _result_files[:] = [str(p) for p in paths]
     if _channel is not None and _result_files:
         with _channel_lock:
-            coordinator._send(_channel, {"t": "files", "paths": _result_files})
+            coordinator._send(_channel, {"t": "files", "paths": _result_files,
+                                         "journal": str(journal) if journal is not None else None})
+
+
+def forget_journal() -> None:
+    """The result files cannot be written (a full disk): the guardian must not try again."""
+    set_result_files(_result_files, None)
 
 
 def kept(paths=None) -> str:
@@ -265,11 +281,16 @@ def where() -> str:
 
 
 _stopping = threading.Event()
+#: Seconds a rank in a job waits for word of a stop before it calls an error its own.
+ECHO_GRACE = 2.0
 
 
 def stopping() -> bool:
-    """A signal is ending this rank: errors the main thread meets now are its echo, not news."""
-    return _stopping.is_set()
+    """A signal is ending this rank, or is about to: errors the main thread meets now are its
+    echo, not news. gloo sees a peer's death at once (its connections are reset), while the
+    coordinator's word of it takes a moment more, from another host perhaps; so a rank in a
+    job gives that word ``ECHO_GRACE`` seconds to come."""
+    return _stopping.wait(ECHO_GRACE if _channel is not None else 0)
 
 
 def handle_signals(rank: int) -> None:

@@ -6,12 +6,18 @@ not in the shuffled order they were measured in; the metadata's ``rounds`` recor
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Optional
 
 from collbench.measure.runstats import spread_prior
 from collbench.results.aggregate import RowIdentity, build_row, moderate
 from collbench.results.records import KEY_FIELDS, RoundData, Row, RunResult
+
+
+def _shallow(record) -> dict:
+    """A dataclass as a dict of its fields, tuples kept as they are (``asdict`` copies every
+    float of every sample, which the journal pays for every size)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 def _key(identity: RowIdentity) -> tuple:
@@ -76,7 +82,7 @@ class Collector:
 
     @staticmethod
     def entry(identity: RowIdentity, sort_key: tuple, data: RoundData) -> dict:
-        return {"type": "measure", "identity": asdict(identity), "sort": list(sort_key), "data": asdict(data)}
+        return {"type": "measure", "identity": _shallow(identity), "sort": list(sort_key), "data": _shallow(data)}
 
     def replay(self, entry: dict) -> Optional[Row]:
         identity = RowIdentity(**entry["identity"])

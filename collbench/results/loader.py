@@ -19,8 +19,23 @@ _BOOL = {"precision_reached", "rounds_disagree"}
 _ADDED_IN_2 = {"rounds": 1, "run_to_run_cv": math.nan, "rounds_disagree": False, "time_us_round_p50s": None}
 
 
-def _float(v) -> float:
-    return math.nan if v is None or v == "" else float(v)
+#: Beyond this a figure is not a measurement (a microsecond count of 30 years is 1e15).
+_LARGEST = 1e15
+#: Figures derived from a spread, which a wild round can make astronomically wide but finite.
+_WIDE = {"time_us_ci_low", "time_us_ci_high", "run_to_run_cv"}
+
+
+def _float(v, limit: float = _LARGEST) -> float:
+    """A figure: a number (NaN where it is missing), never infinite nor, beyond ``limit``, so
+    large that the statistics downstream overflow (exp, log, sums)."""
+    if v is None or v == "":
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ValueError(f"not a number: {v!r}")
+    value = float(v)
+    if math.isinf(value) or abs(value) > limit:
+        raise ValueError(f"out of range: {v!r}")
+    return value
 
 
 def _medians(v, where: str) -> tuple:
@@ -48,13 +63,15 @@ def _row(record: dict, where: str) -> Row:
             if name == "time_us_round_p50s":
                 continue
             if name in _INT:
+                if isinstance(v, bool) or not isinstance(v, (int, float, str)) or abs(float(v)) > _LARGEST:
+                    raise ValueError(v)
                 values[name] = int(v)
             elif name in _STR:
                 values[name] = str(v)
             elif name in _BOOL:
                 values[name] = v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
             else:
-                values[name] = _float(v)
+                values[name] = _float(v, math.inf if name in _WIDE else _LARGEST)
         except (TypeError, ValueError):
             raise UsageError(f"{where}: bad value {v!r} in column {name}") from None
     medians = record.get("time_us_round_p50s")
@@ -78,7 +95,8 @@ def _round(d, where: str) -> RoundData:
         raise UsageError(f"{where}: a round_details entry is not an object")
     try:
         return RoundData(round=int(d["round"]), iterations=int(d["iterations"]), time_us_p50=_float(d["time_us_p50"]),
-                         time_us_ci_low=_float(d.get("time_us_ci_low")), time_us_ci_high=_float(d.get("time_us_ci_high")),
+                         time_us_ci_low=_float(d.get("time_us_ci_low"), math.inf),
+                         time_us_ci_high=_float(d.get("time_us_ci_high"), math.inf),
                          precision_reached=bool(d.get("precision_reached", False)), check=str(d.get("check", "skipped")),
                          calls_per_sample=int(d.get("calls_per_sample") or 1),
                          samples_us=_numbers(d.get("samples_us"), where, "samples_us"),
@@ -95,6 +113,11 @@ def _rounds_v1(record: dict, row: Row, where: str) -> tuple:
                       row.precision_reached, row.check, int(record.get("calls_per_sample") or 1), samples, means),)
 
 
+#: The metadata entries that compare, report and merge read, and the type each must have.
+_METADATA_TYPES = {"rounds": list, "settings": dict, "versions": dict, "hostnames": list, "rank_hosts": list,
+                   "merged_from": list, "environment": dict}
+
+
 def _load_json(path: Path, text: str) -> RunResult:
     try:
         doc = json.loads(text)
@@ -107,10 +130,13 @@ def _load_json(path: Path, text: str) -> RunResult:
     version = doc.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
         raise UsageError(f"{path}: unsupported schema version {version!r} (this collbench reads 1..{SCHEMA_VERSION})")
-    metadata = doc.get("metadata") or {}
+    metadata = doc.get("metadata", {})
     if not isinstance(metadata, dict):
         raise UsageError(f"{path}: metadata is not an object")
-    rows = doc.get("rows") or []
+    for key, kind in _METADATA_TYPES.items():
+        if metadata.get(key) is not None and not isinstance(metadata[key], kind):
+            raise UsageError(f"{path}: metadata.{key} is not {'a list' if kind is list else 'an object'}")
+    rows = doc.get("rows", [])
     if not isinstance(rows, list):
         raise UsageError(f"{path}: rows is not a list")
     result = RunResult(metadata=metadata, notes=[str(n) for n in (doc.get("notes") or [])])
@@ -143,9 +169,16 @@ def _load_csv(path: Path) -> RunResult:
     return result
 
 
+#: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
+#: samples) is a few hundred MB, and reading an arbitrary file whole could exhaust memory.
+MAX_FILE_BYTES = 2 << 30
+
+
 def load_result(path) -> RunResult:
     path = Path(path)
     try:
+        if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
+            raise UsageError(f"{path}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench result file")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None

@@ -1,15 +1,20 @@
-"""Rank 0's side of a run: live progress, tables on the terminal, files after every size."""
+"""Rank 0's side of a run: live progress, tables on the terminal, files kept safe as sizes
+finish (``files`` and ``journal`` say how)."""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from collbench.results.exporters import STDOUT_FORMATS, exporter_for, write_atomic
+from collbench.results.exporters import STDOUT_FORMATS, remove_partial
+from collbench.results.files import OutputFailed, ResultFiles, claim
+from collbench.results.journal import Journal, restore
 from collbench.results.tables import build_tables, to_rich
+
 
 @dataclass(frozen=True)
 class OutputSettings:
@@ -21,65 +26,15 @@ class OutputSettings:
     print_format: str = "table"
 
 
-def check_outputs(settings: OutputSettings) -> None:
-    """Everything about where results go that can be refused before measuring (UsageError)."""
-    from collbench.errors import UsageError
-    from collbench.results.exporters import check_writable
-
-    for path in settings.outputs:
-        check_writable(path, settings.force)
-    if settings.save and not settings.outputs:
-        folder = Path(settings.results_dir)
-        if folder.exists() and not folder.is_dir():
-            raise UsageError(f"--results-dir {settings.results_dir!r} is not a folder")
-        parent = folder if folder.exists() else folder.parent
-        if not parent.is_dir():
-            raise UsageError(f"--results-dir {settings.results_dir!r}: folder {str(parent)!r} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise UsageError(f"--results-dir {settings.results_dir!r} is not writable")
-
-
-def _claim(path: Path) -> bool:
-    """Create ``path`` if nobody has: another run starting at the same moment gets False."""
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-        return True
-    except FileExistsError:
-        return False
-
-
-def default_paths(results_dir: str) -> list:
-    """Fresh names for this run's JSON and CSV, claimed at once so no concurrent run takes them."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = Path(results_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    i = 1
-    while True:
-        base = folder / (f"collbench-{stamp}" + (f"-{i}" if i > 1 else ""))
-        json_path, csv_path = base.with_suffix(".json"), base.with_suffix(".csv")
-        if _claim(json_path):
-            if _claim(csv_path):
-                return [json_path, csv_path]
-            json_path.unlink()
-        i += 1
-
-
-def claim_outputs(paths, force: bool) -> None:
-    """-o files: checked before the run, claimed now; one that appeared since is not overwritten."""
-    from collbench.errors import UsageError
-
-    for path in paths:
-        if not force and not _claim(Path(path)):
-            raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
-
-
 class Output:
-    """Collects rounds of rows, rewrites the files after each one, prints a table per collective.
+    """Collects rounds of rows, keeps them safe, prints a table per collective.
 
     With several rounds, only the process that measures the final round prints tables (they
     combine every round) and the "wrote" line; the others show progress and notes. ``journal``
     (self-launched rounds): where this launch appends what it measured, and where the earlier
-    launches' rows, notes and output paths come from.
+    launches' rows, notes and output paths come from; under a user's launcher the output keeps
+    a journal of its own. ``add`` and ``save_now`` may run on different threads (a signal ends
+    the rank while the main thread is inside a collective): a lock keeps them apart.
     """
 
     def __init__(self, settings: OutputSettings, collector, *, total_steps: int, done_steps: int = 0,
@@ -91,6 +46,8 @@ class Output:
         self.journal = journal
         self.prints_final = prints_final
         self.round_label = round_label
+        self._lock = threading.Lock()
+        self._dirty = False
         # Self-launched ranks write through the launcher's pipes; the parent says whether the
         # user's stdout and stderr are terminals.
         out_tty, err_tty = _terminals()
@@ -101,29 +58,7 @@ class Output:
         else:
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, force_terminal=True)
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
-        self._known_notes = set()
-        earlier = journal.of_type("outputs") if journal is not None else []
-        if earlier:                          # an earlier round of this run claimed the files
-            self.paths = [Path(p) for p in earlier[0]["paths"]]
-            for entry in journal.of_type("measure"):
-                collector.replay(entry)
-            for entry in journal.of_type("note"):
-                self._known_notes.add(entry["text"])
-                collector.notes.append(entry["text"])
-            for entry in journal.of_type("round"):
-                collector.metadata.setdefault("rounds", []).append(entry["record"])
-        else:
-            if settings.outputs:
-                claim_outputs(settings.outputs, settings.force)
-                self.paths = [Path(p) for p in settings.outputs]
-            elif settings.save:
-                self.paths = default_paths(settings.results_dir)
-            else:
-                self.paths = []
-            if journal is not None:
-                journal.append({"type": "run", "metadata": collector.metadata})
-                journal.append({"type": "outputs", "paths": [str(p) for p in self.paths]})
-        self.save()                      # a claimed file is a valid, empty result from the start
+        self._open_files()
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -134,15 +69,45 @@ class Output:
             self.task = self.progress.add_task("collbench", total=total_steps, completed=done_steps)
             self.progress.start()
 
+    def _open_files(self) -> None:
+        """The earlier rounds' files and journal, or this run's, claimed now; either way written
+        once before anything is measured (a file that cannot be written refuses the run, and
+        what it claimed goes)."""
+        if self.journal is None:
+            try:
+                self.journal = Journal.create()
+            except OSError as exc:
+                raise OutputFailed(Path(tempfile.gettempdir()), exc, "the run's journal goes there") from None
+        earlier = restore(self.journal, self.collector)
+        self._known_notes = set(self.collector.notes)
+        self.files = ResultFiles(earlier if earlier is not None else claim(self.settings))
+        try:
+            if earlier is None:
+                self._append({"type": "run", "metadata": self.collector.metadata})
+                self._append({"type": "outputs", "paths": [str(p) for p in self.files.paths],
+                              "journal_owned": self.journal.owned})
+            self.files.save(self.collector.run_result())
+        except OutputFailed:
+            if earlier is None:
+                self.files.discard()
+                self.journal.remove()
+            raise
+
+    @property
+    def paths(self) -> list:
+        return self.files.paths
+
+    @property
+    def run_id(self) -> str:
+        return str(self.collector.metadata.get("run_id", ""))
+
     def note(self, text: str) -> None:
         if text in self._known_notes:          # an earlier round said it already
             return
         self._known_notes.add(text)
-        self.collector.notes.append(text)
-        if self.journal is not None:
-            self.journal.append({"type": "note", "text": text})
-        if self.collector.result.rows:
-            self.save()
+        with self._lock:
+            self.collector.notes.append(text)
+            self._record({"type": "note", "text": text})
         if not self.settings.quiet:
             self.err.print(f"collbench: {text}", markup=False, highlight=False)
 
@@ -151,29 +116,50 @@ class Output:
             self.progress.update(self.task, description=self.round_label + description)
 
     def add(self, identity, sort_key: tuple, data) -> None:
-        self.collector.add(identity, sort_key, data)
-        if self.journal is not None:
-            self.journal.append(self.collector.entry(identity, sort_key, data))
-        self.save()
+        with self._lock:
+            self.collector.add(identity, sort_key, data)
+            self._record(self.collector.entry(identity, sort_key, data))
         if self.progress:
             self.progress.advance(self.task)
 
-    @property
-    def run_id(self) -> str:
-        return str(self.collector.metadata.get("run_id", ""))
-
     def round_done(self, record: dict) -> None:
         """The round's own metadata (number, kind, order, load), kept in ``metadata["rounds"]``."""
-        self.collector.metadata.setdefault("rounds", []).append(record)
-        self.collector.round_ended()
-        if self.journal is not None:
-            self.journal.append({"type": "round", "record": record})
-        self.save()
+        with self._lock:
+            self.collector.metadata.setdefault("rounds", []).append(record)
+            self.collector.round_ended()
+            self._record({"type": "round", "record": record}, save=True)
 
-    def save(self) -> None:
-        result = self.collector.run_result()
-        for path in self.paths:
-            write_atomic(path, exporter_for(path).render(result))
+    def _append(self, entry: dict) -> None:
+        try:
+            self.journal.append(entry)
+        except OSError as exc:
+            raise OutputFailed(self.journal.path, exc, "the run's journal; the result files keep what was "
+                                                       "written to them before") from None
+
+    def _record(self, entry: dict, save: bool = False) -> None:
+        """Journal ``entry`` (a cost flat in the run's length); rewrite the files when due."""
+        self._append(entry)
+        self._dirty = True
+        if save or self.files.due():
+            self.files.save(self.collector.run_result())
+            self._dirty = False
+
+    def save_now(self) -> None:
+        """The rank is ending early (signal, timeout, abort; maybe on another thread): make the
+        files whole with everything measured, if the main thread lets go of them in time."""
+        if not self._lock.acquire(timeout=1.0):
+            remove_partial()
+            return
+        try:
+            if self._dirty:
+                self.files.save(self.collector.run_result())
+                self._dirty = False
+            self.journal.remove()
+        except OutputFailed:
+            pass
+        finally:
+            self._lock.release()
+            remove_partial()
 
     def collective_done(self, collective: str, final_round: bool) -> None:
         """Print the tables of one collective (all its backends, every round so far)."""
@@ -206,18 +192,30 @@ class Output:
         self.console.file.write(text + "\n")
         self.console.file.flush()
 
-    def finish(self, completed: bool) -> None:
-        """End of this process's rounds; ``completed``: the final round ran to its end."""
+    def abandon(self) -> None:
+        """This process's rounds end early (an error, a stop): files whole, nothing printed."""
         if self.progress:
             self.progress.stop()
+        self.save_now()
+
+    def finish(self) -> None:
+        """This process's rounds ran to their end."""
+        if self.progress:
+            self.progress.stop()
+        with self._lock:
+            if self._dirty:
+                self.files.save(self.collector.run_result())
+                self._dirty = False
+            self.journal.remove()            # one of its own: the files are whole now
         if not self.prints_final:
             return
         exporter = STDOUT_FORMATS[self.settings.print_format]
         whole = exporter is not None and not hasattr(exporter, "render_tables")   # one document at the end
-        if completed and not self.settings.quiet and whole:
+        if not self.settings.quiet and whole:
             self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
-        if self.paths and not self.settings.quiet:
-            self.err.print("collbench: wrote " + ", ".join(str(p) for p in self.paths), markup=False)
+        written = self.files.written()
+        if written and not self.settings.quiet:
+            self.err.print("collbench: wrote " + ", ".join(str(p) for p in written), markup=False)
 
 
 def _terminals() -> tuple:
@@ -240,4 +238,6 @@ class NullOutput:
     def add(self, identity, sort_key, data) -> None: ...
     def round_done(self, record: dict) -> None: ...
     def collective_done(self, collective: str, final_round: bool) -> None: ...
-    def finish(self, completed: bool) -> None: ...
+    def finish(self) -> None: ...
+    def abandon(self) -> None: ...
+    def save_now(self) -> None: ...

@@ -9,7 +9,7 @@ them (``collbench.results.aggregate``); each round's own median, CI and samples 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 SCHEMA = "collbench.result"
@@ -54,7 +54,7 @@ class Row:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {name: getattr(self, name) for name in ROW_FIELDS}     # shallow: asdict deep-copies
 
 
 ROW_FIELDS = tuple(f.name for f in fields(Row))

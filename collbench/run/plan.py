@@ -12,9 +12,11 @@ from collbench.launch import spawn
 from collbench.backends import backend_class, parse_backends, uses_mpi
 from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
-from collbench.errors import SharedUsageError, UsageError
+from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure.harness import TimingSettings
-from collbench.results.output import OutputSettings, check_outputs
+from collbench.measure.memory import user_limit
+from collbench.results.files import check_outputs
+from collbench.results.output import OutputSettings
 from collbench.run.rounds import new_seed
 from collbench.measure.sizes import parse_sizes
 
@@ -66,6 +68,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     from collbench.run.runner import Plan  # numpy and friends: only once options parsed
 
     sizes = parse_sizes(opts["sizes"])
+    user_limit()                     # COLLBENCH_MEMORY_LIMIT: a bad value is bad input too
     dtype_of(opts["dtype"])
     op_of(opts["op"])
     if opts["root"] < 0:
@@ -108,7 +111,7 @@ def build_and_run(collectives, opts: dict, argv: list) -> int:
     launcher = launch.detect()
     try:
         plan = build_plan(collectives, opts, argv, launcher)
-    except SharedUsageError:
+    except (SharedUsageError, BackendUnavailable):    # a library missing on one node: each rank says so
         raise
     except UsageError as exc:      # the same options meet the same verdict on every rank
         raise SharedUsageError(str(exc)) from None

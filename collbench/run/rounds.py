@@ -2,9 +2,9 @@
 
 * **Schedule.** Self-launched runs make every round a launch of its own: the parent starts the
   ranks once per round and tells them which round they are (``COLLBENCH_ROUND``) and where the
-  earlier rounds left their data (``COLLBENCH_STATE``, a folder with a journal). Under a user's
-  launcher the rounds run inside the job, each on freshly duplicated communicators and freshly
-  allocated buffers. The result file records which kind of rounds it holds.
+  earlier rounds left their data (``COLLBENCH_STATE``, a folder with the run's journal,
+  ``collbench.results.journal``). Under a user's launcher the rounds run inside the job, each
+  on freshly duplicated communicators and freshly allocated buffers. The result file records which kind of rounds it holds.
 * **Order.** Within a round the collectives are shuffled, then the backends of each collective,
   then the sizes of each (collective, backend) block, from a generator seeded with
   (seed, round). A block's buffers are allocated once at its largest size, so sizes are shuffled
@@ -17,10 +17,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -32,7 +31,6 @@ MAX_ROUNDS = 1000
 #: CPU (in cores) that other processes may use beyond the idle cores before a round is busy,
 #: on top of the measurement's own resolution (whole ticks of /proc/stat over the round).
 BUSY_MARGIN_CORES = 0.25
-JOURNAL = "journal.jsonl"
 
 
 def new_seed() -> int:
@@ -161,37 +159,3 @@ def round_load(reports: list, hosts: list) -> dict:
                          "own_cpu_cores": round(entry["own_cpu_s"] / reader["wall_s"], 3), "cpus": reader["cpus"],
                          "ranks": entry["ranks"], "resolution_cores": round(resolution, 3), "busy": host_busy}
     return {"busy": busy, "other_cpu_cores": round(worst, 3), "hosts": summary}
-
-
-# --- the journal of self-launched rounds -----------------------------------------------------
-
-@dataclass
-class Journal:
-    """Append-only record of a self-launched run's rounds, in the parent's state folder.
-
-    Rank 0 of each launch appends what it measured; the next launch's rank 0 reads it back, so
-    the result files of round k hold rounds 1..k. The parent deletes the folder at the end."""
-
-    path: Path
-    entries: list = field(default_factory=list)
-
-    @classmethod
-    def open(cls, folder: Path) -> "Journal":
-        journal = cls(Path(folder) / JOURNAL)
-        try:
-            with open(journal.path, encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        journal.entries.append(json.loads(line))
-                    except json.JSONDecodeError:      # a line cut short by a crash: the rest is gone too
-                        break
-        except FileNotFoundError:
-            pass
-        return journal
-
-    def of_type(self, kind: str) -> list:
-        return [e for e in self.entries if e.get("type") == kind]
-
-    def append(self, entry: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry, default=str) + "\n")

@@ -19,10 +19,12 @@ from collbench.run import rounds
 from collbench.launch import rendezvous, supervise
 from collbench.backends import backend_class
 from collbench.results.collector import Collector
+from collbench.results.journal import Journal
 from collbench.errors import SharedUsageError, UsageError
 from collbench.launch.launcher import Launcher
 from collbench.run.metadata import collect, hostname, ranks_per_node
-from collbench.results.output import NullOutput, Output, OutputSettings, check_outputs
+from collbench.results.files import OutputFailed, check_outputs
+from collbench.results.output import NullOutput, Output, OutputSettings
 from collbench.run.sweep import Sweep
 
 #: Start-up (imports, MPI initialisation, torch rendezvous) may take longer than a short
@@ -66,6 +68,10 @@ def run(plan: Plan, launcher: Launcher) -> int:
     supervise.handle_signals(launcher.rank)
     try:
         return _run(plan, launcher)
+    except OutputFailed as exc:       # rank 0 alone, mid-run: the others wait in a collective
+        print(f"collbench: {exc}; the run is stopped", file=sys.stderr)
+        supervise.forget_journal()
+        supervise.abort_job(exc.exit_code)
     except UsageError:
         raise          # every rank meets the same bad input and exits 2 on its own
     except Exception as exc:
@@ -89,6 +95,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     supervise.at(where)
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, where)
+    supervise.watch_startup(startup_limit)
     control = make_control(launcher, plan.backends)
     supervise.set_job_abort(getattr(control, "abort", None))
     if launcher.size_from and launcher.world_size != control.size:
@@ -157,7 +164,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     rpn = ranks_per_node(launcher.hosts)
     is_root = control.rank == 0
-    journal = rounds.Journal.open(schedule.state) if is_root and schedule.state is not None else None
+    journal = Journal.open(schedule.state) if is_root and schedule.state is not None else None
     collector = None
     if is_root:
         earlier = journal.of_type("run") if journal is not None else []
@@ -174,7 +181,9 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     problem = control.bcast(problem)
     if problem:
         raise SharedUsageError(problem)
-    supervise.set_result_files(out.paths)
+    if is_root:
+        supervise.set_result_files(out.paths, out.journal.folder)
+        supervise.before_exit(out.save_now)
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)):
         out.note(note)
     settings = dataclasses.replace(plan.timing, max_time=plan.timing.max_time * schedule.budget_share())
@@ -189,7 +198,10 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         if is_root and schedule.final in schedule.here:
             _warn_resolution(out, collector)
     finally:
-        out.finish(completed)
+        if completed:
+            out.finish()
+        else:        # an error or a stop ends this rank: the files take what was measured, quietly
+            out.abandon()
     if sweep.failures and is_root:
         for failure in sweep.failures:
             print(f"collbench: CHECK FAILED: {failure}", file=sys.stderr)

@@ -1,0 +1,159 @@
+"""A run's result files: claimed before anything is measured, rewritten on a schedule whose
+cost stays flat however many sizes came before, and never left half written.
+
+* **Claiming.** ``-o`` files and the default pair in ``results/`` are created empty at once
+  (``O_EXCL``), so that two runs starting together cannot take the same names. If the run is
+  refused after that (the first write fails), the files it claimed go again.
+* **Rewriting.** Each rewrite renders every row, so its cost grows with the run. After every
+  size while that is cheap (under ``CHEAP_SAVE_S``); beyond, only once ``1 / SAVE_SHARE``
+  times the last rewrite's cost has passed, so the files take at most that share of the run's
+  time and a 10,000-size sweep does not spend it rewriting a growing file. What the files do
+  not hold yet is in the journal (``journal``); they are rewritten at every round's end, at the
+  end of the run, and on any early end (a signal, a timeout, an abort).
+* **Failures.** A write that fails (a full disk, a folder gone) is one line naming the file
+  and how many rows it still holds (its last whole version: writes are atomic). "wrote" is
+  only ever said of a file whose last write is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from collbench.errors import UsageError
+from collbench.results.exporters import exporter_for, remove_partial, write_atomic
+
+CHEAP_SAVE_S = 0.005
+SAVE_SHARE = 0.05
+
+
+class OutputFailed(UsageError):
+    """A result file could not be written: a bad environment (exit 2), said in one line."""
+
+    def __init__(self, path: Path, error: OSError, kept: str) -> None:
+        super().__init__(f"cannot write {path}: {error.strerror or error}; {kept}")
+        self.path = path
+
+
+def _kept(rows: Optional[int]) -> str:
+    if rows is None:
+        return "nothing was written to it"
+    return f"it keeps the {rows} row(s) written before" if rows else "it holds no rows yet"
+
+
+def check_outputs(settings) -> None:
+    """Everything about where results go that can be refused before measuring (UsageError)."""
+    from collbench.results.exporters import check_writable
+
+    seen = {}
+    for path in settings.outputs:
+        check_writable(path, settings.force)
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UsageError(f"-o {path!r} names the same file as -o {seen[real]!r}; give each file once")
+        seen[real] = path
+    if settings.save and not settings.outputs:
+        folder = Path(settings.results_dir)
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"--results-dir {settings.results_dir!r} is not a folder")
+        parent = folder if folder.exists() else folder.parent
+        if not parent.is_dir():
+            raise UsageError(f"--results-dir {settings.results_dir!r}: folder {str(parent)!r} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise UsageError(f"--results-dir {settings.results_dir!r} is not writable")
+
+
+def _claim(path: Path) -> bool:
+    """Create ``path`` if nobody has: another run starting at the same moment gets False."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        return True
+    except FileExistsError:
+        return False
+
+
+def claim(settings) -> list:
+    """The run's result files, claimed now: the ``-o`` files, or a fresh JSON and CSV pair in
+    the results folder. A ``-o`` file that appeared since the check is not overwritten."""
+    if not settings.save:
+        return []
+    if not settings.outputs:
+        return _default_paths(settings.results_dir)
+    paths, created = [Path(p) for p in settings.outputs], []
+    try:
+        for path in paths:
+            if _claim(path):
+                created.append(path)
+            elif not settings.force:
+                raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
+    except (UsageError, OSError) as exc:
+        for done in created:             # only what this run created: never a file --force kept
+            done.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot create {str(path)!r}: {exc.strerror or exc}") from None
+        raise
+    return paths
+
+
+def _default_paths(results_dir: str) -> list:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = Path(results_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make --results-dir {results_dir!r}: {exc.strerror}") from None
+    i = 1
+    while True:
+        base = folder / (f"collbench-{stamp}" + (f"-{i}" if i > 1 else ""))
+        json_path, csv_path = base.with_suffix(".json"), base.with_suffix(".csv")
+        try:
+            if _claim(json_path):
+                if _claim(csv_path):
+                    return [json_path, csv_path]
+                json_path.unlink()
+        except OSError as exc:
+            json_path.unlink(missing_ok=True)
+            raise UsageError(f"cannot create result files in {results_dir!r}: {exc.strerror or exc}") from None
+        i += 1
+
+
+class ResultFiles:
+    """The run's files and when each was last written whole."""
+
+    def __init__(self, paths) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.rows_in: dict = {p: None for p in self.paths}    # rows each file held at its last whole write
+        self._cost = 0.0
+        self._done_at = 0.0
+
+    def due(self) -> bool:
+        """Whether a rewrite now keeps within the schedule (module docstring)."""
+        return self._cost <= CHEAP_SAVE_S or time.monotonic() - self._done_at >= self._cost / SAVE_SHARE
+
+    def save(self, result) -> None:
+        """Rewrite every file from ``result``; OutputFailed names the first that fails."""
+        started = time.monotonic()
+        for path in self.paths:
+            try:
+                write_atomic(path, exporter_for(path).render(result))
+            except OSError as exc:
+                raise OutputFailed(path, exc, _kept(self.rows_in[path])) from None
+            self.rows_in[path] = len(result.rows)
+        self._done_at = time.monotonic()
+        self._cost = self._done_at - started
+
+    def written(self) -> list:
+        return [p for p in self.paths if self.rows_in[p] is not None]
+
+    def discard(self) -> None:
+        """The run was refused before it measured anything: the empty files it claimed go (a
+        file ``--force`` was to overwrite keeps what it held)."""
+        for path in self.paths:
+            try:
+                if self.rows_in[path] is None and path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
+        remove_partial()

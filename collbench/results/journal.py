@@ -1,0 +1,91 @@
+"""The run's journal: every measurement, note and round appended as one JSON line as it
+happens, so that the cost of keeping a size safe does not grow with the sizes before it.
+
+The result files are rewritten from the collector on a schedule (``files``); the journal is
+what holds everything in between. It lives in a folder of its own: the self-launching parent's
+(its launches, one per round, append to it in turn, and each rank 0 reads the earlier rounds
+back), or, under a user's launcher, one rank 0 makes and removes when the run ends. If rank 0
+dies before it could rewrite the files, ``collbench.results.recover`` rebuilds them from here.
+
+Standard library only: the guardian and the self-launching parent read it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+NAME = "journal.jsonl"
+
+
+class Journal:
+    """Append-only lines of JSON in ``folder``; ``entries``: what was there when opened."""
+
+    def __init__(self, folder: Path, *, owned: bool = False) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / NAME
+        self.owned = owned            # made for this run alone: removed when it ends
+        self.entries: list = []
+        self._fh = None
+
+    @classmethod
+    def open(cls, folder) -> "Journal":
+        journal = cls(Path(folder))
+        try:
+            with open(journal.path, encoding="utf-8") as fh:
+                for line in fh:
+                    try:
+                        journal.entries.append(json.loads(line))
+                    except json.JSONDecodeError:      # a line cut short by a crash: the rest is gone too
+                        break
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return journal
+
+    @classmethod
+    def create(cls) -> "Journal":
+        """A journal of its own for a run under a user's launcher (rank 0)."""
+        return cls(Path(tempfile.mkdtemp(prefix="collbench-journal-")), owned=True)
+
+    def of_type(self, kind: str) -> list:
+        return [e for e in self.entries if e.get("type") == kind]
+
+    def append(self, entry: dict) -> None:
+        """One line, flushed at once (an OSError, such as a full disk, reaches the caller)."""
+        if self._fh is None:
+            self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh.write(json.dumps(entry, default=str) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+            self._fh = None
+
+    def remove(self) -> None:
+        """The run is over and its files are whole: a journal of its own goes."""
+        self.close()
+        if self.owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def restore(journal: Journal, collector) -> Optional[list]:
+    """Replay what earlier launches of this run recorded into ``collector``: rows, notes and
+    rounds. Returns the result paths they claimed, or None when the journal holds no run yet."""
+    outputs = journal.of_type("outputs")
+    if not outputs:
+        return None
+    for entry in journal.of_type("measure"):
+        collector.replay(entry)
+    for entry in journal.of_type("note"):
+        collector.notes.append(entry["text"])
+    for entry in journal.of_type("round"):
+        collector.metadata.setdefault("rounds", []).append(entry["record"])
+    collector.round_ended()
+    return [Path(p) for p in outputs[0]["paths"]]

@@ -1,0 +1,76 @@
+"""Result files rebuilt from a run's journal, when rank 0 could not write them itself.
+
+A rank 0 killed outright (SIGKILL, the kernel's out-of-memory killer) leaves files that may lag
+the journal by the last few sizes (``files`` rewrites them on a schedule). Whoever outlives it
+rebuilds them: the self-launching process after the launch ends, or, under a user's launcher,
+rank 0's guardian (``python -m collbench.results.recover FOLDER``, a process of its own, so the
+guardian stays small). Rebuilding twice gives the same files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from collbench.results.collector import Collector
+from collbench.results.exporters import remove_partial
+from collbench.results.files import OutputFailed, ResultFiles
+from collbench.results.journal import Journal, restore
+
+
+def stale_temporaries(paths) -> list:
+    """Temporary files of interrupted writes of ``paths`` (``.NAME.*.tmp`` beside each)."""
+    found = []
+    for path in map(Path, paths):
+        found += list(path.parent.glob(f".{path.name}.*.tmp"))
+    return found
+
+
+def rebuild(folder, *, remove: bool = False) -> list:
+    """Rewrite the result files named in the journal in ``folder`` from what it holds; returns
+    their paths ([] when the run never got as far as claiming them). OutputFailed if one cannot
+    be written. The folder goes afterwards when the run made it for itself, or with ``remove``
+    (its owner, the self-launching process, is gone)."""
+    journal = Journal.open(folder)
+    journal.owned = remove
+    runs = journal.of_type("run")
+    if not runs:
+        journal.remove()
+        return []
+    collector = Collector(runs[0]["metadata"])
+    paths = restore(journal, collector)
+    if not paths:
+        return []
+    for tmp in stale_temporaries(paths):
+        tmp.unlink(missing_ok=True)
+    ResultFiles(paths).save(collector.run_result())
+    remove_partial()
+    journal.owned = remove or bool(journal.of_type("outputs")[0].get("journal_owned"))
+    journal.remove()
+    return paths
+
+
+def _wait_for(pid: int, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def main(argv: list) -> int:
+    """``FOLDER [--remove] [--after PID]``: exit 0 when the files are whole, 2 (and one line)
+    when not. ``--after``: first wait for process PID (rank 0) to end."""
+    if "--after" in argv[1:]:
+        _wait_for(int(argv[argv.index("--after") + 1]))
+    try:
+        rebuild(argv[0], remove="--remove" in argv[1:])
+    except (OutputFailed, OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"collbench: could not rebuild the result files from the journal in {argv[0]}: {exc}",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

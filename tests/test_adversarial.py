@@ -1,0 +1,420 @@
+"""What a hostile or careless user, a broken environment or a full disk does to collbench.
+
+Each case once broke it (a traceback, a silent exit, a wrong exit code, a file left behind);
+each must now give one line on stderr and the promised exit code (2 for bad input or a bad
+environment, 0 when nothing is wrong with the run itself). The first table runs the real
+command line in a subprocess; the cases after it need a process, a signal or a disk to play
+their part.
+"""
+
+import errno
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from collbench.results import exporters
+from conftest import FAST
+
+LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE",
+               "OMPI_COMM_WORLD_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+               "TORCHELASTIC_RUN_ID", "COLLBENCH_LAUNCHED", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
+RUN = ["--sizes", "8", "--iters", "3", "--rounds", "1", "--no-save", "-n", "2"]
+
+
+def _env(extra=None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(extra or {})
+    return env
+
+
+def _run(args, cwd, extra_env=None, timeout=120, **kw):
+    return subprocess.run([sys.executable, "-m", "collbench", *args], cwd=cwd, env=_env(extra_env),
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A valid result file, and broken ones."""
+    tmp_path = tmp_path_factory.mktemp("files")
+    good = tmp_path / "good.json"
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "5", "--rounds", "2", "-o", str(good), "-q"],
+                tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    other = json.loads(good.read_text())
+    other["metadata"]["run_id"] = "another-run"          # a second run of the same sweep, for merge
+    (tmp_path / "good2.json").write_text(json.dumps(other))
+    (tmp_path / "trunc.json").write_text(good.read_text()[:500])
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "deepmeta.json").write_text('{"schema": "collbench.result", "schema_version": 2, "metadata": '
+                                            + "[" * 50_000 + "]" * 50_000 + ', "rows": []}')
+    (tmp_path / "types.json").write_text('{"schema": "collbench.result", "schema_version": 2, "metadata": [], '
+                                         '"rows": {}}')
+    (tmp_path / "rowtypes.json").write_text('{"schema": "collbench.result", "schema_version": 2, "metadata": {}, '
+                                            '"rows": [{"collective": 1}]}')
+    (tmp_path / "binary.json").write_bytes(bytes(range(256)) * 10)
+    return tmp_path
+
+
+NINES = "9" * 5000
+
+# (case, arguments, extra environment, exit code, a fragment of the one line)
+CASES = [
+    ("a size of 5000 digits", ["allreduce", "--sizes", NINES], {}, 2, "larger than the 1 TiB limit"),
+    ("a range to a size of 5000 digits", ["allreduce", "--sizes", f"1-{NINES}"], {}, 2, "1 TiB"),
+    ("a factor of 5000 digits", ["allreduce", "--sizes", f"1K-1M:x{NINES}"], {}, 2, "factor is too large"),
+    ("--timeout inf", ["allreduce", "--timeout", "inf"], {}, 2, "--timeout"),
+    ("--timeout 1e300", ["allreduce", "--timeout", "1e300"], {}, 2, "--timeout"),
+    ("--timeout nan", ["allreduce", "--timeout", "nan"], {}, 2, "--timeout"),
+    ("--precision nan", ["allreduce", "--precision", "nan"], {}, 2, "--precision"),
+    ("--precision 1e-300", ["allreduce", "--precision", "1e-300"], {}, 2, "--precision"),
+    ("--max-time nan", ["allreduce", "--max-time", "nan"], {}, 2, "--max-time"),
+    ("--max-time inf", ["allreduce", "--max-time", "inf"], {}, 2, "--max-time"),
+    ("MASTER_PORT=abc", ["allreduce", "--backend", "gloo", *RUN], {"MASTER_PORT": "abc"}, 2, "MASTER_PORT='abc'"),
+    ("MASTER_PORT=99999", ["allreduce", "--backend", "gloo", *RUN], {"MASTER_PORT": "99999"}, 2, "not a TCP port"),
+    ("a stray RANK", ["allreduce", *RUN], {"RANK": "1"}, 2, "RANK='1' is set"),
+    ("a stray RANK and WORLD_SIZE", ["allreduce", *RUN], {"RANK": "1", "WORLD_SIZE": "2"}, 2,
+     "MASTER_ADDR and MASTER_PORT are not"),
+    ("a stray PMI_RANK", ["allreduce", *RUN], {"PMI_RANK": "1"}, 2, "no open PMI_FD or PMI_PORT"),
+    ("a stray PMI_RANK does not silence compare", ["compare", "nope.json", "none.json"], {"PMI_RANK": "1"}, 2,
+     "nope.json: no such file"),
+    ("a stray RANK does not silence report", ["report", "nope.json"], {"RANK": "3", "WORLD_SIZE": "4"}, 2,
+     "nope.json"),
+    ("a leftover OMPI_COMM_WORLD_SIZE", ["allreduce", *RUN], {"OMPI_COMM_WORLD_SIZE": "4"}, 2,
+     "no Open MPI runtime"),
+    ("a leftover PMI_SIZE", ["allreduce", *RUN], {"PMI_SIZE": "4"}, 2, "PMI_SIZE='4' is set"),
+    ("-o a.json twice", ["allreduce", *RUN[:-3], "-n", "2", "-o", "a.json", "-o", "a.json"], {}, 2,
+     "names the same file"),
+    ("-o a.json and ./a.json", ["allreduce", "-n", "2", "-o", "a.json", "-o", "./a.json"], {}, 2, "same file"),
+    ("compare --alpha nan", ["compare", "good.json", "good.json", "--alpha", "nan"], {}, 2, "--alpha"),
+    ("compare --threshold nan%", ["compare", "good.json", "good.json", "--threshold", "nan%"], {}, 2, "--threshold"),
+    ("report --threshold inf", ["report", "good.json", "--threshold", "inf"], {}, 2, "--threshold"),
+]
+for _name in ("trunc", "deep", "deepmeta", "types", "rowtypes", "binary"):
+    CASES += [(f"compare with {_name}.json", ["compare", "good.json", f"{_name}.json"], {}, 2, f"{_name}.json"),
+              (f"report of {_name}.json", ["report", f"{_name}.json"], {}, 2, f"{_name}.json"),
+              (f"plot of {_name}.json", ["plot", f"{_name}.json", "-o", "p.png"], {}, 2, f"{_name}.json")]
+
+
+@pytest.mark.parametrize("case,args,env,code,fragment", CASES, ids=[c[0] for c in CASES])
+def test_one_line_and_the_promised_exit_code(case, args, env, code, fragment, files):
+    proc = _run(args, files, env)
+    assert proc.returncode == code, proc.stderr
+    assert fragment in _one_line(proc.stderr)
+    assert not (files / "a.json").exists(), "a refused run leaves nothing"
+    assert not list(files.glob(".*.tmp"))
+
+
+def test_an_ascii_terminal_gets_ascii_not_a_traceback(files):
+    for args in (["compare", "good.json", "good.json"], ["report", "good.json"], ["allreduce", *RUN]):
+        proc = _run(args, files, {"PYTHONIOENCODING": "ascii"})
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert proc.stdout.isascii() and "us" in proc.stdout
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_closed_stream_changes_nothing(files, closed):
+    stream = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    kw = {k: v for k, v in stream.items() if k != closed}
+    close = 1 if closed == "stdout" else 2
+    for args, code in ((["compare", "good.json", "good.json"], 0), (["compare", "good.json", "nope.json"], 2),
+                       (["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-o", "c.json",
+                         "--force"], 0)):
+        proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(), timeout=120,
+                              preexec_fn=lambda: os.close(close), **kw)
+        assert proc.returncode == code, args
+    assert json.loads((files / "c.json").read_text())["rows"], "the file is written, not the closed stream"
+
+
+def test_a_broken_pipe_is_not_a_verdict(files):
+    """`collbench compare … | head -1` under pipefail: the verdict decides the exit code."""
+    for args in (["compare", "good.json", "good.json"], ["compare", "good.json", "good.json", "-f", "json"],
+                 ["report", "good.json"]):
+        proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.readline()
+        proc.stdout.close()                 # head -1 has what it wanted
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+        assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+# --- disks that fill up ---------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (root only), filled by the test to what it needs."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
+def _fill(mount: Path, leave: int) -> None:
+    (mount / "filler").write_bytes(b"")
+    with open(mount / "filler", "wb") as fh:
+        try:
+            while os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize > leave:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_a_full_disk_at_the_start_leaves_nothing(small_disk, files):
+    _fill(small_disk, 0)
+    for args in (["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-o",
+                  str(small_disk / "r.json"), "-o", str(small_disk / "r.csv")],
+                 ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "--results-dir",
+                  str(small_disk)],
+                 ["plot", "good.json", "-o", str(small_disk / "p.png")],
+                 ["merge", "good.json", "good2.json", "-o", str(small_disk / "m.json")]):
+        proc = _run(args, files)
+        assert proc.returncode == 2, proc.stderr
+        line = _one_line(proc.stderr)
+        assert "No space left on device" in line and str(small_disk) in line
+        assert sorted(p.name for p in small_disk.iterdir()) == ["filler"], "nothing left behind"
+
+
+def test_a_disk_that_fills_up_mid_run_is_one_line_and_keeps_what_was_written(small_disk, tmp_path):
+    _fill(small_disk, 24 * 1024)
+    out = small_disk / "r.json"
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8-1M", "--iters", "100", "--rounds", "1", "--no-shuffle",
+                 "-o", str(out)], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    rows = json.loads(out.read_text())["rows"]
+    assert f"cannot write {out}: No space left on device; it keeps the {len(rows)} row(s)" in line
+    assert 0 < len(rows) < 18
+    assert "wrote" not in proc.stderr
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "r.json"], "no temporary file left"
+
+
+# --- signals and kills ----------------------------------------------------------------------
+
+def test_an_interrupted_write_leaves_no_temporary_file(tmp_path):
+    target = tmp_path / "big.json"
+    failed = []
+
+    def write():
+        try:
+            exporters.write_atomic(target, "x" * (400 << 20))
+        except OSError as exc:
+            failed.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 10
+    while not list(tmp_path.glob(".big.json.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    exporters.remove_partial()            # what the signal thread does while the main thread writes
+    writer.join()
+    assert failed and not target.exists()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _pty_run(args, cwd, env, after_rows: Path):
+    """Run collbench on a pseudo-terminal of its own, as from a shell, and press Ctrl-C there
+    once ``after_rows`` holds a row: the terminal sends SIGINT to the whole foreground group."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=env, stdin=secondary,
+                            stdout=secondary, stderr=secondary, start_new_session=True,
+                            preexec_fn=lambda: __import__("fcntl").ioctl(0, __import__("termios").TIOCSCTTY, 0))
+    os.close(secondary)
+    seen = b""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 0.2)
+        if ready:
+            try:
+                seen += os.read(primary, 65536)
+            except OSError:
+                break
+        try:
+            if json.loads(after_rows.read_text())["rows"]:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+    time.sleep(0.5)
+    os.write(primary, b"\x03")                # Ctrl-C
+    while True:
+        ready, _, _ = select.select([primary], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(timeout=60)
+    os.close(primary)
+    return proc.returncode, seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_ctrl_c_on_a_terminal_ends_with_collbench_own_line(tmp_path, backend):
+    out = tmp_path / "r.json"
+    code, screen = _pty_run(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-64M", "--iters", "200",
+                             "--rounds", "1", "-o", str(out)], tmp_path, _env({"TERM": "dumb"}), out)
+    assert code == 130, screen
+    lines = [line.strip() for line in screen.replace("\r", "\n").splitlines() if "collbench:" in line]
+    assert len(lines) == 1, screen
+    assert f"interrupted by SIGINT; {out} keeps every size finished before" in lines[0]
+    for noise in ("Press Ctrl-C again", "Ctrl-C caught", "BAD TERMINATION", "Traceback", "Assertion"):
+        assert noise not in screen
+    assert json.loads(out.read_text())["rows"]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _private_tmp(tmp_path: Path) -> Path:
+    """A TMPDIR of the test's own, where the run's journal and state folders go."""
+    folder = tmp_path / "tmpdir"
+    folder.mkdir()
+    return folder
+
+
+def test_backend_all_without_a_loadable_mpi_library_skips_mpi_in_one_line(tmp_path):
+    pytest.importorskip("torch")
+    proc = _run(["bcast", "--backend", "all", *RUN], tmp_path, {"MPI4PY_LIBMPI": "/nonexistent/libmpi.so"})
+    assert proc.returncode == 0, proc.stderr
+    mpi_lines = [line for line in proc.stderr.splitlines() if "mpi" in line.split(":")[1]]
+    assert len(mpi_lines) == 1 and "skipping backends mpi, mpi-pickle: no MPI library could be loaded" in mpi_lines[0]
+    assert "gloo" in proc.stdout
+
+
+@pytest.mark.parametrize("launch", ["self", "mpiexec"])
+def test_a_rank_that_fails_before_mpi_starts_does_not_leave_the_others_waiting(tmp_path, plugin_env, launch):
+    """One node lacks a library: its rank stops before MPI_Init, where the other ranks wait
+    for it (holding the interpreter, so their own watchdog cannot run)."""
+    from collbench.launch.spawn import find_mpiexec, mpiexec_command
+
+    args = ["allreduce", "--backend", "unusable-on-one-rank", "--sizes", "8", *FAST, "--no-save"]
+    env = _env({**plugin_env, "FAULTY_UNUSABLE_ON": "2"})
+    if launch == "self":
+        cmd = [sys.executable, "-m", "collbench", *args, "-n", "3"]
+    else:
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            pytest.skip("no mpiexec")
+        cmd = mpiexec_command(mpiexec, 3, [sys.executable, "-m", "collbench", *args], env)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr
+    assert took < 30, took
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert lines == ["collbench: error: backend unusable-on-one-rank is not usable: its library is missing on this "
+                     "node (rank 2)"], proc.stderr
+
+
+def _rank_process(marker: str, rank: int, variable: str) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ours = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes() and \
+                        f"{variable}={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    ours.add(int(entry.name))
+            except OSError:
+                continue
+        for pid in ours:
+            try:
+                if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) in ours:
+                    return pid
+            except (OSError, ValueError, IndexError):
+                continue
+        time.sleep(0.3)
+    raise AssertionError(f"rank {rank} never started")
+
+
+def test_rank_0_killed_outright_under_mpiexec_its_files_are_rebuilt_from_the_journal(tmp_path):
+    """Neither a signal handler nor a final write: the guardian rebuilds the files from the
+    journal, removes temporary files of the interrupted write, and the journal goes."""
+    from collbench.launch.spawn import find_mpiexec, mpiexec_command
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    out = tmp_path / "r.json"
+    marker = f"{tmp_path}/marker"
+    private = _private_tmp(tmp_path)
+    env = _env({"TMPDIR": str(private)})
+    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8,16,1M",
+                                       "--iters", "60000", "--warmup", "0", "--rounds", "1", "--no-shuffle",
+                                       "--timeout", "0", "-o", str(out), "--results-dir", marker], env)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(out.read_text())["rows"]:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        stale = tmp_path / ".r.json.interrupted.tmp"
+        stale.write_text("half a file")            # as a write cut short by the kill would leave
+        os.kill(_rank_process(marker, 0, "PMI_RANK"), signal.SIGKILL)
+        _, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and rows[0]["size_bytes"] == 8
+    assert not list(tmp_path.glob(".*.tmp")), "temporary files of the cut write are gone"
+    assert not list(private.iterdir()), "the journal of the run is gone once the files are rebuilt"
+    assert "Traceback" not in err
+
+
+def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path):
+    out = tmp_path / "r.json"
+    private = _private_tmp(tmp_path)
+    job = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,1M", "--iters",
+                            "60000", "--warmup", "0", "--rounds", "2", "--no-shuffle", "--timeout", "0", "-o",
+                            str(out)], cwd=tmp_path, env=_env({"TMPDIR": str(private)}), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(out.read_text())["rows"]:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        job.kill()
+        job.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while list(private.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        job.kill()
+    assert not list(private.iterdir()), "no state folder left behind"
+    assert json.loads(out.read_text())["rows"]
