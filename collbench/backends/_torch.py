@@ -31,7 +31,8 @@ from collbench.launch.launcher import detect
 from collbench.launch.spawn import free_port
 
 INSTALL_HINT = 'pip install "collbench[torch]" (or pip install torch)'
-INIT_TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("COLLBENCH_INIT_TIMEOUT", "120")))
+#: How long torch waits for the other ranks in its rendezvous and its first collectives.
+INIT_TIMEOUT = datetime.timedelta(seconds=120)
 
 
 def torch_missing() -> Optional[str]:

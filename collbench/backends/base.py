@@ -68,8 +68,6 @@ class Backend(ABC):
     #: "tensor" (torch.distributed), or None for a backend that binds every call itself
     family: ClassVar[Optional[str]] = None
     uses_mpi: ClassVar[bool] = False
-    #: copies of the payload a call may hold beyond send and receive buffers (pickling)
-    extra_copies: ClassVar[int] = 0
 
     @classmethod
     @abstractmethod

@@ -1,22 +1,180 @@
-"""Memory guard: estimate what a size needs on each node before allocating it.
+"""Memory guard: what a size needs on each host, against what the host can give, before allocating.
 
-Per rank a size needs its send and receive buffers plus, for backends that copy the payload
-(pickling), that many extra copies of the larger buffer. Per node that is multiplied by the
-ranks sharing the node. Sizes whose need exceeds the budget (a share of the memory available
-when the run starts) are skipped with a note instead of letting the kernel kill the job.
+A rank measuring a size takes, beyond what it held when the sweep started (interpreter, numpy,
+MPI, torch and its communicators: its base, in use already), a factor per byte of its nominal
+send and receive buffers that depends on the collective and the backend family (the buffers
+themselves, the library's temporary buffers, pickles and unpickled results for mpi4py's object
+API), plus the fill and check temporaries, which grow with the size up to a cap. Both are
+measured, not guessed (``FACTORS``, ``WORK_BYTES``). Summed over the ranks of each host, that
+must fit a budget: what is available there (MemAvailable, or the room left under a cgroup
+memory limit, v1 or v2, when the ranks run in one, as in containers and under Slurm), less a
+reserve for everything else, and within ``COLLBENCH_MEMORY_LIMIT`` when the user sets it.
+Sizes that do not fit are skipped with a note rather than killed by the kernel; the sweep asks
+again, from every rank, before each large size, since other processes come and go.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
+from typing import Callable, Optional
 
-from collbench.measure.sizes import format_size
+from collbench.errors import UsageError
+from collbench.measure.sizes import parse_bytes
 
-BUDGET_SHARE = 0.8
+GiB = 1 << 30
+MiB = 1 << 20
+#: left to other processes: this much, plus a share of what is available
+RESERVE_BYTES = 256 * MiB
+RESERVE_SHARE = 0.10
+#: a size is large, and asked about again just before it is measured, when its ranks on one host
+#: need more than this, or than this share of the host's budget
+RECHECK_BYTES = 64 * MiB
+RECHECK_SHARE = 0.02
+LIMIT_ENV = "COLLBENCH_MEMORY_LIMIT"
+UNLIMITED = 1 << 60          # cgroup v1 writes "no limit" as a number near 2**63
 
 
-def available_bytes() -> int:
-    """MemAvailable from /proc/meminfo; falls back to total physical memory."""
+@dataclass(frozen=True)
+class Factor:
+    """Peak resident memory beyond the base, per byte of nominal send + receive buffers, on the
+    root of a rooted collective and on every other rank."""
+
+    root: float
+    others: float
+
+
+# Measured by benchmarks/memory_factors.py (figures in benchmarks/README.md, "Memory factors"):
+# the smallest factor covering every peak seen over 64M-1G on 2 and 4 ranks (512M for the
+# pickle API), plus a margin of 0.25, 0.5 for the pickle API (its copies vary the most, and
+# the inner ranks of its trees hold as much as the root: both get the root's), rounded up to
+# 0.05. "buffer": mpi (MPICH 5.0), "object": mpi-pickle (mpi4py 4.1), "tensor": gloo (torch 2.13).
+_MEASURED = {               # collective: (buffer root, others), (object ...), (tensor ...)
+    "allreduce": ((1.45, 1.45), (2.65, 2.65), (1.25, 1.25)),
+    "bcast": ((0.70, 0.70), (1.85, 1.85), (0.70, 0.70)),
+    "reduce": ((1.45, 1.95), (2.65, 2.65), (1.25, 1.25)),
+    "allgather": ((1.25, 1.25), (2.30, 2.30), (1.80, 1.80)),
+    "gather": ((1.25, 1.15), (2.30, 0.95), (1.80, 1.20)),
+    "scatter": ((1.25, 1.25), (2.35, 1.60), (1.25, 1.25)),
+    "alltoall": ((1.25, 1.25), (2.35, 2.35), (1.25, 1.25)),
+    "reduce_scatter": ((1.50, 1.50), (3.15, 3.15), (1.85, 1.85)),
+}
+FACTORS: dict = {(family, name): Factor(*pair) for name, pairs in _MEASURED.items()
+                 for family, pair in zip(("buffer", "object", "tensor"), pairs)}
+#: the fill and check temporaries: chunks of ``sweep.FILL_CHUNK`` and ``harness.CHECK_CHUNK``
+#: elements, so a few times the buffers at small sizes, and flat from 16M on (94 MiB measured for
+#: bcast, 150-160 MiB for allgather and alltoall, whose expected values take more temporaries)
+WORK_BYTES = 192 * MiB
+WORK_PER_BYTE = 12
+
+
+def factor(family: Optional[str], collective: str) -> Factor:
+    """The factor for ``family`` (a plugin issuing its own calls has None: the largest known)."""
+    known = FACTORS.get((family, collective))
+    if known is not None:
+        return known
+    mine = [f for (_, c), f in FACTORS.items() if c == collective] or [Factor(1.0, 1.0)]
+    return Factor(max(f.root for f in mine), max(f.others for f in mine))
+
+
+def rank_need(collective: str, family: Optional[str], nominal: int, is_root: bool) -> int:
+    """Bytes one rank takes beyond its base at a size whose send + receive buffers are ``nominal``."""
+    f = factor(family, collective)
+    return min(WORK_BYTES, WORK_PER_BYTE * nominal) + int((f.root if is_root else f.others) * nominal)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one rank says about its host: available bytes (cgroup included), the bytes it holds
+    now, and the user's limit (None: none)."""
+
+    host: str
+    available: int
+    held: int
+    limit: Optional[int]
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """The host that cannot take a size: what its ranks still need, its budget, its ranks."""
+
+    host: str
+    need: int
+    budget: int
+    ranks: int
+
+
+def headroom(available: int) -> int:
+    """What collbench may take of ``available``: the rest is left to other processes."""
+    return max(0, int(available * (1 - RESERVE_SHARE)) - RESERVE_BYTES)
+
+
+def budgets(probes: list) -> dict:
+    """Per host: the bytes its ranks may still take (the fullest rank's view of the host)."""
+    out: dict = {}
+    for host in dict.fromkeys(p.host for p in probes):
+        mine = [p for p in probes if p.host == host]
+        room = headroom(min(p.available for p in mine))
+        limits = [p.limit for p in mine if p.limit is not None]
+        if limits:
+            room = min(room, max(0, min(limits) - sum(p.held for p in mine)))
+        out[host] = room
+    return out
+
+
+def shortfall(need: Callable[[int], int], probes: list, started: list, allocated: int = 0) -> Optional[Shortfall]:
+    """None when every host has room for what its ranks still need; else the host short of it by
+    the most. ``need(rank)``: what the rank takes beyond its base, ``started[rank]`` (what it
+    held when the sweep started). What a rank has grown since counts as room for this size only
+    up to ``allocated``, the buffers of the block, which the need includes: anything else
+    (leftovers of another block, a leak) stays in use."""
+    worst = None
+    for host, budget in budgets(probes).items():
+        ranks = [r for r, p in enumerate(probes) if p.host == host]
+        more = sum(max(0, need(r) - min(max(0, probes[r].held - started[r]), allocated)) for r in ranks)
+        if more > budget and (worst is None or more - budget > worst.need - worst.budget):
+            worst = Shortfall(host, more, budget, len(ranks))
+    return worst
+
+
+def is_large(collective: str, family: Optional[str], nominal: int, ranks_per_host: int, probes: list) -> bool:
+    """Whether a size is worth asking every rank about again just before it is measured: its
+    ranks on one host need more than ``RECHECK_BYTES`` or ``RECHECK_SHARE`` of the smallest
+    budget beyond their base."""
+    f = factor(family, collective)
+    need = ranks_per_host * max(f.root, f.others) * nominal
+    return need > min(RECHECK_BYTES, RECHECK_SHARE * min(budgets(probes).values()))
+
+
+def _amount(n: int) -> str:
+    """Bytes as a person reads them: MiB under 1 GiB, two decimals under 10 GiB."""
+    if n < GiB:
+        return f"{n / MiB:.0f} MiB"
+    return f"{n / GiB:.2f} GiB" if n < 10 * GiB else f"{n / GiB:.1f} GiB"
+
+
+def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
+    when = "now " if now else ""
+    return (f"{where}: needs about {_amount(short.need)} more on {short.host} ({short.ranks} "
+            f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} {when}available "
+            "there; skipped, as it would run out of memory")
+
+
+# What this host has ------------------------------------------------------------------------------
+
+def user_limit() -> Optional[int]:
+    """``COLLBENCH_MEMORY_LIMIT``: the most the ranks on one host may hold together (None: unset)."""
+    text = os.environ.get(LIMIT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return parse_bytes(text)
+    except UsageError:
+        raise UsageError(f"{LIMIT_ENV}={text!r} is not a size (e.g. 8G, 512M)") from None
+
+
+def _meminfo_available() -> int:
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -27,31 +185,87 @@ def available_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 1 << 62
+        return UNLIMITED
 
 
-def budget_bytes() -> int:
-    override = os.environ.get("COLLBENCH_MEMORY_LIMIT")
-    if override:
-        from collbench.measure.sizes import parse_bytes
-        return parse_bytes(override)
-    return int(available_bytes() * BUDGET_SHARE)
+def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[tuple]:
+    """(1 or 2, folder) of this process's memory cgroup, or None. Under a cgroup namespace (a
+    container) /proc says "/" and the mount is the process's own cgroup already."""
+    try:
+        with open(proc_cgroup, encoding="ascii") as fh:
+            lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    except OSError:
+        return None
+    for parts in lines:
+        if len(parts) == 3 and "memory" in parts[1].split(","):
+            mount = os.path.join(root, "memory")
+            folder = os.path.join(mount, parts[2].lstrip("/"))
+            return 1, folder if os.path.isdir(folder) else mount
+    for parts in lines:
+        if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
+            try:
+                with open(os.path.join(root, "cgroup.controllers"), encoding="ascii") as fh:
+                    if "memory" not in fh.read().split():
+                        return None
+            except OSError:
+                return None
+            folder = os.path.join(root, parts[2].lstrip("/"))
+            return 2, folder if os.path.isdir(folder) else root
+    return None
 
 
-def need_per_rank(point, itemsize: int, extra_copies: int) -> int:
-    send, recv = point.send_len * itemsize, point.recv_len * itemsize
-    return send + recv + extra_copies * max(send, recv)
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
-def split_by_budget(points, itemsize: int, extra_copies: int, ranks_per_node: int, budget: int):
-    """(points that fit, points that do not) in the node's memory budget."""
-    fits = [p for p in points if need_per_rank(p, itemsize, extra_copies) * ranks_per_node <= budget]
-    return fits, [p for p in points if p not in fits]
+def _stat(folder: str, key: str) -> int:
+    for line in (_read(os.path.join(folder, "memory.stat")) or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
 
 
-def skip_note(collective: str, backend: str, point, itemsize: int, extra_copies: int,
-              ranks_per_node: int, budget: int) -> str:
-    need = need_per_rank(point, itemsize, extra_copies) * ranks_per_node
-    return (f"{collective} on {backend} at {format_size(point.size_bytes)}: needs about "
-            f"{need / 2**30:.1f} GiB on this node ({ranks_per_node} ranks) or device, more than the "
-            f"{budget / 2**30:.1f} GiB available; skipped")
+def cgroup_room(found: Optional[tuple], root: str = "/sys/fs/cgroup") -> Optional[int]:
+    """Bytes left under the tightest memory limit of the cgroup ``found`` and its ancestors
+    (limit - usage, where usage leaves out inactive page cache, which the kernel reclaims
+    first); None when no level has a limit."""
+    if found is None:
+        return None
+    version, folder = found
+    names = (("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file") if version == 1 else
+             ("memory.max", "memory.current", "inactive_file"))
+    mount = os.path.join(root, "memory") if version == 1 else root
+    room = None
+    while True:
+        limit, usage = _read(os.path.join(folder, names[0])), _read(os.path.join(folder, names[1]))
+        if limit is not None and usage is not None and limit.strip() != "max" and int(limit) < UNLIMITED:
+            here = int(limit) - max(0, int(usage) - _stat(folder, names[2]))
+            room = here if room is None else min(room, here)
+        parent = os.path.dirname(folder)
+        if folder in (mount, "/") or parent == folder or not parent.startswith(mount):
+            return None if room is None else max(0, room)
+        folder = parent
+
+
+def available_bytes() -> int:
+    """What this host can give now: MemAvailable, or less when a cgroup limits this process."""
+    room = cgroup_room(memory_cgroup())
+    meminfo = _meminfo_available()
+    return meminfo if room is None else min(meminfo, room)
+
+
+def held_bytes() -> int:
+    """This process's resident memory now (VmRSS)."""
+    for line in (_read("/proc/self/status") or "").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def probe() -> Probe:
+    return Probe(socket.gethostname(), available_bytes(), held_bytes(), user_limit())

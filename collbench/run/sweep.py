@@ -71,14 +71,15 @@ class Sweep:
         self.out = None
         self.rounds = 1
         self.dtype = dtype_of(plan.dtype)
-        budget = control.bcast(memory.budget_bytes() if control.rank == 0 else None)
+        self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
+        self.started = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
         self.notes: list = []
         for cname in plan.collectives:
             for name, backend in backends.items():
-                self.points[cname, name] = self._points(get_collective(cname), name, backend, budget)
+                self.points[cname, name] = self._points(get_collective(cname), name, backend)
 
-    def _points(self, coll: Collective, name: str, backend, budget: int) -> list:
+    def _points(self, coll: Collective, name: str, backend) -> list:
         """The sizes this (collective, backend) will measure; notes say why others are skipped."""
         if (coll.name, name) in self.plan.unsupported:     # the plan's notes say why
             return []
@@ -91,16 +92,53 @@ class Sweep:
             self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: a message beyond "
                            f"{name}'s {format_size(limit)} limit; skipped" for p in over]
             points = [p for p in points if p not in over]
-        sharing = self.rpn
         device_free = backend.device_memory_bytes()
         if device_free is not None:           # one device per rank: the fullest device decides for all
             gathered = self.control.gather(device_free)
-            budget = self.control.bcast(int(min(gathered) * memory.BUDGET_SHARE) if gathered else None)
-            sharing = 1
-        fits, too_big = memory.split_by_budget(points, itemsize, backend.extra_copies, sharing, budget)
-        self.notes += [memory.skip_note(coll.name, name, p, itemsize, backend.extra_copies, sharing, budget)
-                       for p in too_big]
+            room = self.control.bcast(memory.headroom(min(gathered)) if gathered else None)
+            over = [p for p in points if (p.send_len + p.recv_len) * itemsize > room]
+            self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: needs about "
+                           f"{(p.send_len + p.recv_len) * itemsize / memory.GiB:.2f} GiB on each device, more than "
+                           f"the {room / memory.GiB:.2f} GiB free on the fullest; skipped, as it would run out of "
+                           "device memory" for p in over]
+            return [p for p in points if p not in over]
+        fits = []
+        for p in points:
+            short = memory.shortfall(self._need(coll, backend, p), self.probes, self.started)
+            if short is None:
+                fits.append(p)
+            else:
+                self.notes.append(memory.skip_note(f"{coll.name} on {name} at {format_size(p.size_bytes)}", short))
         return fits
+
+    def _need(self, coll: Collective, backend, point: SizePoint):
+        """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank."""
+        nominal = (point.send_len + point.recv_len) * self.dtype.itemsize
+        root = self.plan.root if coll.rooted else None
+        return lambda r: memory.rank_need(coll.name, backend.family, nominal, r == root)
+
+    def _still_fits(self, coll: Collective, name: str, backend, point: SizePoint, round_number: int,
+                    allocated: int = 0) -> bool:
+        """Just before a large size on host memory: every rank says what its host has now and rank
+        0 decides for all (outside any timed region); a size that no longer fits is skipped with
+        a note. ``allocated``: the bytes of the block's buffers, held already. Small sizes and
+        device buffers are not asked about again."""
+        nominal = (point.send_len + point.recv_len) * self.dtype.itemsize
+        if backend.device_memory_bytes() is not None or not memory.is_large(
+                coll.name, backend.family, nominal, self.rpn, self.probes):
+            return True
+        probes = self.control.gather(memory.probe())
+        note = None
+        if self.control.rank == 0:
+            short = memory.shortfall(self._need(coll, backend, point), probes, self.started, allocated)
+            if short is not None:
+                where = f"{coll.name} on {name} at {format_size(point.size_bytes)}"
+                note = memory.skip_note(where, short, now=True)
+                note += f" (round {round_number})" if self.rounds > 1 else ""
+        note = self.control.bcast(note)
+        if note:
+            self.out.note(note)
+        return note is None
 
     @property
     def steps(self) -> int:
@@ -140,15 +178,25 @@ class Sweep:
         n, rank = control.size, control.rank
         op_name = plan.op if coll.reduces else NO_OP
         op = pattern(op_name, plan.dtype)
-        top = points[-1]                  # sizes ascend; the order of measuring them is ``indices``
         where = f"allocation for {coll.name} on {name}"
         supervise.at(where)
         self.watchdog.arm(plan.timeout, where)
+        # sizes ascend; the order of measuring them is ``indices``. Buffers are allocated at the
+        # largest size that still fits now.
+        kept = len(points)
+        while kept and not self._still_fits(coll, name, backend, points[kept - 1], round_number):
+            kept -= 1
+        if not kept:
+            return
+        top = points[kept - 1]
         buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
                                    in_place=coll.in_place)
         _fill(backend, buffers, coll, op, rank, n, top.send_len, self.dtype)
         for index in indices:
             point = points[index]
+            if index >= kept or (index < kept - 1 and not self._still_fits(
+                    coll, name, backend, point, round_number, (top.send_len + top.recv_len) * self.dtype.itemsize)):
+                continue
             label = format_size(point.size_bytes) if point.size_bytes else "-"
             where = f"{coll.name} on {name} at {label}" if point.size_bytes else f"{coll.name} on {name}"
             supervise.at(where)

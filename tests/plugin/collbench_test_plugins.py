@@ -10,6 +10,10 @@ FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the 
 FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
 FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank that
                            unpacks or reduces slowly would: its own call ends late, the others' do not
+FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps them, as a leak or
+                           a greedy neighbour in its memory cgroup would: WHEN is ``call`` (when
+                           its first size is bound, inside the collective's position) or ``renew``
+                           (between in-job rounds)
 
 ``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
 ``raising-check`` one whose availability check raises, ``unfinished`` an abstract Backend, and
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import os
 import time
+
+import numpy as np
 
 from collbench.backends.base import Backend, Bound
 from collbench.backends.gloo import GlooBackend
@@ -56,6 +62,17 @@ def _then_sleep(call, seconds: float):
     return slow_call
 
 
+_hogs: list = []
+
+
+def _hog(rank: int, when: str) -> None:
+    hog = os.environ.get("FAULTY_HOG")
+    if hog:
+        who, at, size = hog.split(":")
+        if (int(who), at) == (rank, when) and not _hogs:
+            _hogs.append(np.ones(int(size), dtype=np.uint8))      # ones: every page really touched
+
+
 class Faulty:
     """Mixed in before a real backend; every fault is off unless its variable is set."""
 
@@ -70,10 +87,15 @@ class Faulty:
             values[:3] += 1
         super().fill(buffers, start=start, values=values)
 
+    def renew(self) -> None:
+        _hog(self.rank, "renew")
+        super().renew()
+
     def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
         pause = float(os.environ.get("FAULTY_PAUSE", "0"))
         if pause:
             time.sleep(pause)
+        _hog(self.rank, "call")
         bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, root=root)
         hang = os.environ.get("FAULTY_HANG")
         if hang:
