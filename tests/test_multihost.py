@@ -94,7 +94,9 @@ def hosts(tmp_path):
     made = []
     try:
         for i in (1, 2):
-            netns, iface = f"{prefix}-{i}", f"{prefix}-v{i}"
+            # Both ends of the pair have one name, as every node of a cluster has its eth0: mpiexec's
+            # -iface names it for every host.
+            netns, iface = f"{prefix}-{i}", f"{prefix}-v"
             _sh("ip", "netns", "add", netns)
             made.append(Host(f"node{i}", netns, iface, f"{SUBNET}.{i}", tmp_path / f"node{i}"))
         a, b = made
@@ -106,6 +108,7 @@ def hosts(tmp_path):
             h.etc.mkdir()
             (h.etc / "hosts").write_text("127.0.0.1 localhost\n")
             (h.etc / "boot_id").write_text(f"{uuid.uuid4()}\n")
+        _wait_linked(a, b)
         yield made
     finally:
         for h in made:
@@ -115,6 +118,34 @@ def hosts(tmp_path):
             time.sleep(0.1)
         for h in made:
             subprocess.run(["ip", "netns", "delete", h.netns], capture_output=True)
+
+
+PROBE = ("import socket, sys; s = socket.socket(); s.settimeout(1)\n"
+         "try:\n    s.connect((sys.argv[1], 9))\nexcept ConnectionRefusedError:\n    pass\n")
+
+
+def _wait_linked(a, b, seconds: float = 15.0) -> None:
+    """Until each host's end of the pair is up and running (the kernel marks a veth's end
+    RUNNING some time after its carrier, and MPI's transport UCX ignores an interface until
+    then) and each host reaches the other: a connection the far end refuses proves the way."""
+    deadline = time.monotonic() + seconds
+    for h in (a, b):
+        state = ""
+        while state != "up":
+            state = subprocess.run(["ip", "netns", "exec", h.netns, "cat", f"/sys/class/net/{h.iface}/operstate"],
+                                   capture_output=True, text=True).stdout.strip()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{h.name}'s end of the pair stays {state!r}")
+            time.sleep(0.1)
+    for here, there in ((a, b), (b, a)):
+        while True:
+            probe = subprocess.run(["ip", "netns", "exec", here.netns, sys.executable, "-c", PROBE, there.address],
+                                   capture_output=True)
+            if probe.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{here.name} cannot reach {there.name}: {probe.stderr.decode()[-200:]}")
+            time.sleep(0.2)
 
 
 def _names(hosts, how) -> None:

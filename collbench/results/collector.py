@@ -53,6 +53,10 @@ class Collector:
         self._dirty = True
         return entry[3]
 
+    @property
+    def rows_held(self) -> int:
+        return len(self._entries)
+
     def round_ended(self) -> None:
         """Every row may have a new round: the typical spread is worth recomputing."""
         self._prior_stale = True

@@ -5,11 +5,13 @@ cost stays flat however many sizes came before, and never left half written.
   (``O_EXCL``), so that two runs starting together cannot take the same names. If the run is
   refused after that (the first write fails), the files it claimed go again.
 * **Rewriting.** Each rewrite renders every row, so its cost grows with the run. After every
-  size while that is cheap (under ``CHEAP_SAVE_S``); beyond, only once ``1 / SAVE_SHARE``
-  times the last rewrite's cost has passed, so the files take at most that share of the run's
-  time and a 10,000-size sweep does not spend it rewriting a growing file. What the files do
-  not hold yet is in the journal (``journal``); they are rewritten at every round's end, at the
-  end of the run, and on any early end (a signal, a timeout, an abort).
+  size while the run has at most ``EVERY_SIZE_ROWS`` rows (any ordinary sweep: the files are
+  current whenever one looks); beyond, once ``1 / SAVE_SHARE`` times the last rewrite's cost
+  has passed, so that the files take at most that share of the run's time and a 10,000-size
+  sweep does not spend it rewriting a growing file. The cost per size is thus bounded by one
+  rewrite of ``EVERY_SIZE_ROWS`` rows, whatever came before. What the files do not hold yet is
+  in the journal (``journal``); they are rewritten at every round's end, at the end of the
+  run, and on any early end (a signal, a timeout, an abort).
 * **Failures.** A write that fails (a full disk, a folder gone) is one line naming the file
   and how many rows it still holds (its last whole version: writes are atomic). "wrote" is
   only ever said of a file whose last write is complete.
@@ -25,7 +27,7 @@ from typing import Optional
 from collbench.errors import UsageError
 from collbench.results.exporters import exporter_for, remove_partial, write_atomic
 
-CHEAP_SAVE_S = 0.005
+EVERY_SIZE_ROWS = 500
 SAVE_SHARE = 0.05
 
 
@@ -128,9 +130,9 @@ class ResultFiles:
         self._cost = 0.0
         self._done_at = 0.0
 
-    def due(self) -> bool:
-        """Whether a rewrite now keeps within the schedule (module docstring)."""
-        return self._cost <= CHEAP_SAVE_S or time.monotonic() - self._done_at >= self._cost / SAVE_SHARE
+    def due(self, rows: int) -> bool:
+        """Whether a rewrite of ``rows`` rows now keeps within the schedule (module docstring)."""
+        return rows <= EVERY_SIZE_ROWS or time.monotonic() - self._done_at >= self._cost / SAVE_SHARE
 
     def save(self, result) -> None:
         """Rewrite every file from ``result``; OutputFailed names the first that fails."""

@@ -140,7 +140,7 @@ class Output:
         """Journal ``entry`` (a cost flat in the run's length); rewrite the files when due."""
         self._append(entry)
         self._dirty = True
-        if save or self.files.due():
+        if save or self.files.due(self.collector.rows_held):
             self.files.save(self.collector.run_result())
             self._dirty = False
 
