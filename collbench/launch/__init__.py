@@ -4,9 +4,11 @@
 (self-launch when there is none: one launch per round), ``supervise`` (the guardian of each
 rank, the watchdog, signals), ``guardian`` and ``coordinator`` (collbench's own channel
 between the ranks of a job, on every host), ``rendezvous`` and ``netaddr`` (how ranks on
-several hosts reach each other: joining the channel, the store's address, gloo's interface).
+several hosts reach each other: joining the channel, the store's address, gloo's interface),
+``oom`` (whether the kernel's out-of-memory killer ended a rank).
 
 May import: ``collbench.errors``, ``collbench.run.rounds`` (the environment of a self-launched
 round), ``collbench.results.journal`` and, after a launch that failed, ``collbench.results.recover``,
-the standard library. Nothing here imports numpy, mpi4py or torch.
+the standard library. Nothing here imports numpy, mpi4py or torch (the recovery after a failed
+launch does, in the self-launching process, or in a process of its own for a guardian).
 """
