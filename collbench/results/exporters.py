@@ -6,6 +6,8 @@ or a crash never sees half a file.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -67,25 +69,38 @@ class JsonExporter:
         return json.dumps(head, indent=1, default=str)[:-2] + ',\n "rows": ' + body + "\n}\n"
 
 
+def _cell(value) -> str:
+    """One CSV cell as pandas would write it with ``float_format="%.6g"``: empty for a missing
+    value (None, NaN), True/False, integers whole, other numbers to six significant digits."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
 class CsvExporter:
     """The rows, one per line; the round medians as one space-separated cell; then the per-rank
-    columns, for spreadsheets (readers of the file ignore them)."""
+    columns, for spreadsheets (readers of the file ignore them). Written with the standard
+    library's csv module, in the dialect pandas writes and reads: rewriting the file after
+    each size costs a tenth of what a DataFrame's ``to_csv`` does."""
 
     suffix, format = ".csv", "csv"
 
     @staticmethod
     def render(result: RunResult) -> str:
-        import pandas as pd
-
-        records = []
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        columns = ROW_FIELDS + RANK_FIELDS
+        writer.writerow(columns)
         for r, view in zip(result.rows, row_views(result)):
             record = r.to_dict()
             record["time_us_round_p50s"] = " ".join(f"{v:.6g}" for v in r.time_us_round_p50s)
             record.update(csv_fields(view))
-            records.append(record)
-        frame = pd.DataFrame(records, columns=list(ROW_FIELDS + RANK_FIELDS))
-        frame["slowest_rank"] = frame["slowest_rank"].astype("Int64")     # no "1.0" where a row has none
-        return frame.to_csv(index=False, float_format="%.6g")
+            writer.writerow([_cell(record.get(name)) for name in columns])
+        return out.getvalue()
 
 
 class MarkdownExporter:
