@@ -7,14 +7,14 @@
 1. In one process, rank 0's output (collector, journal, result files) takes 10,000 measured
    sizes, one round each, 20 samples and 2 ranks per size, as a sweep with ``--iters 20``
    would hand them over, writing a JSON and a CSV file. Printed: the time each size costs the
-   output, by thousands (mean and max), the rewrites of the files and their share of the time.
-   Flat means the last thousand costs about what the first does.
+   output, by thousands (mean and max). Up to 500 rows the files are rewritten after every
+   size (so they are current for any ordinary sweep); beyond, the rewrites take at most 5% of
+   the time. Flat means the last thousand costs about what the second does.
 2. End to end: ``collbench allreduce -n 2 --sizes 4-40000:+4 --iters 1 --warmup 0
-   --rounds 1 -o r.json -o r.csv``, 10,000 sizes, every check done; wall time, sizes in the
-   file, and the rate in the first and the last tenth of the run from the journal-independent
-   clock: the sizes in the result file polled every few seconds.
+   --rounds 1 -o r.json -o r.csv``, 10,000 sizes, every check done: wall time and the sizes in
+   the file (before the journal, this run got through 7,995 sizes in 300 s).
 
-Exit status 0 when the last thousand's mean cost is within 2x the first's and the end-to-end
+Exit status 0 when the last thousand's mean cost is within 2x the second's and the end-to-end
 run finishes every size, 1 otherwise. Not part of the test suite.
 """
 
@@ -34,6 +34,7 @@ import numpy as np
 
 from collbench.results.aggregate import RowIdentity, round_data
 from collbench.results.collector import Collector
+from collbench.results.files import EVERY_SIZE_ROWS
 from collbench.results.output import Output, OutputSettings
 
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
@@ -68,8 +69,14 @@ def in_process(sizes: int, folder: Path) -> bool:
     total = sum(costs)
     print(f"   total {total:.2f} s for {sizes} sizes, final write {final * 1e3:.0f} ms, "
           f"{rows} rows in r.json, r.json {os.path.getsize(folder / 'r.json') / 1e6:.1f} MB")
-    flat = means[-1] <= FLAT_FACTOR * max(means[0], 1e-4)
-    print(f"   last thousand / first thousand: {means[-1] / means[0]:.2f} (target <= {FLAT_FACTOR:g})")
+    # The first EVERY_SIZE_ROWS sizes rewrite the files every time (files current for any
+    # ordinary sweep); from there on the cost must not grow: the last thousand against the
+    # thousand after the first.
+    steady = means[1] if len(means) > 1 else means[0]
+    flat = means[-1] <= FLAT_FACTOR * max(steady, 1e-4)
+    print(f"   last thousand / second thousand: {means[-1] / steady:.2f} (target <= {FLAT_FACTOR:g}); "
+          f"every size rewrites the files up to {EVERY_SIZE_ROWS} rows: at most "
+          f"{max(costs[:EVERY_SIZE_ROWS]) * 1e3:.1f} ms then")
     return flat and rows == sizes
 
 
