@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from collbench.launch import coordinator
-from collbench.launch.guardian import connect, hello_message
+from collbench.launch.link import connect, hello_message
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from conftest import FAST
 

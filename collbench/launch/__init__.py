@@ -1,9 +1,10 @@
 """Starting and watching ranks.
 
 ``launcher`` (which launcher started us: rank, local rank, world size, hosts), ``spawn``
-(self-launch when there is none: one launch per round), ``supervise`` (the guardian of each
-rank, the watchdog, signals), ``guardian`` and ``coordinator`` (collbench's own channel
-between the ranks of a job, on every host), ``rendezvous`` and ``netaddr`` (how ranks on
+(self-launch when there is none: one launch per round), ``supervise`` (what a rank asks of
+its guardian, the watchdog, ending early), ``signals`` (signals on a rank), ``guardian``,
+``link`` and ``coordinator`` (collbench's own channel between the ranks of a job, on every
+host), ``relay`` (mpiexec's output, less its noise), ``rendezvous`` and ``netaddr`` (how ranks on
 several hosts reach each other: joining the channel, the store's address, gloo's interface),
 ``oom`` (whether the kernel's out-of-memory killer ended a rank).
 

@@ -13,138 +13,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 from collbench.launch import coordinator
 from collbench.launch.oom import OomWatch
-from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, LOST_AFTER, LOST_CODE, Lines, _send
-from collbench.launch.supervise import EARLY_END_PREFIX, OWN_EXIT_CODES, PARENT_ENV, STOP_GRACE, TIMEOUT_EXIT
+from collbench.launch.coordinator import Lines, _send
+from collbench.launch.link import Link, connect, hello_message
+from collbench.launch.supervise import EARLY_END_PREFIX, OWN_EXIT_CODES, PARENT_ENV, STOP_GRACE, TIMEOUT_EXIT, alive
 from collbench.run.rounds import STATE_ENV
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
-
-
-def connect(candidates: list, port: int, hello: dict) -> tuple:
-    """Connect to the coordinator through the first candidate address that answers with a
-    welcome: (socket, the address used, this end's address). Raises OSError naming every
-    address tried."""
-    tried = []
-    for address in dict.fromkeys(candidates):
-        try:
-            sock = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
-        except OSError as exc:
-            tried.append(f"{address}: {exc.strerror or exc}")
-            continue
-        sock.settimeout(CONNECT_TIMEOUT)
-        lines = Lines(sock)
-        if _send(sock, hello):
-            deadline = time.monotonic() + CONNECT_TIMEOUT
-            while time.monotonic() < deadline:
-                messages = lines.feed()
-                if messages is None:
-                    break
-                kinds = [m.get("t") for m in messages]
-                if "welcome" in kinds:
-                    lines.early = messages[kinds.index("welcome") + 1:]    # a roster may follow at once
-                    return sock, address, sock.getsockname()[0], lines
-        tried.append(f"{address}: no answer from a collbench coordinator")
-        sock.close()
-    raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried) + ")")
-
-
-def process_state(pid: int) -> str:
-    """The kernel's one-letter state of ``pid`` (R, S, D, T, t, Z), '' if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return data[data.rindex(b")") + 2:][:1].decode()
-    except (OSError, ValueError):
-        return ""
-
-
-class Link:
-    """A guardian's connection to the coordinator, once its rank has joined the job."""
-
-    def __init__(self, sock: socket.socket, lines: Lines, rank: int, child: int, where: Callable[[], str],
-                 stop: Callable[[int], None]) -> None:
-        self.sock, self.lines, self.rank, self.child = sock, lines, rank, child
-        self.where, self.stop = where, stop
-        self.roster: dict = {}
-        self.ended = False
-        self.ending: Callable[[], bool] = lambda: False      # the guardian is already stopping its rank
-        self._acked = threading.Event()
-        self._send_lock = threading.Lock()
-        sock.settimeout(BEAT_S)
-        threading.Thread(target=self._loop, name="collbench-link", daemon=True).start()
-
-    def send(self, message: dict) -> bool:
-        with self._send_lock:
-            return _send(self.sock, message)
-
-    def _loop(self) -> None:
-        last_heard = last_beat = time.monotonic()
-        early, self.lines.early = getattr(self.lines, "early", []), []
-        while not self.ended:
-            messages = early or self.lines.feed()
-            early = []
-            now = time.monotonic()
-            if messages is None:
-                self._lost("its connection closed")
-                return
-            for message in messages:
-                last_heard = now
-                kind = message.get("t")
-                if kind == "abort":
-                    self.ended = True
-                    self.stop(int(message.get("code", LOST_CODE)))
-                    return
-                if kind == "end":
-                    self.ended = True
-                    self._acked.set()
-                    return
-                if kind == "roster":
-                    self.roster = {int(r): h for r, h in message.get("hosts", {}).items()}
-                if kind == "ack":
-                    self._acked.set()
-            if now - last_heard > LOST_AFTER:
-                self._lost(f"it was silent for {LOST_AFTER:g} s")
-                return
-            if now - last_beat >= BEAT_S:
-                last_beat = now
-                self.send({"t": "beat", "where": self.where(), "state": process_state(self.child)})
-
-    def _lost(self, how: str) -> None:
-        if self.ended:
-            return
-        self.ended = True
-        here = socket.gethostname()
-        mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank) and r != 0]
-        if self.ending():          # told to stop from outside (Ctrl-C reached every process): no news
-            pass
-        elif self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
-            sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
-                             f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
-                             "is down or cut off; stopping the ranks here\n")
-            sys.stderr.flush()
-        self.stop(LOST_CODE)
-
-    def tell_and_wait(self, message: dict, seconds: float = 3.0) -> bool:
-        """Send ``message`` and wait for the coordinator's ack; False if none came."""
-        self._acked.clear()
-        if not self.send(message):
-            return False
-        return self._acked.wait(seconds)
-
-    def close(self) -> None:
-        self.ended = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-def hello_message(token: str, rank: int, size: int, pid: int) -> dict:
-    return {"t": "hello", "token": token, "rank": rank, "size": size, "host": socket.gethostname(), "pid": pid}
 
 
 def rebuild_files(journal: str, seconds: float = 120.0) -> None:
@@ -175,11 +53,13 @@ class Guardian:
     def __init__(self, child: int, rank: int, size: int, position, channel, listener, token) -> None:
         self.child, self.rank, self.size, self.position = child, rank, size, position
         self.channel = channel
-        self.link: Optional[coordinator.Link] = None
+        self.link: Optional[Link] = None
         self.stop_code: Optional[int] = None
         self.oom = OomWatch()
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
         self.orphaned = False                  # the self-launching process died
+        self._orphan_lock = threading.Lock()
+        self._parent_fd = None
         self.coordinator = None
         if listener is not None:
             self.coordinator = coordinator.Coordinator(listener, token, self.stop)
@@ -230,7 +110,9 @@ class Guardian:
         if self.link is None and self.size > 1:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
-        if self.journal and ended_early and not self.orphaned and os.path.isdir(self.journal):
+        if self.journal and self._parent_gone():   # the launcher may kill us any moment now
+            self._orphan_files()
+        elif self.journal and ended_early and os.path.isdir(self.journal):
             rebuild_files(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None:
             os._exit(self.stop_code)
@@ -321,21 +203,35 @@ class Guardian:
     def _watch_parent(self, pid: int) -> None:
         """A self-launched rank ends when collbench's own process is gone, however it went."""
         try:
-            fd = os.pidfd_open(pid)
+            self._parent_fd = os.pidfd_open(pid)
         except (OSError, AttributeError):
-            fd = None
-        if fd is not None:
-            select.select([fd], [], [])
+            self._parent_fd = None
+        if self._parent_fd is not None:
+            select.select([self._parent_fd], [], [])
         else:
-            while True:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                except PermissionError:
-                    pass
+            while alive(pid):
                 time.sleep(0.5)
-        self.orphaned = True
-        if self.journal:
-            rebuild_files_after(self.journal, self.child)
+        self._orphan_files()
         self.stop(128 + signal.SIGHUP)
+
+    def _parent_gone(self) -> bool:
+        """Whether the self-launching process has ended (a zombie counts as ended)."""
+        if self.orphaned:
+            return True
+        parent = os.environ.get(PARENT_ENV, "")
+        if not parent.isdigit():
+            return False
+        fd = getattr(self, "_parent_fd", None)
+        if fd is not None:
+            return bool(select.select([fd], [], [], 0)[0])
+        return not alive(int(parent))
+
+    def _orphan_files(self) -> None:
+        """The self-launching process is gone: the files and the journal's folder are ours to
+        finish (once, from whichever thread sees it first)."""
+        with self._orphan_lock:
+            if self.orphaned:
+                return
+            self.orphaned = True
+            if self.journal:
+                rebuild_files_after(self.journal, self.child)

@@ -14,13 +14,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.launch.launcher import CHILD_MARK
+from collbench.launch.relay import Relay
 from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, kept
 from collbench.results.journal import Journal
 
@@ -205,64 +205,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return "unknown"
-
-
-class Relay:
-    """Copies mpiexec's output to ours as it comes, leaving out what the launcher itself says
-    about a job collbench has already explained (MPICH's "BAD TERMINATION" banner, which it
-    prints on stdout and would corrupt ``-f json``; Ctrl-C chatter; MPI_Abort's line).
-    ``spoke``: a collbench line went by on stderr."""
-
-    NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED", b"This typically refers to a problem",
-             b"Please see the FAQ page", b"[mpiexec@", b"[proxy:", b"Abort(", b"Assertion failed",
-             b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again",
-             b"Ctrl-C caught", b"Sending Ctrl-C")
-
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.spoke = False
-        self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout), daemon=True),
-                         threading.Thread(target=self._copy, args=(process.stderr, sys.stderr), daemon=True)]
-        for t in self._threads:
-            t.start()
-
-    def _copy(self, source, target) -> None:
-        out = getattr(target, "buffer", target)
-        held = b""
-        while True:
-            try:
-                chunk = os.read(source.fileno(), 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            held += chunk
-            *lines, held = held.split(b"\n")
-            keep = [line + b"\n" for line in lines if not self._noise(line)]
-            if held and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
-                keep.append(held)          # a partial line (a progress bar): pass it on now
-                held = b""
-            if keep:
-                self._write(out, b"".join(keep))
-        if held and not self._noise(held):
-            self._write(out, held)
-
-    def _noise(self, line: bytes) -> bool:
-        text = line.lstrip(b"\r")
-        if text.startswith(b"collbench:"):
-            self.spoke = True
-        return text.startswith(self.NOISE)
-
-    @staticmethod
-    def _write(out, data: bytes) -> None:
-        try:
-            out.write(data)
-            out.flush()
-        except (OSError, ValueError):
-            pass                     # a closed or broken stream: the run goes on, files are written
-
-    def join(self) -> None:
-        for t in self._threads:
-            t.join(timeout=5)
 
 
 def _die_with_parent(signum: int):

@@ -13,9 +13,9 @@
 * A **watchdog** thread per rank: if one size takes longer than ``--timeout`` seconds, it
   tells the coordinator, which names the ranks still in the collective and the ones stopped or
   elsewhere, and aborts the whole job. It sleeps until the deadline.
-* **Signals**: SIGINT, SIGTERM and SIGHUP are taken by a thread of their own, which ends the
-  rank at once even while the main thread is blocked inside MPI or torch; SIGUSR1 is the
-  guardian's quiet "stop now".
+* **Signals** (``signals``): SIGINT, SIGTERM and SIGHUP are taken by a thread of their own,
+  which ends the rank at once even while the main thread is blocked inside MPI or torch;
+  SIGUSR1 is the guardian's quiet "stop now".
 
 Only the standard library is imported here: the guardian must stay small.
 """
@@ -246,7 +246,7 @@ def before_exit(callback: Callable[[], None]) -> None:
     _before_exit.append(callback)
 
 
-def _run_before_exit() -> None:
+def run_before_exit() -> None:
     while _before_exit:
         callback = _before_exit.pop()
         try:
@@ -258,7 +258,7 @@ def _run_before_exit() -> None:
 def abort_job(code: int) -> None:
     """End the whole job with ``code``: through the coordinator when this rank has joined one
     (it reaches every host), else MPI_Abort, else this process alone."""
-    _run_before_exit()
+    run_before_exit()
     sys.stdout.flush()
     sys.stderr.flush()
     answer = _ask_guardian({"t": "abort-job", "code": code}, 2.0)
@@ -280,50 +280,28 @@ def where() -> str:
     return _position.read() if _position is not None else ""
 
 
-_stopping = threading.Event()
-#: Seconds a rank in a job waits for word of a stop before it calls an error its own.
-ECHO_GRACE = 2.0
+def in_job() -> bool:
+    """This rank has a guardian, and so a line to the job's coordinator."""
+    return _channel is not None
 
 
-def stopping() -> bool:
-    """A signal is ending this rank, or is about to: errors the main thread meets now are its
-    echo, not news. gloo sees a peer's death at once (its connections are reset), while the
-    coordinator's word of it takes a moment more, from another host perhaps; so a rank in a
-    job gives that word ``ECHO_GRACE`` seconds to come."""
-    return _stopping.wait(ECHO_GRACE if _channel is not None else 0)
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, which has ended, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
-def handle_signals(rank: int) -> None:
-    """SIGINT, SIGTERM, SIGHUP and SIGUSR1 end this rank from a thread of their own, at once.
-
-    A Python signal handler would only run once the main thread returns from the MPI or
-    torch call it is blocked in, which, when a peer is gone, is never. So the signals are
-    blocked here, before MPI, torch or the watchdog start threads (they inherit the mask), and
-    one thread waits for them: rank 0 says what happened, the others give it a moment (a
-    launcher kills every rank once one has exited), and the rank leaves without
-    MPI_Finalize, which could wait forever. What must be saved is saved first (``before_exit``),
-    under a deadline so that a stuck save cannot keep the rank alive.
-    """
-    wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1}
-    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
-
-    def wait() -> None:
-        signum = signal.sigwait(wanted)
-        _stopping.set()
-        deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
-        deadline.daemon = True
-        deadline.start()
-        if signum == signal.SIGUSR1:      # the guardian's "stop now": it, or the coordinator, says why
-            pass
-        elif rank == 0:
-            if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
-                sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
-            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {kept()}\n")
-        else:
-            time.sleep(1.0)
-        _run_before_exit()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + signum)
-
-    threading.Thread(target=wait, name="collbench-signals", daemon=True).start()
+def launching_process_gone() -> bool:
+    """Self-launched: the collbench process that launched this rank has ended (killed, say), so
+    what it would have cleaned up is this rank's to clean."""
+    parent = os.environ.get(PARENT_ENV, "")
+    return parent.isdigit() and not alive(int(parent))

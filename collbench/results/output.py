@@ -161,6 +161,13 @@ class Output:
             self._lock.release()
             remove_partial()
 
+    def release_journal(self) -> None:
+        """The process that owned the journal's folder is gone: once the files are whole, the
+        folder goes with this rank (nobody else is left to remove it)."""
+        if self.files.written() and not self._dirty:
+            self.journal.owned = True
+            self.journal.remove()
+
     def collective_done(self, collective: str, final_round: bool) -> None:
         """Print the tables of one collective (all its backends, every round so far)."""
         if not (final_round and self.prints_final):
@@ -241,3 +248,4 @@ class NullOutput:
     def finish(self) -> None: ...
     def abandon(self) -> None: ...
     def save_now(self) -> None: ...
+    def release_journal(self) -> None: ...

@@ -16,7 +16,7 @@ from typing import Optional
 
 from collbench.measure import harness
 from collbench.run import rounds
-from collbench.launch import rendezvous, supervise
+from collbench.launch import rendezvous, signals, supervise
 from collbench.backends import backend_class
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
@@ -65,7 +65,7 @@ def make_control(launcher: Launcher, backends: tuple):
 
 def run(plan: Plan, launcher: Launcher) -> int:
     """Run the plan on this rank; returns the process exit code."""
-    supervise.handle_signals(launcher.rank)
+    signals.handle_signals(launcher.rank)
     try:
         return _run(plan, launcher)
     except OutputFailed as exc:       # rank 0 alone, mid-run: the others wait in a collective
@@ -75,7 +75,7 @@ def run(plan: Plan, launcher: Launcher) -> int:
     except UsageError:
         raise          # every rank meets the same bad input and exits 2 on its own
     except Exception as exc:
-        if supervise.stopping():      # a peer gone because the job is being stopped: the signal says it
+        if signals.stopping():      # a peer gone because the job is being stopped: the signal says it
             time.sleep(60)
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job.
@@ -183,6 +183,9 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         raise SharedUsageError(problem)
     if is_root:
         supervise.set_result_files(out.paths, out.journal.folder)
+        # Run last to first on an early end: the files are made whole, then, if the launching
+        # process is gone (and its guardian perhaps with it), the journal it owned goes too.
+        supervise.before_exit(lambda: out.release_journal() if supervise.launching_process_gone() else None)
         supervise.before_exit(out.save_now)
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)):
         out.note(note)

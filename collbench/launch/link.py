@@ -1,0 +1,139 @@
+"""A guardian's line to the job's coordinator: connecting through the first address that
+answers, and the connection's life afterwards (beats both ways, the roster of hosts, a stop
+when told, and a stop with one line per host when rank 0's side falls silent).
+
+See ``supervise`` and ``coordinator`` for the whole picture. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from typing import Callable
+
+from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, LOST_AFTER, LOST_CODE, Lines, _send
+
+
+def connect(candidates: list, port: int, hello: dict) -> tuple:
+    """Connect to the coordinator through the first candidate address that answers with a
+    welcome: (socket, the address used, this end's address). Raises OSError naming every
+    address tried."""
+    tried = []
+    for address in dict.fromkeys(candidates):
+        try:
+            sock = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT)
+        except OSError as exc:
+            tried.append(f"{address}: {exc.strerror or exc}")
+            continue
+        sock.settimeout(CONNECT_TIMEOUT)
+        lines = Lines(sock)
+        if _send(sock, hello):
+            deadline = time.monotonic() + CONNECT_TIMEOUT
+            while time.monotonic() < deadline:
+                messages = lines.feed()
+                if messages is None:
+                    break
+                kinds = [m.get("t") for m in messages]
+                if "welcome" in kinds:
+                    lines.early = messages[kinds.index("welcome") + 1:]    # a roster may follow at once
+                    return sock, address, sock.getsockname()[0], lines
+        tried.append(f"{address}: no answer from a collbench coordinator")
+        sock.close()
+    raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried) + ")")
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (R, S, D, T, t, Z), '' if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return data[data.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        return ""
+
+
+class Link:
+    """A guardian's connection to the coordinator, once its rank has joined the job."""
+
+    def __init__(self, sock: socket.socket, lines: Lines, rank: int, child: int, where: Callable[[], str],
+                 stop: Callable[[int], None]) -> None:
+        self.sock, self.lines, self.rank, self.child = sock, lines, rank, child
+        self.where, self.stop = where, stop
+        self.roster: dict = {}
+        self.ended = False
+        self.ending: Callable[[], bool] = lambda: False      # the guardian is already stopping its rank
+        self._acked = threading.Event()
+        self._send_lock = threading.Lock()
+        sock.settimeout(BEAT_S)
+        threading.Thread(target=self._loop, name="collbench-link", daemon=True).start()
+
+    def send(self, message: dict) -> bool:
+        with self._send_lock:
+            return _send(self.sock, message)
+
+    def _loop(self) -> None:
+        last_heard = last_beat = time.monotonic()
+        early, self.lines.early = getattr(self.lines, "early", []), []
+        while not self.ended:
+            messages = early or self.lines.feed()
+            early = []
+            now = time.monotonic()
+            if messages is None:
+                self._lost("its connection closed")
+                return
+            for message in messages:
+                last_heard = now
+                kind = message.get("t")
+                if kind == "abort":
+                    self.ended = True
+                    self.stop(int(message.get("code", LOST_CODE)))
+                    return
+                if kind == "end":
+                    self.ended = True
+                    self._acked.set()
+                    return
+                if kind == "roster":
+                    self.roster = {int(r): h for r, h in message.get("hosts", {}).items()}
+                if kind == "ack":
+                    self._acked.set()
+            if now - last_heard > LOST_AFTER:
+                self._lost(f"it was silent for {LOST_AFTER:g} s")
+                return
+            if now - last_beat >= BEAT_S:
+                last_beat = now
+                self.send({"t": "beat", "where": self.where(), "state": process_state(self.child)})
+
+    def _lost(self, how: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        here = socket.gethostname()
+        mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank) and r != 0]
+        if self.ending():          # told to stop from outside (Ctrl-C reached every process): no news
+            pass
+        elif self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
+            sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
+                             f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
+                             "is down or cut off; stopping the ranks here\n")
+            sys.stderr.flush()
+        self.stop(LOST_CODE)
+
+    def tell_and_wait(self, message: dict, seconds: float = 3.0) -> bool:
+        """Send ``message`` and wait for the coordinator's ack; False if none came."""
+        self._acked.clear()
+        if not self.send(message):
+            return False
+        return self._acked.wait(seconds)
+
+    def close(self) -> None:
+        self.ended = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def hello_message(token: str, rank: int, size: int, pid: int) -> dict:
+    return {"t": "hello", "token": token, "rank": rank, "size": size, "host": socket.gethostname(), "pid": pid}

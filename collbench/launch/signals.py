@@ -1,0 +1,65 @@
+"""Signals on a rank: SIGINT, SIGTERM, SIGHUP and SIGUSR1 end it from a thread of its own, at
+once, even while the main thread is blocked inside MPI or torch (see ``handle_signals``).
+
+Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from collbench.launch import supervise
+from collbench.launch.supervise import STOP_GRACE, kept
+
+
+_stopping = threading.Event()
+#: Seconds a rank in a job waits for word of a stop before it calls an error its own.
+ECHO_GRACE = 2.0
+
+
+def stopping() -> bool:
+    """A signal is ending this rank, or is about to: errors the main thread meets now are its
+    echo, not news. gloo sees a peer's death at once (its connections are reset), while the
+    coordinator's word of it takes a moment more, from another host perhaps; so a rank in a
+    job gives that word ``ECHO_GRACE`` seconds to come."""
+    return _stopping.wait(ECHO_GRACE if supervise.in_job() else 0)
+
+
+def handle_signals(rank: int) -> None:
+    """SIGINT, SIGTERM, SIGHUP and SIGUSR1 end this rank from a thread of their own, at once.
+
+    A Python signal handler would only run once the main thread returns from the MPI or
+    torch call it is blocked in, which, when a peer is gone, is never. So the signals are
+    blocked here, before MPI, torch or the watchdog start threads (they inherit the mask), and
+    one thread waits for them: rank 0 says what happened, the others give it a moment (a
+    launcher kills every rank once one has exited), and the rank leaves without
+    MPI_Finalize, which could wait forever. What must be saved is saved first (``before_exit``),
+    under a deadline so that a stuck save cannot keep the rank alive.
+    """
+    wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1}
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+
+    def wait() -> None:
+        signum = signal.sigwait(wanted)
+        _stopping.set()
+        deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
+        deadline.daemon = True
+        deadline.start()
+        if signum == signal.SIGUSR1:      # the guardian's "stop now": it, or the coordinator, says why
+            pass
+        elif rank == 0:
+            if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
+                sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
+            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {kept()}\n")
+        else:
+            time.sleep(1.0)
+        supervise.run_before_exit()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    threading.Thread(target=wait, name="collbench-signals", daemon=True).start()
