@@ -32,10 +32,11 @@ _PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
 def mpi4py_missing() -> Optional[str]:
     """Why mpi4py cannot run here, or None.
 
-    Outside an MPI launcher the MPI library is also loaded, in a separate process (this one
-    must not load MPI before it is configured): collbench's own local ranks and torchrun's meet
-    the same verdict as the process that launched them. Ranks under an MPI launcher skip that:
-    a missing library is then reported when MPI starts.
+    Without a launcher the MPI library is also loaded, in a separate process (this one must not
+    load MPI before it is configured), and so in collbench's own local ranks, which must meet
+    the verdict of the process that launched them (``--backend all``). Under a launcher that is
+    skipped: an MPI launcher reports a missing library when MPI starts, and under torchrun the
+    plan refuses MPI backends at once.
     """
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
@@ -43,7 +44,7 @@ def mpi4py_missing() -> Optional[str]:
     from collbench.launch.launcher import detect
     from collbench.errors import UsageError
     try:
-        if detect().mpi:
+        if detect().name not in ("none", "collbench"):
             return None
     except UsageError:          # not a launch: load the library here, as without a launcher
         pass

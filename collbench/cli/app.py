@@ -179,6 +179,12 @@ def _report(exc: CollbenchError) -> None:
 
     if not exc.every_rank or detected_rank() == 0:
         print(f"collbench: error: {one_line(exc)}", file=sys.stderr)
+    else:
+        # Leave after rank 0, which says it: a launcher such as torchrun stops every rank
+        # as soon as one exits, and rank 0 must not be stopped before it has spoken.
+        import time
+
+        time.sleep(1.0)
 
 
 def _end_job_from_here(exc: CollbenchError) -> None:
