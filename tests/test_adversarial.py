@@ -23,6 +23,7 @@ import pytest
 
 from collbench.results import exporters
 from conftest import FAST
+from terminal_helpers import read_rest
 
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE",
                "OMPI_COMM_WORLD_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -259,17 +260,7 @@ def _pty_run(args, cwd, env, after_rows: Path):
             pass
     time.sleep(0.5)
     os.write(primary, b"\x03")                # Ctrl-C
-    while True:
-        ready, _, _ = select.select([primary], [], [], 30)
-        if not ready:
-            break
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
+    seen += read_rest(primary, proc, timeout=120)
     proc.wait(timeout=60)
     os.close(primary)
     return proc.returncode, seen.decode(errors="replace")

@@ -7,7 +7,7 @@ from collbench.results.collector import Collector
 from collbench.results.exporters import JsonExporter
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
-from results_helpers import identity
+from results_helpers import identity, row_from_samples
 from collbench.results.aggregate import round_data
 
 
@@ -41,8 +41,41 @@ def test_no_rows_is_valid_json():
 
 
 def test_stdout_formats_are_the_file_exporters():
-    from collbench.cli.app import FORMATS
+    from collbench.cli.options import FORMATS
     from collbench.results.exporters import EXPORTERS, STDOUT_FORMATS
 
     assert set(STDOUT_FORMATS) == set(FORMATS)
     assert {e for e in STDOUT_FORMATS.values() if e is not None} == set(EXPORTERS.values())
+
+
+def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
+    """Newlines, non-ASCII, NaN and objects JSON cannot hold: still one line, read back as text."""
+    from collbench.results.exporters import CsvExporter
+
+    meta = {"command_line": ["collbench", "a\nb\r\u2028c"], "cpu_model": "Ryzen™ µ", "load": math.nan,
+            "environment": {"X": "#,\"'"}, "rounds": [{"round": 1, "order": [8, 16], "load": {"busy": False}}],
+            "path": tmp_path}
+    result = RunResult(meta)
+    result.add(row_from_samples([1.0, 2.0, 3.0]))
+    text = CsvExporter.render(result)
+    header, first = text.splitlines()[:2]
+    assert len(text.splitlines()) == 2 and header.startswith("collective,") and first.isascii()
+    path = tmp_path / "run.csv"
+    path.write_text(text)
+    back = load_result(path).metadata
+    assert back["command_line"] == meta["command_line"] and back["cpu_model"] == meta["cpu_model"]
+    assert back["environment"] == meta["environment"] and back["path"] == str(tmp_path)
+    assert back["rounds"] == [{"round": 1, "load": {"busy": False}}] and meta["rounds"][0]["order"] == [8, 16]
+
+
+def test_csv_metadata_follows_the_rounds_as_they_finish(tmp_path):
+    from collbench.results.exporters import CsvExporter
+
+    collector = Collector({"world_size": 2})
+    collector.add(identity(size_bytes=8), (0, 0, 8, 0),
+                  round_data(1, [2.0, 2.5], [2.0, 2.0], precision_reached=True, check="ok"))
+    assert '""rounds""' not in CsvExporter.render(collector.run_result())
+    collector.metadata["rounds"] = [{"round": 1, "load": {"busy": True, "other_cpu_cores": 1.0}}]
+    path = tmp_path / "run.csv"
+    path.write_text(CsvExporter.render(collector.run_result()))
+    assert load_result(path).metadata["rounds"] == collector.metadata["rounds"]

@@ -89,7 +89,8 @@ def _wait_for_file_rows(path: Path, seconds: float = 90) -> None:
 
 
 def _collbench_lines(stderr: str) -> list:
-    return [line for line in stderr.splitlines() if line.startswith("collbench:")]
+    """collbench's lines, less the note that 3 ranks share this 2-CPU host (not about the failure)."""
+    return [line for line in stderr.splitlines() if line.startswith("collbench:") and "oversubscribed" not in line]
 
 
 def _marker(tmp_path) -> str:

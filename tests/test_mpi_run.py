@@ -55,7 +55,7 @@ def test_all_collectives_both_backends_two_ranks(run_dir):
     assert "MPICH" in meta["versions"]["mpi_library"] or "Open MPI" in meta["versions"]["mpi_library"]
     assert meta["versions"]["mpi4py"]
     frame = pd.read_csv(run_dir / "run.csv")
-    assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS)
+    assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS) + ["run_metadata"]
     assert len(frame) == len(rows)
     assert set(frame["check"]) == {"ok", "skipped"} and (frame["check"] == "skipped").sum() == 2   # the barriers
     loaded = load_result(run_dir / "run.csv")

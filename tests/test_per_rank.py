@@ -126,7 +126,7 @@ def test_real_run_rows_and_report(tmp_path):
         assert row["slowest_rank_us"] == pytest.approx(again["slowest_rank_us"], rel=1e-5)
         assert [o["rank"] for o in row["outlier_ranks"]] == [o["rank"] for o in again["outlier_ranks"]]
     frame = pd.read_csv(tmp_path / "r.csv")
-    assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS)
+    assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS) + ["run_metadata"]
     assert list(frame["slowest_rank"]) == [r["slowest_rank"] for r in rows]
     assert run_cli(["compare", "r.json", "r.csv"], tmp_path).returncode == 0
 

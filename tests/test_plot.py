@@ -67,3 +67,56 @@ def test_missing_matplotlib_is_one_line_with_the_install_hint(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"collbench: error: {INSTALL_HINT}"
     assert not (tmp_path / "x.png").exists()
+
+
+def _two_runs(tmp_path, backends=("mpi",)):
+    """before/run.json and after/run.json: the same setup measured twice, the second 3x slower."""
+    for folder in ("before", "after"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    return [write(run_of(sweep(backends=backends), seed=1), tmp_path / "before" / "run.json"),
+            write(run_of(sweep(backends=backends), seed=2, scale=3.0), tmp_path / "after" / "run.json")]
+
+
+def test_runs_of_one_setup_are_separate_series_read_back_from_files(tmp_path):
+    from collbench.analysis.overlay import load_runs
+    runs = load_runs(_two_runs(tmp_path))
+    assert runs.separate and runs.labels == ("before/run.json", "after/run.json")
+    lines, shared = series(runs.rows(), runs.row_runs())
+    assert list(lines) == ["before/run.json", "after/run.json"]
+    assert shared == ["allreduce", "mpi", "float32", "sum", "2 ranks", "latency"]
+    assert [len(rows) for rows in lines.values()] == [5, 5]
+    two = load_runs(_two_runs(tmp_path, backends=("mpi", "mpi-pickle")), ["old", "new"])
+    assert list(series(two.rows(), two.row_runs())[0]) == ["mpi · old", "mpi-pickle · old", "mpi · new",
+                                                         "mpi-pickle · new"]
+
+
+def test_files_of_different_setups_still_merge(tmp_path):
+    from collbench.analysis.overlay import load_runs
+    mpi = write(run_of(sweep(backends=("mpi",))), tmp_path / "mpi.json")
+    pickle = write(run_of(sweep(backends=("mpi-pickle",))), tmp_path / "pickle.json")
+    runs = load_runs([mpi, pickle])
+    assert not runs.separate and set(runs.row_runs()) == {""}
+    assert list(series(runs.rows(), runs.row_runs())[0]) == ["mpi", "mpi-pickle"]
+    labelled = load_runs([mpi, pickle], ["a", "b"])          # --label makes runs of them anyway
+    assert list(series(labelled.rows(), labelled.row_runs())[0]) == ["mpi · a", "mpi-pickle · b"]
+
+
+def test_plot_of_two_runs_draws_both(tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    from collbench.analysis.overlay import load_runs
+    runs = load_runs(_two_runs(tmp_path))
+    out = tmp_path / "runs.png"
+    assert plot_rows(runs.rows(), out, runs=runs.row_runs()) == []
+    pixels = image.imread(out)[:, :, :3]
+    for colour in ((0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e)):      # C0 and C1: one setup, a colour per run
+        near = (abs(pixels - [c / 255 for c in colour]).max(axis=2) < 0.02).sum()
+        assert near > 200, colour
+
+
+def test_file_labels_tell_clashing_names_apart():
+    from collbench.analysis.overlay import file_labels
+    assert file_labels(["a.json", "b/c.json"]) == ("a.json", "c.json")
+    assert file_labels(["before/run.json", "after/run.json", "x.json"]) == ("before/run.json", "after/run.json",
+                                                                             "x.json")
+    assert file_labels(["a/b/run.json", "c/b/run.json"]) == ("a/b/run.json", "c/b/run.json")
+    assert file_labels(["run.json", "/tmp/old/run.json"]) == ("run.json", "old/run.json")

@@ -19,3 +19,41 @@ def test_readme_quick_start_runs_all_on_embedded_mpich():
     readme = (ROOT / "README.md").read_text()
     first = [line for line in readme.splitlines() if line.startswith("python3 -m venv")][0]
     assert '".[mpich]"' in first and "collbench all -n 2" in first
+
+
+def _recipe_commands(readme: str) -> list:
+    """The README's CI recipe: the baseline commands, then the gate's, in order."""
+    part = readme.split("- A CI recipe.", 1)[1].split("`benchmarks/calibrate.py`", 1)[0]
+    lines = [line.strip() for line in part.splitlines()]
+    return [line.split("   #")[0].strip() for line in lines
+            if line.startswith(("collbench ", "git add"))]
+
+
+def test_readme_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
+    """The recipe's own commands, run here in order with fewer sizes and rounds (the recipe's
+    take minutes): the baseline exists before the gate reads it, the gate exits 0 or 1, never 2."""
+    import os
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    commands = _recipe_commands(readme)
+    assert [c.split()[1] for c in commands if c.startswith("collbench")] == ["all", "all", "all", "merge", "all",
+                                                                             "compare"]
+    assert commands.index(next(c for c in commands if "merge" in c)) < commands.index(
+        next(c for c in commands if "compare" in c))
+    (tmp_path / "results").mkdir()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    codes = []
+    for command in commands:
+        if command.startswith("git "):
+            continue
+        shrunk = command.replace("--sizes 8-1M", "--sizes 8-256").replace("--rounds 10", "--rounds 2")
+        proc = subprocess.run(["bash", "-c", "set -o pipefail; " + shrunk], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        codes.append(proc.returncode)
+        assert proc.returncode in ((0, 1) if "compare" in command else (0,)), (shrunk, proc.stderr)
+    assert (tmp_path / "results" / "baseline.json").exists()
+    assert (tmp_path / "summary.md").read_text().startswith("## collbench compare:")

@@ -68,9 +68,15 @@ def test_csv_files_compare_on_their_round_medians(files, tmp_path):
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
     assert {r["rounds_baseline"] for r in doc["rows"]} == {5} and doc["summary"]["slower"] == len(SERIES)
-    assert "CSV without run metadata" in proc.stderr
+    assert proc.stderr == ""                        # the CSVs carry the run metadata: nothing to warn about
     mixed = run_cli(["compare", files["base"], files["base_csv"]], tmp_path)
-    assert mixed.returncode == 0
+    assert mixed.returncode == 0 and mixed.stderr == ""
+    old = tmp_path / "old.csv"                       # written before CSVs had the metadata column
+    import pandas as pd
+
+    pd.read_csv(files["base_csv"]).drop(columns=["run_metadata"]).to_csv(old, index=False)
+    proc = run_cli(["compare", old, files["slow_csv"]], tmp_path)
+    assert proc.returncode == 1 and "old.csv is a CSV without run metadata" in proc.stderr
 
 
 def test_markdown_is_a_job_summary(files, tmp_path):
@@ -127,7 +133,7 @@ def test_report_merges_files_and_fits(tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert text.startswith("# collbench report")
-    assert "| size | mpi p50 µs | mpi CI | mpi busbw GB/s | mpi-pickle p50 µs |" in text   # merged table
+    assert "| size | mpi p50 µs | mpi CI | mpi busbw GB/s |" in text and "| mpi-pickle p50 µs |" in text  # merged
     fit_lines = {line.split(" | ")[1]: line for line in text.splitlines()
                  if line.startswith("| allreduce | mpi") and "float32 sum, 2 ranks" in line}
     assert set(fit_lines) == {"mpi", "mpi-pickle"}
@@ -236,3 +242,93 @@ def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp
                           (["merge", files["base"], files["same"], "-o", "x.csv"], "does not end in .json")):
         bad = run_cli(args, tmp_path)
         assert bad.returncode == 2 and message in one_line_error(bad), bad.stderr
+
+
+def _table(markdown: str, title: str) -> list:
+    """The data rows of the markdown table under ``### title``, as lists of cells."""
+    lines = markdown.split(f"### {title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_report_shows_runs_of_one_setup_side_by_side(files, tmp_path):
+    proc = run_cli(["report", files["base"], files["slow"], "-f", "markdown"], tmp_path)
+    assert proc.returncode == 0 and "replaced" not in proc.stderr, proc.stderr
+    text = proc.stdout
+    assert "### allreduce · float32 sum · 2 ranks · latency · mpi\n" in text
+    assert "### allreduce · float32 sum · 2 ranks · latency · mpi-pickle\n" in text
+    assert "| size | base.json p50 µs | base.json CI |" in text and "| slow.json p50 µs | slow.json CI |" in text
+    for title in ("allreduce · float32 sum · 2 ranks · latency · mpi", "allreduce · float32 sum · 2 ranks · latency · "
+                  "mpi-pickle"):
+        rows = _table(text, title)
+        assert len(rows) == 5
+        assert all(2.7 < float(row[-1].rstrip("×")) < 3.3 for row in rows)     # slow against base: about 3×
+    assert "| allreduce | mpi | base.json | float32 sum, 2 ranks, latency |" in text      # a fit per run
+    assert "| allreduce | mpi | slow.json | float32 sum, 2 ranks, latency |" in text
+    terminal = run_cli(["report", files["base"], files["slow"]], tmp_path)
+    assert terminal.returncode == 0 and terminal.stdout.count("base.json") >= 4 and "slow.json" in terminal.stdout
+
+
+def test_report_labels_runs_and_refuses_a_wrong_label_count(files, tmp_path):
+    proc = run_cli(["report", files["base"], files["fast"], "--label", "before", "--label", "after", "-f", "markdown"],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "| size | before p50 µs |" in proc.stdout and "| after p50 µs |" in proc.stdout
+    assert f"`{files['base']}` (before)" in proc.stdout
+    for args in (["report", files["base"], files["slow"], "--label", "one"],
+                 ["plot", files["base"], files["slow"], "--label", "one", "-o", tmp_path / "p.png"]):
+        bad = run_cli(args, tmp_path)
+        assert bad.returncode == 2 and bad.stdout == ""
+        assert "--label given 1 time(s) for 2 file(s)" in one_line_error(bad)
+    twice = run_cli(["report", files["base"], files["slow"], "--label", "x", "--label", "x"], tmp_path)
+    assert twice.returncode == 2 and "given twice" in one_line_error(twice)
+
+
+def test_report_of_one_file_given_twice_reads_it_once(files, tmp_path):
+    proc = run_cli(["report", files["base"], files["base"], "-f", "markdown"], tmp_path)
+    assert proc.returncode == 0 and "given again: read once" in proc.stdout
+    assert "| size | mpi p50 µs |" in proc.stdout and "base.json p50" not in proc.stdout
+
+
+def test_report_diff_against_the_first_file(files, tmp_path):
+    proc = run_cli(["report", files["base"], files["slow"], files["fast"], "--diff", "-f", "markdown"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert text.startswith("# collbench report: change against the first file")
+    slow = _table(text, "slow.json against base.json: median time")
+    fast = _table(text, "fast.json against base.json: median time")
+    assert len(slow) == len(fast) == len(SERIES)
+    assert {row[1] for row in slow} == {"mpi", "mpi-pickle"}
+    for row in slow:
+        assert 170 < float(row[-2].rstrip("%")) < 230 and row[-1] == "apart ↑"
+        assert float(row[-3]) / float(row[-4]) == pytest.approx(1 + float(row[-2].rstrip("%")) / 100, rel=0.01)
+    assert all(-55 < float(row[-2].rstrip("%")) < -45 and row[-1] == "apart ↓" for row in fast)
+    assert f"_{len(SERIES)} row(s) slower and 0 faster beyond both CIs, of {len(SERIES)} compared" in text
+    terminal = run_cli(["report", files["base"], files["slow"], "--diff"], tmp_path)
+    assert terminal.returncode == 0 and "slow.json against base.json" in terminal.stdout
+    assert terminal.stdout.count("apart ↑") == len(SERIES)
+
+
+def test_report_diff_refuses_what_it_cannot_diff(files, tmp_path):
+    other = write(run_of({("bcast", "mpi", 8): 3.0}), tmp_path / "other.json")
+    for args, message in ((["report", files["base"], "--diff"], "two or more files"),
+                          (["report", files["base"], other, "--diff"], "no row in common"),
+                          (["report", files["base"], files["slow"], "--diff", "--per-rank"], "choose one")):
+        bad = run_cli(args, tmp_path)
+        assert bad.returncode == 2 and message in one_line_error(bad) and bad.stdout == ""
+
+
+def test_report_per_rank_of_two_runs_shows_each(files, tmp_path):
+    proc = run_cli(["report", files["base"], files["slow"], "--per-rank", "-f", "markdown"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# collbench report: per rank")
+    for name in ("base.json", "slow.json"):
+        assert f"### allreduce · float32 sum · 2 ranks · latency · per rank · {name}\n" in proc.stdout
+        assert f"### per host · {name}\n" in proc.stdout
+
+
+def test_plot_command_overlays_runs_of_one_setup(files, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "runs.svg"
+    proc = run_cli(["plot", files["base"], files["slow"], "--label", "before", "--label", "after", "-o", out], tmp_path)
+    assert proc.returncode == 0 and "replaced" not in proc.stderr, proc.stderr
+    assert "<svg" in out.read_text()[:500]

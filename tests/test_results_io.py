@@ -149,3 +149,108 @@ def test_curated_example_is_a_small_version_2_file_of_five_rounds():
     assert run.metadata["schema_version"] == 2 and run.metadata["settings"]["rounds"] == 5
     assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
     assert all(r.rounds == 5 and len(r.time_us_round_p50s) == 5 and r.run_to_run_cv > 0 for r in run.rows)
+
+
+def _run_with_rounds():
+    """A run whose metadata has what a real one has: rounds with order, hosts and load, one busy."""
+    run = run_of(SERIES)
+    for record in run.metadata["rounds"]:
+        record.update(run_id="abc123", order=[{"collective": "allreduce", "backend": "mpi", "sizes": [8, 64]}],
+                      rank_hosts=["node1", "node1"])
+        record["load"].update(other_cpu_cores=0.1, hosts={"node1": {"other_cpu_cores": 0.1, "cpus": 2}})
+    run.metadata["rounds"][1]["load"].update(busy=True, other_cpu_cores=1.5)
+    run.metadata["settings"] = {"rounds": 5, "seed": 7}
+    return run
+
+
+def test_csv_first_row_carries_the_run_metadata_compare_reads(tmp_path):
+    from collbench.analysis.comparability import CHECKED_METADATA, _lookup
+    from collbench.analysis.runs import busy_rounds, run_ids
+    from collbench.results.exporters import CSV_METADATA_COLUMN, csv_metadata
+
+    run = _run_with_rounds()
+    path = write(run, tmp_path / "run.csv")
+    header = path.read_text().splitlines()[0]
+    assert header.startswith("collective,backend,") and header.endswith("," + CSV_METADATA_COLUMN)
+    back, twin = load_result(path), load_result(write(run, tmp_path / "run.json"))
+    assert back.metadata == {**csv_metadata(run.metadata), "source": str(path), "format": "csv"}
+    assert "rank_hosts" not in back.metadata and back.metadata["hostnames"] == ["node1"]
+    assert all(set(r) == {"round", "load", "run_id"} and set(r["load"]) == {"busy", "other_cpu_cores"}
+               for r in back.metadata["rounds"])                        # no order, rank_hosts, per-host load
+    for _, where in CHECKED_METADATA:
+        assert _lookup(back.metadata, where) == _lookup(twin.metadata, where)
+    assert busy_rounds(back) == busy_rounds(twin) == {2: 1.5} and run_ids(back) == run_ids(twin)
+    assert run.metadata["rounds"][0]["order"] and run.metadata["rank_hosts"]     # the run's own is untouched
+
+
+def test_csv_busy_rounds_are_left_out_as_in_the_json(tmp_path):
+    from collbench.analysis.compare import compare_runs
+
+    base, new = _run_with_rounds(), run_of(SERIES, seed=3)
+    by_csv = compare_runs(load_result(write(base, tmp_path / "b.csv")), load_result(write(new, tmp_path / "n.csv")))
+    by_json = compare_runs(load_result(write(base, tmp_path / "b.json")), load_result(write(new, tmp_path / "n.json")))
+    assert {r.rounds_baseline for r in by_csv.rows} == {r.rounds_baseline for r in by_json.rows} == {4}
+    assert [r.verdict for r in by_csv.rows] == [r.verdict for r in by_json.rows]
+
+
+def test_pandas_reads_the_csv_as_one_plain_table(tmp_path):
+    import pandas as pd
+
+    from collbench.results.exporters import CSV_METADATA_COLUMN
+
+    path = write(_run_with_rounds(), tmp_path / "run.csv")
+    frame = pd.read_csv(path)
+    assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS) + [CSV_METADATA_COLUMN] and len(frame) == len(SERIES)
+    assert list(frame["size_bytes"]) == [r.size_bytes for r in load_result(path).rows]
+    assert frame[CSV_METADATA_COLUMN].notna().sum() == 1 and frame[CSV_METADATA_COLUMN][0].startswith("{")
+
+
+def _with_metadata_cell(path, cell) -> str:
+    """The CSV at ``path`` with its first row's metadata cell replaced by ``cell`` (csv-quoted)."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    rows[1][-1] = cell
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+def test_csv_without_the_metadata_column_still_loads(tmp_path):
+    """CSVs written before the metadata column: rows only."""
+    import pandas as pd
+
+    path = write(run_of(SERIES), tmp_path / "run.csv")
+    old = tmp_path / "old.csv"
+    pd.read_csv(path).drop(columns=["run_metadata"]).to_csv(old, index=False)
+    back = load_result(old)
+    assert len(back.rows) == len(load_result(path).rows) and back.metadata == {"source": str(old), "format": "csv"}
+
+
+@pytest.mark.parametrize("cell, message", [
+    ("{\"hostnames\": [\"a\"", "row 0: run_metadata is not valid JSON"),
+    ("[1, 2]", "metadata is not an object"),
+    ("{\"rounds\": 5}", "metadata.rounds is not a list"),
+    ("{\"versions\": \"MPICH\"}", "metadata.versions is not an object"),
+    ("{\"schema_version\": 99}", "unsupported schema version 99"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("", "run_metadata is not JSON text"),
+    ("12", "metadata is not an object"),
+])
+def test_a_corrupted_metadata_cell_is_refused_in_one_line(tmp_path, cell, message):
+    good = write(run_of(SERIES), tmp_path / "good.csv")
+    path = tmp_path / "bad.csv"
+    path.write_text(_with_metadata_cell(good, cell))
+    with pytest.raises(UsageError) as info:
+        load_result(path)
+    assert message in str(info.value) and "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_corrupted_metadata_cell_exits_2_with_one_line(tmp_path):
+    from results_helpers import one_line_error, run_cli
+
+    good = write(run_of(SERIES), tmp_path / "good.csv")
+    (tmp_path / "bad.csv").write_text(_with_metadata_cell(good, '{"rounds": {"1": 2}}'))
+    proc = run_cli(["compare", "bad.csv", "good.csv"], tmp_path)
+    assert proc.returncode == 2 and "bad.csv: metadata.rounds is not a list" in one_line_error(proc)

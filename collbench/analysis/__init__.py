@@ -4,7 +4,8 @@
 and rounds inside a file: busy rounds, run ids, drift between runs), ``significance``
 (max-T over rows), ``comparability`` (warnings when two runs differ in set-up),
 ``fit`` (latency-bandwidth model), ``report`` (fit and detectable change per row),
-``per_rank`` (``report --per-rank``: slowest and outlier ranks, per host), ``plot``.
+``per_rank`` (``report --per-rank``: slowest and outlier ranks, per host), ``overlay``
+(several runs of one set-up side by side, and ``report --diff``), ``plot``.
 
 May import: ``collbench.errors``, ``collbench.measure``, ``collbench.results``,
 ``collbench.collectives``, numpy, rich, matplotlib (plot only, lazily).

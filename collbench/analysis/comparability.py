@@ -6,7 +6,7 @@ comparison cannot survive — no row in common — is an error raised by ``compa
 
 from __future__ import annotations
 
-from collbench.results.records import RunResult
+from collbench.results.records import RunResult, tidy_library_version
 
 # (label, path into the metadata dict)
 CHECKED_METADATA = (
@@ -35,19 +35,23 @@ def _show(value) -> str:
     return " ".join(str(value).split())
 
 
-def _is_csv(result: RunResult) -> bool:
-    return result.metadata.get("format") == "csv"
+def _csv_without_metadata(result: RunResult) -> bool:
+    """A CSV written before CSVs carried the run's metadata: nothing here can be checked."""
+    return result.metadata.get("format") == "csv" and \
+        all(_lookup(result.metadata, path) is None for _, path in CHECKED_METADATA)
 
 
 def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str) -> list:
     notes = [f"{name} is a CSV without run metadata: host and library were not checked"
-             for name, result in ((baseline_name, baseline), (new_name, new)) if _is_csv(result)]
+             for name, result in ((baseline_name, baseline), (new_name, new)) if _csv_without_metadata(result)]
     if notes:
         return notes
     for label, path in CHECKED_METADATA:
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
         if a is None or b is None:       # e.g. torch is only recorded by runs that used it
             continue
+        if label == "MPI library":       # older files kept the raw text
+            a, b = tidy_library_version(a), tidy_library_version(b)
         if a != b:
             notes.append(f"{label} differs: {_show(a) if a is not None else '(not recorded)'} in {baseline_name}, "
                          f"{_show(b) if b is not None else '(not recorded)'} in {new_name}")

@@ -7,7 +7,7 @@ import math
 
 from collbench.analysis.compare import MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
 from collbench.measure.sizes import format_size
-from collbench.results.tables import TableModel, to_markdown
+from collbench.results.tables import TableModel, ranks_text, to_markdown
 
 COMPARISON_SCHEMA = "collbench.comparison"
 COMPARISON_SCHEMA_VERSION = 2
@@ -94,7 +94,7 @@ def comparison_table(c: Comparison) -> TableModel:
     varying = _varying(c)
     varying_fields = {f for f, _ in varying}
     first = c.rows[0]
-    fixed = [f"{first.field(f)}{' ranks' if f == 'world_size' else ''}" for f, _ in _CONFIG
+    fixed = [ranks_text(first.field(f)) if f == "world_size" else str(first.field(f)) for f, _ in _CONFIG
              if f not in varying_fields and not (f == "op" and first.field(f) == "none")]
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
@@ -108,7 +108,9 @@ def comparison_table(c: Comparison) -> TableModel:
                       _change(r), _interval(r), _rounds(r), _p(r), r.verdict) + ((r.reason,) if show_reason else ()))
     title = f"{c.baseline_name} → {c.new_name}" + (f" · {' · '.join(fixed)}" if fixed else "")
     notes = (method_line(c),) + ((noisy_line(c),) if noisy_line(c) else ())
-    return TableModel(title, headers, tuple(cells), notes)
+    # On a narrow terminal: the size, the change and the verdict stay; the medians, p and rounds go first.
+    priorities = (3, 2, *[4] * len(varying), 0, 5, 5, 0, 1, 6, 4, 0) + ((1,) if show_reason else ())
+    return TableModel(title, headers, tuple(cells), notes, priorities)
 
 
 def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
@@ -116,7 +118,7 @@ def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
         cell = row[verdict_column]
         return row[:verdict_column] + (f"**{cell}**" if cell in ("slower", "faster") else cell,) + row[verdict_column + 1:]
     rows = tuple(bold(row) for row, r in zip(table.rows, keep) if r)
-    return TableModel(table.title, table.headers, rows, table.notes)
+    return TableModel(table.title, table.headers, rows, table.notes, table.priorities)
 
 
 def to_summary_markdown(c: Comparison) -> str:

@@ -3,8 +3,8 @@ median rank and the outlier ranks; then per host, how its ranks compare, so that
 stands out from the rows at once instead of by bisecting nodes by hand.
 
 The statistics are ``collbench.results.ranks``'s. They need each round's per-rank times, which
-only the JSON file holds. Several files merge as in ``report``: a later row replaces an earlier
-one with the same key.
+only the JSON file holds. Several files merge as in ``report``; runs of one setup are shown one
+after the other (``report.per_rank_view``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from statistics import median
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
-from collbench.results.tables import TableModel, to_markdown
+from collbench.results.tables import TableModel, ranks_text
 
 RULE_NOTES = (
     "slowest: the rank with the highest mean time per call against the median rank of its round (median over "
@@ -67,7 +67,7 @@ def _outliers(view) -> str:
 
 def _title(row) -> str:
     op = "" if row.op == "none" else f" {row.op}"
-    return f"{row.collective} · {row.dtype}{op} · {row.world_size} ranks · {row.timing} · per rank"
+    return f"{row.collective} · {row.dtype}{op} · {ranks_text(row.world_size)} · {row.timing} · per rank"
 
 
 def size_tables(entries) -> list:
@@ -84,7 +84,7 @@ def size_tables(entries) -> list:
                        _us(view.slowest_us), _us(view.median_us), _times(view.slowest_rel), _outliers(view))
                       for row, view in group)
         notes = (NOT_JUDGED_NOTE,) if any(v.outliers is None and v.slowest_rank is not None for _, v in group) else ()
-        tables.append(TableModel(_title(group[0][0]), headers, cells, notes))
+        tables.append(TableModel(_title(group[0][0]), headers, cells, notes, (0, 0, 5, 0, 3, 3, 1, 2)))
     return tables
 
 
@@ -140,17 +140,11 @@ def host_table(entries) -> TableModel:
             "-" if worst is None else f"{worst} ({_times(median(h.by_rank[worst]))})")))
     lines.sort(key=lambda line: line[0])
     headers = ("host", "ranks", "median ×", "slowest in", "expected", "outlier in", "its slowest rank")
-    return TableModel("per host", headers, tuple(line[1] for line in lines), HOST_NOTES + RULE_NOTES)
+    return TableModel("per host", headers, tuple(line[1] for line in lines), HOST_NOTES + RULE_NOTES,
+                      (0, 3, 0, 1, 2, 1, 2))
 
 
 def per_rank_tables(loaded) -> list:
     entries = per_rank_rows(loaded)
     return size_tables(entries) + [host_table(entries)]
 
-
-def per_rank_markdown(report) -> str:
-    """The per-rank view of a ``report.Report`` as a markdown document."""
-    lines = ["# collbench report: per rank", "", "Files: " + ", ".join(f"`{s}`" for s in report.sources), ""]
-    lines += [to_markdown(t) for t in per_rank_tables(report.loaded)]
-    lines += [f"- {n}" for n in report.notes]
-    return "\n".join(lines).rstrip("\n") + "\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 from collbench.errors import UsageError
 from collbench.results.exporters import check_output_path, write_atomic
 from collbench.measure.sizes import format_size
+from collbench.results.tables import ranks_text
 
 FORMATS = (".png", ".svg", ".pdf")
 SERIES_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "timing")
@@ -43,27 +44,41 @@ def check_plot_path(path, force: bool) -> Path:
 
 
 def _part(field: str, value) -> str:
-    return f"{value} ranks" if field == "world_size" else str(value)
+    return ranks_text(value) if field == "world_size" else str(value)
 
 
-def series(rows) -> tuple:
-    """Rows with a size grouped per line and sorted by size, labelled by what varies between lines;
-    and the title parts: what all lines share."""
+def _shown(field: str, value) -> bool:
+    return not ((field == "op" and value == "none") or (field == "run" and value == ""))
+
+
+def _lines(rows, runs=()) -> tuple:
+    """[(label, setup index, run index, rows sorted by size)] and the title parts (what every
+    line shares). A line per setup (SERIES_FIELDS) and run (``runs``: per row its run's label,
+    "" or none when the files merge); labelled by what varies between lines."""
+    fields = SERIES_FIELDS + ("run",)
     groups: dict = {}
-    for r in rows:
+    for r, run in zip(rows, runs or [""] * len(rows)):
         if r.size_bytes > 0 and math.isfinite(r.time_us_p50) and r.time_us_p50 > 0:
-            groups.setdefault(tuple(getattr(r, f) for f in SERIES_FIELDS), []).append(r)
-    varying = [i for i in range(len(SERIES_FIELDS)) if len({k[i] for k in groups}) > 1]
+            groups.setdefault(tuple(getattr(r, f) for f in SERIES_FIELDS) + (run,), []).append(r)
+    varying = [i for i in range(len(fields)) if len({k[i] for k in groups}) > 1]
     shown = varying if varying else [1]
-    labelled = {}
+    setups = list(dict.fromkeys(k[:-1] for k in groups))
+    run_names = list(dict.fromkeys(k[-1] for k in groups))
+    lines = []
     for key, group in groups.items():
-        label = " · ".join(_part(SERIES_FIELDS[i], key[i]) for i in shown
-                           if not (SERIES_FIELDS[i] == "op" and key[i] == "none"))
-        labelled[label] = sorted(group, key=lambda r: r.size_bytes)
+        label = " · ".join(_part(fields[i], key[i]) for i in shown if _shown(fields[i], key[i]))
+        lines.append((label, setups.index(key[:-1]), run_names.index(key[-1]),
+                      sorted(group, key=lambda r: r.size_bytes)))
     first = next(iter(groups), None)
-    shared = [_part(SERIES_FIELDS[i], first[i]) for i in range(len(SERIES_FIELDS))
-              if first and i not in shown and not (SERIES_FIELDS[i] == "op" and first[i] == "none")]
-    return labelled, shared
+    shared = [_part(fields[i], first[i]) for i in range(len(fields))
+              if first and i not in shown and _shown(fields[i], first[i])]
+    return lines, shared
+
+
+def series(rows, runs=()) -> tuple:
+    """({label: rows sorted by size} per line, title parts): see ``_lines``."""
+    lines, shared = _lines(rows, runs)
+    return {label: group for label, _, _, group in lines}, shared
 
 
 def _band(r, low: bool) -> float:
@@ -74,11 +89,12 @@ def _band(r, low: bool) -> float:
     return r.busbw_gbps * r.time_us_p50 / t
 
 
-def plot_rows(rows, path, *, force: bool = False) -> list:
-    """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user."""
+def plot_rows(rows, path, *, force: bool = False, runs=()) -> list:
+    """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user.
+    ``runs``: per row, the label of its run (files of one setup measured again), or nothing."""
     path = check_plot_path(path, force)
     Figure, FigureCanvasAgg, FuncFormatter, LogFormatter = _import_matplotlib()
-    lines, shared = series(rows)
+    lines, shared = _lines(rows, runs)
     if not lines:
         raise UsageError("nothing to plot: no row with a size and a time")
     notes = []
@@ -89,14 +105,18 @@ def plot_rows(rows, path, *, force: bool = False) -> list:
     FigureCanvasAgg(figure)
     latency, bandwidth = figure.subplots(1, 2)
     size_label = FuncFormatter(lambda x, _: format_size(int(round(x))) if x >= 1 else f"{x:g}")
-    # Ten colours, then the same colours with other line styles and markers: no two lines alike.
+    # A colour per setup (per run when there is one setup), a line style and marker per run; past
+    # ten setups the colours come again with the next styles: no two lines alike.
     colours = [f"C{i}" for i in range(10)]
     styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
-    for i, (label, group) in enumerate(lines.items()):
+    setups = max(setup for _, setup, _, _ in lines) + 1
+    blocks = -(-setups // len(colours))
+    for label, setup, run, group in lines:
         sizes = [r.size_bytes for r in group]
-        dash, mark = styles[(i // len(colours)) % len(styles)]
+        dash, mark = styles[(run * blocks + setup // len(colours)) % len(styles)]
+        colour = colours[(setup if setups > 1 else run) % len(colours)]
         line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker=mark, markersize=3, label=label,
-                             color=colours[i % len(colours)], linestyle=dash)
+                             color=colour, linestyle=dash)
         lows = [r.time_us_ci_low if math.isfinite(r.time_us_ci_low) else r.time_us_p50 for r in group]
         highs = [r.time_us_ci_high if math.isfinite(r.time_us_ci_high) else r.time_us_p50 for r in group]
         latency.fill_between(sizes, lows, highs, color=line.get_color(), alpha=0.25, linewidth=0)

@@ -1,15 +1,17 @@
-"""``collbench report``: result files merged into one set of rows, their tables, α–β fits, and
-what a comparison of their rounds could detect (``sensitivity_table``)."""
+"""``collbench report``: result files as one set of rows, or as runs side by side when they
+measure the same setup (``overlay``); their tables, α–β fits, and what a comparison of their
+rounds could detect (``sensitivity_table``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from collbench.analysis.fit import MIN_POINTS, GroupFit, fit_rows
-from collbench.results.loader import load_result
+from collbench.analysis.overlay import Runs, load_runs, run_tables
 from collbench.measure.sizes import format_size
-from collbench.results.tables import TableModel, build_tables, to_markdown
+from collbench.results.tables import TableModel, to_markdown
 
 FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
             "β: algorithm bandwidth (size / time), bus β: β × the bus factor; "
@@ -18,36 +20,29 @@ FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on rel
 
 @dataclass(frozen=True)
 class Report:
-    sources: tuple     # file names, in the order given
-    rows: tuple        # merged rows
-    fits: tuple        # GroupFit per (collective, backend, dtype, op, world size, timing)
-    notes: tuple       # what merging replaced, plus the files' own notes
-    loaded: tuple = ()  # (name, RunResult) per file, for what their rounds can detect
+    sources: tuple     # file names, in the order given, each once
+    rows: tuple        # every file's rows
+    fits: tuple        # GroupFit per (collective, backend, dtype, op, world size, timing), per run
+    notes: tuple       # files given twice, plus the files' own notes
+    loaded: tuple      # (name, RunResult) per file, for what their rounds can detect
+    fit_runs: tuple    # per fit its run's label, when the files are separate runs; else ()
+    runs: Runs         # the files, their labels, whether they are separate runs
+
+    def labelled(self) -> list:
+        """(label, RunResult) per file."""
+        return [(label, result) for label, (_, result) in zip(self.runs.labels, self.loaded)]
 
 
-def merge_rows(named_rows) -> tuple:
-    """Rows of several files in order; a later row with the same key replaces an earlier one."""
-    merged: dict = {}
-    origin: dict = {}
-    replaced: dict = {}
-    for name, rows in named_rows:
-        for row in rows:
-            key = row.key()
-            if key in merged:
-                pair = (name, origin[key])
-                replaced[pair] = replaced.get(pair, 0) + 1
-            merged[key] = row
-            origin[key] = name
-    notes = tuple(f"{count} row(s) of {old} replaced by the same key in {new}"
-                  for (new, old), count in replaced.items())
-    return tuple(merged.values()), notes
-
-
-def build_report(paths) -> Report:
-    loaded = [(str(p), load_result(p)) for p in paths]
-    rows, notes = merge_rows((name, result.rows) for name, result in loaded)
-    file_notes = tuple(f"{name}: {note}" for name, result in loaded for note in result.notes)
-    return Report(tuple(name for name, _ in loaded), rows, tuple(fit_rows(rows)), notes + file_notes, tuple(loaded))
+def build_report(paths, labels=()) -> Report:
+    runs = load_runs(paths, labels)
+    if runs.separate:
+        fits = [(label, fit) for label, (_, result) in zip(runs.labels, runs.loaded) for fit in fit_rows(result.rows)]
+    else:
+        fits = [("", fit) for fit in fit_rows(runs.rows())]
+    file_notes = tuple(f"{name}: {note}" for name, result in runs.loaded for note in result.notes)
+    return Report(tuple(name for name, _ in runs.loaded), tuple(runs.rows()), tuple(fit for _, fit in fits),
+                  runs.notes + file_notes, runs.loaded, tuple(label for label, _ in fits) if runs.separate else (),
+                  runs)
 
 
 def _setup(g: GroupFit) -> str:
@@ -72,18 +67,23 @@ def _gbps(v: float) -> str:
     return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 
-def fit_table(fits) -> TableModel:
-    headers = ("collective", "backend", "setup", "α µs", "β GB/s", "bus β GB/s", "n½", "error", "points")
+def fit_table(fits, runs=()) -> TableModel:
+    """The fits; ``runs``, when given, is each fit's run label, shown in a column of its own."""
+    headers = ("collective", "backend") + (("run",) if runs else ()) + (
+        "setup", "α µs", "β GB/s", "bus β GB/s", "n½", "error", "points")
     cells = []
-    for g in fits:
+    for i, g in enumerate(fits):
         f = g.fit
         values = (f"{f.alpha_us:.2f}", _gbps(f.beta_gbps), _gbps(g.bus_beta_gbps), format_bytes(f.half_peak_bytes),
                   f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
-        cells.append((g.field("collective"), g.field("backend"), _setup(g), *values, str(g.points)))
+        cells.append((g.field("collective"), g.field("backend")) + ((runs[i],) if runs else ())
+                     + (_setup(g), *values, str(g.points)))
     notes = [FIT_NOTE]
     if any(g.fit is None for g in fits):
         notes.append(f"-: fewer than {MIN_POINTS} sizes with a time, no fit")
-    return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes))
+    # On a narrow terminal the setup (shared by most rows) and the point count go first.
+    priorities = (2, 1) + ((0,) if runs else ()) + (5, 0, 0, 3, 2, 1, 4)
+    return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes), priorities)
 
 
 def gate_sensitivity(result, alpha: float) -> list:
@@ -139,14 +139,34 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
              f"(max-T), alpha "
              f"{alpha:g}. Rows above the threshold give inconclusive verdicts there, not false alarms; a baseline "
              "merged from several runs (collbench merge) lowers the figure",)
-    return TableModel("what a comparison against this baseline can detect", headers, tuple(cells), notes)
+    priorities = ((0,) if several else ()) + (2, 1, 0, 4, 3, 2, 1, 0)        # the verdict stays
+    return TableModel("what a comparison against this baseline can detect", headers, tuple(cells), notes, priorities)
 
 
-def to_markdown_report(report: Report, threshold: float = 0.05, alpha: float = 0.05) -> str:
-    lines = ["# collbench report", "", "Files: " + ", ".join(f"`{s}`" for s in report.sources), ""]
-    lines += [to_markdown(t) for t in build_tables(report.rows)]
+def report_tables(report: Report, threshold: float, alpha: float) -> list:
+    """The tables of the rows (merged, or runs side by side), the fits and the sensitivity."""
+    tables = run_tables(report.runs)
     if report.fits:
-        lines.append(to_markdown(fit_table(report.fits)))
-    lines.append(to_markdown(sensitivity_table(list(report.loaded), threshold, alpha)))
+        tables.append(fit_table(report.fits, report.fit_runs))
+    return tables + [sensitivity_table(report.labelled(), threshold, alpha)]
+
+
+def per_rank_view(report: Report) -> list:
+    """``report --per-rank``: the files merged, or each run's own tables when they are runs."""
+    from collbench.analysis.per_rank import per_rank_tables
+
+    if not report.runs.separate:
+        return per_rank_tables(report.loaded)
+    return [dataclasses.replace(table, title=f"{table.title} · {label}")
+            for label, loaded in zip(report.runs.labels, report.loaded) for table in per_rank_tables([loaded])]
+
+
+def markdown_document(heading: str, report: Report, tables) -> str:
+    """A markdown document: heading, the files (and their run labels), tables, notes."""
+    runs = report.runs
+    named = [f"`{name}`" + (f" ({label})" if runs.separate and label != name else "")
+             for name, label in zip(report.sources, runs.labels)]
+    lines = [f"# {heading}", "", "Files: " + ", ".join(named), ""]
+    lines += [to_markdown(t) for t in tables]
     lines += [f"- {n}" for n in report.notes]
     return "\n".join(lines).rstrip("\n") + "\n"

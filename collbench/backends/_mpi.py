@@ -58,7 +58,9 @@ def mpi4py_missing() -> Optional[str]:
 
 
 def library_version() -> str:
-    return mpi_module().Get_library_version().strip().splitlines()[0].strip()
+    from collbench.results.records import tidy_library_version
+
+    return tidy_library_version(mpi_module().Get_library_version())
 
 
 class MpiControl(Control):

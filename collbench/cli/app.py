@@ -12,80 +12,31 @@ import sys
 import click
 
 from collbench import __version__
-from collbench.cli import params
+from collbench.cli.options import BenchCommand, bench_options, defaults_without
 from collbench.collectives.registry import ORDER
 from collbench.errors import CollbenchError
-from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
-
-TIMINGS = ("latency", "throughput", "both")
-FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
 
 
-def _positive_int(name):
-    def check(ctx, param, value):
-        if value is not None and value < 1:
-            raise click.BadParameter(f"must be at least 1, got {value}", param_hint=name)
-        return value
-    return check
+
+class CommandGroup(click.Group):
+    """collbench's commands in the order a user meets them, each with its whole first sentence."""
+
+    def list_commands(self, ctx):
+        first = list(ORDER) + ["all", "env"]
+        return first + sorted(name for name in self.commands if name not in first)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, self.commands[name].get_short_help_str(limit=200)) for name in self.list_commands(ctx)
+                if name in self.commands and not self.commands[name].hidden]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
-def bench_options(f):
-    """Options shared by every collective command and ``all``."""
-    decorators = [
-        click.option("-b", "--backend", default="mpi", show_default=True,
-                     help="Comma list of mpi, mpi-pickle, gloo, nccl, installed plugins (collbench env lists them), or all (every usable one)."),
-        click.option("-s", "--sizes", default="8-1M", show_default=True,
-                     help="Sizes: 1K-1G (powers of 2), 8-1M:x4, 1K-64K:+8K, 8,1K,1M; K/M/G are 1024-based."),
-        click.option("-n", "--np", "nprocs", type=int, default=None,
-                     help="Ranks to launch when no launcher is used [default: GPUs for nccl, else min(cpus, 4), at least 2]."),
-        click.option("-d", "--dtype", default="float32", show_default=True,
-                     help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64."),
-        click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod."),
-        click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives."),
-        click.option("--iters", type=int, default=None, callback=_positive_int("--iters"),
-                     help="Fixed timed iterations per size and round [default: adaptive]."),
-        click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
-                     help="Untimed iterations per size, after the first call."),
-        click.option("--min-iters", type=click.IntRange(min=1), default=10, show_default=True,
-                     help="Fewest timed iterations in adaptive mode."),
-        click.option("--max-time", type=params.MAX_TIME, default=1.0, show_default=True,
-                     help="Seconds of timed work per size in adaptive mode, shared among the rounds."),
-        click.option("--precision", type=params.PRECISION, default=0.02,
-                     show_default=True,
-                     help="Stop when the median's 95%% CI half-width is this fraction of the median."),
-        click.option("--rounds", type=click.IntRange(min=1, max=MAX_ROUNDS), default=DEFAULT_ROUNDS,
-                     show_default=True,
-                     help="Measure the whole sweep this many times: fresh launches when collbench starts "
-                          "the ranks, fresh communicators and buffers under your launcher."),
-        click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=None,
-                     help="Seed of the shuffled measurement order [default: random, recorded]."),
-        click.option("--shuffle/--no-shuffle", default=True, show_default=True,
-                     help="Shuffle the order of collectives, backends and sizes within each round."),
-        click.option("--timing", type=click.Choice(TIMINGS), default="latency", show_default=True,
-                     help="latency: barrier + one call; throughput: back-to-back calls; both."),
-        click.option("--check/--no-check", default=True, show_default=True,
-                     help="Verify every size's result once, outside the timed region."),
-        click.option("-o", "--output", multiple=True,
-                     help="Write results to FILE (.json, .csv or .md); repeatable [default: JSON+CSV in results/]."),
-        click.option("--results-dir", default="results", show_default=True,
-                     help="Folder for the default result files."),
-        click.option("--no-save", is_flag=True, help="Write no result files."),
-        click.option("--force", is_flag=True, help="Overwrite existing output files."),
-        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
-        click.option("-f", "--format", "print_format", type=click.Choice(FORMATS), default="table",
-                     show_default=True, help="What to print on stdout."),
-        click.option("--timeout", type=params.TIMEOUT, default=300.0, show_default=True,
-                     help="Abort the whole job if one size takes longer than this many seconds; 0 = never."),
-        click.option("-v", "--verbose", is_flag=True, help="Print the launch command and more detail."),
-    ]
-    for decorator in reversed(decorators):
-        f = decorator(f)
-    return f
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=CommandGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="collbench")
-def cli():
+@click.pass_context
+def cli(ctx):
     """Benchmark collective communication across message sizes and backends.
 
     \b
@@ -93,7 +44,10 @@ def cli():
       collbench allreduce --sizes 1K-1M               # self-launches ranks through mpiexec
       mpiexec -n 8 collbench all                      # under your own launcher
       collbench all -n 4 --backend mpi,mpi-pickle     # one table, two backends
+      collbench compare baseline.json new.json        # exit 1 on a regression
     """
+    if ctx.invoked_subcommand is None:       # bare ``collbench``: the help, not an error
+        click.echo(ctx.get_help())
 
 
 _argv: list = []   # the arguments main() was given: self-launched ranks re-run them
@@ -111,13 +65,27 @@ def _bench(collectives, **opts):
     sys.exit(build_and_run(collectives, opts, list(_argv)))
 
 
-def _make_command(name):
-    @bench_options
-    def command(**opts):
-        _bench((name,), **opts)
+_WHOLE_ARRAY = ("\n\n    Sizes are of the whole array over all n ranks, as in nccl-tests: each rank {part} size / n "
+                "(OSU's message size), shown in the table's per-rank column.")
+_PART = {"allgather": "contributes", "gather": "contributes", "scatter": "receives", "alltoall":
+         "sends every other rank", "reduce_scatter": "ends with"}
 
-    command.__doc__ = f"Measure {name} across sizes (and backends)."
-    return cli.command(name)(command)
+
+def _make_command(name):
+    from collbench.collectives.registry import get_collective
+
+    coll = get_collective(name)
+
+    @bench_options(coll)
+    def command(**opts):
+        _bench((name,), **{**defaults_without(coll), **opts})
+
+    what = "the time of a barrier" if not coll.moves_data else f"{name} across sizes (and backends)"
+    command.__doc__ = f"Measure {what}." + (
+        "" if coll.size_is_per_rank or not coll.moves_data else _WHOLE_ARRAY.format(part=_PART.get(name, "has")))
+    made = cli.command(name, cls=BenchCommand)(command)
+    made.collective = coll
+    return made
 
 
 for _name in ORDER:
@@ -125,9 +93,13 @@ for _name in ORDER:
 
 
 @cli.command("all")
-@bench_options
+@bench_options()
 def all_command(**opts):
-    """Measure every collective in one run, one results file."""
+    """Measure every collective in one run, one results file.
+
+    Options apply where they mean something: --op to the reductions, --root to the rooted
+    collectives, --sizes and --dtype to every collective but barrier.
+    """
     _bench(ORDER, **opts)
 
 
@@ -135,8 +107,10 @@ def all_command(**opts):
 def env_command():
     """Show what collbench detects: launcher, ranks, MPI, torch, usable backends."""
     from collbench.cli.env import print_report
+    from collbench.launch.launcher import detected_rank
 
-    print_report()
+    if detected_rank() == 0:        # under a launcher every rank would print the same report
+        print_report()
 
 
 def main(argv=None) -> None:
@@ -213,9 +187,11 @@ def _end_job_from_here(exc: CollbenchError) -> None:
 
 
 def _register_file_commands() -> None:
+    from collbench.cli.export import export_command
     from collbench.cli.results import register
 
     register(cli)
+    cli.add_command(export_command)
 
 
 _register_file_commands()

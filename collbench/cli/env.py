@@ -59,7 +59,9 @@ def _mpi_library() -> str:
         import mpi4py
         mpi4py.rc.initialize = False
         from mpi4py import MPI
-        return MPI.Get_library_version().strip().splitlines()[0].strip()
+
+        from collbench.results.records import tidy_library_version
+        return tidy_library_version(MPI.Get_library_version())
     except Exception as exc:  # libmpi missing or broken: say so, do not crash
         return f"unusable ({exc.__class__.__name__}: {str(exc).strip().splitlines()[0]})"
 

@@ -26,11 +26,12 @@ def _console():
 
 
 def _print_tables(tables) -> None:
-    from collbench.results.tables import to_rich
+    from collbench.results.render import output_width, print_table
 
     console = _console()
+    width = output_width(console.is_terminal, console.width)
     for table in tables:
-        console.print(to_rich(table, plain=not console.is_terminal))
+        print_table(console, table, width, plain=not console.is_terminal)
 
 
 def _warn(text: str) -> None:
@@ -81,45 +82,55 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
         sys.exit(1)
 
 
+LABEL_HELP = ("The label of each file's run in tables and legends, in the order of FILES (repeat it, one per file); "
+              "files given labels are runs of their own even when they share no row.")
+
+
 @click.command("report")
 @click.argument("files", nargs=-1, required=True)
 @click.option("-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
               help="Terminal tables or markdown.")
 @click.option("--threshold", default="5%", show_default=True,
               help="The compare threshold to judge each row's noise against: 5% or 0.05.")
+@click.option("--label", "labels", multiple=True, metavar="TEXT", help=LABEL_HELP)
+@click.option("--diff", is_flag=True,
+              help="Instead of the tables: per row, the change of each later file's median time against the first "
+                   "file's, and whether their 95% CIs are apart (descriptive; compare decides).")
 @click.option("--per-rank", is_flag=True,
               help="Instead of the tables: per size, the slowest rank and its host, its time against the median "
                    "rank and the outlier ranks; then per host, how its ranks compare, so a bad node stands out "
                    "(JSON files only; the rules: docs/results-format.md).")
-def report_command(files, fmt, threshold, per_rank) -> None:
-    """Re-render the tables of result FILES (JSON or CSV, merged) with a latency–bandwidth fit.
+def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
+    """Re-render the tables of result FILES (JSON or CSV) with a latency–bandwidth fit.
 
-    For each collective and backend, t(n) = α + n/β is fitted to the median times: α (µs),
-    β (GB/s), the half-peak size n½ = α·β and the fit's RMS relative error. A last table says,
-    per row, the smallest change a comparison of its rounds would detect, and whether rows are
-    too noisy to gate on at --threshold.
+    Files of different setups merge into one set of tables. Files that measure the same setup
+    (a before/after pair) are runs side by side: a column group per run, labelled by file name
+    (or --label), and each run's median time against the first run's.
+
+    For each collective and backend (and run), t(n) = α + n/β is fitted to the median times:
+    α (µs), β (GB/s), the half-peak size n½ = α·β and the fit's RMS relative error. A last
+    table says, per row, the smallest change a comparison of its rounds would detect, and
+    whether rows are too noisy to gate on at --threshold.
     """
     from collbench.analysis.compare import DEFAULT_ALPHA, parse_threshold
-    from collbench.analysis.report import build_report, fit_table, sensitivity_table, to_markdown_report
-    from collbench.results.tables import build_tables
+    from collbench.analysis.report import build_report, markdown_document, per_rank_view, report_tables
+    from collbench.errors import UsageError
 
+    if diff and per_rank:
+        raise UsageError("--diff and --per-rank are two views: choose one")
     threshold_value = parse_threshold(threshold)
-    report = build_report(files)
-    if per_rank:
-        from collbench.analysis.per_rank import per_rank_markdown, per_rank_tables
+    report = build_report(files, labels)
+    if diff:
+        from collbench.analysis.overlay import diff_tables
 
-        if fmt == "markdown":
-            sys.stdout.write(per_rank_markdown(report))
-            return
-        _print_tables(per_rank_tables(report.loaded))
-        for note in report.notes:
-            print(f"collbench: {note}", file=sys.stderr)
-        return
+        heading, tables = "collbench report: change against the first file", diff_tables(report.runs)
+    elif per_rank:
+        heading, tables = "collbench report: per rank", per_rank_view(report)
+    else:
+        heading, tables = "collbench report", report_tables(report, threshold_value, DEFAULT_ALPHA)
     if fmt == "markdown":
-        sys.stdout.write(to_markdown_report(report, threshold_value, DEFAULT_ALPHA))
+        sys.stdout.write(markdown_document(heading, report, tables))
         return
-    tables = build_tables(report.rows) + ([fit_table(report.fits)] if report.fits else []) \
-        + [sensitivity_table(list(report.loaded), threshold_value, DEFAULT_ALPHA)]
     _print_tables(tables)
     for note in report.notes:
         print(f"collbench: {note}", file=sys.stderr)
@@ -127,22 +138,24 @@ def report_command(files, fmt, threshold, per_rank) -> None:
 
 @click.command("plot")
 @click.argument("files", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, help="Image to write: .png, .svg or .pdf.")
+@click.option("-o", "--output", required=True, metavar="FILE", help="Image to write: .png, .svg or .pdf.")
 @click.option("--force", is_flag=True, help="Overwrite an existing image.")
-def plot_command(files, output, force) -> None:
+@click.option("--label", "labels", multiple=True, metavar="TEXT", help=LABEL_HELP)
+def plot_command(files, output, force, labels) -> None:
     """Plot latency and bus bandwidth against size (log–log) from result FILES into an image.
 
     One line per backend (and per collective when there are several), the 95% CI of the
-    median as a band. Needs matplotlib: pip install "collbench[plot]".
+    median as a band. Files that measure the same setup (a before/after pair) are runs: one
+    line each, labelled by file name (or --label), a colour per setup and a line style per
+    run. Needs matplotlib: pip install "collbench[plot]".
     """
-    from collbench.results.loader import load_result
+    from collbench.analysis.overlay import load_runs
     from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
-    from collbench.analysis.report import merge_rows
 
     check_plot_path(output, force)
     require_matplotlib()
-    rows, notes = merge_rows((str(f), load_result(f).rows) for f in files)
-    for note in list(notes) + plot_rows(rows, output, force=force):
+    runs = load_runs(files, labels)
+    for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, runs=runs.row_runs()):
         print(f"collbench: {note}", file=sys.stderr)
     print(f"collbench: wrote {output}", file=sys.stderr)
 

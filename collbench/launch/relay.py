@@ -65,3 +65,19 @@ class Relay:
     def join(self) -> None:
         for t in self._threads:
             t.join(timeout=5)
+
+
+ONE_TERMINAL_ENV = "COLLBENCH_ONE_TERMINAL"
+
+
+def one_terminal() -> bool:
+    """Whether stdout and stderr are one terminal. Then rank 0 writes its tables and progress
+    bar through one stream: the launcher relays each stream on its own, and two could reorder
+    the bar's erasing around a table, leaving a stale bar in it."""
+    try:
+        if not (sys.stdout.isatty() and sys.stderr.isatty()):
+            return False
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+        return (out.st_rdev, out.st_ino) == (err.st_rdev, err.st_ino)
+    except (OSError, ValueError):
+        return False

@@ -20,7 +20,7 @@ from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.launch.launcher import CHILD_MARK
-from collbench.launch.relay import Relay
+from collbench.launch.relay import ONE_TERMINAL_ENV, Relay, one_terminal
 from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, kept
 from collbench.results.journal import Journal
 
@@ -258,6 +258,8 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
             env[name] = "1"
     if sys.stdout.isatty() or sys.stderr.isatty():
         env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+    if one_terminal():
+        env[ONE_TERMINAL_ENV] = "1"
     if use_mpi and find_mpiexec() is None:
         raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                          'pip install "collbench[mpich]", or start collbench under your own launcher')

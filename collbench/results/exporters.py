@@ -81,25 +81,52 @@ def _cell(value) -> str:
     return str(value)
 
 
+#: The CSV's last column: the run's metadata as JSON in the first row's cell, empty below, so
+#: that the file stays one plain table (``pandas.read_csv(path)`` reads it as it did before).
+CSV_METADATA_COLUMN = "run_metadata"
+#: Left out of the CSV's metadata: lists that grow with the ranks, hosts or sizes of a run (the
+#: JSON keeps them), so that rewriting the CSV after each size stays cheap at any scale.
+CSV_LEFT_OUT = {"metadata": ("rank_hosts",), "round": ("order", "rank_hosts"), "load": ("hosts",)}
+
+
+def _without(record, names) -> dict:
+    return {k: v for k, v in record.items() if k not in names} if isinstance(record, dict) else record
+
+
+def csv_metadata(metadata: dict) -> dict:
+    """What a CSV carries of the run metadata: everything ``compare`` checks (hosts, CPU, library
+    versions, world size, schema version) and reads (each round's number, run and load), less
+    CSV_LEFT_OUT."""
+    meta = _without(metadata, CSV_LEFT_OUT["metadata"])
+    if isinstance(meta.get("rounds"), list):
+        rounds = [_without(r, CSV_LEFT_OUT["round"]) for r in meta["rounds"]]
+        meta["rounds"] = [{**r, "load": _without(r["load"], CSV_LEFT_OUT["load"])}
+                          if isinstance(r, dict) and isinstance(r.get("load"), dict) else r for r in rounds]
+    return meta
+
+
 class CsvExporter:
     """The rows, one per line; the round medians as one space-separated cell; then the per-rank
-    columns, for spreadsheets (readers of the file ignore them). Written with the standard
-    library's csv module, in the dialect pandas writes and reads: rewriting the file after
-    each size costs a tenth of what a DataFrame's ``to_csv`` does."""
+    columns, for spreadsheets (readers of the file ignore them); last, the run's metadata in the
+    first row (CSV_METADATA_COLUMN). Written with the standard library's csv module, in the
+    dialect pandas writes and reads: rewriting the file after each size costs a tenth of what a
+    DataFrame's ``to_csv`` does."""
 
     suffix, format = ".csv", "csv"
 
     @staticmethod
     def render(result: RunResult) -> str:
         out = io.StringIO()
+        # json.dumps escapes every control character: the metadata is one line whatever it holds
+        metadata = json.dumps(csv_metadata(result.metadata), default=str)
         writer = csv.writer(out, lineterminator="\n")
         columns = ROW_FIELDS + RANK_FIELDS
-        writer.writerow(columns)
-        for r, view in zip(result.rows, row_views(result)):
+        writer.writerow(columns + (CSV_METADATA_COLUMN,))
+        for i, (r, view) in enumerate(zip(result.rows, row_views(result))):
             record = r.to_dict()
             record["time_us_round_p50s"] = " ".join(f"{v:.6g}" for v in r.time_us_round_p50s)
             record.update(csv_fields(view))
-            writer.writerow([_cell(record.get(name)) for name in columns])
+            writer.writerow([_cell(record.get(name)) for name in columns] + [metadata if i == 0 else ""])
         return out.getvalue()
 
 
@@ -118,8 +145,9 @@ class MarkdownExporter:
         meta = result.metadata
         head = ["# collbench results", "",
                 f"- collbench {meta.get('collbench_version', '?')}, {meta.get('timestamp', '')}",
-                f"- {meta.get('world_size', '?')} ranks on {', '.join(meta.get('hostnames', []))}",
-                f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", ""]
+                f"- {meta.get('world_size', '?')} rank{'' if meta.get('world_size') == 1 else 's'} on "
+                f"{', '.join(str(h) for h in meta.get('hostnames', []))}",
+                f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", "", ""]
         body = [to_markdown(t) for t in build_tables(result.rows)]
         notes = [f"- {n}" for n in result.notes]
         return "\n".join(head) + "\n".join(body) + ("\n" + "\n".join(notes) + "\n" if notes else "")

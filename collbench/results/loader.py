@@ -1,15 +1,18 @@
-"""Read result files back: collbench JSON (schema versions 1 and 2) or CSV of rows.
+"""Read result files back: collbench JSON (schema versions 1 and 2) or CSV of rows, with the run
+metadata of its first line where it has one.
 
 Version 1 files (before rounds) load as runs of one round: the row's samples become round 1.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 
 from collbench.errors import UsageError
+from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RoundData, Row, RunResult
 
 _INT = {"world_size", "ranks_per_node", "size_bytes", "per_rank_bytes", "count", "iterations", "rounds"}
@@ -118,24 +121,37 @@ _METADATA_TYPES = {"rounds": list, "settings": dict, "versions": dict, "hostname
                    "merged_from": list, "environment": dict}
 
 
-def _load_json(path: Path, text: str) -> RunResult:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise UsageError(f"{path}: not a collbench result file (nested too deeply)") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise UsageError(f"{path}: not a collbench result file")
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
-        raise UsageError(f"{path}: unsupported schema version {version!r} (this collbench reads 1..{SCHEMA_VERSION})")
-    metadata = doc.get("metadata", {})
+def _checked_metadata(metadata, path: Path) -> dict:
     if not isinstance(metadata, dict):
         raise UsageError(f"{path}: metadata is not an object")
     for key, kind in _METADATA_TYPES.items():
         if metadata.get(key) is not None and not isinstance(metadata[key], kind):
             raise UsageError(f"{path}: metadata.{key} is not {'a list' if kind is list else 'an object'}")
+    return metadata
+
+
+def _parse(text: str, where: str):
+    """JSON text to objects; what is wrong with it, in one line naming ``where``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise UsageError(f"{where} is nested too deeply") from None
+
+
+def _schema_version(version, path: Path) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
+        raise UsageError(f"{path}: unsupported schema version {version!r} (this collbench reads 1..{SCHEMA_VERSION})")
+    return version
+
+
+def _load_json(path: Path, text: str) -> RunResult:
+    doc = _parse(text, str(path))
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: not a collbench result file")
+    version = _schema_version(doc.get("schema_version"), path)
+    metadata = _checked_metadata(doc.get("metadata", {}), path)
     rows = doc.get("rows", [])
     if not isinstance(rows, list):
         raise UsageError(f"{path}: rows is not a list")
@@ -156,14 +172,29 @@ def _load_json(path: Path, text: str) -> RunResult:
     return result
 
 
-def _load_csv(path: Path) -> RunResult:
+def _csv_metadata(path: Path, cell) -> dict:
+    """The run metadata of a CSV's first row (its ``run_metadata`` cell), checked as the JSON's is."""
+    if not isinstance(cell, str):
+        raise UsageError(f"{path}: row 0: {CSV_METADATA_COLUMN} is not JSON text")
+    metadata = _checked_metadata(_parse(cell, f"{path}: row 0: {CSV_METADATA_COLUMN}"), path)
+    _schema_version(metadata.get("schema_version", SCHEMA_VERSION), path)
+    return metadata
+
+
+def _load_csv(path: Path, text: str) -> RunResult:
+    """Rows from the CSV; run metadata from its first row where it has one (CSVs written before
+    it carry none). ``format: csv`` says the file holds rows only, no rounds."""
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(io.StringIO(text), dtype={CSV_METADATA_COLUMN: object})
     except Exception as exc:  # pandas raises several types for unreadable CSV
         raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
-    result = RunResult(metadata={"source": str(path), "format": "csv"})
+    metadata = {}
+    if CSV_METADATA_COLUMN in frame.columns and len(frame):
+        metadata = _csv_metadata(path, frame[CSV_METADATA_COLUMN].iloc[0])
+        frame = frame.drop(columns=[CSV_METADATA_COLUMN])
+    result = RunResult(metadata={**metadata, "source": str(path), "format": "csv"})
     for i, record in enumerate(frame.to_dict("records")):
         result.add(_row(record, f"{path} row {i}"))
     return result
@@ -187,5 +218,5 @@ def load_result(path) -> RunResult:
     if not text.strip():
         raise UsageError(f"{path}: empty file")
     if path.suffix.lower() == ".csv":
-        return _load_csv(path)
+        return _load_csv(path, text)
     return _load_json(path, text)

@@ -13,7 +13,8 @@ from pathlib import Path
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
 from collbench.results.journal import Journal, restore
-from collbench.results.tables import build_tables, to_rich
+from collbench.results.render import output_width, print_table
+from collbench.results.tables import build_tables
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class Output:
     """
 
     def __init__(self, settings: OutputSettings, collector, *, total_steps: int, done_steps: int = 0,
-                 prints_final: bool = True, round_label: str = "", journal=None) -> None:
+                 prints_final: bool = True, round_label: str = "", journal=None,
+                 round_steps: int = 0) -> None:
         from rich.console import Console
 
         self.settings = settings
@@ -56,18 +58,21 @@ class Output:
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
                                    no_color=True, force_terminal=False)
         else:
-            self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, force_terminal=True)
+            # One terminal behind both streams of a self-launched rank (launch.spawn): the tables
+            # share stderr's pipe with the progress bar, so the launcher cannot reorder them.
+            shared = os.environ.get("COLLBENCH_ONE_TERMINAL") == "1" and os.environ.get("COLLBENCH_LAUNCHED")
+            self.console = Console(file=sys.stderr if shared else sys.stdout, highlight=False, soft_wrap=False,
+                                   force_terminal=True)
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
         self._open_files()
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+            from collbench.results.progress import ProgressBar
 
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                     TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
-                                     console=self.err, transient=True)
-            self.task = self.progress.add_task("collbench", total=total_steps, completed=done_steps)
-            self.progress.start()
+            per_round = round_steps or total_steps
+            self.progress = ProgressBar(self.err, total_steps, done_steps, per_round,
+                                        max((total_steps - done_steps) // per_round - 1, 0),
+                                        list(self.collector.metadata.get("rounds", [])))
 
     def _open_files(self) -> None:
         """The earlier rounds' files and journal, or this run's, claimed now; either way written
@@ -113,14 +118,14 @@ class Output:
 
     def step(self, description: str) -> None:
         if self.progress:
-            self.progress.update(self.task, description=self.round_label + description)
+            self.progress.describe(self.round_label + description)
 
     def add(self, identity, sort_key: tuple, data) -> None:
         with self._lock:
             self.collector.add(identity, sort_key, data)
             self._record(self.collector.entry(identity, sort_key, data))
         if self.progress:
-            self.progress.advance(self.task)
+            self.progress.advance()
 
     def round_done(self, record: dict) -> None:
         """The round's own metadata (number, kind, order, load), kept in ``metadata["rounds"]``."""
@@ -128,6 +133,11 @@ class Output:
             self.collector.metadata.setdefault("rounds", []).append(record)
             self.collector.round_ended()
             self._record({"type": "round", "record": record}, save=True)
+        if self.progress:
+            self.progress.round_done(float(record.get("seconds", 0.0)))
+            total = self.progress.rounds
+            if self.round_label and isinstance(record.get("round"), int) and record["round"] < total:
+                self.round_label = f"round {record['round'] + 1}/{total} · "     # rounds in one job
 
     def _append(self, entry: dict) -> None:
         try:
@@ -175,25 +185,22 @@ class Output:
         rows = self.collector.rows_of(collective)
         exporter = STDOUT_FORMATS[self.settings.print_format]
         streams = exporter is None or hasattr(exporter, "render_tables")     # tables as collectives finish
-        if self.settings.quiet or not rows or not streams:
+        if not self._prints_stdout() or not rows or not streams:
             return
         if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
             self.progress.stop()
         if exporter is not None:
             self._print_line(exporter.render_tables(rows))
         else:
+            width = output_width(not self.plain, self.console.width)
             for table in build_tables(rows):
-                rendered = to_rich(table, plain=self.plain)
-                # Wider than the terminal: let it run past the edge rather than cut cells.
-                natural = self.console.measure(rendered, options=self.console.options.update_width(10_000)).maximum
-                if natural > self.console.width:
-                    from rich.console import Console
-                    Console(file=sys.stdout, highlight=False, force_terminal=not self.plain,
-                            no_color=self.plain, width=natural).print(rendered)
-                else:
-                    self.console.print(rendered)
+                print_table(self.console, table, width, self.plain)
         if self.progress:
             self.progress.start()
+
+    def _prints_stdout(self) -> bool:
+        """-q keeps the terminal quiet; a format asked for with -f is printed all the same."""
+        return not self.settings.quiet or self.settings.print_format != "table"
 
     def _print_line(self, text: str) -> None:
         self.console.file.write(text + "\n")
@@ -218,7 +225,7 @@ class Output:
             return
         exporter = STDOUT_FORMATS[self.settings.print_format]
         whole = exporter is not None and not hasattr(exporter, "render_tables")   # one document at the end
-        if not self.settings.quiet and whole:
+        if self._prints_stdout() and whole:
             self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
         written = self.files.written()
         if written and not self.settings.quiet:

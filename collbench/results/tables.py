@@ -23,6 +23,7 @@ class TableModel:
     headers: tuple
     rows: tuple
     notes: tuple = ()
+    priorities: tuple = ()   # per column: 0 always shown, higher numbers dropped first to fit a width
 
 
 def _t(us: float) -> str:
@@ -74,47 +75,108 @@ def _group_key(row: Row) -> tuple:
     return (row.collective, row.dtype, row.op, row.timing, row.world_size)
 
 
-def _title(row: Row) -> str:
+def ranks_text(n) -> str:
+    """"1 rank", "8 ranks"."""
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def _title(rows: list) -> str:
+    row = rows[0]
     op = "" if row.op == "none" else f" {row.op}"
-    return f"{row.collective} · {row.dtype}{op} · {row.world_size} ranks · {row.timing}"
+    data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
+    return f"{row.collective}{data} · {ranks_text(row.world_size)} · {row.timing}"
+
+
+def _per_rank(rows: list) -> bool:
+    """Whether each rank's part differs from the size (allgather, gather, scatter, alltoall,
+    reduce_scatter: the size is the whole n-rank array, as in nccl-tests)."""
+    return any(r.size_bytes and r.per_rank_bytes != r.size_bytes for r in rows)
+
+
+def _rank_size(row: Row) -> str:
+    return "-" if not row.per_rank_bytes else format_size(row.per_rank_bytes)
+
+
+def _columns(columns: list, rows: list, title: str, notes: tuple) -> TableModel:
+    """A table from (header, priority, cell function) triples: one cell per row."""
+    headers = tuple(h for h, _, _ in columns)
+    priorities = tuple(p for _, p, _ in columns)
+    cells = tuple(tuple(cell(r) for _, _, cell in columns) for r in rows)
+    return TableModel(title, headers, cells, notes, priorities)
 
 
 def _single(title: str, rows: list) -> TableModel:
     rounds = any(r.rounds > 1 for r in rows)
-    headers = ("size", "count") + (("rounds",) if rounds else ()) + ("iters", "p50 µs", "95% CI µs") \
-        + (("run cv",) if rounds else ()) + ("min µs", "p95 µs", "max µs", "algbw GB/s", "busbw GB/s", "check")
-    cells = tuple((_size(r), str(r.count)) + ((str(r.rounds),) if rounds else ())
-                  + (_iters(r), _t(r.time_us_p50), _ci(r)) + ((_cv(r),) if rounds else ())
-                  + (_t(r.time_us_min), _t(r.time_us_p95), _t(r.time_us_max), _bw(r.algbw_gbps), _bw(r.busbw_gbps),
-                     r.check)
-                  for r in rows)
-    return TableModel(f"{title} · {rows[0].backend}", headers, cells, _notes(rows))
+    sized = any(r.size_bytes for r in rows)
+    columns = [("size", 0, _size)] if sized else []
+    if _per_rank(rows):
+        columns.append(("per rank", 2, _rank_size))
+    if sized:
+        columns.append(("count", 8, lambda r: str(r.count)))
+    if rounds:
+        columns.append(("rounds", 9, lambda r: str(r.rounds)))
+    columns += [("iters", 7, _iters), ("p50 µs", 0, lambda r: _t(r.time_us_p50)), ("95% CI µs", 1, _ci)]
+    if rounds:
+        columns.append(("run cv", 4, _cv))
+    columns += [("avg µs", 6, lambda r: _t(r.time_us_rank_avg)), ("min µs", 10, lambda r: _t(r.time_us_min)),
+                ("p95 µs", 12, lambda r: _t(r.time_us_p95)), ("max µs", 11, lambda r: _t(r.time_us_max))]
+    if sized:
+        columns += [("algbw GB/s", 5, lambda r: _bw(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: _bw(r.busbw_gbps))]
+    if sized:
+        columns.append(("check", 1, lambda r: r.check))
+    return _columns(columns, rows, f"{title} · {rows[0].backend}", _summary(rows, [rows[0].backend]) + _notes(rows))
 
 
 def _multi(title: str, rows: list, backends: list) -> TableModel:
     by = {(r.backend, r.size_bytes): r for r in rows}
     sizes = sorted({r.size_bytes for r in rows})
-    show_check = any(r.check != "ok" for r in rows)
-    headers = ["size"]
-    for b in backends:
-        headers += [f"{b} p50 µs", f"{b} CI", f"{b} busbw GB/s"] + ([f"{b} check"] if show_check else [])
-    headers += [f"{b}/{backends[0]}" for b in backends[1:]]
-    cells = []
-    for size in sizes:
-        line = [_size(next(r for r in rows if r.size_bytes == size))]
-        for b in backends:
-            r = by.get((b, size))
-            line += [_t(r.time_us_p50) + ("" if r.precision_reached else "*"), _ci_pct(r), _bw(r.busbw_gbps)] \
-                if r else ["-", "-", "-"]
-            if show_check:
-                line.append(r.check if r else "-")
-        base = by.get((backends[0], size))
-        for b in backends[1:]:
-            r = by.get((b, size))
+    first = {s: next(r for r in rows if r.size_bytes == s) for s in sizes}
+    sized = any(sizes)
+    show_check = sized and any(r.check != "ok" for r in rows)
+
+    def of(b, cell, default="-"):
+        return lambda s: cell(by[(b, s)]) if (b, s) in by else default
+
+    columns = [("size", 0, lambda s: _size(first[s]))] if sized else []
+    if _per_rank(rows):
+        columns.append(("per rank", 3, lambda s: _rank_size(first[s])))
+    for i, b in enumerate(backends):
+        columns += [(f"{b}\np50 µs", 0, of(b, lambda r: _t(r.time_us_p50) + ("" if r.precision_reached else "*"))),
+                    (f"{b}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
+        if sized:
+            columns.append((f"{b}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
+        columns += [(f"{b}\navg µs", 8, of(b, lambda r: _t(r.time_us_rank_avg))),
+                    (f"{b}\nmin µs", 9, of(b, lambda r: _t(r.time_us_min))),
+                    (f"{b}\nmax µs", 9, of(b, lambda r: _t(r.time_us_max))),
+                    (f"{b}\niters", 10, of(b, _iters))]
+        if show_check:
+            columns.append((f"{b}\ncheck", 2, of(b, lambda r: r.check)))
+
+    def ratio(b):
+        def cell(s):
+            r, base = by.get((b, s)), by.get((backends[0], s))
             ok = r and base and base.time_us_p50 and not math.isnan(r.time_us_p50)
-            line.append(f"{r.time_us_p50 / base.time_us_p50:.2f}×" if ok else "-")
-        cells.append(tuple(line))
-    return TableModel(title, tuple(headers), tuple(cells), _notes(rows))
+            return f"{r.time_us_p50 / base.time_us_p50:.2f}×" if ok else "-"
+        return cell
+
+    columns += [(f"{b}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
+    return _columns(columns, sizes, title, _summary(rows, backends) + _notes(rows))
+
+
+def _summary(rows: list, backends: list) -> tuple:
+    """The line users of nccl-tests look for: the mean bus bandwidth over the sizes (its "Avg bus
+    bandwidth"). OSU's average latency (the mean of the ranks' mean times) is the avg µs column."""
+    parts, counts = [], set()
+    for b in backends:
+        bus = [r.busbw_gbps for r in rows
+               if r.backend == b and r.size_bytes and r.busbw_gbps and math.isfinite(r.busbw_gbps)]
+        if bus:
+            parts.append(f"{b} {sum(bus) / len(bus):.3f}" if len(backends) > 1 else f"{sum(bus) / len(bus):.3f}")
+            counts.add(len(bus))
+    if not parts:
+        return ()
+    over = f"{counts.pop()} sizes" if len(counts) == 1 else "the sizes"
+    return (f"avg bus bandwidth: {', '.join(parts)} GB/s (mean over {over}, as nccl-tests prints it)",)
 
 
 def _notes(rows: list) -> tuple:
@@ -149,28 +211,22 @@ def build_tables(rows: Iterable[Row]) -> list:
     tables = []
     for group in groups.values():
         backends = list(dict.fromkeys(r.backend for r in group))
-        title = _title(group[0])
+        title = _title(group)
         tables.append(_single(title, group) if len(backends) == 1 else _multi(title, group, backends))
     return tables
 
 
+def one_line(header: str) -> str:
+    """A column group's two-line header on one line: "mpi p50 µs", "gloo/mpi"."""
+    group, _, what = header.rpartition("\n")
+    return what if not group else group + ("" if what.startswith("/") else " ") + what
+
+
 def to_markdown(table: TableModel) -> str:
-    lines = [f"### {table.title}", "", "| " + " | ".join(table.headers) + " |",
+    headers = [one_line(h) for h in table.headers]
+    lines = [f"### {table.title}", "", "| " + " | ".join(headers) + " |",
              "|" + "|".join("---:" if i else "---" for i in range(len(table.headers))) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in table.rows]
     for note in table.notes:
         lines += ["", f"_{note}_"]
     return "\n".join(lines) + "\n"
-
-
-def to_rich(table: TableModel, plain: bool = False):
-    from rich import box
-    from rich.table import Table
-
-    t = Table(title=table.title, box=box.ASCII if plain else box.SIMPLE_HEAVY,
-              caption="\n".join(table.notes) or None, title_justify="left")
-    for i, h in enumerate(table.headers):
-        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
-    for row in table.rows:
-        t.add_row(*row)
-    return t

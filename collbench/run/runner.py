@@ -149,7 +149,7 @@ def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: round
     label = f"round {schedule.first}/{schedule.total} · " if schedule.total > 1 else ""
     return Output(plan.output, collector, total_steps=sweep.steps * schedule.total,
                   done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.final in schedule.here,
-                  round_label=label, journal=journal)
+                  round_label=label, journal=journal, round_steps=sweep.steps)
 
 
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
@@ -187,7 +187,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         # process is gone (and its guardian perhaps with it), the journal it owned goes too.
         supervise.before_exit(lambda: out.release_journal() if supervise.launching_process_gone() else None)
         supervise.before_exit(out.save_now)
-    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)):
+    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(rpn):
         out.note(note)
     settings = dataclasses.replace(plan.timing, max_time=plan.timing.max_time * schedule.budget_share())
     completed = False
@@ -238,6 +238,16 @@ def _round(plan: Plan, control, backends: dict, sweep: Sweep, out, schedule: rou
                         "load": rounds.round_load(reports, hosts),
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points]} for b in order]})
+
+
+def _crowded(ranks_on_a_host: int) -> list:
+    """A note when one host runs more ranks than it has CPUs: they take turns on the cores, and
+    the times include that waiting."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if ranks_on_a_host <= cpus:
+        return []
+    return [f"{ranks_on_a_host} ranks share a host with {cpus} CPU{'s' if cpus > 1 else ''}: they take turns "
+            f"on the cores, so the times include waiting for one (oversubscribed)"]
 
 
 def _warn_resolution(out, collector: Collector) -> None:

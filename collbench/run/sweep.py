@@ -37,14 +37,12 @@ def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, l
     """Round each size down to whole elements that split evenly over n ranks."""
     if not coll.moves_data:
         return [SizePoint(0, 0, 0, 0, 0, 0)], []
-    points, notes, seen = [], [], set()
+    points, small, seen = [], [], set()
     granule = coll.granule(n)
     for size in sizes:
         elements = (size // itemsize) // granule * granule
         if elements == 0:
-            why = (f"smaller than one {itemsize}-byte element" if granule == 1 else
-                   f"too small to split over {n} ranks in {itemsize}-byte elements")
-            notes.append(f"{coll.name}: size {format_size(size)} is {why}; skipped")
+            small.append(size)
             continue
         if elements in seen:
             continue
@@ -52,7 +50,13 @@ def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, l
         send, recv = coll.lengths(elements, n)
         per_rank = elements * itemsize if coll.size_is_per_rank else elements * itemsize // n
         points.append(SizePoint(size, elements, elements * itemsize, per_rank, send, recv))
-    return points, notes
+    if not small:
+        return points, []
+    named = f"size {format_size(small[0])}" if len(small) == 1 else \
+        f"{len(small)} sizes from {format_size(min(small))} to {format_size(max(small))}"
+    why = (f"smaller than one {itemsize}-byte element" if granule == 1 else
+           f"too small to split over {n} ranks in {itemsize}-byte elements")
+    return points, [f"{coll.name}: {named} {'is' if len(small) == 1 else 'are'} {why}; skipped"]
 
 
 def _fill(backend, buffers, coll: Collective, op, rank: int, n: int, send_len: int, dtype) -> None:

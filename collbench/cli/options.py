@@ -1,0 +1,140 @@
+"""The options of the measuring commands, and which of them each collective takes.
+
+An option a collective has no use for is left off its command and refused, when named, with
+the reason (``BenchCommand``); ``all`` takes every option and applies each where it means
+something.
+"""
+
+from __future__ import annotations
+
+import click
+
+from collbench.cli import params
+from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
+
+TIMINGS = ("latency", "throughput", "both")
+FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
+
+
+def _positive_int(name):
+    def check(ctx, param, value):
+        if value is not None and value < 1:
+            raise click.BadParameter(f"must be at least 1, got {value}", param_hint=name)
+        return value
+    return check
+
+
+# The options of a measuring command; those a collective has no use for are left off its
+# command (and refused when named, with the reason), and under ``all`` they apply where they mean
+# something. The value a command without the option runs with is its default here.
+_OPTIONS = (
+    ("backend", click.option(
+        "-b", "--backend", default="mpi", show_default=True,
+        help="Comma list of mpi, mpi-pickle, gloo, nccl, installed plugins (collbench env lists them), "
+             "or all (every usable one).")),
+    ("sizes", click.option(
+        "-s", "--sizes", default="8-1M", show_default=True,
+        help="Sizes: 1K-1G (powers of 2), 8-1M:x4, 1K-64K:+8K, 8,1K,1M; K/M/G are 1024-based.")),
+    ("nprocs", click.option(
+        "-n", "--np", "nprocs", type=int, default=None,
+        help="Ranks to launch when no launcher is used [default: GPUs for nccl, else min(cpus, 4), at least 2].")),
+    ("dtype", click.option(
+        "-d", "--dtype", default="float32", show_default=True,
+        help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64.")),
+    ("op", click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod.")),
+    ("root", click.option("--root", type=int, default=0, show_default=True, help="Root rank.")),
+    ("iters", click.option(
+        "--iters", type=int, default=None, callback=_positive_int("--iters"),
+        help="Fixed timed iterations per size and round [default: adaptive].")),
+    ("warmup", click.option(
+        "--warmup", type=click.IntRange(min=0), default=5, show_default=True,
+        help="Untimed iterations per size, after the first call.")),
+    ("min_iters", click.option(
+        "--min-iters", type=click.IntRange(min=1), default=10, show_default=True,
+        help="Fewest timed iterations in adaptive mode.")),
+    ("max_time", click.option(
+        "--max-time", type=params.MAX_TIME, default=1.0, show_default=True,
+        help="Seconds of timed work per size in adaptive mode, shared among the rounds.")),
+    ("precision", click.option(
+        "--precision", type=params.PRECISION, default=0.02, show_default=True,
+        help="Stop when the median's 95% CI half-width is this fraction of the median.")),
+    ("rounds", click.option(
+        "--rounds", type=click.IntRange(min=1, max=MAX_ROUNDS), default=DEFAULT_ROUNDS, show_default=True,
+        help="Measure the whole sweep this many times: fresh launches when collbench starts the ranks, "
+             "fresh communicators and buffers under your launcher.")),
+    ("seed", click.option(
+        "--seed", type=click.IntRange(min=0, max=2**31 - 1), default=None,
+        help="Seed of the shuffled measurement order [default: random, recorded].")),
+    ("shuffle", click.option(
+        "--shuffle/--no-shuffle", default=True, show_default=True,
+        help="Shuffle the order of collectives, backends and sizes within each round.")),
+    ("timing", click.option(
+        "--timing", type=click.Choice(TIMINGS), default="latency", show_default=True,
+        help="latency: barrier + one call; throughput: back-to-back calls; both.")),
+    ("check", click.option(
+        "--check/--no-check", default=True, show_default=True,
+        help="Verify every size's result once, outside the timed region.")),
+    ("output", click.option(
+        "-o", "--output", multiple=True, metavar="FILE",
+        help="Write results to FILE (.json, .csv or .md); repeatable [default: JSON+CSV in results/].")),
+    ("results_dir", click.option(
+        "--results-dir", default="results", show_default=True, metavar="DIR",
+        help="Folder for the default result files.")),
+    ("no_save", click.option("--no-save", is_flag=True, help="Write no result files.")),
+    ("force", click.option("--force", is_flag=True, help="Overwrite existing output files.")),
+    ("quiet", click.option("-q", "--quiet", is_flag=True,
+                           help="Print nothing but errors (and what -f asks for on stdout).")),
+    ("print_format", click.option(
+        "-f", "--format", "print_format", type=click.Choice(FORMATS), default="table", show_default=True,
+        help="What to print on stdout.")),
+    ("timeout", click.option(
+        "--timeout", type=params.TIMEOUT, default=300.0, show_default=True,
+        help="Abort the whole job if one size takes longer than this many seconds; 0 = never.")),
+    ("verbose", click.option("-v", "--verbose", is_flag=True, help="Print the launch command and more detail.")),
+)
+
+_FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",), "root": ("--root",),
+          "check": ("--check", "--no-check")}
+
+
+def _why_not(name: str, coll) -> str:
+    """Why option ``name`` has no meaning for collective ``coll`` ("" when it has one)."""
+    if name in ("sizes", "dtype", "check") and not coll.moves_data:
+        return "it moves no data"
+    if name == "op" and not coll.reduces:
+        return "it reduces nothing"
+    if name == "root" and not coll.rooted:
+        return "it has no root rank"
+    return ""
+
+
+def defaults_without(coll) -> dict:
+    """The values a command runs with for the options it leaves off."""
+    return {name: decorator(lambda: None).__click_params__[0].default
+            for name, decorator in _OPTIONS if coll is not None and _why_not(name, coll)}
+
+
+def bench_options(coll=None):
+    """The options of the command measuring ``coll`` (None: ``all``, every option)."""
+    def apply(f):
+        for name, decorator in reversed(_OPTIONS):
+            if coll is None or not _why_not(name, coll):
+                f = decorator(f)
+        return f
+    return apply
+
+
+class BenchCommand(click.Command):
+    """A measuring command: an option it has no use for is refused with the reason."""
+
+    collective = None
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            for name, flags in _FLAGS.items():
+                if self.collective is not None and exc.option_name in flags:
+                    raise click.UsageError(f"{self.name} takes no {flags[-1] if name != 'check' else exc.option_name}: "
+                                           f"{_why_not(name, self.collective)}", ctx) from None
+            raise

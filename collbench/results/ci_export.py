@@ -1,0 +1,130 @@
+"""Results in the formats of CI benchmark trackers, so that their charts and alerts can follow a
+collbench sweep. Pure: a RunResult in, text out (``collbench export`` writes it).
+
+* ``github-action-benchmark``: the JSON list its ``customSmallerIsBetter`` tool reads, one entry
+  per row, ``{"name", "unit", "value", "range", "extra"}``: the row's median time in µs (unit
+  ``us``, which the action can rescale to ``ms`` or ``ns``), ``range`` ``± h`` with h the larger
+  distance from the median to an end of its 95% CI, ``extra`` the CI itself and the row's
+  rounds, iterations, bus bandwidth and check. Only a smaller-is-better metric fits this tool.
+* ``bencher``: Bencher Metric Format (BMF), ``{benchmark: {measure: {"value", "lower_value",
+  "upper_value"}}}``; measure ``latency`` (Bencher's built-in Latency, in nanoseconds) is the
+  median time and its 95% CI; ``bus-bandwidth`` (GB/s, higher is better; Bencher creates the
+  measure on first use) the bus bandwidth at the median and at the CI's ends.
+
+A benchmark's name is the row's identity as compare matches it, e.g. ``allreduce mpi float32
+sum 2 ranks 1K latency`` (the op only for reducing collectives, dtype and size only for those
+that move data; the size as ``--sizes`` takes it): stable from run to run, and unique within a
+file that compare accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from collbench.errors import UsageError
+from collbench.measure.sizes import format_size
+from collbench.results.records import Row, RunResult
+
+LATENCY, BUS_BANDWIDTH = "latency", "bus-bandwidth"      # BMF measure slugs
+
+
+@dataclass(frozen=True)
+class Export:
+    text: str
+    benchmarks: int          # entries written
+    left_out: int            # rows without a finite median time
+
+
+def benchmark_name(row: Row) -> str:
+    """What the row measured; a row that moves no data (barrier: size 0) has no dtype nor size."""
+    data = bool(row.size_bytes)
+    parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none")
+    return " ".join(parts + [f"{row.world_size} ranks"] + [format_size(row.size_bytes)] * data + [row.timing])
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _named_rows(result: RunResult, source: str) -> tuple:
+    """([(name, row)] in file order, rows left out); two rows of one name are refused."""
+    named, seen, left_out = [], set(), 0
+    for row in result.rows:
+        if not (_finite(row.time_us_p50) and row.time_us_p50 > 0):
+            left_out += 1
+            continue
+        name = benchmark_name(row)
+        if name in seen:
+            raise UsageError(f"{source}: two rows would be named {name!r}; a benchmark name must be unique")
+        seen.add(name)
+        named.append((name, row))
+    return named, left_out
+
+
+def _ci(row: Row) -> tuple:
+    """(low, high) of the median's 95% CI, or None where the file has none."""
+    low, high = row.time_us_ci_low, row.time_us_ci_high
+    return (low, high) if _finite(low) and _finite(high) and 0 < low <= row.time_us_p50 <= high else None
+
+
+def _extra(row: Row, ci) -> str:
+    lines = [f"size_bytes: {row.size_bytes}", f"rounds: {row.rounds}", f"iterations: {row.iterations}"]
+    if ci:
+        lines.insert(0, f"95% CI: {ci[0]:.6g} - {ci[1]:.6g} us")
+    if _finite(row.busbw_gbps) and row.busbw_gbps > 0:
+        lines.append(f"busbw: {row.busbw_gbps:.6g} GB/s")
+    return "\n".join(lines + [f"check: {row.check}"])
+
+
+def github_action_benchmark(named: list) -> list:
+    entries = []
+    for name, row in named:
+        ci = _ci(row)
+        entry = {"name": name, "unit": "us", "value": row.time_us_p50}
+        if ci:
+            entry["range"] = f"± {max(row.time_us_p50 - ci[0], ci[1] - row.time_us_p50):.6g}"
+        entry["extra"] = _extra(row, ci)
+        entries.append(entry)
+    return entries
+
+
+def _ns(us: float) -> float:
+    return round(us * 1e3, 3)
+
+
+def _gbps(value: float) -> float:
+    return float(f"{value:.6g}")          # a derived figure: six significant digits, as in the CSV
+
+
+def bencher(named: list) -> dict:
+    doc = {}
+    for name, row in named:
+        ci = _ci(row)
+        latency = {"value": _ns(row.time_us_p50)}
+        if ci:
+            latency.update(lower_value=_ns(ci[0]), upper_value=_ns(ci[1]))
+        measures = {LATENCY: latency}
+        if _finite(row.busbw_gbps) and row.busbw_gbps > 0:        # barrier moves no data
+            bandwidth = {"value": _gbps(row.busbw_gbps)}
+            if ci:         # bandwidth is size / time: the time's CI, inverted
+                bandwidth.update(lower_value=_gbps(row.busbw_gbps * row.time_us_p50 / ci[1]),
+                                 upper_value=_gbps(row.busbw_gbps * row.time_us_p50 / ci[0]))
+            measures[BUS_BANDWIDTH] = bandwidth
+        doc[name] = measures
+    return doc
+
+
+#: target -> the document of [(name, row)]; json.dumps keeps it ASCII (± as \u00b1), whatever the locale.
+TARGETS = {"github-action-benchmark": github_action_benchmark, "bencher": bencher}
+
+
+def export(result: RunResult, target: str, source: str = "result") -> Export:
+    """The text of ``result`` for ``target`` (a key of TARGETS); ``source`` names it in errors."""
+    if target not in TARGETS:
+        raise UsageError(f"unknown export target {target!r}: use one of {', '.join(TARGETS)}")
+    named, left_out = _named_rows(result, source)
+    if not named:
+        raise UsageError(f"{source}: no row with a median time to export")
+    return Export(json.dumps(TARGETS[target](named), indent=1) + "\n", len(named), left_out)

@@ -1,0 +1,117 @@
+"""The progress bar on rank 0's terminal: what runs now, sizes done of all, and the time left.
+
+The time left is estimated from the time measurements take here, not from a count of sizes:
+the rounds done before this one (their ``seconds`` and start times, in the run's metadata,
+launch included) give a round's cost, and this round's own pace takes over as it advances.
+Sizes are measured in a shuffled order, so a round's pace so far is a fair sample of the rest.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import time
+from typing import Optional
+
+REFRESH_S = 1.0          # the estimate is redrawn at most this often, so it does not flicker
+
+
+def _cycle_seconds(rounds: list) -> Optional[float]:
+    """The mean cost of one earlier round, launch included when the start times say it."""
+    seconds = [r["seconds"] for r in rounds if isinstance(r.get("seconds"), (int, float))]
+    if not seconds:
+        return None
+    starts = []
+    for r in rounds:
+        try:
+            starts.append(datetime.datetime.fromisoformat(r["started"]).timestamp())
+        except (KeyError, TypeError, ValueError):
+            pass
+    if len(starts) >= 2 and len(starts) == len(rounds):
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        if all(g > 0 for g in gaps):
+            return max(sum(gaps) / len(gaps), sum(seconds) / len(seconds))
+    return sum(seconds) / len(seconds)
+
+
+class Estimate:
+    """Seconds left in a run of ``rounds_left + 1`` rounds of ``steps`` measurements each."""
+
+    def __init__(self, steps: int, rounds_left: int, earlier_rounds: list) -> None:
+        self.steps = max(steps, 1)
+        self.rounds_left = rounds_left           # after the current one
+        self.prior = _cycle_seconds(earlier_rounds)
+        self.round_started = time.monotonic()
+        self.done = 0
+
+    def step_done(self) -> None:
+        self.done += 1
+
+    def next_round(self, finished_round_seconds: float) -> None:
+        self.prior = finished_round_seconds if self.prior is None else (self.prior + finished_round_seconds) / 2
+        self.rounds_left = max(self.rounds_left - 1, 0)
+        self.round_started = time.monotonic()
+        self.done = 0
+
+    def seconds_left(self) -> Optional[float]:
+        elapsed = time.monotonic() - self.round_started
+        share = min(self.done / self.steps, 1.0)
+        own = elapsed / share if share > 0 else None          # this round's cost at its own pace
+        if own is None and self.prior is None:
+            return None
+        # Early in a round, the rounds before it know best; its own pace takes over as it goes.
+        per_round = own if self.prior is None else self.prior if own is None else share * own + (1 - share) * self.prior
+        return max(per_round - elapsed, 0.0) + self.rounds_left * per_round
+
+
+def _clock(seconds: Optional[float]) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "time left: estimating"
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"about {seconds // 3600} h {seconds % 3600 // 60:02d} min left"
+    if seconds >= 60:
+        return f"about {seconds // 60} min {seconds % 60:02d} s left"
+    return f"about {seconds} s left"
+
+
+class ProgressBar:
+    """A transient rich progress bar on stderr: "round 2/5 · allreduce on mpi at 1K", a bar,
+    "37/120 sizes" and the time left."""
+
+    def __init__(self, console, total: int, done: int, steps: int, rounds_left: int, earlier_rounds: list) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn
+        from rich.table import Column
+
+        self.estimate = Estimate(steps, rounds_left, earlier_rounds)
+        self.rounds = max(total // max(steps, 1), 1)
+        self._shown_at = 0.0
+        self.progress = Progress(
+            TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis")),
+            BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=5)),
+            TextColumn("{task.completed}/{task.total} sizes", table_column=Column(no_wrap=True)),
+            TextColumn("{task.fields[left]}", table_column=Column(no_wrap=True)),
+            console=console, transient=True, expand=True)
+        self.task = self.progress.add_task("collbench", total=total, completed=done, left=_clock(None))
+        self.progress.start()
+
+    def describe(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def advance(self) -> None:
+        self.estimate.step_done()
+        now = time.monotonic()
+        fields = {}
+        if now - self._shown_at >= REFRESH_S:
+            self._shown_at = now
+            fields["left"] = _clock(self.estimate.seconds_left())
+        self.progress.update(self.task, advance=1, **fields)
+
+    def round_done(self, seconds: float) -> None:
+        self.estimate.next_round(seconds)
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def start(self) -> None:
+        self.progress.start()

@@ -1,0 +1,118 @@
+"""Tables on a terminal: a ``TableModel`` drawn by rich at the width it is given.
+
+A table wider than that width loses its least important columns (the model's ``priorities``:
+0 is never dropped, higher numbers go first) until it fits, and a last note names what was
+left out. Notes are printed under the table as left-aligned paragraphs wrapped at the width.
+With no width (output piped, ``COLUMNS`` unset) every column is kept for the machines that
+read it.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from typing import Optional
+
+from collbench.results.tables import TableModel, one_line
+
+MIN_WIDTH = 20          # below this a COLUMNS value is a mistake, not a terminal
+
+
+def output_width(is_terminal: bool, terminal_width: int) -> Optional[int]:
+    """The width tables must fit: ``COLUMNS`` when it is set to a number, else the terminal's;
+    None (no limit) when the output is not a terminal and ``COLUMNS`` is not set."""
+    value = os.environ.get("COLUMNS", "").strip()
+    if value.isdigit() and int(value) >= MIN_WIDTH:
+        return min(int(value), 10_000)
+    return terminal_width if is_terminal else None
+
+
+def to_rich(table: TableModel, plain: bool = False, flat: bool = False):
+    """The table's grid (its title and notes are printed around it by ``print_table``); ``flat``:
+    every header on one line, as programs reading piped output want them."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(box=box.ASCII if plain else box.SIMPLE_HEAVY)
+    for i, h in enumerate(table.headers):
+        t.add_column(one_line(h) if flat else h, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in table.rows:
+        t.add_row(*row)
+    return t
+
+
+def _priorities(table: TableModel) -> tuple:
+    if table.priorities:
+        return table.priorities
+    # A table that does not say: its first two columns stay, later ones go first.
+    return tuple(0 if i < 2 else i for i in range(len(table.headers)))
+
+
+def without(table: TableModel, dropped: set) -> TableModel:
+    keep = [i for i in range(len(table.headers)) if i not in dropped]
+    pick = (lambda values: tuple(values[i] for i in keep))
+    return TableModel(table.title, pick(table.headers), tuple(pick(r) for r in table.rows), table.notes,
+                      pick(table.priorities) if table.priorities else ())
+
+
+def fit(table: TableModel, width: Optional[int], measure) -> TableModel:
+    """``table`` with its least important columns dropped until ``measure(table)`` (characters)
+    fits ``width``; a note names the dropped columns."""
+    if width is None or measure(table) <= width:
+        return table
+    priorities = _priorities(table)
+    order = sorted((i for i, p in enumerate(priorities) if p > 0), key=lambda i: (-priorities[i], -i))
+    dropped: set = set()
+    fitted = table
+    for i in order:
+        dropped.add(i)
+        fitted = without(table, dropped)
+        if measure(fitted) <= width:
+            break
+    names = _names([table.headers[i] for i in sorted(dropped)], table.headers)
+    note = (f"not shown at {width} columns: {names} (a wider terminal, COLUMNS=200, -f markdown "
+            f"or the result files have them)")
+    return TableModel(fitted.title, fitted.headers, fitted.rows, fitted.notes + (note,), fitted.priorities)
+
+
+def _names(dropped: list, headers: tuple) -> str:
+    """The dropped headers; a column group's ("mpi\\np50 µs") said once for all groups."""
+    every = {h.rpartition("\n")[0] for h in headers if "\n" in h}
+    groups: dict = {}
+    for h in dropped:
+        group, _, what = h.rpartition("\n")
+        groups.setdefault(what, []).append(group)
+    parts = []
+    for what, owners in groups.items():
+        named = [o for o in owners if o]
+        parts.append(f"{what} ({', '.join(named)})" if named and set(named) != every else what)
+    whole = every and all(set(o for o in owners if o) == every for owners in groups.values() if any(owners))
+    return ", ".join(parts) + (" of every backend" if whole and len(every) > 1 and all(
+        any(o for o in owners) for owners in groups.values()) else "")
+
+
+def print_table(console, table: TableModel, width: Optional[int], plain: bool) -> None:
+    """Draw ``table`` on a rich ``console``, fitted to ``width`` (None: every column)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    def measure(t: TableModel) -> int:
+        return console.measure(to_rich(t, plain), options=console.options.update_width(100_000)).maximum
+
+    fitted = fit(table, width, measure)
+    rendered = to_rich(fitted, plain, flat=width is None)
+    natural = console.measure(rendered, options=console.options.update_width(100_000)).maximum
+    # A table that still does not fit (nothing left to drop) runs past the edge rather than
+    # cutting cells; so does every table when there is no width to fit.
+    target = console if width is not None and natural <= console.width else \
+        Console(file=console.file, highlight=False, force_terminal=not plain, no_color=plain,
+                width=max(natural, MIN_WIDTH))
+    wrap = width or max(natural, 100)
+    if fitted.title:       # its own line, never wrapped to the table's width nor padded
+        console.print(Text(fitted.title, style="bold" if not plain else ""), width=max(wrap, len(fitted.title)),
+                      no_wrap=True)
+    target.print(rendered)
+    for note in fitted.notes:
+        for line in textwrap.wrap(note, wrap, break_on_hyphens=False) or [""]:
+            console.print(Text(line), no_wrap=True, crop=False, width=max(wrap, len(line)))
+    console.print()

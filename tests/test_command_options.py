@@ -1,0 +1,118 @@
+"""Each measuring command has exactly its options: --help lists them, one that does not apply is
+refused with the reason (one line, exit 2), and ``all`` takes every one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from collbench.collectives.registry import ORDER
+
+COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
+          "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
+          "--format", "--timeout", "--verbose", "--help"}
+DATA = {"--sizes", "--dtype", "--check"}
+EXPECTED = {
+    "allreduce": COMMON | DATA | {"--op"},
+    "reduce": COMMON | DATA | {"--op", "--root"},
+    "reduce_scatter": COMMON | DATA | {"--op"},
+    "bcast": COMMON | DATA | {"--root"},
+    "gather": COMMON | DATA | {"--root"},
+    "scatter": COMMON | DATA | {"--root"},
+    "allgather": COMMON | DATA,
+    "alltoall": COMMON | DATA,
+    "barrier": COMMON,
+    "all": COMMON | DATA | {"--op", "--root"},
+}
+
+
+def collbench(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "collbench", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=60)
+
+
+def _long_options(help_text: str) -> set:
+    return {m.group(1) for m in re.finditer(r"^\s+(?:-\w, )?(--[\w-]+)", help_text, re.M)}
+
+
+def test_every_collective_has_an_expected_option_set():
+    assert set(EXPECTED) == set(ORDER) | {"all"}
+
+
+@pytest.mark.parametrize("command", sorted(EXPECTED))
+def test_help_lists_exactly_the_options_that_apply(command, tmp_path):
+    proc = collbench(command, "--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert _long_options(proc.stdout) == EXPECTED[command]
+    assert "%%" not in proc.stdout and "-o, --output FILE" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["allgather", "gather", "scatter", "alltoall", "reduce_scatter"])
+def test_help_says_the_size_is_the_whole_array(command, tmp_path):
+    text = " ".join(collbench(command, "--help", cwd=tmp_path).stdout.split())
+    assert "whole array over all n ranks" in text and "per-rank column" in text
+
+
+REFUSED = [
+    (["barrier", "--op", "max"], "barrier takes no --op: it reduces nothing"),
+    (["barrier", "-s", "1K-1M"], "barrier takes no --sizes: it moves no data"),
+    (["barrier", "--dtype", "int64"], "barrier takes no --dtype: it moves no data"),
+    (["barrier", "--root", "1"], "barrier takes no --root: it has no root rank"),
+    (["barrier", "--no-check"], "barrier takes no --no-check: it moves no data"),
+    (["allreduce", "--root", "1"], "allreduce takes no --root: it has no root rank"),
+    (["allgather", "--op", "max"], "allgather takes no --op: it reduces nothing"),
+    (["alltoall", "--root", "1"], "alltoall takes no --root: it has no root rank"),
+    (["bcast", "--op", "max"], "bcast takes no --op: it reduces nothing"),
+    (["gather", "--op=min"], "gather takes no --op: it reduces nothing"),
+    (["scatter", "--op", "sum"], "scatter takes no --op: it reduces nothing"),
+    (["reduce_scatter", "--root", "0"], "reduce_scatter takes no --root: it has no root rank"),
+]
+
+
+@pytest.mark.parametrize("args,message", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_an_option_that_does_not_apply_is_refused_with_the_reason(args, message, tmp_path):
+    proc = collbench(*args, "-n", "2", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"collbench: error: {message}"]
+    assert proc.stdout == "" and not list(tmp_path.iterdir())        # nothing ran, nothing written
+
+
+def test_an_unknown_option_is_still_clicks_one_line(tmp_path):
+    proc = collbench("allreduce", "--bogus", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--bogus" in proc.stderr
+
+
+@pytest.mark.mpi
+def test_all_applies_op_and_root_where_they_mean_something(tmp_path):
+    proc = collbench("all", "-n", "2", "--sizes", "1K", "--op", "max", "--root", "1", "--dtype", "int64",
+                     "--iters", "3", "--warmup", "0", "--rounds", "1", "--no-shuffle", "-o", "r.json", "-q",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    ops = {r["collective"]: r["op"] for r in rows}
+    assert ops["allreduce"] == ops["reduce"] == ops["reduce_scatter"] == "max"
+    assert ops["bcast"] == ops["gather"] == ops["barrier"] == "none"
+    assert {r["check"] for r in rows if r["collective"] != "barrier"} == {"ok"}      # root 1 checked too
+
+
+@pytest.mark.mpi
+def test_barrier_runs_without_the_options_it_does_not_take(tmp_path):
+    proc = collbench("barrier", "-n", "2", "--iters", "5", "--rounds", "1", "-o", "b.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "barrier · 2 ranks · latency · mpi" in proc.stdout and "float32" not in proc.stdout
+
+
+def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
+    proc = collbench(cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("Usage: collbench")
+    text = " ".join(proc.stdout.split())
+    assert "..." not in text.split("Commands:")[1]             # no description cut mid-sentence
+    assert "exit 1 on a regression" in text
+    commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
+    assert commands[:len(ORDER)] == list(ORDER) and commands[len(ORDER):len(ORDER) + 2] == ["all", "env"]

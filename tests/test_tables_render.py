@@ -1,0 +1,109 @@
+"""Tables at a terminal's width: what is kept, what is dropped and said, and that nothing wraps."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from collbench.results.render import fit, output_width, print_table
+from collbench.results.tables import build_tables, to_markdown
+from results_helpers import lognormal_samples, row_with_rounds
+
+SIZES = (8, 1024, 65536, 4 << 20)
+
+
+def _rows(collective="allreduce", backends=("mpi",), rounds=5, world_size=2):
+    rows = []
+    for b, backend in enumerate(backends):
+        for i, size in enumerate(SIZES if collective != "barrier" else (0,)):
+            samples = [lognormal_samples(5.0 + size / 1e3 * (b + 1), 30, seed=i * 10 + r + 100 * b)
+                       for r in range(rounds)]
+            rows.append(row_with_rounds(samples, collective=collective, backend=backend, size_bytes=size,
+                                        world_size=world_size)[0])
+    return rows
+
+
+def _render(table, width, terminal=True) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width or 400, force_terminal=terminal, color_system=None,
+                      highlight=False, soft_wrap=False)
+    print_table(console, table, width, plain=not terminal)
+    return out.getvalue()
+
+
+def _widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("backends", [("mpi",), ("mpi", "mpi-pickle"), ("mpi", "mpi-pickle", "gloo")])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather"])
+def test_tables_fit_80_columns_and_name_what_they_leave_out(backends, collective):
+    (table,) = build_tables(_rows(collective, backends))
+    text = _render(table, 80)
+    assert _widest(text) <= 80, text
+    assert "p50" in text and "size" in text
+    assert "not shown at 80 columns:" in text
+    if len(backends) > 1:            # the ratios against the first backend are what side by side is for
+        assert text.count("/mpi") == len(backends) - 1 and "×" in text
+    if collective == "allgather":    # sizes are the whole array: each rank's part is shown
+        assert "per rank" in text and " 512 " in text
+
+
+@pytest.mark.parametrize("backends", [("mpi",), ("mpi", "mpi-pickle", "gloo")])
+def test_200_columns_keep_every_column_for_one_backend_and_more_for_three(backends):
+    (table,) = build_tables(_rows("allreduce", backends))
+    text = _render(table, 200)
+    assert _widest(text) <= 200
+    if len(backends) == 1:
+        assert "not shown" not in text
+        for header in ("count", "iters", "p50 µs", "95% CI µs", "run cv", "avg µs", "min µs", "p95 µs",
+                       "max µs", "algbw GB/s", "busbw GB/s", "check"):
+            assert header in text, header
+    else:
+        assert "min µs" in text and "max µs" in text and "iters" in text     # not dropped side by side
+
+
+def test_piped_output_keeps_every_column_unless_columns_is_set(monkeypatch):
+    (table,) = build_tables(_rows("allreduce", ("mpi", "mpi-pickle", "gloo")))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert output_width(False, 80) is None
+    text = _render(table, None, terminal=False)
+    assert "not shown" not in text and _widest(text) > 200
+    monkeypatch.setenv("COLUMNS", "100")
+    assert output_width(False, 80) == 100 and output_width(True, 80) == 100
+    monkeypatch.setenv("COLUMNS", "abc")
+    assert output_width(True, 132) == 132 and output_width(False, 132) is None
+
+
+def test_fitting_drops_least_important_first_and_never_the_essentials():
+    (table,) = build_tables(_rows("allreduce", ("mpi",)))
+    widths = {}
+
+    def measure(t):
+        return sum(max(len(h), *(len(r[i]) for r in t.rows)) + 3 for i, h in enumerate(t.headers))
+
+    for width in (200, 100, 80, 60, 40, 10):
+        fitted = fit(table, width, measure)
+        widths[width] = fitted.headers
+        for essential in ("size", "p50 µs"):
+            assert essential in fitted.headers
+    assert len(widths[200]) >= len(widths[100]) >= len(widths[80]) >= len(widths[40])
+    assert "p95 µs" not in widths[80]          # a detail goes before the CI and the check
+    assert "95% CI µs" in widths[80] and "check" in widths[80]
+
+
+def test_summary_line_titles_and_markdown():
+    rows = _rows("allreduce", ("mpi", "gloo"))
+    (table,) = build_tables(rows)
+    assert any(n.startswith("avg bus bandwidth: mpi ") and "gloo" in n for n in table.notes)
+    expected = sum(r.busbw_gbps for r in rows if r.backend == "mpi") / len(SIZES)
+    assert f"mpi {expected:.3f}" in table.notes[0]
+    md = to_markdown(table)
+    assert "| mpi p50 µs |" in md and "\n" not in md.splitlines()[2]       # headers on one line
+    (one,) = build_tables(_rows("allreduce", ("mpi",), world_size=1))
+    assert "1 rank ·" in one.title
+    (barrier,) = build_tables(_rows("barrier", ("mpi",)))
+    assert barrier.title.startswith("barrier · 2 ranks")        # no dtype for a call that moves none
+    assert "size" not in barrier.headers and "check" not in barrier.headers
