@@ -229,7 +229,12 @@ class Output:
             self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
         written = self.files.written()
         if written and not self.settings.quiet:
-            self.err.print("collbench: wrote " + ", ".join(str(p) for p in written), markup=False)
+            line = "collbench: wrote " + ", ".join(str(p) for p in written)
+            if self.err.is_terminal and len(line) > self.err.width:     # one file a line, not a wrapped one
+                for path in written:
+                    self.err.print(f"collbench: wrote {path}", markup=False, highlight=False)
+            else:
+                self.err.print(line, markup=False, highlight=False)
 
 
 def _terminals() -> tuple:
