@@ -22,7 +22,7 @@ from collbench.analysis.compare import match_key
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
-from collbench.results.tables import TableModel, build_tables
+from collbench.results.tables import TableModel, build_tables, format_us, setup_text
 
 DIFF_NOTES = (
     "change: of the later run's median time against the first run's (positive: slower); apart: the two rows' 95% "
@@ -127,15 +127,8 @@ def run_tables(runs: Runs) -> list:
     return tables
 
 
-def _us(us: float) -> str:
-    if not math.isfinite(us):
-        return "-"
-    return f"{us:.0f}" if us >= 1e4 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
-
-
 def _setup(row) -> str:
-    op = "" if row.op == "none" else f" {row.op}"
-    return f"{row.dtype}{op}, {row.world_size} ranks, {row.timing}"
+    return setup_text(row.dtype, row.op, row.world_size, row.timing)
 
 
 def _positive(value: float) -> bool:
@@ -176,8 +169,8 @@ def _diff_table(first_label: str, first_rows, label: str, rows) -> TableModel:
         else:
             shown, verdict = "-", "-" if first and later else f"only in {first_label if first else label}"
         cells.append((row.collective, row.backend) + ((_setup(row),) if several else ()) + (
-            format_size(row.size_bytes) if row.size_bytes else "-", _us(first.time_us_p50) if first else "-",
-            _us(later.time_us_p50) if later else "-", shown, verdict))
+            format_size(row.size_bytes) if row.size_bytes else "-", format_us(first.time_us_p50) if first else "-",
+            format_us(later.time_us_p50) if later else "-", shown, verdict))
     summary = (f"{moved['apart ↑']} row(s) slower and {moved['apart ↓']} faster beyond both CIs, of {len(changes)} "
                f"compared; median change {median(changes) * 100:+.1f}%") if changes else "no row to compare"
     # On a narrow terminal the setup and the medians go before the change and whether it is beyond the CIs.

@@ -16,7 +16,7 @@ from statistics import median
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
-from collbench.results.tables import TableModel, ranks_text
+from collbench.results.tables import TableModel, format_us, ranks_text
 
 RULE_NOTES = (
     "slowest: the rank with the highest mean time per call against the median rank of its round (median over "
@@ -49,12 +49,6 @@ def per_rank_rows(loaded) -> list:
     return list(merged.values())
 
 
-def _us(us: float) -> str:
-    if not math.isfinite(us):
-        return "-"
-    return f"{us:.0f}" if us >= 1e4 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
-
-
 def _times(rel: float) -> str:
     return f"{rel:.2f}×" if math.isfinite(rel) else "-"
 
@@ -81,7 +75,7 @@ def size_tables(entries) -> list:
     for group in groups.values():
         cells = tuple((row.backend, format_size(row.size_bytes) if row.size_bytes else "-", str(row.rounds),
                        "-" if view.slowest_rank is None else label(view.slowest_rank, view.slowest_host),
-                       _us(view.slowest_us), _us(view.median_us), _times(view.slowest_rel), _outliers(view))
+                       format_us(view.slowest_us), format_us(view.median_us), _times(view.slowest_rel), _outliers(view))
                       for row, view in group)
         notes = (NOT_JUDGED_NOTE,) if any(v.outliers is None and v.slowest_rank is not None for _, v in group) else ()
         tables.append(TableModel(_title(group[0][0]), headers, cells, notes, (0, 0, 5, 0, 3, 3, 1, 2)))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from collbench.analysis.fit import MIN_POINTS, GroupFit, fit_rows
 from collbench.analysis.overlay import Runs, load_runs, run_tables
 from collbench.measure.sizes import format_size
-from collbench.results.tables import TableModel, to_markdown
+from collbench.results.tables import TableModel, setup_text, to_markdown
 
 FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
             "β: algorithm bandwidth (size / time), bus β: β × the bus factor; "
@@ -46,8 +46,7 @@ def build_report(paths, labels=()) -> Report:
 
 
 def _setup(g: GroupFit) -> str:
-    op = "" if g.field("op") == "none" else f" {g.field('op')}"
-    return f"{g.field('dtype')}{op}, {g.field('world_size')} ranks, {g.field('timing')}"
+    return setup_text(g.field("dtype"), g.field("op"), g.field("world_size"), g.field("timing"))
 
 
 def format_bytes(n: float) -> str:

@@ -26,8 +26,9 @@ class TableModel:
     priorities: tuple = ()   # per column: 0 always shown, higher numbers dropped first to fit a width
 
 
-def _t(us: float) -> str:
-    if us is None or math.isnan(us):
+def format_us(us: float) -> str:
+    """A time in µs as the tables show it: 2 decimals below 100 µs, 1 below 100,000, none above."""
+    if us is None or not math.isfinite(us):
         return "-"
     if us >= 1e5:
         return f"{us:.0f}"
@@ -50,7 +51,7 @@ def _mark(row: Row) -> str:
 def _ci(row: Row) -> str:
     if math.isnan(row.time_us_ci_low):
         return "-"
-    return f"{_t(row.time_us_ci_low)}–{_t(row.time_us_ci_high)}{_mark(row)}"
+    return f"{format_us(row.time_us_ci_low)}–{format_us(row.time_us_ci_high)}{_mark(row)}"
 
 
 def _ci_pct(row: Row) -> str:
@@ -78,6 +79,11 @@ def _group_key(row: Row) -> tuple:
 def ranks_text(n) -> str:
     """"1 rank", "8 ranks"."""
     return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def setup_text(dtype: str, op: str, world_size: int, timing: str) -> str:
+    """"float32 sum, 2 ranks, latency": what a row measured besides its collective, backend, size."""
+    return f"{dtype}{'' if op == 'none' else ' ' + op}, {ranks_text(world_size)}, {timing}"
 
 
 def _title(rows: list) -> str:
@@ -115,11 +121,11 @@ def _single(title: str, rows: list) -> TableModel:
         columns.append(("count", 8, lambda r: str(r.count)))
     if rounds:
         columns.append(("rounds", 9, lambda r: str(r.rounds)))
-    columns += [("iters", 7, _iters), ("p50 µs", 0, lambda r: _t(r.time_us_p50)), ("95% CI µs", 1, _ci)]
+    columns += [("iters", 7, _iters), ("p50 µs", 0, lambda r: format_us(r.time_us_p50)), ("95% CI µs", 1, _ci)]
     if rounds:
         columns.append(("run cv", 4, _cv))
-    columns += [("avg µs", 6, lambda r: _t(r.time_us_rank_avg)), ("min µs", 10, lambda r: _t(r.time_us_min)),
-                ("p95 µs", 12, lambda r: _t(r.time_us_p95)), ("max µs", 11, lambda r: _t(r.time_us_max))]
+    columns += [("avg µs", 6, lambda r: format_us(r.time_us_rank_avg)), ("min µs", 10, lambda r: format_us(r.time_us_min)),
+                ("p95 µs", 12, lambda r: format_us(r.time_us_p95)), ("max µs", 11, lambda r: format_us(r.time_us_max))]
     if sized:
         columns += [("algbw GB/s", 5, lambda r: _bw(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: _bw(r.busbw_gbps))]
     if sized:
@@ -141,13 +147,13 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
     if _per_rank(rows):
         columns.append(("per rank", 3, lambda s: _rank_size(first[s])))
     for i, b in enumerate(backends):
-        columns += [(f"{b}\np50 µs", 0, of(b, lambda r: _t(r.time_us_p50) + ("" if r.precision_reached else "*"))),
+        columns += [(f"{b}\np50 µs", 0, of(b, lambda r: format_us(r.time_us_p50) + ("" if r.precision_reached else "*"))),
                     (f"{b}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
         if sized:
             columns.append((f"{b}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
-        columns += [(f"{b}\navg µs", 8, of(b, lambda r: _t(r.time_us_rank_avg))),
-                    (f"{b}\nmin µs", 9, of(b, lambda r: _t(r.time_us_min))),
-                    (f"{b}\nmax µs", 9, of(b, lambda r: _t(r.time_us_max))),
+        columns += [(f"{b}\navg µs", 8, of(b, lambda r: format_us(r.time_us_rank_avg))),
+                    (f"{b}\nmin µs", 9, of(b, lambda r: format_us(r.time_us_min))),
+                    (f"{b}\nmax µs", 9, of(b, lambda r: format_us(r.time_us_max))),
                     (f"{b}\niters", 10, of(b, _iters))]
         if show_check:
             columns.append((f"{b}\ncheck", 2, of(b, lambda r: r.check)))
