@@ -116,3 +116,11 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
     assert commands[:len(ORDER)] == list(ORDER) and commands[len(ORDER):len(ORDER) + 2] == ["all", "env"]
+
+
+def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(tmp_path):
+    proc = collbench("allreduce", "-n", "100000", "--sizes", "8", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("collbench: error: -n 100000: 100000 ranks on this host would need about ")
+    assert "fit here" in line and not list(tmp_path.iterdir())

@@ -269,3 +269,21 @@ def held_bytes() -> int:
 
 def probe() -> Probe:
     return Probe(socket.gethostname(), available_bytes(), held_bytes(), user_limit())
+
+
+#: What one self-launched rank holds before any buffer: the rank (interpreter, numpy, mpi4py,
+#: rich; rank 0 also pandas) and its guardian, measured here at 95-100 MiB for MPI backends; a
+#: rank that imports torch holds about 250 MiB more.
+RANK_BASE_BYTES = 100 * MiB
+TORCH_RANK_BASE_BYTES = 350 * MiB
+
+
+def check_rank_count(n: int, torch: bool) -> None:
+    """Refuse to start ``n`` ranks on this host when their bare processes alone would not fit
+    (a mistyped ``-n 100000`` would otherwise start processes until the machine gives out)."""
+    base = TORCH_RANK_BASE_BYTES if torch else RANK_BASE_BYTES
+    room = headroom(available_bytes())
+    if n * base > room:
+        raise UsageError(f"-n {n}: {n} ranks on this host would need about {_amount(n * base)} before any "
+                         f"buffer ({_amount(base)} each), and {_amount(room)} is free to use; at most "
+                         f"{room // base} fit here; use fewer, or a launcher that spreads them over hosts")

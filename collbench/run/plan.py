@@ -14,7 +14,7 @@ from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure.harness import TimingSettings
-from collbench.measure.memory import user_limit
+from collbench.measure.memory import check_rank_count, user_limit
 from collbench.results.files import check_outputs
 from collbench.results.output import OutputSettings
 from collbench.run.rounds import new_seed
@@ -119,6 +119,7 @@ def build_and_run(collectives, opts: dict, argv: list) -> int:
         n = opts["nprocs"] if opts["nprocs"] is not None else default_nprocs(list(plan.backends))
         if plan.root >= n:
             raise UsageError(f"--root {plan.root} is outside the world of {n} ranks (0..{n - 1})")
+        check_rank_count(n, torch=not all(uses_mpi(b) for b in plan.backends))
         if n > 1:
             use_mpi = any(uses_mpi(b) for b in plan.backends)
             seed = plan.seed if plan.seed is not None else new_seed()
