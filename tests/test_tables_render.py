@@ -107,3 +107,29 @@ def test_summary_line_titles_and_markdown():
     (barrier,) = build_tables(_rows("barrier", ("mpi",)))
     assert barrier.title.startswith("barrier · 2 ranks")        # no dtype for a call that moves none
     assert "size" not in barrier.headers and "check" not in barrier.headers
+
+
+@pytest.mark.mpi
+def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path):
+    """With rounds, each row's CI is moderated by the spread of every row's rounds: the tables
+    wait for the final round's end, so they show the figures the file keeps; and they come in
+    the plan's order, whatever order the shuffled rounds measured the collectives in."""
+    import json
+    import subprocess
+    import sys
+
+    from collbench.collectives.registry import ORDER
+    from collbench.results.tables import format_us
+
+    proc = subprocess.run([sys.executable, "-m", "collbench", "all", "-n", "2", "--rounds", "2", "--iters", "20",
+                           "--warmup", "1", "--sizes", "8-64", "-o", "r.json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    titles = [line.split(" · ")[0] for line in proc.stdout.splitlines() if " · 2 ranks · " in line]
+    assert titles == list(ORDER)
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    allreduce = [r for r in rows if r["collective"] == "allreduce"]
+    table = proc.stdout.split("allreduce · ")[1].split("bcast · ")[0]
+    for r in allreduce:
+        ci = f"{format_us(r['time_us_ci_low'])}–{format_us(r['time_us_ci_high'])}"
+        assert ci in table, (ci, table)

@@ -65,6 +65,10 @@ class Output:
                                    force_terminal=True)
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
         self._open_files()
+        self.rounds_total = max(total_steps // round_steps, 1) if round_steps else 1
+        self.table_order: tuple = ()     # collectives in the plan's order: how their tables print
+        self._finished: list = []
+        self._printed: set = set()
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
             from collbench.results.progress import ProgressBar
@@ -179,9 +183,28 @@ class Output:
             self.journal.remove()
 
     def collective_done(self, collective: str, final_round: bool) -> None:
-        """Print the tables of one collective (all its backends, every round so far)."""
+        """One collective's final round is measured. With one round, its tables print now (once
+        those of the collectives before it in the plan have); with several, the tables wait for
+        the round's end: a row's run-to-run CI is moderated by the spread of every row's rounds,
+        which is only known then, and the tables must show what the files keep."""
         if not (final_round and self.prints_final):
             return
+        self._finished.append(collective)
+        if self.rounds_total == 1:
+            self._print_ready()
+
+    def _print_ready(self, everything: bool = False) -> None:
+        """The tables of finished collectives, in the plan's order (the run's order is shuffled)."""
+        order = list(self.table_order) or list(dict.fromkeys(self._finished))
+        for collective in order + [c for c in self._finished if c not in order]:
+            if collective in self._printed:
+                continue
+            if collective not in self._finished and not everything:
+                return
+            self._printed.add(collective)
+            self._print_tables(collective)
+
+    def _print_tables(self, collective: str) -> None:
         rows = self.collector.rows_of(collective)
         exporter = STDOUT_FORMATS[self.settings.print_format]
         streams = exporter is None or hasattr(exporter, "render_tables")     # tables as collectives finish
@@ -210,12 +233,14 @@ class Output:
         """This process's rounds end early (an error, a stop): files whole, nothing printed."""
         if self.progress:
             self.progress.stop()
+            self.progress = None
         self.save_now()
 
     def finish(self) -> None:
         """This process's rounds ran to their end."""
         if self.progress:
             self.progress.stop()
+            self.progress = None             # gone for good: printing the tables must not bring it back
         with self._lock:
             if self._dirty:
                 self.files.save(self.collector.run_result())
@@ -223,6 +248,7 @@ class Output:
             self.journal.remove()            # one of its own: the files are whole now
         if not self.prints_final:
             return
+        self._print_ready(everything=True)
         exporter = STDOUT_FORMATS[self.settings.print_format]
         whole = exporter is not None and not hasattr(exporter, "render_tables")   # one document at the end
         if self._prints_stdout() and whole:

@@ -41,8 +41,12 @@ class Estimate:
         self.steps = max(steps, 1)
         self.rounds_left = rounds_left           # after the current one
         self.prior = _cycle_seconds(earlier_rounds)
-        self.round_started = time.monotonic()
+        self.round_started: Optional[float] = None      # at the round's first measurement, not its set-up
         self.done = 0
+
+    def round_begins(self) -> None:
+        if self.round_started is None:
+            self.round_started = time.monotonic()
 
     def step_done(self) -> None:
         self.done += 1
@@ -50,11 +54,11 @@ class Estimate:
     def next_round(self, finished_round_seconds: float) -> None:
         self.prior = finished_round_seconds if self.prior is None else (self.prior + finished_round_seconds) / 2
         self.rounds_left = max(self.rounds_left - 1, 0)
-        self.round_started = time.monotonic()
+        self.round_started = None
         self.done = 0
 
     def seconds_left(self) -> Optional[float]:
-        elapsed = time.monotonic() - self.round_started
+        elapsed = 0.0 if self.round_started is None else time.monotonic() - self.round_started
         share = min(self.done / self.steps, 1.0)
         own = elapsed / share if share > 0 else None          # this round's cost at its own pace
         if own is None and self.prior is None:
@@ -66,7 +70,7 @@ class Estimate:
 
 def _clock(seconds: Optional[float]) -> str:
     if seconds is None or not math.isfinite(seconds):
-        return "time left: estimating"
+        return "estimating time left"
     seconds = int(round(seconds))
     if seconds >= 3600:
         return f"about {seconds // 3600} h {seconds % 3600 // 60:02d} min left"
@@ -86,16 +90,23 @@ class ProgressBar:
         self.estimate = Estimate(steps, rounds_left, earlier_rounds)
         self.rounds = max(total // max(steps, 1), 1)
         self._shown_at = 0.0
-        self.progress = Progress(
-            TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis")),
-            BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=5)),
-            TextColumn("{task.completed}/{task.total} sizes", table_column=Column(no_wrap=True)),
-            TextColumn("{task.fields[left]}", table_column=Column(no_wrap=True)),
-            console=console, transient=True, expand=True)
-        self.task = self.progress.add_task("collbench", total=total, completed=done, left=_clock(None))
+        # One line at any width: the counter goes on a narrow terminal, what runs is cut short.
+        width = console.width
+        counter = width >= 70
+        left_room = 24 + (len(f"{total}/{total} sizes") + 1 if counter else 0)
+        columns = [TextColumn("{task.description}", table_column=Column(
+                       no_wrap=True, overflow="ellipsis", max_width=max(width - left_room - 8, 8))),
+                   BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=3))]
+        if counter:
+            columns.append(TextColumn("{task.completed}/{task.total} sizes", table_column=Column(no_wrap=True)))
+        columns.append(TextColumn("{task.fields[left]}", table_column=Column(no_wrap=True)))
+        self.progress = Progress(*columns, console=console, transient=True, expand=True)
+        self.task = self.progress.add_task("collbench", total=total, completed=done,
+                                           left=_clock(self.estimate.seconds_left()))
         self.progress.start()
 
     def describe(self, text: str) -> None:
+        self.estimate.round_begins()
         self.progress.update(self.task, description=text)
 
     def advance(self) -> None:
@@ -109,6 +120,7 @@ class ProgressBar:
 
     def round_done(self, seconds: float) -> None:
         self.estimate.next_round(seconds)
+        self.progress.update(self.task, left=_clock(self.estimate.seconds_left()))
 
     def stop(self) -> None:
         self.progress.stop()

@@ -147,9 +147,11 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
 
 def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):
     label = f"round {schedule.first}/{schedule.total} · " if schedule.total > 1 else ""
-    return Output(plan.output, collector, total_steps=sweep.steps * schedule.total,
-                  done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.final in schedule.here,
-                  round_label=label, journal=journal, round_steps=sweep.steps)
+    out = Output(plan.output, collector, total_steps=sweep.steps * schedule.total,
+                 done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.final in schedule.here,
+                 round_label=label, journal=journal, round_steps=sweep.steps)
+    out.table_order = tuple(plan.collectives)
+    return out
 
 
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
