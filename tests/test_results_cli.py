@@ -151,7 +151,7 @@ def test_report_says_which_rows_are_too_noisy_to_gate(tmp_path):
     for name, path in (("quiet", quiet), ("noisy", noisy), ("one", one)):
         proc = run_cli(["report", path, "--format", "markdown", "--threshold", "10%"], tmp_path)
         assert proc.returncode == 0, proc.stderr
-        assert "### what a comparison against this baseline can detect" in proc.stdout
+        assert "## what a comparison against this baseline can detect" in proc.stdout
         verdicts[name] = {line.rsplit(" | ", 1)[1].rstrip(" |") for line in proc.stdout.splitlines()
                           if line.startswith("| allreduce | ") and " | latency | " in line}
     assert verdicts == {"quiet": {"ok"}, "noisy": {"too noisy"}, "one": {"needs 2+ rounds"}}
@@ -175,7 +175,7 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     first = run_cli(sweep_args + ["-o", "base.json", "-o", "base.csv", "-o", "base.md", "-f", "markdown"], tmp_path)
     assert first.returncode == 0, first.stderr
     assert "| size | count | rounds | iters | p50 µs | 95% CI µs | run cv |" in first.stdout
-    assert "### allreduce · float32 sum · 2 ranks · latency" in (tmp_path / "base.md").read_text()
+    assert "## allreduce · float32 sum · 2 ranks · latency" in (tmp_path / "base.md").read_text()
     second = run_cli(sweep_args + ["-o", "new.json", "-q"], tmp_path)
     assert second.returncode == 0, second.stderr
 
@@ -249,8 +249,8 @@ def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp
 
 
 def _table(markdown: str, title: str) -> list:
-    """The data rows of the markdown table under ``### title``, as lists of cells."""
-    lines = markdown.split(f"### {title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    """The data rows of the markdown table under ``## title``, as lists of cells."""
+    lines = markdown.split(f"## {title}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
 
 
@@ -258,8 +258,8 @@ def test_report_shows_runs_of_one_setup_side_by_side(files, tmp_path):
     proc = run_cli(["report", files["base"], files["slow"], "-f", "markdown"], tmp_path)
     assert proc.returncode == 0 and "replaced" not in proc.stderr, proc.stderr
     text = proc.stdout
-    assert "### allreduce · float32 sum · 2 ranks · latency · mpi\n" in text
-    assert "### allreduce · float32 sum · 2 ranks · latency · mpi-pickle\n" in text
+    assert "## allreduce · float32 sum · 2 ranks · latency · mpi\n" in text
+    assert "## allreduce · float32 sum · 2 ranks · latency · mpi-pickle\n" in text
     assert "| size | base.json p50 µs | base.json CI |" in text and "| slow.json p50 µs | slow.json CI |" in text
     for title in ("allreduce · float32 sum · 2 ranks · latency · mpi", "allreduce · float32 sum · 2 ranks · latency · "
                   "mpi-pickle"):
@@ -326,8 +326,8 @@ def test_report_per_rank_of_two_runs_shows_each(files, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# collbench report: per rank")
     for name in ("base.json", "slow.json"):
-        assert f"### allreduce · float32 sum · 2 ranks · latency · per rank · {name}\n" in proc.stdout
-        assert f"### per host · {name}\n" in proc.stdout
+        assert f"## allreduce · float32 sum · 2 ranks · latency · per rank · {name}\n" in proc.stdout
+        assert f"## per host · {name}\n" in proc.stdout
 
 
 def test_plot_command_overlays_runs_of_one_setup(files, tmp_path):

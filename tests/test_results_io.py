@@ -81,7 +81,7 @@ def test_markdown_export_renders_the_tables(tmp_path):
     path = write(run_of(SERIES, meta=metadata()), tmp_path / "run.md")
     text = path.read_text()
     assert text.startswith("# collbench results")
-    assert "### allreduce · float32 sum · 2 ranks · latency" in text
+    assert "## allreduce · float32 sum · 2 ranks · latency" in text
     assert "| size | mpi p50 µs |" in text and MarkdownExporter.suffix == ".md"
 
 
@@ -254,3 +254,13 @@ def test_a_corrupted_metadata_cell_exits_2_with_one_line(tmp_path):
     (tmp_path / "bad.csv").write_text(_with_metadata_cell(good, '{"rounds": {"1": 2}}'))
     proc = run_cli(["compare", "bad.csv", "good.csv"], tmp_path)
     assert proc.returncode == 2 and "bad.csv: metadata.rounds is not a list" in one_line_error(proc)
+
+
+@pytest.mark.parametrize("name", ["size_bytes", "world_size", "iterations", "count"])
+def test_a_negative_count_or_size_is_refused(tmp_path, name):
+    path = write(run_of(SERIES), tmp_path / "run.json")
+    doc = json.loads(path.read_text())
+    doc["rows"][0][name] = -5
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=f"bad value -5 in column {name}"):
+        load_result(path)

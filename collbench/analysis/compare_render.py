@@ -133,7 +133,7 @@ def to_summary_markdown(c: Comparison) -> str:
     column = table.headers.index("verdict")
     notable = [r.verdict != "same" for r in c.rows]
     if any(notable):
-        lines.append(to_markdown(_bold_verdicts(table, notable, column)).replace("### ", "#### ", 1))
+        lines.append(to_markdown(_bold_verdicts(table, notable, column), level=3))
     every_row = _bold_verdicts(table, [True] * len(c.rows), column)
     untitled = to_markdown(TableModel("", every_row.headers, every_row.rows)).split("\n", 2)[2]
     lines += [f"<details><summary>All {len(c.rows)} rows</summary>", "", untitled, "</details>", ""]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 from pathlib import Path
 
 from collbench.errors import UsageError
@@ -101,45 +102,50 @@ def plot_rows(rows, path, *, force: bool = False, runs=()) -> list:
     skipped = sum(1 for r in rows if r.size_bytes == 0)
     if skipped:
         notes.append(f"{skipped} row(s) without a size (barrier) are not on the log–log plot")
-    figure = Figure(figsize=(11, 4.5), constrained_layout=True)
-    FigureCanvasAgg(figure)
-    latency, bandwidth = figure.subplots(1, 2)
-    size_label = FuncFormatter(lambda x, _: format_size(int(round(x))) if x >= 1 else f"{x:g}")
-    # A colour per setup (per run when there is one setup), a line style and marker per run; past
-    # ten setups the colours come again with the next styles: no two lines alike.
-    colours = [f"C{i}" for i in range(10)]
-    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
-    setups = max(setup for _, setup, _, _ in lines) + 1
-    blocks = -(-setups // len(colours))
-    for label, setup, run, group in lines:
-        sizes = [r.size_bytes for r in group]
-        dash, mark = styles[(run * blocks + setup // len(colours)) % len(styles)]
-        colour = colours[(setup if setups > 1 else run) % len(colours)]
-        line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker=mark, markersize=3, label=label,
-                             color=colour, linestyle=dash)
-        lows = [r.time_us_ci_low if math.isfinite(r.time_us_ci_low) else r.time_us_p50 for r in group]
-        highs = [r.time_us_ci_high if math.isfinite(r.time_us_ci_high) else r.time_us_p50 for r in group]
-        latency.fill_between(sizes, lows, highs, color=line.get_color(), alpha=0.25, linewidth=0)
-        bandwidth.plot(sizes, [r.busbw_gbps for r in group], marker=mark, markersize=3, color=line.get_color(),
-                       linestyle=dash,
-                       label=label)
-        bandwidth.fill_between(sizes, [_band(r, True) for r in group], [_band(r, False) for r in group],
-                               color=line.get_color(), alpha=0.25, linewidth=0)
-    for axes, ylabel in ((latency, "median time (µs)"), (bandwidth, "bus bandwidth (GB/s)")):
-        axes.set_xscale("log", base=2)
-        axes.set_yscale("log")
-        axes.xaxis.set_major_formatter(size_label)
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-        axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
-        axes.set_xlabel("message size (bytes)")
-        axes.set_ylabel(ylabel)
-        axes.grid(True, which="major", alpha=0.3)
-    latency.set_title("latency (band: 95% CI of the median)")
-    bandwidth.set_title("bus bandwidth")
-    bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
-    figure.suptitle(" · ".join(["collbench", *shared]))
-    image = io.BytesIO()            # drawn in memory, then written whole: a full disk leaves no half image
-    figure.savefig(image, format=path.suffix.lstrip(".").lower(), dpi=120)
+    if not any(r.busbw_gbps > 0 for *_, group in lines for r in group):
+        notes.append("no bus bandwidth to draw: it is 0 for every row (one rank moves nothing to others); "
+                     "the bandwidth panel is empty")
+    with warnings.catch_warnings():      # an empty log axis (no bandwidth on one rank): said in a note
+        warnings.simplefilter("ignore", UserWarning)
+        figure = Figure(figsize=(11, 4.5), constrained_layout=True)
+        FigureCanvasAgg(figure)
+        latency, bandwidth = figure.subplots(1, 2)
+        size_label = FuncFormatter(lambda x, _: format_size(int(round(x))) if x >= 1 else f"{x:g}")
+        # A colour per setup (per run when there is one setup), a line style and marker per run; past
+        # ten setups the colours come again with the next styles: no two lines alike.
+        colours = [f"C{i}" for i in range(10)]
+        styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+        setups = max(setup for _, setup, _, _ in lines) + 1
+        blocks = -(-setups // len(colours))
+        for label, setup, run, group in lines:
+            sizes = [r.size_bytes for r in group]
+            dash, mark = styles[(run * blocks + setup // len(colours)) % len(styles)]
+            colour = colours[(setup if setups > 1 else run) % len(colours)]
+            line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker=mark, markersize=3, label=label,
+                                 color=colour, linestyle=dash)
+            lows = [r.time_us_ci_low if math.isfinite(r.time_us_ci_low) else r.time_us_p50 for r in group]
+            highs = [r.time_us_ci_high if math.isfinite(r.time_us_ci_high) else r.time_us_p50 for r in group]
+            latency.fill_between(sizes, lows, highs, color=line.get_color(), alpha=0.25, linewidth=0)
+            bandwidth.plot(sizes, [r.busbw_gbps for r in group], marker=mark, markersize=3, color=line.get_color(),
+                           linestyle=dash,
+                           label=label)
+            bandwidth.fill_between(sizes, [_band(r, True) for r in group], [_band(r, False) for r in group],
+                                   color=line.get_color(), alpha=0.25, linewidth=0)
+        for axes, ylabel in ((latency, "median time (µs)"), (bandwidth, "bus bandwidth (GB/s)")):
+            axes.set_xscale("log", base=2)
+            axes.set_yscale("log")
+            axes.xaxis.set_major_formatter(size_label)
+            axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+            axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+            axes.set_xlabel("message size (bytes)")
+            axes.set_ylabel(ylabel)
+            axes.grid(True, which="major", alpha=0.3)
+        latency.set_title("latency (band: 95% CI of the median)")
+        bandwidth.set_title("bus bandwidth")
+        bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
+        figure.suptitle(" · ".join(["collbench", *shared]))
+        image = io.BytesIO()            # drawn in memory, then written whole: a full disk leaves no half image
+        figure.savefig(image, format=path.suffix.lstrip(".").lower(), dpi=120)
     try:
         write_atomic(path, image.getvalue())
     except OSError as exc:

@@ -41,10 +41,10 @@ def cli(ctx):
 
     \b
     Examples:
-      collbench allreduce --sizes 1K-1M               # self-launches ranks through mpiexec
-      mpiexec -n 8 collbench all                      # under your own launcher
-      collbench all -n 4 --backend mpi,mpi-pickle     # one table, two backends
-      collbench compare baseline.json new.json        # exit 1 on a regression
+      collbench allreduce --sizes 1K-1M          # launches its ranks itself
+      mpiexec -n 8 collbench all                 # under your own launcher
+      collbench all -n 4 --backend mpi,gloo      # backends side by side
+      collbench compare base.json new.json       # exit 1 on a regression
     """
     if ctx.invoked_subcommand is None:       # bare ``collbench``: the help, not an error
         click.echo(ctx.get_help())

@@ -15,7 +15,7 @@ from collbench.results.ci_export import TARGETS
 @click.option("--to", "target", type=click.Choice(tuple(TARGETS)), required=True,
               help="github-action-benchmark: its customSmallerIsBetter JSON (median µs); bencher: Bencher "
                    "Metric Format (latency in ns, bus-bandwidth in GB/s).")
-@click.option("-o", "--output", metavar="FILE", help="File to write [default: stdout].")
+@click.option("-o", "--output", metavar="FILE", help="File to write; - or none: stdout.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def export_command(file, target, output, force) -> None:
     """Export result FILE (JSON or CSV) for a CI benchmark tracker, one benchmark per row.
@@ -30,6 +30,8 @@ def export_command(file, target, output, force) -> None:
     from collbench.results.exporters import check_output_path, write_atomic
     from collbench.results.loader import load_result
 
+    if output == "-":
+        output = None
     if output is not None:
         check_output_path(output, force)
     done = export(load_result(file), target, source=file)

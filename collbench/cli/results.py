@@ -35,7 +35,13 @@ def _print_tables(tables) -> None:
 
 
 def _warn(text: str) -> None:
-    print(f"collbench: warning: {text}", file=sys.stderr)
+    line = f"collbench: warning: {text}"
+    if sys.stderr.isatty():          # wrapped between words, not by the terminal mid-word
+        import shutil
+        import textwrap
+
+        line = textwrap.fill(line, width=shutil.get_terminal_size().columns, break_on_hyphens=False)
+    print(line, file=sys.stderr)
 
 
 @click.command("compare")
@@ -57,7 +63,8 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
     much drift) do not fail.
 
     \b
-    Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable input.
+    Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable
+    input.
     Statistics, verdicts and the multiple-comparison control: docs/compare.md.
     """
     from collbench.analysis import compare_render

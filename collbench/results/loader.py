@@ -66,8 +66,8 @@ def _row(record: dict, where: str) -> Row:
             if name == "time_us_round_p50s":
                 continue
             if name in _INT:
-                if isinstance(v, bool) or not isinstance(v, (int, float, str)) or abs(float(v)) > _LARGEST:
-                    raise ValueError(v)
+                if isinstance(v, bool) or not isinstance(v, (int, float, str)) or not 0 <= float(v) <= _LARGEST:
+                    raise ValueError(v)          # counts and sizes: never negative
                 values[name] = int(v)
             elif name in _STR:
                 values[name] = str(v)

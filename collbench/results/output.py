@@ -63,7 +63,8 @@ class Output:
             shared = os.environ.get("COLLBENCH_ONE_TERMINAL") == "1" and os.environ.get("COLLBENCH_LAUNCHED")
             self.console = Console(file=sys.stderr if shared else sys.stdout, highlight=False, soft_wrap=False,
                                    force_terminal=True)
-        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
+        # On a terminal, long notes wrap between words; elsewhere (logs) each stays one line.
+        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=not err_tty, force_terminal=err_tty)
         self._open_files()
         self.rounds_total = max(total_steps // round_steps, 1) if round_steps else 1
         self.table_order: tuple = ()     # collectives in the plan's order: how their tables print

@@ -108,9 +108,9 @@ def print_table(console, table: TableModel, width: Optional[int], plain: bool) -
         Console(file=console.file, highlight=False, force_terminal=not plain, no_color=plain,
                 width=max(natural, MIN_WIDTH))
     wrap = width or max(natural, 100)
-    if fitted.title:       # its own line, never wrapped to the table's width nor padded
-        console.print(Text(fitted.title, style="bold" if not plain else ""), width=max(wrap, len(fitted.title)),
-                      no_wrap=True)
+    for line in textwrap.wrap(fitted.title, wrap, break_on_hyphens=False):   # at the width, not the table's
+        console.print(Text(line, style="bold" if not plain else ""), no_wrap=True, crop=False,
+                      width=max(wrap, len(line)))
     target.print(rendered)
     for note in fitted.notes:
         for line in textwrap.wrap(note, wrap, break_on_hyphens=False) or [""]:

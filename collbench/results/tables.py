@@ -10,6 +10,7 @@ far beyond their own within-round CIs is marked.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -69,7 +70,12 @@ def _size(row: Row) -> str:
 
 
 def _iters(row: Row) -> str:
-    return f"{row.iterations}" + ("" if row.precision_reached else "*")
+    return f"{row.iterations}"
+
+
+def _p50(row: Row) -> str:
+    """The median, marked * when a round's CI did not reach --precision (see the notes)."""
+    return format_us(row.time_us_p50) + ("" if row.precision_reached else "*")
 
 
 def _group_key(row: Row) -> tuple:
@@ -121,7 +127,7 @@ def _single(title: str, rows: list) -> TableModel:
         columns.append(("count", 8, lambda r: str(r.count)))
     if rounds:
         columns.append(("rounds", 9, lambda r: str(r.rounds)))
-    columns += [("iters", 7, _iters), ("p50 µs", 0, lambda r: format_us(r.time_us_p50)), ("95% CI µs", 1, _ci)]
+    columns += [("iters", 7, _iters), ("p50 µs", 0, _p50), ("95% CI µs", 1, _ci)]
     if rounds:
         columns.append(("run cv", 4, _cv))
     columns += [("avg µs", 6, lambda r: format_us(r.time_us_rank_avg)), ("min µs", 10, lambda r: format_us(r.time_us_min)),
@@ -147,7 +153,7 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
     if _per_rank(rows):
         columns.append(("per rank", 3, lambda s: _rank_size(first[s])))
     for i, b in enumerate(backends):
-        columns += [(f"{b}\np50 µs", 0, of(b, lambda r: format_us(r.time_us_p50) + ("" if r.precision_reached else "*"))),
+        columns += [(f"{b}\np50 µs", 0, of(b, _p50)),
                     (f"{b}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
         if sized:
             columns.append((f"{b}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
@@ -177,7 +183,8 @@ def _summary(rows: list, backends: list) -> tuple:
         bus = [r.busbw_gbps for r in rows
                if r.backend == b and r.size_bytes and r.busbw_gbps and math.isfinite(r.busbw_gbps)]
         if bus:
-            parts.append(f"{b} {sum(bus) / len(bus):.3f}" if len(backends) > 1 else f"{sum(bus) / len(bus):.3f}")
+            mean = _bw(sum(bus) / len(bus)) if sum(bus) / len(bus) >= 0.001 else f"{sum(bus) / len(bus):.2g}"
+            parts.append(f"{b} {mean}" if len(backends) > 1 else mean)
             counts.add(len(bus))
     if not parts:
         return ()
@@ -228,10 +235,19 @@ def one_line(header: str) -> str:
     return what if not group else group + ("" if what.startswith("/") else " ") + what
 
 
-def to_markdown(table: TableModel) -> str:
+_NUMBER = re.compile(r"[-+±]?[\d.,]+[KMGT]?[%×*‡]*(?:[–…][-+]?[\d.,]+%?[‡*]*)?|-|<0\.0001")
+
+
+def _numeric(table: TableModel, column: int) -> bool:
+    return all(_NUMBER.fullmatch(row[column].strip("*")) for row in table.rows if column < len(row))
+
+
+def to_markdown(table: TableModel, level: int = 2) -> str:
+    """The table under a heading of ``level`` (2: under a document's title), its notes after it;
+    text columns left-aligned, numbers right."""
     headers = [one_line(h) for h in table.headers]
-    lines = [f"### {table.title}", "", "| " + " | ".join(headers) + " |",
-             "|" + "|".join("---:" if i else "---" for i in range(len(table.headers))) + "|"]
+    lines = [f"{'#' * level} {table.title}", "", "| " + " | ".join(headers) + " |",
+             "|" + "|".join("---:" if i and _numeric(table, i) else "---" for i in range(len(table.headers))) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in table.rows]
     for note in table.notes:
         lines += ["", f"_{note}_"]

@@ -37,7 +37,7 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
     rank starts: an error when the user named both the collective and the backend, else a note."""
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
-    pairs, notes = set(), []
+    pairs, notes, why = set(), [], {}
     for cname in collectives:
         coll = get_collective(cname)
         op = opts["op"] if coll.reduces else NO_OP
@@ -50,8 +50,11 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
                                  f"{' ' + op if coll.reduces else ''}: {reason}")
             pairs.add((cname, backend))
             notes.append(f"{cname} on {backend}: {reason}; skipped")
-    if len(pairs) == len(collectives) * len(backends):
-        raise UsageError("nothing to measure: " + "; ".join(notes))
+            why.setdefault((backend, reason), []).append(cname)
+    if len(pairs) == len(collectives) * len(backends):      # said once per backend and reason
+        raise UsageError("nothing to measure: " + "; ".join(
+            f"{backend} ({'every collective' if len(names) == len(collectives) else ', '.join(names)}): {reason}"
+            for (backend, reason), names in why.items()))
     return frozenset(pairs), notes
 
 
