@@ -152,7 +152,7 @@ def test_a_rank_killed_in_a_later_round_stops_the_run_and_keeps_the_earlier_roun
     os.kill(_rank_pid(1, "k.json"), signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "was killed by signal 9" in err
-    assert "stopped in round 2 of 3; the result files keep round 1 and what round 2 measured" in err
+    assert "stopped in round 2 of 3; k.json keeps round 1 and what round 2 measured" in err
     result = load_result(run_dir / "k.json")
     assert len(result.rows) == 14 and all(r.rounds in (1, 2) for r in result.rows)
     assert [r["round"] for r in result.metadata["rounds"]] == [1]

@@ -284,10 +284,11 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
                 check_failed = True
                 continue
             if code != 0:
-                if number > 1:
+                paths = _result_paths(state)
+                if number > 1 and paths:
                     kept = "round 1" if number == 2 else f"rounds 1-{number - 1}"
-                    print(f"collbench: stopped in round {number} of {rounds}; the result files keep {kept} and "
-                          f"what round {number} measured", file=sys.stderr, flush=True)
+                    print(f"collbench: stopped in round {number} of {rounds}; {', '.join(paths)} keep{'s' * (len(paths) == 1)} "
+                          f"{kept} and what round {number} measured", file=sys.stderr, flush=True)
                 return code
         return 1 if check_failed else 0
     finally:

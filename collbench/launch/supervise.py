@@ -234,8 +234,8 @@ def forget_journal() -> None:
 def kept(paths=None) -> str:
     """The end of a line about an early end: where what was measured is."""
     paths = _result_files if paths is None else [str(p) for p in paths]
-    if not paths:
-        return "result files keep every size finished before"
+    if not paths:            # --no-save, or stopped before any file was claimed
+        return "nothing was saved"
     return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} every size finished before"
 
 

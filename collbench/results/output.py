@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import textwrap
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,8 @@ class Output:
             shared = os.environ.get("COLLBENCH_ONE_TERMINAL") == "1" and os.environ.get("COLLBENCH_LAUNCHED")
             self.console = Console(file=sys.stderr if shared else sys.stdout, highlight=False, soft_wrap=False,
                                    force_terminal=True)
-        # On a terminal, long notes wrap between words; elsewhere (logs) each stays one line.
-        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=not err_tty, force_terminal=err_tty)
+        # soft_wrap: what others write to stderr while the bar redirects it goes out as written
+        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
         self._open_files()
         self.rounds_total = max(total_steps // round_steps, 1) if round_steps else 1
         self.table_order: tuple = ()     # collectives in the plan's order: how their tables print
@@ -119,7 +120,10 @@ class Output:
             self.collector.notes.append(text)
             self._record({"type": "note", "text": text})
         if not self.settings.quiet:
-            self.err.print(f"collbench: {text}", markup=False, highlight=False)
+            line = f"collbench: {text}"
+            if self.err.is_terminal:      # wrapped between words, not by the terminal mid-word
+                line = "\n".join(textwrap.wrap(line, self.err.width, break_on_hyphens=False))
+            self.err.print(line, markup=False, highlight=False)
 
     def step(self, description: str) -> None:
         if self.progress:
