@@ -279,11 +279,12 @@ TORCH_RANK_BASE_BYTES = 350 * MiB
 
 
 def check_rank_count(n: int, torch: bool) -> None:
-    """Refuse to start ``n`` ranks on this host when their bare processes alone would not fit
-    (a mistyped ``-n 100000`` would otherwise start processes until the machine gives out)."""
+    """Refuse to start ``n`` ranks on this host when their bare processes alone could not fit in
+    what is available (a mistyped ``-n 100000`` would otherwise start processes until the machine
+    gives out). A bound against the impossible, not a fit: the sizes' guard keeps the headroom."""
     base = TORCH_RANK_BASE_BYTES if torch else RANK_BASE_BYTES
-    room = headroom(available_bytes())
+    room = available_bytes()
     if n * base > room:
         raise UsageError(f"-n {n}: {n} ranks on this host would need about {_amount(n * base)} before any "
-                         f"buffer ({_amount(base)} each), and {_amount(room)} is free to use; at most "
+                         f"buffer ({_amount(base)} each), and {_amount(room)} is available; at most "
                          f"{room // base} fit here; use fewer, or a launcher that spreads them over hosts")
