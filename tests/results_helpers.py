@@ -91,3 +91,19 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("collbench: error: "), proc.stderr
     return lines[0]
+
+
+def wait_for_rows(path: Path, seconds: float = 90, pause: float = 0.2) -> None:
+    """Until the result file at ``path`` holds a measured row: the run is in its later sizes then."""
+    import json
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(Path(path).read_text()).get("rows"):
+                return
+        except (OSError, ValueError, AttributeError):
+            pass
+        time.sleep(pause)
+    raise AssertionError("the run never finished its first size")

@@ -23,6 +23,7 @@ import pytest
 
 from collbench.results import exporters
 from conftest import FAST
+from results_helpers import wait_for_rows
 from terminal_helpers import read_rest
 
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE",
@@ -362,14 +363,7 @@ def test_rank_0_killed_outright_under_mpiexec_its_files_are_rebuilt_from_the_jou
                                        "--timeout", "0", "-o", str(out), "--results-dir", marker], env)
     job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if json.loads(out.read_text())["rows"]:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
+        wait_for_rows(out)
         stale = tmp_path / ".r.json.interrupted.tmp"
         stale.write_text("half a file")            # as a write cut short by the kill would leave
         os.kill(_rank_process(marker, 0, "PMI_RANK"), signal.SIGKILL)
@@ -392,14 +386,7 @@ def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path):
                             str(out)], cwd=tmp_path, env=_env({"TMPDIR": str(private)}), stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if json.loads(out.read_text())["rows"]:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
+        wait_for_rows(out)
         job.kill()
         job.wait(timeout=10)
         deadline = time.monotonic() + 20

@@ -20,6 +20,7 @@ from collbench.launch import coordinator
 from collbench.launch.link import connect, hello_message
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from conftest import FAST
+from results_helpers import wait_for_rows
 
 def _long(backend: str) -> list:
     """A quick first size, then one that lasts: the files hold a row when the fault comes."""
@@ -75,19 +76,6 @@ def _rank_process(marker: str, rank: int, variable: str) -> int:
     raise AssertionError(f"rank {rank} never started")
 
 
-def _wait_for_file_rows(path: Path, seconds: float = 90) -> None:
-    """Until the result file holds a measured row: the run is in its long size then."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(path.read_text()).get("rows"):
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.3)
-    raise AssertionError("the run never finished its first size")
-
-
 def _collbench_lines(stderr: str) -> list:
     """collbench's lines, less the note that 3 ranks share this 2-CPU host (not about the failure)."""
     return [line for line in stderr.splitlines() if line.startswith("collbench:") and "oversubscribed" not in line]
@@ -108,7 +96,7 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
                                        *_long(backend), "-o", str(out), "--results-dir", f"{tmp_path}/m"], env)
     job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_file_rows(out)
+        wait_for_rows(out)
         victim = _rank_process(_marker(tmp_path), 2, "PMI_RANK")
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
@@ -133,7 +121,7 @@ def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_file_rows(out)
+        wait_for_rows(out)
         victim = _rank_process(_marker(tmp_path), 1, "RANK")
         os.kill(victim, signal.SIGSTOP)
         _, stderr = job.communicate(timeout=60)
@@ -155,7 +143,7 @@ def test_no_rank_outlives_the_self_launching_process(tmp_path, backend, how):
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_for_file_rows(out)
+        wait_for_rows(out)
         assert len(_collbench_pids(_marker(tmp_path))) >= 3      # us, and every rank with its guardian
         job.send_signal(how)
         job.wait(timeout=30)
@@ -177,7 +165,7 @@ def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_file_rows(out)
+        wait_for_rows(out)
         rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
         guardian = _parent(rank)
         os.kill(guardian, signal.SIGKILL)

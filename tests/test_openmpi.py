@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from collbench.results.loader import load_result
+from results_helpers import wait_for_rows
 
 OMPI_PYTHON = os.environ.get("COLLBENCH_OPENMPI_PYTHON")
 pytestmark = [pytest.mark.mpi,
@@ -74,14 +75,7 @@ def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, ho
         return found
 
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if json.loads(out.read_text())["rows"]:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.3)
+        wait_for_rows(out, pause=0.3)
         job.send_signal(getattr(signal, how))
         job.wait(timeout=30)
         deadline = time.monotonic() + 15
