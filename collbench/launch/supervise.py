@@ -10,9 +10,9 @@
   launcher's clean-up never leaves an orphan rank. A self-launched rank's guardian also ends its
   rank when the collbench process that launched it is gone. Where the position lives: a few
   shared bytes (mmap), written by the rank before each size, outside any timed region.
-* A **watchdog** thread per rank: if one size takes longer than ``--timeout`` seconds, it
-  tells the coordinator, which names the ranks still in the collective and the ones stopped or
-  elsewhere, and aborts the whole job. It sleeps until the deadline.
+* A **watchdog** thread per rank (``watchdog``): if one size takes longer than ``--timeout``
+  seconds, it tells the coordinator, which names the ranks still in the collective and the
+  ones stopped or elsewhere, and aborts the whole job.
 * **Signals** (``signals``): SIGINT, SIGTERM and SIGHUP are taken by a thread of their own,
   which ends the rank at once even while the main thread is blocked inside MPI or torch;
   SIGUSR1 is the guardian's quiet "stop now".
@@ -110,7 +110,7 @@ def guard_rank(rank: int) -> None:
     Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
 
 
-def _ask_guardian(message: dict, seconds: float) -> Optional[dict]:
+def ask_guardian(message: dict, seconds: float) -> Optional[dict]:
     """One request to this rank's guardian and its answer; None without a guardian or answer."""
     if _channel is None:
         return None
@@ -145,60 +145,12 @@ def coordinator_at() -> Optional[dict]:
 def join_job(candidates: list, port: int, token: str, seconds: float = 30.0) -> Optional[dict]:
     """Have the guardian connect to the coordinator: {"address", "local"} on success,
     {"error"} on failure, None when this rank has no guardian."""
-    answer = _ask_guardian({"t": "join", "candidates": candidates, "port": port, "token": token}, seconds)
+    answer = ask_guardian({"t": "join", "candidates": candidates, "port": port, "token": token}, seconds)
     if answer is None:
         return None if _channel is None else {"error": "its guardian did not answer"}
     if answer.get("t") == "joined":
         return {"address": answer["address"], "local": answer["local"]}
     return {"error": answer.get("error", "unknown")}
-
-
-class Watchdog:
-    """Aborts the job when one size runs past its deadline. One thread per rank, mostly asleep."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._deadline: Optional[float] = None
-        self._what = ""
-        self._limit = 0.0
-        self._thread = threading.Thread(target=self._loop, name="collbench-watchdog", daemon=True)
-        self._thread.start()
-
-    def arm(self, seconds: float, what: str) -> None:
-        with self._lock:
-            self._deadline = time.monotonic() + seconds if seconds > 0 else None
-            self._what, self._limit = what, seconds
-        self._wake.set()
-
-    def disarm(self) -> None:
-        with self._lock:
-            self._deadline = None
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while True:
-            with self._lock:
-                deadline = self._deadline
-            wait = None if deadline is None else min(max(0.0, deadline - time.monotonic()), 3600.0)
-            if self._wake.wait(wait):
-                self._wake.clear()
-                continue
-            with self._lock:
-                expired = self._deadline is not None and time.monotonic() >= self._deadline
-                what, limit = self._what, self._limit
-            if expired and _report_timeout(what, limit):
-                time.sleep(coordinator.LOST_AFTER + 2 * STOP_GRACE)   # the coordinator ends the job
-            if expired:
-                sys.stderr.write(f"collbench: {_rank_label}: timeout: {what} did not finish within "
-                                 f"{limit:g} s (--timeout); aborting the job; {kept()}\n")
-                sys.stderr.flush()
-                abort_job(TIMEOUT_EXIT)
-
-
-def _report_timeout(what: str, limit: float) -> bool:
-    answer = _ask_guardian({"t": "timeout", "what": what, "limit": limit, "where": where()}, 2.0)
-    return answer is not None and answer.get("t") == "taken"
 
 
 _job_abort: Optional[Callable[[int], None]] = None
@@ -261,7 +213,7 @@ def abort_job(code: int) -> None:
     run_before_exit()
     sys.stdout.flush()
     sys.stderr.flush()
-    answer = _ask_guardian({"t": "abort-job", "code": code}, 2.0)
+    answer = ask_guardian({"t": "abort-job", "code": code}, 2.0)
     if answer is not None and answer.get("t") == "taken":
         time.sleep(2 * STOP_GRACE)            # the guardian stops this rank
     time.sleep(0.5)          # let the launcher forward the message before it kills the job
@@ -274,6 +226,11 @@ def at(what: str) -> None:
     """Record what this rank is doing, for the guardian's report if it dies."""
     if _position is not None:
         _position.write(what)
+
+
+def rank_label() -> str:
+    """How lines from this rank name it ("rank 3")."""
+    return _rank_label
 
 
 def where() -> str:

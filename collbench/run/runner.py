@@ -22,6 +22,7 @@ from collbench.results.collector import Collector
 from collbench.results.journal import Journal
 from collbench.errors import SharedUsageError, UsageError
 from collbench.launch.launcher import Launcher
+from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_outputs
 from collbench.results.output import NullOutput, Output, OutputSettings
@@ -90,7 +91,7 @@ def run(plan: Plan, launcher: Launcher) -> int:
 
 def _run(plan: Plan, launcher: Launcher) -> int:
     # Start-up (MPI initialisation, torch rendezvous) is under the same --timeout as each size.
-    watchdog = supervise.Watchdog()
+    watchdog = Watchdog()
     where = "start-up (MPI or torch initialisation)"
     supervise.at(where)
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0

@@ -14,6 +14,7 @@ import numpy as np
 from collbench.measure import harness
 from collbench.measure import memory
 from collbench.launch import supervise
+from collbench.launch.watchdog import Watchdog
 from collbench.results.aggregate import RowIdentity, round_data
 from collbench.collectives.base import Collective
 from collbench.collectives.registry import get_collective
@@ -68,7 +69,7 @@ def _fill(backend, buffers, coll: Collective, op, rank: int, n: int, send_len: i
 class Sweep:
     """The sizes each (collective, backend) measures, and one round's walk over them."""
 
-    def __init__(self, plan, control, backends: dict, rpn: int, watchdog: supervise.Watchdog) -> None:
+    def __init__(self, plan, control, backends: dict, rpn: int, watchdog: Watchdog) -> None:
         self.plan, self.control, self.backends, self.rpn = plan, control, backends, rpn
         self.watchdog = watchdog
         self.failures: list = []

@@ -1,0 +1,64 @@
+"""The ``--timeout`` watchdog: one thread per rank, asleep until the deadline of the size in hand.
+
+When a size runs past it, the watchdog tells the coordinator through this rank's guardian
+(``supervise``); the coordinator names the ranks still in the collective and the ones stopped or
+elsewhere, and ends the job on every host. Without a coordinator the rank ends the job itself.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Optional
+
+from collbench.launch import coordinator, supervise
+
+
+class Watchdog:
+    """Aborts the job when one size runs past its deadline. One thread per rank, mostly asleep."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._deadline: Optional[float] = None
+        self._what = ""
+        self._limit = 0.0
+        self._thread = threading.Thread(target=self._loop, name="collbench-watchdog", daemon=True)
+        self._thread.start()
+
+    def arm(self, seconds: float, what: str) -> None:
+        with self._lock:
+            self._deadline = time.monotonic() + seconds if seconds > 0 else None
+            self._what, self._limit = what, seconds
+        self._wake.set()
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._deadline = None
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                deadline = self._deadline
+            wait = None if deadline is None else min(max(0.0, deadline - time.monotonic()), 3600.0)
+            if self._wake.wait(wait):
+                self._wake.clear()
+                continue
+            with self._lock:
+                expired = self._deadline is not None and time.monotonic() >= self._deadline
+                what, limit = self._what, self._limit
+            if expired and _report(what, limit):     # the coordinator ends the job; wait for it
+                time.sleep(coordinator.LOST_AFTER + 2 * supervise.STOP_GRACE)
+            if expired:
+                sys.stderr.write(f"collbench: {supervise.rank_label()}: timeout: {what} did not finish "
+                                 f"within {limit:g} s (--timeout); aborting the job; {supervise.kept()}\n")
+                sys.stderr.flush()
+                supervise.abort_job(supervise.TIMEOUT_EXIT)
+
+
+def _report(what: str, limit: float) -> bool:
+    message = {"t": "timeout", "what": what, "limit": limit, "where": supervise.where()}
+    answer = supervise.ask_guardian(message, 2.0)
+    return answer is not None and answer.get("t") == "taken"
