@@ -80,6 +80,18 @@ def test_an_option_that_does_not_apply_is_refused_with_the_reason(args, message,
     assert proc.stdout == "" and not list(tmp_path.iterdir())        # nothing ran, nothing written
 
 
+@pytest.mark.parametrize("args", [["barrier", "--op", "max", "--help"], ["gather", "--root", "1", "--op", "min", "-h"]])
+def test_help_wins_over_an_option_that_does_not_apply(args, tmp_path):
+    proc = collbench(*args, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith(f"Usage: collbench {args[0]} [OPTIONS]")
+
+
+def test_help_after_the_end_of_options_is_not_help(tmp_path):
+    proc = collbench("barrier", "--op", "max", "--", "--help", cwd=tmp_path)
+    assert proc.returncode == 2 and "barrier takes no --op" in proc.stderr
+
+
 def test_an_unknown_option_is_still_clicks_one_line(tmp_path):
     proc = collbench("allreduce", "--bogus", cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--bogus" in proc.stderr

@@ -133,6 +133,10 @@ class BenchCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
+            words = args[:args.index("--")] if "--" in args else args
+            if any(word in ctx.help_option_names for word in words):    # help first, as click does
+                click.echo(self.get_help(ctx), color=ctx.color)
+                ctx.exit(0)
             for name, flags in _FLAGS.items():
                 if self.collective is not None and exc.option_name in flags:
                     raise click.UsageError(f"{self.name} takes no {flags[-1] if name != 'check' else exc.option_name}: "
