@@ -13,7 +13,7 @@ import os
 import textwrap
 from typing import Optional
 
-from collbench.results.tables import TableModel, one_line
+from collbench.results.tables import TableModel, flat_header
 
 MIN_WIDTH = 20          # below this a COLUMNS value is a mistake, not a terminal
 
@@ -35,7 +35,7 @@ def to_rich(table: TableModel, plain: bool = False, flat: bool = False):
 
     t = Table(box=box.ASCII if plain else box.SIMPLE_HEAVY)
     for i, h in enumerate(table.headers):
-        t.add_column(one_line(h) if flat else h, justify="left" if i == 0 else "right", no_wrap=True)
+        t.add_column(flat_header(h) if flat else h, justify="left" if i == 0 else "right", no_wrap=True)
     for row in table.rows:
         t.add_row(*row)
     return t

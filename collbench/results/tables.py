@@ -229,7 +229,7 @@ def build_tables(rows: Iterable[Row]) -> list:
     return tables
 
 
-def one_line(header: str) -> str:
+def flat_header(header: str) -> str:
     """A column group's two-line header on one line: "mpi p50 µs", "gloo/mpi"."""
     group, _, what = header.rpartition("\n")
     return what if not group else group + ("" if what.startswith("/") else " ") + what
@@ -245,7 +245,7 @@ def _numeric(table: TableModel, column: int) -> bool:
 def to_markdown(table: TableModel, level: int = 2) -> str:
     """The table under a heading of ``level`` (2: under a document's title), its notes after it;
     text columns left-aligned, numbers right."""
-    headers = [one_line(h) for h in table.headers]
+    headers = [flat_header(h) for h in table.headers]
     lines = [f"{'#' * level} {table.title}", "", "| " + " | ".join(headers) + " |",
              "|" + "|".join("---:" if i and _numeric(table, i) else "---" for i in range(len(table.headers))) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in table.rows]
