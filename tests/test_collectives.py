@@ -189,3 +189,50 @@ def test_check_pattern_is_exact_in_bfloat16_in_every_order(op_name, n):
         head, tail = t[: len(t) // 2 * 2], t[len(t) // 2 * 2:]
         t = torch.cat([step(head[0::2], head[1::2]), tail])
     assert t[0].float().numpy().tolist() == want.astype(np.float32).tolist(), "tree"
+
+
+def _device_for(dtype):
+    """The device a backend would fill for ``dtype``: numpy buffers, or CPU tensors for bfloat16."""
+    from collbench.backends.devices import HostDevice, TorchDevice
+
+    if dtype.numpy is not None:
+        return HostDevice()
+    torch = pytest.importorskip("torch")
+    return TorchDevice(torch, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("n", [2, 250, 256, 2042, 4096])
+def test_moved_data_survives_the_fill_in_every_dtype_at_any_scale(dtype_name, n):
+    """What bcast, gather, allgather, scatter and alltoall move is filled into the dtype's buffer,
+    read back, and compared with the expected values as the check does. bfloat16 holds integers
+    up to 256 exactly: the earlier pattern ((rank + 1) + k % 7) was rounded on filling from rank
+    250 on, and a correct gather counted as wrong."""
+    dtype, op = dtype_of(dtype_name), pattern(NO_OP, dtype_name)
+    device, per_rank = _device_for(dtype), 16
+    coll = COLLECTIVES["gather"]
+    arrived = []
+    for r in range(n):                         # each rank fills its buffer as the sweep does
+        buffers = device.allocate(per_rank, per_rank, dtype, in_place=False)
+        device.fill(buffers, 0, np.asarray(op.value(r, np.arange(per_rank), n)).astype(dtype.host))
+        arrived.append(np.asarray(device.to_host(buffers.send[:per_rank])))
+    got = np.concatenate(arrived)              # the root's receive buffer: moved, not changed
+    want = coll.expected(op, n, 0, 0, per_rank * n, np.arange(per_rank * n)).astype(got.dtype)
+    assert np.count_nonzero(got != want) == 0
+    values = np.stack([np.asarray(op.value(r, np.arange(per_rank), n)) for r in range(n)])
+    assert values.min() >= 1 and values.max() <= EXACT_LIMIT[dtype_name]
+    span = EXACT_LIMIT[dtype_name] - 1
+    if n <= span:                              # every rank's data differs from every other's at every element
+        assert all(len(set(column)) == n for column in values.T.tolist())
+    else:                                      # ranks that agree mod span still differ in most elements
+        assert len({row.tobytes() for row in values}) == n
+        alias = np.arange(span, n)
+        assert (values[alias] != values[alias % span]).mean(axis=1).min() > 0.5
+
+
+def test_the_fill_check_catches_the_earlier_moved_pattern_in_bfloat16():
+    torch = pytest.importorskip("torch")
+    k = np.arange(16)
+    earlier = (250 + 1) + k % 7                 # rank 250, as it was
+    filled = torch.tensor(earlier, dtype=torch.bfloat16).float().numpy()
+    assert np.count_nonzero(filled != earlier.astype(np.float32)) > 0

@@ -12,8 +12,12 @@ The patterns are exact at any scale and in any reduction order:
   (float16: 2048, float32: 2^24). Up to 682 ranks in float16 every rank contributes (m = 1).
 * ``max``/``min`` pick one element (rank r sends r mod (limit - 4) + k mod 5, so values stay
   exact and distinct), and ``prod`` multiplies 1s and one 2.
-* ``none`` (what bcast, gather, scatter, allgather and alltoall move): ``(rank + 1) + k % 7``,
-  different on every rank; data is only moved, so nothing has to stay exact.
+* ``none`` (what bcast, gather, scatter, allgather and alltoall move): data is only moved, but
+  it must still be representable, or the fill would round it (bfloat16 holds the integers up to
+  256 only) and a correct result would look wrong. Rank r sends ``1 + (r + (1 + r // s) * k) mod
+  s`` with s = limit - 1: at most the limit, different on every rank at every element while
+  n <= s, and past that, ranks that agree mod s still differ at most elements (their step in k
+  differs).
 """
 
 from __future__ import annotations
@@ -119,14 +123,20 @@ OPS = {
                      lambda k, n: np.full_like(k, 2), np.multiply),
 }
 
-_MOVED = CheckPattern(NO_OP, lambda r, k, n: (r + 1) + k % 7)
+def _moved(limit: int) -> CheckPattern:
+    span = limit - 1
+
+    def value(r, k, n):
+        return 1 + (r + (1 + r // span) * np.asarray(k, dtype=np.int64)) % span
+
+    return CheckPattern(NO_OP, value)
 
 
 def pattern(op: str, dtype: str) -> CheckPattern:
     """The check pattern for ``op`` (or ``none``) in ``dtype``: exact in that dtype at any n."""
-    if op == NO_OP:
-        return _MOVED
     limit = EXACT_LIMIT[dtype]
+    if op == NO_OP:
+        return _moved(limit)
     if op == "sum":
         return _sum_op(limit)
     if op in ("max", "min"):
