@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What does each collective really hold? Peak memory per rank against its buffers, for the
-memory guard's tables (``collbench.measure.memory.FACTORS`` and ``WORK_BYTES``).
+memory guard's figures (each collective module's ``memory_factors`` and
+``collbench.measure.memory.WORK_BYTES``).
 
     python benchmarks/memory_factors.py                  # every case: 20-40 minutes on 2 cores
     python benchmarks/memory_factors.py --quick          # 2 ranks, 64M and 256M only
@@ -39,13 +40,13 @@ import time
 import uuid
 from pathlib import Path
 
-from collbench.collectives.registry import get_collective
+from collbench.collectives.registry import ORDER, get_collective
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from collbench.measure import memory
 from collbench.measure.sizes import parse_bytes
 
 HERE = Path(__file__).resolve().parent
-COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall", "reduce_scatter")
+COLLECTIVES = tuple(name for name in ORDER if get_collective(name).moves_data)
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
                "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "TORCHELASTIC_RUN_ID")
 # (backend, ranks) -> sizes; 1G only where 2 ranks stay well under the cgroup's limit

@@ -67,8 +67,6 @@ def _bench(collectives, **opts):
 
 _WHOLE_ARRAY = ("\n\n    Sizes are of the whole array over all n ranks, as in nccl-tests: each rank {part} size / n "
                 "(OSU's message size), shown in the table's per-rank column.")
-_PART = {"allgather": "contributes", "gather": "contributes", "scatter": "receives", "alltoall":
-         "sends every other rank", "reduce_scatter": "ends with"}
 
 
 def _make_command(name):
@@ -82,7 +80,7 @@ def _make_command(name):
 
     what = "the time of a barrier" if not coll.moves_data else f"{name} across sizes (and backends)"
     command.__doc__ = f"Measure {what}." + (
-        "" if coll.size_is_per_rank or not coll.moves_data else _WHOLE_ARRAY.format(part=_PART.get(name, "has")))
+        "" if coll.size_is_per_rank or not coll.moves_data else _WHOLE_ARRAY.format(part=coll.part_per_rank))
     made = cli.command(name, cls=BenchCommand)(command)
     made.collective = coll
     return made

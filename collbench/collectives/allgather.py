@@ -9,6 +9,8 @@ class Allgather(Collective):
     name, position = "allgather", 3
     size_is_per_rank = False
     send_div = True
+    part_per_rank = "contributes"
+    memory_factors = {"buffer": (1.25, 1.25), "object": (2.30, 2.30), "tensor": (1.80, 1.80)}
 
     bus_factor = staticmethod(ring_factor)
 

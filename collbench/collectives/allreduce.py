@@ -8,6 +8,7 @@ from collbench.collectives.base import Collective
 class Allreduce(Collective):
     name, position = "allreduce", 0
     reduces = True
+    memory_factors = {"buffer": (1.45, 1.45), "object": (2.65, 2.65), "tensor": (1.25, 1.25)}
 
     def bus_factor(self, n):
         return 2 * (n - 1) / n

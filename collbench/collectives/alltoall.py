@@ -8,6 +8,8 @@ from collbench.collectives.base import Collective, ring_factor
 class Alltoall(Collective):
     name, position = "alltoall", 6
     size_is_per_rank = False
+    part_per_rank = "sends every other rank"
+    memory_factors = {"buffer": (1.25, 1.25), "object": (2.35, 2.35), "tensor": (1.25, 1.25)}
 
     bus_factor = staticmethod(ring_factor)
 

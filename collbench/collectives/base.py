@@ -101,6 +101,12 @@ class Collective:
     rooted: ClassVar[bool] = False    # takes --root
     in_place: ClassVar[bool] = False  # one buffer serves as send and receive
     moves_data: ClassVar[bool] = True  # False for barrier: one row, no sizes
+    #: where the size is the whole array, what each rank does with its size / n (command help)
+    part_per_rank: ClassVar[str] = "has"
+    #: peak memory beyond the base per byte of send + receive buffers, (root, others), for each
+    #: family, measured by benchmarks/memory_factors.py; a family or collective without figures
+    #: gets the largest measured (``collbench.measure.memory.factor``)
+    memory_factors: ClassVar[dict] = {}
 
     def bus_factor(self, n: int) -> float:
         """Bus bandwidth = algorithm bandwidth × this (nccl-tests' convention)."""

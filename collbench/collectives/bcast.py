@@ -9,6 +9,7 @@ class Bcast(Collective):
     name, position = "bcast", 1
     rooted = True
     in_place = True
+    memory_factors = {"buffer": (0.70, 0.70), "object": (1.85, 1.85), "tensor": (0.70, 0.70)}
 
     def expected(self, pattern, n, rank, root, elements, idx):
         return pattern.value(root, idx, n)

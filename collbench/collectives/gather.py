@@ -11,6 +11,8 @@ class Gather(Collective):
     size_is_per_rank = False
     send_div = True
     rooted = True
+    part_per_rank = "contributes"
+    memory_factors = {"buffer": (1.25, 1.15), "object": (2.30, 0.95), "tensor": (1.80, 1.20)}
 
     bus_factor = staticmethod(ring_factor)
 

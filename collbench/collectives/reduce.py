@@ -9,6 +9,7 @@ class Reduce(Collective):
     name, position = "reduce", 2
     reduces = True
     rooted = True
+    memory_factors = {"buffer": (1.45, 1.95), "object": (2.65, 2.65), "tensor": (1.25, 1.25)}
 
     def expected(self, pattern, n, rank, root, elements, idx):
         return pattern.reduced(idx, n) if rank == root else None

@@ -11,6 +11,8 @@ class ReduceScatter(Collective):
     size_is_per_rank = False
     recv_div = True
     reduces = True
+    part_per_rank = "ends with"
+    memory_factors = {"buffer": (1.50, 1.50), "object": (3.15, 3.15), "tensor": (1.85, 1.85)}
 
     bus_factor = staticmethod(ring_factor)
 

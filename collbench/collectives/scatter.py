@@ -10,6 +10,8 @@ class Scatter(Collective):
     size_is_per_rank = False
     recv_div = True
     rooted = True
+    part_per_rank = "receives"
+    memory_factors = {"buffer": (1.25, 1.25), "object": (2.35, 1.60), "tensor": (1.25, 1.25)}
 
     bus_factor = staticmethod(ring_factor)
 

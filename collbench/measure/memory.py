@@ -5,7 +5,7 @@ MPI, torch and its communicators: its base, in use already), a factor per byte o
 send and receive buffers that depends on the collective and the backend family (the buffers
 themselves, the library's temporary buffers, pickles and unpickled results for mpi4py's object
 API), plus the fill and check temporaries, which grow with the size up to a cap. Both are
-measured, not guessed (``FACTORS``, ``WORK_BYTES``). Summed over the ranks of each host, that
+measured, not guessed (each collective's ``memory_factors``, ``WORK_BYTES``). Summed over the ranks of each host, that
 must fit a budget: what is available there (MemAvailable, or the room left under a cgroup
 memory limit, v1 or v2, when the ranks run in one, as in containers and under Slurm), less a
 reserve for everything else, and within ``COLLBENCH_MEMORY_LIMIT`` when the user sets it.
@@ -20,6 +20,7 @@ import socket
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from collbench.collectives.registry import COLLECTIVES, get_collective
 from collbench.errors import UsageError
 from collbench.measure.sizes import parse_bytes
 
@@ -45,23 +46,12 @@ class Factor:
     others: float
 
 
-# Measured by benchmarks/memory_factors.py (figures in benchmarks/README.md, "Memory factors"):
-# the smallest factor covering every peak seen over 64M-1G on 2 and 4 ranks (512M for the
-# pickle API), plus a margin of 0.25, 0.5 for the pickle API (its copies vary the most, and
-# the inner ranks of its trees hold as much as the root: both get the root's), rounded up to
-# 0.05. "buffer": mpi (MPICH 5.0), "object": mpi-pickle (mpi4py 4.1), "tensor": gloo (torch 2.13).
-_MEASURED = {               # collective: (buffer root, others), (object ...), (tensor ...)
-    "allreduce": ((1.45, 1.45), (2.65, 2.65), (1.25, 1.25)),
-    "bcast": ((0.70, 0.70), (1.85, 1.85), (0.70, 0.70)),
-    "reduce": ((1.45, 1.95), (2.65, 2.65), (1.25, 1.25)),
-    "allgather": ((1.25, 1.25), (2.30, 2.30), (1.80, 1.80)),
-    "gather": ((1.25, 1.15), (2.30, 0.95), (1.80, 1.20)),
-    "scatter": ((1.25, 1.25), (2.35, 1.60), (1.25, 1.25)),
-    "alltoall": ((1.25, 1.25), (2.35, 2.35), (1.25, 1.25)),
-    "reduce_scatter": ((1.50, 1.50), (3.15, 3.15), (1.85, 1.85)),
-}
-FACTORS: dict = {(family, name): Factor(*pair) for name, pairs in _MEASURED.items()
-                 for family, pair in zip(("buffer", "object", "tensor"), pairs)}
+# Each collective module carries its factors (``Collective.memory_factors``), measured by
+# benchmarks/memory_factors.py (figures in benchmarks/README.md, "Memory factors"): the smallest
+# factor covering every peak seen over 64M-1G on 2 and 4 ranks (512M for the pickle API), plus a
+# margin of 0.25, 0.5 for the pickle API (its copies vary the most, and the inner ranks of its
+# trees hold as much as the root: both get the root's), rounded up to 0.05. "buffer": mpi
+# (MPICH 5.0), "object": mpi-pickle (mpi4py 4.1), "tensor": gloo (torch 2.13).
 #: the fill and check temporaries: chunks of ``sweep.FILL_CHUNK`` and ``harness.CHECK_CHUNK``
 #: elements, so a few times the buffers at small sizes, and flat from 16M on (94 MiB measured for
 #: bcast, 150-160 MiB for allgather and alltoall, whose expected values take more temporaries)
@@ -70,12 +60,13 @@ WORK_PER_BYTE = 12
 
 
 def factor(family: Optional[str], collective: str) -> Factor:
-    """The factor for ``family`` (a plugin issuing its own calls has None: the largest known)."""
-    known = FACTORS.get((family, collective))
-    if known is not None:
-        return known
-    mine = [f for (_, c), f in FACTORS.items() if c == collective] or [Factor(1.0, 1.0)]
-    return Factor(max(f.root for f in mine), max(f.others for f in mine))
+    """The factor for ``family`` (a plugin issuing its own calls has None). Without figures for
+    the family, the collective's largest; for a collective without any, the largest measured."""
+    measured = get_collective(collective).memory_factors
+    if family in measured:
+        return Factor(*measured[family])
+    known = list(measured.values()) or [f for c in COLLECTIVES.values() for f in c.memory_factors.values()]
+    return Factor(max(root for root, _ in known), max(others for _, others in known))
 
 
 def rank_need(collective: str, family: Optional[str], nominal: int, is_root: bool) -> int:
