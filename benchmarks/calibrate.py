@@ -46,7 +46,7 @@ from collbench.results.aggregate import RowIdentity, build_row  # noqa: E402
 from collbench.collectives.registry import get_collective  # noqa: E402
 from collbench.analysis.compare import compare_runs, parse_threshold  # noqa: E402
 from collbench.results.loader import load_result  # noqa: E402
-from collbench.results.merge import merge_runs  # noqa: E402
+from collbench.analysis.merge import merge_runs  # noqa: E402
 from collbench.results.records import RunResult  # noqa: E402
 
 SHIFTS = "5%,10%,20%,50%,100%"

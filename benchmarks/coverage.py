@@ -6,7 +6,7 @@ is drawn from (exp of the mean log median: what many more launches would settle 
 script draws sweeps of rows from several models of launch-to-launch variation and counts how
 often the interval covers the centre, for 3, 5 and 10 rounds, with a row's own rounds alone and
 moderated. It also checks the comparison built on
-the same statistics: how often ``runstats.change`` calls two sets of rounds from one model
+the same statistics: how often ``runstats.estimate_change`` calls two sets of rounds from one model
 different at the 5% level (it should be about 5%, or less).
 
 Models (log scale; every one adds within-round noise of sd 0.02 to each round's median):
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.measure.runstats import change, spread_prior, summarize_rounds, within_spread  # noqa: E402
+from collbench.measure.runstats import estimate_change, spread_prior, summarize_rounds, within_spread  # noqa: E402
 
 ROUNDS = (3, 5, 10)
 WITHIN = 0.02
@@ -64,7 +64,7 @@ def _alarm(a, b) -> bool:
     """Whether ``change`` calls two single runs of rounds different at the 5% level. The
     rounds here are independent launches with no drift between runs, so the drift term is 0."""
     spread = within_spread([a], [b], assumed_log_sd=0.25)
-    return change([a], [b], spread=spread, drift=(0.0, math.inf)).p_value < 0.05
+    return estimate_change([a], [b], spread=spread, drift=(0.0, math.inf)).p_value < 0.05
 
 
 SWEEP_ROWS = 40      # rows per simulated sweep: what the moderated interval pools over
@@ -129,7 +129,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    print(f"coverage of the 95% run-to-run CI and A/A alarm rate of change() at p < 0.05 "
+    print(f"coverage of the 95% run-to-run CI and A/A alarm rate of estimate_change() at p < 0.05 "
           f"({args.trials} rows each, in sweeps of {SWEEP_ROWS})")
     print(f"{'model':<22}" + "".join(f"{f'{r} rounds':>24}" for r in ROUNDS))
     print(f"{'':<22}" + "".join(f"{'own  moder.  alarms':>24}" for _ in ROUNDS))

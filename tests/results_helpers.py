@@ -26,9 +26,10 @@ def metadata(**overrides) -> dict:
 
 def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2, dtype="float32", op="sum",
              timing="latency") -> RowIdentity:
-    per_rank = size_bytes if collective in ("allreduce", "bcast", "reduce") else size_bytes // world_size
-    return RowIdentity(collective, backend, dtype, op if collective != "barrier" else "none", world_size, world_size,
-                       size_bytes, per_rank, size_bytes // 4, timing, get_collective(collective).bus_factor(world_size))
+    coll = get_collective(collective)
+    per_rank = size_bytes if coll.size_is_per_rank else size_bytes // world_size
+    return RowIdentity(collective, backend, dtype, op if coll.reduces else "none", world_size, world_size,
+                       size_bytes, per_rank, size_bytes // 4, timing, coll.bus_factor(world_size))
 
 
 def row_with_rounds(rounds_samples, *, check="ok", **key) -> tuple:

@@ -277,7 +277,7 @@ def test_renderers_carry_verdicts_intervals_and_warnings():
     c = compare_runs(base, new, baseline_name="base.json", new_name="new.json")
     table = comparison_table(c)
     verdict = table.headers.index("verdict")
-    assert {row[verdict] for row in table.rows} == {"slower"} and "95% CI" in table.headers
+    assert {row[verdict] for row in table.cells} == {"slower"} and "95% CI" in table.headers
     assert "max-T" in table.notes[0] and "per-round medians" in table.notes[0]
     markdown = to_summary_markdown(c)
     assert markdown.startswith("## collbench compare: REGRESSION")
@@ -315,7 +315,7 @@ def test_random_a_a_pairs_rarely_flag_anything():
 
 def _with_drift(seed: int, runs: int, scale: float = 1.0, drift_sd: float = 0.15) -> RunResult:
     """``runs`` runs of 4 rounds, each run shifted as a whole (the machine's drift), merged."""
-    from collbench.results.merge import merge_runs
+    from collbench.analysis.merge import merge_runs
 
     rng = np.random.default_rng(seed)
     parts = []

@@ -75,4 +75,4 @@ def test_fit_rows_groups_by_collective_and_backend_and_uses_bus_factor():
     assert fits["mpi"].bus_factor == pytest.approx(1.5)               # allreduce, 4 ranks: 2(n-1)/n
     assert fits["mpi"].bus_beta_gbps == pytest.approx(6.0)
     table = fit_table(list(fits.values()))
-    assert table.rows[0][:2] == ("allreduce", "mpi") and table.rows[0][3] == "3.00"
+    assert table.cells[0][:2] == ("allreduce", "mpi") and table.cells[0][3] == "3.00"

@@ -210,9 +210,9 @@ def test_a_silent_host_is_named_after_the_silence_limit(capfd):
     second = connect(["127.0.0.1"], port, dict(hello_message("secret", 1, 2, 2222), host="far-away"))
     started = time.monotonic()
     while not stopped and time.monotonic() - started < coordinator.LOST_AFTER + 5:
-        coordinator._send(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
+        coordinator.send_message(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
         time.sleep(0.3)                  # rank 1 says nothing: its host went quiet
-    assert stopped == [coordinator.LOST_CODE]
+    assert stopped == [coordinator.EXIT_LOST]
     assert coordinator.LOST_AFTER <= time.monotonic() - started < coordinator.LOST_AFTER + 3
     err = capfd.readouterr().err
     assert "lost contact with far-away (rank 1)" in err
@@ -225,7 +225,7 @@ def test_a_guardian_that_reports_a_death_is_acknowledged_and_the_others_told(cap
     rank0 = connect(["127.0.0.1"], port, hello_message("secret", 0, 3, 10))
     rank1 = connect(["127.0.0.1"], port, hello_message("secret", 1, 3, 11))
     rank2 = connect(["127.0.0.1"], port, hello_message("secret", 2, 3, 12))
-    coordinator._send(rank2[0], {"t": "died", "how": "was killed by signal 9 (SIGKILL)",
+    coordinator.send_message(rank2[0], {"t": "died", "how": "was killed by signal 9 (SIGKILL)",
                                  "where": "gather on gloo at 4K", "code": 137})
     heard = {}
     for name, (sock, _, _, lines) in (("rank1", rank1), ("rank2", rank2)):

@@ -43,7 +43,7 @@ CASES = [
 @pytest.mark.parametrize("what,env,name,rank,size,local,mpi", CASES, ids=[c[0] for c in CASES])
 def test_detect(what, env, name, rank, size, local, mpi):
     found = detect(env)
-    assert (found.name, found.rank, found.world_size, found.local_rank, found.mpi) == (name, rank, size, local, mpi)
+    assert (found.name, found.rank, found.world_size, found.local_rank, found.shares_mpi_world) == (name, rank, size, local, mpi)
 
 
 STRAY = [

@@ -81,12 +81,12 @@ def test_runs_of_one_setup_are_separate_series_read_back_from_files(tmp_path):
     from collbench.analysis.overlay import load_runs
     runs = load_runs(_two_runs(tmp_path))
     assert runs.separate and runs.labels == ("before/run.json", "after/run.json")
-    lines, shared = series(runs.rows(), runs.row_runs())
+    lines, shared = series(runs.rows(), runs.row_run_labels())
     assert list(lines) == ["before/run.json", "after/run.json"]
     assert shared == ["allreduce", "mpi", "float32", "sum", "2 ranks", "latency"]
     assert [len(rows) for rows in lines.values()] == [5, 5]
     two = load_runs(_two_runs(tmp_path, backends=("mpi", "mpi-pickle")), ["old", "new"])
-    assert list(series(two.rows(), two.row_runs())[0]) == ["mpi · old", "mpi-pickle · old", "mpi · new",
+    assert list(series(two.rows(), two.row_run_labels())[0]) == ["mpi · old", "mpi-pickle · old", "mpi · new",
                                                          "mpi-pickle · new"]
 
 
@@ -95,10 +95,10 @@ def test_files_of_different_setups_still_merge(tmp_path):
     mpi = write(run_of(sweep(backends=("mpi",))), tmp_path / "mpi.json")
     pickle = write(run_of(sweep(backends=("mpi-pickle",))), tmp_path / "pickle.json")
     runs = load_runs([mpi, pickle])
-    assert not runs.separate and set(runs.row_runs()) == {""}
-    assert list(series(runs.rows(), runs.row_runs())[0]) == ["mpi", "mpi-pickle"]
+    assert not runs.separate and set(runs.row_run_labels()) == {""}
+    assert list(series(runs.rows(), runs.row_run_labels())[0]) == ["mpi", "mpi-pickle"]
     labelled = load_runs([mpi, pickle], ["a", "b"])          # --label makes runs of them anyway
-    assert list(series(labelled.rows(), labelled.row_runs())[0]) == ["mpi · a", "mpi-pickle · b"]
+    assert list(series(labelled.rows(), labelled.row_run_labels())[0]) == ["mpi · a", "mpi-pickle · b"]
 
 
 def test_plot_of_two_runs_draws_both(tmp_path):
@@ -106,7 +106,7 @@ def test_plot_of_two_runs_draws_both(tmp_path):
     from collbench.analysis.overlay import load_runs
     runs = load_runs(_two_runs(tmp_path))
     out = tmp_path / "runs.png"
-    assert plot_rows(runs.rows(), out, runs=runs.row_runs()) == []
+    assert plot_rows(runs.rows(), out, run_labels=runs.row_run_labels()) == []
     pixels = image.imread(out)[:, :, :3]
     for colour in ((0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e)):      # C0 and C1: one setup, a colour per run
         near = (abs(pixels - [c / 255 for c in colour]).max(axis=2) < 0.02).sum()

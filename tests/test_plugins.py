@@ -35,7 +35,7 @@ def test_a_plugin_backend_under_a_users_mpiexec(run_dir, plugin_env):
 def test_env_lists_plugins_and_why_a_broken_one_cannot_run(run_dir, plugin_env):
     shown = cli(["env"], run_dir, env={**plugin_env, "COLUMNS": "200"})
     assert shown.returncode == 0 and "backend plain-mpi" in shown.stdout and "backend broken" in shown.stdout
-    code = "import json; from collbench.cli.env import gather; print(json.dumps(gather()))"
+    code = "import json; from collbench.cli.env import environment_report; print(json.dumps(environment_report()))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, env={**os.environ, **plugin_env},
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

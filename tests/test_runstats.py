@@ -7,7 +7,7 @@ import pytest
 
 from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
 from collbench.measure.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
-from collbench.measure.runstats import (MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, change, detectable_change,
+from collbench.measure.runstats import (MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, detectable_change, estimate_change,
                                        drift_between_runs, rounds_needed, spread_prior, summarize_rounds, within_spread)
 from results_helpers import identity
 
@@ -92,7 +92,7 @@ def test_moderated_interval_covers_when_launches_fall_into_modes(rounds):
 
 def _change(a, b, drift=0.0, assumed=0.3):
     spread = within_spread(a, b, assumed_log_sd=assumed)
-    return change(a, b, spread=spread, drift=(drift, math.inf))
+    return estimate_change(a, b, spread=spread, drift=(drift, math.inf))
 
 
 def test_change_sources_of_noise():

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from collbench.measure.stats import median_ci, median_ci_ranks, relative_ci_halfwidth, summarize
+from collbench.measure.stats import median_ci, median_ci_indices, relative_ci_halfwidth, summarize
 
 
 @pytest.mark.parametrize("n,ranks", [
@@ -11,11 +11,11 @@ from collbench.measure.stats import median_ci, median_ci_ranks, relative_ci_half
     (6, (0, 5)), (10, (1, 8)), (20, (5, 14)), (50, (17, 32)), (100, (39, 60)),
 ])
 def test_median_ci_ranks_match_tables(n, ranks):
-    assert median_ci_ranks(n) == ranks
+    assert median_ci_indices(n) == ranks
 
 
 def test_too_few_samples_have_no_interval():
-    assert median_ci_ranks(5) is None
+    assert median_ci_indices(5) is None
     lo, hi = median_ci(np.arange(5.0))
     assert math.isnan(lo) and math.isnan(hi)
     assert relative_ci_halfwidth(np.arange(5.0)) == math.inf
@@ -37,8 +37,8 @@ def test_ci_covers_the_true_median_about_95_percent():
 
 
 def test_normal_approximation_is_continuous_with_exact():
-    lo_exact, hi_exact = median_ci_ranks(1000)
-    lo_approx, hi_approx = median_ci_ranks(1001)
+    lo_exact, hi_exact = median_ci_indices(1000)
+    lo_approx, hi_approx = median_ci_indices(1001)
     assert abs(lo_exact - lo_approx) <= 1 and abs(hi_exact - hi_approx) <= 2
 
 

@@ -82,7 +82,7 @@ def test_fitting_drops_least_important_first_and_never_the_essentials():
     widths = {}
 
     def measure(t):
-        return sum(max(len(h), *(len(r[i]) for r in t.rows)) + 3 for i, h in enumerate(t.headers))
+        return sum(max(len(h), *(len(r[i]) for r in t.cells)) + 3 for i, h in enumerate(t.headers))
 
     for width in (200, 100, 80, 60, 40, 10):
         fitted = fit(table, width, measure)
@@ -107,6 +107,25 @@ def test_summary_line_titles_and_markdown():
     (barrier,) = build_tables(_rows("barrier", ("mpi",)))
     assert barrier.title.startswith("barrier · 2 ranks")        # no dtype for a call that moves none
     assert "size" not in barrier.headers and "check" not in barrier.headers
+
+
+def test_a_prose_column_wraps_at_the_width_and_cells_are_text_not_markup():
+    """``collbench env``'s table: no header line, its values wrap within 80 columns and keep
+    their [brackets]; piped, each value stays on one line."""
+    from collbench.results.tables import TableModel
+
+    reason = "unusable: " + " ".join(["a long reason"] * 12) + ' (pip install "collbench[plot]")'
+    table = TableModel("collbench env", ("", ""), (("backend nccl", reason), ("cpus", "2")), wrapped=(1,))
+    text = _render(table, 80)
+    assert _widest(text) <= 80 and "collbench[plot]" in text and "not shown" not in text
+    assert "━" not in text and len([line for line in text.splitlines() if "long reason" in line]) > 1
+    piped = _render(table, None, terminal=False)
+    assert any(reason in line for line in piped.splitlines())
+
+
+def test_markdown_without_its_heading():
+    (table,) = build_tables(_rows("allreduce", ("mpi",)))
+    assert to_markdown(table).split("\n", 2)[2] == to_markdown(table, heading=False)
 
 
 @pytest.mark.mpi

@@ -6,9 +6,9 @@ The rules are documented for users in docs/compare.md; in short:
 * rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing);
 * the unit of inference is the round (one launch), never the iterations of one launch: the
   change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
-  interval on the log medians (``runstats.change``) whose variance also carries the drift of
-  whole runs made at different times: assumed from the rounds' own spread, or measured when
-  a file merges three or more runs;
+  interval on the log medians (``runstats.estimate_change``) whose variance also carries the
+  drift of whole runs made at different times: assumed from the rounds' own spread, or
+  measured when a file merges three or more runs;
 * rounds that ran while other processes wanted the CPU (``metadata.rounds[].load.busy``) are
   left out when the side has quiet rounds; a side with only busy rounds gets no verdict beyond
   inconclusive;
@@ -31,7 +31,8 @@ from collbench.results.records import Row, RunResult
 from collbench.analysis.runs import (ASSUMED_LOG_SD, busy_rounds, estimate_drift, round_warnings, rounds_by_run,
                                      run_ids)
 from collbench.analysis.significance import max_t_adjust
-from collbench.measure.runstats import MIN_LOG_SD, Change, change, detectable_change, rounds_needed, within_spread
+from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, rounds_needed,
+                                       within_spread)
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
@@ -230,7 +231,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     drift, drift_source = estimate_drift(list(spreads.values()),
                                          [[p.base_runs for p in pending], [p.new_runs for p in pending]], assumed_log_sd)
     for i, p in enumerate(pending):
-        estimate = change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift)
+        estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift)
         if estimate is not None:
             concentration = sum(len(g) ** 2 for g in p.base_runs) / estimate.n_baseline ** 2 + \
                 sum(len(g) ** 2 for g in p.new_runs) / estimate.n_new ** 2

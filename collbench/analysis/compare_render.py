@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 from collbench.analysis.compare import MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
 from collbench.measure.sizes import format_size
-from collbench.results.tables import TableModel, ranks_text, to_markdown
+from collbench.results.tables import TableModel, rank_count_text, to_markdown
 
 COMPARISON_SCHEMA = "collbench.comparison"
 COMPARISON_SCHEMA_VERSION = 2
@@ -94,7 +95,7 @@ def comparison_table(c: Comparison) -> TableModel:
     varying = _varying(c)
     varying_fields = {f for f, _ in varying}
     first = c.rows[0]
-    fixed = [ranks_text(first.field(f)) if f == "world_size" else str(first.field(f)) for f, _ in _CONFIG
+    fixed = [rank_count_text(first.field(f)) if f == "world_size" else str(first.field(f)) for f, _ in _CONFIG
              if f not in varying_fields and not (f == "op" and first.field(f) == "none")]
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
@@ -114,11 +115,12 @@ def comparison_table(c: Comparison) -> TableModel:
 
 
 def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
-    def bold(row):
-        cell = row[verdict_column]
-        return row[:verdict_column] + (f"**{cell}**" if cell in ("slower", "faster") else cell,) + row[verdict_column + 1:]
-    rows = tuple(bold(row) for row, r in zip(table.rows, keep) if r)
-    return TableModel(table.title, table.headers, rows, table.notes, table.priorities)
+    def bold(line):
+        cell = line[verdict_column]
+        shown = f"**{cell}**" if cell in ("slower", "faster") else cell
+        return line[:verdict_column] + (shown,) + line[verdict_column + 1:]
+    cells = tuple(bold(line) for line, r in zip(table.cells, keep) if r)
+    return dataclasses.replace(table, cells=cells)
 
 
 def to_summary_markdown(c: Comparison) -> str:
@@ -134,8 +136,8 @@ def to_summary_markdown(c: Comparison) -> str:
     notable = [r.verdict != "same" for r in c.rows]
     if any(notable):
         lines.append(to_markdown(_bold_verdicts(table, notable, column), level=3))
-    every_row = _bold_verdicts(table, [True] * len(c.rows), column)
-    untitled = to_markdown(TableModel("", every_row.headers, every_row.rows)).split("\n", 2)[2]
+    every_row = dataclasses.replace(_bold_verdicts(table, [True] * len(c.rows), column), notes=())
+    untitled = to_markdown(every_row, heading=False)
     lines += [f"<details><summary>All {len(c.rows)} rows</summary>", "", untitled, "</details>", ""]
     return "\n".join(lines)
 

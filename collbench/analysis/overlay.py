@@ -43,7 +43,7 @@ class Runs:
     def rows(self) -> list:
         return [row for _, result in self.loaded for row in result.rows]
 
-    def row_runs(self) -> list:
+    def row_run_labels(self) -> list:
         """Per row of ``rows()``, its run's label; "" for every row when the files merge."""
         return [label if self.separate else "" for label, (_, result) in zip(self.labels, self.loaded)
                 for _ in result.rows]

@@ -13,25 +13,34 @@ import math
 from dataclasses import dataclass, field
 from statistics import median
 
+from collbench.collectives.registry import COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
-from collbench.results.tables import TableModel, format_us, ranks_text
+from collbench.results.tables import TableModel, format_us, rank_count_text
+
+
+
+def _listed(names: list) -> str:
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+_ROOTED = _listed([name for name, c in COLLECTIVES.items() if c.rooted])    # bcast, reduce, gather and scatter
+_SAME_WORK = ", ".join(name for name, c in COLLECTIVES.items() if not c.rooted)
 
 RULE_NOTES = (
     "slowest: the rank with the highest mean time per call against the median rank of its round (median over "
-    "rounds), the one the collective ends on; the root of bcast, reduce, gather and scatter is left out, its "
-    "part differs by design",
+    f"rounds), the one the collective ends on; the root of {_ROOTED} is left out, its part differs by design",
     f"outliers: a rank beyond the median rank by more than {K_SPREADS:g} robust spreads (1.4826 × the median "
     f"absolute deviation) and by more than {MARGIN:.0%}, in more than half of the rounds",
     "a rank late into a call delays every rank as much: it makes every rank slower, not one; this view finds "
     "ranks that end late (slow to unpack, reduce or receive)",
 )
-NOT_JUDGED_NOTE = ("-: outliers not judged: the root and the tree positions of bcast, reduce, gather and scatter do "
+NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED} do "
                    "different work, and with fewer than 3 ranks compared neither is an outlier of the other")
 HOST_NOTES = (
-    "per host: every round of the rows where every rank does the same work (allreduce, allgather, alltoall, "
-    "reduce_scatter, barrier), with the hosts as that round placed the ranks; median ×: its ranks' times against "
+    f"per host: every round of the rows where every rank does the same work ({_SAME_WORK}), with the hosts as "
+    "that round placed the ranks; median ×: its ranks' times against "
     "the median rank of their round; slowest in: rounds whose slowest rank ran there; expected: the rounds its "
     "share of the ranks would give it; outlier in: rounds with a rank there beyond the outlier rule in that "
     "round (3+ ranks). A bad node holds the slowest rank far more often than expected, in every collective",
@@ -61,7 +70,7 @@ def _outliers(view) -> str:
 
 def _title(row) -> str:
     op = "" if row.op == "none" else f" {row.op}"
-    return f"{row.collective} · {row.dtype}{op} · {ranks_text(row.world_size)} · {row.timing} · per rank"
+    return f"{row.collective} · {row.dtype}{op} · {rank_count_text(row.world_size)} · {row.timing} · per rank"
 
 
 def size_tables(entries) -> list:
@@ -82,8 +91,8 @@ def size_tables(entries) -> list:
     return tables
 
 
-def _ranks(ranks) -> str:
-    """0-3,6: sorted ranks, runs collapsed."""
+def _rank_ranges(ranks) -> str:
+    """0-3,6: sorted ranks, runs collapsed; as launch.coordinator.rank_ranges (analysis may not import launch)."""
     runs: list = []
     for r in sorted(ranks):
         if runs and r == runs[-1][-1] + 1:
@@ -129,7 +138,7 @@ def host_table(entries) -> TableModel:
         center = median(h.rels()) if h.by_rank else math.nan
         worst = max(sorted(h.by_rank), key=lambda r: median(h.by_rank[r])) if h.by_rank else None
         lines.append((-center if math.isfinite(center) else math.inf, (
-            name, _ranks(h.by_rank) if h.by_rank else "-", _times(center), f"{h.slowest} of {rounds}",
+            name, _rank_ranges(h.by_rank) if h.by_rank else "-", _times(center), f"{h.slowest} of {rounds}",
             f"{h.share:.1f}", f"{h.flagged} of {judged}",
             "-" if worst is None else f"{worst} ({_times(median(h.by_rank[worst]))})")))
     lines.sort(key=lambda line: line[0])

@@ -13,11 +13,11 @@ import warnings
 from pathlib import Path
 
 from collbench.errors import UsageError
-from collbench.results.exporters import check_output_path, write_atomic
+from collbench.results.exporters import check_writable_path, write_atomic
 from collbench.measure.sizes import format_size
-from collbench.results.tables import ranks_text
+from collbench.results.tables import rank_count_text
 
-FORMATS = (".png", ".svg", ".pdf")
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 SERIES_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "timing")
 INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
 
@@ -39,26 +39,27 @@ def require_matplotlib() -> None:
 
 def check_plot_path(path, force: bool) -> Path:
     path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise UsageError(f"cannot tell the image format of {str(path)!r}: use a name ending in {', '.join(FORMATS)}")
-    return check_output_path(path, force)
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise UsageError(f"cannot tell the image format of {str(path)!r}: "
+                         f"use a name ending in {', '.join(IMAGE_SUFFIXES)}")
+    return check_writable_path(path, force)
 
 
 def _part(field: str, value) -> str:
-    return ranks_text(value) if field == "world_size" else str(value)
+    return rank_count_text(value) if field == "world_size" else str(value)
 
 
 def _shown(field: str, value) -> bool:
     return not ((field == "op" and value == "none") or (field == "run" and value == ""))
 
 
-def _lines(rows, runs=()) -> tuple:
+def _lines(rows, run_labels=()) -> tuple:
     """[(label, setup index, run index, rows sorted by size)] and the title parts (what every
-    line shares). A line per setup (SERIES_FIELDS) and run (``runs``: per row its run's label,
-    "" or none when the files merge); labelled by what varies between lines."""
+    line shares). A line per setup (SERIES_FIELDS) and run (``run_labels``: per row its run's
+    label, "" or none when the files merge); labelled by what varies between lines."""
     fields = SERIES_FIELDS + ("run",)
     groups: dict = {}
-    for r, run in zip(rows, runs or [""] * len(rows)):
+    for r, run in zip(rows, run_labels or [""] * len(rows)):
         if r.size_bytes > 0 and math.isfinite(r.time_us_p50) and r.time_us_p50 > 0:
             groups.setdefault(tuple(getattr(r, f) for f in SERIES_FIELDS) + (run,), []).append(r)
     varying = [i for i in range(len(fields)) if len({k[i] for k in groups}) > 1]
@@ -76,9 +77,9 @@ def _lines(rows, runs=()) -> tuple:
     return lines, shared
 
 
-def series(rows, runs=()) -> tuple:
+def series(rows, run_labels=()) -> tuple:
     """({label: rows sorted by size} per line, title parts): see ``_lines``."""
-    lines, shared = _lines(rows, runs)
+    lines, shared = _lines(rows, run_labels)
     return {label: group for label, _, _, group in lines}, shared
 
 
@@ -90,12 +91,12 @@ def _band(r, low: bool) -> float:
     return r.busbw_gbps * r.time_us_p50 / t
 
 
-def plot_rows(rows, path, *, force: bool = False, runs=()) -> list:
+def plot_rows(rows, path, *, force: bool = False, run_labels=()) -> list:
     """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user.
-    ``runs``: per row, the label of its run (files of one setup measured again), or nothing."""
+    ``run_labels``: per row, the label of its run (files of one setup measured again), or nothing."""
     path = check_plot_path(path, force)
     Figure, FigureCanvasAgg, FuncFormatter, LogFormatter = _import_matplotlib()
-    lines, shared = _lines(rows, runs)
+    lines, shared = _lines(rows, run_labels)
     if not lines:
         raise UsageError("nothing to plot: no row with a size and a time")
     notes = []

@@ -49,7 +49,9 @@ def _setup(g: GroupFit) -> str:
     return setup_text(g.field("dtype"), g.field("op"), g.field("world_size"), g.field("timing"))
 
 
-def format_bytes(n: float) -> str:
+def format_approx_size(n: float) -> str:
+    """A computed size (n½) to 0.1 of its 1024-based unit: 34.2K, ∞ when unbounded;
+    ``measure.sizes.format_size`` labels exact message sizes (1K, 1000)."""
     if math.isinf(n):
         return "∞"
     for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
@@ -66,22 +68,22 @@ def _gbps(v: float) -> str:
     return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 
-def fit_table(fits, runs=()) -> TableModel:
-    """The fits; ``runs``, when given, is each fit's run label, shown in a column of its own."""
-    headers = ("collective", "backend") + (("run",) if runs else ()) + (
+def fit_table(fits, run_labels=()) -> TableModel:
+    """The fits; ``run_labels``, when given, is each fit's run label, shown in a column of its own."""
+    headers = ("collective", "backend") + (("run",) if run_labels else ()) + (
         "setup", "α µs", "β GB/s", "bus β GB/s", "n½", "error", "points")
     cells = []
     for i, g in enumerate(fits):
         f = g.fit
-        values = (f"{f.alpha_us:.2f}", _gbps(f.beta_gbps), _gbps(g.bus_beta_gbps), format_bytes(f.half_peak_bytes),
-                  f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
-        cells.append((g.field("collective"), g.field("backend")) + ((runs[i],) if runs else ())
+        values = (f"{f.alpha_us:.2f}", _gbps(f.beta_gbps), _gbps(g.bus_beta_gbps),
+                  format_approx_size(f.half_peak_bytes), f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
+        cells.append((g.field("collective"), g.field("backend")) + ((run_labels[i],) if run_labels else ())
                      + (_setup(g), *values, str(g.points)))
     notes = [FIT_NOTE]
     if any(g.fit is None for g in fits):
         notes.append(f"-: fewer than {MIN_POINTS} sizes with a time, no fit")
     # On a narrow terminal the setup (shared by most rows) and the point count go first.
-    priorities = (2, 1) + ((0,) if runs else ()) + (5, 0, 0, 3, 2, 1, 4)
+    priorities = (2, 1) + ((0,) if run_labels else ()) + (5, 0, 0, 3, 2, 1, 4)
     return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes), priorities)
 
 

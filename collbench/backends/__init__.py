@@ -3,8 +3,17 @@
 A plugin is a class implementing :class:`collbench.backends.base.Backend`, announced by an
 installed package under the entry point group ``collbench.backends`` (the entry point's name is
 the backend's name). Plugins cannot take a built-in name, ``all``, or a name with a comma or
-surrounding spaces. A plugin that fails to import is
-unusable with a one-line reason, as a backend whose library is missing is.
+surrounding spaces. A plugin that fails to import is unusable with a one-line reason, as a
+backend whose library is missing is.
+
+Here: ``base`` (the interface and the control channel), ``devices`` (where buffers live),
+``mpi``, ``mpi_pickle``, ``gloo``, ``nccl``, and what they share: ``_mpi`` (mpi4py, the MPI
+control channel), ``_torch`` (torch.distributed's set-up, the torch control channel),
+``torchdist`` (the torch backends' calls).
+
+May import: ``collbench.errors``, ``collbench.collectives``, ``collbench.launch`` (where the
+rank is, rendezvous), ``collbench.results.records`` (the MPI library's name), numpy; mpi4py and
+torch only inside the functions that set a backend up.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import importlib
 import inspect
 from typing import Optional
 
-from collbench.backends.base import Backend
+from collbench.backends.base import Backend, Control
 from collbench.errors import BackendUnavailable, UsageError
 
 ENTRY_POINT_GROUP = "collbench.backends"
@@ -85,6 +94,23 @@ def unavailable_reason(name: str) -> Optional[str]:
 
 def uses_mpi(name: str) -> bool:
     return backend_class(name).uses_mpi
+
+
+def make_control(mpi_launcher: bool, backends) -> Control:
+    """The ranks' channel for small messages outside timed regions: MPI when the launcher is an
+    MPI one or a backend uses MPI, else torch's default (gloo) process group."""
+    if mpi_launcher or any(uses_mpi(b) for b in backends):
+        from collbench.backends._mpi import MpiControl
+        return MpiControl()
+    from collbench.backends._torch import TorchControl
+    return TorchControl()
+
+
+def abort_mpi_job(code: int) -> bool:
+    """MPI_Abort on the world, initialising MPI first if need be (ranks of the job may be waiting
+    in its start-up); False when no MPI library can be used here."""
+    from collbench.backends._mpi import abort_world
+    return abort_world(code)
 
 
 def parse_backends(text: str) -> tuple[list[str], list[str]]:

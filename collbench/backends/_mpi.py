@@ -29,7 +29,7 @@ _PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
 
 
 @lru_cache(maxsize=1)
-def mpi4py_missing() -> Optional[str]:
+def mpi_unavailable_reason() -> Optional[str]:
     """Why mpi4py cannot run here, or None.
 
     Without a launcher the MPI library is also loaded, in a separate process (this one must not
@@ -61,6 +61,16 @@ def library_version() -> str:
     from collbench.results.records import tidy_library_version
 
     return tidy_library_version(mpi_module().Get_library_version())
+
+
+def abort_world(code: int) -> bool:
+    """End every rank of the MPI job with ``code``; False when MPI cannot be used here."""
+    try:
+        MPI = mpi_module()
+        MPI.COMM_WORLD.Abort(code)
+    except Exception:
+        return False
+    return True
 
 
 class MpiControl(Control):
@@ -100,7 +110,7 @@ class MpiBase:
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:
-        return mpi4py_missing()
+        return mpi_unavailable_reason()
 
     def setup(self, *, control: Control) -> None:
         self.MPI = mpi_module()

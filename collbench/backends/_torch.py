@@ -52,16 +52,6 @@ def torch_modules():
     return torch, dist
 
 
-TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
-                "int32": "int32", "int64": "int64"}
-
-
-def torch_dtype(dtype):
-    """The torch type of a ``collbench.collectives.datatypes.Dtype``."""
-    torch, _ = torch_modules()
-    return getattr(torch, TORCH_DTYPES[dtype.name])
-
-
 def _world_from_env() -> tuple[int, int]:
     launcher = detect()
     return launcher.rank, launcher.world_size
@@ -81,7 +71,7 @@ def init_default_group(control: Optional[Control] = None) -> None:
     if _group_ready():
         return
     env = os.environ
-    self_launched = env.get("COLLBENCH_LAUNCHED") == "local"
+    self_launched = detect(env).self_launched == "local"
     user_address = "MASTER_ADDR" in env and "MASTER_PORT" in env and not self_launched
     if user_address or (control is None and not self_launched):
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
@@ -161,7 +151,7 @@ def _loopback_name() -> str:
 class TorchControl(Control):
     """Control messages over the default gloo group, for runs with no MPI at all."""
 
-    def __init__(self, launcher) -> None:
+    def __init__(self) -> None:
         init_default_group(None)
         torch, dist = torch_modules()
         self._torch, self._dist = torch, dist

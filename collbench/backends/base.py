@@ -24,6 +24,8 @@ class Control(ABC):
 
     rank: int
     size: int
+    #: how to end the whole job from this rank (MPI_Abort); None where the channel has no way
+    abort: Optional[Callable[[int], None]] = None
 
     @abstractmethod
     def barrier(self) -> None: ...
@@ -73,6 +75,18 @@ class Backend(ABC):
     @abstractmethod
     def unavailable_reason(cls) -> Optional[str]:
         """None when usable here, else one line naming what is missing and how to install it."""
+
+    @classmethod
+    def self_launch_ranks(cls) -> Optional[int]:
+        """How many ranks to start on this host when collbench launches itself and ``-n`` is not
+        given (one per GPU, say); None: no preference (a few, up to the cores)."""
+        return None
+
+    @classmethod
+    def environment(cls) -> dict:
+        """What ``collbench env`` shows for this backend beyond whether it is usable: the devices
+        it would drive (nccl: the GPUs torch sees), as {label: text}. Must be cheap."""
+        return {}
 
     @abstractmethod
     def setup(self, *, control: Control) -> None: ...

@@ -73,6 +73,9 @@ class HostDevice:
 class TorchDevice:
     """torch tensors on ``device`` (a ``torch.device``): the CPU, or one CUDA GPU."""
 
+    #: the element types it takes: torch's names are collbench's
+    DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int32", "int64"})
+
     def __init__(self, torch, device) -> None:
         self.torch, self.device = torch, device
         self.name = str(device)
@@ -80,9 +83,7 @@ class TorchDevice:
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
         """``dtype``: a ``collbench.collectives.datatypes.Dtype`` (bfloat16 included)."""
-        from collbench.backends._torch import torch_dtype
-
-        tdt = torch_dtype(dtype)
+        tdt = getattr(self.torch, dtype.name)
         send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
         recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)
         return Buffers(send, recv, in_place)

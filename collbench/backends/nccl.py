@@ -51,6 +51,15 @@ class NcclBackend(TorchBackend):
             return f"torch {torch.__version__} was built without NCCL; install a CUDA build of torch"
         return None
 
+    @classmethod
+    def environment(cls) -> dict:
+        return {} if _torch.torch_missing() else {"GPUs": gpu_summary()}
+
+    @classmethod
+    def self_launch_ranks(cls) -> Optional[int]:
+        """One rank per visible GPU: NCCL refuses two ranks on one GPU."""
+        return max(1, visible_gpus())
+
     def _torch_device(self):
         index = detect().local_rank % self.torch.cuda.device_count()
         self.torch.cuda.set_device(index)

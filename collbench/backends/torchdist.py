@@ -48,7 +48,7 @@ class TorchBackend(Backend):
 
     @classmethod
     def supports(cls, *, collective, dtype: np.dtype, op: str) -> Optional[str]:
-        if dtype.name not in _torch.TORCH_DTYPES:
+        if dtype.name not in TorchDevice.DTYPES:
             return f"dtype {dtype.name} has no torch equivalent here"
         return super().supports(collective=collective, dtype=dtype, op=op)
 
@@ -56,7 +56,7 @@ class TorchBackend(Backend):
         sv = buffers.send[:send_len]
         rv = sv if buffers.in_place else buffers.recv[:recv_len]
         call, reset = collective.tensor_call(TensorCall(self.dist, self.group, sv, rv, self.rank, self.size, root,
-                                                        self._ops[op]))
+                                                        self._ops[op], self.device))
         blocking = self._blocking(call)
 
         def checked() -> Optional[np.ndarray]:

@@ -1,6 +1,6 @@
 """Command line: wires options into a Plan and hands it to the launcher or the runner.
 
-Heavy modules (pandas, rich, mpi4py, torch, matplotlib) are imported inside commands, so that
+Heavy modules (rich, mpi4py, torch, matplotlib) are imported inside commands, so that
 ``collbench --help`` answers fast and never imports torch; numpy comes in with the collective
 names (about 0.1 s for ``--help`` in all).
 """
@@ -173,15 +173,12 @@ def _end_job_from_here(exc: CollbenchError) -> None:
         launcher = detect()
     except UsageError:
         return
-    if not launcher.mpi or launcher.world_size < 2:
+    if not launcher.shares_mpi_world or launcher.world_size < 2:
         return
-    try:
-        from mpi4py import MPI
+    from collbench.backends import abort_mpi_job
 
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(exc.exit_code)
-    except Exception:      # no usable MPI here: the guardians' start-up deadline ends the job
-        pass
+    sys.stderr.flush()
+    abort_mpi_job(exc.exit_code)    # without MPI here, the guardians' start-up deadline ends the job
 
 
 def _register_file_commands() -> None:

@@ -9,7 +9,7 @@ import sys
 from collbench import __version__
 from collbench.launch import launcher as launch
 from collbench.launch import spawn
-from collbench.backends import names, plugins, unavailable_reason
+from collbench.backends import backend_class, names, plugins, unavailable_reason
 from collbench.errors import UsageError
 
 
@@ -23,7 +23,8 @@ def _version(module: str) -> str:
         return "installed"
 
 
-def gather() -> dict:
+def environment_report() -> dict:
+    """What ``collbench env`` shows: each item found (versions, launcher, backends) and its value."""
     try:
         launcher, stray = launch.detect(), ""
     except UsageError as exc:            # show what is wrong with the environment, not crash on it
@@ -41,14 +42,16 @@ def gather() -> dict:
         "torch": _version("torch"),
         "cpus": str(os.cpu_count()),
     }
+    found: dict = {}
     for name in names():
         reason = unavailable_reason(name)
         origin = f" (plugin {plugins()[name].value})" if name in plugins() else ""
         info[f"backend {name}"] = ("usable" if reason is None else f"unusable: {reason}") + origin
-    if "torch" in sys.modules:
-        from collbench.backends.nccl import gpu_summary
-        info["GPUs"] = gpu_summary()
-    return info
+        try:
+            found.update(backend_class(name).environment())      # the GPUs nccl sees, say
+        except Exception:      # a plugin that does not import was named above; its hook is not env's to fail
+            pass
+    return {**info, **found}
 
 
 def _mpi_library() -> str:
@@ -67,13 +70,8 @@ def _mpi_library() -> str:
 
 
 def print_report() -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from collbench.cli.results import print_tables
+    from collbench.results.tables import TableModel
 
-    table = Table(title="collbench env", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in gather().items():
-        table.add_row(escape(key), escape(value))     # install hints hold [brackets]
-    Console().print(table)
+    found = tuple(environment_report().items())
+    print_tables([TableModel("collbench env", ("", ""), found, wrapped=(1,))])    # long reasons wrap

@@ -27,13 +27,13 @@ def export_command(file, target, output, force) -> None:
     from pathlib import Path
 
     from collbench.results.ci_export import export
-    from collbench.results.exporters import check_output_path, write_atomic
+    from collbench.results.exporters import check_writable_path, write_atomic
     from collbench.results.loader import load_result
 
     if output == "-":
         output = None
     if output is not None:
-        check_output_path(output, force)
+        check_writable_path(output, force)
     done = export(load_result(file), target, source=file)
     if done.left_out:
         print(f"collbench: {done.left_out} row(s) of {file} have no median time; left out", file=sys.stderr)

@@ -12,10 +12,6 @@ import click
 
 from collbench.cli import params
 
-COMPARE_FORMATS = ("table", "markdown", "json")
-REPORT_FORMATS = ("table", "markdown")
-
-
 def _console():
     from rich.console import Console
 
@@ -25,13 +21,51 @@ def _console():
     return console
 
 
-def _print_tables(tables) -> None:
+def print_tables(tables) -> None:
+    """TableModels on stdout: fitted to the terminal, or every column when piped."""
     from collbench.results.render import output_width, print_table
 
     console = _console()
     width = output_width(console.is_terminal, console.width)
     for table in tables:
         print_table(console, table, width, plain=not console.is_terminal)
+
+
+def _compare_table(comparison) -> None:
+    from collbench.analysis.compare_render import comparison_table, summary_line
+
+    print(f"{'REGRESSION' if comparison.regression else 'no regression'}: {summary_line(comparison)}")
+    print_tables([comparison_table(comparison)])
+
+
+def _compare_markdown(comparison) -> None:
+    from collbench.analysis.compare_render import to_summary_markdown
+
+    sys.stdout.write(to_summary_markdown(comparison))
+
+
+def _compare_json(comparison) -> None:
+    from collbench.analysis.compare_render import to_json
+
+    sys.stdout.write(to_json(comparison))
+
+
+def _report_table(heading: str, report, tables) -> None:
+    print_tables(tables)
+    for note in report.notes:
+        print(f"collbench: {note}", file=sys.stderr)
+
+
+def _report_markdown(heading: str, report, tables) -> None:
+    from collbench.analysis.report import markdown_document
+
+    sys.stdout.write(markdown_document(heading, report, tables))
+
+
+#: ``-f`` of compare and of report: each format's name and what writes it on stdout. (The
+#: commands that measure have theirs in ``collbench.results.exporters.STDOUT_FORMATS``.)
+COMPARE_FORMATS = {"table": _compare_table, "markdown": _compare_markdown, "json": _compare_json}
+REPORT_FORMATS = {"table": _report_table, "markdown": _report_markdown}
 
 
 def _warn(text: str) -> None:
@@ -53,8 +87,8 @@ def _warn(text: str) -> None:
               show_default=True, help="Median time (lower is better) or bus bandwidth (higher is better).")
 @click.option("--alpha", type=params.ALPHA, default=0.05,
               show_default=True, help="Family-wise significance level (max-T over the rows).")
-@click.option("-f", "--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True,
-              help="table, markdown (fits a CI job summary) or json.")
+@click.option("-f", "--format", "fmt", type=click.Choice(tuple(COMPARE_FORMATS)), default="table",
+              show_default=True, help="table, markdown (fits a CI job summary) or json.")
 def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
@@ -67,7 +101,6 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
     input.
     Statistics, verdicts and the multiple-comparison control: docs/compare.md.
     """
-    from collbench.analysis import compare_render
     from collbench.analysis.compare import compare_runs, parse_threshold
     from collbench.results.loader import load_result
 
@@ -76,14 +109,7 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
                               threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new)
     for warning in comparison.warnings:
         _warn(warning)
-    if fmt == "json":
-        sys.stdout.write(compare_render.to_json(comparison))
-    elif fmt == "markdown":
-        sys.stdout.write(compare_render.to_summary_markdown(comparison))
-    else:
-        outcome = "REGRESSION" if comparison.regression else "no regression"
-        print(f"{outcome}: {compare_render.summary_line(comparison)}")
-        _print_tables([compare_render.comparison_table(comparison)])
+    COMPARE_FORMATS[fmt](comparison)
     sys.stdout.flush()
     if comparison.regression:
         sys.exit(1)
@@ -95,8 +121,8 @@ LABEL_HELP = ("The label of each file's run in tables and legends, in the order 
 
 @click.command("report")
 @click.argument("files", nargs=-1, required=True)
-@click.option("-f", "--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
-              help="Terminal tables or markdown.")
+@click.option("-f", "--format", "fmt", type=click.Choice(tuple(REPORT_FORMATS)), default="table",
+              show_default=True, help="Terminal tables or markdown.")
 @click.option("--threshold", default="5%", show_default=True,
               help="The compare threshold to judge each row's noise against: 5% or 0.05.")
 @click.option("--label", "labels", multiple=True, metavar="TEXT", help=LABEL_HELP)
@@ -120,7 +146,7 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
     whether rows are too noisy to gate on at --threshold.
     """
     from collbench.analysis.compare import DEFAULT_ALPHA, parse_threshold
-    from collbench.analysis.report import build_report, markdown_document, per_rank_view, report_tables
+    from collbench.analysis.report import build_report, per_rank_view, report_tables
     from collbench.errors import UsageError
 
     if diff and per_rank:
@@ -135,12 +161,7 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
         heading, tables = "collbench report: per rank", per_rank_view(report)
     else:
         heading, tables = "collbench report", report_tables(report, threshold_value, DEFAULT_ALPHA)
-    if fmt == "markdown":
-        sys.stdout.write(markdown_document(heading, report, tables))
-        return
-    _print_tables(tables)
-    for note in report.notes:
-        print(f"collbench: {note}", file=sys.stderr)
+    REPORT_FORMATS[fmt](heading, report, tables)
 
 
 @click.command("plot")
@@ -162,7 +183,7 @@ def plot_command(files, output, force, labels) -> None:
     check_plot_path(output, force)
     require_matplotlib()
     runs = load_runs(files, labels)
-    for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, runs=runs.row_runs()):
+    for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels()):
         print(f"collbench: {note}", file=sys.stderr)
     print(f"collbench: wrote {output}", file=sys.stderr)
 
@@ -180,14 +201,14 @@ def merge_command(files, output, force) -> None:
     """
     from pathlib import Path
 
+    from collbench.analysis.merge import merge_runs
     from collbench.errors import UsageError
-    from collbench.results.exporters import JsonExporter, check_output_path, write_atomic
+    from collbench.results.exporters import JsonExporter, check_writable_path, write_atomic
     from collbench.results.loader import load_result
-    from collbench.results.merge import merge_runs
 
     if Path(output).suffix.lower() != ".json":
         raise UsageError(f"merge writes JSON (the rounds need it): {output!r} does not end in .json")
-    check_output_path(output, force)
+    check_writable_path(output, force)
     merged, warnings = merge_runs([(str(f), load_result(f)) for f in files])
     for warning in warnings:
         _warn(warning)

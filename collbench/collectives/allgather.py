@@ -25,7 +25,7 @@ class Allgather(Collective):
         return lambda: c.comm.allgather(c.send)
 
     def tensor_call(self, c):
-        gather = c.function("all_gather_single", "all_gather_into_tensor")
+        gather = c.first_available("all_gather_single", "all_gather_into_tensor")
         return partial(gather, c.recv, c.send, group=c.group), c.poison
 
 

@@ -16,7 +16,7 @@ class Barrier(Collective):
         return c.comm.barrier
 
     def tensor_call(self, c):
-        return partial(c.dist.barrier, group=c.group), c.nothing
+        return partial(c.dist.barrier, group=c.group), c.no_reset
 
 
 COLLECTIVE = Barrier()

@@ -56,7 +56,8 @@ class ObjectCall:
 
 @dataclass(frozen=True)
 class TensorCall:
-    """What a torch.distributed backend provides: the module, its group, tensor slices, the op."""
+    """What a torch.distributed backend provides: the module, its group, tensor slices, the op,
+    and the device the tensors live on (``collbench.backends.devices.TorchDevice``)."""
 
     dist: Any
     group: Any
@@ -66,8 +67,9 @@ class TensorCall:
     n: int
     root: int
     op: Any
+    device: Any
 
-    def function(self, *names: str) -> Callable:
+    def first_available(self, *names: str) -> Callable:
         """The first of ``names`` this torch has (names changed across torch versions)."""
         for name in names:
             if hasattr(self.dist, name):
@@ -79,13 +81,14 @@ class TensorCall:
         self.recv.copy_(self.send)
 
     def poison(self) -> None:
-        self.recv.fill_(float("nan") if self.recv.is_floating_point() else -1)
+        """Overwrite the receive side, so that only what arrives passes the check."""
+        self.device.poison(self.recv)
 
     def poison_unless_root(self) -> None:
         if self.rank != self.root:
             self.poison()
 
-    def nothing(self) -> None:
+    def no_reset(self) -> None:
         pass
 
 

@@ -28,7 +28,7 @@ class ReduceScatter(Collective):
         return lambda: fold(c.ufunc, c.comm.alltoall(pieces))
 
     def tensor_call(self, c):
-        scatter = c.function("reduce_scatter_single", "reduce_scatter_tensor")
+        scatter = c.first_available("reduce_scatter_single", "reduce_scatter_tensor")
         return partial(scatter, c.recv, c.send, op=c.op, group=c.group), c.poison
 
 

@@ -33,12 +33,21 @@ from typing import Callable, Optional
 BEAT_S = 1.0
 LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
 CONNECT_TIMEOUT = 3.0
-LOST_CODE = 137           # a rank or host lost: as if killed (128 + SIGKILL)
-TIMEOUT_CODE = 124
 EARLY_EXIT_GRACE = 5.0   # seconds the others get to follow a rank that left with an error
 
+# Exit codes, for all of ``collbench.launch`` (this module imports nothing of collbench).
+#: A size ran past ``--timeout``.
+EXIT_TIMEOUT = 124
+#: A rank or host lost: as if killed (128 + SIGKILL).
+EXIT_LOST = 137
+#: Exit codes collbench itself ends a rank with (done, failed, usage, timeout, 128 + SIGHUP,
+#: SIGINT, SIGTERM); any other exit of a rank counts as a crash.
+RANK_EXIT_CODES = frozenset({0, 1, 2, EXIT_TIMEOUT, 129, 130, 143})
+#: Exit codes a job may end with by collbench's own doing: a rank's, and a lost rank's.
+JOB_EXIT_CODES = RANK_EXIT_CODES | {EXIT_LOST}
 
-def _send(sock: socket.socket, message: dict) -> bool:
+
+def send_message(sock: socket.socket, message: dict) -> bool:
     try:
         sock.sendall((json.dumps(message) + "\n").encode())
         return True
@@ -46,7 +55,7 @@ def _send(sock: socket.socket, message: dict) -> bool:
         return False
 
 
-class Lines:
+class MessageReader:
     """Reads whole JSON lines off a socket."""
 
     def __init__(self, sock: socket.socket) -> None:
@@ -76,7 +85,7 @@ class Lines:
         return out
 
 
-def ranks_text(ranks) -> str:
+def rank_ranges(ranks) -> str:
     """0-3,5 for [0, 1, 2, 3, 5]."""
     ranks = sorted(ranks)
     spans, start = [], None
@@ -92,7 +101,7 @@ def ranks_text(ranks) -> str:
 class _Peer:
     def __init__(self, sock: socket.socket, address) -> None:
         self.sock = sock
-        self.lines = Lines(sock)
+        self.lines = MessageReader(sock)
         self.address = address[0] if address else "?"
         self.rank: Optional[int] = None
         self.host = "?"
@@ -140,7 +149,7 @@ class Coordinator:
                 last_beat = now
                 for peer in list(self.peers.values()):
                     if not peer.done:
-                        _send(peer.sock, {"t": "beat"})
+                        send_message(peer.sock, {"t": "beat"})
                 self._check_silence(now)
 
     def _accept(self) -> None:
@@ -163,7 +172,7 @@ class Coordinator:
         if messages is None:
             self._drop(peer)
             if peer.rank is not None and not peer.done and not self.finished:
-                self.abort(LOST_CODE, f"{peer.name()} was lost: its guardian's connection closed without "
+                self.abort(EXIT_LOST, f"{peer.name()} was lost: its guardian's connection closed without "
                                       "a word (the process was killed, or its host went down)")
             return
         for message in messages:
@@ -178,17 +187,17 @@ class Coordinator:
             peer.rank, peer.host, peer.pid = int(message["rank"]), str(message["host"]), int(message["pid"])
             self.size = int(message["size"])
             self.peers[peer.rank] = peer
-            _send(peer.sock, {"t": "welcome", "observed": peer.address})
+            send_message(peer.sock, {"t": "welcome", "observed": peer.address})
             if len(self.peers) == self.size:
                 roster = {str(r): p.host for r, p in self.peers.items()}
                 for p in self.peers.values():
-                    _send(p.sock, {"t": "roster", "hosts": roster})
+                    send_message(p.sock, {"t": "roster", "hosts": roster})
             return
         peer.last_seen = time.monotonic()
         if kind == "beat":
             peer.position, peer.state = str(message.get("where", "")), str(message.get("state", ""))
         elif kind == "died":
-            self.abort(int(message.get("code", LOST_CODE)), f"{peer.name()} {message.get('how', 'died')} during "
+            self.abort(int(message.get("code", EXIT_LOST)), f"{peer.name()} {message.get('how', 'died')} during "
                        f"{message.get('where') or 'start-up'}", told=peer)
         elif kind == "abort-job":
             # The rank printed why itself, and waits to be stopped like the others: told as
@@ -196,7 +205,7 @@ class Coordinator:
             self.abort(int(message.get("code", 1)), None)
         elif kind == "timeout":
             peer.position = str(message.get("where", peer.position))
-            self.abort(TIMEOUT_CODE, self._timeout_line(peer, message))
+            self.abort(EXIT_TIMEOUT, self._timeout_line(peer, message))
         elif kind == "bye":
             peer.done = True
             code = int(message.get("code", 0))
@@ -206,8 +215,8 @@ class Coordinator:
                 self.finished = True
                 for p in self.peers.values():
                     if p is not peer:
-                        _send(p.sock, {"t": "end"})
-            _send(peer.sock, {"t": "ack"})
+                        send_message(p.sock, {"t": "end"})
+            send_message(peer.sock, {"t": "ack"})
 
     def _check_silence(self, now: float) -> None:
         if self.finished or self.aborted or self.size is None:
@@ -226,8 +235,8 @@ class Coordinator:
         for p in sorted(self.peers.values(), key=lambda p: p.rank):
             if p.host in lost_hosts and not p.done and now - p.last_seen > 2 * BEAT_S:
                 by_host.setdefault(p.host, []).append(p.rank)
-        hosts = "; ".join(f"{host} (rank{'s' if len(r) > 1 else ''} {ranks_text(r)})" for host, r in by_host.items())
-        self.abort(LOST_CODE, f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
+        hosts = "; ".join(f"{host} (rank{'s' if len(r) > 1 else ''} {rank_ranges(r)})" for host, r in by_host.items())
+        self.abort(EXIT_LOST, f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
                               "or its guardian is stopped")
 
     def _timeout_line(self, reporter: _Peer, message: dict) -> str:
@@ -247,7 +256,7 @@ class Coordinator:
         for label, peers in groups.items():
             hosts = ", ".join(dict.fromkeys(p.host for p in peers))
             plural = "s" if len(peers) > 1 else ""
-            parts.append(f"rank{plural} {ranks_text([p.rank for p in peers])} on {hosts} {label}")
+            parts.append(f"rank{plural} {rank_ranges([p.rank for p in peers])} on {hosts} {label}")
         return f"timeout: {what} did not finish within {limit:g} s (--timeout): " + "; ".join(parts)
 
     def abort(self, code: int, why: Optional[str], told: Optional[_Peer] = None) -> None:
@@ -255,7 +264,7 @@ class Coordinator:
         every guardian stops its rank."""
         if self.aborted or self.finished:
             if told is not None:
-                _send(told.sock, {"t": "ack"})
+                send_message(told.sock, {"t": "ack"})
             return
         self.aborted = True
         if why:
@@ -264,10 +273,10 @@ class Coordinator:
                              "every size finished before\n")
             sys.stderr.flush()
         if told is not None:
-            _send(told.sock, {"t": "ack"})
+            send_message(told.sock, {"t": "ack"})
         for p in self.peers.values():
             if p.rank != 0 and p is not told:
-                _send(p.sock, {"t": "abort", "code": code})
+                send_message(p.sock, {"t": "abort", "code": code})
         self.stop_here(code)
 
 

@@ -17,9 +17,9 @@ from typing import Optional
 
 from collbench.launch import coordinator
 from collbench.launch.oom import OomWatch
-from collbench.launch.coordinator import Lines, _send
+from collbench.launch.coordinator import EXIT_TIMEOUT, RANK_EXIT_CODES, MessageReader, send_message
 from collbench.launch.link import Link, connect, hello_message
-from collbench.launch.supervise import EARLY_END_PREFIX, OWN_EXIT_CODES, PARENT_ENV, STOP_GRACE, TIMEOUT_EXIT, alive
+from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, STOP_GRACE, alive
 from collbench.run.rounds import STATE_ENV
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
@@ -127,7 +127,7 @@ class Guardian:
             code = os.WEXITSTATUS(status)
             how = f"exited with code {code}"
         link = self.link if self.link is not None and not self.link.ended else None
-        if killed or code not in OWN_EXIT_CODES:
+        if killed or code not in RANK_EXIT_CODES:
             where = self.position.read() or "start-up"
             told = link is not None and link.tell_and_wait({"t": "died", "how": how, "where": where, "code": code})
             if not told:
@@ -141,7 +141,7 @@ class Guardian:
 
     def _serve_rank(self) -> None:
         """Requests from the rank: join the job (connect to the coordinator), report a timeout."""
-        reader = Lines(self.channel)
+        reader = MessageReader(self.channel)
         while True:
             messages = reader.feed()
             if messages is None:
@@ -155,11 +155,11 @@ class Guardian:
                     threading.Thread(target=self._watch_startup, args=(float(message.get("limit", 0)),),
                                      daemon=True).start()
                 elif message.get("t") == "join":
-                    _send(self.channel, self._join(message))
+                    send_message(self.channel, self._join(message))
                 elif message.get("t") in ("timeout", "abort-job"):
                     stopping = self.stop_code is not None        # the job is ending already
                     taken = stopping or (self.link is not None and not self.link.ended and self.link.send(message))
-                    _send(self.channel, {"t": "taken" if taken else "refused"})
+                    send_message(self.channel, {"t": "taken" if taken else "refused"})
 
     def _watch_startup(self, limit: float) -> None:
         """The rank's own watchdog cannot fire while MPI_Init holds the interpreter (waiting for
@@ -173,7 +173,7 @@ class Guardian:
                              f"{self.position.read() or 'start-up'} after {limit:g} s: another rank may have failed "
                              "while starting; stopping it\n")
             sys.stderr.flush()
-            self.stop(TIMEOUT_EXIT)
+            self.stop(EXIT_TIMEOUT)
 
     def _ended_before_joining(self, status: int) -> None:
         """The rank ended before the job's channel existed, so no coordinator can stop the
@@ -221,9 +221,8 @@ class Guardian:
         parent = os.environ.get(PARENT_ENV, "")
         if not parent.isdigit():
             return False
-        fd = getattr(self, "_parent_fd", None)
-        if fd is not None:
-            return bool(select.select([fd], [], [], 0)[0])
+        if self._parent_fd is not None:
+            return bool(select.select([self._parent_fd], [], [], 0)[0])
         return not alive(int(parent))
 
     def _orphan_files(self) -> None:

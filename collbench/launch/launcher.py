@@ -18,7 +18,8 @@ from typing import Mapping, Optional
 
 from collbench.errors import UsageError
 
-CHILD_MARK = "COLLBENCH_LAUNCHED"
+#: Set by collbench's own launch (``spawn``) on the ranks it starts: "local" or "mpi".
+LAUNCHED_ENV = "COLLBENCH_LAUNCHED"
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,10 @@ class Launcher:
     rank: int
     world_size: int
     local_rank: int
-    mpi: bool          # ranks share an MPI world (mpi4py can be used)
+    shares_mpi_world: bool  # ranks share an MPI world (mpi4py can be used)
     hosts: tuple = ()  # every rank's host name, in rank order, once known
-    size_from: str = ""  # the variable the world size came from ("" when none said it)
+    world_size_variable: str = ""  # the variable the world size came from ("" when none said it)
+    self_launched: str = ""  # how collbench itself launched this process: "local", "mpi", "" (it did not)
 
     def with_hosts(self, hosts) -> "Launcher":
         return dataclasses.replace(self, hosts=tuple(hosts))
@@ -99,7 +101,7 @@ def _open_mpi(env) -> Optional[Launcher]:
         raise _stray(env, present, "no Open MPI runtime is there (no PMIX_NAMESPACE or PMIX_SERVER_URI*)", _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",), _MPI_FIX)
     return Launcher("mpiexec", rank, size, _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, True,
-                    size_from="OMPI_COMM_WORLD_SIZE")
+                    world_size_variable="OMPI_COMM_WORLD_SIZE")
 
 
 def _pmi(env) -> Optional[Launcher]:
@@ -110,7 +112,8 @@ def _pmi(env) -> Optional[Launcher]:
         raise _stray(env, present, "there is no open PMI_FD or PMI_PORT to reach a launcher through", _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("PMI_RANK",), ("PMI_SIZE",), _MPI_FIX)
     local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID") or 0
-    return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True, size_from="PMI_SIZE")
+    return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True,
+                    world_size_variable="PMI_SIZE")
 
 
 def _pmix(env) -> Optional[Launcher]:
@@ -118,19 +121,20 @@ def _pmix(env) -> Optional[Launcher]:
         return None
     if not _pmix_server(env):
         raise _stray(env, ["PMIX_RANK"], "no PMIx server is there (no PMIX_NAMESPACE or PMIX_SERVER_URI*)", _MPI_FIX)
-    size_from = _first(env, "SLURM_STEP_NUM_TASKS", "PMIX_SIZE", "SLURM_NTASKS")
-    if size_from:
-        rank, size = _rank_and_size(env, ["PMIX_RANK"], ("PMIX_RANK",), (size_from,), _MPI_FIX)
+    size_variable = _first(env, "SLURM_STEP_NUM_TASKS", "PMIX_SIZE", "SLURM_NTASKS")
+    if size_variable:
+        rank, size = _rank_and_size(env, ["PMIX_RANK"], ("PMIX_RANK",), (size_variable,), _MPI_FIX)
     else:                   # MPI will tell; the runner checks it against nothing
         rank, size = _int(env, "PMIX_RANK") or 0, 1
     local = _int(env, "PMIX_LOCAL_RANK", "SLURM_LOCALID") or 0
-    return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True, size_from=size_from)
+    return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True,
+                    world_size_variable=size_variable)
 
 
 def _torch_like(env, *, marked: bool) -> Optional[Launcher]:
     """torchrun and collbench's own local launch (``marked``: they say who they are), or
     RANK and WORLD_SIZE set by hand (the rest)."""
-    ours = "TORCHELASTIC_RUN_ID" in env or env.get(CHILD_MARK) == "local"
+    ours = "TORCHELASTIC_RUN_ID" in env or env.get(LAUNCHED_ENV) == "local"
     present = [n for n in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID") if n in env]
     if not present or ours != marked:
         return None
@@ -140,10 +144,10 @@ def _torch_like(env, *, marked: bool) -> Optional[Launcher]:
         raise _stray(env, present, f"{names} {'is' if len(missing) == 1 else 'are'} not", _TORCH_FIX)
     rank, size = _rank_and_size(env, present, ("RANK",), ("WORLD_SIZE",), _TORCH_FIX)
     local = _int(env, "LOCAL_RANK") or 0
-    if env.get(CHILD_MARK) == "local":
-        return Launcher("collbench", rank, size, local, False, size_from="WORLD_SIZE")
+    if env.get(LAUNCHED_ENV) == "local":
+        return Launcher("collbench", rank, size, local, False, world_size_variable="WORLD_SIZE")
     name = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "env"
-    return Launcher(name, rank, size, local, False, size_from="WORLD_SIZE")
+    return Launcher(name, rank, size, local, False, world_size_variable="WORLD_SIZE")
 
 
 def _slurm_step(env) -> Optional[Launcher]:
@@ -153,21 +157,24 @@ def _slurm_step(env) -> Optional[Launcher]:
         return None
     rank, size = _rank_and_size(env, ["SLURM_PROCID", "SLURM_STEP_NUM_TASKS"], ("SLURM_PROCID",),
                                 ("SLURM_STEP_NUM_TASKS",), _MPI_FIX)
-    return Launcher("srun", rank, size, _int(env, "SLURM_LOCALID") or 0, True, size_from="SLURM_STEP_NUM_TASKS")
+    return Launcher("srun", rank, size, _int(env, "SLURM_LOCALID") or 0, True,
+                    world_size_variable="SLURM_STEP_NUM_TASKS")
 
 
-_FAMILIES = (_open_mpi, _pmi, _pmix, lambda env: _torch_like(env, marked=True), _slurm_step,
-             lambda env: _torch_like(env, marked=False))
+_DETECTORS = (_open_mpi, _pmi, _pmix, lambda env: _torch_like(env, marked=True), _slurm_step,
+              lambda env: _torch_like(env, marked=False))
 
 
 def detect(env: Mapping[str, str] = os.environ) -> Launcher:
     """The launcher this process runs under, from its environment variables; raises
     ``StrayLauncherVariables`` when they are there but do not hang together."""
-    for family in _FAMILIES:
-        found = family(env)
+    for detector in _DETECTORS:
+        found = detector(env)
         if found is not None:
-            return found
-    return Launcher("none", 0, 1, 0, False)
+            break
+    else:
+        found = Launcher("none", 0, 1, 0, False)
+    return dataclasses.replace(found, self_launched=env.get(LAUNCHED_ENV, ""))
 
 
 def detected_rank(env: Mapping[str, str] = os.environ) -> int:

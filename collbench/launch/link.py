@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, LOST_AFTER, LOST_CODE, Lines, _send
+from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER, MessageReader, send_message
 
 
 def connect(candidates: list, port: int, hello: dict) -> tuple:
@@ -28,8 +28,8 @@ def connect(candidates: list, port: int, hello: dict) -> tuple:
             tried.append(f"{address}: {exc.strerror or exc}")
             continue
         sock.settimeout(CONNECT_TIMEOUT)
-        lines = Lines(sock)
-        if _send(sock, hello):
+        lines = MessageReader(sock)
+        if send_message(sock, hello):
             deadline = time.monotonic() + CONNECT_TIMEOUT
             while time.monotonic() < deadline:
                 messages = lines.feed()
@@ -57,7 +57,7 @@ def process_state(pid: int) -> str:
 class Link:
     """A guardian's connection to the coordinator, once its rank has joined the job."""
 
-    def __init__(self, sock: socket.socket, lines: Lines, rank: int, child: int, where: Callable[[], str],
+    def __init__(self, sock: socket.socket, lines: MessageReader, rank: int, child: int, where: Callable[[], str],
                  stop: Callable[[int], None]) -> None:
         self.sock, self.lines, self.rank, self.child = sock, lines, rank, child
         self.where, self.stop = where, stop
@@ -71,7 +71,7 @@ class Link:
 
     def send(self, message: dict) -> bool:
         with self._send_lock:
-            return _send(self.sock, message)
+            return send_message(self.sock, message)
 
     def _loop(self) -> None:
         last_heard = last_beat = time.monotonic()
@@ -88,7 +88,7 @@ class Link:
                 kind = message.get("t")
                 if kind == "abort":
                     self.ended = True
-                    self.stop(int(message.get("code", LOST_CODE)))
+                    self.stop(int(message.get("code", EXIT_LOST)))
                     return
                 if kind == "end":
                     self.ended = True
@@ -118,7 +118,7 @@ class Link:
                              f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
                              "is down or cut off; stopping the ranks here\n")
             sys.stderr.flush()
-        self.stop(LOST_CODE)
+        self.stop(EXIT_LOST)
 
     def tell_and_wait(self, message: dict, seconds: float = 3.0) -> bool:
         """Send ``message`` and wait for the coordinator's ack; False if none came."""
@@ -126,13 +126,6 @@ class Link:
         if not self.send(message):
             return False
         return self._acked.wait(seconds)
-
-    def close(self) -> None:
-        self.ended = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def hello_message(token: str, rank: int, size: int, pid: int) -> dict:

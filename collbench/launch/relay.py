@@ -68,6 +68,31 @@ class Relay:
 
 
 ONE_TERMINAL_ENV = "COLLBENCH_ONE_TERMINAL"
+#: set (to 1) for self-launched ranks when the user's stdout, or stderr, is a terminal
+TTY_ENV = {"stdout": "COLLBENCH_STDOUT_TTY", "stderr": "COLLBENCH_STDERR_TTY"}
+
+
+def mark_terminals(env: dict) -> None:
+    """Tell self-launched ranks, which write through the launcher's pipes, what the user's
+    streams are: terminals or not, and one terminal behind both (``one_terminal``)."""
+    for stream, name in ((sys.stdout, TTY_ENV["stdout"]), (sys.stderr, TTY_ENV["stderr"])):
+        if stream.isatty():
+            env[name] = "1"
+    if one_terminal():
+        env[ONE_TERMINAL_ENV] = "1"
+
+
+def user_terminals(env=None) -> tuple[bool, bool, bool]:
+    """(stdout is a terminal, stderr is a terminal, tables go through stderr) for this rank's
+    output. Self-launched, as the launching process saw the user's streams (what the rank sees
+    itself is the launcher's pipe, MPICH, or a pseudo-terminal, Open MPI); else its own."""
+    from collbench.launch.launcher import LAUNCHED_ENV
+
+    env = os.environ if env is None else env
+    if env.get(LAUNCHED_ENV):
+        return (env.get(TTY_ENV["stdout"]) == "1", env.get(TTY_ENV["stderr"]) == "1",
+                env.get(ONE_TERMINAL_ENV) == "1")
+    return sys.stdout.isatty(), sys.stderr.isatty(), False
 
 
 def one_terminal() -> bool:

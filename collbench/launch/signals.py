@@ -13,7 +13,7 @@ import threading
 import time
 
 from collbench.launch import supervise
-from collbench.launch.supervise import STOP_GRACE, kept
+from collbench.launch.supervise import STOP_GRACE, saved_results_clause
 
 
 _stopping = threading.Event()
@@ -26,7 +26,7 @@ def stopping() -> bool:
     echo, not news. gloo sees a peer's death at once (its connections are reset), while the
     coordinator's word of it takes a moment more, from another host perhaps; so a rank in a
     job gives that word ``ECHO_GRACE`` seconds to come."""
-    return _stopping.wait(ECHO_GRACE if supervise.in_job() else 0)
+    return _stopping.wait(ECHO_GRACE if supervise.has_guardian() else 0)
 
 
 def handle_signals(rank: int) -> None:
@@ -54,7 +54,7 @@ def handle_signals(rank: int) -> None:
         elif rank == 0:
             if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
                 sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
-            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {kept()}\n")
+            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {saved_results_clause()}\n")
         else:
             time.sleep(1.0)
         supervise.run_before_exit()

@@ -16,12 +16,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from collbench.errors import UsageError
-from collbench.launch.launcher import CHILD_MARK
-from collbench.launch.relay import ONE_TERMINAL_ENV, Relay, one_terminal
-from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, kept
+from collbench.launch.coordinator import JOB_EXIT_CODES
+from collbench.launch.launcher import LAUNCHED_ENV
+from collbench.launch.relay import Relay, mark_terminals
+from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, saved_results_clause
 from collbench.results.journal import Journal
 
 
@@ -77,8 +78,6 @@ def free_port(address: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-#: Exit codes of a rank that mean something to collbench (see ``supervise``).
-_RANK_CODES = {0, 1, 2, 124, 129, 130, 137, 143}
 #: Seconds the ranks get to end after SIGTERM before SIGKILL.
 KILL_GRACE = 8.0
 #: Seconds the job's coordinator gets to end a job whose rank failed before we stop it.
@@ -98,7 +97,7 @@ def _ended_in_startup(state: Optional[str]) -> Optional[int]:
     return None
 
 
-def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda: [], state=None) -> int:
+def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], list], state: str) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
@@ -165,16 +164,16 @@ def _wait_forwarding(procs: list, relay: Optional["Relay"] = None, files=lambda:
         if received:
             # Local ranks got the signal from us and said so; mpiexec may not have passed it on.
             if relay is not None and not relay.spoke:
-                print(f"collbench: interrupted by {signal.Signals(received[0]).name}; {kept(files())}", file=sys.stderr,
-                      flush=True)
+                print(f"collbench: interrupted by {signal.Signals(received[0]).name}; "
+                      f"{saved_results_clause(files())}", file=sys.stderr, flush=True)
             return 128 + received[0]
         if code < 0:
             return 128 - code
-        if relay is not None and code not in _RANK_CODES and 0 < code < 64:
+        if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
             # mpiexec passes on a rank's death by signal N as exit code N
             if not relay.spoke:
                 print(f"collbench: a rank was killed by signal {code} ({_signal_name(code)}) before collbench "
-                      f"could say where; the job is stopped; {kept(files())}",
+                      f"could say where; the job is stopped; {saved_results_clause(files())}",
                       file=sys.stderr, flush=True)
             return 128 + code
         return code
@@ -223,14 +222,14 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
         if mpiexec is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
-        env[CHILD_MARK] = "mpi"
+        env[LAUNCHED_ENV] = "mpi"
         cmd = mpiexec_command(mpiexec, n, base, env, coordinated=True)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
         process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent(signal.SIGTERM))
         return [process], Relay(process)
-    env.update({CHILD_MARK: "local", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n)})
+    env.update({LAUNCHED_ENV: "local", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n)})
     if verbose:
         print(f"collbench: launching {n} local processes: " + " ".join(base)
               + f" (rendezvous {env['MASTER_ADDR']}:{env['MASTER_PORT']})", file=sys.stderr, flush=True)
@@ -252,14 +251,9 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
     base = [sys.executable, "-m", "collbench"] + argv
     env = dict(os.environ)
     env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
-    # The ranks write through the launcher's pipes: tell rank 0 what the user's terminal is.
-    for stream, name in ((sys.stdout, "COLLBENCH_STDOUT_TTY"), (sys.stderr, "COLLBENCH_STDERR_TTY")):
-        if stream.isatty():
-            env[name] = "1"
+    mark_terminals(env)             # the ranks write through the launcher's pipes
     if sys.stdout.isatty() or sys.stderr.isatty():
         env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
-    if one_terminal():
-        env[ONE_TERMINAL_ENV] = "1"
     if use_mpi and find_mpiexec() is None:
         raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                          'pip install "collbench[mpich]", or start collbench under your own launcher')
@@ -286,9 +280,9 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
             if code != 0:
                 paths = _result_paths(state)
                 if number > 1 and paths:
-                    kept = "round 1" if number == 2 else f"rounds 1-{number - 1}"
+                    earlier_rounds = "round 1" if number == 2 else f"rounds 1-{number - 1}"
                     print(f"collbench: stopped in round {number} of {rounds}; {', '.join(paths)} keep{'s' * (len(paths) == 1)} "
-                          f"{kept} and what round {number} measured", file=sys.stderr, flush=True)
+                          f"{earlier_rounds} and what round {number} measured", file=sys.stderr, flush=True)
                 return code
         return 1 if check_failed else 0
     finally:

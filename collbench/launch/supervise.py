@@ -34,9 +34,6 @@ from typing import Callable, Optional
 
 from collbench.launch import coordinator
 
-#: Exit codes collbench itself uses; any other exit of a rank counts as a crash.
-OWN_EXIT_CODES = {0, 1, 2, 124, 129, 130, 143}
-TIMEOUT_EXIT = 124
 PARENT_ENV = "COLLBENCH_PARENT_PID"       # set by self-launch: the process whose death ends the ranks
 EARLY_END_PREFIX = "ended-before-joining-"  # self-launch: a guardian's note that its rank ended in start-up
 STOP_GRACE = 3.0                           # seconds a rank told to stop gets before SIGKILL
@@ -116,8 +113,8 @@ def ask_guardian(message: dict, seconds: float) -> Optional[dict]:
         return None
     with _channel_lock:
         _channel.settimeout(seconds)
-        reader = coordinator.Lines(_channel)
-        if not coordinator._send(_channel, message):
+        reader = coordinator.MessageReader(_channel)
+        if not coordinator.send_message(_channel, message):
             return None
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -134,7 +131,7 @@ def watch_startup(seconds: float) -> None:
     never): the start-up deadline that still holds when MPI_Init keeps this interpreter."""
     if _channel is not None and seconds > 0:
         with _channel_lock:
-            coordinator._send(_channel, {"t": "startup", "limit": seconds})
+            coordinator.send_message(_channel, {"t": "startup", "limit": seconds})
 
 
 def coordinator_at() -> Optional[dict]:
@@ -174,8 +171,8 @@ def set_result_files(paths, journal=None) -> None:
     _result_files[:] = [str(p) for p in paths]
     if _channel is not None and _result_files:
         with _channel_lock:
-            coordinator._send(_channel, {"t": "files", "paths": _result_files,
-                                         "journal": str(journal) if journal is not None else None})
+            coordinator.send_message(_channel, {"t": "files", "paths": _result_files,
+                                                "journal": str(journal) if journal is not None else None})
 
 
 def forget_journal() -> None:
@@ -183,7 +180,7 @@ def forget_journal() -> None:
     set_result_files(_result_files, None)
 
 
-def kept(paths=None) -> str:
+def saved_results_clause(paths=None) -> str:
     """The end of a line about an early end: where what was measured is."""
     paths = _result_files if paths is None else [str(p) for p in paths]
     if not paths:            # --no-save, or stopped before any file was claimed
@@ -222,7 +219,7 @@ def abort_job(code: int) -> None:
     os._exit(code)
 
 
-def at(what: str) -> None:
+def set_position(what: str) -> None:
     """Record what this rank is doing, for the guardian's report if it dies."""
     if _position is not None:
         _position.write(what)
@@ -233,11 +230,12 @@ def rank_label() -> str:
     return _rank_label
 
 
-def where() -> str:
+def current_position() -> str:
+    """What this rank is doing now, as last recorded by ``set_position`` ("" before that)."""
     return _position.read() if _position is not None else ""
 
 
-def in_job() -> bool:
+def has_guardian() -> bool:
     """This rank has a guardian, and so a line to the job's coordinator."""
     return _channel is not None
 

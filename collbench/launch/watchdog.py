@@ -52,13 +52,13 @@ class Watchdog:
             if expired and _report(what, limit):     # the coordinator ends the job; wait for it
                 time.sleep(coordinator.LOST_AFTER + 2 * supervise.STOP_GRACE)
             if expired:
-                sys.stderr.write(f"collbench: {supervise.rank_label()}: timeout: {what} did not finish "
-                                 f"within {limit:g} s (--timeout); aborting the job; {supervise.kept()}\n")
+                sys.stderr.write(f"collbench: {supervise.rank_label()}: timeout: {what} did not finish within "
+                                 f"{limit:g} s (--timeout); aborting the job; {supervise.saved_results_clause()}\n")
                 sys.stderr.flush()
-                supervise.abort_job(supervise.TIMEOUT_EXIT)
+                supervise.abort_job(coordinator.EXIT_TIMEOUT)
 
 
 def _report(what: str, limit: float) -> bool:
-    message = {"t": "timeout", "what": what, "limit": limit, "where": supervise.where()}
+    message = {"t": "timeout", "what": what, "limit": limit, "where": supervise.current_position()}
     answer = supervise.ask_guardian(message, 2.0)
     return answer is not None and answer.get("t") == "taken"

@@ -96,11 +96,11 @@ def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: 
     return min(grow, MAX_SAMPLES - n)
 
 
-def count_wrong(bound: Bound, coll: Collective, op: CheckPattern, n: int, rank: int, root: int,
+def count_wrong(bound: Bound, coll: Collective, pattern: CheckPattern, n: int, rank: int, root: int,
                 elements: int, recv_len: int) -> int:
     """Run the call once outside any timed region and count wrong elements on this rank."""
     got = bound.checked()
-    first = coll.expected(op, n, rank, root, elements, np.arange(min(1, recv_len)))
+    first = coll.expected(pattern, n, rank, root, elements, np.arange(min(1, recv_len)))
     if got is None or first is None:
         return 0
     got = np.asarray(got).reshape(-1)
@@ -109,7 +109,7 @@ def count_wrong(bound: Bound, coll: Collective, op: CheckPattern, n: int, rank: 
     wrong = 0
     for start in range(0, recv_len, CHECK_CHUNK):
         idx = np.arange(start, min(recv_len, start + CHECK_CHUNK))
-        want = coll.expected(op, n, rank, root, elements, idx).astype(got.dtype)
+        want = coll.expected(pattern, n, rank, root, elements, idx).astype(got.dtype)
         wrong += int(np.count_nonzero(got[start:start + len(idx)] != want))
     return wrong
 
@@ -117,7 +117,7 @@ def count_wrong(bound: Bound, coll: Collective, op: CheckPattern, n: int, rank: 
 def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control,
             settings: TimingSettings) -> Measurement:
     """Warm up, then time iterations until the stop rule (decided on rank 0) says enough."""
-    is_root = control.rank == 0
+    is_rank0 = control.rank == 0
     throughput = settings.mode == "throughput"
 
     t0 = timer()
@@ -143,11 +143,11 @@ def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control
             _latency_loop(bound.run_blocking, barrier, batch, mine)
         top = control.reduce_max(np.asarray(mine[before:], dtype=np.float64))
         if settings.iters:
-            if is_root:
+            if is_rank0:
                 maxima.extend(top.tolist())
             break
         decision = None
-        if is_root:
+        if is_rank0:
             maxima.extend(top.tolist())
             rel = relative_ci_halfwidth(np.asarray(maxima))
             reached = rel <= settings.precision
@@ -162,7 +162,7 @@ def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control
 
     mean_here = float(np.mean(mine)) * 1e6 if mine else math.nan
     rank_means = control.gather(mean_here)
-    samples = np.asarray(maxima, dtype=np.float64) * 1e6 if is_root else np.empty(0)
-    if settings.iters and is_root:
+    samples = np.asarray(maxima, dtype=np.float64) * 1e6 if is_rank0 else np.empty(0)
+    if settings.iters and is_rank0:
         reached = relative_ci_halfwidth(samples) <= settings.precision
     return Measurement(samples, rank_means, len(mine), k, bool(reached))

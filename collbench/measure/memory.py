@@ -114,16 +114,16 @@ def budgets(probes: list) -> dict:
     return out
 
 
-def shortfall(need: Callable[[int], int], probes: list, started: list, allocated: int = 0) -> Optional[Shortfall]:
+def shortfall(need: Callable[[int], int], probes: list, base_bytes: list, allocated: int = 0) -> Optional[Shortfall]:
     """None when every host has room for what its ranks still need; else the host short of it by
-    the most. ``need(rank)``: what the rank takes beyond its base, ``started[rank]`` (what it
+    the most. ``need(rank)``: what the rank takes beyond its base, ``base_bytes[rank]`` (what it
     held when the sweep started). What a rank has grown since counts as room for this size only
     up to ``allocated``, the buffers of the block, which the need includes: anything else
     (leftovers of another block, a leak) stays in use."""
     worst = None
     for host, budget in budgets(probes).items():
         ranks = [r for r, p in enumerate(probes) if p.host == host]
-        more = sum(max(0, need(r) - min(max(0, probes[r].held - started[r]), allocated)) for r in ranks)
+        more = sum(max(0, need(r) - min(max(0, probes[r].held - base_bytes[r]), allocated)) for r in ranks)
         if more > budget and (worst is None or more - budget > worst.need - worst.budget):
             worst = Shortfall(host, more, budget, len(ranks))
     return worst
@@ -263,8 +263,8 @@ def probe() -> Probe:
 
 
 #: What one self-launched rank holds before any buffer: the rank (interpreter, numpy, mpi4py,
-#: rich; rank 0 also pandas) and its guardian, measured here at 95-100 MiB for MPI backends; a
-#: rank that imports torch holds about 250 MiB more.
+#: rich) and its guardian, measured here at 95-100 MiB for MPI backends (when rank 0 still
+#: imported pandas); a rank that imports torch holds about 250 MiB more.
 RANK_BASE_BYTES = 100 * MiB
 TORCH_RANK_BASE_BYTES = 350 * MiB
 

@@ -221,7 +221,7 @@ def _concentration(runs) -> float:
     return sum(n * n for n in sizes) / (total * total)
 
 
-def change(baseline, new, *, spread: Spread, drift: tuple, confidence: float = CONFIDENCE) -> Optional[Change]:
+def estimate_change(baseline, new, *, spread: Spread, drift: tuple, confidence: float = CONFIDENCE) -> Optional[Change]:
     """The change from ``baseline`` to ``new`` (each a list of runs, each run a list of round
     medians); None if either side has none.
 

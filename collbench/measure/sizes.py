@@ -22,8 +22,8 @@ UNITS = {
     "g": 1 << 30, "gib": 1 << 30,
     "t": 1 << 40, "tib": 1 << 40,
 }
-MAX_SIZE = 1 << 40
-MAX_SIZES = 10_000
+MAX_SIZE_BYTES = 1 << 40
+MAX_SIZE_COUNT = 10_000
 
 _QUANTITY = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
 _ALLOWED = "bytes with an optional unit B, K, M, G, T (or KiB, MiB, GiB, TiB)"
@@ -52,7 +52,7 @@ def _positive(text: str) -> int:
     value = parse_bytes(text)
     if value <= 0:
         raise UsageError(f"bad size {_short(text)!r}: sizes must be positive")
-    if value > MAX_SIZE:
+    if value > MAX_SIZE_BYTES:
         raise UsageError(f"bad size {_short(text)!r}: larger than the 1 TiB limit")
     return value
 
@@ -86,8 +86,8 @@ def _parse_range(item: str) -> list[int]:
     sizes, value = [], lo
     while value <= hi:
         sizes.append(value)
-        if len(sizes) > MAX_SIZES:
-            raise UsageError(f"size range {_short(item)!r} gives more than {MAX_SIZES} sizes")
+        if len(sizes) > MAX_SIZE_COUNT:
+            raise UsageError(f"size range {_short(item)!r} gives more than {MAX_SIZE_COUNT} sizes")
         value = value * factor + increment
     return sizes
 
@@ -103,8 +103,8 @@ def parse_sizes(spec: str) -> list[int]:
             sizes.update(_parse_range(item))
         else:
             sizes.add(_positive(item))
-    if len(sizes) > MAX_SIZES:
-        raise UsageError(f"--sizes {_short(spec)!r} gives more than {MAX_SIZES} sizes")
+    if len(sizes) > MAX_SIZE_COUNT:
+        raise UsageError(f"--sizes {_short(spec)!r} gives more than {MAX_SIZE_COUNT} sizes")
     return sorted(sizes)
 
 

@@ -18,14 +18,14 @@ import numpy as np
 from collbench.measure.distributions import normal_quantile
 
 CONFIDENCE = 0.95
-_EXACT_LIMIT = 1000
+_EXACT_BINOMIAL_MAX_N = 1000
 
 
 @lru_cache(maxsize=4096)
-def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+def median_ci_indices(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """0-based order-statistic indices (lo, hi) bracketing the median, or None if n is too small."""
     alpha = 1.0 - confidence
-    if n <= _EXACT_LIMIT:
+    if n <= _EXACT_BINOMIAL_MAX_N:
         # j = 1-based rank of the lower bound: the largest j with P(B <= j-1) <= alpha/2.
         log_half_n = -n * math.log(2.0)
         cdf, j = 0.0, 0
@@ -45,7 +45,7 @@ def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] |
 def median_ci(samples: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """(low, high) confidence interval of the median; (nan, nan) when there are too few samples."""
     x = np.sort(np.asarray(samples, dtype=np.float64))
-    ranks = median_ci_ranks(len(x), confidence)
+    ranks = median_ci_indices(len(x), confidence)
     if ranks is None:
         return math.nan, math.nan
     return float(x[ranks[0]]), float(x[ranks[1]])

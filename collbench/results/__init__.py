@@ -6,8 +6,8 @@ built from their rounds), ``loader`` (reading files of every schema version), ``
 ``tables`` (the tables as data), ``render`` (drawn to fit a terminal's width), ``progress``
 (the bar and its time left), ``output`` (what rank 0 shows and writes during a run), ``files`` (claiming and rewriting the result files on a schedule),
 ``journal`` (every measurement appended as it happens), ``recover`` (files rebuilt from the
-journal when rank 0 could not write them), ``merge`` (several runs into one file), ``ranks`` (each row's slowest
-and outlier ranks, from its rounds' per-rank times).
+journal when rank 0 could not write them), ``ranks`` (each row's slowest and outlier ranks,
+from its rounds' per-rank times).
 
 May import: ``collbench.errors``, ``collbench.measure`` (statistics, sizes),
 ``collbench.collectives.registry``, numpy, rich.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.records import Row, RunResult
-from collbench.results.tables import ranks_text
+from collbench.results.tables import rank_count_text
 
 LATENCY, BUS_BANDWIDTH = "latency", "bus-bandwidth"      # BMF measure slugs
 
@@ -42,7 +42,7 @@ def benchmark_name(row: Row) -> str:
     """What the row measured; a row that moves no data (barrier: size 0) has no dtype nor size."""
     data = bool(row.size_bytes)
     parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none")
-    return " ".join(parts + [ranks_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing])
+    return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing])
 
 
 def _finite(value: float) -> bool:

@@ -6,7 +6,7 @@ not in the shuffled order they were measured in; the metadata's ``rounds`` recor
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from collbench.measure.runstats import spread_prior
@@ -24,6 +24,17 @@ def _key(identity: RowIdentity) -> tuple:
     return tuple(getattr(identity, name) for name in KEY_FIELDS)
 
 
+@dataclass
+class _Entry:
+    """One row as the collector holds it."""
+
+    identity: RowIdentity
+    sort_key: tuple                                  # its place in plan order
+    rounds: list = field(default_factory=list)       # its RoundData, one per round
+    row: Optional[Row] = None                        # built from ``rounds``
+    moderated: Optional[Row] = None                  # ``row`` moderated by the prior; None: to redo
+
+
 class Collector:
     """Rows are moderated (``aggregate.moderate``) by the typical spread of the rows' rounds. That
     prior is recomputed when a round ends (``round_ended``) and on the first result asked for;
@@ -32,7 +43,7 @@ class Collector:
 
     def __init__(self, metadata: dict) -> None:
         self.result = RunResult(metadata)
-        self._entries: dict = {}         # key -> [identity, sort key, [RoundData], Row, moderated Row or None]
+        self._entries: dict = {}         # row key -> _Entry
         self._dirty = False
         self._prior = None
         self._prior_stale = True
@@ -46,12 +57,12 @@ class Collector:
         return self.result.notes
 
     def add(self, identity: RowIdentity, sort_key: tuple, data: RoundData) -> Row:
-        entry = self._entries.setdefault(_key(identity), [identity, tuple(sort_key), [], None, None])
-        entry[2] = [d for d in entry[2] if d.round != data.round] + [data]
-        entry[3] = build_row(identity, entry[2])
-        entry[4] = None
+        entry = self._entries.setdefault(_key(identity), _Entry(identity, tuple(sort_key)))
+        entry.rounds = [d for d in entry.rounds if d.round != data.round] + [data]
+        entry.row = build_row(identity, entry.rounds)
+        entry.moderated = None
         self._dirty = True
-        return entry[3]
+        return entry.row
 
     @property
     def rows_held(self) -> int:
@@ -65,17 +76,17 @@ class Collector:
     def run_result(self) -> RunResult:
         """The RunResult exporters render; the same object every time (it carries their memo)."""
         if self._dirty:
-            ordered = sorted(self._entries.values(), key=lambda e: e[1])
+            ordered = sorted(self._entries.values(), key=lambda e: e.sort_key)
             if self._prior_stale:
-                self._prior = spread_prior(e[3].time_us_round_p50s for e in ordered)
+                self._prior = spread_prior(e.row.time_us_round_p50s for e in ordered)
                 self._prior_stale = False
                 for e in ordered:
-                    e[4] = None
+                    e.moderated = None
             for e in ordered:
-                if e[4] is None:
-                    e[4] = moderate(e[3], self._prior)
-            self.result.rows[:] = [e[4] for e in ordered]
-            self.result.rounds[:] = [tuple(sorted(e[2], key=lambda d: d.round)) for e in ordered]
+                if e.moderated is None:
+                    e.moderated = moderate(e.row, self._prior)
+            self.result.rows[:] = [e.moderated for e in ordered]
+            self.result.rounds[:] = [tuple(sorted(e.rounds, key=lambda d: d.round)) for e in ordered]
             self._dirty = False
         return self.result
 

@@ -12,11 +12,13 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from collbench.errors import UsageError
-from collbench.results.ranks import RANK_FIELDS, csv_fields, json_fields, row_views
-from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RunResult
+from collbench.results.ranks import RANK_FIELDS, RankView, csv_fields, json_fields, row_views
+from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row, RunResult
 from collbench.results.tables import build_tables, to_markdown
 
 
@@ -33,6 +35,17 @@ def _round_record(r) -> dict:
             "precision_reached": r.precision_reached, "check": r.check, "calls_per_sample": r.calls_per_sample,
             "samples_us": [round(v, 4) for v in r.samples_us] if r.samples_us is not None else None,
             "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us] if r.rank_means_us is not None else None}
+
+
+@dataclass
+class _JsonRowMemo:
+    """One row's JSON text, kept while its rounds, row and per-rank view stay the same objects."""
+
+    rounds: tuple                 # the row's RoundData when ``details`` was encoded
+    details: str                  # its round_details, encoded: the costly part
+    row: Optional[Row] = None     # the row and view ``text`` was made from
+    view: Optional[RankView] = None
+    text: str = ""                # the row's whole JSON object
 
 
 class JsonExporter:
@@ -57,12 +70,12 @@ class JsonExporter:
         texts = []
         for row, rounds, view in zip(result.rows, result.rounds, row_views(result)):
             cached = memo.get(row.key())
-            if cached is None or cached[0] != rounds:        # tuples of the same RoundData: compared by identity
-                cached = [rounds, json.dumps([_round_record(r) for r in rounds], default=str), None, None, None]
+            if cached is None or cached.rounds != rounds:    # tuples of the same RoundData: compared by identity
+                cached = _JsonRowMemo(rounds, json.dumps([_round_record(r) for r in rounds], default=str))
                 memo[row.key()] = cached
-            if cached[2] is not row or cached[4] is not view:
-                cached[2], cached[4], cached[3] = row, view, cls._row_text(row, view, cached[1])
-            texts.append(cached[3])
+            if cached.row is not row or cached.view is not view:
+                cached.row, cached.view, cached.text = row, view, cls._row_text(row, view, cached.details)
+            texts.append(cached.text)
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
         body = "[\n  " + ",\n  ".join(texts) + "\n ]" if texts else "[]"
@@ -216,8 +229,9 @@ def remove_partial() -> None:
             pass
 
 
-def check_output_path(path, force: bool) -> Path:
-    """Refuse, before anything is measured or drawn, an output we could not or must not write."""
+def check_writable_path(path, force: bool) -> Path:
+    """Refuse, before anything is measured or drawn, a path we could not or must not write: a
+    folder, a file that exists (without ``force``), a folder missing or not writable."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"output {str(path)!r} is a directory; give a file name")
@@ -231,7 +245,7 @@ def check_output_path(path, force: bool) -> Path:
     return path
 
 
-def check_writable(path, force: bool) -> None:
-    """A result file: a known format, and a path we may write."""
+def check_result_path(path, force: bool) -> None:
+    """A result file: a format known by its suffix, and a path we may write."""
     exporter_for(Path(path))
-    check_output_path(path, force)
+    check_writable_path(path, force)

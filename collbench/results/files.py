@@ -45,13 +45,14 @@ def _kept(rows: Optional[int]) -> str:
     return f"it keeps the {rows} row(s) written before" if rows else "it holds no rows yet"
 
 
-def check_outputs(settings) -> None:
-    """Everything about where results go that can be refused before measuring (UsageError)."""
-    from collbench.results.exporters import check_writable
+def check_output_settings(settings) -> None:
+    """Everything about where results go that can be refused before measuring (UsageError):
+    each ``-o`` file, no file named twice, the ``--results-dir`` folder."""
+    from collbench.results.exporters import check_result_path
 
     seen = {}
     for path in settings.outputs:
-        check_writable(path, settings.force)
+        check_result_path(path, settings.force)
         real = os.path.realpath(path)
         if real in seen:
             raise UsageError(f"-o {path!r} names the same file as -o {seen[real]!r}; give each file once")

@@ -6,6 +6,7 @@ Version 1 files (before rounds) load as runs of one round: the row's samples bec
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -181,21 +182,73 @@ def _csv_metadata(path: Path, cell) -> dict:
     return metadata
 
 
+#: Cells read as missing (NaN), as ``pandas.read_csv`` reads them.
+_MISSING = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+            "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
+
+
+_TRUE, _FALSE = ("True", "TRUE", "true"), ("False", "FALSE", "false")
+
+
+def _reads_as(kind, cells: list) -> bool:
+    """Whether every cell is a number of ``kind`` (int, float) as pandas reads numbers."""
+    try:
+        for cell in cells:
+            if not cell.isascii() or "_" in cell:     # digits Python reads and pandas does not
+                return False
+            kind(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _typed(cells: list) -> list:
+    """One column's cells typed as ``pandas.read_csv`` types a column: missing cells NaN, the
+    others all True or False, all integers (floats when some are missing), all numbers, or text."""
+    present = [c for c in cells if c not in _MISSING]
+    if present and all(c in _TRUE + _FALSE for c in present):
+        parse = (lambda c: c in _TRUE)
+    elif len(present) == len(cells) and _reads_as(int, present):
+        parse = int
+    elif _reads_as(float, present):
+        parse = float
+    else:
+        parse = str
+    return [math.nan if c in _MISSING else parse(c) for c in cells]
+
+
+def _csv_lines(path: Path, text: str) -> list:
+    """The CSV's lines as lists of cells, blank (or white) lines left out; a line longer than
+    the header is not a table."""
+    csv.field_size_limit(max(csv.field_size_limit(), min(MAX_FILE_BYTES, 2 ** 31 - 1)))   # the metadata cell
+    try:
+        lines = [line for line in csv.reader(io.StringIO(text.removeprefix("\ufeff")), strict=True)
+                 if line and not (len(line) == 1 and not line[0].strip())]
+    except csv.Error as exc:
+        raise UsageError(f"{path}: not a readable CSV ({exc})") from None
+    if not lines:
+        raise UsageError(f"{path}: not a readable CSV (no columns to parse)")
+    for number, line in enumerate(lines[1:], start=2):
+        if len(line) > len(lines[0]):
+            raise UsageError(f"{path}: not a readable CSV (expected {len(lines[0])} fields in line {number}, "
+                             f"saw {len(line)})")
+    return lines
+
+
 def _load_csv(path: Path, text: str) -> RunResult:
     """Rows from the CSV; run metadata from its first row where it has one (CSVs written before
-    it carry none). ``format: csv`` says the file holds rows only, no rounds."""
-    import pandas as pd
-
-    try:
-        frame = pd.read_csv(io.StringIO(text), dtype={CSV_METADATA_COLUMN: object})
-    except Exception as exc:  # pandas raises several types for unreadable CSV
-        raise UsageError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    it carry none). ``format: csv`` says the file holds rows only, no rounds. Read with the csv
+    module: each column typed as pandas would read it (``_typed``); the metadata cell is text."""
+    header, *lines = _csv_lines(path, text)
+    lines = [line + [""] * (len(header) - len(line)) for line in lines]      # short lines: missing cells
     metadata = {}
-    if CSV_METADATA_COLUMN in frame.columns and len(frame):
-        metadata = _csv_metadata(path, frame[CSV_METADATA_COLUMN].iloc[0])
-        frame = frame.drop(columns=[CSV_METADATA_COLUMN])
+    if CSV_METADATA_COLUMN in header and lines:
+        cell = lines[0][header.index(CSV_METADATA_COLUMN)]
+        metadata = _csv_metadata(path, None if cell in _MISSING else cell)
+    columns = [_typed(list(cells)) for cells in zip(*lines)] if lines else []
+    records = [dict(zip(header, values)) for values in zip(*columns)]
     result = RunResult(metadata={**metadata, "source": str(path), "format": "csv"})
-    for i, record in enumerate(frame.to_dict("records")):
+    for i, record in enumerate(records):
         result.add(_row(record, f"{path} row {i}"))
     return result
 

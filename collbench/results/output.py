@@ -3,13 +3,13 @@ finish (``files`` and ``journal`` say how)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import textwrap
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
@@ -26,6 +26,9 @@ class OutputSettings:
     force: bool = False
     quiet: bool = False
     print_format: str = "table"
+    #: (stdout is a terminal, stderr is one, tables go through stderr): the user's streams, which a
+    #: self-launched rank learns from the process that launched it; None: this process's own
+    terminals: Optional[tuple] = None
 
 
 class Output:
@@ -53,7 +56,7 @@ class Output:
         self._dirty = False
         # Self-launched ranks write through the launcher's pipes; the parent says whether the
         # user's stdout and stderr are terminals.
-        out_tty, err_tty = _terminals()
+        out_tty, err_tty, tables_on_stderr = settings.terminals or (sys.stdout.isatty(), sys.stderr.isatty(), False)
         self.plain = not out_tty
         if self.plain:   # piped: never squeeze columns to a guessed 80-character terminal
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
@@ -61,13 +64,12 @@ class Output:
         else:
             # One terminal behind both streams of a self-launched rank (launch.spawn): the tables
             # share stderr's pipe with the progress bar, so the launcher cannot reorder them.
-            shared = os.environ.get("COLLBENCH_ONE_TERMINAL") == "1" and os.environ.get("COLLBENCH_LAUNCHED")
-            self.console = Console(file=sys.stderr if shared else sys.stdout, highlight=False, soft_wrap=False,
-                                   force_terminal=True)
+            self.console = Console(file=sys.stderr if tables_on_stderr else sys.stdout, highlight=False,
+                                   soft_wrap=False, force_terminal=True)
         # soft_wrap: what others write to stderr while the bar redirects it goes out as written
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
         self._open_files()
-        self.rounds_total = max(total_steps // round_steps, 1) if round_steps else 1
+        self.total_rounds = max(total_steps // round_steps, 1) if round_steps else 1
         self.table_order: tuple = ()     # collectives in the plan's order: how their tables print
         self._finished: list = []
         self._printed: set = set()
@@ -144,7 +146,7 @@ class Output:
             self._record({"type": "round", "record": record}, save=True)
         if self.progress:
             self.progress.round_done(float(record.get("seconds", 0.0)))
-            total = self.progress.rounds
+            total = self.progress.total_rounds
             if self.round_label and isinstance(record.get("round"), int) and record["round"] < total:
                 self.round_label = f"round {record['round'] + 1}/{total} · "     # rounds in one job
 
@@ -195,7 +197,7 @@ class Output:
         if not (final_round and self.prints_final):
             return
         self._finished.append(collective)
-        if self.rounds_total == 1:
+        if self.total_rounds == 1:
             self._print_ready()
 
     def _print_ready(self, everything: bool = False) -> None:
@@ -266,15 +268,6 @@ class Output:
                     self.err.print(f"collbench: wrote {path}", markup=False, highlight=False)
             else:
                 self.err.print(line, markup=False, highlight=False)
-
-
-def _terminals() -> tuple:
-    """Whether stdout and stderr reach a terminal. Self-launched ranks ask the parent, which
-    saw the user's terminal: what they see themselves is the launcher's pipe (MPICH) or a
-    pseudo-terminal (Open MPI), whatever the user did with the output."""
-    if os.environ.get("COLLBENCH_LAUNCHED"):
-        return (os.environ.get("COLLBENCH_STDOUT_TTY") == "1", os.environ.get("COLLBENCH_STDERR_TTY") == "1")
-    return sys.stdout.isatty(), sys.stderr.isatty()
 
 
 class NullOutput:

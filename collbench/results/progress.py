@@ -40,7 +40,7 @@ class Estimate:
     def __init__(self, steps: int, rounds_left: int, earlier_rounds: list) -> None:
         self.steps = max(steps, 1)
         self.rounds_left = rounds_left           # after the current one
-        self.prior = _cycle_seconds(earlier_rounds)
+        self.round_seconds = _cycle_seconds(earlier_rounds)
         self.round_started: Optional[float] = None      # at the round's first measurement, not its set-up
         self.done = 0
 
@@ -52,7 +52,7 @@ class Estimate:
         self.done += 1
 
     def next_round(self, finished_round_seconds: float) -> None:
-        self.prior = finished_round_seconds if self.prior is None else (self.prior + finished_round_seconds) / 2
+        self.round_seconds = finished_round_seconds if self.round_seconds is None else (self.round_seconds + finished_round_seconds) / 2
         self.rounds_left = max(self.rounds_left - 1, 0)
         self.round_started = None
         self.done = 0
@@ -61,10 +61,10 @@ class Estimate:
         elapsed = 0.0 if self.round_started is None else time.monotonic() - self.round_started
         share = min(self.done / self.steps, 1.0)
         own = elapsed / share if share > 0 else None          # this round's cost at its own pace
-        if own is None and self.prior is None:
+        if own is None and self.round_seconds is None:
             return None
         # Early in a round, the rounds before it know best; its own pace takes over as it goes.
-        per_round = own if self.prior is None else self.prior if own is None else share * own + (1 - share) * self.prior
+        per_round = own if self.round_seconds is None else self.round_seconds if own is None else share * own + (1 - share) * self.round_seconds
         return max(per_round - elapsed, 0.0) + self.rounds_left * per_round
 
 
@@ -88,7 +88,7 @@ class ProgressBar:
         from rich.table import Column
 
         self.estimate = Estimate(steps, rounds_left, earlier_rounds)
-        self.rounds = max(total // max(steps, 1), 1)
+        self.total_rounds = max(total // max(steps, 1), 1)
         self._shown_at = 0.0
         # One line at any width: the counter goes on a narrow terminal, what runs is cut short.
         width = console.width

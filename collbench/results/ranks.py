@@ -31,7 +31,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from statistics import median
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from collbench.collectives.registry import COLLECTIVES
 
@@ -160,6 +160,20 @@ def _root(metadata: dict) -> int:
     return root if isinstance(root, int) and not isinstance(root, bool) else 0
 
 
+class _HostsMemo(NamedTuple):
+    stamp: tuple       # (rounds in the metadata, identity of its rank_hosts) when ``hosts`` was read
+    hosts: tuple       # round_hosts(metadata)
+
+
+class _ViewMemo(NamedTuple):
+    """A row's view, kept while its rounds, their hosts and the root stay the same."""
+
+    rounds: tuple
+    hosts: tuple
+    root: int
+    view: RankView
+
+
 def row_views(result, *, keep_slots: bool = False) -> list:
     """A RankView per row of ``result`` (a RunResult). Views are kept in ``result.cache`` while a
     row's rounds and their hosts stay the same objects, so a file rewritten after every size
@@ -168,19 +182,19 @@ def row_views(result, *, keep_slots: bool = False) -> list:
     rounds_meta = result.metadata.get("rounds")
     stamp = (len(rounds_meta) if isinstance(rounds_meta, list) else 0, id(result.metadata.get("rank_hosts")))
     hosts_memo = result.cache.get("round_hosts")
-    if hosts_memo is None or hosts_memo[0] != stamp:      # rounds only ever get appended
-        hosts_memo = result.cache["round_hosts"] = (stamp, round_hosts(result.metadata))
-    by_round, default = hosts_memo[1]
+    if hosts_memo is None or hosts_memo.stamp != stamp:      # rounds only ever get appended
+        hosts_memo = result.cache["round_hosts"] = _HostsMemo(stamp, round_hosts(result.metadata))
+    by_round, default = hosts_memo.hosts
     root = _root(result.metadata)
     memo = {} if keep_slots else result.cache.setdefault("rank_views", {})
     views = []
     for row, rounds in zip(result.rows, result.rounds):
         hosts = tuple(by_round.get(d.round, default) for d in rounds)
         cached = memo.get(row.key())
-        if cached is None or cached[0] != rounds or cached[1] != hosts or cached[2] != root:
-            cached = memo[row.key()] = (rounds, hosts, root, rank_view(rounds, hosts, collective=row.collective,
-                                                                       root=root, keep_slots=keep_slots))
-        views.append(cached[3])
+        if cached is None or cached.rounds != rounds or cached.hosts != hosts or cached.root != root:
+            cached = memo[row.key()] = _ViewMemo(rounds, hosts, root, rank_view(
+                rounds, hosts, collective=row.collective, root=root, keep_slots=keep_slots))
+        views.append(cached.view)
     return views
 
 

@@ -91,7 +91,9 @@ class RunResult:
     rows: list = field(default_factory=list)
     rounds: list = field(default_factory=list)       # per row: tuple of RoundData, in round order
     notes: list = field(default_factory=list)
-    cache: dict = field(default_factory=dict, repr=False, compare=False)   # exporters' memo
+    # memo of what is derived from the rows while they stay the same objects: exporters' JSON text,
+    # ranks.row_views' views (the per-rank report's too)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, row: Row, rounds: tuple = ()) -> None:
         self.rows.append(row)

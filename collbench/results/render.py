@@ -2,13 +2,14 @@
 
 A table wider than that width loses its least important columns (the model's ``priorities``:
 0 is never dropped, higher numbers go first) until it fits, and a last note names what was
-left out. Notes are printed under the table as left-aligned paragraphs wrapped at the width.
-With no width (output piped, ``COLUMNS`` unset) every column is kept for the machines that
-read it.
+left out; its ``wrapped`` columns (prose) wrap at the width instead. Notes are printed under
+the table as left-aligned paragraphs wrapped at the width. With no width (output piped,
+``COLUMNS`` unset) every column is kept, unwrapped, for the machines that read it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import textwrap
 from typing import Optional
@@ -31,13 +32,16 @@ def to_rich(table: TableModel, plain: bool = False, flat: bool = False):
     """The table's grid (its title and notes are printed around it by ``print_table``); ``flat``:
     every header on one line, as programs reading piped output want them."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(box=box.ASCII if plain else box.SIMPLE_HEAVY)
+    t = Table(box=box.ASCII if plain else box.SIMPLE_HEAVY, show_header=any(table.headers))
     for i, h in enumerate(table.headers):
-        t.add_column(flat_header(h) if flat else h, justify="left" if i == 0 else "right", no_wrap=True)
-    for row in table.rows:
-        t.add_row(*row)
+        prose = i in table.wrapped
+        t.add_column(escape(flat_header(h) if flat else h), justify="left" if i == 0 or prose else "right",
+                     no_wrap=not prose)
+    for line in table.cells:
+        t.add_row(*(escape(cell) for cell in line))     # cells are text, never rich markup ("[plot]")
     return t
 
 
@@ -51,8 +55,9 @@ def _priorities(table: TableModel) -> tuple:
 def without(table: TableModel, dropped: set) -> TableModel:
     keep = [i for i in range(len(table.headers)) if i not in dropped]
     pick = (lambda values: tuple(values[i] for i in keep))
-    return TableModel(table.title, pick(table.headers), tuple(pick(r) for r in table.rows), table.notes,
-                      pick(table.priorities) if table.priorities else ())
+    return TableModel(table.title, pick(table.headers), tuple(pick(line) for line in table.cells), table.notes,
+                      pick(table.priorities) if table.priorities else (),
+                      tuple(keep.index(i) for i in table.wrapped if i in keep))
 
 
 def fit(table: TableModel, width: Optional[int], measure) -> TableModel:
@@ -72,7 +77,7 @@ def fit(table: TableModel, width: Optional[int], measure) -> TableModel:
     names = _names([table.headers[i] for i in sorted(dropped)], table.headers)
     note = (f"not shown at {width} columns: {names} (a wider terminal, COLUMNS=200, -f markdown "
             f"or the result files have them)")
-    return TableModel(fitted.title, fitted.headers, fitted.rows, fitted.notes + (note,), fitted.priorities)
+    return dataclasses.replace(fitted, notes=fitted.notes + (note,))
 
 
 def _names(dropped: list, headers: tuple) -> str:
@@ -96,22 +101,25 @@ def print_table(console, table: TableModel, width: Optional[int], plain: bool) -
     from rich.console import Console
     from rich.text import Text
 
-    def measure(t: TableModel) -> int:
-        return console.measure(to_rich(t, plain), options=console.options.update_width(100_000)).maximum
+    def measure(t: TableModel) -> int:      # wrapped columns at their narrowest (their longest word)
+        size = console.measure(to_rich(t, plain), options=console.options.update_width(100_000))
+        return size.minimum if t.wrapped else size.maximum
 
     fitted = fit(table, width, measure)
     rendered = to_rich(fitted, plain, flat=width is None)
     natural = console.measure(rendered, options=console.options.update_width(100_000)).maximum
     # A table that still does not fit (nothing left to drop) runs past the edge rather than
-    # cutting cells; so does every table when there is no width to fit.
-    target = console if width is not None and natural <= console.width else \
+    # cutting cells; so does every table when there is no width to fit. Wrapped columns wrap
+    # at the width.
+    drawn = min(natural, width) if width is not None and fitted.wrapped else natural
+    target = console if width is not None and drawn <= console.width else \
         Console(file=console.file, highlight=False, force_terminal=not plain, no_color=plain,
-                width=max(natural, MIN_WIDTH))
+                width=max(drawn, MIN_WIDTH))
     wrap = width or max(natural, 100)
     for line in textwrap.wrap(fitted.title, wrap, break_on_hyphens=False):   # at the width, not the table's
         console.print(Text(line, style="bold" if not plain else ""), no_wrap=True, crop=False,
                       width=max(wrap, len(line)))
-    target.print(rendered)
+    target.print(rendered, width=drawn if fitted.wrapped else None)
     for note in fitted.notes:
         for line in textwrap.wrap(note, wrap, break_on_hyphens=False) or [""]:
             console.print(Text(line), no_wrap=True, crop=False, width=max(wrap, len(line)))

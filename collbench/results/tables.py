@@ -21,10 +21,11 @@ from collbench.measure.sizes import format_size
 @dataclass(frozen=True)
 class TableModel:
     title: str
-    headers: tuple
-    rows: tuple
+    headers: tuple           # all empty (""): a table without a header line
+    cells: tuple             # per line of the table, a tuple of its cell texts
     notes: tuple = ()
     priorities: tuple = ()   # per column: 0 always shown, higher numbers dropped first to fit a width
+    wrapped: tuple = ()      # columns of prose: left-aligned, wrapped to fit a width
 
 
 def format_us(us: float) -> str:
@@ -82,21 +83,21 @@ def _group_key(row: Row) -> tuple:
     return (row.collective, row.dtype, row.op, row.timing, row.world_size)
 
 
-def ranks_text(n) -> str:
+def rank_count_text(n) -> str:
     """"1 rank", "8 ranks"."""
     return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def setup_text(dtype: str, op: str, world_size: int, timing: str) -> str:
     """"float32 sum, 2 ranks, latency": what a row measured besides its collective, backend, size."""
-    return f"{dtype}{'' if op == 'none' else ' ' + op}, {ranks_text(world_size)}, {timing}"
+    return f"{dtype}{'' if op == 'none' else ' ' + op}, {rank_count_text(world_size)}, {timing}"
 
 
 def _title(rows: list) -> str:
     row = rows[0]
     op = "" if row.op == "none" else f" {row.op}"
     data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
-    return f"{row.collective}{data} · {ranks_text(row.world_size)} · {row.timing}"
+    return f"{row.collective}{data} · {rank_count_text(row.world_size)} · {row.timing}"
 
 
 def _per_rank(rows: list) -> bool:
@@ -109,11 +110,12 @@ def _rank_size(row: Row) -> str:
     return "-" if not row.per_rank_bytes else format_size(row.per_rank_bytes)
 
 
-def _columns(columns: list, rows: list, title: str, notes: tuple) -> TableModel:
-    """A table from (header, priority, cell function) triples: one cell per row."""
+def _columns(columns: list, lines: list, title: str, notes: tuple) -> TableModel:
+    """A table from (header, priority, cell function) triples: a line per item of ``lines`` (a
+    Row, or in ``_multi`` a size), each cell function applied to it."""
     headers = tuple(h for h, _, _ in columns)
     priorities = tuple(p for _, p, _ in columns)
-    cells = tuple(tuple(cell(r) for _, _, cell in columns) for r in rows)
+    cells = tuple(tuple(cell(line) for _, _, cell in columns) for line in lines)
     return TableModel(title, headers, cells, notes, priorities)
 
 
@@ -239,16 +241,17 @@ _NUMBER = re.compile(r"[-+±]?[\d.,]+[KMGT]?[%×*‡]*(?:[–…][-+]?[\d.,]+%?[
 
 
 def _numeric(table: TableModel, column: int) -> bool:
-    return all(_NUMBER.fullmatch(row[column].strip("*")) for row in table.rows if column < len(row))
+    return all(_NUMBER.fullmatch(line[column].strip("*")) for line in table.cells if column < len(line))
 
 
-def to_markdown(table: TableModel, level: int = 2) -> str:
-    """The table under a heading of ``level`` (2: under a document's title), its notes after it;
-    text columns left-aligned, numbers right."""
+def to_markdown(table: TableModel, level: int = 2, heading: bool = True) -> str:
+    """The table under a heading of ``level`` (2: under a document's title; none when not
+    ``heading``), its notes after it; text columns left-aligned, numbers right."""
     headers = [flat_header(h) for h in table.headers]
-    lines = [f"{'#' * level} {table.title}", "", "| " + " | ".join(headers) + " |",
-             "|" + "|".join("---:" if i and _numeric(table, i) else "---" for i in range(len(table.headers))) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+    lines = [f"{'#' * level} {table.title}", ""] if heading else []
+    lines += ["| " + " | ".join(headers) + " |",
+              "|" + "|".join("---:" if i and _numeric(table, i) else "---" for i in range(len(table.headers))) + "|"]
+    lines += ["| " + " | ".join(line) + " |" for line in table.cells]
     for note in table.notes:
         lines += ["", f"_{note}_"]
     return "\n".join(lines) + "\n"

@@ -9,26 +9,27 @@ from __future__ import annotations
 import os
 from collbench.launch import launcher as launch
 from collbench.launch import spawn
+from collbench.launch.relay import user_terminals
 from collbench.backends import backend_class, parse_backends, uses_mpi
 from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
-from collbench.results.files import check_outputs
+from collbench.results.files import check_output_settings
 from collbench.results.output import OutputSettings
 from collbench.run.rounds import new_seed
 from collbench.measure.sizes import parse_sizes
 
 
 def default_nprocs(backends: list) -> int:
-    if "nccl" in backends:
-        from collbench.backends.nccl import visible_gpus
-        return max(1, visible_gpus())
-    return max(2, min(os.cpu_count() or 1, 4))
+    """Ranks to self-launch without -n: the fewest any backend asks for (one per GPU for nccl),
+    else 2 to 4, up to the cores."""
+    asked = [n for n in (backend_class(b).self_launch_ranks() for b in backends) if n is not None]
+    return min(asked) if asked else max(2, min(os.cpu_count() or 1, 4))
 
 
-def _timings(choice: str) -> tuple:
+def _timing_modes(choice: str) -> tuple:
     return ("latency", "throughput") if choice == "both" else (choice,)
 
 
@@ -79,7 +80,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     backends, notes = parse_backends(opts["backend"])
-    if launcher.name in ("torchrun", "env") and not launcher.mpi:
+    if launcher.name in ("torchrun", "env") and not launcher.shares_mpi_world:
         mpi_here = [b for b in backends if uses_mpi(b)]
         if mpi_here and opts["backend"].strip() != "all":
             raise UsageError(f"backend {', '.join(mpi_here)} needs an MPI launcher (mpiexec, srun); "
@@ -100,12 +101,12 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                             max_time=opts["max_time"], precision=opts["precision"])
     output = OutputSettings(outputs=tuple(opts["output"]), results_dir=opts["results_dir"],
                             save=not opts["no_save"], force=opts["force"], quiet=opts["quiet"],
-                            print_format=opts["print_format"])
+                            print_format=opts["print_format"], terminals=user_terminals())
     if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
-        check_outputs(output)
+        check_output_settings(output)
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
-                dtype=opts["dtype"], op=opts["op"], root=opts["root"], timings=_timings(opts["timing"]),
-                timing=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
+                dtype=opts["dtype"], op=opts["op"], root=opts["root"], timing_modes=_timing_modes(opts["timing"]),
+                timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported)
 

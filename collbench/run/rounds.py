@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from collbench.launch.launcher import LAUNCHED_ENV
+
 ROUND_ENV, ROUNDS_ENV, SEED_ENV, STATE_ENV = "COLLBENCH_ROUND", "COLLBENCH_ROUNDS", "COLLBENCH_SEED", "COLLBENCH_STATE"
 KIND_LAUNCH, KIND_IN_JOB = "launch", "in-job"
 #: Rounds by default: enough for a run-to-run CI, cheap enough for a default sweep.
@@ -39,8 +41,8 @@ def new_seed() -> int:
 
 @dataclass(frozen=True)
 class Schedule:
-    total: int                 # rounds in the run
-    here: tuple                # round numbers this process measures, in order
+    total_rounds: int          # rounds in the run
+    own_rounds: tuple          # round numbers this process measures, in order
     kind: str                  # launch or in-job
     seed: int
     shuffle: bool
@@ -48,22 +50,22 @@ class Schedule:
 
     @property
     def first(self) -> int:
-        return self.here[0]
+        return self.own_rounds[0]
 
     @property
-    def final(self) -> int:
-        return self.total
+    def last_round(self) -> int:
+        return self.total_rounds
 
     def budget_share(self) -> float:
         """Each round gets this share of the per-size --max-time."""
-        return 1.0 / self.total
+        return 1.0 / self.total_rounds
 
 
 def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.environ) -> Schedule:
     """The schedule of this process: one round of a self-launched run (from the environment the
     parent set) or every round, in-job. ``seed`` None: the parent's, or one chosen now (rank 0's
     choice is broadcast by the caller)."""
-    if env.get("COLLBENCH_LAUNCHED") and env.get(ROUND_ENV) and env.get(STATE_ENV):
+    if env.get(LAUNCHED_ENV) and env.get(ROUND_ENV) and env.get(STATE_ENV):
         total = int(env.get(ROUNDS_ENV, rounds))
         return Schedule(total, (int(env[ROUND_ENV]),), KIND_LAUNCH, int(env[SEED_ENV]), shuffle, Path(env[STATE_ENV]))
     return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB, seed if seed is not None else new_seed(), shuffle)

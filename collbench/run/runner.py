@@ -17,14 +17,14 @@ from typing import Optional
 from collbench.measure import harness
 from collbench.run import rounds
 from collbench.launch import rendezvous, signals, supervise
-from collbench.backends import backend_class
+from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
 from collbench.errors import SharedUsageError, UsageError
 from collbench.launch.launcher import Launcher
 from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
-from collbench.results.files import OutputFailed, check_outputs
+from collbench.results.files import OutputFailed, check_output_settings
 from collbench.results.output import NullOutput, Output, OutputSettings
 from collbench.run.sweep import Sweep
 
@@ -41,8 +41,8 @@ class Plan:
     dtype: str = "float32"
     op: str = "sum"
     root: int = 0
-    timings: tuple = ("latency",)
-    timing: harness.TimingSettings = harness.TimingSettings()
+    timing_modes: tuple = ("latency",)            # latency, throughput or both, in that order
+    timing_settings: harness.TimingSettings = harness.TimingSettings()
     check: bool = True
     output: OutputSettings = OutputSettings()
     argv: tuple = ()
@@ -53,15 +53,6 @@ class Plan:
     seed: Optional[int] = None      # None: chosen at random and recorded
     shuffle: bool = True
     unsupported: frozenset = frozenset()   # (collective, backend) pairs left out when planned
-
-
-def make_control(launcher: Launcher, backends: tuple):
-    uses_mpi = launcher.mpi or any(backend_class(b).uses_mpi for b in backends)
-    if uses_mpi:
-        from collbench.backends._mpi import MpiControl
-        return MpiControl()
-    from collbench.backends._torch import TorchControl
-    return TorchControl(launcher)
 
 
 def run(plan: Plan, launcher: Launcher) -> int:
@@ -81,7 +72,7 @@ def run(plan: Plan, launcher: Launcher) -> int:
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job.
         text = str(exc).strip().splitlines()
-        print(f"collbench: rank {launcher.rank} failed at {supervise.where() or 'start-up'}: "
+        print(f"collbench: rank {launcher.rank} failed at {supervise.current_position() or 'start-up'}: "
               f"{type(exc).__name__}: {text[-1] if text else ''}", file=sys.stderr)
         if plan.verbose:
             import traceback
@@ -93,14 +84,14 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     # Start-up (MPI initialisation, torch rendezvous) is under the same --timeout as each size.
     watchdog = Watchdog()
     where = "start-up (MPI or torch initialisation)"
-    supervise.at(where)
+    supervise.set_position(where)
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, where)
     supervise.watch_startup(startup_limit)
-    control = make_control(launcher, plan.backends)
-    supervise.set_job_abort(getattr(control, "abort", None))
-    if launcher.size_from and launcher.world_size != control.size:
-        raise UsageError(f"{launcher.size_from}={launcher.world_size} says {launcher.world_size} ranks, but "
+    control = make_control(launcher.shares_mpi_world, plan.backends)
+    supervise.set_job_abort(control.abort)
+    if launcher.world_size_variable and launcher.world_size != control.size:
+        raise UsageError(f"{launcher.world_size_variable}={launcher.world_size} says {launcher.world_size} ranks, but "
                          f"{control.size} started: a variable left over from another job? unset it, or start "
                          "collbench under the launcher that set it")
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
@@ -123,7 +114,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 
 def _output_problem(settings) -> Optional[str]:
     try:
-        check_outputs(settings)
+        check_output_settings(settings)
     except UsageError as exc:
         return str(exc)
     return None
@@ -134,12 +125,12 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
     versions = {}
     for backend in backends.values():
         versions.update(backend.versions())
-    timing = {k: v for k, v in dataclasses.asdict(plan.timing).items() if k != "mode"}
-    settings = {**timing, "timings": list(plan.timings), "check": plan.check,
+    timing = {k: v for k, v in dataclasses.asdict(plan.timing_settings).items() if k != "mode"}
+    settings = {**timing, "timings": list(plan.timing_modes), "check": plan.check,
                 "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
                 "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout,
-                "rounds": schedule.total, "round_kind": schedule.kind, "seed": schedule.seed,
-                "shuffle": schedule.shuffle, "max_time_per_round": plan.timing.max_time * schedule.budget_share()}
+                "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
+                "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
     metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
@@ -147,9 +138,9 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
 
 
 def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):
-    label = f"round {schedule.first}/{schedule.total} · " if schedule.total > 1 else ""
-    out = Output(plan.output, collector, total_steps=sweep.steps * schedule.total,
-                 done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.final in schedule.here,
+    label = f"round {schedule.first}/{schedule.total_rounds} · " if schedule.total_rounds > 1 else ""
+    out = Output(plan.output, collector, total_steps=sweep.steps * schedule.total_rounds,
+                 done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.last_round in schedule.own_rounds,
                  round_label=label, journal=journal, round_steps=sweep.steps)
     out.table_order = tuple(plan.collectives)
     return out
@@ -159,24 +150,24 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
              schedule: rounds.Schedule) -> int:
     for name in plan.backends:
         where = f"set-up of backend {name}"
-        supervise.at(where)
+        supervise.set_position(where)
         watchdog.arm(startup_limit, where)
         backend = backend_class(name)()
         backend.setup(control=control)
         backends[name] = backend
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
-    rpn = ranks_per_node(launcher.hosts)
-    is_root = control.rank == 0
-    journal = Journal.open(schedule.state) if is_root and schedule.state is not None else None
+    most_per_node = ranks_per_node(launcher.hosts)
+    is_rank0 = control.rank == 0
+    journal = Journal.open(schedule.state) if is_rank0 and schedule.state is not None else None
     collector = None
-    if is_root:
+    if is_rank0:
         earlier = journal.of_type("run") if journal is not None else []
         collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, schedule))
-    sweep = Sweep(plan, control, backends, rpn, watchdog)
+    sweep = Sweep(plan, control, backends, most_per_node, watchdog)
     if not sweep.steps:
         raise SharedUsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
     out, problem = NullOutput(), None
-    if is_root:
+    if is_rank0:
         try:
             out = _open_output(plan, collector, sweep, schedule, journal)
         except UsageError as exc:        # an output file that appeared since the check
@@ -184,56 +175,56 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     problem = control.bcast(problem)
     if problem:
         raise SharedUsageError(problem)
-    if is_root:
+    if is_rank0:
         supervise.set_result_files(out.paths, out.journal.folder)
         # Run last to first on an early end: the files are made whole, then, if the launching
         # process is gone (and its guardian perhaps with it), the journal it owned goes too.
         supervise.before_exit(lambda: out.release_journal() if supervise.launching_process_gone() else None)
         supervise.before_exit(out.save_now)
-    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(rpn):
+    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(most_per_node):
         out.note(note)
-    settings = dataclasses.replace(plan.timing, max_time=plan.timing.max_time * schedule.budget_share())
+    settings = dataclasses.replace(plan.timing_settings, max_time=plan.timing_settings.max_time * schedule.budget_share())
     completed = False
     try:
-        for number in schedule.here:
-            _round(plan, control, backends, sweep, out, schedule, number, settings, list(launcher.hosts),
+        for number in schedule.own_rounds:
+            _round(control, backends, sweep, out, schedule, number, settings, list(launcher.hosts),
                    first=number == schedule.first, setup_limit=startup_limit)
         watchdog.disarm()
-        supervise.at("shutdown")
+        supervise.set_position("shutdown")
         completed = True
-        if is_root and schedule.final in schedule.here:
+        if is_rank0 and schedule.last_round in schedule.own_rounds:
             _warn_resolution(out, collector)
     finally:
         if completed:
             out.finish()
         else:        # an error or a stop ends this rank: the files take what was measured, quietly
             out.abandon()
-    if sweep.failures and is_root:
+    if sweep.failures and is_rank0:
         for failure in sweep.failures:
             print(f"collbench: CHECK FAILED: {failure}", file=sys.stderr)
     return 1 if sweep.failures else 0
 
 
-def _round(plan: Plan, control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule, number: int,
+def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule, number: int,
            settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float) -> None:
     """Measure round ``number``: fresh communicators (after the first round of this process),
     the round's order from rank 0, and the CPU the host spent on others meanwhile."""
     if not first:
         where = f"new communicators for round {number}"
-        supervise.at(where)
+        supervise.set_position(where)
         sweep.watchdog.arm(setup_limit, where)
         for backend in backends.values():
             backend.renew()
-    is_root = control.rank == 0
-    order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle) if is_root else None)
+    is_rank0 = control.rank == 0
+    order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle) if is_rank0 else None)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     wall = time.monotonic()
     meter = rounds.CpuMeter()
     control.barrier()
     meter.start()
-    sweep.run(out, number, order, settings, schedule.total)
+    sweep.run(out, number, order, settings, schedule.total_rounds)
     reports = control.gather(meter.stop())
-    if is_root:
+    if is_rank0:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
         out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
                         "rank0_pid": os.getpid(),

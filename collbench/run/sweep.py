@@ -18,7 +18,7 @@ from collbench.launch.watchdog import Watchdog
 from collbench.results.aggregate import RowIdentity, round_data
 from collbench.collectives.base import Collective
 from collbench.collectives.registry import get_collective
-from collbench.collectives.datatypes import NO_OP, dtype_of, pattern
+from collbench.collectives.datatypes import NO_OP, CheckPattern, dtype_of, pattern
 from collbench.measure.sizes import format_size
 
 FILL_CHUNK = 1 << 22
@@ -26,7 +26,8 @@ FILL_CHUNK = 1 << 22
 
 @dataclass(frozen=True)
 class SizePoint:
-    requested: int
+    """One size as measured: the requested size rounded down to whole elements that split over n."""
+
     elements: int        # elements in size_bytes
     size_bytes: int
     per_rank_bytes: int
@@ -37,7 +38,7 @@ class SizePoint:
 def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, list]:
     """Round each size down to whole elements that split evenly over n ranks."""
     if not coll.moves_data:
-        return [SizePoint(0, 0, 0, 0, 0, 0)], []
+        return [SizePoint(0, 0, 0, 0, 0)], []
     points, small, seen = [], [], set()
     granule = coll.granule(n)
     for size in sizes:
@@ -50,7 +51,7 @@ def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, l
         seen.add(elements)
         send, recv = coll.lengths(elements, n)
         per_rank = elements * itemsize if coll.size_is_per_rank else elements * itemsize // n
-        points.append(SizePoint(size, elements, elements * itemsize, per_rank, send, recv))
+        points.append(SizePoint(elements, elements * itemsize, per_rank, send, recv))
     if not small:
         return points, []
     named = f"size {format_size(small[0])}" if len(small) == 1 else \
@@ -60,33 +61,33 @@ def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, l
     return points, [f"{coll.name}: {named} {'is' if len(small) == 1 else 'are'} {why}; skipped"]
 
 
-def _fill(backend, buffers, coll: Collective, op, rank: int, n: int, send_len: int, dtype) -> None:
+def _fill(backend, buffers, pattern: CheckPattern, rank: int, n: int, send_len: int, dtype) -> None:
     for start in range(0, send_len, FILL_CHUNK):
         k = np.arange(start, min(send_len, start + FILL_CHUNK))
-        backend.fill(buffers, start=start, values=np.asarray(op.value(rank, k, n)).astype(dtype.host))
+        backend.fill(buffers, start=start, values=np.asarray(pattern.value(rank, k, n)).astype(dtype.host))
 
 
 class Sweep:
     """The sizes each (collective, backend) measures, and one round's walk over them."""
 
-    def __init__(self, plan, control, backends: dict, rpn: int, watchdog: Watchdog) -> None:
-        self.plan, self.control, self.backends, self.rpn = plan, control, backends, rpn
+    def __init__(self, plan, control, backends: dict, ranks_per_node: int, watchdog: Watchdog) -> None:
+        self.plan, self.control, self.backends, self.ranks_per_node = plan, control, backends, ranks_per_node
         self.watchdog = watchdog
         self.failures: list = []
         self.out = None
-        self.rounds = 1
+        self.total_rounds = 1
         self.dtype = dtype_of(plan.dtype)
         self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
-        self.started = [p.held for p in self.probes]                      # each rank's base
+        self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
         self.notes: list = []
         for cname in plan.collectives:
-            for name, backend in backends.items():
-                self.points[cname, name] = self._points(get_collective(cname), name, backend)
+            for backend_name, backend in backends.items():
+                self.points[cname, backend_name] = self._points(get_collective(cname), backend_name, backend)
 
-    def _points(self, coll: Collective, name: str, backend) -> list:
+    def _points(self, coll: Collective, backend_name: str, backend) -> list:
         """The sizes this (collective, backend) will measure; notes say why others are skipped."""
-        if (coll.name, name) in self.plan.unsupported:     # the plan's notes say why
+        if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
         itemsize = self.dtype.itemsize
         points, notes = size_points(coll, self.plan.sizes, itemsize, self.control.size)
@@ -94,26 +95,27 @@ class Sweep:
         limit = backend.max_message_bytes()
         if limit is not None:
             over = [p for p in points if max(p.send_len, p.recv_len) * itemsize > limit]
-            self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: a message beyond "
-                           f"{name}'s {format_size(limit)} limit; skipped" for p in over]
+            self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: a message beyond "
+                           f"{backend_name}'s {format_size(limit)} limit; skipped" for p in over]
             points = [p for p in points if p not in over]
         device_free = backend.device_memory_bytes()
         if device_free is not None:           # one device per rank: the fullest device decides for all
             gathered = self.control.gather(device_free)
             room = self.control.bcast(memory.headroom(min(gathered)) if gathered else None)
             over = [p for p in points if (p.send_len + p.recv_len) * itemsize > room]
-            self.notes += [f"{coll.name} on {name} at {format_size(p.size_bytes)}: needs about "
+            self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: needs about "
                            f"{(p.send_len + p.recv_len) * itemsize / memory.GiB:.2f} GiB on each device, more than "
                            f"the {room / memory.GiB:.2f} GiB free on the fullest; skipped, as it would run out of "
                            "device memory" for p in over]
             return [p for p in points if p not in over]
         fits = []
         for p in points:
-            short = memory.shortfall(self._need(coll, backend, p), self.probes, self.started)
+            short = memory.shortfall(self._need(coll, backend, p), self.probes, self.base_bytes)
             if short is None:
                 fits.append(p)
             else:
-                self.notes.append(memory.skip_note(f"{coll.name} on {name} at {format_size(p.size_bytes)}", short))
+                where = f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}"
+                self.notes.append(memory.skip_note(where, short))
         return fits
 
     def _need(self, coll: Collective, backend, point: SizePoint):
@@ -122,7 +124,7 @@ class Sweep:
         root = self.plan.root if coll.rooted else None
         return lambda r: memory.rank_need(coll.name, backend.family, nominal, r == root)
 
-    def _still_fits(self, coll: Collective, name: str, backend, point: SizePoint, round_number: int,
+    def _still_fits(self, coll: Collective, backend_name: str, backend, point: SizePoint, round_number: int,
                     allocated: int = 0) -> bool:
         """Just before a large size on host memory: every rank says what its host has now and rank
         0 decides for all (outside any timed region); a size that no longer fits is skipped with
@@ -130,16 +132,16 @@ class Sweep:
         device buffers are not asked about again."""
         nominal = (point.send_len + point.recv_len) * self.dtype.itemsize
         if backend.device_memory_bytes() is not None or not memory.is_large(
-                coll.name, backend.family, nominal, self.rpn, self.probes):
+                coll.name, backend.family, nominal, self.ranks_per_node, self.probes):
             return True
         probes = self.control.gather(memory.probe())
         note = None
         if self.control.rank == 0:
-            short = memory.shortfall(self._need(coll, backend, point), probes, self.started, allocated)
+            short = memory.shortfall(self._need(coll, backend, point), probes, self.base_bytes, allocated)
             if short is not None:
-                where = f"{coll.name} on {name} at {format_size(point.size_bytes)}"
+                where = f"{coll.name} on {backend_name} at {format_size(point.size_bytes)}"
                 note = memory.skip_note(where, short, now=True)
-                note += f" (round {round_number})" if self.rounds > 1 else ""
+                note += f" (round {round_number})" if self.total_rounds > 1 else ""
         note = self.control.bcast(note)
         if note:
             self.out.note(note)
@@ -148,18 +150,18 @@ class Sweep:
     @property
     def steps(self) -> int:
         """Measurements in one round."""
-        return sum(len(p) for p in self.points.values()) * len(self.plan.timings)
+        return sum(len(p) for p in self.points.values()) * len(self.plan.timing_modes)
 
     def blocks(self) -> list:
         """(collective, backend, number of sizes) in plan order: what ``rounds.order`` shuffles."""
         return [(c, b, len(self.points[c, b])) for c in self.plan.collectives for b in self.backends
                 if self.points[c, b]]
 
-    def run(self, out, round_number: int, order: list, settings: harness.TimingSettings, rounds: int) -> None:
-        """Round ``round_number`` of ``rounds``: every block in ``order``; in the final round the
-        output prints each collective's table when it is complete."""
-        final = round_number == rounds
-        self.out, self.rounds = out, rounds
+    def run(self, out, round_number: int, order: list, settings: harness.TimingSettings, total_rounds: int) -> None:
+        """Round ``round_number`` of ``total_rounds``: every block in ``order``; in the final round
+        the output prints each collective's table when it is complete."""
+        final = round_number == total_rounds
+        self.out, self.total_rounds = out, total_rounds
         current = None
         for block in order:
             if current is not None and block.collective != current:
@@ -175,36 +177,38 @@ class Sweep:
     def _sort_key(self, coll: Collective, backend: str, point: SizePoint, timing: str) -> tuple:
         plan = self.plan
         return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
-                plan.timings.index(timing))
+                plan.timing_modes.index(timing))
 
-    def _block(self, coll: Collective, name: str, backend, points: list, indices: tuple, round_number: int,
+    def _block(self, coll: Collective, backend_name: str, backend, points: list, indices: tuple, round_number: int,
                settings: harness.TimingSettings) -> None:
         plan, control = self.plan, self.control
         n, rank = control.size, control.rank
         op_name = plan.op if coll.reduces else NO_OP
-        op = pattern(op_name, plan.dtype)
-        where = f"allocation for {coll.name} on {name}"
-        supervise.at(where)
+        check_pattern = pattern(op_name, plan.dtype)
+        where = f"allocation for {coll.name} on {backend_name}"
+        supervise.set_position(where)
         self.watchdog.arm(plan.timeout, where)
         # sizes ascend; the order of measuring them is ``indices``. Buffers are allocated at the
         # largest size that still fits now.
         kept = len(points)
-        while kept and not self._still_fits(coll, name, backend, points[kept - 1], round_number):
+        while kept and not self._still_fits(coll, backend_name, backend, points[kept - 1], round_number):
             kept -= 1
         if not kept:
             return
         top = points[kept - 1]
         buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
                                    in_place=coll.in_place)
-        _fill(backend, buffers, coll, op, rank, n, top.send_len, self.dtype)
+        _fill(backend, buffers, check_pattern, rank, n, top.send_len, self.dtype)
+        allocated = (top.send_len + top.recv_len) * self.dtype.itemsize
         for index in indices:
             point = points[index]
             if index >= kept or (index < kept - 1 and not self._still_fits(
-                    coll, name, backend, point, round_number, (top.send_len + top.recv_len) * self.dtype.itemsize)):
+                    coll, backend_name, backend, point, round_number, allocated)):
                 continue
-            label = format_size(point.size_bytes) if point.size_bytes else "-"
-            where = f"{coll.name} on {name} at {label}" if point.size_bytes else f"{coll.name} on {name}"
-            supervise.at(where)
+            where = f"{coll.name} on {backend_name}"
+            if point.size_bytes:
+                where += f" at {format_size(point.size_bytes)}"
+            supervise.set_position(where)
             self.watchdog.arm(plan.timeout, where)
             self.out.step(where)
             bound = backend.bind(buffers, collective=coll, send_len=point.send_len,
@@ -212,20 +216,22 @@ class Sweep:
             wrong = 0
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
-                mine = harness.count_wrong(bound, coll, op, n, rank, plan.root, point.elements, point.recv_len)
+                mine = harness.count_wrong(bound, coll, check_pattern, n, rank, plan.root, point.elements,
+                                           point.recv_len)
                 wrong = control.allreduce_sum(mine)
                 if wrong:
                     self.failures.append(f"{where}: {wrong} wrong elements"
-                                         + (f" (round {round_number})" if self.rounds > 1 else ""))
+                                         + (f" (round {round_number})" if self.total_rounds > 1 else ""))
             check = "skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}")
-            for timing in plan.timings:
+            for timing in plan.timing_modes:
                 m = harness.measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
                                     settings=dataclasses.replace(settings, mode=timing))
                 if rank == 0:
-                    identity = RowIdentity(coll.name, name, plan.dtype, op_name, n, self.rpn, point.size_bytes,
-                                           point.per_rank_bytes, point.elements, timing, coll.bus_factor(n))
+                    identity = RowIdentity(coll.name, backend_name, plan.dtype, op_name, n, self.ranks_per_node,
+                                           point.size_bytes, point.per_rank_bytes, point.elements, timing,
+                                           coll.bus_factor(n))
                     means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
-                    self.out.add(identity, self._sort_key(coll, name, point, timing),
+                    self.out.add(identity, self._sort_key(coll, backend_name, point, timing),
                                  round_data(round_number, m.samples_us, means, precision_reached=m.precision_reached,
                                             check=check, calls_per_sample=m.calls_per_sample))
         del buffers                       # before the next block allocates its own
