@@ -59,10 +59,10 @@ def _bench(collectives, **opts):
 
     launcher = launch.detect()
     if launcher.name != "none":
-        supervise.guard_rank(launcher.rank)   # before heavy imports: the guardian stays small
+        supervise.guard_rank(launcher)   # before heavy imports: the guardian stays small
     from collbench.run.plan import build_and_run
 
-    sys.exit(build_and_run(collectives, opts, list(_argv)))
+    sys.exit(build_and_run(collectives, opts, list(_argv), launcher))
 
 
 _WHOLE_ARRAY = ("\n\n    Sizes are of the whole array over all n ranks, as in nccl-tests: each rank {part} size / n "

@@ -72,17 +72,15 @@ def _set_pdeathsig(signum: int) -> bool:
         return False
 
 
-def guard_rank(rank: int) -> None:
+def guard_rank(launcher) -> None:
     """Fork a guardian for this rank (Linux only). Returns in the child; never in the guardian."""
     global _position, _rank_label, _channel, _coordinator_at
-    from collbench.launch.launcher import detect
-
+    rank, size = launcher.rank, launcher.world_size
     _rank_label = f"rank {rank}"
     position = _Position()
     _position = position
     if not sys.platform.startswith("linux"):
         return
-    size = detect().world_size
     pair = socket.socketpair() if size > 1 else None
     listener = coordinator.open_listener() if rank == 0 and size > 1 else None
     token = secrets.token_hex(16)

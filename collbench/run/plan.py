@@ -111,8 +111,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                 shuffle=opts["shuffle"], unsupported=unsupported)
 
 
-def build_and_run(collectives, opts: dict, argv: list) -> int:
-    launcher = launch.detect()
+def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:
     try:
         plan = build_plan(collectives, opts, argv, launcher)
     except (SharedUsageError, BackendUnavailable):    # a library missing on one node: each rank says so
