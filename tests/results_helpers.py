@@ -18,7 +18,7 @@ from collbench.results.records import Row, RunResult
 def metadata(**overrides) -> dict:
     meta = {"schema_version": 2, "timestamp": "2024-01-01T00:00:00+00:00", "collbench_version": "0.1.0",
             "world_size": 2, "hostnames": ["node1"], "rank_hosts": ["node1", "node1"], "ranks_per_node": 2,
-            "root": 0, "cpu_model": "Test CPU", "versions": {"python": "3.11", "mpi_library": "MPICH Version: 4.2",
+            "settings": {"root": 0}, "cpu_model": "Test CPU", "versions": {"python": "3.11", "mpi_library": "MPICH Version: 4.2",
                                                   "mpi4py": "4.0"}}
     meta.update(overrides)
     return meta

@@ -251,7 +251,7 @@ def test_duplicate_keys_are_refused():
 
 def test_metadata_differences_are_warned():
     base = run_of(SERIES)
-    new = run_of(SERIES, meta=metadata(hostnames=["node7"], world_size=4, root=1,
+    new = run_of(SERIES, meta=metadata(hostnames=["node7"], world_size=4, settings={"root": 1},
                                        versions={"mpi_library": "Open MPI v5.0.3", "mpi4py": "4.0"}))
     warnings = " | ".join(compare_runs(base, new).warnings)
     for expected in ("hostnames differs: node1", "MPI library differs", "world size differs",

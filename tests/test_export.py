@@ -12,7 +12,7 @@ from collbench.errors import UsageError
 from collbench.launch.spawn import find_mpiexec
 from collbench.results.ci_export import TARGETS, benchmark_name, export
 from collbench.results.loader import load_result
-from results_helpers import one_line_error, row_from_samples, run_cli, run_of, sweep
+from results_helpers import one_line_error, row_from_samples, row_with_rounds, run_cli, run_of, sweep
 
 #: github-action-benchmark's extractRangeInfo: the range it can rescale with the unit
 RANGE = re.compile(r"(\+-|±)\s*(\d.+)")
@@ -128,6 +128,20 @@ def test_names_say_what_was_measured_and_stay_unique():
     twice.add(twice.rows[0], twice.rounds[0])
     with pytest.raises(UsageError, match="two rows would be named 'allreduce mpi float32 sum 2 ranks 8 latency'"):
         export(twice, "bencher", source="twice.json")
+
+
+def test_a_root_other_than_0_is_in_the_names_of_rooted_collectives_only():
+    bcast = row_from_samples([3.0, 4.0], collective="bcast", op="none")
+    allreduce = row_from_samples([3.0, 4.0])
+    assert benchmark_name(bcast, root=1) == "bcast mpi float32 root 1 2 ranks 1K latency"
+    assert benchmark_name(bcast, root=0) == benchmark_name(bcast)
+    assert benchmark_name(allreduce, root=1) == benchmark_name(allreduce)
+    result = run_of(sweep())
+    result.metadata["settings"] = {"root": 1}
+    result.add(*row_with_rounds([[3.0, 4.0]] * 2, collective="gather", op="none", size_bytes=1024))
+    names = [e["name"] for e in json.loads(export(result, "github-action-benchmark", source="r.json").text)]
+    assert "gather mpi float32 root 1 2 ranks 1K latency" in names and not any("allreduce" in n and "root" in n
+                                                                                for n in names)
 
 
 def test_rows_without_a_median_or_bandwidth_are_left_out():

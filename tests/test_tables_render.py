@@ -152,3 +152,9 @@ def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path
     for r in allreduce:
         ci = f"{format_us(r['time_us_ci_low'])}–{format_us(r['time_us_ci_high'])}"
         assert ci in table, (ci, table)
+
+
+def test_titles_name_a_root_other_than_0_for_rooted_collectives_only():
+    assert build_tables(_rows("bcast"), root=1)[0].title == "bcast · float32 · root 1 · 2 ranks · latency · mpi"
+    assert build_tables(_rows("bcast"), root=0)[0].title == "bcast · float32 · 2 ranks · latency · mpi"
+    assert "root" not in build_tables(_rows("allreduce"), root=1)[0].title

@@ -16,7 +16,7 @@ CHECKED_METADATA = (
     ("mpi4py version", ("versions", "mpi4py")),
     ("torch version", ("versions", "torch")),
     ("world size", ("world_size",)),
-    ("root rank", ("root",)),
+    ("root rank", ("settings", "root")),
     ("result schema version", ("schema_version",)),
 )
 

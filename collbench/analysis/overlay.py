@@ -22,6 +22,7 @@ from collbench.analysis.compare import match_key
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
+from collbench.results.records import root_rank
 from collbench.results.tables import TableModel, build_tables, format_us, setup_text
 
 DIFF_NOTES = (
@@ -108,9 +109,11 @@ def run_tables(runs: Runs) -> list:
     per setup and backend, a column group per run and each run's median time against the first
     run's (the run's label stands where ``build_tables`` puts a backend)."""
     if not runs.separate:
-        return build_tables(runs.rows())
+        return build_tables(runs.rows(), root_rank(runs.loaded[0][1].metadata))
     parts: dict = {}
+    roots = {}
     for label, (_, result) in zip(runs.labels, runs.loaded):
+        roots[label] = root_rank(result.metadata)
         for row in result.rows:
             key = (row.collective, row.dtype, row.op, row.timing, row.world_size, row.backend)
             parts.setdefault(key, {}).setdefault(label, []).append(row)
@@ -118,11 +121,11 @@ def run_tables(runs: Runs) -> list:
     for key, by_run in parts.items():
         if len(by_run) == 1:
             (label, rows), = by_run.items()
-            table = build_tables(rows)[0]
+            table = build_tables(rows, roots[label])[0]
             tables.append(dataclasses.replace(table, title=f"{table.title} · {label}"))
         else:
             table = build_tables([dataclasses.replace(r, backend=label) for label, rows in by_run.items()
-                                  for r in rows])[0]
+                                  for r in rows], roots[next(iter(by_run))])[0]
             tables.append(dataclasses.replace(table, title=f"{table.title} · {key[-1]}"))
     return tables
 

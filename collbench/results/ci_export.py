@@ -23,9 +23,10 @@ import json
 import math
 from dataclasses import dataclass
 
+from collbench.collectives.registry import COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
-from collbench.results.records import Row, RunResult
+from collbench.results.records import Row, RunResult, root_rank
 from collbench.results.tables import rank_count_text
 
 LATENCY, BUS_BANDWIDTH = "latency", "bus-bandwidth"      # BMF measure slugs
@@ -38,10 +39,13 @@ class Export:
     left_out: int            # rows without a finite median time
 
 
-def benchmark_name(row: Row) -> str:
-    """What the row measured; a row that moves no data (barrier: size 0) has no dtype nor size."""
+def benchmark_name(row: Row, root: int = 0) -> str:
+    """What the row measured; a row that moves no data (barrier: size 0) has no dtype nor size;
+    a rooted collective's root is named when it is not 0 (a tracker must not mix the two)."""
     data = bool(row.size_bytes)
-    parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none")
+    known = COLLECTIVES.get(row.collective)
+    rooted = [f"root {root}"] if root and known is not None and known.rooted else []
+    parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none") + rooted
     return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing])
 
 
@@ -52,11 +56,12 @@ def _finite(value: float) -> bool:
 def _named_rows(result: RunResult, source: str) -> tuple:
     """([(name, row)] in file order, rows left out); two rows of one name are refused."""
     named, seen, left_out = [], set(), 0
+    root = root_rank(result.metadata)
     for row in result.rows:
         if not (_finite(row.time_us_p50) and row.time_us_p50 > 0):
             left_out += 1
             continue
-        name = benchmark_name(row)
+        name = benchmark_name(row, root)
         if name in seen:
             raise UsageError(f"{source}: two rows would be named {name!r}; a benchmark name must be unique")
         seen.add(name)

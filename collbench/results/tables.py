@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from collbench.collectives.registry import COLLECTIVES
 from collbench.results.records import Row
 from collbench.measure.sizes import format_size
 
@@ -93,11 +94,13 @@ def setup_text(dtype: str, op: str, world_size: int, timing: str) -> str:
     return f"{dtype}{'' if op == 'none' else ' ' + op}, {rank_count_text(world_size)}, {timing}"
 
 
-def _title(rows: list) -> str:
+def _title(rows: list, root: int) -> str:
     row = rows[0]
     op = "" if row.op == "none" else f" {row.op}"
     data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
-    return f"{row.collective}{data} · {rank_count_text(row.world_size)} · {row.timing}"
+    known = COLLECTIVES.get(row.collective)
+    rooted = f" · root {root}" if root and known is not None and known.rooted else ""     # root 0 goes unsaid
+    return f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · {row.timing}"
 
 
 def _per_rank(rows: list) -> bool:
@@ -219,14 +222,16 @@ def _notes(rows: list) -> tuple:
     return tuple(notes)
 
 
-def build_tables(rows: Iterable[Row]) -> list:
+def build_tables(rows: Iterable[Row], root: int = 0) -> list:
+    """One table per (collective, setup), its backends side by side; ``root``: the run's root
+    rank, named in the titles of rooted collectives when it is not 0."""
     groups: dict = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
     tables = []
     for group in groups.values():
         backends = list(dict.fromkeys(r.backend for r in group))
-        title = _title(group)
+        title = _title(group, root)
         tables.append(_single(title, group) if len(backends) == 1 else _multi(title, group, backends))
     return tables
 
