@@ -80,7 +80,8 @@ def test_an_option_that_does_not_apply_is_refused_with_the_reason(args, message,
     assert proc.stdout == "" and not list(tmp_path.iterdir())        # nothing ran, nothing written
 
 
-@pytest.mark.parametrize("args", [["barrier", "--op", "max", "--help"], ["gather", "--root", "1", "--op", "min", "-h"]])
+@pytest.mark.parametrize("args", [["barrier", "--op", "max", "--help"], ["gather", "--root", "1", "--op", "min", "-h"],
+                                  ["bcast", "--help", "--op", "sum"], ["barrier", "-h", "--sizes", "1K"]])
 def test_help_wins_over_an_option_that_does_not_apply(args, tmp_path):
     proc = collbench(*args, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""

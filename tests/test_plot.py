@@ -120,3 +120,15 @@ def test_file_labels_tell_clashing_names_apart():
                                                                              "x.json")
     assert file_labels(["a/b/run.json", "c/b/run.json"]) == ("a/b/run.json", "c/b/run.json")
     assert file_labels(["run.json", "/tmp/old/run.json"]) == ("run.json", "old/run.json")
+
+
+def test_runs_with_different_roots_are_tables_of_their_own_each_named_by_its_root(tmp_path):
+    from collbench.analysis.overlay import load_runs, run_tables
+    from results_helpers import metadata
+
+    for folder, root in (("r1", 1), ("r0", 0)):
+        (tmp_path / folder).mkdir()
+        bcast = {("bcast", "mpi", size): 3.0 + size / 2e3 for size in (8, 1024, 65536)}
+        write(run_of(bcast, meta=metadata(settings={"root": root})), tmp_path / folder / "b.json")
+    titles = [t.title for t in run_tables(load_runs([tmp_path / "r1" / "b.json", tmp_path / "r0" / "b.json"]))]
+    assert len(titles) == 2 and "root 1" in titles[0] and "root" not in titles[1]

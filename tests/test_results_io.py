@@ -11,7 +11,7 @@ from collbench.results.exporters import MarkdownExporter
 from collbench.results.loader import load_result
 from collbench.results.ranks import RANK_FIELDS
 from collbench.results.records import ROW_FIELDS, SCHEMA, Row
-from results_helpers import metadata, row_from_samples, run_of, sweep, write
+from results_helpers import metadata, one_line_error, row_from_samples, run_cli, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
 FLOATS = [f for f in ROW_FIELDS if f.startswith(("time_us", "algbw", "busbw")) and f != "time_us_round_p50s"]
@@ -96,6 +96,7 @@ def test_markdown_export_renders_the_tables(tmp_path):
     ("rounds.json", '{"schema": "collbench.result", "schema_version": 2, "rows": [{"round_details": 5}]}',
      "missing columns"),
     ("garbage.csv", "hello,world\n1,2\n", "missing columns"),
+    ("one.csv", "x\n", "missing columns"),                       # no row: the header is still checked
     ("badrow.json", '{"schema": "collbench.result", "schema_version": 1, "rows": [7]}', "row 0 is not an object"),
 ])
 def test_loader_rejects_anything_else_with_one_line(tmp_path, name, content, message):
@@ -104,6 +105,22 @@ def test_loader_rejects_anything_else_with_one_line(tmp_path, name, content, mes
     with pytest.raises(UsageError) as info:
         load_result(path)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_column_twice_is_refused_not_read_from_its_last_copy(tmp_path):
+    path = write(run_of(SERIES), tmp_path / "run.csv")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0] + ",time_us_p50"] + [line + ",999" for line in lines[1:]]) + "\n")
+    with pytest.raises(UsageError, match="column time_us_p50 appears twice"):
+        load_result(path)
+
+
+def test_report_refuses_a_file_without_rows(tmp_path):
+    path = write(run_of(SERIES), tmp_path / "run.csv")
+    (tmp_path / "header.csv").write_text(path.read_text().splitlines()[0] + "\n")
+    proc = run_cli(["report", "header.csv"], tmp_path)
+    assert proc.returncode == 2 and one_line_error(proc) == (
+        "collbench: error: header.csv: holds no rows: nothing was measured, or every row was cut off")
 
 
 def test_loader_rejects_binary_and_missing_files(tmp_path):

@@ -158,3 +158,32 @@ def test_titles_name_a_root_other_than_0_for_rooted_collectives_only():
     assert build_tables(_rows("bcast"), root=1)[0].title == "bcast · float32 · root 1 · 2 ranks · latency · mpi"
     assert build_tables(_rows("bcast"), root=0)[0].title == "bcast · float32 · 2 ranks · latency · mpi"
     assert "root" not in build_tables(_rows("allreduce"), root=1)[0].title
+
+
+def test_a_table_with_nothing_to_drop_says_nothing_of_it_and_folds_long_values_whole():
+    from collbench.results.tables import TableModel
+
+    path = "/a/very/long/folder/name/without/any/spaces/python3"
+    table = TableModel("collbench env", ("", ""), (("python", f"3.11 ({path})"), ("cpus", "2")), wrapped=(1,))
+    text = _render(table, 40)
+    assert "not shown" not in text and _widest(text) <= 40
+    assert path in "".join(line.strip() for line in text.splitlines())     # folded, not cut with …
+    assert "…" not in text
+
+
+def test_an_ascii_stream_gets_the_table_fitted_on_its_stand_ins():
+    """Under PYTHONIOENCODING=ascii the stream writes µ as u, ± as +/-, … as ...: the table is
+    fitted on that text, not on the characters it replaces, and still fits the width."""
+    import importlib
+
+    importlib.import_module("collbench.cli.streams")      # registers the stand-ins, as collbench's main does
+
+    class AsciiOut(io.StringIO):
+        encoding = "ascii"
+
+    (table,) = build_tables(_rows("allreduce", ("mpi", "mpi-pickle", "gloo")))
+    out = AsciiOut()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None, highlight=False, soft_wrap=False)
+    print_table(console, table, 80, plain=False)
+    text = out.getvalue()
+    assert text.isascii() and "p50 us" in text and _widest(text) <= 80, text

@@ -149,6 +149,12 @@ def test_bfloat16_on_gloo_checks_every_collective_and_mpi_refuses_it(run_dir):
     rows = load_result(run_dir / "b.json").rows
     assert len(rows) == 8 * 2 + 1 and {r.dtype for r in rows} == {"bfloat16"}
     assert all(r.check == ("skipped" if r.collective == "barrier" else "ok") for r in rows)
+    both = cli(["all", "-n", "2", "--backend", "mpi,gloo", "--dtype", "bfloat16", "--sizes", "48", *FAST,
+                "-o", "m.json"], run_dir)
+    assert both.returncode == 0, both.stderr
+    pairs = {(r.collective, r.backend) for r in load_result(run_dir / "m.json").rows}
+    assert ("barrier", "mpi") in pairs and {c for c, b in pairs if b == "mpi"} == {"barrier"}   # no data: it runs
+    assert (both.stdout + both.stderr).count("numpy has no bfloat16") == 1                    # one note, not 8
     refused = cli(["allreduce", "-n", "2", "--backend", "mpi", "--dtype", "bfloat16", *FAST], run_dir)
     assert refused.returncode == 2 and refused.stderr.strip() == (
         "collbench: error: allreduce on mpi with bfloat16 sum: mpi4py sends numpy arrays and numpy has no "

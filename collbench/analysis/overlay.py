@@ -100,6 +100,9 @@ def load_runs(paths, labels=()) -> Runs:
         seen[resolved] = path
         kept.append(i)
     loaded = tuple((paths[i], load_result(paths[i])) for i in kept)
+    for path, result in loaded:
+        if not result.rows:
+            raise UsageError(f"{path}: holds no rows: nothing was measured, or every row was cut off")
     names = tuple(labels[i] for i in kept) if labels else file_labels([paths[i] for i in kept])
     return Runs(loaded, names, bool(labels) or _share_rows(loaded), tuple(notes))
 
@@ -115,7 +118,7 @@ def run_tables(runs: Runs) -> list:
     for label, (_, result) in zip(runs.labels, runs.loaded):
         roots[label] = root_rank(result.metadata)
         for row in result.rows:
-            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, row.backend)
+            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label], row.backend)
             parts.setdefault(key, {}).setdefault(label, []).append(row)
     tables = []
     for key, by_run in parts.items():

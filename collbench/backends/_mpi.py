@@ -125,7 +125,7 @@ class MpiBase:
 
     @classmethod
     def supports(cls, *, collective, dtype, op: str) -> Optional[str]:
-        if dtype.numpy is None:
+        if dtype.numpy is None and collective.moves_data:      # a barrier carries no data
             return f"mpi4py sends numpy arrays and numpy has no {dtype.name}; use gloo or nccl"
         return super().supports(collective=collective, dtype=dtype, op=op)
 

@@ -17,6 +17,7 @@ from collbench.backends.devices import HostDevice
 
 if TYPE_CHECKING:
     from collbench.collectives.base import Collective
+    from collbench.collectives.datatypes import Dtype
 
 
 class Control(ABC):
@@ -100,14 +101,14 @@ class Backend(ABC):
     def size(self) -> int: ...
 
     @classmethod
-    def supports(cls, *, collective: "Collective", dtype: np.dtype, op: str) -> Optional[str]:
+    def supports(cls, *, collective: "Collective", dtype: "Dtype", op: str) -> Optional[str]:
         """None if this combination can run, else the reason it cannot (asked when the plan is
         built, before any rank starts)."""
         if cls.family is not None and not collective.issued_by(cls.family):
             return f"{collective.name} has no {cls.family} call"
         return None
 
-    def allocate(self, *, send_len: int, recv_len: int, dtype: np.dtype, in_place: bool) -> Any:
+    def allocate(self, *, send_len: int, recv_len: int, dtype: "Dtype", in_place: bool) -> Any:
         """Allocate buffers once; returns a handle passed back to fill and bind (by default the
         device's ``Buffers``)."""
         return self.device.allocate(send_len, recv_len, dtype, in_place)

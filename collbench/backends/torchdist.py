@@ -48,7 +48,7 @@ class TorchBackend(Backend):
 
     @classmethod
     def supports(cls, *, collective, dtype: np.dtype, op: str) -> Optional[str]:
-        if dtype.name not in TorchDevice.DTYPES:
+        if dtype.name not in TorchDevice.DTYPES and collective.moves_data:
             return f"dtype {dtype.name} has no torch equivalent here"
         return super().supports(collective=collective, dtype=dtype, op=op)
 

@@ -130,10 +130,11 @@ class BenchCommand(click.Command):
     collective = None
 
     def parse_args(self, ctx, args):
+        given = list(args)            # click consumes ``args`` as it parses
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
-            words = args[:args.index("--")] if "--" in args else args
+            words = given[:given.index("--")] if "--" in given else given
             if any(word in ctx.help_option_names for word in words):    # help first, as click does
                 click.echo(self.get_help(ctx), color=ctx.color)
                 ctx.exit(0)

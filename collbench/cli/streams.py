@@ -19,10 +19,12 @@ import io
 import os
 import sys
 
+from collbench.results.render import STREAM_ERRORS
+
 _ASCII = {"µ": "u", "±": "+/-", "→": "->", "←": "<-", "×": "x", "·": "-", "‡": "!", "†": "+", "–": "-",
           "—": "-", "≥": ">=", "≤": "<=", "½": "1/2", "α": "alpha", "β": "beta", "…": "...", "≈": "~",
           "−": "-", "²": "^2", "√": "sqrt", "Δ": "d", "‘": "'", "’": "'", "“": '"', "”": '"'}
-ERRORS = "collbench-ascii"
+ERRORS = STREAM_ERRORS        # render fits tables on what this handler writes
 
 
 def _ascii_fallback(exc: UnicodeError):

@@ -240,6 +240,12 @@ def _load_csv(path: Path, text: str) -> RunResult:
     it carry none). ``format: csv`` says the file holds rows only, no rounds. Read with the csv
     module: each column typed as pandas would read it (``_typed``); the metadata cell is text."""
     header, *lines = _csv_lines(path, text)
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise UsageError(f"{path}: not a readable CSV (column {twice[0]} appears twice)")
+    missing = [f for f in ROW_FIELDS if f not in header and f not in _ADDED_IN_2]
+    if missing:               # said even when there is no row to read
+        raise UsageError(f"{path}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     lines = [line + [""] * (len(header) - len(line)) for line in lines]      # short lines: missing cells
     metadata = {}
     if CSV_METADATA_COLUMN in header and lines:

@@ -9,6 +9,7 @@ the table as left-aligned paragraphs wrapped at the width. With no width (output
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import os
 import textwrap
@@ -17,6 +18,7 @@ from typing import Optional
 from collbench.results.tables import TableModel, flat_header
 
 MIN_WIDTH = 20          # below this a COLUMNS value is a mistake, not a terminal
+STREAM_ERRORS = "collbench-ascii"      # the error handler collbench's standard streams write with
 
 
 def output_width(is_terminal: bool, terminal_width: int) -> Optional[int]:
@@ -39,7 +41,8 @@ def to_rich(table: TableModel, plain: bool = False, flat: bool = False):
     for i, h in enumerate(table.headers):
         prose = i in table.wrapped
         t.add_column(escape(flat_header(h) if flat else h), justify="left" if i == 0 or prose else "right",
-                     no_wrap=not prose)
+                     no_wrap=not prose, overflow="fold" if prose else "ellipsis",   # a long path folds, whole
+                     min_width=10 if prose else None)
     for line in table.cells:
         t.add_row(*(escape(cell) for cell in line))     # cells are text, never rich markup ("[plot]")
     return t
@@ -67,6 +70,8 @@ def fit(table: TableModel, width: Optional[int], measure) -> TableModel:
         return table
     priorities = _priorities(table)
     order = sorted((i for i, p in enumerate(priorities) if p > 0), key=lambda i: (-priorities[i], -i))
+    if not order:            # nothing may go: the table runs past the edge, and says nothing of it
+        return table
     dropped: set = set()
     fitted = table
     for i in order:
@@ -96,10 +101,35 @@ def _names(dropped: list, headers: tuple) -> str:
         any(o for o in owners) for owners in groups.values()) else "")
 
 
+def as_written(table: TableModel, encoding: str) -> TableModel:
+    """``table`` as a stream in ``encoding`` will write it: a character the encoding lacks (µ, ±,
+    … under ``PYTHONIOENCODING=ascii``) becomes the stand-in the stream writes instead (u, +/-,
+    ...; ``collbench.cli.streams``), so that the table is fitted on what is drawn."""
+    try:
+        codecs.lookup_error(STREAM_ERRORS)
+        errors = STREAM_ERRORS
+    except LookupError:           # used without collbench's streams: what Python would write
+        errors = "replace"
+
+    def written(text: str) -> str:
+        try:
+            return text.encode(encoding, errors).decode(encoding)
+        except LookupError:       # an encoding Python does not know: leave the text
+            return text
+
+    def cells(values: tuple) -> tuple:
+        return tuple(written(v) for v in values)
+
+    return dataclasses.replace(table, title=written(table.title), headers=cells(table.headers),
+                               cells=tuple(cells(line) for line in table.cells), notes=cells(table.notes))
+
+
 def print_table(console, table: TableModel, width: Optional[int], plain: bool) -> None:
     """Draw ``table`` on a rich ``console``, fitted to ``width`` (None: every column)."""
     from rich.console import Console
     from rich.text import Text
+
+    table = as_written(table, console.encoding)
 
     def measure(t: TableModel) -> int:      # wrapped columns at their narrowest (their longest word)
         size = console.measure(to_rich(t, plain), options=console.options.update_width(100_000))

@@ -38,7 +38,7 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
     rank starts: an error when the user named both the collective and the backend, else a note."""
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
-    pairs, notes, why = set(), [], {}
+    pairs, why = set(), {}
     for cname in collectives:
         coll = get_collective(cname)
         op = opts["op"] if coll.reduces else NO_OP
@@ -50,13 +50,16 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
                 raise UsageError(f"{cname} on {backend} with {opts['dtype']}"
                                  f"{' ' + op if coll.reduces else ''}: {reason}")
             pairs.add((cname, backend))
-            notes.append(f"{cname} on {backend}: {reason}; skipped")
             why.setdefault((backend, reason), []).append(cname)
+
+    def which(names: list) -> str:
+        return "every collective" if len(names) == len(collectives) else ", ".join(names)
+
     if len(pairs) == len(collectives) * len(backends):      # said once per backend and reason
         raise UsageError("nothing to measure: " + "; ".join(
-            f"{backend} ({'every collective' if len(names) == len(collectives) else ', '.join(names)}): {reason}"
-            for (backend, reason), names in why.items()))
-    return frozenset(pairs), notes
+            f"{backend} ({which(names)}): {reason}" for (backend, reason), names in why.items()))
+    return frozenset(pairs), [f"{which(names)} on {backend}: {reason}; skipped"
+                              for (backend, reason), names in why.items()]
 
 
 def _check_rendezvous_variables(env) -> None:
