@@ -111,7 +111,7 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     count = size // FLOAT32.itemsize
     buffers = backend.allocate(send_len=count, recv_len=count, dtype=FLOAT32, in_place=False)
     backend.fill(buffers, start=0, values=OPS["sum"].value(control.rank, np.arange(count), control.size)
-                 .astype(FLOAT32))
+                 .astype(FLOAT32.host))
     bound = backend.bind(buffers, collective=get_collective("allreduce"), send_len=count, recv_len=count, op="sum", root=0)
     call, loop = BARE[name](backend, buffers, count)
     defaults = TimingSettings()
