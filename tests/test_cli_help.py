@@ -42,3 +42,10 @@ def test_env_reports_launcher_mpi_and_backends(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for fragment in ("launcher", "mpiexec", "MPI library", "backend mpi", "backend gloo", "backend nccl"):
         assert fragment in proc.stdout
+
+
+def test_env_says_what_every_torch_run_would_refuse(tmp_path):
+    bad = run_cli(["env"], tmp_path, env={"MASTER_PORT": "notaport", "COLUMNS": "300"})
+    good = run_cli(["env"], tmp_path, env={"COLUMNS": "300"})
+    assert bad.returncode == 0 and "MASTER_PORT='notaport' is not a TCP port" in bad.stdout
+    assert "rendezvous" not in good.stdout

@@ -62,7 +62,7 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
                               for (backend, reason), names in why.items()]
 
 
-def _check_rendezvous_variables(env) -> None:
+def check_rendezvous_variables(env) -> None:
     """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
     port = env.get("MASTER_PORT")
     if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5 and 0 < int(port) < 65536):
@@ -93,7 +93,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         if not backends:
             raise UsageError("no usable backend under " + launcher.name)
     if not all(uses_mpi(b) for b in backends):
-        _check_rendezvous_variables(os.environ)
+        check_rendezvous_variables(os.environ)
     unsupported, more = _unsupported(collectives, backends, opts)
     notes += more
     if opts["output"] and opts["no_save"]:
