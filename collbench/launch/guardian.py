@@ -23,6 +23,9 @@ from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, STOP_GRACE,
 from collbench.run.rounds import STATE_ENV
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
+#: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
+#: rewriting the result files from the journal: about a second)
+JOB_EXIT_WAIT = 30.0
 
 
 def rebuild_files(journal: str, seconds: float = 120.0) -> None:
@@ -115,6 +118,8 @@ class Guardian:
         elif self.journal and ended_early and os.path.isdir(self.journal):
             rebuild_files(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None:
+            if self.link is not None and self.link.aborted:
+                self.link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
             os._exit(self.stop_code)
         self._report(status)
 

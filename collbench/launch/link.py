@@ -63,6 +63,7 @@ class Link:
         self.where, self.stop = where, stop
         self.roster: dict = {}
         self.ended = False
+        self.aborted = False         # the coordinator ended the job: its guardian still has to leave
         self.ending: Callable[[], bool] = lambda: False      # the guardian is already stopping its rank
         self._acked = threading.Event()
         self._send_lock = threading.Lock()
@@ -87,7 +88,7 @@ class Link:
                 last_heard = now
                 kind = message.get("t")
                 if kind == "abort":
-                    self.ended = True
+                    self.ended = self.aborted = True
                     self.stop(int(message.get("code", EXIT_LOST)))
                     return
                 if kind == "end":
@@ -119,6 +120,17 @@ class Link:
                              "is down or cut off; stopping the ranks here\n")
             sys.stderr.flush()
         self.stop(EXIT_LOST)
+
+    def wait_for_coordinator_exit(self, seconds: float) -> None:
+        """After the job's abort: return once rank 0's guardian, which hosts the coordinator, has
+        left (its end of the line closes), or after ``seconds``. A launcher such as MPICH's ends
+        every process of the job the moment one exits with an error, and reports the job as
+        killed by a signal: so no rank leaves before rank 0's guardian, which may still be
+        rewriting the result files, and the rest follow within milliseconds."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.lines.feed() is None:
+                return
 
     def tell_and_wait(self, message: dict, seconds: float = 3.0) -> bool:
         """Send ``message`` and wait for the coordinator's ack; False if none came."""
