@@ -110,6 +110,7 @@ class _Peer:
         self.state = ""
         self.last_seen = time.monotonic()
         self.done = False
+        self.settled = False          # after an abort: its rank has ended, or it is gone
 
     def name(self) -> str:
         return f"rank {self.rank} (pid {self.pid} on {self.host})"
@@ -161,6 +162,7 @@ class Coordinator:
         self._selector.register(sock, selectors.EVENT_READ, _Peer(sock, address))
 
     def _drop(self, peer: _Peer) -> None:
+        peer.settled = True
         try:
             self._selector.unregister(peer.sock)
         except (KeyError, ValueError):
@@ -203,6 +205,8 @@ class Coordinator:
             # The rank printed why itself, and waits to be stopped like the others: told as
             # they are, not merely acknowledged (its link must not take rank 0's end for a loss).
             self.abort(int(message.get("code", 1)), None)
+        elif kind == "stopped":          # after an abort: its rank has ended, its guardian waits for ours
+            peer.settled = True
         elif kind == "timeout":
             peer.position = str(message.get("where", peer.position))
             self.abort(EXIT_TIMEOUT, self._timeout_line(peer, message))
@@ -267,6 +271,10 @@ class Coordinator:
                 send_message(told.sock, {"t": "ack"})
             return
         self.aborted = True
+        now = time.monotonic()
+        for p in self.peers.values():      # lost already: nothing more will come from them
+            if now - p.last_seen > 2 * BEAT_S:
+                p.settled = True
         if why:
             files = ", ".join(self.files) or "result files"
             sys.stderr.write(f"collbench: {why}; the job is stopped; {files} keep{'s' if len(self.files) == 1 else ''} "
@@ -278,6 +286,16 @@ class Coordinator:
             if p.rank != 0 and p is not told:
                 send_message(p.sock, {"t": "abort", "code": code})
         self.stop_here(code)
+
+
+    def wait_for_peers(self, seconds: float) -> None:
+        """After an abort: return once every other rank has ended (or is gone), or after
+        ``seconds``, so that this guardian, whose leaving releases the others, leaves last."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if all(p.settled or p.done for p in list(self.peers.values()) if p.rank != 0):
+                return
+            time.sleep(0.02)
 
 
 def open_listener() -> socket.socket:

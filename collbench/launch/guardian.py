@@ -118,7 +118,15 @@ class Guardian:
         elif self.journal and ended_early and os.path.isdir(self.journal):
             rebuild_files(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None:
-            if self.link is not None and self.link.aborted:
+            # After the job's abort every guardian leaves at once, rank 0's first: MPICH's launcher
+            # ends the job's processes the moment one exits with an error, and reports the job as
+            # killed by signal 9 if one was still there (as it did while rank 0's guardian was
+            # rewriting the result files). So rank 0's waits for the others' ranks to end, and
+            # theirs wait for it to leave.
+            if self.coordinator is not None and self.coordinator.aborted:
+                self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
+            elif self.link is not None and self.link.aborted:
+                self.link.send({"t": "stopped"})
                 self.link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
             os._exit(self.stop_code)
         self._report(status)

@@ -123,10 +123,7 @@ class Link:
 
     def wait_for_coordinator_exit(self, seconds: float) -> None:
         """After the job's abort: return once rank 0's guardian, which hosts the coordinator, has
-        left (its end of the line closes), or after ``seconds``. A launcher such as MPICH's ends
-        every process of the job the moment one exits with an error, and reports the job as
-        killed by a signal: so no rank leaves before rank 0's guardian, which may still be
-        rewriting the result files, and the rest follow within milliseconds."""
+        left (its end of the line closes), or after ``seconds`` (``Guardian.run`` says why)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.lines.feed() is None:
