@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.launch import coordinator
+from collbench.launch import coordinator, wire
 from collbench.launch.link import connect, hello_message
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from conftest import FAST
@@ -210,7 +210,7 @@ def test_a_silent_host_is_named_after_the_silence_limit(capfd):
     second = connect(["127.0.0.1"], port, dict(hello_message("secret", 1, 2, 2222), host="far-away"))
     started = time.monotonic()
     while not stopped and time.monotonic() - started < coordinator.LOST_AFTER + 5:
-        coordinator.send_message(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
+        wire.send_message(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
         time.sleep(0.3)                  # rank 1 says nothing: its host went quiet
     assert stopped == [coordinator.EXIT_LOST]
     assert coordinator.LOST_AFTER <= time.monotonic() - started < coordinator.LOST_AFTER + 3
@@ -225,7 +225,7 @@ def test_a_guardian_that_reports_a_death_is_acknowledged_and_the_others_told(cap
     rank0 = connect(["127.0.0.1"], port, hello_message("secret", 0, 3, 10))
     rank1 = connect(["127.0.0.1"], port, hello_message("secret", 1, 3, 11))
     rank2 = connect(["127.0.0.1"], port, hello_message("secret", 2, 3, 12))
-    coordinator.send_message(rank2[0], {"t": "died", "how": "was killed by signal 9 (SIGKILL)",
+    wire.send_message(rank2[0], {"t": "died", "how": "was killed by signal 9 (SIGKILL)",
                                  "where": "gather on gloo at 4K", "code": 137})
     heard = {}
     for name, (sock, _, _, lines) in (("rank1", rank1), ("rank2", rank2)):

@@ -22,13 +22,14 @@ Only the standard library is used: this runs in the guardian.
 
 from __future__ import annotations
 
-import json
 import selectors
 import socket
 import sys
 import threading
 import time
 from typing import Callable, Optional
+
+from collbench.launch.wire import MessageReader, send_message
 
 BEAT_S = 1.0
 LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
@@ -45,44 +46,6 @@ EXIT_LOST = 137
 RANK_EXIT_CODES = frozenset({0, 1, 2, EXIT_TIMEOUT, 129, 130, 143})
 #: Exit codes a job may end with by collbench's own doing: a rank's, and a lost rank's.
 JOB_EXIT_CODES = RANK_EXIT_CODES | {EXIT_LOST}
-
-
-def send_message(sock: socket.socket, message: dict) -> bool:
-    try:
-        sock.sendall((json.dumps(message) + "\n").encode())
-        return True
-    except OSError:
-        return False
-
-
-class MessageReader:
-    """Reads whole JSON lines off a socket."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self._buffer = b""
-
-    def feed(self) -> Optional[list]:
-        """What one ``recv`` brought, as messages; None at end of stream."""
-        try:
-            data = self.sock.recv(65536)
-        except (BlockingIOError, socket.timeout):
-            return []
-        except OSError:
-            return None
-        if not data:
-            return None
-        self._buffer += data
-        *complete, self._buffer = self._buffer.split(b"\n")
-        out = []
-        for line in complete:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict):
-                out.append(message)
-        return out
 
 
 def rank_ranges(ranks) -> str:

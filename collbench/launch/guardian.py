@@ -17,7 +17,8 @@ from typing import Optional
 
 from collbench.launch import coordinator
 from collbench.launch.oom import OomWatch
-from collbench.launch.coordinator import EXIT_TIMEOUT, RANK_EXIT_CODES, MessageReader, send_message
+from collbench.launch.coordinator import EXIT_TIMEOUT, RANK_EXIT_CODES
+from collbench.launch.wire import MessageReader, send_message
 from collbench.launch.link import Link, connect, hello_message
 from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, STOP_GRACE, alive
 from collbench.run.rounds import STATE_ENV

@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Callable
 
-from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER, MessageReader, send_message
+from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER
+from collbench.launch.wire import MessageReader, send_message
 
 
 def connect(candidates: list, port: int, hello: dict) -> tuple:

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from collbench.launch import coordinator
+from collbench.launch import coordinator, wire
 
 PARENT_ENV = "COLLBENCH_PARENT_PID"       # set by self-launch: the process whose death ends the ranks
 EARLY_END_PREFIX = "ended-before-joining-"  # self-launch: a guardian's note that its rank ended in start-up
@@ -111,8 +111,8 @@ def ask_guardian(message: dict, seconds: float) -> Optional[dict]:
         return None
     with _channel_lock:
         _channel.settimeout(seconds)
-        reader = coordinator.MessageReader(_channel)
-        if not coordinator.send_message(_channel, message):
+        reader = wire.MessageReader(_channel)
+        if not wire.send_message(_channel, message):
             return None
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -129,7 +129,7 @@ def watch_startup(seconds: float) -> None:
     never): the start-up deadline that still holds when MPI_Init keeps this interpreter."""
     if _channel is not None and seconds > 0:
         with _channel_lock:
-            coordinator.send_message(_channel, {"t": "startup", "limit": seconds})
+            wire.send_message(_channel, {"t": "startup", "limit": seconds})
 
 
 def coordinator_at() -> Optional[dict]:
@@ -169,7 +169,7 @@ def set_result_files(paths, journal=None) -> None:
     _result_files[:] = [str(p) for p in paths]
     if _channel is not None and _result_files:
         with _channel_lock:
-            coordinator.send_message(_channel, {"t": "files", "paths": _result_files,
+            wire.send_message(_channel, {"t": "files", "paths": _result_files,
                                                 "journal": str(journal) if journal is not None else None})
 
 
