@@ -51,10 +51,10 @@ def environment_report() -> dict:
             found.update(backend_class(name).environment())      # the GPUs nccl sees, say
         except Exception:      # a plugin that does not import was named above; its hook is not env's to fail
             pass
-    from collbench.run.plan import check_rendezvous_variables
+    from collbench.launch.rendezvous import check_variables
 
     try:
-        check_rendezvous_variables(os.environ)
+        check_variables(os.environ)
     except UsageError as exc:       # what every run on gloo or nccl would refuse at once
         found["rendezvous"] = f"{exc} (runs on torch backends are refused until then)"
     return {**info, **found}

@@ -36,7 +36,7 @@ LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
 CONNECT_TIMEOUT = 3.0
 EARLY_EXIT_GRACE = 5.0   # seconds the others get to follow a rank that left with an error
 
-# Exit codes, for all of ``collbench.launch`` (this module imports nothing of collbench).
+# Exit codes, for all of ``collbench.launch`` (this module imports only ``wire`` of collbench).
 #: A size ran past ``--timeout``.
 EXIT_TIMEOUT = 124
 #: A rank or host lost: as if killed (128 + SIGKILL).

@@ -128,3 +128,12 @@ def await_master(rank: int) -> None:
     except netaddr.RouteError as exc:
         raise UsageError(f"rendezvous of rank {rank} with MASTER_ADDR {address!r} cannot succeed: {exc}: rank 0 "
                          "is not running there, or MASTER_ADDR and MASTER_PORT differ between ranks") from None
+
+
+def check_variables(env) -> None:
+    """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
+    port = env.get("MASTER_PORT")
+    if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5 and 0 < int(port) < 65536):
+        raise UsageError(f"MASTER_PORT={port[:20]!r} is not a TCP port (1-65535); fix or unset it")
+    if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
+        raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, or unset it")

@@ -23,11 +23,10 @@ import json
 import math
 from dataclasses import dataclass
 
-from collbench.collectives.registry import COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.records import Row, RunResult, root_rank
-from collbench.results.tables import rank_count_text
+from collbench.results.tables import rank_count_text, root_text
 
 LATENCY, BUS_BANDWIDTH = "latency", "bus-bandwidth"      # BMF measure slugs
 
@@ -43,8 +42,7 @@ def benchmark_name(row: Row, root: int = 0) -> str:
     """What the row measured; a row that moves no data (barrier: size 0) has no dtype nor size;
     a rooted collective's root is named when it is not 0 (a tracker must not mix the two)."""
     data = bool(row.size_bytes)
-    known = COLLECTIVES.get(row.collective)
-    rooted = [f"root {root}"] if root and known is not None and known.rooted else []
+    rooted = [text for text in [root_text(row.collective, root)] if text]
     parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none") + rooted
     return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing])
 

@@ -105,6 +105,8 @@ def as_written(table: TableModel, encoding: str) -> TableModel:
     """``table`` as a stream in ``encoding`` will write it: a character the encoding lacks (µ, ±,
     … under ``PYTHONIOENCODING=ascii``) becomes the stand-in the stream writes instead (u, +/-,
     ...; ``collbench.cli.streams``), so that the table is fitted on what is drawn."""
+    if encoding.lower().replace("-", "").startswith("utf"):      # holds every character
+        return table
     try:
         codecs.lookup_error(STREAM_ERRORS)
         errors = STREAM_ERRORS

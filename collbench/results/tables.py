@@ -94,12 +94,17 @@ def setup_text(dtype: str, op: str, world_size: int, timing: str) -> str:
     return f"{dtype}{'' if op == 'none' else ' ' + op}, {rank_count_text(world_size)}, {timing}"
 
 
+def root_text(collective: str, root: int) -> str:
+    """"root 1" for a rooted collective whose root is not 0; else nothing (root 0 goes unsaid)."""
+    known = COLLECTIVES.get(collective)
+    return f"root {root}" if root and known is not None and known.rooted else ""
+
+
 def _title(rows: list, root: int) -> str:
     row = rows[0]
     op = "" if row.op == "none" else f" {row.op}"
     data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
-    known = COLLECTIVES.get(row.collective)
-    rooted = f" · root {root}" if root and known is not None and known.rooted else ""     # root 0 goes unsaid
+    rooted = "".join(f" · {text}" for text in [root_text(row.collective, root)] if text)
     return f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · {row.timing}"
 
 

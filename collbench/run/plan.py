@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collbench.launch import launcher as launch
-from collbench.launch import spawn
+from collbench.launch import rendezvous, spawn
 from collbench.launch.relay import user_terminals
 from collbench.backends import backend_class, parse_backends, uses_mpi
 from collbench.collectives.registry import get_collective
@@ -62,15 +62,6 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
                               for (backend, reason), names in why.items()]
 
 
-def check_rendezvous_variables(env) -> None:
-    """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
-    port = env.get("MASTER_PORT")
-    if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5 and 0 < int(port) < 65536):
-        raise UsageError(f"MASTER_PORT={port[:20]!r} is not a TCP port (1-65535); fix or unset it")
-    if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
-        raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, or unset it")
-
-
 def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     from collbench.run.runner import Plan  # numpy and friends: only once options parsed
 
@@ -93,7 +84,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         if not backends:
             raise UsageError("no usable backend under " + launcher.name)
     if not all(uses_mpi(b) for b in backends):
-        check_rendezvous_variables(os.environ)
+        rendezvous.check_variables(os.environ)
     unsupported, more = _unsupported(collectives, backends, opts)
     notes += more
     if opts["output"] and opts["no_save"]:
