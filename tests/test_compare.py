@@ -128,7 +128,7 @@ def _busy(result: RunResult, rounds) -> RunResult:
     return dataclasses.replace(result, metadata=metadata(rounds=records))
 
 
-def test_busy_rounds_are_left_out_where_quiet_ones_remain():
+def test_interference_is_set_aside_whether_or_not_the_meter_saw_it():
     base = run_of(SERIES, seed=1, rounds=6)
     new = run_of(SERIES, seed=2, rounds=6)
     # rounds 5 and 6 of NEW ran beside a CPU hog: three times slower
@@ -136,19 +136,22 @@ def test_busy_rounds_are_left_out_where_quiet_ones_remain():
         slowed = [dataclasses.replace(d, time_us_p50=d.time_us_p50 * (3 if d.round > 4 else 1)) for d in data]
         new.rounds[i] = tuple(slowed)
         new.rows[i] = dataclasses.replace(row, time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
-    face_value = compare_runs(base, new)
-    assert all(r.ratio > 1.3 and r.rounds_new == 6 for r in face_value.rows)
-    c = compare_runs(base, _busy(new, {5, 6}))
-    assert {r.rounds_new for r in c.rows} == {4} and set(verdicts(c)) == {"same"}
-    assert all(r.ratio == pytest.approx(1.0, abs=0.02) for r in c.rows)
-    assert any("2 of 6 round(s) ran while other processes used" in w for w in c.warnings)
+    for c in (compare_runs(base, new), compare_runs(base, _busy(new, {5, 6}))):
+        assert {r.rounds_new for r in c.rows} == {4} and set(verdicts(c)) == {"same"}
+        assert all(r.ratio == pytest.approx(1.0, abs=0.02) for r in c.rows)
+    busy = compare_runs(base, _busy(new, {5, 6}))
+    assert any("2 of 6 round(s) ran while other processes used" in w and "set aside" in w for w in busy.warnings)
 
 
-def test_a_side_with_only_busy_rounds_is_never_slower():
+def test_a_busy_side_is_judged_with_what_a_busy_machine_may_do():
+    """Every round busy: a 3x slowdown is still called (no neighbour does that alone), 20% is not."""
     c = compare_runs(run_of(SERIES, seed=1), _busy(run_of(SERIES, seed=2, scale=3.0), {1, 2, 3, 4, 5}))
-    assert set(verdicts(c)) == {"inconclusive"} and not c.regression
-    assert all("busy host" in r.reason for r in c.rows)
-    assert any("no row of it can be called slower or faster" in w for w in c.warnings)
+    assert set(verdicts(c)) == {"slower"} and c.regression
+    mild = compare_runs(run_of(SERIES, seed=1), _busy(run_of(SERIES, seed=2, scale=1.2), {1, 2, 3, 4, 5}))
+    assert not mild.regression and set(verdicts(mild)) == {"inconclusive"}
+    assert all("busy machine" in r.reason for r in mild.rows)
+    quiet = compare_runs(run_of(SERIES, seed=1), run_of(SERIES, seed=2, scale=1.2))
+    assert set(verdicts(quiet)) == {"slower"}                  # the same 20% on a quiet machine is seen
 
 
 def test_many_rows_are_adjusted_together():

@@ -43,7 +43,7 @@ def test_json_round_trip_keeps_nan_and_rounds_without_samples(tmp_path):
 
 def test_json_document_is_the_documented_schema(tmp_path):
     doc = json.loads(write(run_of(SERIES), tmp_path / "run.json").read_text())
-    assert doc["schema"] == SCHEMA and doc["schema_version"] == 2
+    assert doc["schema"] == SCHEMA and doc["schema_version"] == 3
     assert set(doc) == {"schema", "schema_version", "metadata", "notes", "rows"}
     row = doc["rows"][0]
     assert set(row) == set(ROW_FIELDS) | set(RANK_FIELDS) | {"round_details"}
@@ -200,13 +200,14 @@ def test_csv_first_row_carries_the_run_metadata_compare_reads(tmp_path):
     assert run.metadata["rounds"][0]["order"] and run.metadata["rank_hosts"]     # the run's own is untouched
 
 
-def test_csv_busy_rounds_are_left_out_as_in_the_json(tmp_path):
+def test_csv_busy_rounds_count_as_in_the_json(tmp_path):
     from collbench.analysis.compare import compare_runs
 
     base, new = _run_with_rounds(), run_of(SERIES, seed=3)
     by_csv = compare_runs(load_result(write(base, tmp_path / "b.csv")), load_result(write(new, tmp_path / "n.csv")))
     by_json = compare_runs(load_result(write(base, tmp_path / "b.json")), load_result(write(new, tmp_path / "n.json")))
-    assert {r.rounds_baseline for r in by_csv.rows} == {r.rounds_baseline for r in by_json.rows} == {4}
+    assert {r.rounds_baseline for r in by_csv.rows} == {r.rounds_baseline for r in by_json.rows} == {5}
+    assert by_csv.warnings == by_json.warnings and any("busy machine" in w for w in by_csv.warnings)
     assert [r.verdict for r in by_csv.rows] == [r.verdict for r in by_json.rows]
 
 

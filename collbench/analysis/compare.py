@@ -9,9 +9,9 @@ The rules are documented for users in docs/compare.md; in short:
   interval on the log medians (``runstats.estimate_change``) whose variance also carries the
   drift of whole runs made at different times: assumed from the rounds' own spread, or
   measured when a file merges three or more runs;
-* rounds that ran while other processes wanted the CPU (``metadata.rounds[].load.busy``) are
-  left out when the side has quiet rounds; a side with only busy rounds gets no verdict beyond
-  inconclusive;
+* every round counts, busy or not, except those whose median lies far above the row's fastest
+  (interference, ``runstats.clean_rounds``, judged against each side's own sweep): noise from
+  a shared machine only adds time, so a busy machine still leaves the fast rounds to judge by;
 * slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
   so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
   95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs).
@@ -28,11 +28,12 @@ from typing import Optional
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
 from collbench.results.records import Row, RunResult
-from collbench.analysis.runs import (ASSUMED_LOG_SD, busy_rounds, estimate_drift, round_warnings, rounds_by_run,
-                                     run_ids)
+from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, ab_job, busy_rounds, estimate_drift,
+                                     round_warnings, rounds_by_run, run_ids, side_prior)
 from collbench.analysis.significance import max_t_adjust
-from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, rounds_needed,
-                                       within_spread)
+from collbench.measure.distributions import t_two_sided_p
+from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, paired_changes,
+                                       rounds_needed, within_spread)
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
@@ -54,7 +55,7 @@ class RowComparison:
     change_high: float
     p_value: Optional[float]        # two-sided, against no change
     p_adjusted: Optional[float]     # max-T adjusted over every row tested (significance.max_t_adjust)
-    rounds_baseline: int            # rounds used on each side (busy rounds left out)
+    rounds_baseline: int            # rounds counted on each side (interference set aside)
     rounds_new: int
     noise: str                      # where the run-to-run spread came from: both, baseline, new, assumed
     detectable: float               # change this comparison detects with 80% power, rows adjusted together
@@ -155,11 +156,24 @@ class _Pending:
     key: tuple
     base: Row
     new: Row
-    base_runs: list                 # round medians grouped by run
+    base_runs: list                 # counted round medians grouped by run
     new_runs: list
-    busy_side: str                  # "", a file's name, or "both": a side with only busy rounds
+    busy_var: float = 0.0           # taken as known: what busy rounds may have added on their own,
+    block_var: float = 0.0          # how far below the counted rounds each side's fastest lay (runs.floor_doubt),
+    gap_var: float = 0.0            # and the doubt a lone fast round casts (runs.SideRounds.fast_gap)
+    pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
     change: Optional[Change] = None
     drift_var: float = 0.0          # the drift's share of the estimate's variance
+
+    @property
+    def known_var(self) -> float:
+        return self.busy_var + self.block_var + self.gap_var
+
+
+def _concentration(runs: list) -> float:
+    """The share of a side's mean that one run carries: sum(n_run²) / n² (1 for one run)."""
+    total = sum(len(g) for g in runs)
+    return sum(len(g) ** 2 for g in runs) / total ** 2 if total else 0.0
 
 
 def _metric_change(c: Change, lower_is_better: bool) -> tuple:
@@ -181,22 +195,29 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     ratio, low, high = _metric_change(c, lower_is_better)
     detect = detectable_change(c.se, c.df, critical, POWER)
     # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
-    within_sd = math.sqrt(max(c.se ** 2 - p.drift_var, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
-    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=p.drift_var)
+    fixed = p.drift_var + p.known_var               # what more rounds in the same runs do not average out
+    within_sd = math.sqrt(max(c.se ** 2 - fixed, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
+    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=fixed)
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason = ""
-    if significant and beyond and not p.busy_side:
+    if significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
     elif low >= -threshold and high <= threshold:
         verdict = "same"
     else:
         verdict = "inconclusive"
-        if significant and beyond:
-            reason = f"every round of {'both files' if p.busy_side == 'both' else p.busy_side} ran on a busy host"
-        elif needed is None:
-            reason = ("the drift between runs hides a change this size: use a baseline merged from more runs"
-                      if p.drift_var > 0 else "more than 1000 rounds per side would be needed")
+        if needed is None:
+            reason = ("a busy machine may shift a row this much on its own: measure again on a quiet one, "
+                      "or both sides in one job (collbench ab)" if p.busy_var > max(p.drift_var, p.gap_var) else
+                      "its rounds spread far above its fastest (a state of the machine that outlasted "
+                      "launches?): measure both sides in one job (collbench ab), or merge more runs into the "
+                      "baseline" if p.block_var > max(p.drift_var, p.gap_var) else
+                      "a lone round ran far faster than those counted: which is the row's own time is "
+                      "uncertain; measure more rounds" if p.gap_var > p.drift_var else
+                      "the drift between runs hides a change this size: use a baseline merged from more runs, "
+                      "or measure both sides in one job (collbench ab)" if p.drift_var > 0 else
+                      "more than 1000 rounds per side would be needed")
         else:
             reason = f"needs about {needed} rounds per side"
     return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
@@ -218,30 +239,58 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                          f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
     busy_base, busy_new = busy_rounds(baseline), busy_rounds(new)
     ids_base, ids_new = run_ids(baseline), run_ids(new)
+    prior_base, prior_new = side_prior(baseline), side_prior(new)
+    # The two sides of one interleaved job (collbench ab) took turns on the machine over the same
+    # minutes: whatever moved it moved both alike, so neither drift nor busy shifts enter.
+    one_job = bool(ab_job(baseline)) and ab_job(baseline) == ab_job(new)
+    set_aside = {baseline_name: [0, 0], new_name: [0, 0]}
     pending = []
     for key in common:
         b, n = base_index[key], new_index[key]
-        base_runs, base_busy = rounds_by_run(baseline, b, busy_base, ids_base)
-        new_runs, new_busy = rounds_by_run(new, n, busy_new, ids_new)
-        side = "both" if base_busy and new_busy else baseline_name if base_busy else new_name if new_busy else ""
+        sides = (rounds_by_run(baseline, b, prior_base, ids_base, busy_base),
+                 rounds_by_run(new, n, prior_new, ids_new, busy_new))
+        for name, side in zip((baseline_name, new_name), sides):
+            set_aside[name][0] += side.set_aside
+            set_aside[name][1] += side.set_aside + sum(len(g) for g in side.runs)
         comparable = _metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0
-        pending.append(_Pending(key, baseline.rows[b], new.rows[n], base_runs if comparable else [],
-                                new_runs if comparable else [], side))
+        busy_var = 0.0 if one_job else BUSY_LOG_SD ** 2 * sum(side.busy_share ** 2 for side in sides)
+        block_var = 0.0 if one_job else sum(side.floor_var for side in sides)
+        pairs = tuple((sides[0].by_round[r], sides[1].by_round[r]) for r in sorted(sides[0].by_round)
+                      if r in sides[1].by_round) if one_job and comparable else ()
+        pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
+                                sides[1].runs if comparable else [], busy_var, block_var,
+                                sum(side.fast_gap ** 2 for side in sides), pairs))
     spreads = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
-    drift, drift_source = estimate_drift(list(spreads.values()),
-                                         [[p.base_runs for p in pending], [p.new_runs for p in pending]], assumed_log_sd)
+    if one_job:
+        drift, drift_source = (0.0, math.inf), "none: both sides took turns in one job"
+    else:
+        drift, drift_source = estimate_drift(list(spreads.values()),
+                                             [[p.base_runs for p in pending], [p.new_runs for p in pending]],
+                                             assumed_log_sd)
+    paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending])))
+    own_var = {}                     # per row: (the variance its own rounds give the estimate, its df)
     for i, p in enumerate(pending):
-        estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift)
+        if paired[p.key] is not None:         # pairs of one job: the gap rule still holds, nothing else
+            c = paired[p.key]
+            se = math.sqrt(c.se ** 2 + p.gap_var)
+            estimate = dataclasses.replace(c, se=se, ci_low=c.estimate - c.se_scale(se), ci_high=c.estimate + c.se_scale(se),
+                                           p_value=t_two_sided_p(c.estimate / se, c.df))
+            own_var[p.key] = (c.se ** 2, c.df)
+        else:
+            estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift,
+                                       known_var=p.known_var)
+            if estimate is not None:
+                w = spreads[p.key]
+                own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new),
+                                  w.df)
         if estimate is not None:
-            concentration = sum(len(g) ** 2 for g in p.base_runs) / estimate.n_baseline ** 2 + \
-                sum(len(g) ** 2 for g in p.new_runs) / estimate.n_new ** 2
+            concentration = 0.0 if one_job else _concentration(p.base_runs) + _concentration(p.new_runs)
             pending[i] = dataclasses.replace(p, change=estimate, drift_var=drift[0] ** 2 * concentration)
     tested = [p for p in pending if p.change is not None]
-    within = [spreads[p.key] for p in tested]
     family = max_t_adjust(
         [p.change.estimate / p.change.se for p in tested],
-        [max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / p.change.n_baseline + 1.0 / p.change.n_new) for w, p in zip(within, tested)],
-        [w.df for w in within], [p.drift_var for p in tested], drift[1], alpha=alpha)
+        [own_var[p.key][0] for p in tested], [own_var[p.key][1] for p in tested],
+        [p.drift_var for p in tested], drift[1], known_var=[p.known_var for p in tested], alpha=alpha)
     adjusted = dict(zip((p.key for p in tested), family.adjusted))
     by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, family.critical) for p in pending}
     rows = []
@@ -258,6 +307,6 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     warnings = comparability_warnings(baseline, new, baseline_name, new_name,
                                       [(r.baseline, r.new) for r in by_key.values()])
     warnings += round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
-                                assumed_log_sd)
+                               {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
                       drift[0], drift_source)

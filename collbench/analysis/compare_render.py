@@ -16,7 +16,7 @@ COMPARISON_SCHEMA_VERSION = 2
 _CONFIG = (("dtype", "dtype"), ("op", "op"), ("world_size", "ranks"), ("timing", "timing"))
 _METRIC_LABEL = {"time_us_p50": "p50 µs", "busbw_gbps": "busbw GB/s"}
 _NOISE = {"both": "both files' rounds", "baseline": "the baseline's rounds", "new": "the new file's rounds",
-          "assumed": "an assumed spread"}
+          "assumed": "an assumed spread", "paired": "the log ratios within the job's pairs"}
 
 
 def _value(v: float) -> str:
@@ -74,7 +74,8 @@ def method_line(c: Comparison) -> str:
     noise = ", ".join(_NOISE[n] for n in c.noise_sources) or "-"
     drift = f"±{c.drift_sd:.1%}, {c.drift_source}" if math.isfinite(c.drift_sd) else "-"
     return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of the per-round "
-            f"medians, 95% CI from Student t on their logs (rounds' spread from {noise}; drift of whole runs "
+            f"medians (interleaved pairs: the mean ratio within pairs; rounds far above a row's fastest set aside), "
+            f"95% CI from Student t on their logs (rounds' spread from {noise}; drift of whole runs "
             f"{drift}); slower or faster when beyond "
             f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the 95% CI "
             f"lies inside ±{c.threshold * 100:g}%; otherwise inconclusive")

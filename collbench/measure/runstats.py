@@ -7,8 +7,18 @@ numbers differ from the next, and the samples of one launch cannot see it; the r
 can. Everything here works on their logarithms: times are positive and their spread is
 multiplicative, so differences of logs are ratios.
 
-* ``summarize_rounds`` — the centre (geometric mean of the round medians), a 95% CI of it
-  (Student t on the log medians), the coefficient of variation, and whether the rounds
+Noise from a shared machine only ever adds time (Chen & Revels, 2016): a neighbour that wants
+the CPU, or a launch that lands badly beside it, makes a whole round of a row slower, often
+2-4 times, and never faster. So a row's rounds are judged against its fastest: a round whose
+median lies more than ``INTERFERENCE_WIDTH`` clean spreads above the fastest round is *set
+aside* as interference, whether or not the CPU meter saw the neighbour, and the statistics are
+those of the rounds that remain. The clean spread is the sweep's (every row of a run meets the
+same machine), estimated from the lower half of each row's rounds, which interference rarely
+reaches (``spread_prior``).
+
+* ``clean_rounds`` — which rounds of a row count.
+* ``summarize_rounds`` — the centre (geometric mean of the counted round medians), a 95% CI
+  of it (Student t on their logs), the coefficient of variation, and whether the rounds
   disagree far beyond what their own within-round CIs allow.
 * ``within_spread``, ``drift_between_runs`` and ``change`` — the change between two sets of
   runs of round medians (ratio of geometric means) with its CI and p-value. Two kinds of
@@ -43,37 +53,105 @@ PRIOR_DF = 4.0
 MIN_ROWS_FOR_PRIOR = 8
 
 
+#: A round more than this many clean spreads (sd of log medians) above the row's fastest round is
+#: set aside as interference. Ten clean rounds span about 3 spreads; what a neighbour adds is
+#: 10-100 of them on a quiet machine's scale (benchmarks/README.md, "the estimator").
+INTERFERENCE_WIDTH = 4.0
+#: The clean spread is never taken as smaller than this (a window of 2%): rounds that agree to
+#: the timer's last digit must not make every ordinary difference interference.
+MIN_CLEAN_SD = 0.005
+
+
+def _blom(k: int, n: int) -> float:
+    """Expected k-th smallest of n standard normal draws (Blom's approximation)."""
+    return normal_quantile((k - 0.375) / (n + 0.25))
+
+
+def expected_fastest(n: int) -> float:
+    """Expected smallest of n standard normal draws (0 for one)."""
+    return _blom(1, n) if n > 1 else 0.0
+
+
+def _lower_half_scale(logs: np.ndarray) -> float:
+    """The spread of a row's rounds from the fastest to the middle one, as a normal sd: what
+    interference that hits fewer than half of the rounds cannot move. nan under 3 rounds."""
+    n = len(logs)
+    if n < 3:
+        return math.nan
+    x = np.sort(logs)
+    half = (n + 1) // 2
+    return float((x[half - 1] - x[0]) / (_blom(half, n) - _blom(1, n)))
+
+
+def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
+    """Which of ``medians`` count (a boolean per median): those within a window of
+    INTERFERENCE_WIDTH × ``clean_sd`` above the fastest round that another round confirms —
+    a lone round far faster than all others is a freak, not the machine at its best — and
+    not below it by more than the window. Non-positive or missing medians never count;
+    ``clean_sd`` nan: every positive median counts."""
+    x = np.asarray([v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in medians],
+                   dtype=np.float64)
+    ok = np.isfinite(x)
+    if ok.sum() < 2 or not math.isfinite(clean_sd):
+        return ok
+    logs = np.log(np.where(ok, x, 1.0))
+    window = INTERFERENCE_WIDTH * max(clean_sd, MIN_CLEAN_SD)
+    ordered = np.sort(logs[ok])
+    confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
+    anchor = ordered[confirmed[0]] if len(confirmed) else ordered[0]
+    return ok & (logs <= anchor + window) & (logs >= anchor - window)
+
+
 @dataclass(frozen=True)
 class SpreadPrior:
-    """The sweep's typical spread of round medians (sd of logs) and the weight it gets."""
+    """The sweep's spread of undisturbed rounds: ``window_sd`` decides which rounds are set aside
+    as interference, ``log_sd`` (with weight ``df``) moderates each row's CI."""
 
     log_sd: float
     df: float
     rows: int
+    window_sd: float = math.nan
 
 
 def spread_prior(rows_medians) -> Optional["SpreadPrior"]:
-    """The median over rows of the variance of their log round medians, as a prior for each
-    row's own; None with fewer than MIN_ROWS_FOR_PRIOR rows of two or more rounds."""
-    variances = []
-    for medians in rows_medians:
-        logs = np.log(_positive(medians))
-        if len(logs) >= 2:
-            variances.append(float(logs.var(ddof=1)))
-    if len(variances) < MIN_ROWS_FOR_PRIOR:
+    """The sweep's clean spread: the median over rows of their lower halves' spread sets the
+    interference window; the median variance of the rounds each row keeps within it is the
+    prior for each row's own. None with fewer than MIN_ROWS_FOR_PRIOR rows of two or more rounds."""
+    rows = [np.log(x) for x in (_positive(m) for m in rows_medians) if len(x) >= 2]
+    if len(rows) < MIN_ROWS_FOR_PRIOR:
         return None
-    return SpreadPrior(math.sqrt(float(np.median(variances))), PRIOR_DF, len(variances))
+    scales = [v for v in (_lower_half_scale(logs) for logs in rows) if math.isfinite(v)]
+    window_sd = max(float(np.median(scales)), MIN_CLEAN_SD) if scales else math.nan
+    variances = []
+    for logs in rows:
+        kept = logs[clean_rounds(np.exp(logs), window_sd)]
+        if len(kept) >= 2:
+            variances.append(float(kept.var(ddof=1)))
+    if not variances:
+        return None
+    return SpreadPrior(math.sqrt(float(np.median(variances))), PRIOR_DF, len(variances), window_sd)
+
+
+def row_clean_sd(medians: Sequence[float], prior: Optional[SpreadPrior] = None) -> float:
+    """The clean spread that decides which of a row's rounds count: the sweep's (nan without
+    one: every round counts). A row's own rounds are too few to tell interference from its
+    ordinary spread: judged alone, ten lognormal rounds lost their top round often enough to
+    bring the CI's coverage down to 0.89."""
+    if prior is not None and math.isfinite(prior.window_sd):
+        return prior.window_sd
+    return math.nan
 
 
 @dataclass(frozen=True)
 class RoundsSummary:
-    rounds: int
-    center: float        # geometric mean of the round medians; the median itself for one round
+    rounds: int          # rounds counted (those set aside as interference are not)
+    center: float        # geometric mean of the counted round medians; the median itself for one round
     ci_low: float        # 95% CI of the centre from the spread of the rounds; nan under 2 rounds
     ci_high: float
-    cv: float            # standard deviation / mean of the round medians; nan under 2 rounds
-    log_sd: float        # standard deviation of the log round medians; nan under 2 rounds
+    cv: float            # standard deviation / mean of the counted round medians; nan under 2 rounds
+    log_sd: float        # standard deviation of their logs; nan under 2 rounds
     disagree: bool       # spread far beyond the within-round CIs (DISAGREE_FACTOR)
+    set_aside: int = 0   # rounds set aside as interference (``clean_rounds``)
 
 
 def _positive(values: Sequence[float]) -> np.ndarray:
@@ -90,19 +168,23 @@ def within_log_se(ci_low: float, ci_high: float) -> float:
 
 def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tuple]] = None,
                      confidence: float = CONFIDENCE, prior: Optional[SpreadPrior] = None) -> RoundsSummary:
-    """Statistics of one row across rounds. ``within_cis``: each round's own (low, high) CI of
-    its median, used only to tell whether the rounds disagree. ``prior``: the sweep's typical
-    spread; with it the CI uses the moderated variance ((R-1)·sd² + d0·s0²) / (R-1+d0) and
-    t with R-1+d0 degrees of freedom."""
-    x = _positive(medians)
-    n = len(x)
+    """Statistics of one row across rounds, interference set aside (``clean_rounds`` with the
+    prior's window, or the row's own without one). ``within_cis``: each round's own (low, high)
+    CI of its median, used only to tell whether the rounds disagree. ``prior``: the sweep's
+    clean spread; with it the CI uses the moderated variance ((R-1)·sd² + d0·s0²) / (R-1+d0)
+    and t with R-1+d0 degrees of freedom."""
     nan = math.nan
+    values = [v if v is not None else nan for v in medians]
+    keep = clean_rounds(values, row_clean_sd(values, prior))
+    x = np.asarray(values, dtype=np.float64)[keep]
+    set_aside = int(np.isfinite(np.asarray(values, dtype=np.float64)).sum() - keep.sum()) if len(values) else 0
+    n = len(x)
     if n == 0:
         return RoundsSummary(0, nan, nan, nan, nan, nan, False)
     logs = np.log(x)
     center = float(np.exp(logs.mean()))
     if n == 1:
-        return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False)
+        return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False, set_aside)
     sd = float(logs.std(ddof=1))
     var, df = sd * sd, float(n - 1)
     if prior is not None:
@@ -112,13 +194,14 @@ def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tup
     cv = float(x.std(ddof=1) / x.mean())
     disagree = False
     if within_cis:
-        se = np.asarray([within_log_se(lo, hi) for lo, hi in within_cis], dtype=np.float64)
+        kept_cis = [ci for ci, k in zip(within_cis, keep) if k]
+        se = np.asarray([within_log_se(lo, hi) for lo, hi in kept_cis], dtype=np.float64)
         se = se[np.isfinite(se)]
         if len(se):
             typical = float(np.sqrt(np.mean(se ** 2)))
             disagree = sd > DISAGREE_FACTOR * max(typical, MIN_LOG_SD)
     return RoundsSummary(n, center, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)),
-                         cv, sd, disagree)
+                         cv, sd, disagree, set_aside)
 
 
 @dataclass(frozen=True)
@@ -213,6 +296,10 @@ class Change:
     def ratio(self) -> float:
         return math.exp(self.estimate)
 
+    def se_scale(self, se: float, confidence: float = CONFIDENCE) -> float:
+        """Half the width of the CI for a standard error ``se`` on this change's t distribution."""
+        return t_quantile(0.5 + confidence / 2, self.df) * se
+
 
 def _concentration(runs) -> float:
     """sum(n_run²) / n²: the share of a side's mean that one run's drift carries (1 for one run)."""
@@ -221,14 +308,16 @@ def _concentration(runs) -> float:
     return sum(n * n for n in sizes) / (total * total)
 
 
-def estimate_change(baseline, new, *, spread: Spread, drift: tuple, confidence: float = CONFIDENCE) -> Optional[Change]:
+def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: float = 0.0,
+                    confidence: float = CONFIDENCE) -> Optional[Change]:
     """The change from ``baseline`` to ``new`` (each a list of runs, each run a list of round
     medians); None if either side has none.
 
-    The estimate is the difference of the sides' mean log medians. Its variance has two parts:
-    the rounds' spread within a run, which averages out over all rounds, and the drift of
+    The estimate is the difference of the sides' mean log medians. Its variance has three
+    parts: the rounds' spread within a run, which averages out over all rounds; the drift of
     whole runs (``drift``: (sd, df)), which averages out only over separate runs — a side made
-    of one run carries all of its run's drift.
+    of one run carries all of its run's drift; and ``known_var``, taken as known (what a busy
+    machine may add to one side's rows and not the other's).
     """
     a, b = _logs(baseline), _logs(new)
     if not a or not b:
@@ -237,7 +326,7 @@ def estimate_change(baseline, new, *, spread: Spread, drift: tuple, confidence: 
     drift_sd, drift_df = drift
     within_var = max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / na + 1.0 / nb)
     drift_var = drift_sd ** 2 * (_concentration(a) + _concentration(b))
-    variance = within_var + drift_var
+    variance = within_var + drift_var + known_var
     parts = [(within_var, spread.df), (drift_var, drift_df)]
     denominator = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
     df = variance * variance / denominator if denominator > 0 else math.inf
@@ -246,6 +335,33 @@ def estimate_change(baseline, new, *, spread: Spread, drift: tuple, confidence: 
     half = t_quantile(0.5 + confidence / 2, df) * se
     return Change(na, nb, estimate, se, df, estimate - half, estimate + half,
                   t_two_sided_p(estimate / se, df), spread.source)
+
+
+def paired_changes(rows_pairs, confidence: float = CONFIDENCE) -> list:
+    """Per row, the change from A to B estimated on its pairs — (A's round median, B's round
+    median) of rounds measured one after the other in one job, both counted — or None with
+    fewer than two pairs. The estimate is the mean log ratio within pairs: what moved the machine
+    during a pair moved both of its rounds and cancels. Its variance is moderated by the
+    median over rows of the variance of those log ratios (as ``summarize_rounds`` is)."""
+    diffs = [None if len(pairs) < 2 else np.log(np.asarray([b for _, b in pairs])) - np.log(np.asarray([a for a, _ in pairs]))
+             for pairs in rows_pairs]
+    variances = [float(d.var(ddof=1)) for d in diffs if d is not None]
+    prior = float(np.median(variances)) if len(variances) >= MIN_ROWS_FOR_PRIOR else None
+    out = []
+    for d in diffs:
+        if d is None:
+            out.append(None)
+            continue
+        n = len(d)
+        var, df = max(float(d.var(ddof=1)), MIN_LOG_SD ** 2), float(n - 1)
+        if prior is not None:
+            var, df = (df * var + PRIOR_DF * prior) / (df + PRIOR_DF), df + PRIOR_DF
+        se = math.sqrt(var / n)
+        estimate = float(d.mean())
+        half = t_quantile(0.5 + confidence / 2, df) * se
+        out.append(Change(n, n, estimate, se, df, estimate - half, estimate + half,
+                          t_two_sided_p(estimate / se, df), "paired"))
+    return out
 
 
 def detectable_change(se: float, df: float, critical: float, power: float = 0.8) -> float:

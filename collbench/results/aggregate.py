@@ -2,9 +2,10 @@
 
 * One round: the median of its samples and that median's order-statistics CI, as before
   rounds existed.
-* Several rounds: ``time_us_p50`` is the geometric mean of the round medians and its CI comes
-  from their spread (``runstats.summarize_rounds``), pooled with the sweep's typical spread
-  by ``moderate_rows`` once the rows of a run are known; mean, min, percentiles and max are over
+* Several rounds: ``time_us_p50`` is the geometric mean of the round medians, rounds set aside
+  as interference left out, and its CI comes from their spread (``runstats.summarize_rounds``),
+  pooled with the sweep's clean spread by ``moderate_rows`` once the rows of a run are known
+  (which also decides, sweep-wide, how far above its fastest round a round is interference); mean, min, percentiles and max are over
   the samples of every round; the check is the worst round's; ``precision_reached`` only if
   every round reached it.
 
@@ -89,6 +90,7 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         p50, lo, hi = across.center, across.ci_low, across.ci_high
     algbw, busbw = bandwidths(identity.size_bytes, p50, identity.bus_factor)
     nan = math.nan
+    set_aside = across.set_aside if len(rounds) > 1 else 0
     return Row(
         collective=identity.collective, backend=identity.backend, dtype=identity.dtype, op=identity.op,
         world_size=identity.world_size, ranks_per_node=identity.ranks_per_node,
@@ -100,16 +102,25 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         time_us_max=pooled.max if pooled else nan, time_us_rank_avg=_rank_avg(rounds),
         algbw_gbps=algbw, busbw_gbps=busbw, check=worst_check([r.check for r in rounds]),
         precision_reached=all(r.precision_reached for r in rounds), rounds=len(rounds),
-        run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians))
+        run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians),
+        rounds_set_aside=set_aside)
 
 
-def moderate(row: Row, prior: Optional[SpreadPrior]) -> Row:
-    """``row`` with its run-to-run CI moderated by ``prior`` (unchanged without one, or with
-    a single round). Cheap: only the CI is recomputed, from the round medians."""
+def moderate(row: Row, prior: Optional[SpreadPrior], bus_factor: Optional[float] = None) -> Row:
+    """``row`` with the sweep's clean spread brought in (unchanged without a prior, or with a
+    single round): the rounds it sets aside, and the centre and run-to-run CI of those it keeps.
+    Cheap: only what comes from the round medians is recomputed."""
     if prior is None or row.rounds < 2:
         return row
     across = summarize_rounds(row.time_us_round_p50s, prior=prior)
-    return dataclasses.replace(row, time_us_ci_low=across.ci_low, time_us_ci_high=across.ci_high)
+    if not math.isfinite(across.center):
+        return row
+    if bus_factor is None:
+        bus_factor = row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 0.0
+    algbw, busbw = bandwidths(row.size_bytes, across.center, bus_factor)
+    return dataclasses.replace(row, time_us_p50=across.center, time_us_ci_low=across.ci_low,
+                               time_us_ci_high=across.ci_high, run_to_run_cv=across.cv,
+                               algbw_gbps=algbw, busbw_gbps=busbw, rounds_set_aside=across.set_aside)
 
 
 def moderate_rows(rows: Sequence[Row]) -> list:

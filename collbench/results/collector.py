@@ -84,7 +84,7 @@ class Collector:
                     e.moderated = None
             for e in ordered:
                 if e.moderated is None:
-                    e.moderated = moderate(e.row, self._prior)
+                    e.moderated = moderate(e.row, self._prior, e.identity.bus_factor)
             self.result.rows[:] = [e.moderated for e in ordered]
             self.result.rounds[:] = [tuple(sorted(e.rounds, key=lambda d: d.round)) for e in ordered]
             self._dirty = False

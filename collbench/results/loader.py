@@ -16,11 +16,13 @@ from collbench.errors import UsageError
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RoundData, Row, RunResult
 
-_INT = {"world_size", "ranks_per_node", "size_bytes", "per_rank_bytes", "count", "iterations", "rounds"}
+_INT = {"world_size", "ranks_per_node", "size_bytes", "per_rank_bytes", "count", "iterations", "rounds",
+        "rounds_set_aside"}
 _STR = {"collective", "backend", "dtype", "op", "timing", "check"}
 _BOOL = {"precision_reached", "rounds_disagree"}
-#: Fields added by schema version 2, with the value a version 1 row has.
-_ADDED_IN_2 = {"rounds": 1, "run_to_run_cv": math.nan, "rounds_disagree": False, "time_us_round_p50s": None}
+#: Fields added after schema version 1, with the value an older row has.
+_ADDED_LATER = {"rounds": 1, "run_to_run_cv": math.nan, "rounds_disagree": False, "time_us_round_p50s": None,
+                "rounds_set_aside": 0}
 
 
 #: Beyond this a figure is not a measurement (a microsecond count of 30 years is 1e15).
@@ -57,12 +59,12 @@ def _medians(v, where: str) -> tuple:
 
 
 def _row(record: dict, where: str) -> Row:
-    missing = [f for f in ROW_FIELDS if f not in record and f not in _ADDED_IN_2]
+    missing = [f for f in ROW_FIELDS if f not in record and f not in _ADDED_LATER]
     if missing:
         raise UsageError(f"{where}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     values = {}
     for name in ROW_FIELDS:
-        v = record.get(name, _ADDED_IN_2.get(name))
+        v = record.get(name, _ADDED_LATER.get(name))
         try:
             if name == "time_us_round_p50s":
                 continue
@@ -243,7 +245,7 @@ def _load_csv(path: Path, text: str) -> RunResult:
     twice = sorted({name for name in header if header.count(name) > 1})
     if twice:
         raise UsageError(f"{path}: not a readable CSV (column {twice[0]} appears twice)")
-    missing = [f for f in ROW_FIELDS if f not in header and f not in _ADDED_IN_2]
+    missing = [f for f in ROW_FIELDS if f not in header and f not in _ADDED_LATER]
     if missing:               # said even when there is no row to read
         raise UsageError(f"{path}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     lines = [line + [""] * (len(header) - len(line)) for line in lines]      # short lines: missing cells

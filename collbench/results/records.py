@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 KEY_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "ranks_per_node",
               "size_bytes", "per_rank_bytes", "count", "timing")
@@ -32,7 +32,8 @@ class Row:
     count: int               # elements in size_bytes
     timing: str              # latency or throughput
     iterations: int          # timed samples taken, all rounds together
-    time_us_p50: float       # one round: median of the samples; several: geometric mean of the round medians
+    time_us_p50: float       # one round: median of the samples; several: geometric mean of the round
+                             # medians, rounds set aside as interference left out
     time_us_ci_low: float    # 95% CI of time_us_p50: one round, from its samples (order statistics);
     time_us_ci_high: float   # several, from the spread of the round medians (Student t on their logs)
     time_us_mean: float      # mean, min, p95, p99, max: over the samples of every round
@@ -49,6 +50,8 @@ class Row:
     run_to_run_cv: float = math.nan     # standard deviation / mean of the round medians (2+ rounds)
     rounds_disagree: bool = False       # round medians spread far beyond their within-round CIs
     time_us_round_p50s: tuple = ()      # each round's median, in round order
+    rounds_set_aside: int = 0           # rounds whose median lay far above the fastest round's
+                                        # (interference: runstats.clean_rounds), left out of p50 and its CI
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)

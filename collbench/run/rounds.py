@@ -26,6 +26,9 @@ from typing import Optional
 from collbench.launch.launcher import LAUNCHED_ENV
 
 ROUND_ENV, ROUNDS_ENV, SEED_ENV, STATE_ENV = "COLLBENCH_ROUND", "COLLBENCH_ROUNDS", "COLLBENCH_SEED", "COLLBENCH_STATE"
+#: A side of an interleaved A/B job (``collbench ab``): the job, the side and what sets it apart
+#: (JSON, kept as the file's ``metadata.ab``), and which turn of its pair a launch is (0 or 1).
+AB_ENV, AB_TURN_ENV = "COLLBENCH_AB", "COLLBENCH_AB_TURN"
 KIND_LAUNCH, KIND_IN_JOB = "launch", "in-job"
 #: Rounds by default: enough for a run-to-run CI, cheap enough for a default sweep.
 DEFAULT_ROUNDS = 5
@@ -33,6 +36,22 @@ MAX_ROUNDS = 1000
 #: CPU (in cores) that other processes may use beyond the idle cores before a round is busy,
 #: on top of the measurement's own resolution (whole ticks of /proc/stat over the round).
 BUSY_MARGIN_CORES = 0.25
+
+
+def ab_side(env=os.environ) -> Optional[dict]:
+    """This launch's side of an A/B job, as ``collbench ab`` described it; None outside one."""
+    import json
+
+    try:
+        side = json.loads(env.get(AB_ENV, ""))
+    except ValueError:
+        return None
+    return side if isinstance(side, dict) else None
+
+
+def ab_turn(env=os.environ) -> Optional[int]:
+    value = env.get(AB_TURN_ENV, "")
+    return int(value) if value in ("0", "1") else None
 
 
 def new_seed() -> int:

@@ -134,6 +134,9 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
     metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
+    side = rounds.ab_side()
+    if side is not None:
+        metadata["ab"] = side
     return metadata
 
 
@@ -230,6 +233,7 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3), "rank_hosts": hosts,
                         "load": rounds.round_load(reports, hosts),
+                        **({"ab_turn": rounds.ab_turn()} if rounds.ab_turn() is not None else {}),
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points]} for b in order]})
 

@@ -1,0 +1,146 @@
+"""``collbench ab``: two setups of one measuring command, interleaved in one job, then compared."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+
+import click
+
+from collbench.cli import params
+
+#: Options of the measuring command that ``ab`` sets itself for each side.
+_OWNED = {"-o": "ab writes one file per side (its own -o PREFIX)", "--output": "ab writes one file per side",
+          "--no-save": "ab keeps both sides' files", "-q": "ab prints its own progress (ab -q)",
+          "--quiet": "ab prints its own progress (ab -q)", "-f": "ab prints the comparison (ab -f)",
+          "--format": "ab prints the comparison (ab -f)", "--seed": "ab chooses the seed of both sides (ab --seed)",
+          "-n": None, "--np": None}
+
+
+def _side_options(letter: str):
+    def apply(f):
+        f = click.option(f"--{letter.lower()}-label", default=letter.lower(), show_default=True,
+                         help=f"Name of side {letter} in files and tables.")(f)
+        f = click.option(f"--{letter.lower()}-backend", default=None,
+                         help=f"Backend of side {letter} [default: the command's].")(f)
+        f = click.option(f"--{letter.lower()}-python", default=None, metavar="PYTHON",
+                         help=f"Interpreter of side {letter}, with collbench installed [default: this one].")(f)
+        f = click.option(f"--{letter.lower()}-env", multiple=True, metavar="NAME=VALUE",
+                         help=f"Variable set for side {letter}'s ranks only; repeatable.")(f)
+        return f
+    return apply
+
+
+@click.command("ab", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@_side_options("A")
+@_side_options("B")
+@click.option("-o", "--output", "prefix", default=None, metavar="PREFIX",
+              help="Files PREFIX-LABEL.json, one per side [default: results/ab-DATE-TIME].")
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+@click.option("--threshold", default="5%", show_default=True, help="Smallest change that counts (5% or 0.05).")
+@click.option("--metric", type=click.Choice(("time_us_p50", "busbw_gbps")), default="time_us_p50",
+              show_default=True, help="Median time or bus bandwidth.")
+@click.option("--alpha", type=params.ALPHA, default=0.05, show_default=True,
+              help="Family-wise significance level (max-T over the rows).")
+@click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=None,
+              help="Seed of the pair order and of the sizes' order [default: random, recorded].")
+@click.option("-f", "--format", "fmt", type=click.Choice(("table", "markdown", "json")), default="table",
+              show_default=True, help="How the comparison is printed.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines; the comparison only.")
+@click.option("-v", "--verbose", is_flag=True, help="Print the launch commands.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quiet, verbose, **sides) -> None:
+    """Measure two setups of COMMAND in alternating rounds of one job, then compare B with A.
+
+    COMMAND is a measuring command as you would type it after `collbench`, without -o:
+    `ab --b-env UCX_TLS=tcp -- allreduce -n 2 --sizes 8-1M --rounds 10`. Each round of side A
+    and the same round of side B form a pair, launched one after the other in a random
+    order, so that what moves a shared machine moves both. Sides differ by --a-env/--b-env,
+    --a-python/--b-python (another build of mpi4py or MPI) or --a-backend/--b-backend.
+
+    \b
+    Exit status: 0 no regression (B is not slower than A), 1 regression, 2 bad input; the
+    result files are ordinary runs that compare, report and plot read.
+    How it is judged: docs/compare.md, "A/B in one job".
+    """
+    from collbench.analysis.compare import compare_runs, parse_threshold
+    from collbench.cli.results import COMPARE_FORMATS, _warn
+    from collbench.errors import UsageError
+    from collbench.launch import launcher as launch
+    from collbench.backends import parse_backends, uses_mpi
+    from collbench.run import ab
+    from collbench.run.plan import build_plan, default_nprocs
+    from collbench.run.rounds import new_seed
+    from collbench.results.loader import load_result
+
+    threshold_value = parse_threshold(threshold)
+    if launch.detect().name != "none":
+        raise UsageError("collbench ab launches its ranks itself, round by round: run it outside mpiexec/srun")
+    args = list(command)
+    if args and args[0] == "--":
+        args = args[1:]
+    name = args[0] if args else ""
+    from collbench.cli.app import cli
+
+    target = cli.get_command(click.get_current_context(), name) if name else None
+    if target is None or getattr(target, "name", "") in ("ab", "compare", "report", "plot", "merge", "export", "env"):
+        raise UsageError(f"ab needs a measuring command (a collective or all) after its options, got {name!r}")
+    for arg in args[1:]:
+        flag = arg.split("=", 1)[0]
+        if _OWNED.get(flag):
+            raise UsageError(f"{flag} in the measured command: {_OWNED[flag]}")
+    labels = (sides["a_label"], sides["b_label"])
+    for label in labels:
+        if not label or not all(c.isalnum() or c in "-_." for c in label):
+            raise UsageError(f"bad side label {label!r}: use letters, digits, '-', '_' or '.'")
+    if labels[0] == labels[1]:
+        raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label different names")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    prefix = prefix or str(Path("results") / f"ab-{stamp}")
+    paths = tuple(Path(f"{prefix}-{label}.json") for label in labels)
+    for path in paths:
+        if path.exists() and not force:
+            raise UsageError(f"output {path} exists; use --force to overwrite it")
+    made = [ab.Side(label, ab.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
+                    sides[f"{x}_python"] or sys.executable, sides[f"{x}_backend"])
+            for x, label in zip("ab", labels)]
+    for x, side in zip("ab", made):
+        if side.python != sys.executable:
+            ab.check_interpreter(side.python, f"--{x}-python")
+
+    ctx = target.make_context(name, list(args[1:]) + ["-o", str(paths[0])] + (["--force"] if force else []))
+    coll = getattr(target, "collective", None)
+    if coll is not None:
+        from collbench.cli.options import defaults_without
+
+        opts, collectives = {**defaults_without(coll), **ctx.params}, (coll.name,)
+    else:
+        from collbench.collectives.registry import ORDER
+
+        opts, collectives = dict(ctx.params), ORDER
+    backends_of = []
+    for side in made:
+        side_opts = {**opts, "backend": side.backend or opts["backend"]}
+        build_plan(collectives, side_opts, [name] + args[1:], launch.detect())   # every bad input, once per side
+        backends_of.append(parse_backends(side_opts["backend"])[0])
+    n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
+    seed = seed if seed is not None else new_seed()
+    if not quiet:
+        print(f"collbench ab: {opts['rounds']} pairs of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
+              f"B ({labels[1]}): {made[1].describe()}; seed {seed}", file=sys.stderr, flush=True)
+    code = ab.run_interleaved(tuple(made), [name] + args[1:], paths, n=n,
+                              use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
+                              rounds=opts["rounds"], seed=seed, quiet=quiet, verbose=verbose)
+    if code not in (0, 1):
+        sys.exit(code)
+    comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), metric=metric, threshold=threshold_value,
+                              alpha=alpha, baseline_name=labels[0], new_name=labels[1])
+    for warning in comparison.warnings:
+        _warn(warning)
+    COMPARE_FORMATS[fmt](comparison)
+    if not quiet:
+        print(f"collbench ab: wrote {paths[0]} and {paths[1]}", file=sys.stderr)
+    sys.stdout.flush()
+    if comparison.regression or code == 1:
+        sys.exit(1)
