@@ -126,14 +126,22 @@ def parse_threshold(text) -> float:
     return value
 
 
-def match_key(row: Row) -> tuple:
-    return tuple(getattr(row, name) for name in MATCH_FIELDS)
+def match_key(row: Row, across_backends: bool = False) -> tuple:
+    """The row's values of MATCH_FIELDS; ``across_backends``: the backend left blank (two files
+    of one backend each, compared with each other: collbench ab --a-backend/--b-backend)."""
+    return tuple("*" if across_backends and name == "backend" else getattr(row, name) for name in MATCH_FIELDS)
 
 
-def _index(result: RunResult, name: str) -> dict:
+def _one_backend_each(baseline: RunResult, new: RunResult) -> bool:
+    """Each file measured one backend, and not the same one."""
+    a, b = {r.backend for r in baseline.rows}, {r.backend for r in new.rows}
+    return len(a) == 1 and len(b) == 1 and a != b
+
+
+def _index(result: RunResult, name: str, across_backends: bool = False) -> dict:
     index = {}
     for i, row in enumerate(result.rows):
-        key = match_key(row)
+        key = match_key(row, across_backends)
         if key in index:
             raise UsageError(f"{name}: two rows for {_describe(key)}; compare files of one run each")
         index[key] = i
@@ -231,8 +239,9 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     """Match the rows of two runs and give each a verdict; UsageError when nothing matches."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
-    base_index = _index(baseline, baseline_name)
-    new_index = _index(new, new_name)
+    across = _one_backend_each(baseline, new)
+    base_index = _index(baseline, baseline_name, across)
+    new_index = _index(new, new_name, across)
     common = [k for k in base_index if k in new_index]
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
@@ -306,6 +315,9 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                                       "", nan, None, "new"))
     warnings = comparability_warnings(baseline, new, baseline_name, new_name,
                                       [(r.baseline, r.new) for r in by_key.values()])
+    if across:
+        warnings.insert(0, f"{baseline_name} measured {baseline.rows[0].backend} and {new_name} "
+                           f"{new.rows[0].backend}: rows are matched across the two backends")
     warnings += round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),

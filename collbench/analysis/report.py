@@ -98,7 +98,7 @@ def gate_sensitivity(result, alpha: float) -> list:
     from collbench.analysis.significance import max_t_adjust
 
     prior, ids = side_prior(result), run_ids(result)
-    grouped = [rounds_by_run(result, i, prior, ids)[0] for i in range(len(result.rows))]
+    grouped = [rounds_by_run(result, i, prior, ids).runs for i in range(len(result.rows))]
     spreads = [within_spread(runs, [], assumed_log_sd=0.0) for runs in grouped]
     (drift_sd, drift_df), _ = estimate_drift(spreads, [grouped])
     parts = []                                   # (row index, within variance, df, drift variance)
