@@ -6,6 +6,11 @@ It runs one sweep (by default the CI recipe's: ``collbench all -n 2 --sizes 8-1M
 * ``quiet``     — 2×N runs on the machine as it is;
 * ``pinned``    — runs under ``taskset -c 0``: both ranks on one core, a real, large slowdown;
 * ``neighbour`` — runs beside a CPU-heavy neighbour (one busy-looping process);
+* ``pinned-neighbour`` — ``taskset -c 0`` beside the neighbour: the slowdown on a busy machine;
+* with ``--ab N``, N jobs of ``collbench ab`` of each kind: A/A (``spin-mpi`` with
+  ``SPIN_FRACTION=0`` on both sides) and +``--spin`` (side B's every call spins for that
+  fraction of its own time: a real slowdown that meets the same interference), each quiet and
+  beside the neighbour. They need the plugin: ``pip install -e benchmarks/probe_plugin``.
 
 interleaved, so that drift of the machine hits every kind alike. Then, over many random splits:
 
@@ -52,9 +57,20 @@ from collbench.results.records import RunResult  # noqa: E402
 SHIFTS = "5%,10%,20%,50%,100%"
 
 
+AB_KINDS = ("ab-quiet-aa", "ab-quiet-spin", "ab-neighbour-aa", "ab-neighbour-spin")
+
+
+def _ab_command(kind: str, path: Path, args) -> list:
+    spin = "0" if kind.endswith("-aa") else str(args.spin)
+    command = args.command.split()
+    return [sys.executable, "-m", "collbench", "ab", "--a-env", "SPIN_FRACTION=0", "--b-env", f"SPIN_FRACTION={spin}",
+            "-o", str(path), "--force", "-q", "--", *command, "--backend", "spin-mpi", "--rounds", str(args.rounds)]
+
+
 def _collect(folder: Path, args) -> dict:
     """Run the sweeps; returns wall seconds per kind."""
-    kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour
+    kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour + \
+        ["pinned-neighbour"] * args.pinned_neighbour + [k for k in AB_KINDS for _ in range(args.ab)]
     random.Random(args.seed).shuffle(kinds)
     counters: dict = {}
     walls: dict = {}
@@ -64,9 +80,12 @@ def _collect(folder: Path, args) -> dict:
         path = folder / f"{kind}-{counters[kind]:02d}.json"
         cmd = [sys.executable, "-m", "collbench", *args.command.split(), "--rounds", str(args.rounds), "-q",
                "--force", "-o", str(path)]
-        if kind == "pinned":
+        if kind.startswith("ab-"):
+            path = folder / f"{kind}-{counters[kind]:02d}"
+            cmd = _ab_command(kind, path, args)
+        if kind.startswith("pinned"):
             cmd = ["taskset", "-c", "0"] + cmd
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if kind == "neighbour" else None
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if "neighbour" in kind else None
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -76,7 +95,8 @@ def _collect(folder: Path, args) -> dict:
                 hog.wait()
         wall = time.monotonic() - start
         walls.setdefault(kind, []).append(wall)
-        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
+        status = "ok" if proc.returncode == 0 or (kind.startswith("ab-") and proc.returncode == 1) else \
+            f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
         print(f"[{i}/{len(kinds)}] {path.name}: {wall:.1f} s, {status}", flush=True)
     return walls
 
@@ -109,8 +129,28 @@ def _draw(runs: list, m: int, rng: random.Random) -> RunResult:
     return merge(rng.sample(runs, min(m, len(runs))))
 
 
+def _analyse_ab(folder: Path, args, options: dict) -> None:
+    """Each collected ``collbench ab`` job compared as ab compares it: B against A on the pairs."""
+    for kind in AB_KINDS:
+        jobs = sorted(folder.glob(f"{kind}-*-a.json"))
+        if not jobs:
+            continue
+        exits = flagged = slower = same = rows = 0
+        for a in jobs:
+            c = compare_runs(load_result(a), load_result(Path(str(a)[:-len("a.json")] + "b.json")), **options)
+            exits += c.regression
+            flagged += c.counts["slower"] + c.counts["faster"]
+            slower += c.counts["slower"]
+            same += c.counts["same"]
+            rows += len(c.rows)
+        what = "rows called slower" if kind.endswith("spin") else "rows flagged"
+        value = slower if kind.endswith("spin") else flagged
+        print(f"{kind + ' (collbench ab, pairs)':<42} {what} {value / rows:6.1%}   same {same / rows:6.1%}   "
+              f"jobs exiting 1 {exits}/{len(jobs)}")
+
+
 def analyse(folder: Path, args) -> None:
-    files = {kind: sorted(folder.glob(f"{kind}-*.json")) for kind in ("quiet", "pinned", "neighbour")}
+    files = {kind: sorted(folder.glob(f"{kind}-[0-9]*.json")) for kind in ("quiet", "pinned", "neighbour", "pinned-neighbour")}
     runs = {kind: [load_result(p) for p in paths] for kind, paths in files.items()}
     quiet = runs["quiet"]
     if len(quiet) < args.baseline_runs + args.new_runs:
@@ -132,7 +172,7 @@ def analyse(folder: Path, args) -> None:
               + (f"; beside the neighbour median {np.median(busy):.2f} min {np.min(busy):.2f}" if busy else ""))
 
     def trials(make_new, label: str, power: bool = False, gate: float = None) -> None:
-        exits = flagged = slower = rows = seen = seen_slower = 0
+        exits = flagged = slower = rows = seen = seen_slower = same = 0
         drifts = []
         for _ in range(args.splits):
             baseline, other = _split(quiet, args.baseline_runs, args.new_runs, rng)
@@ -141,6 +181,7 @@ def analyse(folder: Path, args) -> None:
             exits += c.regression
             flagged += c.counts["slower"] + c.counts["faster"]
             slower += c.counts["slower"]
+            same += c.counts["same"]
             rows += len(c.rows)
             if gate is not None:
                 able = [r for r in c.rows if np.isfinite(r.detectable) and r.detectable <= gate]
@@ -152,7 +193,8 @@ def analyse(folder: Path, args) -> None:
             print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}")
         else:
             measured = sum(1 for _, source in drifts if source.startswith("measured"))
-            print(f"{label:<42} rows flagged {flagged / rows:6.2%}   comparisons exiting 1 {exits}/{args.splits}   "
+            print(f"{label:<42} rows flagged {flagged / rows:6.2%}   same {same / rows:6.1%}   "
+                  f"comparisons exiting 1 {exits}/{args.splits}   "
                   f"(drift used: median ±{np.median([d for d, _ in drifts]):.1%}, measured in {measured})")
 
     trials(lambda other: other, "A/A, quiet")
@@ -160,9 +202,13 @@ def analyse(folder: Path, args) -> None:
         trials(lambda other: _draw(runs["neighbour"], args.new_runs, rng), "A/A, new run beside a CPU-heavy neighbour")
     if runs["pinned"]:
         trials(lambda other: _draw(runs["pinned"], args.new_runs, rng), "power: taskset -c 0 (real)", power=True)
+    if runs["pinned-neighbour"]:
+        trials(lambda other: _draw(runs["pinned-neighbour"], args.new_runs, rng),
+               "power: taskset -c 0 beside the neighbour", power=True)
     for shift in (parse_threshold(s) for s in args.shifts.split(",")):
         trials(lambda other, s=shift: shifted(other, 1 + s), f"power: +{shift:.0%} (synthetic)", power=True,
                gate=shift)
+    _analyse_ab(folder, args, options)
 
 
 def main() -> int:
@@ -172,6 +218,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10, help="N: 2N quiet runs")
     parser.add_argument("--pinned", type=int, default=4)
     parser.add_argument("--neighbour", type=int, default=4)
+    parser.add_argument("--pinned-neighbour", type=int, default=2, help="taskset -c 0 runs beside the neighbour")
+    parser.add_argument("--ab", type=int, default=0, metavar="N",
+                        help="N collbench ab jobs of each kind (A/A and --spin, quiet and beside the neighbour)")
+    parser.add_argument("--spin", type=float, default=0.25, help="side B's slowdown in the spin jobs [default: 0.25]")
     parser.add_argument("--baseline-runs", type=int, default=3, help="quiet runs merged into one baseline")
     parser.add_argument("--new-runs", type=int, default=1, help="runs merged into the new side")
     parser.add_argument("--splits", type=int, default=200)

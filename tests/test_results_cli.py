@@ -67,7 +67,9 @@ def test_csv_files_compare_on_their_round_medians(files, tmp_path):
     proc = run_cli(["compare", files["base_csv"], files["slow_csv"], "--format", "json"], tmp_path)
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
-    assert {r["rounds_baseline"] for r in doc["rows"]} == {5} and doc["summary"]["slower"] == len(SERIES)
+    by_json = json.loads(run_cli(["compare", files["base"], files["slow"], "--format", "json"], tmp_path).stdout)
+    assert [r["rounds_baseline"] for r in doc["rows"]] == [r["rounds_baseline"] for r in by_json["rows"]]
+    assert all(r["rounds_baseline"] >= 4 for r in doc["rows"]) and doc["summary"]["slower"] == len(SERIES)
     assert proc.stderr == ""                        # the CSVs carry the run metadata: nothing to warn about
     mixed = run_cli(["compare", files["base"], files["base_csv"]], tmp_path)
     assert mixed.returncode == 0 and mixed.stderr == ""
@@ -186,12 +188,10 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"], tmp_path)
     assert loose.returncode == 0
     doc = json.loads(loose.stdout)
-    # every round, less those the runs recorded as busy (another process wanted the CPU then),
-    # unless every round of a run was: then all are used, and no verdict is given on them
-    quiet = tuple(sum(not r["load"]["busy"] for r in json.loads((tmp_path / name).read_text())["metadata"]["rounds"])
-                  or 5 for name in ("base.json", "new.json"))
-    assert len(doc["rows"]) == 10 and {(r["rounds_baseline"], r["rounds_new"]) for r in doc["rows"]} == {quiet}
-    assert [w for w in doc["warnings"] if "busy" not in w and "ran while other processes" not in w] == []
+    # every round counts, busy or not, less those far above their row's fastest (interference)
+    assert len(doc["rows"]) == 10 and all(1 <= r["rounds_baseline"] <= 5 and 1 <= r["rounds_new"] <= 5
+                                          for r in doc["rows"])
+    assert [w for w in doc["warnings"] if "busy" not in w and "interference" not in w] == []
     csv_gate = run_cli(["compare", "base.csv", "new.json", "--threshold", "1000%"], tmp_path)
     assert csv_gate.returncode == 0
 
@@ -238,7 +238,7 @@ def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp
     proc = run_cli(["merge", v1, copy, "-o", "old.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "old.json").read_text())
-    assert doc["schema_version"] == 2 and all(r["rounds"] == 2 for r in doc["rows"])
+    assert doc["schema_version"] == 3 and all(r["rounds"] == 2 for r in doc["rows"])
     assert [r["run_id"] for r in doc["metadata"]["rounds"]] == [v1.name, copy.name]
     for args, message in ((["merge", files["base"], "-o", "x.json"], "two or more"),
                           (["merge", v1, v1, "-o", "x.json"], "the same run"),

@@ -28,11 +28,6 @@ BUSY_LOG_SD = 0.15
 #: typical spread between the rounds of one run, unless a file merged from three or more runs
 #: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
 DRIFT_FACTOR = 0.75
-#: ... and never less than this (sd of log medians): once interference is set aside the rounds of
-#: a run agree to 1-2%, but whole runs still move together by more — the calibration VM's
-#: machine-wide factor had a log sd of 0.095 between runs, and two quiet runs minutes apart
-#: once differed by 30% in every row (benchmarks/README.md, "the estimator").
-DRIFT_FLOOR = 0.10
 
 
 def _round_records(result: RunResult) -> list:
@@ -151,9 +146,8 @@ def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_L
     measured = [p for p in spreads if p.source != "assumed"]
     typical = float(np.median([p.log_sd for p in measured])) if measured else assumed_log_sd
     # The typical spread over many rows is known precisely: the assumption is what is uncertain.
-    assumed = max(DRIFT_FACTOR * typical, DRIFT_FLOOR)
-    best = ((assumed, math.inf), f"assumed: {DRIFT_FACTOR:g} × the rounds' typical spread" if assumed > DRIFT_FLOOR
-            else f"assumed: at least ±{DRIFT_FLOOR:.0%} between runs")
+    assumed = DRIFT_FACTOR * typical
+    best = ((assumed, math.inf), f"assumed: {DRIFT_FACTOR:g} × the rounds' typical spread")
     for rows in sides:
         found = drift_between_runs([runs for runs in rows if runs])
         # A side of several runs that drifted clearly more than assumed (beyond the 95th

@@ -54,9 +54,10 @@ MIN_ROWS_FOR_PRIOR = 8
 
 
 #: A round more than this many clean spreads (sd of log medians) above the row's fastest round is
-#: set aside as interference. Ten clean rounds span about 3 spreads; what a neighbour adds is
+#: set aside as interference. Ten clean rounds span about 3 spreads (with 5, 0.4% of ordinary
+#: lognormal rounds are set aside; with 4, 2-4%); what a neighbour adds is
 #: 10-100 of them on a quiet machine's scale (benchmarks/README.md, "the estimator").
-INTERFERENCE_WIDTH = 4.0
+INTERFERENCE_WIDTH = 5.0
 #: The clean spread is never taken as smaller than this (a window of 2%): rounds that agree to
 #: the timer's last digit must not make every ordinary difference interference.
 MIN_CLEAN_SD = 0.005

@@ -1,0 +1,97 @@
+"""collbench ab: two setups interleaved in one job, and compare on the pairs it leaves."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from collbench.analysis.compare import compare_runs
+from collbench.results.loader import load_result
+from collbench.run.ab import pair_orders, parse_assignments
+from collbench.errors import UsageError
+from conftest import cli
+from results_helpers import metadata, run_of, sweep
+
+SERIES = sweep(sizes=(8, 64, 512, 4096, 32768), backends=("mpi", "mpi-pickle"))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--", "compare", "a.json", "b.json"], "needs a measuring command"),
+    (["--", "nonsense"], "needs a measuring command"),
+    (["--", "allreduce", "-o", "x.json"], "-o in the measured command"),
+    (["--", "allreduce", "--seed", "3"], "--seed in the measured command"),
+    (["--b-env", "1X=2", "--", "allreduce"], "bad --b-env"),
+    (["--b-env", "NOVALUE", "--", "allreduce"], "bad --b-env"),
+    (["--a-label", "x", "--b-label", "x", "--", "allreduce"], "different names"),
+    (["--a-label", "a/b", "--", "allreduce"], "bad side label"),
+    (["--b-python", "/nonexistent/python", "--", "allreduce"], "--b-python /nonexistent/python"),
+    (["--", "allreduce", "--sizes", "1X"], "size"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says, run_dir):
+    proc = cli(["ab", *args], run_dir)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_assignments_and_pair_orders():
+    assert parse_assignments(["A=1", "B_2=x=y", "C="], "--a-env") == {"A": "1", "B_2": "x=y", "C": ""}
+    with pytest.raises(UsageError):
+        parse_assignments(["=1"], "--a-env")
+    orders = pair_orders(40, seed=7)
+    assert orders == pair_orders(40, seed=7) and set(orders) == {0, 1}      # reproducible, both sides lead
+
+
+def test_a_real_job_interleaves_the_sides_and_compare_judges_the_pairs(run_dir):
+    proc = cli(["ab", "--b-env", "COLLBENCH_AB_TEST=1", "--b-label", "other", "-o", "job", "--seed", "11", "--",
+                "allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "20", "--warmup", "1", "--rounds", "4"],
+               run_dir, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "pair 1/4" in proc.stderr and "wrote job-a.json and job-other.json" in proc.stderr
+    a, b = (json.loads((run_dir / name).read_text()) for name in ("job-a.json", "job-other.json"))
+    assert a["metadata"]["ab"]["job"] == b["metadata"]["ab"]["job"]
+    assert (a["metadata"]["ab"]["side"], b["metadata"]["ab"]["side"]) == ("A", "B")
+    assert b["metadata"]["ab"]["differs"] == "COLLBENCH_AB_TEST=1" and a["metadata"]["ab"]["differs"] == "as given"
+    turns_a = {r["round"]: r["ab_turn"] for r in a["metadata"]["rounds"]}
+    turns_b = {r["round"]: r["ab_turn"] for r in b["metadata"]["rounds"]}
+    assert sorted(turns_a) == sorted(turns_b) == [1, 2, 3, 4]
+    assert all({turns_a[n], turns_b[n]} == {0, 1} for n in turns_a)            # one after the other
+    assert [turns_a[n] for n in range(1, 5)] == pair_orders(4, seed=11)        # A went first where it drew 0
+    assert [r["order"] for r in a["metadata"]["rounds"]] == [r["order"] for r in b["metadata"]["rounds"]]
+    c = compare_runs(load_result(run_dir / "job-a.json"), load_result(run_dir / "job-other.json"))
+    assert c.drift_source.startswith("none") and {r.noise for r in c.rows if r.noise} <= {"paired", "both"}
+    again = cli(["compare", "job-a.json", "job-other.json"], run_dir)
+    assert again.returncode == proc.returncode and "took turns in one job" in again.stdout
+
+
+def _job(result, job: str, side: str):
+    result.metadata["ab"] = {"job": job, "side": side}
+    return result
+
+
+def test_pairs_cancel_what_moved_the_machine_during_the_job():
+    """Rounds that move by 20% together (one machine state per pair, shared by both sides): as
+    one job, a 15% slowdown is seen on the pairs; the same files as separate runs cannot see it
+    through the drift that a stored baseline must allow for."""
+    def side(scale, job):
+        run = run_of(SERIES, seed=4, rounds=8, launch_sd=0.2, scale=scale)       # the same launch effects
+        run.metadata.update(metadata(rounds=[{"round": r + 1, "load": {"busy": False}} for r in range(8)]))
+        return _job(run, job, "A") if job else run
+
+    paired = compare_runs(side(1.0, "j1"), side(1.15, "j1"), threshold=0.05)
+    assert {r.verdict for r in paired.rows} == {"slower"} and {r.noise for r in paired.rows} == {"paired"}
+    assert all(r.ratio == pytest.approx(1.15, rel=0.03) for r in paired.rows)
+    apart = compare_runs(side(1.0, None), side(1.15, None), threshold=0.05)
+    assert not apart.regression
+    for r in paired.rows:
+        assert math.isfinite(r.change_low) and r.change_low > 0.05
+
+
+def test_two_backends_are_matched_across():
+    a = run_of({k: v for k, v in SERIES.items() if k[1] == "mpi"}, seed=1)
+    b = run_of({("allreduce", "mpi-pickle", s): v * 3 for (_, be, s), v in SERIES.items() if be == "mpi"}, seed=2)
+    c = compare_runs(a, b)
+    assert c.regression and {r.verdict for r in c.rows} == {"slower"}
+    assert any("matched across the two backends" in w for w in c.warnings)
+    assert np.allclose([r.ratio for r in c.rows], 3.0, rtol=0.1)
