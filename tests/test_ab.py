@@ -61,8 +61,8 @@ def test_a_real_job_interleaves_the_sides_and_compare_judges_the_pairs(run_dir):
     assert [r["order"] for r in a["metadata"]["rounds"]] == [r["order"] for r in b["metadata"]["rounds"]]
     c = compare_runs(load_result(run_dir / "job-a.json"), load_result(run_dir / "job-other.json"))
     assert c.drift_source.startswith("none") and {r.noise for r in c.rows if r.noise} <= {"paired", "both"}
-    again = cli(["compare", "job-a.json", "job-other.json"], run_dir)
-    assert again.returncode == proc.returncode and "took turns in one job" in again.stdout
+    again = cli(["compare", "job-a.json", "job-other.json", "--format", "json"], run_dir)
+    assert again.returncode == proc.returncode and "took turns in one job" in json.loads(again.stdout)["drift_source"]
 
 
 def _job(result, job: str, side: str):

