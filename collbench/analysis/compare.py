@@ -33,7 +33,7 @@ from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, ab_job, busy_r
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.distributions import t_two_sided_p
 from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, paired_changes,
-                                       rounds_needed, within_spread)
+                                       rounds_needed, run_concentration, within_spread)
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
@@ -178,12 +178,6 @@ class _Pending:
         return self.busy_var + self.block_var + self.gap_var
 
 
-def _concentration(runs: list) -> float:
-    """The share of a side's mean that one run carries: sum(n_run²) / n² (1 for one run)."""
-    total = sum(len(g) for g in runs)
-    return sum(len(g) ** 2 for g in runs) / total ** 2 if total else 0.0
-
-
 def _metric_change(c: Change, lower_is_better: bool) -> tuple:
     """(ratio, CI low, CI high) of the metric's relative change from the log change of times."""
     if lower_is_better:
@@ -293,7 +287,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                 own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new),
                                   w.df)
         if estimate is not None:
-            concentration = 0.0 if one_job else _concentration(p.base_runs) + _concentration(p.new_runs)
+            concentration = 0.0 if one_job else run_concentration(p.base_runs) + run_concentration(p.new_runs)
             pending[i] = dataclasses.replace(p, change=estimate, drift_var=drift[0] ** 2 * concentration)
     tested = [p for p in pending if p.change is not None]
     family = max_t_adjust(

@@ -302,11 +302,12 @@ class Change:
         return t_quantile(0.5 + confidence / 2, self.df) * se
 
 
-def _concentration(runs) -> float:
-    """sum(n_run²) / n²: the share of a side's mean that one run's drift carries (1 for one run)."""
+def run_concentration(runs) -> float:
+    """sum(n_run²) / n²: the share of a side's mean that one run's drift carries (1 for one run;
+    0 for none)."""
     sizes = [len(g) for g in runs]
     total = sum(sizes)
-    return sum(n * n for n in sizes) / (total * total)
+    return sum(n * n for n in sizes) / (total * total) if total else 0.0
 
 
 def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: float = 0.0,
@@ -326,7 +327,7 @@ def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: f
     na, nb = sum(len(g) for g in a), sum(len(g) for g in b)
     drift_sd, drift_df = drift
     within_var = max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / na + 1.0 / nb)
-    drift_var = drift_sd ** 2 * (_concentration(a) + _concentration(b))
+    drift_var = drift_sd ** 2 * (run_concentration(a) + run_concentration(b))
     variance = within_var + drift_var + known_var
     parts = [(within_var, spread.df), (drift_var, drift_df)]
     denominator = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
