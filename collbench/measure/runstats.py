@@ -49,6 +49,12 @@ MIN_LOG_SD = 0.001
 #: degrees of freedom (a moderated t, as in limma): a few rounds that happen to agree cannot
 #: promise more than the machine's launches allow. Calibrated by benchmarks/coverage.py.
 PRIOR_DF = 4.0
+#: A row's CI within a sweep also carries the spread between whole runs, taken as this many
+#: times the sweep's clean spread: the rounds of one run agree more closely than runs do (a
+#: machine state outlasts a launch). On ten quiet runs of the calibration VM, the CIs from the
+#: rounds alone held what the other nine runs settled on for 25% of 1450 rows; with 1.5 times the
+#: clean spread added, for 96% (benchmarks/coverage.py, "next runs").
+BETWEEN_RUNS_FACTOR = 1.5
 #: Rows with two or more rounds needed before their spreads are pooled into that prior.
 MIN_ROWS_FOR_PRIOR = 8
 
@@ -173,7 +179,8 @@ def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tup
     prior's window, or the row's own without one). ``within_cis``: each round's own (low, high)
     CI of its median, used only to tell whether the rounds disagree. ``prior``: the sweep's
     clean spread; with it the CI uses the moderated variance ((R-1)·sd² + d0·s0²) / (R-1+d0)
-    and t with R-1+d0 degrees of freedom."""
+    and t with R-1+d0 degrees of freedom, and carries the spread between whole runs
+    (BETWEEN_RUNS_FACTOR × s0): it is meant to hold what the next run measures."""
     nan = math.nan
     values = [v if v is not None else nan for v in medians]
     keep = clean_rounds(values, row_clean_sd(values, prior))
@@ -188,10 +195,12 @@ def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tup
         return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False, set_aside)
     sd = float(logs.std(ddof=1))
     var, df = sd * sd, float(n - 1)
+    between = 0.0
     if prior is not None:
         var = (df * var + prior.df * prior.log_sd ** 2) / (df + prior.df)
         df += prior.df
-    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(var / n)
+        between = (BETWEEN_RUNS_FACTOR * prior.log_sd) ** 2
+    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(var / n + between)
     cv = float(x.std(ddof=1) / x.mean())
     disagree = False
     if within_cis:
