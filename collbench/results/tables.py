@@ -206,9 +206,12 @@ def _notes(rows: list) -> tuple:
     notes = []
     most = max(r.rounds for r in rows)
     if most > 1:
+        aside = sum(r.rounds_set_aside for r in rows)
         notes.append(f"{most} rounds: p50 is the geometric mean of the round medians, its 95% CI comes from "
-                     f"their spread, pooled with the sweep's typical one (run cv: standard deviation / mean of the "
-                     f"round medians)")
+                     f"their spread, pooled with the sweep's typical one, and the spread between runs (run cv: "
+                     f"standard deviation / mean of the round medians)"
+                     + (f"; {aside} round median(s) far above their row's fastest were set aside as interference"
+                        if aside else ""))
     else:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")
