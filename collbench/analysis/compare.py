@@ -31,7 +31,6 @@ from collbench.results.records import Row, RunResult
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, ab_job, busy_rounds, estimate_drift,
                                      round_warnings, rounds_by_run, run_ids, side_prior)
 from collbench.analysis.significance import max_t_adjust
-from collbench.measure.distributions import t_two_sided_p
 from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, paired_changes,
                                        rounds_needed, run_concentration, within_spread)
 
@@ -167,7 +166,7 @@ class _Pending:
     base_runs: list                 # counted round medians grouped by run
     new_runs: list
     busy_var: float = 0.0           # taken as known: what busy rounds may have added on their own,
-    block_var: float = 0.0          # how far below the counted rounds each side's fastest lay (runs.floor_doubt),
+    block_var: float = 0.0          # how far below the counted rounds each side's fastest lay (runs.SideRounds.floor_var),
     gap_var: float = 0.0            # and the doubt a lone fast round casts (runs.SideRounds.fast_gap)
     pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
     change: Optional[Change] = None
@@ -270,15 +269,14 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         drift, drift_source = estimate_drift(list(spreads.values()),
                                              [[p.base_runs for p in pending], [p.new_runs for p in pending]],
                                              assumed_log_sd)
-    paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending])))
+    # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
+    paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
+                                                               [p.known_var for p in pending])))
     own_var = {}                     # per row: (the variance its own rounds give the estimate, its df)
     for i, p in enumerate(pending):
-        if paired[p.key] is not None:         # pairs of one job: the gap rule still holds, nothing else
-            c = paired[p.key]
-            se = math.sqrt(c.se ** 2 + p.gap_var)
-            estimate = dataclasses.replace(c, se=se, ci_low=c.estimate - c.se_scale(se), ci_high=c.estimate + c.se_scale(se),
-                                           p_value=t_two_sided_p(c.estimate / se, c.df))
-            own_var[p.key] = (c.se ** 2, c.df)
+        estimate = paired[p.key]
+        if estimate is not None:
+            own_var[p.key] = (estimate.se ** 2 - p.known_var, estimate.df)
         else:
             estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift,
                                        known_var=p.known_var)

@@ -70,7 +70,7 @@ class SideRounds:
                             # which of the two is the row's own time is uncertain by that much
     by_round: dict          # round number -> counted median
     floor_var: float        # how far below its counted mean each run's fastest round lay, squared and
-                            # weighted as one run's drift is (``floor_doubt``)
+                            # weighted as one run's drift is (``_floor_gap``)
 
 
 def rounds_by_run(result: RunResult, i: int, prior, ids: dict, busy: dict = None) -> SideRounds:
@@ -79,57 +79,43 @@ def rounds_by_run(result: RunResult, i: int, prior, ids: dict, busy: dict = None
     what a neighbour added shows in the round's median, and the rounds far above their run's
     fastest are set aside whatever the CPU meter said."""
     row = result.rows[i]
-    clean_sd = row_clean_sd(row.time_us_round_p50s, prior)
+    clean_sd = row_clean_sd(prior)
     grouped: dict = {}
     for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
         grouped.setdefault(ids.get(number, ""), []).append((number, median))
-    runs, by_round, gaps = [], {}, []
+    runs, by_round, per_run = [], {}, []       # per_run: (counted rounds, fast gap, floor gap)
     busy_counted = positive = 0
     for entries in grouped.values():
         medians = [m for _, m in entries]
         keep = clean_rounds(medians, clean_sd)
         counted = [(n, m) for (n, m), k in zip(entries, keep) if k]
-        fine = [m for m in medians if m is not None and math.isfinite(m) and m > 0]
-        positive += len(fine)
+        positive += sum(1 for m in medians if m is not None and math.isfinite(m) and m > 0)
         if not counted:
             continue
         runs.append([m for _, m in counted])
         by_round.update(counted)
         busy_counted += sum(n in (busy or {}) for n, _ in counted)
-        gaps.append((len(counted), math.log(min(m for _, m in counted) / min(fine))))
+        fastest = math.log(min(m for m in medians if m is not None and math.isfinite(m) and m > 0))
+        logs = np.log([m for _, m in counted])
+        per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, prior)))
     total = len(by_round)
-    gap = math.sqrt(sum((k / total) ** 2 * g * g for k, g in gaps)) if total else 0.0
-    return SideRounds(runs, positive - total, busy_counted / total if total else 0.0, gap, by_round,
-                      floor_doubt(result, i, ids, by_round, prior.log_sd if prior is not None else math.nan))
+    weighted = [(k / total) ** 2 for k, _, _ in per_run]
+    return SideRounds(runs, positive - total, busy_counted / total if total else 0.0,
+                      math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))), by_round,
+                      sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)))
 
 
-def floor_doubt(result: RunResult, i: int, ids: dict, by_round: dict, clean_sd: float) -> float:
-    """Noise only adds time, so a row's own time may lie as low as the fastest round of a run
-    rather than at the mean of those counted: per run, how far the fastest lies below the
-    counted mean beyond what the sweep's clean spread (``clean_sd``) puts there, squared and
+def _floor_gap(logs: np.ndarray, fastest: float, prior) -> float:
+    """Noise only adds time, so a row's own time may lie as low as a run's fastest round rather
+    than at the mean of those counted: how far the fastest lies below that mean beyond what the
+    sweep's clean spread (or, without a sweep, the counted rounds' own) puts there. Squared and
     weighted by the run's share of the side's counted rounds squared (all of it for a side of
-    one run). It is what
-    keeps a stored baseline honest about states of the machine that outlast launches: on the
-    calibration VM a quiet run now and then has one collective 25-35% slower in nine launches
-    of ten, and only the tenth shows what it could do. Two sides of one interleaved job share
-    such states pair by pair and do not need it."""
-    row = result.rows[i]
-    fastest: dict = {}
-    counted: dict = {}
-    for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
-        if median is not None and math.isfinite(median) and median > 0:
-            run = ids.get(number, "")
-            fastest[run] = min(fastest.get(run, math.inf), math.log(median))
-            if number in by_round:
-                counted.setdefault(run, []).append(math.log(median))
-    total_counted = sum(len(v) for v in counted.values())
-    doubt = 0.0
-    for run, logs in counted.items():
-        share = len(logs) / total_counted
-        sd = clean_sd if math.isfinite(clean_sd) else float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
-        expected = sd * -expected_fastest(len(logs))
-        doubt += share * share * max(0.0, float(np.mean(logs)) - fastest[run] - expected) ** 2
-    return doubt
+    one run), it is what keeps a stored baseline honest about states of the machine that
+    outlast launches: on the calibration VM a quiet run now and then has one collective 25-35%
+    slower in nine launches of ten, and only the tenth shows what it could do. Two sides of
+    one interleaved job share such states pair by pair and do not need it."""
+    sd = prior.log_sd if prior is not None else float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
+    return max(0.0, float(logs.mean()) - fastest + sd * expected_fastest(len(logs)))
 
 
 def ab_job(result: RunResult) -> str:

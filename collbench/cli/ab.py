@@ -14,8 +14,7 @@ from collbench.cli import params
 _OWNED = {"-o": "ab writes one file per side (its own -o PREFIX)", "--output": "ab writes one file per side",
           "--no-save": "ab keeps both sides' files", "-q": "ab prints its own progress (ab -q)",
           "--quiet": "ab prints its own progress (ab -q)", "-f": "ab prints the comparison (ab -f)",
-          "--format": "ab prints the comparison (ab -f)", "--seed": "ab chooses the seed of both sides (ab --seed)",
-          "-n": None, "--np": None}
+          "--format": "ab prints the comparison (ab -f)", "--seed": "ab chooses the seed of both sides (ab --seed)"}
 
 
 def _side_options(letter: str):
@@ -75,7 +74,8 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
     from collbench.results.loader import load_result
 
     threshold_value = parse_threshold(threshold)
-    if launch.detect().name != "none":
+    here = launch.detect()
+    if here.name != "none":
         raise UsageError("collbench ab launches its ranks itself, round by round: run it outside mpiexec/srun")
     args = list(command)
     if args and args[0] == "--":
@@ -84,11 +84,11 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
     from collbench.cli.app import cli
 
     target = cli.get_command(click.get_current_context(), name) if name else None
-    if target is None or getattr(target, "name", "") in ("ab", "compare", "report", "plot", "merge", "export", "env"):
+    if target is None or not (name == "all" or getattr(target, "collective", None) is not None):
         raise UsageError(f"ab needs a measuring command (a collective or all) after its options, got {name!r}")
     for arg in args[1:]:
         flag = arg.split("=", 1)[0]
-        if _OWNED.get(flag):
+        if flag in _OWNED:
             raise UsageError(f"{flag} in the measured command: {_OWNED[flag]}")
     labels = (sides["a_label"], sides["b_label"])
     for label in labels:
@@ -122,7 +122,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
     backends_of = []
     for side in made:
         side_opts = {**opts, "backend": side.backend or opts["backend"]}
-        build_plan(collectives, side_opts, [name] + args[1:], launch.detect())   # every bad input, once per side
+        build_plan(collectives, side_opts, [name] + args[1:], here)   # every bad input, once per side
         backends_of.append(parse_backends(side_opts["backend"])[0])
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()

@@ -253,8 +253,8 @@ class RoundLauncher:
     seed: int
     python: str = sys.executable
     extra_env: dict = field(default_factory=dict)
-    state: str = ""
-    check_failed: bool = False
+    state: str = field(init=False, default="")            # the journal's folder, made at start
+    check_failed: bool = field(init=False, default=False)  # a round's result check failed
 
     def __post_init__(self) -> None:
         from collbench.run import rounds as rounds_mod

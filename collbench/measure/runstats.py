@@ -139,7 +139,7 @@ def spread_prior(rows_medians) -> Optional["SpreadPrior"]:
     return SpreadPrior(math.sqrt(float(np.median(variances))), PRIOR_DF, len(variances), window_sd)
 
 
-def row_clean_sd(medians: Sequence[float], prior: Optional[SpreadPrior] = None) -> float:
+def row_clean_sd(prior: Optional[SpreadPrior]) -> float:
     """The clean spread that decides which of a row's rounds count: the sweep's (nan without
     one: every round counts). A row's own rounds are too few to tell interference from its
     ordinary spread: judged alone, ten lognormal rounds lost their top round often enough to
@@ -176,16 +176,16 @@ def within_log_se(ci_low: float, ci_high: float) -> float:
 def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tuple]] = None,
                      confidence: float = CONFIDENCE, prior: Optional[SpreadPrior] = None) -> RoundsSummary:
     """Statistics of one row across rounds, interference set aside (``clean_rounds`` with the
-    prior's window, or the row's own without one). ``within_cis``: each round's own (low, high)
+    prior's window; without a prior every round counts). ``within_cis``: each round's own (low, high)
     CI of its median, used only to tell whether the rounds disagree. ``prior``: the sweep's
     clean spread; with it the CI uses the moderated variance ((R-1)·sd² + d0·s0²) / (R-1+d0)
     and t with R-1+d0 degrees of freedom, and carries the spread between whole runs
     (BETWEEN_RUNS_FACTOR × s0): it is meant to hold what the next run measures."""
     nan = math.nan
     values = [v if v is not None else nan for v in medians]
-    keep = clean_rounds(values, row_clean_sd(values, prior))
+    keep = clean_rounds(values, row_clean_sd(prior))
     x = np.asarray(values, dtype=np.float64)[keep]
-    set_aside = int(np.isfinite(np.asarray(values, dtype=np.float64)).sum() - keep.sum()) if len(values) else 0
+    set_aside = len(_positive(values)) - len(x)
     n = len(x)
     if n == 0:
         return RoundsSummary(0, nan, nan, nan, nan, nan, False)
@@ -306,10 +306,6 @@ class Change:
     def ratio(self) -> float:
         return math.exp(self.estimate)
 
-    def se_scale(self, se: float, confidence: float = CONFIDENCE) -> float:
-        """Half the width of the CI for a standard error ``se`` on this change's t distribution."""
-        return t_quantile(0.5 + confidence / 2, self.df) * se
-
 
 def run_concentration(runs) -> float:
     """sum(n_run²) / n²: the share of a side's mean that one run's drift carries (1 for one run;
@@ -348,18 +344,19 @@ def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: f
                   t_two_sided_p(estimate / se, df), spread.source)
 
 
-def paired_changes(rows_pairs, confidence: float = CONFIDENCE) -> list:
+def paired_changes(rows_pairs, known_vars=None, confidence: float = CONFIDENCE) -> list:
     """Per row, the change from A to B estimated on its pairs — (A's round median, B's round
     median) of rounds measured one after the other in one job, both counted — or None with
     fewer than two pairs. The estimate is the mean log ratio within pairs: what moved the machine
     during a pair moved both of its rounds and cancels. Its variance is moderated by the
-    median over rows of the variance of those log ratios (as ``summarize_rounds`` is)."""
+    median over rows of the variance of those log ratios (as ``summarize_rounds`` is), plus the
+    row's ``known_vars`` entry, taken as known (as ``estimate_change``'s ``known_var``)."""
     diffs = [None if len(pairs) < 2 else np.log(np.asarray([b for _, b in pairs])) - np.log(np.asarray([a for a, _ in pairs]))
              for pairs in rows_pairs]
     variances = [float(d.var(ddof=1)) for d in diffs if d is not None]
     prior = float(np.median(variances)) if len(variances) >= MIN_ROWS_FOR_PRIOR else None
     out = []
-    for d in diffs:
+    for d, known in zip(diffs, known_vars if known_vars is not None else [0.0] * len(diffs)):
         if d is None:
             out.append(None)
             continue
@@ -367,7 +364,7 @@ def paired_changes(rows_pairs, confidence: float = CONFIDENCE) -> list:
         var, df = max(float(d.var(ddof=1)), MIN_LOG_SD ** 2), float(n - 1)
         if prior is not None:
             var, df = (df * var + PRIOR_DF * prior) / (df + PRIOR_DF), df + PRIOR_DF
-        se = math.sqrt(var / n)
+        se = math.sqrt(var / n + known)
         estimate = float(d.mean())
         half = t_quantile(0.5 + confidence / 2, df) * se
         out.append(Change(n, n, estimate, se, df, estimate - half, estimate + half,

@@ -229,11 +229,12 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
     reports = control.gather(meter.stop())
     if is_rank0:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
+        turn = rounds.ab_turn()
         out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
                         "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3), "rank_hosts": hosts,
                         "load": rounds.round_load(reports, hosts),
-                        **({"ab_turn": rounds.ab_turn()} if rounds.ab_turn() is not None else {}),
+                        **({"ab_turn": turn} if turn is not None else {}),
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points]} for b in order]})
 
