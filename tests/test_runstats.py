@@ -239,3 +239,12 @@ def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchange
                                                                        prior=prior).ci_high)
     collector.round_ended()                                             # the next round: a fresh prior
     assert collector.run_result().rows == moderate_rows([r for r in collector.run_result().rows])
+
+
+def test_a_row_left_with_one_round_by_interference_gets_the_sweeps_interval():
+    prior = SpreadPrior(log_sd=0.02, df=4.0, rows=20, window_sd=0.02)
+    s = summarize_rounds([10.0, 30.0, 90.0], prior=prior)      # no two rounds agree: the fastest counts
+    assert s.rounds == 1 and s.set_aside == 2 and s.center == 10.0
+    half = t_quantile(0.975, 4.0) * 0.02 * math.sqrt(1 + BETWEEN_RUNS_FACTOR ** 2)
+    assert (s.ci_low, s.ci_high) == pytest.approx((10.0 * math.exp(-half), 10.0 * math.exp(half)))
+    assert math.isnan(summarize_rounds([10.0]).ci_low)                  # alone, one round says nothing

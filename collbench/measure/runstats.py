@@ -192,7 +192,12 @@ def summarize_rounds(medians: Sequence[float], within_cis: Optional[Sequence[tup
     logs = np.log(x)
     center = float(np.exp(logs.mean()))
     if n == 1:
-        return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False, set_aside)
+        if prior is None:
+            return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False, set_aside)
+        # Interference left one round: the sweep's clean spread still says how far it may lie.
+        half = t_quantile(0.5 + confidence / 2, prior.df) * prior.log_sd * math.sqrt(1.0 + BETWEEN_RUNS_FACTOR ** 2)
+        return RoundsSummary(1, float(x[0]), float(x[0] * math.exp(-half)), float(x[0] * math.exp(half)),
+                             nan, nan, False, set_aside)
     sd = float(logs.std(ddof=1))
     var, df = sd * sd, float(n - 1)
     between = 0.0
