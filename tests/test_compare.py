@@ -334,7 +334,9 @@ def test_drift_of_whole_runs_is_not_taken_for_a_change():
     """Runs that move as a whole by 15% between one another: the rounds of one run cannot see
     it, so a comparison that ignored it would flag a quarter of these A/A pairs."""
     exits = sum(compare_runs(_with_drift(2 * s, 3), _with_drift(2 * s + 1, 1)).regression for s in range(60))
-    assert exits <= 6                                                     # alpha 0.05; 3 of 100 seen
+    # alpha 0.05; 6 of these 60: in a third of them the 3-run baseline has two runs that agree and
+    # a third far off, which compare sets aside as a slow state of the machine (runs.FileRounds)
+    assert exits <= 6
 
 
 def test_a_baseline_of_many_runs_measures_the_drift():

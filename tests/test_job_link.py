@@ -159,7 +159,11 @@ def test_no_rank_outlives_the_self_launching_process(tmp_path, backend, how):
     assert json.loads(out.read_text())["rows"]
 
 
-def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout(tmp_path):
+@pytest.mark.parametrize("coordinator", ["free", "frozen"])
+def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout(tmp_path, coordinator):
+    """mpiexec SIGKILLs every other process the moment one dies by a signal: whether rank 0's
+    guardian (the coordinator) says the line first is a race, so the self-launching process
+    names the rank from what it noted. Frozen: the coordinator cannot speak at all."""
     out = tmp_path / "r.json"
     args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "mpi", *_long("mpi"), "-f", "json",
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
@@ -168,6 +172,8 @@ def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout
         wait_for_rows(out)
         rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
         guardian = _parent(rank)
+        if coordinator == "frozen":
+            os.kill(_parent(_rank_process(_marker(tmp_path), 0, "PMI_RANK")), signal.SIGSTOP)
         os.kill(guardian, signal.SIGKILL)
         stdout, stderr = job.communicate(timeout=30)
     finally:

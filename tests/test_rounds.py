@@ -205,6 +205,28 @@ def test_compare_on_recorded_real_runs(new, code, verdicts, run_dir):
     assert {r["verdict"] for r in json.loads(proc.stdout)["rows"]} == verdicts
 
 
+def test_a_merged_run_in_a_slow_state_of_the_machine_is_set_aside(run_dir):
+    """Real quiet runs of `all -n 2 --sizes 8-1M --rounds 10` (their allreduce rows): one in ten
+    was 20-35% slower on every row, with no CPU meter showing why. Merged into a baseline, it
+    made every row inconclusive against another quiet run; set aside, every row is the same.
+    As the new run, against a baseline without it, it is no one's regression, and not the same."""
+    merged = run_dir / "baseline.json"
+    parts = [str(GATE_DATA / f"slow-state-{n}.json") for n in ("a", "b", "slow")]
+    assert cli(["merge", *parts, "-o", str(merged)], run_dir).returncode == 0
+    proc = cli(["compare", str(merged), str(GATE_DATA / "slow-state-c.json"), "--threshold", "10%",
+                "--format", "json"], run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert {r["verdict"] for r in out["rows"]} == {"same"}
+    assert any("1 of 3 merged runs" in w and "set aside" in w for w in out["warnings"]), out["warnings"]
+    clean = run_dir / "clean.json"
+    parts = [str(GATE_DATA / f"slow-state-{n}.json") for n in ("a", "b", "c")]
+    assert cli(["merge", *parts, "-o", str(clean)], run_dir).returncode == 0
+    proc = cli(["compare", str(clean), str(GATE_DATA / "slow-state-slow.json"), "--threshold", "10%",
+                "--format", "json"], run_dir)
+    assert proc.returncode == 0 and {r["verdict"] for r in json.loads(proc.stdout)["rows"]} == {"inconclusive"}
+
+
 def _report(wall, own, busy, cpus=2, tick=0.01):
     return {"wall_s": wall, "own_cpu_s": own, "host_busy_s": busy, "host_steal_s": 0.0, "cpus": cpus, "tick_s": tick}
 

@@ -7,6 +7,7 @@ import pytest
 
 from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
 from collbench.measure.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
+from collbench.measure import runstats
 from collbench.measure.runstats import (BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, detectable_change, estimate_change,
                                        drift_between_runs, rounds_needed, spread_prior, summarize_rounds, within_spread)
 from results_helpers import identity
@@ -248,3 +249,22 @@ def test_a_row_left_with_one_round_by_interference_gets_the_sweeps_interval():
     half = t_quantile(0.975, 4.0) * 0.02 * math.sqrt(1 + BETWEEN_RUNS_FACTOR ** 2)
     assert (s.ci_low, s.ci_high) == pytest.approx((10.0 * math.exp(-half), 10.0 * math.exp(half)))
     assert math.isnan(summarize_rounds([10.0]).ci_low)                  # alone, one round says nothing
+
+
+def _runs_of(levels, rows=10, rounds=5, sd=0.01, seed=3):
+    """Per row, one run of round medians per level (a whole run's factor)."""
+    rng = np.random.default_rng(seed)
+    return [[list(np.exp(np.log(100.0 * (1 + r)) + level + rng.normal(0, sd, rounds))) for level in levels]
+            for r in range(rows)]
+
+
+def test_a_run_far_above_two_that_agree_is_set_aside_and_the_kept_runs_spread_is_their_drift():
+    distance, kept_sd = runstats.slow_runs(_runs_of([0.0, 0.01, 0.2]), clean_sd=0.01)
+    assert distance[:2].tolist() == [0.0, 0.0] and 0.15 < distance[2] < 0.25
+    assert 0.0 < kept_sd < 0.03
+
+
+def test_runs_are_all_kept_without_two_that_agree_or_with_too_few():
+    assert not runstats.slow_runs(_runs_of([0.0, 0.2, 0.4]), clean_sd=0.01)[0].any()     # no consensus
+    assert not runstats.slow_runs(_runs_of([0.0, 0.3]), clean_sd=0.01)[0].any()          # two runs
+    assert not runstats.slow_runs(_runs_of([0.0, 0.01, 0.3], rows=4), clean_sd=0.01)[0].any()   # too few rows

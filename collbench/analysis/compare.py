@@ -25,11 +25,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
 from collbench.results.records import Row, RunResult
-from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, ab_job, busy_rounds, estimate_drift,
-                                     round_warnings, rounds_by_run, run_ids, side_prior)
+from collbench.analysis.runs import ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, round_warnings
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, paired_changes,
                                        rounds_needed, run_concentration, within_spread)
@@ -225,6 +226,28 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                          c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason)
 
 
+def _slow_state_drift(files: tuple, pending: list, drift: tuple, source: str) -> tuple:
+    """The drift when a side set runs aside as a slow state of the machine (``FileRounds.slow``)
+    and the other side as a whole lies beyond the interference window from it: that state may
+    be the other side's too, so the drift is at least as large as the slowest run set aside.
+    Within the window the two sides met the same state of the machine, and the drift is what
+    the kept runs show, if more than assumed (two runs measure it poorly, so it is a floor)."""
+    slow = max((d for f in files for d in f.slow.values()), default=0.0)
+    if slow <= drift[0]:
+        return drift, source
+    kept = max((f.kept_sd for f in files if f.slow and math.isfinite(f.kept_sd)), default=0.0)
+    shifts = [float(np.mean(np.log(np.concatenate([np.asarray(g, float) for g in p.new_runs]))) -
+                    np.mean(np.log(np.concatenate([np.asarray(g, float) for g in p.base_runs]))))
+              for p in pending if p.base_runs and p.new_runs]
+    window = max((f.window for f in files), default=math.nan)
+    if not shifts or not abs(float(np.median(shifts))) > window:
+        return ((kept, math.inf), "the spread of the runs kept beside those set aside") if kept > drift[0] \
+            else (drift, source)
+    return (slow, math.inf), (f"a slow state of the machine: runs set aside lay up to {math.expm1(slow):+.0%} "
+                              f"above the others, and the two sides differ as a whole by more than "
+                              f"{math.expm1(window):.0%}")
+
+
 def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
                  threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                  baseline_name: str = "baseline", new_name: str = "new",
@@ -239,9 +262,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
                          f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
-    busy_base, busy_new = busy_rounds(baseline), busy_rounds(new)
-    ids_base, ids_new = run_ids(baseline), run_ids(new)
-    prior_base, prior_new = side_prior(baseline), side_prior(new)
+    files = (FileRounds.of(baseline), FileRounds.of(new))
     # The two sides of one interleaved job (collbench ab) took turns on the machine over the same
     # minutes: whatever moved it moved both alike, so neither drift nor busy shifts enter.
     one_job = bool(ab_job(baseline)) and ab_job(baseline) == ab_job(new)
@@ -249,8 +270,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     pending = []
     for key in common:
         b, n = base_index[key], new_index[key]
-        sides = (rounds_by_run(baseline, b, prior_base, ids_base, busy_base),
-                 rounds_by_run(new, n, prior_new, ids_new, busy_new))
+        sides = (files[0].row(b), files[1].row(n))
         for name, side in zip((baseline_name, new_name), sides):
             set_aside[name][0] += side.set_aside
             set_aside[name][1] += side.set_aside + sum(len(g) for g in side.runs)
@@ -269,6 +289,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         drift, drift_source = estimate_drift(list(spreads.values()),
                                              [[p.base_runs for p in pending], [p.new_runs for p in pending]],
                                              assumed_log_sd)
+        drift, drift_source = _slow_state_drift(files, pending, drift, drift_source)
     # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
     paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
                                                                [p.known_var for p in pending])))
@@ -310,7 +331,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     if across:
         warnings.insert(0, f"{baseline_name} measured {baseline.rows[0].backend} and {new_name} "
                            f"{new.rows[0].backend}: rows are matched across the two backends")
-    warnings += round_warnings(baseline, new, baseline_name, new_name, busy_base, busy_new, by_key.values(),
+    warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
                       drift[0], drift_source)

@@ -93,12 +93,12 @@ def gate_sensitivity(result, alpha: float) -> list:
     many rounds per run — its rounds' spread, the drift between runs, the rows adjusted
     together as compare adjusts them. nan for a row without two rounds in one run."""
     from collbench.analysis.compare import POWER
-    from collbench.analysis.runs import estimate_drift, rounds_by_run, run_ids, side_prior
+    from collbench.analysis.runs import FileRounds, estimate_drift
     from collbench.measure.runstats import MIN_LOG_SD, detectable_change, within_spread
     from collbench.analysis.significance import max_t_adjust
 
-    prior, ids = side_prior(result), run_ids(result)
-    grouped = [rounds_by_run(result, i, prior, ids).runs for i in range(len(result.rows))]
+    rounds = FileRounds.of(result)
+    grouped = [rounds.row(i).runs for i in range(len(result.rows))]
     spreads = [within_spread(runs, [], assumed_log_sd=0.0) for runs in grouped]
     (drift_sd, drift_df), _ = estimate_drift(spreads, [grouped])
     parts = []                                   # (row index, within variance, df, drift variance)

@@ -6,12 +6,14 @@ from the rounds' spread, or measured over merged runs)."""
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
-from collbench.measure.runstats import clean_rounds, drift_between_runs, expected_fastest, row_clean_sd, spread_prior
+from collbench.measure.runstats import (clean_rounds, drift_between_runs, expected_fastest, interference_window,
+                                       row_clean_sd, slow_runs, spread_prior)
 from collbench.results.records import RunResult
 
 #: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
@@ -64,45 +66,81 @@ class SideRounds:
     """One side's rounds of one row, as a comparison uses them."""
 
     runs: list              # the counted round medians, grouped by run
-    set_aside: int          # rounds set aside as interference (or as a lone fast round)
+    set_aside: int          # rounds set aside as interference (or as a lone fast round, or in a slow run)
     busy_share: float       # the share of the counted rounds that ran on a busy machine
     fast_gap: float         # log distance from the counted rounds down to a lone faster round, else 0:
                             # which of the two is the row's own time is uncertain by that much
     by_round: dict          # round number -> counted median
     floor_var: float        # how far below its counted mean each run's fastest round lay, squared and
                             # weighted as one run's drift is (``_floor_gap``)
+    run_keys: tuple = ()    # the run id of each group in ``runs``
 
 
-def rounds_by_run(result: RunResult, i: int, prior, ids: dict, busy: dict = None) -> SideRounds:
-    """The row's rounds as a comparison counts them, judged run by run (the runs merged into a
-    baseline drift apart; each has its own fastest round). Busy rounds count like any other:
-    what a neighbour added shows in the round's median, and the rounds far above their run's
-    fastest are set aside whatever the CPU meter said."""
-    row = result.rows[i]
-    clean_sd = row_clean_sd(prior)
-    grouped: dict = {}
-    for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
-        grouped.setdefault(ids.get(number, ""), []).append((number, median))
-    runs, by_round, per_run = [], {}, []       # per_run: (counted rounds, fast gap, floor gap)
-    busy_counted = positive = 0
-    for entries in grouped.values():
-        medians = [m for _, m in entries]
-        keep = clean_rounds(medians, clean_sd)
-        counted = [(n, m) for (n, m), k in zip(entries, keep) if k]
-        positive += sum(1 for m in medians if m is not None and math.isfinite(m) and m > 0)
-        if not counted:
-            continue
-        runs.append([m for _, m in counted])
-        by_round.update(counted)
-        busy_counted += sum(n in (busy or {}) for n, _ in counted)
-        fastest = math.log(min(m for m in medians if m is not None and math.isfinite(m) and m > 0))
-        logs = np.log([m for _, m in counted])
-        per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, prior)))
-    total = len(by_round)
-    weighted = [(k / total) ** 2 for k, _, _ in per_run]
-    return SideRounds(runs, positive - total, busy_counted / total if total else 0.0,
-                      math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))), by_round,
-                      sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)))
+@dataclass(frozen=True)
+class FileRounds:
+    """A file's rounds as a comparison or a report reads them, worked out once per file: the
+    sweep's clean spread, which run and which busy host each round had, and the runs of a merged
+    file set aside as interference (``runstats.slow_runs``)."""
+
+    result: RunResult
+    prior: object                  # runstats.SpreadPrior or None
+    ids: dict                      # round number -> run id
+    busy: dict                     # round number -> other processes' CPU cores, busy rounds only
+    slow: dict                     # run id -> log distance of its sweep above the fastest run's
+    kept_sd: float = math.nan      # with runs set aside: the sd of the kept runs' sweeps (their drift)
+
+    @classmethod
+    def of(cls, result: RunResult) -> "FileRounds":
+        every = cls(result, side_prior(result), run_ids(result), busy_rounds(result), {})
+        rows = [every.row(i) for i in range(len(result.rows))]
+        keys = list(dict.fromkeys(k for side in rows for k in side.run_keys))
+        aligned = [[dict(zip(side.run_keys, side.runs)).get(k, []) for k in keys] for side in rows]
+        distance, kept_sd = slow_runs(aligned, row_clean_sd(every.prior)) if keys else ([], math.nan)
+        slow = {k: float(d) for k, d in zip(keys, distance) if d > 0}
+        return dataclasses.replace(every, slow=slow, kept_sd=kept_sd) if slow else every
+
+    @property
+    def runs(self) -> int:
+        return len(set(self.ids.values())) or 1
+
+    @property
+    def window(self) -> float:
+        """How far above its fastest a round (or a run) may lie before it is interference (log)."""
+        return interference_window(row_clean_sd(self.prior))
+
+    def row(self, i: int) -> SideRounds:
+        """Row ``i``'s rounds as a comparison counts them, judged run by run (the runs merged into
+        a baseline drift apart; each has its own fastest round). Busy rounds count like any
+        other: what a neighbour added shows in the round's median, and the rounds far above their
+        run's fastest are set aside whatever the CPU meter said; so are a slow run's."""
+        row = self.result.rows[i]
+        clean_sd = row_clean_sd(self.prior)
+        grouped: dict = {}
+        for number, median in zip(self.result.round_numbers(i), row.time_us_round_p50s):
+            grouped.setdefault(self.ids.get(number, ""), []).append((number, median))
+        runs, keys, by_round, per_run = [], [], {}, []      # per_run: (counted rounds, fast gap, floor gap)
+        busy_counted = positive = 0
+        for key, entries in grouped.items():
+            medians = [m for _, m in entries]
+            positive += sum(1 for m in medians if m is not None and math.isfinite(m) and m > 0)
+            if key in self.slow:
+                continue
+            keep = clean_rounds(medians, clean_sd)
+            counted = [(n, m) for (n, m), k in zip(entries, keep) if k]
+            if not counted:
+                continue
+            runs.append([m for _, m in counted])
+            keys.append(key)
+            by_round.update(counted)
+            busy_counted += sum(n in self.busy for n, _ in counted)
+            fastest = math.log(min(m for m in medians if m is not None and math.isfinite(m) and m > 0))
+            logs = np.log([m for _, m in counted])
+            per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, self.prior)))
+        total = len(by_round)
+        weighted = [(k / total) ** 2 for k, _, _ in per_run]
+        return SideRounds(runs, positive - total, busy_counted / total if total else 0.0,
+                          math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))), by_round,
+                          sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys))
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior) -> float:
@@ -144,21 +182,28 @@ def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_L
     return best
 
 
-def round_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, busy_base: dict,
-                   busy_new: dict, compared, set_aside: dict, assumed_log_sd: float = ASSUMED_LOG_SD) -> list:
-    """What the rounds say about the machine: busy rounds, interference set aside, rows whose
-    spread had to be assumed. ``set_aside``: per file name, (rounds set aside, rounds in all)."""
+def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,
+                   assumed_log_sd: float = ASSUMED_LOG_SD) -> list:
+    """What the rounds say about the machine: busy rounds, interference set aside (rounds, and
+    runs of a merged file), rows whose spread had to be assumed. ``files``: each side's
+    FileRounds; ``set_aside``: per file name, (rounds set aside, rounds in all)."""
     notes = []
-    for name, result, busy in ((baseline_name, baseline, busy_base), (new_name, new, busy_new)):
+    for name, side in zip(names, files):
         aside, total = set_aside.get(name, (0, 0))
         share = f"{aside} of {total} round medians ({aside / total:.0%})" if total else "none"
-        if busy:
-            rounds_total = len(_round_records(result))
-            worst = max((v for v in busy.values() if isinstance(v, (int, float))), default=math.nan)
-            notes.append(f"{name}: {len(busy)} of {rounds_total} round(s) ran while other processes used up to "
+        if side.slow:
+            above = ", ".join(f"+{math.expm1(d):.0%}" for d in side.slow.values())
+            one = len(side.slow) == 1
+            notes.append(f"{name}: {len(side.slow)} of {side.runs} merged runs lay far above the fastest run on "
+                         f"most rows ({above}) and {'was' if one else 'were'} set aside as interference: a state "
+                         f"of the machine that outlasted {'its' if one else 'their'} launches")
+        if side.busy:
+            rounds_total = len(_round_records(side.result))
+            worst = max((v for v in side.busy.values() if isinstance(v, (int, float))), default=math.nan)
+            notes.append(f"{name}: {len(side.busy)} of {rounds_total} round(s) ran while other processes used up to "
                          f"{worst:.2f} CPU cores beyond the idle ones (a busy machine); every round counts, and "
                          f"those far above their row's fastest are set aside as interference: {share}")
-        elif total and aside / total > 0.2:
+        elif total and aside / total > 0.2 and not side.slow:
             notes.append(f"{name}: {share} lay far above their row's fastest round and were set aside as "
                          f"interference; the machine was not quiet")
     single = [r for r in compared if r.noise == "assumed"]

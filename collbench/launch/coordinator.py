@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from collbench.launch import notes
 from collbench.launch.wire import MessageReader, send_message
 
 BEAT_S = 1.0
@@ -240,9 +241,10 @@ class Coordinator:
                 p.settled = True
         if why:
             files = ", ".join(self.files) or "result files"
-            sys.stderr.write(f"collbench: {why}; the job is stopped; {files} keep{'s' if len(self.files) == 1 else ''} "
-                             "every size finished before\n")
-            sys.stderr.flush()
+            notes.say(f"collbench: {why}; the job is stopped; {files} keep{'s' if len(self.files) == 1 else ''} "
+                      "every size finished before")
+        else:                               # the rank that asked printed why
+            notes.leave(notes.EXPLAINED)
         if told is not None:
             send_message(told.sock, {"t": "ack"})
         for p in self.peers.values():

@@ -20,8 +20,8 @@ from collbench.launch.oom import OomWatch
 from collbench.launch.coordinator import EXIT_TIMEOUT, RANK_EXIT_CODES
 from collbench.launch.wire import MessageReader, send_message
 from collbench.launch.link import Link, connect, hello_message
-from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, STOP_GRACE, alive
-from collbench.run.rounds import STATE_ENV
+from collbench.launch import notes
+from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, alive
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
 #: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
@@ -65,6 +65,7 @@ class Guardian:
         self._orphan_lock = threading.Lock()
         self._parent_fd = None
         self.coordinator = None
+        notes.guardian(rank, child)
         if listener is not None:
             self.coordinator = coordinator.Coordinator(listener, token, self.stop)
             self.coordinator.start()
@@ -75,6 +76,7 @@ class Guardian:
         if self.stop_code is not None:
             return
         self.stop_code = code
+        self.position.ask_to_stop()
         for signum in (signal.SIGCONT, signal.SIGUSR1):
             self._signal(signum)
         timer = threading.Timer(STOP_GRACE, self._signal, (signal.SIGKILL,))
@@ -194,15 +196,8 @@ class Guardian:
         others, which may wait for it inside MPI's start-up. Under self-launch, tell the
         launching process (a file in the run's state folder it watches); a user's launcher
         ends the job itself."""
-        state = os.environ.get(STATE_ENV)
-        if not state or not os.path.isdir(state):
-            return
         code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        try:
-            with open(os.path.join(state, f"{EARLY_END_PREFIX}{self.rank}"), "w", encoding="ascii") as fh:
-                fh.write(str(code))
-        except OSError:
-            pass
+        notes.leave(f"{notes.EARLY_END_PREFIX}{self.rank}", str(code))
 
     def _join(self, request: dict) -> dict:
         hello = hello_message(request["token"], self.rank, self.size, self.child)

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Callable
 
+from collbench.launch import notes
 from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER
 from collbench.launch.wire import MessageReader, send_message
 
@@ -116,10 +117,9 @@ class Link:
         if self.ending():          # told to stop from outside (Ctrl-C reached every process): no news
             pass
         elif self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
-            sys.stderr.write(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
-                             f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
-                             "is down or cut off; stopping the ranks here\n")
-            sys.stderr.flush()
+            notes.say(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
+                      f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
+                      "is down or cut off; stopping the ranks here")
         self.stop(EXIT_LOST)
 
     def wait_for_coordinator_exit(self, seconds: float) -> None:

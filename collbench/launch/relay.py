@@ -3,6 +3,7 @@ collbench has already explained."""
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ class Relay:
     """Copies mpiexec's output to ours as it comes, leaving out what the launcher itself says
     about a job collbench has already explained (MPICH's "BAD TERMINATION" banner, which it
     prints on stdout and would corrupt ``-f json``; Ctrl-C chatter; MPI_Abort's line).
-    ``spoke``: a collbench line went by on stderr."""
+    ``spoke``: a collbench line went by on stderr; ``said``: the last of them."""
 
     NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED", b"This typically refers to a problem",
              b"Please see the FAQ page", b"[mpiexec@", b"[proxy:", b"Abort(", b"Assertion failed",
@@ -22,6 +23,7 @@ class Relay:
 
     def __init__(self, process: subprocess.Popen) -> None:
         self.spoke = False
+        self.said: collections.deque = collections.deque(maxlen=64)
         self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout), daemon=True),
                          threading.Thread(target=self._copy, args=(process.stderr, sys.stderr), daemon=True)]
         for t in self._threads:
@@ -52,6 +54,7 @@ class Relay:
         text = line.lstrip(b"\r")
         if text.startswith(b"collbench:"):
             self.spoke = True
+            self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
         return text.startswith(self.NOISE)
 
     @staticmethod

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from collbench.launch import supervise
+from collbench.launch import notes, supervise
 from collbench.launch.supervise import STOP_GRACE, saved_results_clause
 
 
@@ -49,8 +49,9 @@ def handle_signals(rank: int) -> None:
         deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
         deadline.daemon = True
         deadline.start()
-        if signum == signal.SIGUSR1:      # the guardian's "stop now": it, or the coordinator, says why
-            pass
+        if signum == signal.SIGUSR1:      # the guardian's "stop now": it, or the coordinator, says why;
+            if supervise.guardian_died():   # or the guardian died (PR_SET_PDEATHSIG), and cannot
+                notes.orphaned(rank)
         elif rank == 0:
             if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
                 sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor

@@ -23,7 +23,8 @@ from collbench.errors import UsageError
 from collbench.launch.coordinator import JOB_EXIT_CODES
 from collbench.launch.launcher import LAUNCHED_ENV
 from collbench.launch.relay import Relay, mark_terminals
-from collbench.launch.supervise import EARLY_END_PREFIX, PARENT_ENV, saved_results_clause
+from collbench.launch import notes
+from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, saved_results_clause
 from collbench.results.journal import Journal
 
 
@@ -86,19 +87,6 @@ KILL_GRACE = 8.0
 COORDINATOR_GRACE = 2.0
 
 
-def _ended_in_startup(state: Optional[str]) -> Optional[int]:
-    """The exit code of a rank that ended before the ranks could talk (its guardian left a
-    note in the state folder), or None."""
-    if not state:
-        return None
-    for note in Path(state).glob(f"{EARLY_END_PREFIX}*"):
-        try:
-            return int(note.read_text().strip())
-        except (OSError, ValueError):
-            return 1
-    return None
-
-
 def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], list], state: str) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
@@ -131,7 +119,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         while pending:
             now = time.monotonic()
             if early is None:
-                early = _ended_in_startup(state) or None
+                early = notes.ended_in_startup(state) or None
                 if early is not None:       # the others may wait for it inside MPI_Init for ever:
                     early_stop_at = now + COORDINATOR_GRACE      # let them say their own piece, then stop them
             if early_stop_at is not None and now > early_stop_at:
@@ -173,15 +161,30 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             return 128 - code
         if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
             # mpiexec passes on a rank's death by signal N as exit code N
-            if not relay.spoke:
-                print(f"collbench: a rank was killed by signal {code} ({_signal_name(code)}) before collbench "
-                      f"could say where; the job is stopped; {saved_results_clause(files())}",
+            said = notes.explanation(state)
+            if said is None:
+                print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved_results_clause(files())}",
                       file=sys.stderr, flush=True)
+            elif said and said not in relay.said:     # its writer was killed before it could print it
+                print(said, file=sys.stderr, flush=True)
             return 128 + code
         return code
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _lost_rank(state: Optional[str], code: int) -> str:
+    """What ended a launch that mpiexec ended for a process killed by signal ``code``, when no
+    one could say it (mpiexec kills every process at once, rank 0's guardian and its
+    coordinator included): the ranks whose guardian died under them, if they noted it."""
+    how = f"signal {code} ({_signal_name(code)})"
+    lost = notes.orphans(state, STOP_GRACE)
+    if not lost:
+        return f"a rank was killed by {how} before collbench could say where"
+    named = "; ".join(f"rank {rank} (pid {pid} on {host})" for rank, pid, host in lost)
+    return (f"{named} was lost: its guardian was killed by {how}, and mpiexec ended the job before the "
+            "others could say where it was")
 
 
 def _result_paths(state: str) -> list:
@@ -281,8 +284,7 @@ class RoundLauncher:
         from collbench.run import rounds as rounds_mod
 
         env = {**self.env, **(env or {}), rounds_mod.ROUND_ENV: str(number)}
-        for note in Path(self.state).glob(f"{EARLY_END_PREFIX}*"):
-            note.unlink()
+        notes.clear(self.state)
         if not self.use_mpi:
             env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
             env["MASTER_PORT"] = self.user_port or str(free_port())

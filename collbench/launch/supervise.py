@@ -25,6 +25,7 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
+import select
 import signal
 import socket
 import sys
@@ -35,19 +36,19 @@ from typing import Callable, Optional
 from collbench.launch import coordinator, wire
 
 PARENT_ENV = "COLLBENCH_PARENT_PID"       # set by self-launch: the process whose death ends the ranks
-EARLY_END_PREFIX = "ended-before-joining-"  # self-launch: a guardian's note that its rank ended in start-up
 STOP_GRACE = 3.0                           # seconds a rank told to stop gets before SIGKILL
 _POSITION_BYTES = 512
 
 
 class _Position:
-    """What this rank is doing now, in memory shared with its guardian."""
+    """What this rank is doing now, in memory shared with its guardian; and, in its last byte,
+    whether the guardian has asked the rank to stop (its SIGUSR1 is then not news of its death)."""
 
     def __init__(self) -> None:
         self._buf = mmap.mmap(-1, _POSITION_BYTES)
 
     def write(self, text: str) -> None:
-        data = text.encode("utf-8", "replace")[:_POSITION_BYTES - 2]
+        data = text.encode("utf-8", "replace")[:_POSITION_BYTES - 3]
         self._buf[0:2] = len(data).to_bytes(2, "little")
         self._buf[2:2 + len(data)] = data
 
@@ -55,12 +56,20 @@ class _Position:
         n = int.from_bytes(self._buf[0:2], "little")
         return self._buf[2:2 + n].decode("utf-8", "replace")
 
+    def ask_to_stop(self) -> None:
+        self._buf[_POSITION_BYTES - 1] = 1
+
+    @property
+    def asked_to_stop(self) -> bool:
+        return self._buf[_POSITION_BYTES - 1] == 1
+
 
 _position: Optional[_Position] = None
 _rank_label = "rank 0"
 _channel: Optional[socket.socket] = None   # the rank's end of its line to the guardian
 _channel_lock = threading.Lock()
 _coordinator_at: Optional[dict] = None     # rank 0: the port and token of its guardian's coordinator
+_guardian_pid: Optional[int] = None        # the rank's guardian (its parent)
 
 
 def _set_pdeathsig(signum: int) -> bool:
@@ -74,7 +83,7 @@ def _set_pdeathsig(signum: int) -> bool:
 
 def guard_rank(launcher) -> None:
     """Fork a guardian for this rank (Linux only). Returns in the child; never in the guardian."""
-    global _position, _rank_label, _channel, _coordinator_at
+    global _position, _rank_label, _channel, _coordinator_at, _guardian_pid
     rank, size = launcher.rank, launcher.world_size
     _rank_label = f"rank {rank}"
     position = _Position()
@@ -92,6 +101,7 @@ def guard_rank(launcher) -> None:
         _set_pdeathsig(signal.SIGUSR1)
         if os.getppid() != guardian:        # the guardian died between fork and prctl
             os._exit(1)
+        _guardian_pid = guardian
         if listener is not None:
             _coordinator_at = {"port": listener.getsockname()[1], "token": token}
             listener.close()
@@ -103,6 +113,27 @@ def guard_rank(launcher) -> None:
         pair[1].close()
     from collbench.launch.guardian import Guardian
     Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
+
+
+def guardian_died(seconds: float = 1.0) -> bool:
+    """After a SIGUSR1 the guardian did not send (it asks in shared memory first): whether it
+    was the news of the guardian's death (PR_SET_PDEATHSIG). That signal comes as the
+    guardian's first thread ends, while its others may still be ending: wait for the whole
+    process, at most ``seconds``."""
+    if _guardian_pid is None or _position is None or _position.asked_to_stop:
+        return False
+    if os.getppid() != _guardian_pid:
+        return True
+    try:
+        fd = os.pidfd_open(_guardian_pid)
+    except ProcessLookupError:
+        return True
+    except (OSError, AttributeError):
+        return False
+    try:
+        return bool(select.select([fd], [], [], seconds)[0])
+    finally:
+        os.close(fd)
 
 
 def ask_guardian(message: dict, seconds: float) -> Optional[dict]:

@@ -90,6 +90,12 @@ def _lower_half_scale(logs: np.ndarray) -> float:
     return float((x[half - 1] - x[0]) / (_blom(half, n) - _blom(1, n)))
 
 
+def interference_window(clean_sd: float) -> float:
+    """How far (log) above the fastest a round may lie and still count: INTERFERENCE_WIDTH clean
+    spreads (nan without a clean spread)."""
+    return INTERFERENCE_WIDTH * max(clean_sd, MIN_CLEAN_SD) if math.isfinite(clean_sd) else math.nan
+
+
 def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
     """Which of ``medians`` count (a boolean per median): those within a window of
     INTERFERENCE_WIDTH × ``clean_sd`` above the fastest round that another round confirms —
@@ -102,7 +108,7 @@ def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
     if ok.sum() < 2 or not math.isfinite(clean_sd):
         return ok
     logs = np.log(np.where(ok, x, 1.0))
-    window = INTERFERENCE_WIDTH * max(clean_sd, MIN_CLEAN_SD)
+    window = interference_window(clean_sd)
     ordered = np.sort(logs[ok])
     confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
     anchor = ordered[confirmed[0]] if len(confirmed) else ordered[0]
@@ -276,6 +282,17 @@ def drift_between_runs(rows_runs) -> Optional[tuple]:
     k = max((len(_logs(runs)) for runs in rows_runs), default=0)
     if k < MIN_RUNS_FOR_DRIFT:
         return None
+    effects, rows, within = _run_effects(rows_runs, k)
+    if effects is None:
+        return None
+    variance = float(effects.var(ddof=1)) - (float(np.median(within)) / rows if within else 0.0)
+    return math.sqrt(max(variance, 0.0)), float(k - 1)
+
+
+def _run_effects(rows_runs, k: int) -> tuple:
+    """(each run's effect, rows it was judged on, their within-run variances of a run's mean):
+    the median over the rows that have all ``k`` runs of the run's mean log median's deviation
+    from the row's mean; (None, 0, []) without such a row."""
     deviations, within = [], []
     for runs in rows_runs:
         logs = _logs(runs)
@@ -287,10 +304,39 @@ def drift_between_runs(rows_runs) -> Optional[tuple]:
         if df:
             within.append(ss / df * float(np.mean([1.0 / len(g) for g in logs])))
     if not deviations:
-        return None
-    effects = np.median(np.array(deviations), axis=0)
-    variance = float(effects.var(ddof=1)) - (float(np.median(within)) / len(deviations) if within else 0.0)
-    return math.sqrt(max(variance, 0.0)), float(k - 1)
+        return None, 0, []
+    return np.median(np.array(deviations), axis=0), len(deviations), within
+
+
+def slow_runs(rows_runs, clean_sd: float) -> tuple:
+    """(distances, kept sd): which runs of a side merged from several lay, on most rows, far above the side's fastest
+    run: the log distance of each run's sweep above the fastest that another run confirms,
+    where it exceeds the interference window of INTERFERENCE_WIDTH × ``clean_sd`` (the rule
+    ``clean_rounds`` applies to rounds), else 0. ``rows_runs``: per row, the side's runs in one
+    order, each a list of round medians (an empty list where a run counted none).
+
+    A state of the machine can outlast the launches of a run: on the calibration VM one quiet
+    run in ten was 18% slower on every row, with no CPU meter showing why. Noise only adds
+    time, so such a run says nothing about the code that the faster ones do not; merged into a
+    baseline it moves the baseline and makes the drift between runs look five times larger.
+    Needs MIN_RUNS_FOR_DRIFT runs (a fastest and a second to confirm it, and one to judge) and
+    MIN_ROWS_FOR_PRIOR rows that have them all; otherwise every run counts. ``kept sd``: how
+    far the effects of the runs kept spread (sd; nan with fewer than two), the drift they show."""
+    k = len(rows_runs[0]) if rows_runs else 0
+    none = (np.zeros(k), math.nan)
+    if k < MIN_RUNS_FOR_DRIFT or any(len(runs) != k for runs in rows_runs):
+        return none
+    effects, rows, _ = _run_effects(rows_runs, k)
+    if effects is None or rows < MIN_ROWS_FOR_PRIOR or not math.isfinite(clean_sd):
+        return none
+    window = interference_window(clean_sd)
+    ordered = np.sort(effects)
+    confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
+    if not len(confirmed):               # no two runs agree: no state of the machine to judge by
+        return none
+    distance = np.where(effects - ordered[confirmed[0]] > window, effects - ordered[confirmed[0]], 0.0)
+    kept = effects[distance == 0]
+    return distance, float(np.std(kept, ddof=1)) if len(kept) > 1 else math.nan
 
 
 @dataclass(frozen=True)

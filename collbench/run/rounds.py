@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Optional
 
 from collbench.launch.launcher import LAUNCHED_ENV
+from collbench.launch.notes import STATE_ENV
 
-ROUND_ENV, ROUNDS_ENV, SEED_ENV, STATE_ENV = "COLLBENCH_ROUND", "COLLBENCH_ROUNDS", "COLLBENCH_SEED", "COLLBENCH_STATE"
+ROUND_ENV, ROUNDS_ENV, SEED_ENV = "COLLBENCH_ROUND", "COLLBENCH_ROUNDS", "COLLBENCH_SEED"
 #: A side of an interleaved A/B job (``collbench ab``): the job, the side and what sets it apart
 #: (JSON, kept as the file's ``metadata.ab``), and which turn of its pair a launch is (0 or 1).
 AB_ENV, AB_TURN_ENV = "COLLBENCH_AB", "COLLBENCH_AB_TURN"

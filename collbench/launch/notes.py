@@ -1,0 +1,124 @@
+"""Notes a self-launched job leaves for the process that launched it, in the run's state folder
+(``STATE_ENV``, which only self-launch sets): what that process needs to know about a launch
+that ended badly, written by processes that MPICH's mpiexec may kill at any moment (when one
+process it started dies by a signal, it SIGKILLs the others' process groups at once).
+
+* ``ended-before-joining-R``: rank R ended before the ranks could talk (its exit code);
+* ``guardian-PID``: the guardian with that pid speaks for rank R, whose process is CHILD on HOST;
+* ``orphaned-R``: rank R's guardian died under it (the rank learns it at once, from
+  PR_SET_PDEATHSIG, and mpiexec's clean-up does not reach it: it is in the dead guardian's
+  process group);
+* ``explained``: the line that says why the job ended, written before it is printed (empty when
+  a rank printed its own), so that the launching process can print it if its writer was killed
+  first.
+
+Only the standard library is used (guardians and a rank's signal thread import this).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+STATE_ENV = "COLLBENCH_STATE"
+EARLY_END_PREFIX = "ended-before-joining-"
+GUARDIAN_PREFIX = "guardian-"
+ORPHANED_PREFIX = "orphaned-"
+EXPLAINED = "explained"
+
+
+def leave(name: str, text: str = "") -> None:
+    """Write note ``name`` under self-launch (whole, or not at all); nothing otherwise."""
+    state = os.environ.get(STATE_ENV)
+    if not state or not os.path.isdir(state):
+        return
+    path = os.path.join(state, name)
+    try:
+        with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(f"{path}.{os.getpid()}", path)
+    except OSError:
+        pass
+
+
+def say(line: str) -> None:
+    """Print the line that ends the job, noted first (see EXPLAINED)."""
+    leave(EXPLAINED, line)
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def guardian(rank: int, child: int) -> None:
+    leave(f"{GUARDIAN_PREFIX}{os.getpid()}", f"{rank} {child} {socket.gethostname()}")
+
+
+def orphaned(rank: int) -> None:
+    leave(f"{ORPHANED_PREFIX}{rank}", f"{rank} {os.getpid()} {socket.gethostname()}")
+
+
+# The launching process's side.
+
+def clear(state: str) -> None:
+    """Before each launch: the notes of the one before go."""
+    for note in Path(state).iterdir():
+        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED)):
+            try:
+                note.unlink()
+            except OSError:
+                pass
+
+
+def ended_in_startup(state: Optional[str]) -> Optional[int]:
+    """The exit code of a rank that ended before the ranks could talk, or None."""
+    for note in Path(state).glob(f"{EARLY_END_PREFIX}*") if state else ():
+        try:
+            return int(note.read_text().strip())
+        except (OSError, ValueError):
+            return 1
+    return None
+
+
+def explanation(state: Optional[str]) -> Optional[str]:
+    """The line that said why the job ended ("" if a rank printed its own), or None."""
+    try:
+        return (Path(state) / EXPLAINED).read_text() if state else None
+    except OSError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphans(state: Optional[str], seconds: float) -> list:
+    """(rank, pid, host) of the ranks whose guardian died under them, once every rank this
+    launch started has ended (at most ``seconds``): a rank notes it before it leaves."""
+    if not state:
+        return []
+    ranks = []
+    for note in Path(state).glob(f"{GUARDIAN_PREFIX}*"):
+        try:
+            ranks.append(int(note.read_text().split()[1]))
+        except (OSError, ValueError, IndexError):
+            pass
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found = []
+    for note in sorted(Path(state).glob(f"{ORPHANED_PREFIX}*")):
+        try:
+            rank, pid, host = note.read_text().split(maxsplit=2)
+            found.append((int(rank), int(pid), host.strip()))
+        except (OSError, ValueError):
+            pass
+    return sorted(found)
