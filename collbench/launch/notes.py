@@ -90,19 +90,11 @@ def explanation(state: Optional[str]) -> Optional[str]:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def orphans(state: Optional[str], seconds: float) -> list:
     """(rank, pid, host) of the ranks whose guardian died under them, once every rank this
     launch started has ended (at most ``seconds``): a rank notes it before it leaves."""
+    from collbench.launch.supervise import alive      # supervise imports this module
+
     if not state:
         return []
     ranks = []
@@ -112,7 +104,7 @@ def orphans(state: Optional[str], seconds: float) -> list:
         except (OSError, ValueError, IndexError):
             pass
     deadline = time.monotonic() + seconds
-    while any(_alive(pid) for pid in ranks) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.05)
     found = []
     for note in sorted(Path(state).glob(f"{ORPHANED_PREFIX}*")):
