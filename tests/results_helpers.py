@@ -49,16 +49,18 @@ def lognormal_samples(median_us: float, n: int, seed: int, spread: float = 0.05)
     return [round(float(v), 4) for v in median_us * rng.lognormal(0.0, spread, n)]
 
 
-def run_of(series: dict, *, meta=None, seed: int = 0, n: int = 40, scale: float = 1.0, rounds: int = 5,
+def run_of(series: dict, *, meta=None, seed: int = 0, n: int = 40, scale=1.0, rounds: int = 5,
            launch_sd: float = 0.01) -> RunResult:
     """A run with one row per ((collective, backend, size), base median µs), times multiplied by
-    ``scale``; each round shifts every row by one launch effect (log sd ``launch_sd``)."""
+    ``scale`` (a number, or a dict of factors by key, 1 for the others); each round shifts every
+    row by one launch effect (log sd ``launch_sd``)."""
     rng = np.random.default_rng(seed + 10_000)
     effects = rng.normal(0.0, launch_sd, rounds)
     result = RunResult(metadata=meta or metadata(rounds=[{"round": r + 1, "load": {"busy": False}}
                                                          for r in range(rounds)]))
     for i, ((collective, backend, size), median) in enumerate(series.items()):
-        per_round = [lognormal_samples(median * scale * np.exp(effects[r]), n, seed * 1000 + i * 97 + r)
+        factor = scale.get((collective, backend, size), 1.0) if isinstance(scale, dict) else scale
+        per_round = [lognormal_samples(median * factor * np.exp(effects[r]), n, seed * 1000 + i * 97 + r)
                      for r in range(rounds)]
         row, data = row_with_rounds(per_round, collective=collective, backend=backend, size_bytes=size)
         result.add(row, data)

@@ -1,11 +1,13 @@
 """collbench ab: two setups interleaved in one job, and compare on the pairs it leaves."""
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 
+from collbench.analysis import compare_render
 from collbench.analysis.compare import compare_runs
 from collbench.results.loader import load_result
 from collbench.run.ab import pair_orders, parse_assignments
@@ -95,3 +97,6 @@ def test_two_backends_are_matched_across():
     assert c.regression and {r.verdict for r in c.rows} == {"slower"}
     assert any("matched across the two backends" in w for w in c.warnings)
     assert np.allclose([r.ratio for r in c.rows], 3.0, rtol=0.1)
+    assert {r.field("backend") for r in c.rows} == {"mpi → mpi-pickle"}
+    assert "allreduce/mpi → mpi-pickle" in compare_render.noisy_line(dataclasses.replace(c, rows=tuple(
+        dataclasses.replace(r, verdict="inconclusive", detectable=0.5) for r in c.rows)))

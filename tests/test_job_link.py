@@ -169,7 +169,7 @@ def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_rows(out)
+        wait_for_rows(out, seconds=300)     # 3 ranks on 2 cores: at load 6 the first size once took over 90 s
         rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
         guardian = _parent(rank)
         if coordinator == "frozen":

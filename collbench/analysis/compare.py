@@ -30,10 +30,11 @@ import numpy as np
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
 from collbench.results.records import Row, RunResult
-from collbench.analysis.runs import ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, round_warnings
+from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, STATE_LOG_SHIFT, STATE_ROW_SHARE, FileRounds, ab_job,
+                                     estimate_drift, round_warnings)
 from collbench.analysis.significance import max_t_adjust
-from collbench.measure.runstats import (MIN_LOG_SD, Change, detectable_change, estimate_change, paired_changes,
-                                       rounds_needed, run_concentration, within_spread)
+from collbench.measure.runstats import (MIN_LOG_SD, MIN_ROWS_FOR_PRIOR, Change, detectable_change, estimate_change,
+                                       paired_changes, rounds_needed, run_concentration, within_spread)
 
 MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
@@ -64,7 +65,10 @@ class RowComparison:
     reason: str = ""                # why a row is inconclusive, or what limited it
 
     def field(self, name: str):
-        return self.key[MATCH_FIELDS.index(name)]
+        value = self.key[MATCH_FIELDS.index(name)]
+        if name == "backend" and value == "*":      # matched across two backends (match_key)
+            return " → ".join(dict.fromkeys(r.backend for r in (self.baseline, self.new) if r is not None))
+        return value
 
     @property
     def change(self) -> float:
@@ -172,10 +176,11 @@ class _Pending:
     pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
     change: Optional[Change] = None
     drift_var: float = 0.0          # the drift's share of the estimate's variance
+    state_var: float = 0.0          # taken as known: a state of the machine moves each row by a share of its own
 
     @property
     def known_var(self) -> float:
-        return self.busy_var + self.block_var + self.gap_var
+        return self.busy_var + self.block_var + self.gap_var + self.state_var
 
 
 def _metric_change(c: Change, lower_is_better: bool) -> tuple:
@@ -209,7 +214,10 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         verdict = "same"
     else:
         verdict = "inconclusive"
-        if needed is None:
+        if low > threshold or high < -threshold:
+            reason = ("beyond the threshold at 95% for this row alone, not with every row tested at once: "
+                      + ("measure more rounds" if p.pairs else "measure both sides in one job (collbench ab)"))
+        elif needed is None:
             reason = ("a busy machine may shift a row this much on its own: measure again on a quiet one, "
                       "or both sides in one job (collbench ab)" if p.busy_var > max(p.drift_var, p.gap_var) else
                       "its rounds spread far above its fastest (a state of the machine that outlasted "
@@ -217,8 +225,9 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                       "baseline" if p.block_var > max(p.drift_var, p.gap_var) else
                       "a lone round ran far faster than those counted: which is the row's own time is "
                       "uncertain; measure more rounds" if p.gap_var > p.drift_var else
-                      "the drift between runs hides a change this size: use a baseline merged from more runs, "
-                      "or measure both sides in one job (collbench ab)" if p.drift_var > 0 else
+                      "the drift between runs (or the machine's state) hides a change this size: measure both "
+                      "sides in one job (collbench ab), or merge runs from other times into the baseline"
+                      if p.drift_var > 0 else
                       "more than 1000 rounds per side would be needed")
         else:
             reason = f"needs about {needed} rounds per side"
@@ -226,26 +235,40 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                          c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason)
 
 
-def _slow_state_drift(files: tuple, pending: list, drift: tuple, source: str) -> tuple:
-    """The drift when a side set runs aside as a slow state of the machine (``FileRounds.slow``)
-    and the other side as a whole lies beyond the interference window from it: that state may
-    be the other side's too, so the drift is at least as large as the slowest run set aside.
-    Within the window the two sides met the same state of the machine, and the drift is what
-    the kept runs show, if more than assumed (two runs measure it poorly, so it is a floor)."""
-    slow = max((d for f in files for d in f.slow.values()), default=0.0)
-    if slow <= drift[0]:
-        return drift, source
+def _log_mean(runs) -> float:
+    return float(np.mean(np.log(np.concatenate([np.asarray(g, float) for g in runs]))))
+
+
+def _machine_state(files: tuple, pending: list, drift: tuple, source: str) -> tuple:
+    """The drift of a stored baseline, judged with the state of the machine in mind: ((sd, df),
+    description, the state's share of a row's variance taken as known).
+
+    A shared machine moves between states that outlast launches: a hidden neighbour, a clock,
+    a host's other guests. Every row then moves by a common factor, and each row by a share of
+    it of its own (``STATE_ROW_SHARE``). A baseline merged from runs that met one state cannot
+    see how far the next state lies, so the two sides' whole shift (the median over rows of
+    their log change) is one more observation of the drift, up to ``STATE_LOG_SHIFT``: a
+    uniform change smaller than a few times that can be the machine, and only one interleaved
+    job (``collbench ab``) settles it; one beyond it is called, and so is a change confined to
+    some rows, which does not move the median. With fewer than MIN_ROWS_FOR_PRIOR rows there is
+    no sweep to tell a whole shift from the rows' own changes, and the drift stays as it was.
+    Runs of a merged file set aside as a slow state (``FileRounds.slow``) leave the spread of
+    the kept runs as a floor of the drift (two runs measure it poorly)."""
     kept = max((f.kept_sd for f in files if f.slow and math.isfinite(f.kept_sd)), default=0.0)
-    shifts = [float(np.mean(np.log(np.concatenate([np.asarray(g, float) for g in p.new_runs]))) -
-                    np.mean(np.log(np.concatenate([np.asarray(g, float) for g in p.base_runs]))))
-              for p in pending if p.base_runs and p.new_runs]
-    window = max((f.window for f in files), default=math.nan)
-    if not shifts or not abs(float(np.median(shifts))) > window:
-        return ((kept, math.inf), "the spread of the runs kept beside those set aside") if kept > drift[0] \
-            else (drift, source)
-    return (slow, math.inf), (f"a slow state of the machine: runs set aside lay up to {math.expm1(slow):+.0%} "
-                              f"above the others, and the two sides differ as a whole by more than "
-                              f"{math.expm1(window):.0%}")
+    if kept > drift[0]:
+        drift, source = (kept, math.inf), "the spread of the runs kept beside those set aside"
+    both = [p for p in pending if p.base_runs and p.new_runs]
+    if len(both) < MIN_ROWS_FOR_PRIOR:         # no sweep to read a whole shift from: one row's is its own
+        return drift, source, 0.0
+    whole = float(np.median([_log_mean(p.new_runs) - _log_mean(p.base_runs) for p in both]))
+    state = min(abs(whole), STATE_LOG_SHIFT)
+    # the drift a row carries is drift² × concentration (one run's share of each side's mean)
+    concentration = float(np.median([run_concentration(p.base_runs) + run_concentration(p.new_runs) for p in both]))
+    seen = state / math.sqrt(concentration) if concentration > 0 else 0.0
+    if seen > drift[0]:
+        drift, source = (seen, math.inf), (f"the two sides differ as a whole by {math.expm1(whole):+.0%}, "
+                                           f"as a state of the machine can")
+    return drift, source, (STATE_ROW_SHARE * state) ** 2
 
 
 def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
@@ -289,7 +312,8 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         drift, drift_source = estimate_drift(list(spreads.values()),
                                              [[p.base_runs for p in pending], [p.new_runs for p in pending]],
                                              assumed_log_sd)
-        drift, drift_source = _slow_state_drift(files, pending, drift, drift_source)
+        drift, drift_source, state_var = _machine_state(files, pending, drift, drift_source)
+        pending = [dataclasses.replace(p, state_var=state_var) for p in pending]
     # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
     paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
                                                                [p.known_var for p in pending])))

@@ -20,12 +20,22 @@ from collbench.results.records import RunResult
 #: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
 #: one-round comparison flags only changes far beyond what launches alone do there.
 ASSUMED_LOG_SD = 0.25
-#: What a busy machine may do to a row on its own, beyond the rounds it visibly spoils (sd of log
-#: medians): a CPU-heavy neighbour also slows the rounds it does not spoil, by 3% typically and
-#: up to 30% for whole collectives (benchmarks/README.md, "the estimator"). A comparison whose
-#: sides were not equally busy carries it, in proportion to each side's busy share of the
-#: counted rounds; the two sides of one interleaved job share the machine and do not.
-BUSY_LOG_SD = 0.15
+#: What a busy machine may do to one row on its own, beyond the rounds it visibly spoils and
+#: beyond the whole sweep's shift (a state, below) (sd of log medians): beside a CPU-heavy
+#: neighbour rows lay 0.02-0.1 from their sweep's whole shift (benchmarks/README.md, "the
+#: machine's state"). A comparison whose sides were not equally busy carries it, in proportion
+#: to each side's busy share of the counted rounds; the two sides of one interleaved job share
+#: the machine and do not.
+BUSY_LOG_SD = 0.06
+#: How far a state of the machine may move a whole sweep, as the sd of the drift (log): states
+#: that outlast launches were seen to move every row by +11…+18% on a quiet machine and +4…+21%
+#: beside a CPU-heavy neighbour (benchmarks/README.md). A stored baseline's comparison reads the
+#: two sides' whole shift, up to this, as possibly the machine's; a uniform change beyond about
+#: three times it is called, and a smaller one is left to one interleaved job (collbench ab).
+STATE_LOG_SHIFT = 0.15
+#: How unevenly such a state moves the rows: each by a share of its own, of this sd relative to
+#: the whole shift (0.33-0.46 measured: allreduce and barrier more, bcast and gather less).
+STATE_ROW_SHARE = 0.45
 #: Whole runs made minutes apart move together (a machine-wide factor) by this fraction of the
 #: typical spread between the rounds of one run, unless a file merged from three or more runs
 #: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
