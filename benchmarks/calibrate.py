@@ -47,7 +47,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.results.aggregate import RowIdentity, build_row  # noqa: E402
+from collbench.results.aggregate import build_row  # noqa: E402
+from collbench.results.records import RowIdentity  # noqa: E402
 from collbench.collectives.registry import get_collective  # noqa: E402
 from collbench.analysis.compare import compare_runs, parse_threshold  # noqa: E402
 from collbench.results.loader import load_result  # noqa: E402

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collbench.results.aggregate import RowIdentity, build_row, round_data
+from collbench.results.aggregate import build_row, round_data
+from collbench.results.records import Row, RowIdentity, RunResult
 from collbench.collectives.registry import get_collective
 from collbench.results.exporters import exporter_for, write_atomic
-from collbench.results.records import Row, RunResult
 
 
 def metadata(**overrides) -> dict:
@@ -28,8 +28,10 @@ def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_si
              timing="latency") -> RowIdentity:
     coll = get_collective(collective)
     per_rank = size_bytes if coll.size_is_per_rank else size_bytes // world_size
-    return RowIdentity(collective, backend, dtype, op if coll.reduces else "none", world_size, world_size,
-                       size_bytes, per_rank, size_bytes // 4, timing, coll.bus_factor(world_size))
+    return RowIdentity(collective=collective, backend=backend, dtype=dtype, op=op if coll.reduces else "none",
+                       world_size=world_size, ranks_per_node=world_size, size_bytes=size_bytes,
+                       per_rank_bytes=per_rank, count=size_bytes // 4, timing=timing,
+                       bus_factor=coll.bus_factor(world_size))
 
 
 def row_with_rounds(rounds_samples, *, check="ok", **key) -> tuple:

@@ -282,3 +282,56 @@ def test_a_negative_count_or_size_is_refused(tmp_path, name):
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=f"bad value -5 in column {name}"):
         load_result(path)
+
+
+def _violations(value, schema: dict, where: str = "$") -> list:
+    """What of ``value`` breaks ``schema``: the keywords collbench's schema uses (type, const,
+    required, properties, items, minimum, maximum), checked as JSON Schema defines them."""
+    kinds = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list,
+             "object": dict, "null": type(None)}
+    out = []
+    if "type" in schema:
+        allowed = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        ok = any(isinstance(value, kinds[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
+                 for k in allowed)
+        if not ok:
+            return [f"{where}: {type(value).__name__} is not {allowed}"]
+    if "const" in schema and value != schema["const"]:
+        out.append(f"{where}: {value!r} is not {schema['const']!r}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < schema.get("minimum", value):
+        out.append(f"{where}: {value} below {schema['minimum']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > schema.get("maximum", value):
+        out.append(f"{where}: {value} above {schema['maximum']}")
+    if isinstance(value, dict):
+        out += [f"{where}: lacks {k}" for k in schema.get("required", []) if k not in value]
+        for k, sub in schema.get("properties", {}).items():
+            if k in value:
+                out += _violations(value[k], sub, f"{where}.{k}")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            out += _violations(item, schema["items"], f"{where}[{i}]")
+    return out
+
+
+def test_the_published_schema_is_the_one_the_rows_declare_and_files_follow_it(tmp_path):
+    """docs/result.schema.json is derived from records.Row; a file written now and the real
+    recorded runs of tests/data follow it, and every row column is described there."""
+    from pathlib import Path
+
+    from collbench.results.schema import json_schema
+
+    root = Path(__file__).resolve().parent.parent
+    published = json.loads((root / "docs" / "result.schema.json").read_text())
+    assert published == json_schema(), "docs/result.schema.json is stale: collbench schema > docs/result.schema.json"
+    row_schema = published["properties"]["rows"]["items"]
+    assert set(ROW_FIELDS) <= set(row_schema["properties"])
+    assert all(row_schema["properties"][name]["description"] for name in ROW_FIELDS)
+    written = write(run_of(sweep(), rounds=3), tmp_path / "r.json")
+    for path in [written, *sorted((root / "tests" / "data" / "gate").glob("*.json"))]:
+        document = json.loads(path.read_text())
+        assert _violations(document, published) == [], path.name
+    broken = json.loads(written.read_text())
+    broken["rows"][0]["size_bytes"] = -8
+    del broken["rows"][1]["backend"]
+    assert _violations(broken, published) == ["$.rows[0].size_bytes: -8 below 0", "$.rows[1]: lacks backend"]
+    assert json.loads(run_cli(["schema"], tmp_path).stdout) == published

@@ -29,14 +29,13 @@ import numpy as np
 
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
-from collbench.results.records import Row, RunResult
+from collbench.results.records import MATCH_FIELDS, Row, RunResult
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, STATE_LOG_SHIFT, STATE_ROW_SHARE, FileRounds, ab_job,
                                      estimate_drift, round_warnings)
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.runstats import (MIN_LOG_SD, MIN_ROWS_FOR_PRIOR, Change, detectable_change, estimate_change,
                                        paired_changes, rounds_needed, run_concentration, within_spread)
 
-MATCH_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "size_bytes", "timing")
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
 VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "insufficient data")
 DEFAULT_THRESHOLD = 0.05

@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from collbench.results.aggregate import RowIdentity, build_row, moderate_rows
+from collbench.results.aggregate import build_row, moderate_rows
+from collbench.results.records import RowIdentity, RunResult
 from collbench.collectives.registry import COLLECTIVES
 from collbench.analysis.comparability import metadata_warnings
 from collbench.errors import UsageError
-from collbench.results.records import RunResult
 
 
 def _bus_factor(row) -> float:

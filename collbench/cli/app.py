@@ -111,6 +111,16 @@ def env_command():
         print_report()
 
 
+@cli.command("schema")
+def schema_command():
+    """Print the JSON Schema of collbench's result files (also docs/result.schema.json)."""
+    import json
+
+    from collbench.results.schema import json_schema
+
+    print(json.dumps(json_schema(), indent=1, ensure_ascii=False))
+
+
 def main(argv=None) -> None:
     """Entry point: every failure that is not a bug is one line on stderr and an exit code."""
     from collbench.cli import streams

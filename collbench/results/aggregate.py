@@ -22,31 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from collbench.results.records import RoundData, Row, bandwidths
+from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, bandwidths
 from collbench.measure.runstats import SpreadPrior, spread_prior, summarize_rounds
 from collbench.measure.stats import summarize
-
-
-@dataclass(frozen=True)
-class RowIdentity:
-    """Everything about a row that does not come from timing."""
-
-    collective: str
-    backend: str
-    dtype: str
-    op: str
-    world_size: int
-    ranks_per_node: int
-    size_bytes: int
-    per_rank_bytes: int
-    count: int
-    timing: str
-    bus_factor: float
-
-    @classmethod
-    def of(cls, row: Row, bus_factor: float) -> "RowIdentity":
-        return cls(row.collective, row.backend, row.dtype, row.op, row.world_size, row.ranks_per_node,
-                   row.size_bytes, row.per_rank_bytes, row.count, row.timing, bus_factor)
 
 
 def round_data(round_number: int, samples_us, rank_means_us=None, *, precision_reached: bool,
@@ -92,10 +70,7 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
     nan = math.nan
     set_aside = across.set_aside if len(rounds) > 1 else 0
     return Row(
-        collective=identity.collective, backend=identity.backend, dtype=identity.dtype, op=identity.op,
-        world_size=identity.world_size, ranks_per_node=identity.ranks_per_node,
-        size_bytes=identity.size_bytes, per_rank_bytes=identity.per_rank_bytes, count=identity.count,
-        timing=identity.timing, iterations=sum(r.iterations for r in rounds),
+        **{name: getattr(identity, name) for name in KEY_FIELDS}, iterations=sum(r.iterations for r in rounds),
         time_us_p50=p50, time_us_ci_low=lo, time_us_ci_high=hi,
         time_us_mean=pooled.mean if pooled else nan, time_us_min=pooled.min if pooled else nan,
         time_us_p95=pooled.p95 if pooled else nan, time_us_p99=pooled.p99 if pooled else nan,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from collbench.measure.runstats import spread_prior
-from collbench.results.aggregate import RowIdentity, build_row, moderate
-from collbench.results.records import KEY_FIELDS, RoundData, Row, RunResult
+from collbench.results.aggregate import build_row, moderate
+from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, RunResult
 
 
 def _shallow(record) -> dict:

@@ -14,21 +14,16 @@ from pathlib import Path
 
 from collbench.errors import UsageError
 from collbench.results.exporters import CSV_METADATA_COLUMN
-from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, RoundData, Row, RunResult
+from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS,
+                                      RoundData, Row, RunResult)
 
-_INT = {"world_size", "ranks_per_node", "size_bytes", "per_rank_bytes", "count", "iterations", "rounds",
-        "rounds_set_aside"}
-_STR = {"collective", "backend", "dtype", "op", "timing", "check"}
-_BOOL = {"precision_reached", "rounds_disagree"}
-#: Fields added after schema version 1, with the value an older row has.
-_ADDED_LATER = {"rounds": 1, "run_to_run_cv": math.nan, "rounds_disagree": False, "time_us_round_p50s": None,
-                "rounds_set_aside": 0}
+_INT = {name for name, kind in COLUMN_TYPES.items() if kind == "int"}
+_STR = {name for name, kind in COLUMN_TYPES.items() if kind == "str"}
+_BOOL = {name for name, kind in COLUMN_TYPES.items() if kind == "bool"}
 
 
 #: Beyond this a figure is not a measurement (a microsecond count of 30 years is 1e15).
 _LARGEST = 1e15
-#: Figures derived from a spread, which a wild round can make astronomically wide but finite.
-_WIDE = {"time_us_ci_low", "time_us_ci_high", "run_to_run_cv"}
 
 
 def _float(v, limit: float = _LARGEST) -> float:
@@ -59,12 +54,12 @@ def _medians(v, where: str) -> tuple:
 
 
 def _row(record: dict, where: str) -> Row:
-    missing = [f for f in ROW_FIELDS if f not in record and f not in _ADDED_LATER]
+    missing = [f for f in ROW_FIELDS if f not in record and f not in ADDED_LATER]
     if missing:
         raise UsageError(f"{where}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     values = {}
     for name in ROW_FIELDS:
-        v = record.get(name, _ADDED_LATER.get(name))
+        v = record.get(name, ADDED_LATER.get(name))
         try:
             if name == "time_us_round_p50s":
                 continue
@@ -77,7 +72,7 @@ def _row(record: dict, where: str) -> Row:
             elif name in _BOOL:
                 values[name] = v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
             else:
-                values[name] = _float(v, math.inf if name in _WIDE else _LARGEST)
+                values[name] = _float(v, math.inf if name in WIDE_FIELDS else _LARGEST)
         except (TypeError, ValueError):
             raise UsageError(f"{where}: bad value {v!r} in column {name}") from None
     medians = record.get("time_us_round_p50s")
@@ -245,7 +240,7 @@ def _load_csv(path: Path, text: str) -> RunResult:
     twice = sorted({name for name in header if header.count(name) > 1})
     if twice:
         raise UsageError(f"{path}: not a readable CSV (column {twice[0]} appears twice)")
-    missing = [f for f in ROW_FIELDS if f not in header and f not in _ADDED_LATER]
+    missing = [f for f in ROW_FIELDS if f not in header and f not in ADDED_LATER]
     if missing:               # said even when there is no row to read
         raise UsageError(f"{path}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     lines = [line + [""] * (len(header) - len(line)) for line in lines]      # short lines: missing cells

@@ -9,49 +9,65 @@ them (``collbench.results.aggregate``); each round's own median, CI and samples 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
 SCHEMA_VERSION = 3
 
-KEY_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "ranks_per_node",
-              "size_bytes", "per_rank_bytes", "count", "timing")
+
+def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, default=MISSING,
+           wide: bool = False):
+    """One column of a result row, declared once: what it means (``doc``, also the JSON
+    Schema's description); ``identity``: it says which row this is (not what was measured);
+    ``matched``: ``compare`` matches rows of two files on it; ``older``: the value a file
+    written before the column existed has (files without it still load); ``wide``: a figure
+    derived from a spread, which a wild round can make astronomically large but finite."""
+    return field(default=default, metadata={"doc": doc, "identity": identity, "matched": matched,
+                                            "older": older, "wide": wide})
 
 
 @dataclass(frozen=True)
 class Row:
-    collective: str          # allreduce, bcast, ...
-    backend: str             # mpi, mpi-pickle, gloo, nccl
-    dtype: str               # element type, e.g. float32
-    op: str                  # reduction op, "none" for collectives that do not reduce
-    world_size: int          # ranks taking part
-    ranks_per_node: int      # most ranks sharing one host
-    size_bytes: int          # message size as nccl-tests defines it (README, Methodology, "Sizes")
-    per_rank_bytes: int      # each rank's share: size_bytes for allreduce/bcast/reduce, else size_bytes/n
-    count: int               # elements in size_bytes
-    timing: str              # latency or throughput
-    iterations: int          # timed samples taken, all rounds together
-    time_us_p50: float       # one round: median of the samples; several: geometric mean of the round
-                             # medians, rounds set aside as interference left out
-    time_us_ci_low: float    # 95% CI of time_us_p50: one round, from its samples (order statistics);
-    time_us_ci_high: float   # several, from the spread of the round medians (Student t on their logs)
-    time_us_mean: float      # mean, min, p95, p99, max: over the samples of every round
-    time_us_min: float
-    time_us_p95: float
-    time_us_p99: float
-    time_us_max: float
-    time_us_rank_avg: float  # average of the per-rank mean times (as OSU reports)
-    algbw_gbps: float        # size_bytes / median time
-    busbw_gbps: float        # algbw times the collective's bus factor
-    check: str               # ok, wrong:N or skipped
-    precision_reached: bool  # every round's CI reached --precision before its share of --max-time ran out
-    rounds: int = 1          # rounds that measured this row
-    run_to_run_cv: float = math.nan     # standard deviation / mean of the round medians (2+ rounds)
-    rounds_disagree: bool = False       # round medians spread far beyond their within-round CIs
-    time_us_round_p50s: tuple = ()      # each round's median, in round order
-    rounds_set_aside: int = 0           # rounds whose median lay far above the fastest round's
-                                        # (interference: runstats.clean_rounds), left out of p50 and its CI
+    """One row of a result: the single source of the columns of JSON and CSV files, of what the
+    loader accepts, of the fields that identify a row and of those ``compare`` matches on."""
+
+    collective: str = column("allreduce, bcast, ...", identity=True, matched=True)
+    backend: str = column("mpi, mpi-pickle, gloo, nccl", identity=True, matched=True)
+    dtype: str = column("element type, e.g. float32", identity=True, matched=True)
+    op: str = column("reduction op; none for collectives that do not reduce", identity=True, matched=True)
+    world_size: int = column("ranks taking part", identity=True, matched=True)
+    ranks_per_node: int = column("most ranks sharing one host", identity=True)
+    size_bytes: int = column("message size as nccl-tests defines it (README, Methodology, Sizes)",
+                             identity=True, matched=True)
+    per_rank_bytes: int = column("each rank's share: size_bytes for allreduce/bcast/reduce, else size_bytes / n",
+                                 identity=True)
+    count: int = column("elements in size_bytes", identity=True)
+    timing: str = column("latency or throughput", identity=True, matched=True)
+    iterations: int = column("timed samples taken, all rounds together")
+    time_us_p50: float = column("one round: median of the samples; several: geometric mean of the round medians, "
+                                "rounds set aside as interference left out (µs)")
+    time_us_ci_low: float = column("95% CI of time_us_p50: one round, from its samples (order statistics); "
+                                   "several, from the spread of the round medians (Student t on their logs)", wide=True)
+    time_us_ci_high: float = column("upper end of the 95% CI of time_us_p50", wide=True)
+    time_us_mean: float = column("mean over the samples of every round (µs)")
+    time_us_min: float = column("fastest sample of every round (µs)")
+    time_us_p95: float = column("95th percentile of the samples of every round (µs)")
+    time_us_p99: float = column("99th percentile of the samples of every round (µs)")
+    time_us_max: float = column("slowest sample of every round (µs)")
+    time_us_rank_avg: float = column("average of the per-rank mean times, as OSU reports (µs)")
+    algbw_gbps: float = column("size_bytes / time_us_p50 (GB/s, GB = 1e9 bytes)")
+    busbw_gbps: float = column("algbw_gbps times the collective's bus factor (nccl-tests' convention)")
+    check: str = column("ok, wrong:N or skipped")
+    precision_reached: bool = column("every round's CI reached --precision before its share of --max-time ran out")
+    rounds: int = column("rounds that measured this row", older=1, default=1)
+    run_to_run_cv: float = column("standard deviation / mean of the round medians (2+ rounds)", older=math.nan,
+                                  default=math.nan, wide=True)
+    rounds_disagree: bool = column("round medians spread far beyond their within-round CIs", older=False,
+                                   default=False)
+    time_us_round_p50s: tuple = column("each round's median, in round order (µs)", older=None, default=())
+    rounds_set_aside: int = column("rounds whose median lay far above the fastest round's (interference), "
+                                   "left out of time_us_p50 and its CI", older=0, default=0)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -61,6 +77,21 @@ class Row:
 
 
 ROW_FIELDS = tuple(f.name for f in fields(Row))
+#: What says which row this is; a run holds one row per value of these.
+KEY_FIELDS = tuple(f.name for f in fields(Row) if f.metadata["identity"])
+#: What ``compare`` matches two files' rows on (the identity, less what follows from it).
+MATCH_FIELDS = tuple(f.name for f in fields(Row) if f.metadata["matched"])
+#: Columns added after schema version 1, with the value an older row has.
+ADDED_LATER = {f.name: f.metadata["older"] for f in fields(Row) if f.metadata["older"] is not MISSING}
+#: Columns by type, as the annotations give them ("int", "float", "str", "bool", "tuple").
+COLUMN_TYPES = {f.name: str(f.type) for f in fields(Row)}
+WIDE_FIELDS = frozenset(f.name for f in fields(Row) if f.metadata["wide"])
+
+#: Everything about a row that does not come from timing: its identity and its bus factor.
+RowIdentity = make_dataclass(
+    "RowIdentity", [(name, COLUMN_TYPES[name]) for name in KEY_FIELDS] + [("bus_factor", "float")], frozen=True,
+    namespace={"of": classmethod(lambda cls, row, bus_factor: cls(**{n: getattr(row, n) for n in KEY_FIELDS},
+                                                                   bus_factor=bus_factor))})
 
 
 def bandwidths(size_bytes: int, median_us: float, bus_factor: float) -> tuple[float, float]:

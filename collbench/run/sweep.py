@@ -15,7 +15,8 @@ from collbench.measure import harness
 from collbench.measure import memory
 from collbench.launch import supervise
 from collbench.launch.watchdog import Watchdog
-from collbench.results.aggregate import RowIdentity, round_data
+from collbench.results.aggregate import round_data
+from collbench.results.records import RowIdentity
 from collbench.collectives.base import Collective
 from collbench.collectives.registry import get_collective
 from collbench.collectives.datatypes import NO_OP, CheckPattern, dtype_of, pattern
@@ -227,9 +228,10 @@ class Sweep:
                 m = harness.measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
                                     settings=dataclasses.replace(settings, mode=timing))
                 if rank == 0:
-                    identity = RowIdentity(coll.name, backend_name, plan.dtype, op_name, n, self.ranks_per_node,
-                                           point.size_bytes, point.per_rank_bytes, point.elements, timing,
-                                           coll.bus_factor(n))
+                    identity = RowIdentity(collective=coll.name, backend=backend_name, dtype=plan.dtype, op=op_name,
+                                           world_size=n, ranks_per_node=self.ranks_per_node,
+                                           size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
+                                           count=point.elements, timing=timing, bus_factor=coll.bus_factor(n))
                     means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
                     self.out.add(identity, self._sort_key(coll, backend_name, point, timing),
                                  round_data(round_number, m.samples_us, means, precision_reached=m.precision_reached,

@@ -1,0 +1,84 @@
+"""The JSON Schema of collbench's result files, for the CI tools that read them.
+
+Derived, not written: a row's properties come from the columns of ``records.Row`` (their types
+and descriptions), so a new column reaches the files, the loader, ``compare`` and this schema
+from one place. ``collbench schema`` prints it; docs/result.schema.json is a copy the tests
+keep identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from collbench.results.records import ADDED_LATER, SCHEMA, SCHEMA_VERSION, Row
+
+_JSON_TYPES = {"str": {"type": "string"}, "int": {"type": "integer", "minimum": 0}, "bool": {"type": "boolean"},
+               # JSON has no NaN: a figure that could not be computed is null
+               "float": {"type": ["number", "null"]},
+               "tuple": {"type": "array", "items": {"type": ["number", "null"]}}}
+
+_NUMBERS = {"type": ["array", "null"], "items": {"type": ["number", "null"]}}
+
+_ROUND = {
+    "type": "object",
+    "description": "what one round (one launch) measured for this row",
+    "required": ["round", "iterations", "time_us_p50"],
+    "properties": {
+        "round": {"type": "integer", "minimum": 1, "description": "1-based, as in metadata.rounds"},
+        "iterations": {"type": "integer", "minimum": 0},
+        "time_us_p50": {"type": ["number", "null"], "description": "this round's median (µs)"},
+        "time_us_ci_low": {"type": ["number", "null"], "description": "its within-round 95% CI (order statistics)"},
+        "time_us_ci_high": {"type": ["number", "null"]},
+        "precision_reached": {"type": "boolean"},
+        "check": {"type": "string", "description": "ok, wrong:N or skipped"},
+        "calls_per_sample": {"type": "integer", "minimum": 1,
+                             "description": "calls timed together in one sample (throughput mode)"},
+        "samples_us": dict(_NUMBERS, description="per iteration: max over ranks (latency) or loop / calls"),
+        "rank_means_us": dict(_NUMBERS, description="each rank's mean time"),
+    },
+}
+
+_RANKS = {
+    "slowest_rank": {"type": ["integer", "null"], "description": "written for readers, never read back"},
+    "slowest_rank_host": {"type": ["string", "null"]},
+    "slowest_rank_us": {"type": ["number", "null"]},
+    "slowest_rank_rel": {"type": ["number", "null"]},
+    "outlier_ranks": {"type": ["array", "null"], "items": {"type": "object"}},
+}
+
+
+def _column(f) -> dict:
+    out = dict(_JSON_TYPES[str(f.type)])
+    out["description"] = f.metadata["doc"]
+    return out
+
+
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of a result file of the current schema version."""
+    row_fields = fields(Row)
+    required = [f.name for f in row_fields if f.name not in ADDED_LATER]     # older files lack the others
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://collbench.invalid/schema/result-v{SCHEMA_VERSION}.json",
+        "title": "collbench result file",
+        "description": "One run of collbench: its metadata, and one row per (collective, backend, dtype, op, world "
+                       "size, size, timing) with what each round measured. Older files (schema_version 1, 2) "
+                       "lack the columns marked as added later and still load.",
+        "type": "object",
+        "required": ["schema", "schema_version", "metadata", "rows"],
+        "properties": {
+            "schema": {"const": SCHEMA},
+            "schema_version": {"type": "integer", "minimum": 2, "maximum": SCHEMA_VERSION,
+                               "description": f"{SCHEMA_VERSION} now; earlier versions lack the columns added "
+                                              f"since (rounds_set_aside: 3); version 1, before rounds, still "
+                                              f"loads and is not described here"},
+            "metadata": {"type": "object", "description": "the run: versions, hosts, settings, rounds"},
+            "notes": {"type": "array", "items": {"type": "string"}},
+            "rows": {"type": "array", "items": {
+                "type": "object",
+                "required": required,
+                "properties": {**{f.name: _column(f) for f in row_fields}, **_RANKS,
+                               "round_details": {"type": "array", "items": _ROUND}},
+            }},
+        },
+    }
