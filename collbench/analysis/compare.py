@@ -34,7 +34,7 @@ from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, STATE_LOG_SHIF
                                      estimate_drift, round_warnings)
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.runstats import (MIN_LOG_SD, MIN_ROWS_FOR_PRIOR, Change, detectable_change, estimate_change,
-                                       paired_changes, rounds_needed, run_concentration, within_spread)
+                                       log_change, paired_changes, rounds_needed, run_concentration, within_spread)
 
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
 VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "insufficient data")
@@ -234,10 +234,6 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                          c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason)
 
 
-def _log_mean(runs) -> float:
-    return float(np.mean(np.log(np.concatenate([np.asarray(g, float) for g in runs]))))
-
-
 def _machine_state(files: tuple, pending: list, drift: tuple, source: str) -> tuple:
     """The drift of a stored baseline, judged with the state of the machine in mind: ((sd, df),
     description, the state's share of a row's variance taken as known).
@@ -256,13 +252,14 @@ def _machine_state(files: tuple, pending: list, drift: tuple, source: str) -> tu
     kept = max((f.kept_sd for f in files if f.slow and math.isfinite(f.kept_sd)), default=0.0)
     if kept > drift[0]:
         drift, source = (kept, math.inf), "the spread of the runs kept beside those set aside"
-    both = [p for p in pending if p.base_runs and p.new_runs]
-    if len(both) < MIN_ROWS_FOR_PRIOR:         # no sweep to read a whole shift from: one row's is its own
+    shifts = [(c, p) for p in pending if (c := log_change(p.base_runs, p.new_runs)) is not None]
+    if len(shifts) < MIN_ROWS_FOR_PRIOR:       # no sweep to read a whole shift from: one row's is its own
         return drift, source, 0.0
-    whole = float(np.median([_log_mean(p.new_runs) - _log_mean(p.base_runs) for p in both]))
+    whole = float(np.median([c for c, _ in shifts]))
     state = min(abs(whole), STATE_LOG_SHIFT)
     # the drift a row carries is drift² × concentration (one run's share of each side's mean)
-    concentration = float(np.median([run_concentration(p.base_runs) + run_concentration(p.new_runs) for p in both]))
+    concentration = float(np.median([run_concentration(p.base_runs) + run_concentration(p.new_runs)
+                                     for _, p in shifts]))
     seen = state / math.sqrt(concentration) if concentration > 0 else 0.0
     if seen > drift[0]:
         drift, source = (seen, math.inf), (f"the two sides differ as a whole by {math.expm1(whole):+.0%}, "

@@ -366,6 +366,17 @@ def run_concentration(runs) -> float:
     return sum(n * n for n in sizes) / (total * total) if total else 0.0
 
 
+def log_change(baseline, new) -> Optional[float]:
+    """The difference of the sides' mean log medians (each a list of runs of round medians);
+    None if either side has none: the point estimate of ``estimate_change``."""
+    a, b = _logs(baseline), _logs(new)
+    return _difference(a, b) if a and b else None
+
+
+def _difference(a_logs: list, b_logs: list) -> float:
+    return float(np.concatenate(b_logs).mean() - np.concatenate(a_logs).mean())
+
+
 def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: float = 0.0,
                     confidence: float = CONFIDENCE) -> Optional[Change]:
     """The change from ``baseline`` to ``new`` (each a list of runs, each run a list of round
@@ -389,7 +400,7 @@ def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: f
     denominator = sum(v * v / df for v, df in parts if v > 0 and math.isfinite(df))
     df = variance * variance / denominator if denominator > 0 else math.inf
     se = math.sqrt(variance)
-    estimate = float(np.concatenate(b).mean() - np.concatenate(a).mean())
+    estimate = _difference(a, b)
     half = t_quantile(0.5 + confidence / 2, df) * se
     return Change(na, nb, estimate, se, df, estimate - half, estimate + half,
                   t_two_sided_p(estimate / se, df), spread.source)

@@ -105,16 +105,16 @@ def bandwidths(size_bytes: int, median_us: float, bus_factor: float) -> tuple[fl
 class RoundData:
     """What one round measured for one row (JSON only; CSV keeps the rows)."""
 
-    round: int                    # 1-based round number, as in the metadata's ``rounds``
-    iterations: int
-    time_us_p50: float            # this round's median
-    time_us_ci_low: float         # its within-round 95% CI (order statistics)
-    time_us_ci_high: float
-    precision_reached: bool
-    check: str                    # ok, wrong:N or skipped
-    calls_per_sample: int = 1     # calls timed together in one sample (throughput mode: k)
-    samples_us: Optional[tuple] = None      # per iteration: max over ranks (latency) or loop / k
-    rank_means_us: Optional[tuple] = None   # each rank's mean time
+    round: int = column("1-based round number, as in the metadata's rounds")
+    iterations: int = column("timed samples of this round")
+    time_us_p50: float = column("this round's median (µs)")
+    time_us_ci_low: float = column("its within-round 95% CI (order statistics)", wide=True)
+    time_us_ci_high: float = column("upper end of its within-round 95% CI", wide=True)
+    precision_reached: bool = column("its CI reached --precision before its share of --max-time ran out")
+    check: str = column("ok, wrong:N or skipped")
+    calls_per_sample: int = column("calls timed together in one sample (throughput mode: k)", default=1)
+    samples_us: Optional[tuple] = column("per iteration: max over ranks (latency) or loop / k", default=None)
+    rank_means_us: Optional[tuple] = column("each rank's mean time", default=None)
 
 
 @dataclass

@@ -1,41 +1,33 @@
 """The JSON Schema of collbench's result files, for the CI tools that read them.
 
-Derived, not written: a row's properties come from the columns of ``records.Row`` (their types
-and descriptions), so a new column reaches the files, the loader, ``compare`` and this schema
+Derived, not written: a row's properties come from the columns of ``records.Row`` and a
+round's from ``records.RoundData`` (their types and descriptions), so a new column reaches the files, the loader, ``compare`` and this schema
 from one place. ``collbench schema`` prints it; docs/result.schema.json is a copy the tests
 keep identical.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
-from collbench.results.records import ADDED_LATER, SCHEMA, SCHEMA_VERSION, Row
+from collbench.results.records import ADDED_LATER, SCHEMA, SCHEMA_VERSION, RoundData, Row
 
 _JSON_TYPES = {"str": {"type": "string"}, "int": {"type": "integer", "minimum": 0}, "bool": {"type": "boolean"},
                # JSON has no NaN: a figure that could not be computed is null
                "float": {"type": ["number", "null"]},
-               "tuple": {"type": "array", "items": {"type": ["number", "null"]}}}
+               "tuple": {"type": "array", "items": {"type": ["number", "null"]}},
+               "Optional[tuple]": {"type": ["array", "null"], "items": {"type": ["number", "null"]}}}
 
-_NUMBERS = {"type": ["array", "null"], "items": {"type": ["number", "null"]}}
+def _described(f) -> dict:
+    """A declared column (``records.column``) as a JSON Schema property."""
+    return dict(_JSON_TYPES[str(f.type)], description=f.metadata["doc"])
+
 
 _ROUND = {
     "type": "object",
     "description": "what one round (one launch) measured for this row",
-    "required": ["round", "iterations", "time_us_p50"],
-    "properties": {
-        "round": {"type": "integer", "minimum": 1, "description": "1-based, as in metadata.rounds"},
-        "iterations": {"type": "integer", "minimum": 0},
-        "time_us_p50": {"type": ["number", "null"], "description": "this round's median (µs)"},
-        "time_us_ci_low": {"type": ["number", "null"], "description": "its within-round 95% CI (order statistics)"},
-        "time_us_ci_high": {"type": ["number", "null"]},
-        "precision_reached": {"type": "boolean"},
-        "check": {"type": "string", "description": "ok, wrong:N or skipped"},
-        "calls_per_sample": {"type": "integer", "minimum": 1,
-                             "description": "calls timed together in one sample (throughput mode)"},
-        "samples_us": dict(_NUMBERS, description="per iteration: max over ranks (latency) or loop / calls"),
-        "rank_means_us": dict(_NUMBERS, description="each rank's mean time"),
-    },
+    "required": [f.name for f in fields(RoundData) if f.default is MISSING],
+    "properties": {f.name: _described(f) for f in fields(RoundData)},
 }
 
 _RANKS = {
@@ -45,12 +37,6 @@ _RANKS = {
     "slowest_rank_rel": {"type": ["number", "null"]},
     "outlier_ranks": {"type": ["array", "null"], "items": {"type": "object"}},
 }
-
-
-def _column(f) -> dict:
-    out = dict(_JSON_TYPES[str(f.type)])
-    out["description"] = f.metadata["doc"]
-    return out
 
 
 def json_schema() -> dict:
@@ -77,7 +63,7 @@ def json_schema() -> dict:
             "rows": {"type": "array", "items": {
                 "type": "object",
                 "required": required,
-                "properties": {**{f.name: _column(f) for f in row_fields}, **_RANKS,
+                "properties": {**{f.name: _described(f) for f in row_fields}, **_RANKS,
                                "round_details": {"type": "array", "items": _ROUND}},
             }},
         },
