@@ -30,8 +30,8 @@ import numpy as np
 
 from collbench.backends import backend_class
 from collbench.backends._mpi import MpiControl, mpi_module
-from collbench.collectives.datatypes import OPS, dtype_of
-from collbench.collectives.registry import get_collective
+from collbench.benchmarks.datatypes import OPS, dtype_of
+from collbench.benchmarks.registry import get_benchmark
 from collbench.measure.harness import TimingSettings, measure
 from collbench.measure.stats import median_ci
 
@@ -112,7 +112,7 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     buffers = backend.allocate(send_len=count, recv_len=count, dtype=FLOAT32, in_place=False)
     backend.fill(buffers, start=0, values=OPS["sum"].value(control.rank, np.arange(count), control.size)
                  .astype(FLOAT32.host))
-    bound = backend.bind(buffers, collective=get_collective("allreduce"), send_len=count, recv_len=count, op="sum", root=0)
+    bound = backend.bind(buffers, collective=get_benchmark("allreduce"), send_len=count, recv_len=count, op="sum", root=0)
     call, loop = BARE[name](backend, buffers, count)
     defaults = TimingSettings()
 

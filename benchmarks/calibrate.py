@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collbench.results.aggregate import build_row  # noqa: E402
 from collbench.results.records import RowIdentity  # noqa: E402
-from collbench.collectives.registry import get_collective  # noqa: E402
+from collbench.benchmarks.registry import get_benchmark  # noqa: E402
 from collbench.analysis.compare import compare_runs, parse_threshold  # noqa: E402
 from collbench.results.loader import load_result  # noqa: E402
 from collbench.analysis.merge import merge_runs  # noqa: E402
@@ -114,7 +114,7 @@ def shifted(result: RunResult, factor: float) -> RunResult:
     out = RunResult(metadata=result.metadata)
     for row, data in zip(result.rows, result.rounds):
         rounds = tuple(dataclasses.replace(d, time_us_p50=d.time_us_p50 * factor) for d in data)
-        identity = RowIdentity.of(row, get_collective(row.collective).bus_factor(row.world_size))
+        identity = RowIdentity.of(row, get_benchmark(row.collective).bus_factor(row.world_size))
         rebuilt = build_row(identity, rounds)
         out.add(rebuilt, rounds)
     return out

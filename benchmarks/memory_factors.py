@@ -40,13 +40,13 @@ import time
 import uuid
 from pathlib import Path
 
-from collbench.collectives.registry import ORDER, get_collective
+from collbench.benchmarks.registry import ORDER, get_benchmark
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from collbench.measure import memory
 from collbench.measure.sizes import parse_bytes
 
 HERE = Path(__file__).resolve().parent
-COLLECTIVES = tuple(name for name in ORDER if get_collective(name).moves_data)
+COLLECTIVES = tuple(name for name in ORDER if get_benchmark(name).moves_data)
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
                "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "TORCHELASTIC_RUN_ID")
 # (backend, ranks) -> sizes; 1G only where 2 ranks stay well under the cgroup's limit
@@ -142,7 +142,7 @@ def main() -> int:
                 print(f"{backend}, {n} ranks: base " + ", ".join(f"{b / 2**20:.0f}" for b in base) + " MiB",
                       flush=True)
                 for name in collectives:
-                    coll = get_collective(name)
+                    coll = get_benchmark(name)
                     for size in sizes:
                         before = cgroup.oom_kills() if cgroup else 0
                         got, err, wall = peaks(mpiexec, n, [name, "--backend", backend, "--sizes", size, *common],
@@ -187,7 +187,7 @@ def summary(rows: list) -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
     worst = None
     for backend, n, name, nominal, got, base in rows:
-        rooted = get_collective(name).rooted
+        rooted = get_benchmark(name).rooted
         for rank, peak in enumerate(got):
             need = base[rank] + memory.rank_need(name, FAMILY[backend], nominal, rooted and rank == 0)
             if worst is None or need / peak < worst[0]:

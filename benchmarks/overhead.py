@@ -39,7 +39,7 @@ import numpy as np
 
 from collbench.measure import harness
 from collbench.backends.base import Bound, Control
-from collbench.collectives.registry import get_collective
+from collbench.benchmarks.registry import get_benchmark
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from collbench.run.metadata import cpu_model
 from collbench.measure.sizes import format_size, parse_bytes
@@ -372,7 +372,7 @@ def memory(mpiexec: str, workdir: str, top: str) -> None:
                                     workdir)
         if "skipped" in err:
             print("  note: " + "; ".join(line for line in err.splitlines() if "skipped" in line))
-        send, recv = get_collective(name).lengths(largest // 4, RANKS)
+        send, recv = get_benchmark(name).lengths(largest // 4, RANKS)
         buffers = (send + recv) * 4
         ratio = max(peaks) / buffers
         print(f"  {name:<9}: peak " + ", ".join(f"rank {r} {p / mib:.0f} MiB" for r, p in enumerate(peaks))

@@ -11,7 +11,8 @@ import numpy as np
 
 from collbench.results.aggregate import build_row, round_data
 from collbench.results.records import Row, RowIdentity, RunResult
-from collbench.collectives.registry import get_collective
+from collbench.benchmarks.base import Roles
+from collbench.benchmarks.registry import get_benchmark
 from collbench.results.exporters import exporter_for, write_atomic
 
 
@@ -25,13 +26,13 @@ def metadata(**overrides) -> dict:
 
 
 def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2, dtype="float32", op="sum",
-             timing="latency") -> RowIdentity:
-    coll = get_collective(collective)
+             timing="latency", pair=(0, 1), window=64) -> RowIdentity:
+    coll = get_benchmark(collective)
     per_rank = size_bytes if coll.size_is_per_rank else size_bytes // world_size
     return RowIdentity(collective=collective, backend=backend, dtype=dtype, op=op if coll.reduces else "none",
                        world_size=world_size, ranks_per_node=world_size, size_bytes=size_bytes,
                        per_rank_bytes=per_rank, count=size_bytes // 4, timing=timing,
-                       bus_factor=coll.bus_factor(world_size))
+                       bus_factor=coll.bus_factor(world_size), **coll.row_axes(Roles(pair=pair, window=window)))
 
 
 def row_with_rounds(rounds_samples, *, check="ok", **key) -> tuple:

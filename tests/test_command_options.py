@@ -1,5 +1,5 @@
 """Each measuring command has exactly its options: --help lists them, one that does not apply is
-refused with the reason (one line, exit 2), and ``all`` takes every one."""
+refused with the reason (one line, exit 2), and ``all`` takes every one a collective uses."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from collbench.collectives.registry import ORDER
+from collbench.benchmarks.registry import NAMES, ORDER
 
 COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
           "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
@@ -38,8 +38,8 @@ def _long_options(help_text: str) -> set:
     return {m.group(1) for m in re.finditer(r"^\s+(?:-\w, )?(--[\w-]+)", help_text, re.M)}
 
 
-def test_every_collective_has_an_expected_option_set():
-    assert set(EXPECTED) == set(ORDER) | {"all"}
+def test_every_benchmark_has_an_expected_option_set():
+    assert set(EXPECTED) == set(NAMES) | {"all"}
 
 
 @pytest.mark.parametrize("command", sorted(EXPECTED))
@@ -128,7 +128,7 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "..." not in text.split("Commands:")[1]             # no description cut mid-sentence
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
-    assert commands[:len(ORDER)] == list(ORDER) and commands[len(ORDER):len(ORDER) + 2] == ["all", "env"]
+    assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 2] == ["all", "env"]
 
 
 def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(tmp_path):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from collbench.backends.devices import PAGE, HostDevice, TorchDevice
-from collbench.collectives.datatypes import dtype_of
+from collbench.benchmarks.datatypes import dtype_of
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64"])

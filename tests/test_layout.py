@@ -14,18 +14,18 @@ PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()
 #: what each package may import of collbench besides itself and ``collbench.errors`` (as its
 #: ``__init__`` docstring says); a name covers its submodules
 MAY_IMPORT = {
-    "collectives": set(),
-    "measure": {"collectives", "backends.base"},
-    "backends": {"collectives", "launch", "results.records"},
+    "benchmarks": set(),
+    "measure": {"benchmarks", "backends.base"},
+    "backends": {"benchmarks", "launch", "results.records"},
     "launch": {"run.rounds", "results.journal", "results.recover"},
-    "results": {"measure", "collectives.registry"},
-    "analysis": {"measure", "results", "collectives"},
-    "run": {"measure", "collectives", "backends", "launch", "results"},
-    "cli": {"run", "analysis", "results", "measure", "collectives", "backends", "launch"},
+    "results": {"measure", "benchmarks.registry"},
+    "analysis": {"measure", "results", "benchmarks"},
+    "run": {"measure", "benchmarks", "backends", "launch", "results"},
+    "cli": {"run", "analysis", "results", "measure", "benchmarks", "backends", "launch"},
 }
 #: third-party modules a package may import at all (the standard library always)
 THIRD_PARTY = {
-    "collectives": {"numpy"},
+    "benchmarks": {"numpy"},
     "measure": {"numpy"},
     "backends": {"numpy", "mpi4py", "torch"},
     "launch": set(),          # a guardian forks before anything heavy is imported

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.collectives.registry import COLLECTIVES
+from collbench.benchmarks.registry import COLLECTIVES
 from collbench.launch import oom
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from collbench.measure import memory

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from collbench.collectives.registry import ORDER, get_collective
+from collbench.benchmarks.registry import ORDER, get_benchmark
 from collbench.results.loader import load_result
 from collbench.results.ranks import RANK_FIELDS
 from collbench.results.records import ROW_FIELDS
@@ -33,7 +33,7 @@ def _check_rows(rows, n, backends):
             continue
         itemsize = 4
         assert r["count"] * itemsize == r["size_bytes"]
-        if get_collective(r["collective"]).size_is_per_rank:
+        if get_benchmark(r["collective"]).size_is_per_rank:
             assert r["per_rank_bytes"] == r["size_bytes"]
         else:
             assert r["size_bytes"] % (n * itemsize) == 0

@@ -8,6 +8,7 @@ import pytest
 
 from collbench.launch.spawn import find_mpiexec
 from results_helpers import metadata, one_line_error, run_cli, run_of, sweep, write
+from collbench.results.records import SCHEMA_VERSION
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
 
@@ -238,7 +239,7 @@ def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp
     proc = run_cli(["merge", v1, copy, "-o", "old.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "old.json").read_text())
-    assert doc["schema_version"] == 3 and all(r["rounds"] == 2 for r in doc["rows"])
+    assert doc["schema_version"] == SCHEMA_VERSION and all(r["rounds"] == 2 for r in doc["rows"])
     assert [r["run_id"] for r in doc["metadata"]["rounds"]] == [v1.name, copy.name]
     for args, message in ((["merge", files["base"], "-o", "x.json"], "two or more"),
                           (["merge", v1, v1, "-o", "x.json"], "the same run"),

@@ -137,7 +137,7 @@ def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path
     import subprocess
     import sys
 
-    from collbench.collectives.registry import ORDER
+    from collbench.benchmarks.registry import ORDER
     from collbench.results.tables import format_us
 
     proc = subprocess.run([sys.executable, "-m", "collbench", "all", "-n", "2", "--rounds", "2", "--iters", "20",

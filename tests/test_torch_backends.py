@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.collectives.registry import ORDER
+from collbench.benchmarks.registry import ORDER
 from conftest import FAST, cli, load_json, mpirun
 from collbench.results.loader import load_result
 

@@ -9,5 +9,5 @@ and rounds inside a file: busy rounds, run ids, drift between runs), ``significa
 one sweep into one file, with ``comparability``'s warnings), ``plot``.
 
 May import: ``collbench.errors``, ``collbench.measure``, ``collbench.results``,
-``collbench.collectives``, numpy, rich, matplotlib (plot only, lazily).
+``collbench.benchmarks``, numpy, rich, matplotlib (plot only, lazily).
 """

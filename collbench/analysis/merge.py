@@ -15,13 +15,13 @@ from pathlib import Path
 
 from collbench.results.aggregate import build_row, moderate_rows
 from collbench.results.records import RowIdentity, RunResult
-from collbench.collectives.registry import COLLECTIVES
+from collbench.benchmarks.registry import BENCHMARKS
 from collbench.analysis.comparability import metadata_warnings
 from collbench.errors import UsageError
 
 
 def _bus_factor(row) -> float:
-    collective = COLLECTIVES.get(row.collective)
+    collective = BENCHMARKS.get(row.collective)
     if collective is not None:
         return collective.bus_factor(row.world_size)
     return row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 1.0   # a collective this version lacks

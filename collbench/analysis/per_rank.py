@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from statistics import median
 
-from collbench.collectives.registry import COLLECTIVES
+from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
@@ -26,7 +26,8 @@ def _listed(names: list) -> str:
 
 
 _ROOTED = _listed([name for name, c in COLLECTIVES.items() if c.rooted])    # bcast, reduce, gather and scatter
-_SAME_WORK = ", ".join(name for name, c in COLLECTIVES.items() if not c.rooted)
+_PAIRED = _listed([name for name, c in BENCHMARKS.items() if c.paired])      # pingpong, bw and bibw
+_SAME_WORK = ", ".join(name for name, c in BENCHMARKS.items() if c.same_work)
 
 RULE_NOTES = (
     "slowest: the rank with the highest mean time per call against the median rank of its round (median over "
@@ -36,8 +37,9 @@ RULE_NOTES = (
     "a rank late into a call delays every rank as much: it makes every rank slower, not one; this view finds "
     "ranks that end late (slow to unpack, reduce or receive)",
 )
-NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED} do "
-                   "different work, and with fewer than 3 ranks compared neither is an outlier of the other")
+NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED}, and the two sides "
+                   f"of {_PAIRED} (the others wait), do different work, and with fewer than 3 ranks compared "
+                   "neither is an outlier of the other")
 HOST_NOTES = (
     f"per host: every round of the rows where every rank does the same work ({_SAME_WORK}), with the hosts as "
     "that round placed the ranks; median ×: its ranks' times against "

@@ -11,7 +11,7 @@ Here: ``base`` (the interface and the control channel), ``devices`` (where buffe
 control channel), ``_torch`` (torch.distributed's set-up, the torch control channel),
 ``torchdist`` (the torch backends' calls).
 
-May import: ``collbench.errors``, ``collbench.collectives``, ``collbench.launch`` (where the
+May import: ``collbench.errors``, ``collbench.benchmarks``, ``collbench.launch`` (where the
 rank is, rendezvous), ``collbench.results.records`` (the MPI library's name), numpy; mpi4py and
 torch only inside the functions that set a backend up.
 """

@@ -16,8 +16,8 @@ import numpy as np
 from collbench.backends.devices import HostDevice
 
 if TYPE_CHECKING:
-    from collbench.collectives.base import Collective
-    from collbench.collectives.datatypes import Dtype
+    from collbench.benchmarks.base import Benchmark, Roles
+    from collbench.benchmarks.datatypes import Dtype
 
 
 class Control(ABC):
@@ -101,7 +101,7 @@ class Backend(ABC):
     def size(self) -> int: ...
 
     @classmethod
-    def supports(cls, *, collective: "Collective", dtype: "Dtype", op: str) -> Optional[str]:
+    def supports(cls, *, collective: "Benchmark", dtype: "Dtype", op: str) -> Optional[str]:
         """None if this combination can run, else the reason it cannot (asked when the plan is
         built, before any rank starts)."""
         if cls.family is not None and not collective.issued_by(cls.family):
@@ -118,10 +118,12 @@ class Backend(ABC):
         self.device.fill(buffers, start, values)
 
     @abstractmethod
-    def bind(self, buffers: Any, *, collective: "Collective", send_len: int, recv_len: int,
-             op: str, root: int) -> Bound:
-        """One call of ``collective`` (a ``collbench.collectives.base.Collective``) over the
-        first ``send_len`` / ``recv_len`` elements of the buffers."""
+    def bind(self, buffers: Any, *, collective: "Benchmark", send_len: int, recv_len: int,
+             op: str, roles: "Roles") -> Bound:
+        """One call of ``collective`` (a ``collbench.benchmarks.base.Benchmark``: a collective or
+        a point-to-point exchange) over the first ``send_len`` / ``recv_len`` elements of the
+        buffers; ``roles`` says where the ranks stand (the root, the pair, the window). Called on
+        the ranks that take part only."""
 
     @abstractmethod
     def barrier(self) -> None: ...

@@ -48,7 +48,7 @@ class HostDevice:
         return raw[offset:offset + length * dtype.itemsize].view(dtype)
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
-        """``dtype``: a ``collbench.collectives.datatypes.Dtype`` that numpy has."""
+        """``dtype``: a ``collbench.benchmarks.datatypes.Dtype`` that numpy has."""
         send = self._aligned_zeros(max(send_len, 1), dtype.numpy)
         recv = send if in_place else self._aligned_zeros(max(recv_len, 1), dtype.numpy)
         return Buffers(send, recv, in_place)
@@ -82,7 +82,7 @@ class TorchDevice:
         self.asynchronous = device.type == "cuda"
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
-        """``dtype``: a ``collbench.collectives.datatypes.Dtype`` (bfloat16 included)."""
+        """``dtype``: a ``collbench.benchmarks.datatypes.Dtype`` (bfloat16 included)."""
         tdt = getattr(self.torch, dtype.name)
         send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
         recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
-from collbench.collectives.base import BufferCall
+from collbench.benchmarks.base import BufferCall
 
 
 class MpiBackend(MpiBase, Backend):
@@ -16,11 +16,11 @@ class MpiBackend(MpiBase, Backend):
         self._ops = {"sum": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
                      "prod": self.MPI.PROD, "none": self.MPI.SUM}
 
-    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
-        call = collective.buffer_call(BufferCall(self.comm, buffers.send[:send_len], buffers.recv[:recv_len],
-                                                 self._ops[op], root))
+    def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
+        call = collective.buffer_call(BufferCall(self.rank, self.size, roles, self.comm, buffers.send[:send_len],
+                                                 buffers.recv[:recv_len], self._ops[op]))
         view = buffers.recv[:recv_len]
-        keeps = buffers.in_place and self.rank == root    # the bcast root's buffer is its source
+        keeps = buffers.in_place and self.rank == roles.root    # the bcast root's buffer is its source
 
         def checked():
             if not keeps:

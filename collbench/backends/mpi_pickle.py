@@ -13,8 +13,8 @@ import numpy as np
 
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
-from collbench.collectives.base import ObjectCall
-from collbench.collectives.datatypes import OPS
+from collbench.benchmarks.base import ObjectCall
+from collbench.benchmarks.datatypes import OPS
 
 
 def _as_array(result) -> Optional[np.ndarray]:
@@ -48,10 +48,10 @@ class MpiPickleBackend(MpiBase, Backend):
         # Results arrive as new objects, so only the send side is allocated.
         return self.device.allocate(send_len, 0, dtype, True)
 
-    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
+    def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
         ufunc = OPS[op].ufunc if op in OPS else None
-        call = collective.object_call(ObjectCall(self.comm, buffers.send[:send_len], self.rank, self.size, recv_len,
-                                                 ufunc, root))
+        call = collective.object_call(ObjectCall(self.rank, self.size, roles, self.comm, buffers.send[:send_len],
+                                                 recv_len, ufunc))
         return Bound(run=call, run_blocking=call, checked=lambda: _as_array(call()))
 
     def barrier(self) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from collbench.backends import _torch
 from collbench.backends.base import Backend, Bound, Control
 from collbench.backends.devices import TorchDevice
-from collbench.collectives.base import TensorCall
+from collbench.benchmarks.base import TensorCall
 
 
 class TorchBackend(Backend):
@@ -52,10 +52,10 @@ class TorchBackend(Backend):
             return f"dtype {dtype.name} has no torch equivalent here"
         return super().supports(collective=collective, dtype=dtype, op=op)
 
-    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
+    def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
         sv = buffers.send[:send_len]
         rv = sv if buffers.in_place else buffers.recv[:recv_len]
-        call, reset = collective.tensor_call(TensorCall(self.dist, self.group, sv, rv, self.rank, self.size, root,
+        call, reset = collective.tensor_call(TensorCall(self.rank, self.size, roles, self.dist, self.group, sv, rv,
                                                         self._ops[op], self.device))
         blocking = self._blocking(call)
 

@@ -84,7 +84,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
     from collbench.cli.app import cli
 
     target = cli.get_command(click.get_current_context(), name) if name else None
-    if target is None or not (name == "all" or getattr(target, "collective", None) is not None):
+    if target is None or not getattr(target, "benchmarks", ()):
         raise UsageError(f"ab needs a measuring command (a collective or all) after its options, got {name!r}")
     for arg in args[1:]:
         flag = arg.split("=", 1)[0]
@@ -110,15 +110,10 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
             ab.check_interpreter(side.python, f"--{x}-python")
 
     ctx = target.make_context(name, list(args[1:]) + ["-o", str(paths[0])] + (["--force"] if force else []))
-    coll = getattr(target, "collective", None)
-    if coll is not None:
-        from collbench.cli.options import defaults_without
+    from collbench.cli.options import defaults_without
 
-        opts, collectives = {**defaults_without(coll), **ctx.params}, (coll.name,)
-    else:
-        from collbench.collectives.registry import ORDER
-
-        opts, collectives = dict(ctx.params), ORDER
+    benches = target.benchmarks
+    opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
     backends_of = []
     for side in made:
         side_opts = {**opts, "backend": side.backend or opts["backend"]}

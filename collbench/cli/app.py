@@ -13,7 +13,7 @@ import click
 
 from collbench import __version__
 from collbench.cli.options import BenchCommand, bench_options, defaults_without
-from collbench.collectives.registry import ORDER
+from collbench.benchmarks.registry import NAMES, ORDER
 from collbench.errors import CollbenchError
 
 
@@ -22,7 +22,7 @@ class CommandGroup(click.Group):
     """collbench's commands in the order a user meets them, each with its whole first sentence."""
 
     def list_commands(self, ctx):
-        first = list(ORDER) + ["all", "env"]
+        first = list(NAMES) + ["all", "env"]
         return first + sorted(name for name in self.commands if name not in first)
 
     def format_commands(self, ctx, formatter):
@@ -70,35 +70,49 @@ _WHOLE_ARRAY = ("\n\n    Sizes are of the whole array over all n ranks, as in nc
 
 
 def _make_command(name):
-    from collbench.collectives.registry import get_collective
+    from collbench.benchmarks.registry import get_benchmark
 
-    coll = get_collective(name)
+    bench = get_benchmark(name)
 
-    @bench_options(coll)
+    @bench_options([bench])
     def command(**opts):
-        _bench((name,), **{**defaults_without(coll), **opts})
+        _bench((name,), **{**defaults_without([bench]), **opts})
 
-    what = "the time of a barrier" if not coll.moves_data else f"{name} across sizes (and backends)"
-    command.__doc__ = f"Measure {what}." + (
-        "" if coll.size_is_per_rank or not coll.moves_data else _WHOLE_ARRAY.format(part=coll.part_per_rank))
+    what = "the time of a barrier" if not bench.moves_data else f"{name} across sizes (and backends)"
+    command.__doc__ = (bench.summary or f"Measure {what}.") + (
+        "" if bench.size_is_per_rank or not bench.moves_data else _WHOLE_ARRAY.format(part=bench.part_per_rank))
+    if bench.summary:
+        command.__doc__ += f"\n\n    One sample: {bench.timed_as}."
     made = cli.command(name, cls=BenchCommand)(command)
-    made.collective = coll
+    made.benchmarks = (bench,)
     return made
 
 
-for _name in ORDER:
+for _name in NAMES:
     _make_command(_name)
 
 
-@cli.command("all")
-@bench_options()
-def all_command(**opts):
-    """Measure every collective in one run, one results file.
+def _all_command():
+    from collbench.benchmarks.registry import COLLECTIVES
 
-    Options apply where they mean something: --op to the reductions, --root to the rooted
-    collectives, --sizes and --dtype to every collective but barrier.
-    """
-    _bench(ORDER, **opts)
+    benches = list(COLLECTIVES.values())
+
+    @bench_options(benches)
+    def all_command(**opts):
+        """Measure every collective in one run, one results file.
+
+        Options apply where they mean something: --op to the reductions, --root to the rooted
+        collectives, --sizes and --dtype to every collective but barrier. The point-to-point
+        benchmarks have commands of their own.
+        """
+        _bench(ORDER, **{**defaults_without(benches), **opts})
+
+    made = cli.command("all", cls=BenchCommand)(all_command)
+    made.benchmarks = tuple(benches)
+    return made
+
+
+_all_command()
 
 
 @cli.command("env")

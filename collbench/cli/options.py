@@ -1,8 +1,8 @@
-"""The options of the measuring commands, and which of them each collective takes.
+"""The options of the measuring commands, and which of them each benchmark takes.
 
-An option a collective has no use for is left off its command and refused, when named, with
-the reason (``BenchCommand``); ``all`` takes every option and applies each where it means
-something.
+An option a benchmark has no use for is left off its command and refused, when named, with
+the reason (``BenchCommand``); ``all`` takes every option some collective uses and applies each
+where it means something.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collbench.cli import params
 from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
 TIMINGS = ("latency", "throughput", "both")
+#: --window: beyond this many requests in flight, MPI libraries and gloo queue them anyway
+MAX_WINDOW = 4096
 FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
 
 
@@ -43,6 +45,12 @@ _OPTIONS = (
         help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64.")),
     ("op", click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod.")),
     ("root", click.option("--root", type=int, default=0, show_default=True, help="Root rank.")),
+    ("pair", click.option(
+        "--pair", type=params.PAIR, default="0,1", show_default=True,
+        help="The two ranks that exchange messages; the first starts each exchange and is timed.")),
+    ("window", click.option(
+        "--window", type=click.IntRange(min=1, max=MAX_WINDOW), default=64, show_default=True,
+        help="Messages in flight per sample, closed by one acknowledgement (OSU's window).")),
     ("iters", click.option(
         "--iters", type=int, default=None, callback=_positive_int("--iters"),
         help="Fixed timed iterations per size and round [default: adaptive].")),
@@ -94,31 +102,47 @@ _OPTIONS = (
 )
 
 _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",), "root": ("--root",),
-          "check": ("--check", "--no-check")}
+          "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",)}
 
 
-def _why_not(name: str, coll) -> str:
-    """Why option ``name`` has no meaning for collective ``coll`` ("" when it has one)."""
-    if name in ("sizes", "dtype", "check") and not coll.moves_data:
+def _why_not(name: str, bench) -> str:
+    """Why option ``name`` has no meaning for benchmark ``bench`` ("" when it has one)."""
+    if name in ("sizes", "dtype", "check") and not bench.moves_data:
         return "it moves no data"
-    if name == "op" and not coll.reduces:
+    if name == "op" and not bench.reduces:
         return "it reduces nothing"
-    if name == "root" and not coll.rooted:
+    if name == "root" and not bench.rooted:
         return "it has no root rank"
+    if name == "pair" and not bench.paired:
+        return "every rank takes part"
+    if name == "window" and not bench.windowed:
+        return "it has no window of messages"
     return ""
 
 
-def defaults_without(coll) -> dict:
-    """The values a command runs with for the options it leaves off."""
-    return {name: decorator(lambda: None).__click_params__[0].default
-            for name, decorator in _OPTIONS if coll is not None and _why_not(name, coll)}
+def _unused(name: str, benches) -> str:
+    """Why none of ``benches`` uses option ``name`` ("" when one does)."""
+    reasons = [_why_not(name, bench) for bench in benches]
+    return reasons[0] if all(reasons) else ""
 
 
-def bench_options(coll=None):
-    """The options of the command measuring ``coll`` (None: ``all``, every option)."""
+def _default(decorator):
+    return decorator(lambda: None).__click_params__[0].default
+
+
+def defaults_without(benches) -> dict:
+    """The values a command runs with for the options it leaves off (``--pair``'s as parsed)."""
+    out = {name: _default(decorator) for name, decorator in _OPTIONS if _unused(name, benches)}
+    if "pair" in out:
+        out["pair"] = params.PAIR.convert(out["pair"], None, None)
+    return out
+
+
+def bench_options(benches):
+    """The options of the command measuring ``benches``: those at least one of them uses."""
     def apply(f):
         for name, decorator in reversed(_OPTIONS):
-            if coll is None or not _why_not(name, coll):
+            if not _unused(name, benches):
                 f = decorator(f)
         return f
     return apply
@@ -127,7 +151,7 @@ def bench_options(coll=None):
 class BenchCommand(click.Command):
     """A measuring command: an option it has no use for is refused with the reason."""
 
-    collective = None
+    benchmarks: tuple = ()
 
     def parse_args(self, ctx, args):
         given = list(args)            # click consumes ``args`` as it parses
@@ -139,7 +163,8 @@ class BenchCommand(click.Command):
                 click.echo(self.get_help(ctx), color=ctx.color)
                 ctx.exit(0)
             for name, flags in _FLAGS.items():
-                if self.collective is not None and exc.option_name in flags:
+                why = _unused(name, self.benchmarks) if self.benchmarks else ""
+                if why and exc.option_name in flags:
                     raise click.UsageError(f"{self.name} takes no {flags[-1] if name != 'check' else exc.option_name}: "
-                                           f"{_why_not(name, self.collective)}", ctx) from None
+                                           f"{why}", ctx) from None
             raise

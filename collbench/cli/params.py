@@ -53,3 +53,27 @@ MAX_TIME = Bounded(0, 24 * 3600, low_open=True, unit="seconds")
 PRECISION = Bounded(1e-4, 1, high_open=True)
 #: compare --alpha.
 ALPHA = Bounded(0, 1, low_open=True, high_open=True)
+
+
+class Pair(click.ParamType):
+    """Two distinct ranks, ``A,B``."""
+
+    name = "pair"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "A,B"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        parts = [part.strip() for part in str(value).split(",")]
+        if len(parts) != 2 or not all(part.isdigit() and len(part) < 10 for part in parts):
+            self.fail(f"{value!r} is not two ranks A,B (e.g. 0,1)", param, ctx)
+        a, b = int(parts[0]), int(parts[1])
+        if a == b:
+            self.fail(f"{value!r} names rank {a} twice; a pair is two different ranks", param, ctx)
+        return a, b
+
+
+#: --pair: the two ranks of a point-to-point benchmark.
+PAIR = Pair()

@@ -4,6 +4,6 @@
 ``runstats`` and ``distributions`` (statistics over rounds: geometric mean, t interval, drift),
 ``sizes`` (parsing and printing sizes), ``memory`` (what fits).
 
-May import: ``collbench.errors``, ``collbench.collectives`` and ``collbench.backends.base``
+May import: ``collbench.errors``, ``collbench.benchmarks`` and ``collbench.backends.base``
 (the harness drives a bound call), numpy. Nothing here imports mpi4py or torch.
 """

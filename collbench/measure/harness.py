@@ -1,6 +1,12 @@
-"""The measurement loop for one (collective, backend, size): warm-up, check, timed iterations,
-stop rule and cross-rank reduction. It talks to backends only through ``Bound`` and
-``Control``; statistics come from ``collbench.measure.stats``.
+"""The measurement loop for one (benchmark, backend, size): warm-up, check, timed iterations,
+stop rule and cross-rank reduction, for every kind of benchmark. It talks to backends only
+through ``Bound`` and ``Control``; statistics come from ``collbench.measure.stats``.
+
+What a benchmark declares (``collbench.benchmarks.base``) decides the loop's shape: a barrier
+before each sample, or none where the exchange paces its pair itself; which ranks' clocks make
+a sample (the maximum over them); what one call's time is divided by. Ranks that take no part
+run nothing timed: they join the stop rule's messages between batches, and their per-rank time
+is NaN, so that they are neither counted nor judged.
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from collbench.backends.base import Bound, Control
-from collbench.collectives.registry import Collective
-from collbench.collectives.datatypes import CheckPattern
+from collbench.benchmarks.base import Benchmark, Roles
+from collbench.benchmarks.datatypes import CheckPattern
 from collbench.measure.stats import relative_ci_halfwidth
 
 timer = time.perf_counter
@@ -52,7 +58,8 @@ class TimingSettings:
 
 @dataclass(frozen=True)
 class Measurement:
-    """What one size produced. Samples (µs) are per-iteration maxima over ranks, on rank 0 only."""
+    """What one size produced. Samples (µs, per message) are per-iteration maxima over the timed
+    ranks, on rank 0 only; a rank that takes no part has a NaN mean."""
 
     samples_us: np.ndarray
     rank_means_us: Optional[list]
@@ -96,11 +103,19 @@ def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: 
     return min(grow, MAX_SAMPLES - n)
 
 
-def count_wrong(bound: Bound, coll: Collective, pattern: CheckPattern, n: int, rank: int, root: int,
+def _nothing() -> None:
+    pass
+
+
+#: What a rank outside a pair runs: nothing, and nothing arrives.
+IDLE = Bound(run=_nothing, run_blocking=_nothing, checked=lambda: None)
+
+
+def count_wrong(bound: Bound, coll: Benchmark, pattern: CheckPattern, n: int, rank: int, roles: Roles,
                 elements: int, recv_len: int) -> int:
     """Run the call once outside any timed region and count wrong elements on this rank."""
     got = bound.checked()
-    first = coll.expected(pattern, n, rank, root, elements, np.arange(min(1, recv_len)))
+    first = coll.expected(pattern, n, rank, roles, elements, np.arange(min(1, recv_len)))
     if got is None or first is None:
         return 0
     got = np.asarray(got).reshape(-1)
@@ -109,26 +124,36 @@ def count_wrong(bound: Bound, coll: Collective, pattern: CheckPattern, n: int, r
     wrong = 0
     for start in range(0, recv_len, CHECK_CHUNK):
         idx = np.arange(start, min(recv_len, start + CHECK_CHUNK))
-        want = coll.expected(pattern, n, rank, root, elements, idx).astype(got.dtype)
+        want = coll.expected(pattern, n, rank, roles, elements, idx).astype(got.dtype)
         wrong += int(np.count_nonzero(got[start:start + len(idx)] != want))
     return wrong
 
 
-def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control,
-            settings: TimingSettings) -> Measurement:
+def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, sync: Callable,
+            control: Control, settings: TimingSettings) -> Measurement:
     """Warm up, then time iterations until the stop rule (decided on rank 0) says enough."""
     is_rank0 = control.rank == 0
     throughput = settings.mode == "throughput"
+    taking_part = bench.takes_part(control.rank, roles)
+    timed = bench.timed_on(control.rank, roles)
+    per_call = bench.messages_per_call(roles)
+    # an exchange that paces its pair (a reply, an acknowledgement) needs no barrier, and one
+    # would put the barrier's exit skew into every sample; ranks outside the pair wait
+    pace = _nothing if bench.self_paced else barrier
+    if not taking_part:
+        bound = IDLE
 
     t0 = timer()
     bound.run_blocking()                      # first call: connection and algorithm setup
     first_call = timer() - t0
     warm: list = []
-    _latency_loop(bound.run_blocking, barrier, settings.warmup, warm)
+    _latency_loop(bound.run_blocking, pace, settings.warmup, warm)
     estimate = float(np.median(warm)) if warm else first_call
     k = 1
-    if throughput:
-        k = control.bcast(max(1, min(MAX_BATCH, int(THROUGHPUT_SAMPLE_S / max(estimate, 1e-9)))))
+    if throughput:          # the slowest rank's estimate: an idle rank's says nothing
+        longest = control.reduce_max(np.asarray([estimate if timed else 0.0]))
+        k = control.bcast(max(1, min(MAX_BATCH, int(THROUGHPUT_SAMPLE_S / max(float(longest[0]), 1e-9))))
+                          if is_rank0 else None)
 
     mine: list = []
     maxima: list = []
@@ -136,12 +161,15 @@ def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control
     reached = False
     start = timer()
     while True:
+        if bench.self_paced:        # untimed: brings the pair back into step after the stop rule's messages
+            bound.run_blocking()
         before = len(mine)
         if throughput:
-            _throughput_loop(bound.run, sync, barrier, batch, k, mine)
+            _throughput_loop(bound.run, sync, pace, batch, k, mine)
         else:
-            _latency_loop(bound.run_blocking, barrier, batch, mine)
-        top = control.reduce_max(np.asarray(mine[before:], dtype=np.float64))
+            _latency_loop(bound.run_blocking, pace, batch, mine)
+        here = np.asarray(mine[before:], dtype=np.float64) / per_call
+        top = control.reduce_max(here if timed else np.zeros_like(here))
         if settings.iters:
             if is_rank0:
                 maxima.extend(top.tolist())
@@ -160,7 +188,7 @@ def measure(bound: Bound, *, barrier: Callable, sync: Callable, control: Control
         if not batch:
             break
 
-    mean_here = float(np.mean(mine)) * 1e6 if mine else math.nan
+    mean_here = float(np.mean(mine)) / per_call * 1e6 if mine and taking_part else math.nan
     rank_means = control.gather(mean_here)
     samples = np.asarray(maxima, dtype=np.float64) * 1e6 if is_rank0 else np.empty(0)
     if settings.iters and is_rank0:

@@ -20,7 +20,7 @@ import socket
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from collbench.collectives.registry import COLLECTIVES, get_collective
+from collbench.benchmarks.registry import COLLECTIVES, get_benchmark
 from collbench.errors import UsageError
 from collbench.measure.sizes import parse_bytes
 
@@ -62,7 +62,7 @@ WORK_PER_BYTE = 12
 def factor(family: Optional[str], collective: str) -> Factor:
     """The factor for ``family`` (a plugin issuing its own calls has None). Without figures for
     the family, the collective's largest; for a collective without any, the largest measured."""
-    measured = get_collective(collective).memory_factors
+    measured = get_benchmark(collective).memory_factors
     if family in measured:
         return Factor(*measured[family])
     known = list(measured.values()) or [f for c in COLLECTIVES.values() for f in c.memory_factors.values()]

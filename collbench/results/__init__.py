@@ -10,5 +10,5 @@ journal when rank 0 could not write them), ``ranks`` (each row's slowest and out
 from its rounds' per-rank times).
 
 May import: ``collbench.errors``, ``collbench.measure`` (statistics, sizes),
-``collbench.collectives.registry``, numpy, rich.
+``collbench.benchmarks.registry``, numpy, rich.
 """

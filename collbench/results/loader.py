@@ -1,4 +1,4 @@
-"""Read result files back: collbench JSON (schema versions 1 and 2) or CSV of rows, with the run
+"""Read result files back: collbench JSON (any schema version up to ``records.SCHEMA_VERSION``) or CSV of rows, with the run
 metadata of its first line where it has one.
 
 Version 1 files (before rounds) load as runs of one round: the row's samples become round 1.
@@ -67,8 +67,8 @@ def _row(record: dict, where: str) -> Row:
                 if isinstance(v, bool) or not isinstance(v, (int, float, str)) or not 0 <= float(v) <= _LARGEST:
                     raise ValueError(v)          # counts and sizes: never negative
                 values[name] = int(v)
-            elif name in _STR:
-                values[name] = str(v)
+            elif name in _STR:          # an empty CSV cell reads as missing (NaN), as pandas reads it
+                values[name] = "" if isinstance(v, float) and math.isnan(v) else str(v)
             elif name in _BOOL:
                 values[name] = v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
             else:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import NamedTuple, Optional, Sequence
 
-from collbench.collectives.registry import COLLECTIVES
+from collbench.benchmarks.registry import BENCHMARKS
 
 K_SPREADS = 3.5        # Iglewicz and Hoaglin's cut-off for the modified z-score
 MARGIN = 0.25          # and at least 25% slower than the median rank: tiny spreads flag nothing
@@ -95,9 +95,9 @@ def rank_view(rounds: Sequence, hosts: Sequence, *, collective: str, root: int =
               keep_slots: bool = False) -> RankView:
     """The view of one row from its rounds (``RoundData``) and each round's rank -> host list
     (``hosts[i]`` for ``rounds[i]``; None or a list of another length: hosts unknown)."""
-    known = COLLECTIVES.get(collective)
+    known = BENCHMARKS.get(collective)
     rooted = known is not None and known.rooted
-    same_work = known is not None and not rooted          # a collective unknown here: not judged
+    same_work = known is not None and known.same_work     # a benchmark unknown here: not judged
     rels: dict = {}
     times: dict = {}
     placed: dict = {}

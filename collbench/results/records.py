@@ -1,5 +1,5 @@
-"""The result record: one frozen row per (collective, backend, dtype, op, world size, size, timing),
-and what each round of the sweep measured for it.
+"""The result record: one frozen row per (benchmark, backend, dtype, op, world size, size, timing,
+pair, window), and what each round of the sweep measured for it.
 
 Rows are what exporters and renderers see. Times are in microseconds, bandwidths in GB/s with
 GB = 1e9 bytes, computed from ``time_us_p50``. With several rounds a row's figures combine
@@ -13,18 +13,19 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
-def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, default=MISSING,
-           wide: bool = False):
+def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
+           default=MISSING, wide: bool = False):
     """One column of a result row, declared once: what it means (``doc``, also the JSON
     Schema's description); ``identity``: it says which row this is (not what was measured);
     ``matched``: ``compare`` matches rows of two files on it; ``older``: the value a file
-    written before the column existed has (files without it still load); ``wide``: a figure
+    written before the column existed has (files without it still load), ``since`` the schema
+    version that added it; ``wide``: a figure
     derived from a spread, which a wild round can make astronomically large but finite."""
     return field(default=default, metadata={"doc": doc, "identity": identity, "matched": matched,
-                                            "older": older, "wide": wide})
+                                            "older": older, "since": since, "wide": wide})
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,8 @@ class Row:
     """One row of a result: the single source of the columns of JSON and CSV files, of what the
     loader accepts, of the fields that identify a row and of those ``compare`` matches on."""
 
-    collective: str = column("allreduce, bcast, ...", identity=True, matched=True)
+    collective: str = column("the benchmark: a collective (allreduce, bcast, ...) or point-to-point (pingpong, bw, "
+                             "bibw, sendrecv)", identity=True, matched=True)
     backend: str = column("mpi, mpi-pickle, gloo, nccl", identity=True, matched=True)
     dtype: str = column("element type, e.g. float32", identity=True, matched=True)
     op: str = column("reduction op; none for collectives that do not reduce", identity=True, matched=True)
@@ -44,9 +46,15 @@ class Row:
                                  identity=True)
     count: int = column("elements in size_bytes", identity=True)
     timing: str = column("latency or throughput", identity=True, matched=True)
+    pair: str = column("the two ranks of a point-to-point benchmark between a pair, as A-B (A starts each "
+                       "exchange and is timed); empty where every rank takes part", identity=True, matched=True,
+                       older="", since=4)
+    window: int = column("messages in flight per sample (bw, bibw: --window); 1 for the others", identity=True,
+                         matched=True, older=1, since=4)
     iterations: int = column("timed samples taken, all rounds together")
     time_us_p50: float = column("one round: median of the samples; several: geometric mean of the round medians, "
-                                "rounds set aside as interference left out (µs)")
+                                "rounds set aside as interference left out (µs; per message: half a round trip "
+                                "for pingpong, a window's time / window for bw and bibw)")
     time_us_ci_low: float = column("95% CI of time_us_p50: one round, from its samples (order statistics); "
                                    "several, from the spread of the round medians (Student t on their logs)", wide=True)
     time_us_ci_high: float = column("upper end of the 95% CI of time_us_p50", wide=True)
@@ -57,17 +65,18 @@ class Row:
     time_us_max: float = column("slowest sample of every round (µs)")
     time_us_rank_avg: float = column("average of the per-rank mean times, as OSU reports (µs)")
     algbw_gbps: float = column("size_bytes / time_us_p50 (GB/s, GB = 1e9 bytes)")
-    busbw_gbps: float = column("algbw_gbps times the collective's bus factor (nccl-tests' convention)")
+    busbw_gbps: float = column("algbw_gbps times the benchmark's bus factor (nccl-tests' convention; bibw: 2, "
+                               "both directions)")
     check: str = column("ok, wrong:N or skipped")
     precision_reached: bool = column("every round's CI reached --precision before its share of --max-time ran out")
-    rounds: int = column("rounds that measured this row", older=1, default=1)
-    run_to_run_cv: float = column("standard deviation / mean of the round medians (2+ rounds)", older=math.nan,
+    rounds: int = column("rounds that measured this row", older=1, since=2, default=1)
+    run_to_run_cv: float = column("standard deviation / mean of the round medians (2+ rounds)", older=math.nan, since=2,
                                   default=math.nan, wide=True)
     rounds_disagree: bool = column("round medians spread far beyond their within-round CIs", older=False,
-                                   default=False)
-    time_us_round_p50s: tuple = column("each round's median, in round order (µs)", older=None, default=())
+                                   since=2, default=False)
+    time_us_round_p50s: tuple = column("each round's median, in round order (µs)", older=None, since=2, default=())
     rounds_set_aside: int = column("rounds whose median lay far above the fastest round's (interference), "
-                                   "left out of time_us_p50 and its CI", older=0, default=0)
+                                   "left out of time_us_p50 and its CI", older=0, since=3, default=0)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -83,6 +92,8 @@ KEY_FIELDS = tuple(f.name for f in fields(Row) if f.metadata["identity"])
 MATCH_FIELDS = tuple(f.name for f in fields(Row) if f.metadata["matched"])
 #: Columns added after schema version 1, with the value an older row has.
 ADDED_LATER = {f.name: f.metadata["older"] for f in fields(Row) if f.metadata["older"] is not MISSING}
+#: The schema version each column came with.
+ADDED_IN = {f.name: f.metadata["since"] for f in fields(Row)}
 #: Columns by type, as the annotations give them ("int", "float", "str", "bool", "tuple").
 COLUMN_TYPES = {f.name: str(f.type) for f in fields(Row)}
 WIDE_FIELDS = frozenset(f.name for f in fields(Row) if f.metadata["wide"])

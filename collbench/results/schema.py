@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
-from collbench.results.records import ADDED_LATER, SCHEMA, SCHEMA_VERSION, RoundData, Row
+from collbench.results.records import ADDED_IN, ADDED_LATER, KEY_FIELDS, SCHEMA, SCHEMA_VERSION, RoundData, Row
 
 _JSON_TYPES = {"str": {"type": "string"}, "int": {"type": "integer", "minimum": 0}, "bool": {"type": "boolean"},
                # JSON has no NaN: a figure that could not be computed is null
@@ -39,6 +39,15 @@ _RANKS = {
 }
 
 
+def _added() -> str:
+    """Which columns each version after 2 added: "rounds_set_aside: 3; pair, window: 4"."""
+    by_version: dict = {}
+    for name, version in ADDED_IN.items():
+        if version > 2:
+            by_version.setdefault(version, []).append(name)
+    return "; ".join(f"{', '.join(names)}: {version}" for version, names in sorted(by_version.items()))
+
+
 def json_schema() -> dict:
     """The JSON Schema (draft 2020-12) of a result file of the current schema version."""
     row_fields = fields(Row)
@@ -47,16 +56,16 @@ def json_schema() -> dict:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"https://collbench.invalid/schema/result-v{SCHEMA_VERSION}.json",
         "title": "collbench result file",
-        "description": "One run of collbench: its metadata, and one row per (collective, backend, dtype, op, world "
-                       "size, size, timing) with what each round measured. Older files (schema_version 1, 2) "
-                       "lack the columns marked as added later and still load.",
+        "description": f"One run of collbench: its metadata, and one row per ({', '.join(KEY_FIELDS)}) with what "
+                       f"each round measured. Older files (schema_version 1 to {SCHEMA_VERSION - 1}) lack the "
+                       "columns added since and still load.",
         "type": "object",
         "required": ["schema", "schema_version", "metadata", "rows"],
         "properties": {
             "schema": {"const": SCHEMA},
             "schema_version": {"type": "integer", "minimum": 2, "maximum": SCHEMA_VERSION,
                                "description": f"{SCHEMA_VERSION} now; earlier versions lack the columns added "
-                                              f"since (rounds_set_aside: 3); version 1, before rounds, still "
+                                              f"since ({_added()}); version 1, before rounds, still "
                                               f"loads and is not described here"},
             "metadata": {"type": "object", "description": "the run: versions, hosts, settings, rounds"},
             "notes": {"type": "array", "items": {"type": "string"}},

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from collbench.collectives.registry import COLLECTIVES
+from collbench.benchmarks.registry import BENCHMARKS
 from collbench.results.records import Row
 from collbench.measure.sizes import format_size
 
@@ -96,7 +96,7 @@ def setup_text(dtype: str, op: str, world_size: int, timing: str) -> str:
 
 def root_text(collective: str, root: int) -> str:
     """"root 1" for a rooted collective whose root is not 0; else nothing (root 0 goes unsaid)."""
-    known = COLLECTIVES.get(collective)
+    known = BENCHMARKS.get(collective)
     return f"root {root}" if root and known is not None and known.rooted else ""
 
 

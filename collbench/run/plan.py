@@ -11,8 +11,9 @@ from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
 from collbench.launch.relay import user_terminals
 from collbench.backends import backend_class, parse_backends, uses_mpi
-from collbench.collectives.registry import get_collective
-from collbench.collectives.datatypes import NO_OP, dtype_of, op_of
+from collbench.benchmarks.base import Roles
+from collbench.benchmarks.registry import get_benchmark
+from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
@@ -40,7 +41,7 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
     pairs, why = set(), {}
     for cname in collectives:
-        coll = get_collective(cname)
+        coll = get_benchmark(cname)
         op = opts["op"] if coll.reduces else NO_OP
         for backend in backends:
             reason = backend_class(backend).supports(collective=coll, dtype=dtype, op=op)
@@ -71,6 +72,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     op_of(opts["op"])
     if opts["root"] < 0:
         raise UsageError(f"--root must be 0 or more, got {opts['root']}")
+    roles = Roles(root=opts["root"], pair=opts["pair"], window=opts["window"])
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     backends, notes = parse_backends(opts["backend"])
@@ -99,7 +101,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
         check_output_settings(output)
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
-                dtype=opts["dtype"], op=opts["op"], root=opts["root"], timing_modes=_timing_modes(opts["timing"]),
+                dtype=opts["dtype"], op=opts["op"], roles=roles, timing_modes=_timing_modes(opts["timing"]),
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported)
@@ -112,10 +114,12 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
         raise
     except UsageError as exc:      # the same options meet the same verdict on every rank
         raise SharedUsageError(str(exc)) from None
+    from collbench.run.runner import roles_problem
     if launcher.name == "none":
         n = opts["nprocs"] if opts["nprocs"] is not None else default_nprocs(list(plan.backends))
-        if plan.root >= n:
-            raise UsageError(f"--root {plan.root} is outside the world of {n} ranks (0..{n - 1})")
+        problem = roles_problem(plan, n)
+        if problem:
+            raise UsageError(problem)
         check_rank_count(n, torch=not all(uses_mpi(b) for b in plan.backends))
         if n > 1:
             use_mpi = any(uses_mpi(b) for b in plan.backends)

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
+from collbench.benchmarks.base import Roles
+from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
 from collbench.run import rounds
 from collbench.launch import rendezvous, signals, supervise
@@ -40,7 +42,7 @@ class Plan:
     sizes: tuple
     dtype: str = "float32"
     op: str = "sum"
-    root: int = 0
+    roles: Roles = Roles()        # the root, the pair, the window
     timing_modes: tuple = ("latency",)            # latency, throughput or both, in that order
     timing_settings: harness.TimingSettings = harness.TimingSettings()
     check: bool = True
@@ -95,8 +97,9 @@ def _run(plan: Plan, launcher: Launcher) -> int:
                          f"{control.size} started: a variable left over from another job? unset it, or start "
                          "collbench under the launcher that set it")
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
-    if plan.root >= control.size:
-        raise SharedUsageError(f"--root {plan.root} is outside the world of {control.size} ranks (0..{control.size - 1})")
+    problem = roles_problem(plan, control.size)
+    if problem:
+        raise SharedUsageError(problem)
     schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle)
     if schedule.kind == rounds.KIND_IN_JOB:        # rank 0's seed for everyone
         schedule = dataclasses.replace(schedule, seed=control.bcast(schedule.seed if control.rank == 0 else None))
@@ -110,6 +113,20 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     finally:
         for backend in backends.values():
             backend.close()
+
+
+def roles_problem(plan: Plan, n: int) -> Optional[str]:
+    """Why the plan's root or pair cannot be on a world of n ranks, or None."""
+    benches = [get_benchmark(name) for name in plan.collectives]
+    if plan.roles.root >= n:
+        return f"--root {plan.roles.root} is outside the world of {n} ranks (0..{n - 1})"
+    short = [b.name for b in benches if b.min_ranks > n]
+    if short:
+        return f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; {n} started"
+    a, b = plan.roles.pair
+    if any(bench.paired for bench in benches) and max(a, b) >= n:
+        return f"--pair {a},{b} is outside the world of {n} ranks (0..{n - 1})"
+    return None
 
 
 def _output_problem(settings) -> Optional[str]:
@@ -128,7 +145,7 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
     timing = {k: v for k, v in dataclasses.asdict(plan.timing_settings).items() if k != "mode"}
     settings = {**timing, "timings": list(plan.timing_modes), "check": plan.check,
                 "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
-                "root": plan.root, "backends": list(plan.backends), "timeout_s": plan.timeout,
+                "root": plan.roles.root, "pair": list(plan.roles.pair), "window": plan.roles.window, "backends": list(plan.backends), "timeout_s": plan.timeout,
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,

@@ -1,4 +1,4 @@
-"""One rank's walk over one round: blocks of (collective, backend) in the round's order, the
+"""One rank's walk over one round: blocks of (benchmark, backend) in the round's order, the
 sizes of each block in theirs, each size checked once and then measured by ``harness.measure``.
 Rank 0 hands each measurement to the output as one round of one row.
 """
@@ -17,9 +17,9 @@ from collbench.launch import supervise
 from collbench.launch.watchdog import Watchdog
 from collbench.results.aggregate import round_data
 from collbench.results.records import RowIdentity
-from collbench.collectives.base import Collective
-from collbench.collectives.registry import get_collective
-from collbench.collectives.datatypes import NO_OP, CheckPattern, dtype_of, pattern
+from collbench.benchmarks.base import Benchmark
+from collbench.benchmarks.registry import get_benchmark
+from collbench.benchmarks.datatypes import NO_OP, CheckPattern, dtype_of, pattern
 from collbench.measure.sizes import format_size
 
 FILL_CHUNK = 1 << 22
@@ -36,7 +36,7 @@ class SizePoint:
     recv_len: int
 
 
-def size_points(coll: Collective, sizes, itemsize: int, n: int) -> tuple[list, list]:
+def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, list]:
     """Round each size down to whole elements that split evenly over n ranks."""
     if not coll.moves_data:
         return [SizePoint(0, 0, 0, 0, 0)], []
@@ -84,9 +84,9 @@ class Sweep:
         self.notes: list = []
         for cname in plan.collectives:
             for backend_name, backend in backends.items():
-                self.points[cname, backend_name] = self._points(get_collective(cname), backend_name, backend)
+                self.points[cname, backend_name] = self._points(get_benchmark(cname), backend_name, backend)
 
-    def _points(self, coll: Collective, backend_name: str, backend) -> list:
+    def _points(self, coll: Benchmark, backend_name: str, backend) -> list:
         """The sizes this (collective, backend) will measure; notes say why others are skipped."""
         if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
@@ -119,19 +119,27 @@ class Sweep:
                 self.notes.append(memory.skip_note(where, short))
         return fits
 
-    def _need(self, coll: Collective, backend, point: SizePoint):
-        """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank."""
-        nominal = (point.send_len + point.recv_len) * self.dtype.itemsize
-        root = self.plan.root if coll.rooted else None
-        return lambda r: memory.rank_need(coll.name, backend.family, nominal, r == root)
+    def _nominal(self, coll: Benchmark, backend, point: SizePoint) -> int:
+        """The bytes of a rank's buffers at ``point``, with the copies of a message its family
+        keeps in flight (the pickle API's window)."""
+        return (point.send_len + point.recv_len) * self.dtype.itemsize * coll.copies_in_flight(
+            backend.family, self.plan.roles)
 
-    def _still_fits(self, coll: Collective, backend_name: str, backend, point: SizePoint, round_number: int,
+    def _need(self, coll: Benchmark, backend, point: SizePoint):
+        """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank."""
+        nominal = self._nominal(coll, backend, point)
+        roles = self.plan.roles
+        root = roles.root if coll.rooted else None
+        return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r == root)
+                          if coll.takes_part(r, roles) else 0)
+
+    def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint, round_number: int,
                     allocated: int = 0) -> bool:
         """Just before a large size on host memory: every rank says what its host has now and rank
         0 decides for all (outside any timed region); a size that no longer fits is skipped with
         a note. ``allocated``: the bytes of the block's buffers, held already. Small sizes and
         device buffers are not asked about again."""
-        nominal = (point.send_len + point.recv_len) * self.dtype.itemsize
+        nominal = self._nominal(coll, backend, point)
         if backend.device_memory_bytes() is not None or not memory.is_large(
                 coll.name, backend.family, nominal, self.ranks_per_node, self.probes):
             return True
@@ -169,23 +177,24 @@ class Sweep:
                 out.collective_done(current, final)
             current = block.collective
             points = self.points[block.collective, block.backend]
-            self._block(get_collective(block.collective), block.backend, self.backends[block.backend],
+            self._block(get_benchmark(block.collective), block.backend, self.backends[block.backend],
                         points, block.points, round_number, settings)
             self.control.barrier()
         if current is not None:
             out.collective_done(current, final)
 
-    def _sort_key(self, coll: Collective, backend: str, point: SizePoint, timing: str) -> tuple:
+    def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, timing: str) -> tuple:
         plan = self.plan
         return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
                 plan.timing_modes.index(timing))
 
-    def _block(self, coll: Collective, backend_name: str, backend, points: list, indices: tuple, round_number: int,
+    def _block(self, coll: Benchmark, backend_name: str, backend, points: list, indices: tuple, round_number: int,
                settings: harness.TimingSettings) -> None:
         plan, control = self.plan, self.control
         n, rank = control.size, control.rank
         op_name = plan.op if coll.reduces else NO_OP
         check_pattern = pattern(op_name, plan.dtype)
+        roles = plan.roles
         where = f"allocation for {coll.name} on {backend_name}"
         supervise.set_position(where)
         self.watchdog.arm(plan.timeout, where)
@@ -197,9 +206,11 @@ class Sweep:
         if not kept:
             return
         top = points[kept - 1]
-        buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
-                                   in_place=coll.in_place)
-        _fill(backend, buffers, check_pattern, rank, n, top.send_len, self.dtype)
+        buffers = None                    # a rank outside the pair holds none
+        if coll.takes_part(rank, roles):
+            buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
+                                       in_place=coll.in_place)
+            _fill(backend, buffers, check_pattern, rank, n, top.send_len, self.dtype)
         allocated = (top.send_len + top.recv_len) * self.dtype.itemsize
         for index in indices:
             point = points[index]
@@ -212,12 +223,12 @@ class Sweep:
             supervise.set_position(where)
             self.watchdog.arm(plan.timeout, where)
             self.out.step(where)
-            bound = backend.bind(buffers, collective=coll, send_len=point.send_len,
-                                 recv_len=point.recv_len, op=op_name, root=plan.root)
+            bound = harness.IDLE if not coll.takes_part(rank, roles) else backend.bind(
+                buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name, roles=roles)
             wrong = 0
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
-                mine = harness.count_wrong(bound, coll, check_pattern, n, rank, plan.root, point.elements,
+                mine = harness.count_wrong(bound, coll, check_pattern, n, rank, roles, point.elements,
                                            point.recv_len)
                 wrong = control.allreduce_sum(mine)
                 if wrong:
@@ -225,13 +236,14 @@ class Sweep:
                                          + (f" (round {round_number})" if self.total_rounds > 1 else ""))
             check = "skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}")
             for timing in plan.timing_modes:
-                m = harness.measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
-                                    settings=dataclasses.replace(settings, mode=timing))
+                m = harness.measure(bound, bench=coll, roles=roles, barrier=backend.barrier, sync=backend.synchronize,
+                                    control=control, settings=dataclasses.replace(settings, mode=timing))
                 if rank == 0:
                     identity = RowIdentity(collective=coll.name, backend=backend_name, dtype=plan.dtype, op=op_name,
                                            world_size=n, ranks_per_node=self.ranks_per_node,
                                            size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
-                                           count=point.elements, timing=timing, bus_factor=coll.bus_factor(n))
+                                           count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
+                                           **coll.row_axes(roles))
                     means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
                     self.out.add(identity, self._sort_key(coll, backend_name, point, timing),
                                  round_data(round_number, m.samples_us, means, precision_reached=m.precision_reached,

@@ -91,12 +91,12 @@ class Faulty:
         _hog(self.rank, "renew")
         super().renew()
 
-    def bind(self, buffers, *, collective, send_len, recv_len, op, root) -> Bound:
+    def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
         pause = float(os.environ.get("FAULTY_PAUSE", "0"))
         if pause:
             time.sleep(pause)
         _hog(self.rank, "call")
-        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, root=root)
+        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, roles=roles)
         hang = os.environ.get("FAULTY_HANG")
         if hang:
             rank, name, size = hang.split(":")

@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.collectives.base import Collective
+from collbench.benchmarks.base import Collective
 
 
 class Barrier(Collective):
@@ -19,4 +19,4 @@ class Barrier(Collective):
         return partial(c.dist.barrier, group=c.group), c.no_reset
 
 
-COLLECTIVE = Barrier()
+BENCHMARK = Barrier()

@@ -1,10 +1,11 @@
-"""Collective specs checked against a plain numpy simulation of each collective."""
+"""Benchmark specs checked against a plain numpy simulation of what each one moves."""
 
 import numpy as np
 import pytest
 
-from collbench.collectives.registry import COLLECTIVES, ORDER, get_collective
-from collbench.collectives.datatypes import EXACT_LIMIT, NO_OP, OPS, _sum_op, dtype_of, pattern, sum_stride
+from collbench.benchmarks.base import Roles
+from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES, NAMES, ORDER, get_benchmark
+from collbench.benchmarks.datatypes import EXACT_LIMIT, NO_OP, OPS, _sum_op, dtype_of, pattern, sum_stride
 from collbench.errors import UsageError
 
 
@@ -13,9 +14,10 @@ def _sends(op, n, length):
     return [np.asarray(op.value(r, k, n)) for r in range(n)]
 
 
-def simulate(name, op, n, elements, root):
+def simulate(name, op, n, elements, root, pair=(0, 1)):
     """What each rank receives, computed the obvious way from every rank's send buffer."""
-    coll = COLLECTIVES[name]
+    coll = BENCHMARKS[name]
+    a, b = pair
     send_len, recv_len = coll.lengths(elements, n)
     sends = _sends(op, n, send_len)
     reduced = op.ufunc.reduce(np.stack(sends), axis=0) if op.ufunc and sends and send_len else None
@@ -34,20 +36,21 @@ def simulate(name, op, n, elements, root):
     return [out(r) for r in range(n)], recv_len
 
 
-@pytest.mark.parametrize("name", ORDER)
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("op_name", list(OPS) + ["sum, stride 3"])
 @pytest.mark.parametrize("n", [2, 3, 8])
 def test_expected_matches_simulation(name, op_name, n):
-    coll = COLLECTIVES[name]
+    coll = BENCHMARKS[name]
     if not coll.reduces:
         op = pattern(NO_OP, "float32")
     else:   # a limit of 9 makes the sum's stride ceil(n / 3) > 1 at 8 ranks: only some ranks contribute
         op = _sum_op(9) if op_name == "sum, stride 3" else pattern(op_name, "float32")
     elements = 0 if not coll.moves_data else 24 * n
     root = n - 1 if coll.rooted else 0
-    received, recv_len = simulate(name, op, n, elements, root)
+    pair = (n - 1, 0)                 # the second rank of the pair need not follow the first
+    received, recv_len = simulate(name, op, n, elements, root, pair)
     for rank in range(n):
-        want = coll.expected(op, n, rank, root, elements, np.arange(recv_len))
+        want = coll.expected(op, n, rank, Roles(root=root, pair=pair), elements, np.arange(recv_len))
         if received[rank] is None:
             assert want is None
         else:
@@ -137,15 +140,15 @@ def test_the_simulation_catches_a_pattern_that_is_not_exact():
                for order in ORDERS)
 
 
-def test_unknown_collective():
-    with pytest.raises(UsageError, match="unknown collective 'allreduc'"):
-        get_collective("allreduc")
+def test_unknown_benchmark():
+    with pytest.raises(UsageError, match="unknown benchmark .allreduc.; choose one of: allreduce, .*barrier"):
+        get_benchmark("allreduc")
 
 
 def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends():
     from collbench.backends.gloo import GlooBackend
     from collbench.backends.mpi import MpiBackend
-    from collbench.collectives.base import Collective
+    from collbench.benchmarks.base import Collective
 
     class BufferOnly(Collective):
         name, position = "buffer-only", 99
@@ -161,9 +164,11 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
     assert all(c.issued_by(f) for c in COLLECTIVES.values() for f in ("buffer", "object", "tensor"))
 
 
-def test_every_collective_module_is_found_in_its_place():
+def test_every_benchmark_module_is_found_in_its_place():
     assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall",
                      "reduce_scatter", "barrier")
+    assert NAMES == ORDER
+
 
 
 @pytest.mark.parametrize("op_name", list(OPS))
@@ -217,7 +222,7 @@ def test_moved_data_survives_the_fill_in_every_dtype_at_any_scale(dtype_name, n)
         device.fill(buffers, 0, np.asarray(op.value(r, np.arange(per_rank), n)).astype(dtype.host))
         arrived.append(np.asarray(device.to_host(buffers.send[:per_rank])))
     got = np.concatenate(arrived)              # the root's receive buffer: moved, not changed
-    want = coll.expected(op, n, 0, 0, per_rank * n, np.arange(per_rank * n)).astype(got.dtype)
+    want = coll.expected(op, n, 0, Roles(), per_rank * n, np.arange(per_rank * n)).astype(got.dtype)
     assert np.count_nonzero(got != want) == 0
     values = np.stack([np.asarray(op.value(r, np.arange(per_rank), n)) for r in range(n)])
     assert values.min() >= 1 and values.max() <= EXACT_LIMIT[dtype_name]

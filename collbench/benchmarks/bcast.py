@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.collectives.base import Collective
+from collbench.benchmarks.base import Collective
 
 
 class Bcast(Collective):
@@ -11,8 +11,8 @@ class Bcast(Collective):
     in_place = True
     memory_factors = {"buffer": (0.70, 0.70), "object": (1.85, 1.85), "tensor": (0.70, 0.70)}
 
-    def expected(self, pattern, n, rank, root, elements, idx):
-        return pattern.value(root, idx, n)
+    def expected(self, pattern, n, rank, roles, elements, idx):
+        return pattern.value(roles.root, idx, n)
 
     def buffer_call(self, c):
         return partial(c.comm.Bcast, c.send, c.root)
@@ -25,4 +25,4 @@ class Bcast(Collective):
         return partial(c.dist.broadcast, c.send, src=c.root, group=c.group), c.poison_unless_root
 
 
-COLLECTIVE = Bcast()
+BENCHMARK = Bcast()

@@ -2,8 +2,8 @@
 
 from functools import partial
 
-from collbench.collectives.allgather import COLLECTIVE as ALLGATHER
-from collbench.collectives.base import Collective, ring_factor
+from collbench.benchmarks.allgather import BENCHMARK as ALLGATHER
+from collbench.benchmarks.base import Collective, ring_factor
 
 
 class Gather(Collective):
@@ -16,8 +16,8 @@ class Gather(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, root, elements, idx):
-        return ALLGATHER.expected(pattern, n, rank, root, elements, idx) if rank == root else None
+    def expected(self, pattern, n, rank, roles, elements, idx):
+        return ALLGATHER.expected(pattern, n, rank, roles, elements, idx) if rank == roles.root else None
 
     def buffer_call(self, c):
         return partial(c.comm.Gather, c.send, c.recv, c.root)
@@ -30,4 +30,4 @@ class Gather(Collective):
         return partial(c.dist.gather, c.send, gather_list=pieces, dst=c.root, group=c.group), c.poison
 
 
-COLLECTIVE = Gather()
+BENCHMARK = Gather()

@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.collectives.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, ring_factor
 
 
 class Allgather(Collective):
@@ -14,7 +14,7 @@ class Allgather(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, root, elements, idx):
+    def expected(self, pattern, n, rank, roles, elements, idx):
         chunk = elements // n
         return pattern.value(idx // chunk, idx % chunk, n)
 
@@ -29,4 +29,4 @@ class Allgather(Collective):
         return partial(gather, c.recv, c.send, group=c.group), c.poison
 
 
-COLLECTIVE = Allgather()
+BENCHMARK = Allgather()

@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.collectives.base import Collective
+from collbench.benchmarks.base import Collective
 
 
 class Allreduce(Collective):
@@ -13,7 +13,7 @@ class Allreduce(Collective):
     def bus_factor(self, n):
         return 2 * (n - 1) / n
 
-    def expected(self, pattern, n, rank, root, elements, idx):
+    def expected(self, pattern, n, rank, roles, elements, idx):
         return pattern.reduced(idx, n)
 
     def buffer_call(self, c):
@@ -26,4 +26,4 @@ class Allreduce(Collective):
         return partial(c.dist.all_reduce, c.recv, op=c.op, group=c.group), c.restore
 
 
-COLLECTIVE = Allreduce()
+BENCHMARK = Allreduce()

@@ -3,7 +3,7 @@
 from functools import partial
 from functools import reduce as fold
 
-from collbench.collectives.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, ring_factor
 
 
 class ReduceScatter(Collective):
@@ -16,7 +16,7 @@ class ReduceScatter(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, root, elements, idx):
+    def expected(self, pattern, n, rank, roles, elements, idx):
         return pattern.reduced(rank * (elements // n) + idx, n)
 
     def buffer_call(self, c):
@@ -32,4 +32,4 @@ class ReduceScatter(Collective):
         return partial(scatter, c.recv, c.send, op=c.op, group=c.group), c.poison
 
 
-COLLECTIVE = ReduceScatter()
+BENCHMARK = ReduceScatter()

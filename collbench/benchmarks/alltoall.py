@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.collectives.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, ring_factor
 
 
 class Alltoall(Collective):
@@ -13,7 +13,7 @@ class Alltoall(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, root, elements, idx):
+    def expected(self, pattern, n, rank, roles, elements, idx):
         chunk = elements // n
         return pattern.value(idx // chunk, rank * chunk + idx % chunk, n)
 
@@ -28,4 +28,4 @@ class Alltoall(Collective):
         return partial(c.dist.all_to_all_single, c.recv, c.send, group=c.group), c.poison
 
 
-COLLECTIVE = Alltoall()
+BENCHMARK = Alltoall()

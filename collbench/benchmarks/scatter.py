@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.collectives.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, ring_factor
 
 
 class Scatter(Collective):
@@ -15,8 +15,8 @@ class Scatter(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, root, elements, idx):
-        return pattern.value(root, rank * (elements // n) + idx, n)
+    def expected(self, pattern, n, rank, roles, elements, idx):
+        return pattern.value(roles.root, rank * (elements // n) + idx, n)
 
     def buffer_call(self, c):
         return partial(c.comm.Scatter, c.send, c.recv, c.root)
@@ -30,4 +30,4 @@ class Scatter(Collective):
         return partial(c.dist.scatter, c.recv, scatter_list=pieces, src=c.root, group=c.group), c.poison
 
 
-COLLECTIVE = Scatter()
+BENCHMARK = Scatter()

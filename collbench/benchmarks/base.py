@@ -1,0 +1,273 @@
+"""The contract every benchmark module fulfils, collective or point-to-point, and what each
+backend family hands it.
+
+A benchmark declares what the harness needs to time it, and the harness owns the rest (warm-up,
+the stop rule, rounds, the reduction over ranks):
+
+* who takes part: every rank, or the two ranks of a pair (``pair``: ``--pair A,B``); ranks
+  outside the pair wait, and are neither timed nor judged;
+* what one timed sample is: one call, after a barrier over every rank (collectives, sendrecv);
+  or an exchange that paces the pair itself (``self_paced``: a round trip, a window closed by
+  an acknowledgement), timed on the rank that starts it (``timed_on``), as OSU does;
+* what a sample's time is per message (``messages_per_call``): half a round trip, or a
+  window's time over its W messages, so that bandwidth is always size / time;
+* its buffers (lengths for n ranks, what each rank must find after the call, the bus factor);
+* how each family of backend issues it:
+
+  * ``buffer_call``: mpi4py's buffer API (``comm.Allreduce``, ``comm.Send`` …) on send and
+    receive buffers;
+  * ``object_call``: mpi4py's pickle API (``comm.allreduce``, ``comm.send`` …), results
+    returned as objects;
+  * ``tensor_call``: torch.distributed on tensors, returning the call and what to reset before
+    the check (torch reduces and broadcasts in place).
+
+A family the benchmark does not implement returns None: the plan reports the combination as
+unsupported before any rank starts. Sizes follow nccl-tests: for allreduce, bcast, reduce and
+the point-to-point benchmarks the size is each rank's buffer (one message); for the other
+collectives it is the whole n-rank array (each rank sends or receives ``size / n``). Lengths
+are in elements. Each rank's send buffer holds ``pattern.value(rank, k, n)`` at index k
+(``collbench.benchmarks.datatypes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional
+
+import numpy as np
+
+from collbench.benchmarks.datatypes import CheckPattern
+
+COLLECTIVE = "collective"
+POINT_TO_POINT = "point-to-point"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Where the ranks stand in a call: the root of a rooted collective, the pair of a
+    point-to-point benchmark (the first rank starts each exchange and is timed), and how many
+    messages a windowed benchmark keeps in flight."""
+
+    root: int = 0
+    pair: tuple = (0, 1)
+    window: int = 1
+
+
+@dataclass(frozen=True)
+class Call:
+    """What every family's call knows: this rank, the world size, the roles."""
+
+    rank: int
+    n: int
+    roles: Roles
+
+    @property
+    def root(self) -> int:
+        return self.roles.root
+
+    @property
+    def leads(self) -> bool:
+        """This rank starts the pair's exchanges (the first of ``--pair``)."""
+        return self.rank == self.roles.pair[0]
+
+    @property
+    def peer(self) -> int:
+        """The other rank of the pair."""
+        a, b = self.roles.pair
+        return b if self.rank == a else a
+
+    @property
+    def window(self) -> int:
+        return self.roles.window
+
+    @property
+    def right(self) -> int:
+        """The next rank around the ring (what sendrecv sends to)."""
+        return (self.rank + 1) % self.n
+
+    @property
+    def left(self) -> int:
+        """The previous rank around the ring (what sendrecv receives from)."""
+        return (self.rank - 1) % self.n
+
+
+@dataclass(frozen=True)
+class BufferCall(Call):
+    """What an mpi4py buffer-API backend provides: its communicator, slices of its buffers
+    (send and receive are the same object for in-place collectives), the MPI op."""
+
+    comm: Any
+    send: Any
+    recv: Any
+    op: Any
+
+
+@dataclass(frozen=True)
+class ObjectCall(Call):
+    """What an mpi4py pickle-API backend provides: the send slice and numpy's ufunc for the op."""
+
+    comm: Any
+    send: np.ndarray
+    recv_len: int
+    ufunc: Optional[np.ufunc]
+
+    def chunks(self, length: int) -> list:
+        """The send slice cut into n pieces of ``length`` elements."""
+        return [self.send[j * length:(j + 1) * length] for j in range(self.n)]
+
+
+@dataclass(frozen=True)
+class TensorCall(Call):
+    """What a torch.distributed backend provides: the module, its group, tensor slices, the op,
+    and the device the tensors live on (``collbench.backends.devices.TorchDevice``)."""
+
+    dist: Any
+    group: Any
+    send: Any
+    recv: Any
+    op: Any
+    device: Any
+
+    def first_available(self, *names: str) -> Callable:
+        """The first of ``names`` this torch has (names changed across torch versions)."""
+        for name in names:
+            if hasattr(self.dist, name):
+                return getattr(self.dist, name)
+        raise AttributeError(names[0])
+
+    def restore(self) -> None:
+        """Refill the in-place work buffer (the receive side) from the untouched send side."""
+        self.recv.copy_(self.send)
+
+    def poison(self) -> None:
+        """Overwrite the receive side, so that only what arrives passes the check."""
+        self.device.poison(self.recv)
+
+    def poison_unless_root(self) -> None:
+        if self.rank != self.root:
+            self.poison()
+
+    def no_reset(self) -> None:
+        pass
+
+
+class Benchmark:
+    """One benchmark. Subclasses (``Collective``, ``PointToPoint``) set the class attributes and
+    implement what applies."""
+
+    name: ClassVar[str]
+    position: ClassVar[int]           # where it comes in ``all``, in the command list and in tables
+    kind: ClassVar[str] = COLLECTIVE  # collective or point-to-point: ``all`` runs the collectives
+    size_is_per_rank: ClassVar[bool] = True   # False: the size is the whole n-rank array
+    send_div: ClassVar[bool] = False  # each rank sends size / n
+    recv_div: ClassVar[bool] = False  # each rank receives size / n
+    reduces: ClassVar[bool] = False   # takes --op
+    rooted: ClassVar[bool] = False    # takes --root
+    paired: ClassVar[bool] = False    # takes --pair: the two ranks of the pair alone take part
+    windowed: ClassVar[bool] = False  # takes --window: a sample is a window of W messages
+    #: a sample paces the ranks itself (a reply, an acknowledgement): no barrier before it
+    self_paced: ClassVar[bool] = False
+    in_place: ClassVar[bool] = False  # one buffer serves as send and receive
+    moves_data: ClassVar[bool] = True  # False for barrier: one row, no sizes
+    min_ranks: ClassVar[int] = 1
+    #: where the size is the whole array, what each rank does with its size / n (command help)
+    part_per_rank: ClassVar[str] = "has"
+    #: the command's help, first paragraph; empty: "Measure NAME across sizes (and backends)."
+    summary: ClassVar[str] = ""
+    #: how one sample is timed, for the command's help and the README
+    timed_as: ClassVar[str] = "one call, after a barrier over every rank; the slowest rank's time"
+    #: peak memory beyond the base per byte of send + receive buffers, (root, others), for each
+    #: family, measured by benchmarks/memory_factors.py; a family or benchmark without figures
+    #: gets the largest measured (``collbench.measure.memory.factor``)
+    memory_factors: ClassVar[dict] = {}
+
+    def bus_factor(self, n: int) -> float:
+        """Bus bandwidth = algorithm bandwidth × this (nccl-tests' convention)."""
+        return 1.0
+
+    def lengths(self, elements: int, n: int) -> tuple[int, int]:
+        """(send, receive) lengths in elements for a size of ``elements`` on n ranks."""
+        send = elements // n if self.send_div else elements
+        recv = elements // n if self.recv_div else elements
+        return send, recv
+
+    def granule(self, n: int) -> int:
+        """Element counts must be a multiple of this for the data to split evenly over n ranks."""
+        return 1 if self.size_is_per_rank else n
+
+    def takes_part(self, rank: int, roles: Roles) -> bool:
+        """Whether ``rank`` communicates at all (the others wait while the pair measures)."""
+        return not self.paired or rank in roles.pair
+
+    def timed_on(self, rank: int, roles: Roles) -> bool:
+        """Whether ``rank``'s clock makes the samples (the maximum over such ranks): every rank
+        taking part, or the rank that starts a pair's exchanges."""
+        return rank == roles.pair[0] if self.paired else self.takes_part(rank, roles)
+
+    def copies_in_flight(self, family: str, roles: Roles) -> int:
+        """How many copies of its buffers a rank of ``family`` holds at once (the memory guard's
+        multiplier): 1, but W where the pickle API pickles each message of a window apart."""
+        return 1
+
+    @property
+    def same_work(self) -> bool:
+        """Every rank does the same work in a call, so that their times compare (the per-rank
+        view's outliers): not a root's tree, not the two sides of a pair."""
+        return not self.rooted and not self.paired
+
+    def messages_per_call(self, roles: Roles) -> int:
+        """What one call's time is divided by to give the time reported: one message's."""
+        return 1
+
+    def row_axes(self, roles: Roles) -> dict:
+        """The row columns that say where this benchmark ran (``collbench.results.records``)."""
+        return {"pair": "%d-%d" % roles.pair if self.paired else "",
+                "window": roles.window if self.windowed else 1}
+
+    def expected(self, pattern: CheckPattern, n: int, rank: int, roles: Roles, elements: int,
+                 idx: np.ndarray) -> Optional[np.ndarray]:
+        """What ``rank`` must find at receive indices ``idx``, or None when it receives nothing."""
+        return None
+
+    def buffer_call(self, c: BufferCall) -> Optional[Callable[[], Any]]:
+        return None
+
+    def object_call(self, c: ObjectCall) -> Optional[Callable[[], Any]]:
+        return None
+
+    def tensor_call(self, c: TensorCall) -> Optional[tuple[Callable[[], Any], Callable[[], None]]]:
+        return None
+
+    def issued_by(self, family: str) -> bool:
+        """Whether this benchmark implements ``family`` (buffer, object or tensor)."""
+        method = f"{family}_call"
+        return getattr(type(self), method) is not getattr(Benchmark, method)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.name}>"
+
+
+class Collective(Benchmark):
+    """A collective: every rank takes part in every call."""
+
+
+class PointToPoint(Benchmark):
+    """Point-to-point: messages between two ranks (``--pair``), or between every rank and its
+    neighbour (``paired = False``). The size is one message's."""
+
+    kind = POINT_TO_POINT
+    paired = True
+    self_paced = True
+    min_ranks = 2
+
+    def expected(self, pattern, n, rank, roles, elements, idx):
+        """By default each rank of the pair receives what the other sent."""
+        if not self.takes_part(rank, roles):
+            return None
+        a, b = roles.pair
+        return pattern.value(b if rank == a else a, idx, n)
+
+
+def ring_factor(n: int) -> float:
+    """(n - 1) / n: what each rank moves of the whole array in a ring algorithm."""
+    return (n - 1) / n
