@@ -32,6 +32,10 @@ def simulate(name, op, n, elements, root, pair=(0, 1)):
         "alltoall": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),
         "reduce_scatter": lambda r: reduced[r * c:(r + 1) * c],
         "barrier": lambda r: None,
+        "pingpong": lambda r: sends[b] if r == a else sends[a] if r == b else None,
+        "bw": lambda r: sends[a] if r == b else None,       # the sender's acknowledgement is not checked
+        "bibw": lambda r: sends[b] if r == a else sends[a] if r == b else None,
+        "sendrecv": lambda r: sends[(r - 1) % n],
     }[name]
     return [out(r) for r in range(n)], recv_len
 
@@ -141,7 +145,7 @@ def test_the_simulation_catches_a_pattern_that_is_not_exact():
 
 
 def test_unknown_benchmark():
-    with pytest.raises(UsageError, match="unknown benchmark .allreduc.; choose one of: allreduce, .*barrier"):
+    with pytest.raises(UsageError, match="unknown benchmark .allreduc.; choose one of: allreduce, .*, pingpong, bw, bibw, sendrecv"):
         get_benchmark("allreduc")
 
 
@@ -167,8 +171,24 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
 def test_every_benchmark_module_is_found_in_its_place():
     assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall",
                      "reduce_scatter", "barrier")
-    assert NAMES == ORDER
+    assert NAMES == ORDER + ("pingpong", "bw", "bibw", "sendrecv")
 
+
+@pytest.mark.parametrize("name,part_of,timed_on,per_call,bus", [
+    ("allreduce", {0, 1, 2, 3}, {0, 1, 2, 3}, 1, 1.5),
+    ("pingpong", {3, 1}, {3}, 2, 1.0),           # half a round trip, on the rank that starts it
+    ("bw", {3, 1}, {3}, 16, 1.0),                # a window's time / window, on the sender
+    ("bibw", {3, 1}, {3}, 16, 2.0),              # both directions count
+    ("sendrecv", {0, 1, 2, 3}, {0, 1, 2, 3}, 1, 1.0),
+])
+def test_who_takes_part_whose_clock_counts_and_what_a_sample_is(name, part_of, timed_on, per_call, bus):
+    bench, roles = BENCHMARKS[name], Roles(pair=(3, 1), window=16)
+    assert {r for r in range(4) if bench.takes_part(r, roles)} == part_of
+    assert {r for r in range(4) if bench.timed_on(r, roles)} == timed_on
+    assert bench.messages_per_call(roles) == per_call
+    assert bench.bus_factor(4) == bus
+    assert bench.row_axes(roles) == {"pair": "3-1" if bench.paired else "", "window": 16 if bench.windowed else 1}
+    assert bench.self_paced == bench.paired      # a pair paces itself; a ring or a collective has a barrier
 
 
 @pytest.mark.parametrize("op_name", list(OPS))

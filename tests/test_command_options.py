@@ -25,6 +25,10 @@ EXPECTED = {
     "allgather": COMMON | DATA,
     "alltoall": COMMON | DATA,
     "barrier": COMMON,
+    "pingpong": COMMON | DATA | {"--pair"},
+    "bw": COMMON | DATA | {"--pair", "--window"},
+    "bibw": COMMON | DATA | {"--pair", "--window"},
+    "sendrecv": COMMON | DATA,
     "all": COMMON | DATA | {"--op", "--root"},
 }
 
@@ -69,6 +73,17 @@ REFUSED = [
     (["gather", "--op=min"], "gather takes no --op: it reduces nothing"),
     (["scatter", "--op", "sum"], "scatter takes no --op: it reduces nothing"),
     (["reduce_scatter", "--root", "0"], "reduce_scatter takes no --root: it has no root rank"),
+    (["pingpong", "--root", "1"], "pingpong takes no --root: it has no root rank"),
+    (["pingpong", "--op", "max"], "pingpong takes no --op: it reduces nothing"),
+    (["pingpong", "--window", "8"], "pingpong takes no --window: it has no window of messages"),
+    (["sendrecv", "--pair", "0,1"], "sendrecv takes no --pair: every rank takes part"),
+    (["allreduce", "--pair", "0,1"], "allreduce takes no --pair: every rank takes part"),
+    (["all", "--window", "8"], "all takes no --window: it has no window of messages"),
+    (["pingpong", "--pair", "1,1"], "Invalid value for '--pair': '1,1' names rank 1 twice; a pair is two different ranks"),
+    (["bw", "--pair", "0;1"], "Invalid value for '--pair': '0;1' is not two ranks A,B (e.g. 0,1)"),
+    (["bw", "--pair", "-1,2"], "Invalid value for '--pair': '-1,2' is not two ranks A,B (e.g. 0,1)"),
+    (["bw", "--window", "0"], "Invalid value for '--window': 0 is not in the range 1<=x<=4096."),
+    (["pingpong", "--pair", "0,5"], "--pair 0,5 is outside the world of 2 ranks (0..1)"),
 ]
 
 
@@ -91,6 +106,12 @@ def test_help_wins_over_an_option_that_does_not_apply(args, tmp_path):
 def test_help_after_the_end_of_options_is_not_help(tmp_path):
     proc = collbench("barrier", "--op", "max", "--", "--help", cwd=tmp_path)
     assert proc.returncode == 2 and "barrier takes no --op" in proc.stderr
+
+
+def test_a_point_to_point_benchmark_needs_two_ranks(tmp_path):
+    proc = collbench("pingpong", "-n", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == ["collbench: error: pingpong needs at least 2 ranks; 1 started"]
 
 
 def test_an_unknown_option_is_still_clicks_one_line(tmp_path):
@@ -129,6 +150,7 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
     assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 2] == ["all", "env"]
+    assert list(ORDER) == [c for c in NAMES if c not in ("pingpong", "bw", "bibw", "sendrecv")]
 
 
 def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(tmp_path):
