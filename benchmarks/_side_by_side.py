@@ -30,6 +30,7 @@ import numpy as np
 
 from collbench.backends import backend_class
 from collbench.backends._mpi import MpiControl, mpi_module
+from collbench.benchmarks.base import Roles
 from collbench.benchmarks.datatypes import OPS, dtype_of
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure.harness import TimingSettings, measure
@@ -112,7 +113,8 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     buffers = backend.allocate(send_len=count, recv_len=count, dtype=FLOAT32, in_place=False)
     backend.fill(buffers, start=0, values=OPS["sum"].value(control.rank, np.arange(count), control.size)
                  .astype(FLOAT32.host))
-    bound = backend.bind(buffers, collective=get_benchmark("allreduce"), send_len=count, recv_len=count, op="sum", root=0)
+    allreduce = get_benchmark("allreduce")
+    bound = backend.bind(buffers, collective=allreduce, send_len=count, recv_len=count, op="sum", roles=Roles())
     call, loop = BARE[name](backend, buffers, count)
     defaults = TimingSettings()
 
@@ -128,8 +130,8 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     for pair in range(pairs):
         for side in ("AB" if pair % 2 == 0 else "BA"):
             if side == "A":
-                m = measure(bound, barrier=backend.barrier, sync=backend.synchronize, control=control,
-                            settings=settings)
+                m = measure(bound, bench=allreduce, roles=Roles(), barrier=backend.barrier,
+                            sync=backend.synchronize, control=control, settings=settings)
                 a_blocks.append(m.samples_us)
             else:
                 call()                           # first call, then the same warm-up as measure

@@ -40,6 +40,7 @@ import numpy as np
 from collbench.measure import harness
 from collbench.backends.base import Bound, Control
 from collbench.benchmarks.registry import get_benchmark
+from collbench.benchmarks.base import Roles
 from collbench.launch.spawn import find_mpiexec, mpiexec_command
 from collbench.run.metadata import cpu_model
 from collbench.measure.sizes import format_size, parse_bytes
@@ -150,7 +151,8 @@ def harness_cost(n: int, repeats: int) -> None:
     def measure(settings):
         def once():
             t0 = clock()
-            m = harness.measure(bound, barrier=_noop, sync=_noop, control=LocalControl(), settings=settings)
+            m = harness.measure(bound, bench=get_benchmark("allreduce"), roles=Roles(), barrier=_noop, sync=_noop,
+                                control=LocalControl(), settings=settings)
             once.iterations = m.iterations
             return (clock() - t0) / m.iterations
         return once

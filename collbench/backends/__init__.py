@@ -98,7 +98,7 @@ def uses_mpi(name: str) -> bool:
 
 def make_control(mpi_launcher: bool, backends) -> Control:
     """The ranks' channel for small messages outside timed regions: MPI when the launcher is an
-    MPI one or a backend uses MPI, else torch's default (gloo) process group."""
+    MPI one or a backend uses MPI, else a gloo process group of its own."""
     if mpi_launcher or any(uses_mpi(b) for b in backends):
         from collbench.backends._mpi import MpiControl
         return MpiControl()

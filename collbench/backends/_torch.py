@@ -148,32 +148,39 @@ def _loopback_name() -> str:
     return "lo"
 
 
+#: How long one control message may wait. The ranks outside a pair wait in one while the pair
+#: measures a whole batch, which large windows make minutes long; a stuck job is ended by
+#: collbench's --timeout watchdog and its job channel, not by this.
+CONTROL_TIMEOUT = datetime.timedelta(days=7)
+
+
 class TorchControl(Control):
-    """Control messages over the default gloo group, for runs with no MPI at all."""
+    """Control messages over a gloo group of their own, for runs with no MPI at all."""
 
     def __init__(self) -> None:
         init_default_group(None)
         torch, dist = torch_modules()
         self._torch, self._dist = torch, dist
+        self._group = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
 
     def barrier(self) -> None:
-        self._dist.barrier()
+        self._dist.barrier(group=self._group)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         box = [obj]
-        self._dist.broadcast_object_list(box, src=root)
+        self._dist.broadcast_object_list(box, src=root, group=self._group)
         return box[0]
 
     def gather(self, obj: Any, root: int = 0) -> Optional[list]:
         out = [None] * self.size if self.rank == root else None
-        self._dist.gather_object(obj, out, dst=root)
+        self._dist.gather_object(obj, out, dst=root, group=self._group)
         return out
 
     def reduce_max(self, values: np.ndarray, root: int = 0) -> Optional[np.ndarray]:
         t = self._torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64).copy())
-        self._dist.reduce(t, dst=root, op=self._dist.ReduceOp.MAX)
+        self._dist.reduce(t, dst=root, op=self._dist.ReduceOp.MAX, group=self._group)
         return t.numpy() if self.rank == root else None
 
 

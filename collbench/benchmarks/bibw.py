@@ -9,7 +9,7 @@ figure, size × W × 2 / window time; algorithm bandwidth is one direction's.
 from functools import partial
 
 from collbench.benchmarks.base import PointToPoint
-from collbench.benchmarks.bw import mpi_wait_all, pickle_room, pickle_wait_all, torch_wait_all
+from collbench.benchmarks.bw import mpi_wait_all, pickle_room, pickle_wait_all, torch_batch
 from collbench.benchmarks.pingpong import TAG
 
 
@@ -50,9 +50,8 @@ class BiBandwidth(PointToPoint):
                          c.window, pickle_wait_all)
 
     def tensor_call(self, c):
-        call = both_ways(partial(c.dist.irecv, c.recv, c.peer, group=c.group),
-                         partial(c.dist.isend, c.send, c.peer, group=c.group), c.window, torch_wait_all)
-        return call, c.poison
+        ops = [(c.dist.irecv, c.recv)] * c.window + [(c.dist.isend, c.send)] * c.window
+        return torch_batch(c, ops), c.poison
 
 
 BENCHMARK = BiBandwidth()

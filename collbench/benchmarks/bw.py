@@ -40,9 +40,17 @@ def pickle_wait_all(requests):
     return requests[0].waitall(requests)
 
 
-def torch_wait_all(requests):
-    for request in requests:
-        request.wait()
+def torch_batch(c, ops):
+    """torch's point-to-point operations ``ops`` ([(dist.isend or dist.irecv, tensor)]) to the
+    pair's peer, started as one batch and waited for: NCCL runs a peer's sends and receives
+    as one group only when they are batched (separate ones both ways hang), and a window's
+    sends then are in flight at once, as in OSU."""
+    p2p = [c.dist.P2POp(op, tensor, c.peer, c.group) for op, tensor in ops]
+
+    def call():
+        for work in c.dist.batch_isend_irecv(p2p):
+            work.wait()
+    return call
 
 
 class Bandwidth(PointToPoint):
@@ -81,11 +89,15 @@ class Bandwidth(PointToPoint):
     def tensor_call(self, c):
         dist, peer, group = c.dist, c.peer, c.group
         if c.leads:
-            call = window(partial(dist.isend, c.send, peer, group=group), c.window, torch_wait_all,
-                          partial(dist.recv, c.recv[:1], peer, group=group))
+            sends = torch_batch(c, [(dist.isend, c.send)] * c.window)
+            ack = partial(dist.recv, c.recv[:1], peer, group=group)
         else:
-            call = window(partial(dist.irecv, c.recv, peer, group=group), c.window, torch_wait_all,
-                          partial(dist.send, c.send[:1], peer, group=group))
+            sends = torch_batch(c, [(dist.irecv, c.recv)] * c.window)
+            ack = partial(dist.send, c.send[:1], peer, group=group)
+
+        def call():
+            sends()
+            ack()
         return call, c.poison
 
 

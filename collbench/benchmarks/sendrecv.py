@@ -26,10 +26,9 @@ class SendRecv(PointToPoint):
         return partial(c.comm.sendrecv, c.send, dest=c.right, sendtag=TAG, source=c.left, recvtag=TAG)
 
     def tensor_call(self, c):
-        P2POp = c.dist.P2POp
-        ops = [P2POp(c.dist.isend, c.send, c.right, c.group), P2POp(c.dist.irecv, c.recv, c.left, c.group)]
+        ops = [c.dist.P2POp(c.dist.isend, c.send, c.right, c.group), c.dist.P2POp(c.dist.irecv, c.recv, c.left, c.group)]
 
-        def call():
+        def call():            # one batch: NCCL runs it as one group
             for work in c.dist.batch_isend_irecv(ops):
                 work.wait()
         return call, c.poison

@@ -85,7 +85,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
 
     target = cli.get_command(click.get_current_context(), name) if name else None
     if target is None or not getattr(target, "benchmarks", ()):
-        raise UsageError(f"ab needs a measuring command (a collective or all) after its options, got {name!r}")
+        raise UsageError(f"ab needs a measuring command (a benchmark such as allreduce or pingpong, or all) after its options, got {name!r}")
     for arg in args[1:]:
         flag = arg.split("=", 1)[0]
         if flag in _OWNED:

@@ -63,7 +63,8 @@ class Row:
     time_us_p95: float = column("95th percentile of the samples of every round (µs)")
     time_us_p99: float = column("99th percentile of the samples of every round (µs)")
     time_us_max: float = column("slowest sample of every round (µs)")
-    time_us_rank_avg: float = column("average of the per-rank mean times, as OSU reports (µs)")
+    time_us_rank_avg: float = column("average of the per-rank mean times of the ranks taking part, as OSU's "
+                                     "collectives report (µs)")
     algbw_gbps: float = column("size_bytes / time_us_p50 (GB/s, GB = 1e9 bytes)")
     busbw_gbps: float = column("algbw_gbps times the benchmark's bus factor (nccl-tests' convention; bibw: 2, "
                                "both directions)")
@@ -124,7 +125,8 @@ class RoundData:
     precision_reached: bool = column("its CI reached --precision before its share of --max-time ran out")
     check: str = column("ok, wrong:N or skipped")
     calls_per_sample: int = column("calls timed together in one sample (throughput mode: k)", default=1)
-    samples_us: Optional[tuple] = column("per iteration: max over ranks (latency) or loop / k", default=None)
+    samples_us: Optional[tuple] = column("per iteration: max over the timed ranks (latency) or loop / k; per message",
+                                         default=None)
     rank_means_us: Optional[tuple] = column("each rank's mean time", default=None)
 
 
