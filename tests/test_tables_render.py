@@ -187,3 +187,14 @@ def test_an_ascii_stream_gets_the_table_fitted_on_its_stand_ins():
     print_table(console, table, 80, plain=False)
     text = out.getvalue()
     assert text.isascii() and "p50 us" in text and _widest(text) <= 80, text
+
+
+def test_two_pairs_of_one_benchmark_are_two_tables_named_by_their_pair_and_window():
+    from collbench.results.tables import build_tables
+    from results_helpers import row_from_samples
+
+    rows = [row_from_samples([5.0, 5.1, 5.2], collective="bw", pair=pair, window=16, size_bytes=size)
+            for pair in ((0, 1), (2, 0)) for size in (8, 1024)]
+    titles = [t.title for t in build_tables(rows)]
+    assert titles == ["bw · float32 · 2 ranks · latency · pair 0-1 · window 16 · mpi",
+                      "bw · float32 · 2 ranks · latency · pair 2-0 · window 16 · mpi"]

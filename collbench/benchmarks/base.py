@@ -4,7 +4,7 @@ backend family hands it.
 A benchmark declares what the harness needs to time it, and the harness owns the rest (warm-up,
 the stop rule, rounds, the reduction over ranks):
 
-* who takes part: every rank, or the two ranks of a pair (``pair``: ``--pair A,B``); ranks
+* who takes part: every rank, or the two ranks of a pair (``paired``: ``--pair A,B``); ranks
   outside the pair wait, and are neither timed nor judged;
 * what one timed sample is: one call, after a barrier over every rank (collectives, sendrecv);
   or an exchange that paces the pair itself (``self_paced``: a round trip, a window closed by

@@ -8,8 +8,7 @@ figure, size × W × 2 / window time; algorithm bandwidth is one direction's.
 
 from functools import partial
 
-from collbench.benchmarks.base import PointToPoint
-from collbench.benchmarks.bw import mpi_wait_all, pickle_room, pickle_wait_all, torch_batch
+from collbench.benchmarks.bw import Windowed, mpi_wait_all, pickle_room, pickle_wait_all, torch_batch
 from collbench.benchmarks.pingpong import TAG
 
 
@@ -25,9 +24,8 @@ def both_ways(receive, send, count: int, wait_all):
     return call
 
 
-class BiBandwidth(PointToPoint):
+class BiBandwidth(Windowed):
     name, position = "bibw", 22
-    windowed = True
     summary = "Measure the bandwidth both ways at once between two ranks (osu_bibw)."
     timed_as = ("both ranks of the pair post --window non-blocking receives and sends, then wait for all, timed "
                 "on the first; time per message = the window's time / window")
@@ -35,19 +33,13 @@ class BiBandwidth(PointToPoint):
     def bus_factor(self, n):
         return 2.0
 
-    def messages_per_call(self, roles):
-        return roles.window
-
-    def copies_in_flight(self, family, roles):
-        return roles.window if family == "object" else 1
-
     def buffer_call(self, c):
         return both_ways(partial(c.comm.Irecv, c.recv, c.peer, TAG), partial(c.comm.Isend, c.send, c.peer, TAG),
                          c.window, mpi_wait_all)
 
     def object_call(self, c):
-        return both_ways(partial(c.comm.irecv, pickle_room(c.send), source=c.peer, tag=TAG), partial(c.comm.isend, c.send, c.peer, TAG),
-                         c.window, pickle_wait_all)
+        return both_ways(partial(c.comm.irecv, pickle_room(c.send), source=c.peer, tag=TAG),
+                         partial(c.comm.isend, c.send, c.peer, TAG), c.window, pickle_wait_all)
 
     def tensor_call(self, c):
         ops = [(c.dist.irecv, c.recv)] * c.window + [(c.dist.isend, c.send)] * c.window

@@ -53,18 +53,24 @@ def torch_batch(c, ops):
     return call
 
 
-class Bandwidth(PointToPoint):
-    name, position = "bw", 21
+class Windowed(PointToPoint):
+    """A benchmark whose sample is a window of W messages: the time reported is the window's / W,
+    and the pickle API holds W pickled copies at once."""
+
     windowed = True
-    summary = "Measure the bandwidth from one rank to another (osu_bw): windows of non-blocking sends."
-    timed_as = ("--window non-blocking sends from the pair's first rank, then a one-element acknowledgement, "
-                "timed on the sender; time per message = the window's time / window")
 
     def messages_per_call(self, roles):
         return roles.window
 
     def copies_in_flight(self, family, roles):
         return roles.window if family == "object" else 1
+
+
+class Bandwidth(Windowed):
+    name, position = "bw", 21
+    summary = "Measure the bandwidth from one rank to another (osu_bw): windows of non-blocking sends."
+    timed_as = ("--window non-blocking sends from the pair's first rank, then a one-element acknowledgement, "
+                "timed on the sender; time per message = the window's time / window")
 
     def expected(self, pattern, n, rank, roles, elements, idx):
         a, b = roles.pair

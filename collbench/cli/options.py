@@ -46,7 +46,7 @@ _OPTIONS = (
     ("op", click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod.")),
     ("root", click.option("--root", type=int, default=0, show_default=True, help="Root rank.")),
     ("pair", click.option(
-        "--pair", type=params.PAIR, default="0,1", show_default=True,
+        "--pair", type=params.PAIR, default=(0, 1), show_default=True,
         help="The two ranks that exchange messages; the first starts each exchange and is timed.")),
     ("window", click.option(
         "--window", type=click.IntRange(min=1, max=MAX_WINDOW), default=64, show_default=True,
@@ -131,11 +131,8 @@ def _default(decorator):
 
 
 def defaults_without(benches) -> dict:
-    """The values a command runs with for the options it leaves off (``--pair``'s as parsed)."""
-    out = {name: _default(decorator) for name, decorator in _OPTIONS if _unused(name, benches)}
-    if "pair" in out:
-        out["pair"] = params.PAIR.convert(out["pair"], None, None)
-    return out
+    """The values a command runs with for the options it leaves off."""
+    return {name: _default(decorator) for name, decorator in _OPTIONS if _unused(name, benches)}
 
 
 def bench_options(benches):

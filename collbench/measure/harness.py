@@ -140,8 +140,6 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     # an exchange that paces its pair (a reply, an acknowledgement) needs no barrier, and one
     # would put the barrier's exit skew into every sample; ranks outside the pair wait
     pace = _nothing if bench.self_paced else barrier
-    if not taking_part:
-        bound = IDLE
 
     t0 = timer()
     bound.run_blocking()                      # first call: connection and algorithm setup

@@ -81,7 +81,7 @@ def _p50(row: Row) -> str:
 
 
 def _group_key(row: Row) -> tuple:
-    return (row.collective, row.dtype, row.op, row.timing, row.world_size)
+    return (row.collective, row.dtype, row.op, row.timing, row.world_size, row.pair, row.window)
 
 
 def rank_count_text(n) -> str:
@@ -105,7 +105,10 @@ def _title(rows: list, root: int) -> str:
     op = "" if row.op == "none" else f" {row.op}"
     data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
     rooted = "".join(f" · {text}" for text in [root_text(row.collective, root)] if text)
-    return f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · {row.timing}"
+    known = BENCHMARKS.get(row.collective)
+    where = (f" · pair {row.pair}" if row.pair else "") + (
+        f" · window {row.window}" if known is not None and known.windowed else "")
+    return f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · {row.timing}{where}"
 
 
 def _per_rank(rows: list) -> bool:
