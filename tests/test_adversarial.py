@@ -7,6 +7,7 @@ command line in a subprocess; the cases after it need a process, a signal or a d
 their part.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -378,7 +379,22 @@ def test_rank_0_killed_outright_under_mpiexec_its_files_are_rebuilt_from_the_jou
     assert "Traceback" not in err
 
 
-def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path):
+def _processes_naming(text: str) -> list:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("killed", ["parent", "whole job"])
+def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path, killed):
+    """Killed alone, the self-launching process leaves its ranks and guardians to end; killed with
+    all of them at once (as when mpiexec's clean-up SIGKILLs the guardians before they act), it
+    leaves nobody in the job to finish its files. Its stand-in does, either way."""
     out = tmp_path / "r.json"
     private = _private_tmp(tmp_path)
     job = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,1M", "--iters",
@@ -387,12 +403,23 @@ def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path):
                            stderr=subprocess.PIPE)
     try:
         wait_for_rows(out)
+        if killed == "whole job":           # stopped first, none of them can act on another's death
+            job.send_signal(signal.SIGSTOP)
+            everyone = _processes_naming(str(out))
+            for how in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in everyone:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, how)
         job.kill()
         job.wait(timeout=10)
-        deadline = time.monotonic() + 20
-        while list(private.iterdir()) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while (list(private.iterdir()) or _processes_naming(str(private))) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         job.kill()
+        for pid in _processes_naming(str(out)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert not list(private.iterdir()), "no state folder left behind"
+    assert not _processes_naming(str(private)), "the stand-in ends once the folder is gone"
     assert json.loads(out.read_text())["rows"]

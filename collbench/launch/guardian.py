@@ -39,18 +39,6 @@ def rebuild_files(journal: str, seconds: float = 120.0) -> None:
         pass
 
 
-def rebuild_files_after(journal: str, pid: int) -> None:
-    """The self-launching process is gone, and the launcher is about to kill this guardian with
-    the rest: a process of its own session (which the launcher's clean-up does not reach)
-    waits for rank ``pid`` to end, rebuilds the files from the journal, and removes the
-    journal's folder, which nobody else will."""
-    try:
-        subprocess.Popen([sys.executable, "-m", "collbench.results.recover", journal, "--remove", "--after", str(pid)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-    except OSError:
-        pass
-
-
 class Guardian:
     """The parent of one rank: waits for it, speaks for it to the coordinator, ends it on demand."""
 
@@ -61,8 +49,6 @@ class Guardian:
         self.stop_code: Optional[int] = None
         self.oom = OomWatch()
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
-        self.orphaned = False                  # the self-launching process died
-        self._orphan_lock = threading.Lock()
         self._parent_fd = None
         self.coordinator = None
         notes.guardian(rank, child)
@@ -116,9 +102,7 @@ class Guardian:
         if self.link is None and self.size > 1:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
-        if self.journal and self._parent_gone():   # the launcher may kill us any moment now
-            self._orphan_files()
-        elif self.journal and ended_early and os.path.isdir(self.journal):
+        if self.journal and ended_early and os.path.isdir(self.journal) and not self._parent_gone():
             rebuild_files(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None:
             # After the job's abort every guardian leaves at once, rank 0's first: MPICH's launcher
@@ -220,26 +204,14 @@ class Guardian:
         else:
             while alive(pid):
                 time.sleep(0.5)
-        self._orphan_files()
         self.stop(128 + signal.SIGHUP)
 
     def _parent_gone(self) -> bool:
-        """Whether the self-launching process has ended (a zombie counts as ended)."""
-        if self.orphaned:
-            return True
+        """Whether the self-launching process has ended (a zombie counts as ended): then its
+        stand-in rebuilds the files once this launch's processes are gone (``janitor``)."""
         parent = os.environ.get(PARENT_ENV, "")
         if not parent.isdigit():
             return False
         if self._parent_fd is not None:
             return bool(select.select([self._parent_fd], [], [], 0)[0])
         return not alive(int(parent))
-
-    def _orphan_files(self) -> None:
-        """The self-launching process is gone: the files and the journal's folder are ours to
-        finish (once, from whichever thread sees it first)."""
-        with self._orphan_lock:
-            if self.orphaned:
-                return
-            self.orphaned = True
-            if self.journal:
-                rebuild_files_after(self.journal, self.child)

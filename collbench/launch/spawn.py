@@ -24,6 +24,7 @@ from collbench.launch.coordinator import JOB_EXIT_CODES
 from collbench.launch.launcher import LAUNCHED_ENV
 from collbench.launch.relay import Relay, mark_terminals
 from collbench.launch import notes
+from collbench.launch.janitor import Janitor
 from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, saved_results_clause
 from collbench.results.journal import Journal
 
@@ -246,7 +247,8 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
 class RoundLauncher:
     """One command launched as n ranks, once per round: the ranks learn their round and the seed
     from the environment, and rank 0 of each launch finds the earlier rounds in a journal in a
-    temporary folder (``state``), which goes with ``close``. ``python``: the interpreter whose
+    temporary folder (``state``), which goes with ``close`` (or, if this process is killed,
+    with its stand-in: ``janitor``). ``python``: the interpreter whose
     collbench the ranks run (and beside which mpiexec is looked for first)."""
 
     n: int
@@ -274,6 +276,7 @@ class RoundLauncher:
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
         self.user_port = env.get("MASTER_PORT")
         self.state = tempfile.mkdtemp(prefix="collbench-rounds-")
+        self.janitor = Janitor(self.state)      # finishes the folder if this process is killed
         env.update({rounds_mod.ROUNDS_ENV: str(self.rounds), rounds_mod.SEED_ENV: str(self.seed),
                     rounds_mod.STATE_ENV: self.state})
         self.env = env
@@ -308,6 +311,7 @@ class RoundLauncher:
 
     def close(self) -> None:
         shutil.rmtree(self.state, ignore_errors=True)
+        self.janitor.close()
 
 
 def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0) -> int:

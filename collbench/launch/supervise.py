@@ -282,10 +282,3 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (OSError, IndexError):
         return True
-
-
-def launching_process_gone() -> bool:
-    """Self-launched: the collbench process that launched this rank has ended (killed, say), so
-    what it would have cleaned up is this rank's to clean."""
-    parent = os.environ.get(PARENT_ENV, "")
-    return parent.isdigit() and not alive(int(parent))

@@ -183,13 +183,6 @@ class Output:
             self._lock.release()
             remove_partial()
 
-    def release_journal(self) -> None:
-        """The process that owned the journal's folder is gone: once the files are whole, the
-        folder goes with this rank (nobody else is left to remove it)."""
-        if self.files.written() and not self._dirty:
-            self.journal.owned = True
-            self.journal.remove()
-
     def collective_done(self, collective: str, final_round: bool) -> None:
         """One collective's final round is measured. With one round, its tables print now (once
         those of the collectives before it in the plan have); with several, the tables wait for
@@ -286,4 +279,3 @@ class NullOutput:
     def finish(self) -> None: ...
     def abandon(self) -> None: ...
     def save_now(self) -> None: ...
-    def release_journal(self) -> None: ...

@@ -2,16 +2,15 @@
 
 A rank 0 killed outright (SIGKILL, the kernel's out-of-memory killer) leaves files that may lag
 the journal by the last few sizes (``files`` rewrites them on a schedule). Whoever outlives it
-rebuilds them: the self-launching process after the launch ends, or, under a user's launcher,
-rank 0's guardian (``python -m collbench.results.recover FOLDER``, a process of its own, so the
-guardian stays small). Rebuilding twice gives the same files.
+rebuilds them: the self-launching process after the launch ends, or its stand-in if it died
+(``collbench.launch.janitor``), or, under a user's launcher, rank 0's guardian (``python -m
+collbench.results.recover FOLDER``, a process of its own, so the guardian stays small).
+Rebuilding twice gives the same files.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 from collbench.results.collector import Collector
@@ -42,6 +41,7 @@ def rebuild(folder, *, remove: bool = False) -> list:
     collector = Collector(runs[0]["metadata"])
     paths = restore(journal, collector)
     if not paths:
+        journal.remove()
         return []
     for tmp in stale_temporaries(paths):
         tmp.unlink(missing_ok=True)
@@ -52,17 +52,8 @@ def rebuild(folder, *, remove: bool = False) -> list:
     return paths
 
 
-def _wait_for(pid: int, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def main(argv: list) -> int:
-    """``FOLDER [--remove] [--after PID]``: exit 0 when the files are whole, 2 (and one line)
-    when not. ``--after``: first wait for process PID (rank 0) to end."""
-    if "--after" in argv[1:]:
-        _wait_for(int(argv[argv.index("--after") + 1]))
+    """``FOLDER [--remove]``: exit 0 when the files are whole, 2 (and one line) when not."""
     try:
         rebuild(argv[0], remove="--remove" in argv[1:])
     except (OutputFailed, OSError, ValueError, KeyError, TypeError) as exc:

@@ -197,10 +197,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         raise SharedUsageError(problem)
     if is_rank0:
         supervise.set_result_files(out.paths, out.journal.folder)
-        # Run last to first on an early end: the files are made whole, then, if the launching
-        # process is gone (and its guardian perhaps with it), the journal it owned goes too.
-        supervise.before_exit(lambda: out.release_journal() if supervise.launching_process_gone() else None)
-        supervise.before_exit(out.save_now)
+        supervise.before_exit(out.save_now)      # an early end: the files are made whole
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(most_per_node):
         out.note(note)
     settings = dataclasses.replace(plan.timing_settings, max_time=plan.timing_settings.max_time * schedule.budget_share())

@@ -1,0 +1,102 @@
+"""What the self-launching process leaves to a stand-in: if it dies without cleaning up (SIGKILL,
+the out-of-memory killer), the run's state folder holds the journal of what was measured and
+nobody else would finish it.
+
+``start`` runs, beside the self-launching process and before its first launch, a small process
+of its own session (so that neither the launcher's clean-up nor a signal to the job's process
+group reaches it). It waits for that process to end; if the state folder is still there, it
+waits for the processes of the last launch to end (their guardians may still be writing), then
+rebuilds the result files from the journal and removes the folder. A process that ends normally
+removes the folder itself and ends its stand-in (``Janitor.close``).
+
+Being there from the start is the point: a guardian that noticed the death could be SIGKILLed by
+mpiexec's clean-up before it acted, and between two rounds there is no guardian at all.
+
+Only the standard library is imported until the rebuild.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from collbench.launch import notes
+from collbench.launch.supervise import alive
+
+#: how long the stand-in waits for the last launch's processes before rebuilding anyway
+LAUNCH_END_WAIT = 60.0
+
+
+class Janitor:
+    """The stand-in for the calling process, for the state folder ``state``."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.janitor", str(os.getpid()), state],
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            self.process = None
+
+    def close(self) -> None:
+        """The folder is gone (or about to be, by the caller): the stand-in is not needed."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _wait_for_death(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (OSError, AttributeError):
+        while alive(pid):
+            time.sleep(0.5)
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def launch_processes(state: str) -> list:
+    """The pids, on this host, of the guardians and ranks that the last launch noted."""
+    host = socket.gethostname()
+    pids = []
+    for note in Path(state).glob(f"{notes.GUARDIAN_PREFIX}*"):
+        try:
+            _rank, child, where = note.read_text().split(maxsplit=2)
+            if where.strip() == host:
+                pids += [int(note.name[len(notes.GUARDIAN_PREFIX):]), int(child)]
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def main(argv: list) -> int:
+    """``PARENT_PID FOLDER``."""
+    parent, state = int(argv[0]), argv[1]
+    _wait_for_death(parent)
+    if not os.path.isdir(state):
+        return 0
+    deadline = time.monotonic() + LAUNCH_END_WAIT
+    while any(alive(pid) for pid in launch_processes(state)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    from collbench.results.recover import main as recover
+
+    return recover([state, "--remove"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
