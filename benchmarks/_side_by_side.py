@@ -132,7 +132,7 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
             if side == "A":
                 m = measure(bound, bench=allreduce, roles=Roles(), barrier=backend.barrier,
                             sync=backend.synchronize, control=control, settings=settings)
-                a_blocks.append(m.samples_us)
+                a_blocks.append(m.samples_us[0] if control.rank == 0 else None)
             else:
                 call()                           # first call, then the same warm-up as measure
                 loop(settings.warmup, [])

@@ -32,7 +32,7 @@ def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_si
     return RowIdentity(collective=collective, backend=backend, dtype=dtype, op=op if coll.reduces else "none",
                        world_size=world_size, ranks_per_node=world_size, size_bytes=size_bytes,
                        per_rank_bytes=per_rank, count=size_bytes // 4, timing=timing,
-                       bus_factor=coll.bus_factor(world_size), **coll.row_axes(Roles(pair=pair, window=window)))
+                       bus_factor=coll.bus_factor(world_size), **coll.row_axes(Roles(pairs=(pair,), window=window)))
 
 
 def row_with_rounds(rounds_samples, *, check="ok", **key) -> tuple:

@@ -54,7 +54,7 @@ def test_expected_matches_simulation(name, op_name, n):
     pair = (n - 1, 0)                 # the second rank of the pair need not follow the first
     received, recv_len = simulate(name, op, n, elements, root, pair)
     for rank in range(n):
-        want = coll.expected(op, n, rank, Roles(root=root, pair=pair), elements, np.arange(recv_len))
+        want = coll.expected(op, n, rank, Roles(root=root, pairs=(pair,)), elements, np.arange(recv_len))
         if received[rank] is None:
             assert want is None
         else:
@@ -182,13 +182,27 @@ def test_every_benchmark_module_is_found_in_its_place():
     ("sendrecv", {0, 1, 2, 3}, {0, 1, 2, 3}, 1, 1.0),
 ])
 def test_who_takes_part_whose_clock_counts_and_what_a_sample_is(name, part_of, timed_on, per_call, bus):
-    bench, roles = BENCHMARKS[name], Roles(pair=(3, 1), window=16)
+    bench, roles = BENCHMARKS[name], Roles(pairs=((3, 1),), window=16)
     assert {r for r in range(4) if bench.takes_part(r, roles)} == part_of
     assert {r for r in range(4) if bench.timed_on(r, roles)} == timed_on
     assert bench.messages_per_call(roles) == per_call
     assert bench.bus_factor(4) == bus
-    assert bench.row_axes(roles) == {"pair": "3-1" if bench.paired else "", "window": 16 if bench.windowed else 1}
+    assert bench.row_axes(roles) == {"pair": "3-1" if bench.paired else "", "window": 16 if bench.windowed else 1,
+                                     "pairs_at_once": 1}
     assert bench.self_paced == bench.paired      # a pair paces itself; a ring or a collective has a barrier
+
+
+@pytest.mark.parametrize("name", ["pingpong", "bw", "allreduce"])
+def test_a_step_of_pairs_is_one_group_per_pair_each_timed_on_its_first_rank(name):
+    bench, roles = BENCHMARKS[name], Roles(pairs=((0, 3), (4, 1)), window=8)
+    if not bench.paired:         # a collective: one group of every rank, whatever the pairs say
+        assert bench.groups(roles) == 1 and {bench.group_of(r, roles) for r in range(6)} == {0}
+        return
+    assert bench.groups(roles) == 2
+    assert [bench.group_of(r, roles) for r in range(6)] == [0, 1, None, 0, 1, None]
+    assert {r for r in range(6) if bench.timed_on(r, roles)} == {0, 4}
+    assert [bench.row_axes(roles, g)["pair"] for g in (0, 1)] == ["0-3", "4-1"]
+    assert bench.row_axes(roles, 1)["pairs_at_once"] == 2
 
 
 @pytest.mark.parametrize("op_name", list(OPS))

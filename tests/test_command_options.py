@@ -149,7 +149,7 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "..." not in text.split("Commands:")[1]             # no description cut mid-sentence
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
-    assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 2] == ["all", "env"]
+    assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 3] == ["pairs", "all", "env"]
     assert list(ORDER) == [c for c in NAMES if c not in ("pingpong", "bw", "bibw", "sendrecv")]
 
 

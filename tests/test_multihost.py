@@ -429,3 +429,88 @@ def test_a_rendezvous_that_cannot_succeed_fails_in_seconds_naming_address_and_ho
     finally:
         for job in jobs.values():
             job.kill()
+
+
+@pytest.fixture
+def bridged_hosts(tmp_path):
+    """node1, node2 and node3, each joined by a veth pair to a bridge in a switch namespace of its
+    own (every host's end has one name, as in ``hosts``); all torn down afterwards."""
+    prefix = f"cbbr-{secrets.token_hex(3)}"
+    switch = f"{prefix}-sw"
+    made = []
+    _sh("ip", "netns", "add", switch)
+    try:
+        _sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", switch, "link", "set", "br0", "up")
+        for i in (1, 2, 3):
+            netns, iface, port = f"{prefix}-{i}", f"{prefix}-v", f"{prefix}-p{i}"
+            _sh("ip", "netns", "add", netns)
+            made.append(Host(f"node{i}", netns, iface, f"{SUBNET}.{i}", tmp_path / f"node{i}"))
+            _sh("ip", "link", "add", iface, "netns", netns, "type", "veth", "peer", "name", port, "netns", switch)
+            _sh("ip", "-n", switch, "link", "set", port, "master", "br0")
+            _sh("ip", "-n", switch, "link", "set", port, "up")
+        for h in made:
+            _sh("ip", "-n", h.netns, "addr", "add", f"{h.address}/24", "dev", h.iface)
+            _sh("ip", "-n", h.netns, "link", "set", "lo", "up")
+            _sh("ip", "-n", h.netns, "link", "set", h.iface, "up")
+            h.etc.mkdir()
+            (h.etc / "boot_id").write_text(f"{uuid.uuid4()}\n")
+        _names(made, "loopback")
+        for h in made[1:]:
+            _wait_linked(made[0], h)
+        _wait_linked(made[1], made[2])
+        yield made, switch, prefix
+    finally:
+        for h in made:
+            h.kill_all()
+        deadline = time.monotonic() + 10
+        while any(h.pids() for h in made) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for h in made:
+            subprocess.run(["ip", "netns", "delete", h.netns], capture_output=True)
+        subprocess.run(["ip", "netns", "delete", switch], capture_output=True)
+
+
+def _slow_down(netns: str, iface: str, rate: str) -> None:
+    """A token bucket on ``iface``'s way out: what leaves through it goes at ``rate``."""
+    _sh("ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate", rate,
+        "burst", "64kb", "latency", "100ms")
+
+
+@needs_torch
+def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
+    """Three hosts on a bridge (ranks 0-1 on node1, 2 on node2, 3 on node3); node3's link is
+    slowed both ways to 1 Gbit/s by a token bucket. ``pairs --metric bw --cross-host`` on mpi
+    (over TCP: UCX would reach across by shared memory) and gloo names node3, not its pairs."""
+    hosts, switch, prefix = bridged_hosts
+    slow = hosts[2]
+    _slow_down(slow.netns, slow.iface, "1gbit")
+    _slow_down(switch, f"{prefix}-p3", "1gbit")
+    out = tmp_path / "p.json"
+    cmd = _mpiexec(hosts, tmp_path, (2, 1, 1), ["pairs", "--metric", "bw", "--cross-host", "-b", "mpi,gloo",
+                                                 "--sizes", "256K", "--window", "8", "--iters", "12", "--warmup", "2",
+                                                 "--rounds", "1", "--timeout", "120", "-o", out])
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp", "COLUMNS": "80"},
+                          capture_output=True, text=True, timeout=300)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["metadata"]["rank_hosts"] == ["node1", "node1", "node2", "node3"]
+    rows = doc["rows"]
+    assert {r["check"] for r in rows} == {"ok"}
+    cross = {"0-2", "0-3", "1-2", "1-3", "2-3"}
+    for backend in ("mpi", "gloo"):
+        pairs = {r["pair"] for r in rows if r["backend"] == backend}
+        assert pairs == cross | {"-".join(reversed(p.split("-"))) for p in cross}, pairs   # both ways, 0-1 left out
+    from collbench.results.links import split
+    from collbench.results.loader import load_result
+
+    maps, rest = split(load_result(out).rows, doc["metadata"]["rank_hosts"])
+    assert not rest and len(maps) == 2
+    for lmap in maps:
+        hosts_named = [f.name for f in lmap.findings if f.what == "host"]
+        assert hosts_named == ["node3"], (lmap.first.backend, lmap.findings)
+        assert not [f for f in lmap.findings if f.what == "pair" and "3" in f.name.split("-")], lmap.findings
+    assert "host node3" in proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
+    assert not _nothing_left(hosts)

@@ -22,7 +22,7 @@ from collbench.analysis.compare import match_key
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
-from collbench.results.records import root_rank
+from collbench.results.records import rank_hosts, root_rank
 from collbench.results.tables import TableModel, build_tables, format_us, setup_text
 
 DIFF_NOTES = (
@@ -112,7 +112,8 @@ def run_tables(runs: Runs) -> list:
     per setup and backend, a column group per run and each run's median time against the first
     run's (the run's label stands where ``build_tables`` puts a backend)."""
     if not runs.separate:
-        return build_tables(runs.rows(), root_rank(runs.loaded[0][1].metadata))
+        metadata = runs.loaded[0][1].metadata
+        return build_tables(runs.rows(), root_rank(metadata), rank_hosts(metadata))
     parts: dict = {}
     roots = {}
     for label, (_, result) in zip(runs.labels, runs.loaded):

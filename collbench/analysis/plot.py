@@ -1,4 +1,5 @@
-"""``collbench plot``: latency and bus bandwidth against size, log–log, one line per series.
+"""``collbench plot``: latency and bus bandwidth against size, log–log, one line per series; or,
+for the rows of many pairs (``collbench pairs``), a heat map per link map (``heat_maps``).
 
 matplotlib is the optional ``plot`` extra and is imported only here, inside ``plot_rows``.
 The figure is drawn on a bare ``Figure`` with the Agg canvas (no pyplot), so no display,
@@ -13,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from collbench.errors import UsageError
+from collbench.results import links
 from collbench.results.exporters import check_writable_path, write_atomic
 from collbench.measure.sizes import format_size
 from collbench.results.tables import rank_count_text
@@ -91,10 +93,15 @@ def _band(r, low: bool) -> float:
     return r.busbw_gbps * r.time_us_p50 / t
 
 
-def plot_rows(rows, path, *, force: bool = False, run_labels=()) -> list:
+def plot_rows(rows, path, *, force: bool = False, run_labels=(), hosts=None) -> list:
     """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user.
-    ``run_labels``: per row, the label of its run (files of one setup measured again), or nothing."""
+    ``run_labels``: per row, the label of its run (files of one setup measured again), or nothing.
+    Rows that form link maps are drawn as heat maps instead (``hosts``: every rank's host)."""
     path = check_plot_path(path, force)
+    maps, rest = links.split(list(rows), hosts)
+    if maps:
+        return heat_maps(maps, path) + ([f"{len(rest)} row(s) outside the link maps are not drawn; plot them "
+                                         "from a file of their own"] if rest else [])
     Figure, FigureCanvasAgg, FuncFormatter, LogFormatter = _import_matplotlib()
     lines, shared = _lines(rows, run_labels)
     if not lines:
@@ -145,10 +152,91 @@ def plot_rows(rows, path, *, force: bool = False, run_labels=()) -> list:
         bandwidth.set_title("bus bandwidth")
         bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
         figure.suptitle(" · ".join(["collbench", *shared]))
-        image = io.BytesIO()            # drawn in memory, then written whole: a full disk leaves no half image
-        figure.savefig(image, format=path.suffix.lstrip(".").lower(), dpi=120)
+        _save(figure, path)
+    return notes
+
+
+def _save(figure, path: Path) -> None:
+    image = io.BytesIO()            # drawn in memory, then written whole: a full disk leaves no half image
+    figure.savefig(image, format=path.suffix.lstrip(".").lower(), dpi=120)
     try:
         write_atomic(path, image.getvalue())
     except OSError as exc:
         raise UsageError(f"cannot write {str(path)!r}: {exc.strerror}") from None
-    return notes
+
+
+#: past this many ranks a heat map's cells carry no figures (the colour alone says it)
+ANNOTATED_RANKS = 16
+
+
+def heat_maps(maps: list, path: Path) -> list:
+    """One heat map per link map, rank against rank: latency (µs) or bandwidth from row to column
+    (GB/s), on a scale from 0 where darker is slower; lines between hosts; what lies out framed
+    in red, named hosts' and ranks' labels in red."""
+    import numpy as np
+
+    Figure, FigureCanvasAgg, _, _ = _import_matplotlib()
+    columns = min(len(maps), 3)
+    rows_of_panels = -(-len(maps) // columns)
+    largest = max(len(m.ranks) for m in maps)
+    side = min(max(3.6, 0.32 * largest + 1.5), 12.0)
+    figure = Figure(figsize=(side * columns + 1.0, side * rows_of_panels), constrained_layout=True)
+    FigureCanvasAgg(figure)
+    axes_list = np.atleast_1d(figure.subplots(rows_of_panels, columns)).ravel()
+    for axes in axes_list[len(maps):]:
+        axes.set_visible(False)
+    for axes, lmap in zip(axes_list, maps):
+        ranks = lmap.ranks
+        index = {r: i for i, r in enumerate(ranks)}
+        grid = np.full((len(ranks), len(ranks)), np.nan)
+        for (a, b) in lmap.rows:
+            value = links.figure(lmap, lmap.time((a, b)))
+            grid[index[a], index[b]] = value
+            if not lmap.one_way:
+                grid[index[b], index[a]] = value
+        finite = grid[np.isfinite(grid)]
+        top = float(finite.max()) if finite.size else 1.0
+        # from 0: figures that differ by a few percent look alike, a link at a third stands out
+        image = axes.imshow(grid, cmap="magma" if lmap.one_way else "magma_r", interpolation="nearest",
+                            vmin=0.0, vmax=top)
+        figure.colorbar(image, ax=axes, shrink=0.8, label=links.unit(lmap))
+        labels = [str(r) for r in ranks]
+        axes.set_xticks(range(len(ranks)), labels, fontsize="small")
+        axes.set_yticks(range(len(ranks)), labels, fontsize="small")
+        named = {r for f in lmap.findings if f.what == "host" for r in ranks if lmap.host(r) == f.name}
+        named |= {int(f.name) for f in lmap.findings if f.what == "rank"}
+        for tick in list(axes.get_xticklabels()) + list(axes.get_yticklabels()):
+            if int(tick.get_text()) in named:
+                tick.set_color("red")
+        for i in range(1, len(ranks)):                # host boundaries
+            if lmap.host(ranks[i]) != lmap.host(ranks[i - 1]):
+                axes.axhline(i - 0.5, color="white", linewidth=1.5)
+                axes.axvline(i - 0.5, color="white", linewidth=1.5)
+        for f in lmap.findings:
+            if f.what == "pair":
+                a, b = (int(x) for x in f.name.split("-"))
+                for y, x in {(index[a], index[b]), (index[b], index[a]) if not lmap.one_way else (index[a], index[b])}:
+                    axes.add_patch(_frame(x, y))
+        if len(ranks) <= ANNOTATED_RANKS:
+            middle = top / 2
+            for y in range(len(ranks)):
+                for x in range(len(ranks)):
+                    if np.isfinite(grid[y, x]):
+                        dark = grid[y, x] < middle if lmap.one_way else grid[y, x] > middle
+                        axes.text(x, y, f"{grid[y, x]:.3g}", ha="center", va="center", fontsize="x-small",
+                                  color="white" if dark else "black")
+        axes.set_xlabel("to rank" if lmap.one_way else "rank")
+        axes.set_ylabel("from rank" if lmap.one_way else "rank")
+        row = lmap.first
+        axes.set_title(f"{row.collective} · {row.backend} · {format_size(row.size_bytes)} · {links.unit(lmap)}"
+                       + (" (from row to column)" if lmap.one_way else ""), fontsize="medium")
+    figure.suptitle("collbench pairs" + ("" if not any(m.findings for m in maps) else
+                                          " · red: lies out (see the terminal or report)"))
+    _save(figure, path)
+    return []
+
+
+def _frame(x: int, y: int):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2)

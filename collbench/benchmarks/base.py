@@ -44,13 +44,21 @@ POINT_TO_POINT = "point-to-point"
 
 @dataclass(frozen=True)
 class Roles:
-    """Where the ranks stand in a call: the root of a rooted collective, the pair of a
-    point-to-point benchmark (the first rank starts each exchange and is timed), and how many
+    """Where the ranks stand in a call: the root of a rooted collective; the pairs of a
+    point-to-point benchmark that measure at once (disjoint; the first rank of each starts its
+    exchanges and is timed): one, ``--pair``, or a step of ``collbench pairs``; and how many
     messages a windowed benchmark keeps in flight."""
 
     root: int = 0
-    pair: tuple = (0, 1)
+    pairs: tuple = ((0, 1),)
     window: int = 1
+
+    def pair_of(self, rank: int) -> Optional[tuple]:
+        """The pair ``rank`` belongs to, or None."""
+        for pair in self.pairs:
+            if rank in pair:
+                return pair
+        return None
 
 
 @dataclass(frozen=True)
@@ -67,13 +75,13 @@ class Call:
 
     @property
     def leads(self) -> bool:
-        """This rank starts the pair's exchanges (the first of ``--pair``)."""
-        return self.rank == self.roles.pair[0]
+        """This rank starts its pair's exchanges (the first of the pair)."""
+        return self.rank == self.roles.pair_of(self.rank)[0]
 
     @property
     def peer(self) -> int:
-        """The other rank of the pair."""
-        a, b = self.roles.pair
+        """The other rank of this rank's pair."""
+        a, b = self.roles.pair_of(self.rank)
         return b if self.rank == a else a
 
     @property
@@ -167,6 +175,8 @@ class Benchmark:
     windowed: ClassVar[bool] = False  # takes --window: a sample is a window of W messages
     #: a sample paces the ranks itself (a reply, an acknowledgement): no barrier before it
     self_paced: ClassVar[bool] = False
+    #: a pair's figure has a direction, from its first rank to its second (bw; not a round trip)
+    directed: ClassVar[bool] = False
     in_place: ClassVar[bool] = False  # one buffer serves as send and receive
     moves_data: ClassVar[bool] = True  # False for barrier: one row, no sizes
     min_ranks: ClassVar[int] = 1
@@ -196,13 +206,24 @@ class Benchmark:
         return 1 if self.size_is_per_rank else n
 
     def takes_part(self, rank: int, roles: Roles) -> bool:
-        """Whether ``rank`` communicates at all (the others wait while the pair measures)."""
-        return not self.paired or rank in roles.pair
+        """Whether ``rank`` communicates at all (the others wait while the pairs measure)."""
+        return not self.paired or roles.pair_of(rank) is not None
 
     def timed_on(self, rank: int, roles: Roles) -> bool:
-        """Whether ``rank``'s clock makes the samples (the maximum over such ranks): every rank
-        taking part, or the rank that starts a pair's exchanges."""
-        return rank == roles.pair[0] if self.paired else self.takes_part(rank, roles)
+        """Whether ``rank``'s clock makes its group's samples (the maximum over such ranks):
+        every rank taking part, or the rank that starts a pair's exchanges."""
+        return rank == (roles.pair_of(rank) or (None,))[0] if self.paired else self.takes_part(rank, roles)
+
+    def groups(self, roles: Roles) -> int:
+        """How many measurements one call makes: one per pair measuring at once, else one."""
+        return len(roles.pairs) if self.paired else 1
+
+    def group_of(self, rank: int, roles: Roles) -> Optional[int]:
+        """Which of those measurements ``rank`` takes part in (None: it waits)."""
+        if not self.paired:
+            return 0
+        pair = roles.pair_of(rank)
+        return None if pair is None else roles.pairs.index(pair)
 
     def copies_in_flight(self, family: str, roles: Roles) -> int:
         """How many copies of its buffers a rank of ``family`` holds at once (the memory guard's
@@ -219,10 +240,11 @@ class Benchmark:
         """What one call's time is divided by to give the time reported: one message's."""
         return 1
 
-    def row_axes(self, roles: Roles) -> dict:
-        """The row columns that say where this benchmark ran (``collbench.results.records``)."""
-        return {"pair": "%d-%d" % roles.pair if self.paired else "",
-                "window": roles.window if self.windowed else 1}
+    def row_axes(self, roles: Roles, group: int = 0) -> dict:
+        """The row columns that say where measurement ``group`` ran (``collbench.results.records``)."""
+        return {"pair": "%d-%d" % roles.pairs[group] if self.paired else "",
+                "window": roles.window if self.windowed else 1,
+                "pairs_at_once": len(roles.pairs) if self.paired else 1}
 
     def expected(self, pattern: CheckPattern, n: int, rank: int, roles: Roles, elements: int,
                  idx: np.ndarray) -> Optional[np.ndarray]:
@@ -262,9 +284,10 @@ class PointToPoint(Benchmark):
 
     def expected(self, pattern, n, rank, roles, elements, idx):
         """By default each rank of the pair receives what the other sent."""
-        if not self.takes_part(rank, roles):
+        pair = roles.pair_of(rank)
+        if pair is None:
             return None
-        a, b = roles.pair
+        a, b = pair
         return pattern.value(b if rank == a else a, idx, n)
 
 

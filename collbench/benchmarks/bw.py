@@ -68,12 +68,13 @@ class Windowed(PointToPoint):
 
 class Bandwidth(Windowed):
     name, position = "bw", 21
+    directed = True
     summary = "Measure the bandwidth from one rank to another (osu_bw): windows of non-blocking sends."
     timed_as = ("--window non-blocking sends from the pair's first rank, then a one-element acknowledgement, "
                 "timed on the sender; time per message = the window's time / window")
 
     def expected(self, pattern, n, rank, roles, elements, idx):
-        a, b = roles.pair
+        a, b = roles.pair_of(rank) or (None, None)
         return pattern.value(a, idx, n) if rank == b else None       # the sender's ack is not checked
 
     def buffer_call(self, c):

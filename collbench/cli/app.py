@@ -22,7 +22,7 @@ class CommandGroup(click.Group):
     """collbench's commands in the order a user meets them, each with its whole first sentence."""
 
     def list_commands(self, ctx):
-        first = list(NAMES) + ["all", "env"]
+        first = list(NAMES) + ["pairs", "all", "env"]
         return first + sorted(name for name in self.commands if name not in first)
 
     def format_commands(self, ctx, formatter):
@@ -113,6 +113,52 @@ def _all_command():
 
 
 _all_command()
+
+
+def _pairs_command():
+    from collbench.benchmarks.registry import get_benchmark
+    from collbench.run.pairing import METRICS
+
+    benches = [get_benchmark(name) for name in METRICS.values()]
+    own = ("pair", "sizes")
+
+    @click.option("--metric", type=click.Choice(list(METRICS)), default="latency", show_default=True,
+                  help="latency: pingpong's half round trip; bw: bw's window of sends, each way.")
+    @click.option("-s", "--sizes", default=None,
+                  help="Sizes, as for the other commands [default: 8 for latency, 1M for bw].")
+    @click.option("--cross-host", is_flag=True, help="Only pairs whose ranks are on different hosts.")
+    @click.option("--per-host", is_flag=True, help="One rank per host (the first): host-to-host links only.")
+    @click.option("--serial", is_flag=True, help="One pair at a time, instead of every disjoint pair at once.")
+    @bench_options(benches, leave_out=own)
+    @click.pass_context
+    def pairs_command(ctx, metric, sizes, cross_host, per_host, serial, **opts):
+        """Measure every pair of ranks and name the slow links and hosts.
+
+        Latency (pingpong) or bandwidth (bw, each direction) between every pair of ranks, or of
+        hosts; pairs that share no rank run at the same time (n - 1 steps of n / 2 pairs). The
+        files hold one row per pair; the terminal shows the matrix where it fits, and the pairs
+        and hosts that lie far from the median of comparable pairs (same host, across hosts);
+        collbench plot draws it as a heat map.
+        """
+        from collbench.errors import UsageError
+        from collbench.run.pairing import Pairing
+
+        window_given = ctx.get_parameter_source("window") is not click.core.ParameterSource.DEFAULT
+        if metric == "latency" and window_given:
+            raise UsageError("--window applies to --metric bw only (pingpong sends one message at a time)")
+        select = "per-host" if per_host else "cross-host" if cross_host else "all"
+        pairing = Pairing(metric=metric, select=select, serial=serial)
+        opts = {**defaults_without(benches, leave_out=own), **opts,
+                "sizes": sizes if sizes is not None else ("8" if metric == "latency" else "1M"), "pairing": pairing}
+        _bench((pairing.benchmark,), **opts)
+
+    made = cli.command("pairs", cls=BenchCommand)(pairs_command)
+    made.benchmarks = tuple(benches)
+    made.refused = {"pair": "it measures every pair (--cross-host and --per-host choose which)"}
+    return made
+
+
+_pairs_command()
 
 
 @cli.command("env")

@@ -130,16 +130,18 @@ def _default(decorator):
     return decorator(lambda: None).__click_params__[0].default
 
 
-def defaults_without(benches) -> dict:
+def defaults_without(benches, leave_out=()) -> dict:
     """The values a command runs with for the options it leaves off."""
-    return {name: _default(decorator) for name, decorator in _OPTIONS if _unused(name, benches)}
+    return {name: _default(decorator) for name, decorator in _OPTIONS
+            if _unused(name, benches) or name in leave_out}
 
 
-def bench_options(benches):
-    """The options of the command measuring ``benches``: those at least one of them uses."""
+def bench_options(benches, leave_out=()):
+    """The options of the command measuring ``benches``: those at least one of them uses, less
+    ``leave_out`` (options the command replaces with its own)."""
     def apply(f):
         for name, decorator in reversed(_OPTIONS):
-            if not _unused(name, benches):
+            if not _unused(name, benches) and name not in leave_out:
                 f = decorator(f)
         return f
     return apply
@@ -149,6 +151,7 @@ class BenchCommand(click.Command):
     """A measuring command: an option it has no use for is refused with the reason."""
 
     benchmarks: tuple = ()
+    refused: dict = {}        # option name: why this command takes no such option
 
     def parse_args(self, ctx, args):
         given = list(args)            # click consumes ``args`` as it parses
@@ -160,7 +163,7 @@ class BenchCommand(click.Command):
                 click.echo(self.get_help(ctx), color=ctx.color)
                 ctx.exit(0)
             for name, flags in _FLAGS.items():
-                why = _unused(name, self.benchmarks) if self.benchmarks else ""
+                why = self.refused.get(name) or (_unused(name, self.benchmarks) if self.benchmarks else "")
                 if why and exc.option_name in flags:
                     raise click.UsageError(f"{self.name} takes no {flags[-1] if name != 'check' else exc.option_name}: "
                                            f"{why}", ctx) from None

@@ -4,9 +4,11 @@ through ``Bound`` and ``Control``; statistics come from ``collbench.measure.stat
 
 What a benchmark declares (``collbench.benchmarks.base``) decides the loop's shape: a barrier
 before each sample, or none where the exchange paces its pair itself; which ranks' clocks make
-a sample (the maximum over them); what one call's time is divided by. Ranks that take no part
-run nothing timed: they join the stop rule's messages between batches, and their per-rank time
-is NaN, so that they are neither counted nor judged.
+a sample (the maximum over them); what one call's time is divided by; how many measurements
+one call makes (``groups``: each pair of a step of ``collbench pairs`` is one, timed on its own
+first rank, and the stop rule waits for the least precise). Ranks that take no part run nothing
+timed: they join the stop rule's messages between batches, and their per-rank time is NaN, so
+that they are neither counted nor judged.
 """
 
 from __future__ import annotations
@@ -58,14 +60,15 @@ class TimingSettings:
 
 @dataclass(frozen=True)
 class Measurement:
-    """What one size produced. Samples (µs, per message) are per-iteration maxima over the timed
-    ranks, on rank 0 only; a rank that takes no part has a NaN mean."""
+    """What one size produced, per group (``Benchmark.groups``): samples (µs, per message), the
+    per-iteration maxima over the group's timed ranks, on rank 0 only (empty elsewhere), and
+    whether each reached the precision; every rank's mean (NaN for a rank that takes no part)."""
 
-    samples_us: np.ndarray
+    samples_us: list
     rank_means_us: Optional[list]
     iterations: int
     calls_per_sample: int
-    precision_reached: bool
+    precision_reached: tuple
 
 
 def _latency_loop(run: Callable, barrier: Callable, n: int, out: list) -> None:
@@ -136,6 +139,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     throughput = settings.mode == "throughput"
     taking_part = bench.takes_part(control.rank, roles)
     timed = bench.timed_on(control.rank, roles)
+    groups, group = bench.groups(roles), bench.group_of(control.rank, roles)
     per_call = bench.messages_per_call(roles)
     # an exchange that paces its pair (a reply, an acknowledgement) needs no barrier, and one
     # would put the barrier's exit skew into every sample; ranks outside the pair wait
@@ -154,9 +158,9 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
                           if is_rank0 else None)
 
     mine: list = []
-    maxima: list = []
+    maxima: list = [[] for _ in range(groups)]
     batch = settings.iters if settings.iters else settings.min_iters
-    reached = False
+    reached = [False] * groups
     start = timer()
     while True:
         if bench.self_paced:        # untimed: brings the pair back into step after the stop rule's messages
@@ -166,29 +170,31 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             _throughput_loop(bound.run, sync, pace, batch, k, mine)
         else:
             _latency_loop(bound.run_blocking, pace, batch, mine)
-        here = np.asarray(mine[before:], dtype=np.float64) / per_call
-        top = control.reduce_max(here if timed else np.zeros_like(here))
+        here = np.zeros((groups, len(mine) - before))     # a rank writes its own group's row
+        if timed:
+            here[group] = np.asarray(mine[before:], dtype=np.float64) / per_call
+        top = control.reduce_max(here.ravel())
+        if is_rank0:
+            for g, row in enumerate(np.asarray(top).reshape(groups, -1)):
+                maxima[g].extend(row.tolist())
         if settings.iters:
-            if is_rank0:
-                maxima.extend(top.tolist())
             break
         decision = None
         if is_rank0:
-            maxima.extend(top.tolist())
-            rel = relative_ci_halfwidth(np.asarray(maxima))
-            reached = rel <= settings.precision
+            rel = [relative_ci_halfwidth(np.asarray(m)) for m in maxima]
+            reached = [r <= settings.precision for r in rel]
             elapsed = timer() - start
-            done = len(maxima) >= settings.min_iters and (
-                reached or elapsed >= settings.max_time or len(maxima) >= MAX_SAMPLES)
-            decision = 0 if done else _next_batch(len(maxima), rel, settings.precision,
-                                                   elapsed, settings.max_time)
+            count = len(maxima[0])
+            done = count >= settings.min_iters and (
+                all(reached) or elapsed >= settings.max_time or count >= MAX_SAMPLES)
+            decision = 0 if done else _next_batch(count, max(rel), settings.precision, elapsed, settings.max_time)
         batch = control.bcast(decision)
         if not batch:
             break
 
     mean_here = float(np.mean(mine)) / per_call * 1e6 if mine and taking_part else math.nan
     rank_means = control.gather(mean_here)
-    samples = np.asarray(maxima, dtype=np.float64) * 1e6 if is_rank0 else np.empty(0)
+    samples = [np.asarray(m, dtype=np.float64) * 1e6 for m in maxima] if is_rank0 else []
     if settings.iters and is_rank0:
-        reached = relative_ci_halfwidth(samples) <= settings.precision
-    return Measurement(samples, rank_means, len(mine), k, bool(reached))
+        reached = [relative_ci_halfwidth(m) <= settings.precision for m in samples]
+    return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached))

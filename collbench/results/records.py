@@ -1,5 +1,5 @@
 """The result record: one frozen row per (benchmark, backend, dtype, op, world size, size, timing,
-pair, window), and what each round of the sweep measured for it.
+pair, window, pairs at once), and what each round of the sweep measured for it.
 
 Rows are what exporters and renderers see. Times are in microseconds, bandwidths in GB/s with
 GB = 1e9 bytes, computed from ``time_us_p50``. With several rounds a row's figures combine
@@ -51,6 +51,8 @@ class Row:
                        older="", since=4)
     window: int = column("messages in flight per sample (bw, bibw: --window); 1 for the others", identity=True,
                          matched=True, older=1, since=4)
+    pairs_at_once: int = column("pairs measuring at the same time (collbench pairs: a step of its schedule, "
+                                "1 with --serial); 1 for the others", identity=True, matched=True, older=1, since=4)
     iterations: int = column("timed samples taken, all rounds together")
     time_us_p50: float = column("one round: median of the samples; several: geometric mean of the round medians, "
                                 "rounds set aside as interference left out (µs; per message: half a round trip "
@@ -159,6 +161,12 @@ def root_rank(metadata: dict) -> int:
     settings = metadata.get("settings") if isinstance(metadata, dict) else None
     root = settings.get("root") if isinstance(settings, dict) else None
     return root if isinstance(root, int) and not isinstance(root, bool) and root >= 0 else 0
+
+
+def rank_hosts(metadata: dict) -> Optional[list]:
+    """Every rank's host, in rank order (``rank_hosts``), or None where the file does not say."""
+    hosts = metadata.get("rank_hosts") if isinstance(metadata, dict) else None
+    return [str(h) for h in hosts] if isinstance(hosts, list) else None
 
 
 def tidy_library_version(text: str) -> str:

@@ -4,17 +4,22 @@ One table per (collective, dtype, op, timing, world size). With one backend it s
 full statistics; with several, a column group per backend and the median-time ratio of each
 backend against the first (above 1: slower than the first). With rounds, the CI shown is the
 run-to-run one, the spread of the round medians is a column, and a row whose rounds disagree
-far beyond their own within-round CIs is marked.
+far beyond their own within-round CIs is marked. Rows of many pairs make link maps instead
+(``links``): the matrix and what lies out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Optional
+
+import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
+from collbench.results import links
 from collbench.results.records import Row
 from collbench.measure.sizes import format_size
 
@@ -233,18 +238,95 @@ def _notes(rows: list) -> tuple:
     return tuple(notes)
 
 
-def build_tables(rows: Iterable[Row], root: int = 0) -> list:
+def build_tables(rows: Iterable[Row], root: int = 0, hosts: Optional[list] = None) -> list:
     """One table per (collective, setup), its backends side by side; ``root``: the run's root
-    rank, named in the titles of rooted collectives when it is not 0."""
+    rank, named in the titles of rooted collectives when it is not 0. Rows of many pairs
+    (``collbench pairs``) make link maps instead: a matrix where it fits and what lies out;
+    ``hosts``: every rank's host, which tells the map's classes of pairs apart."""
+    maps, rows = links.split(list(rows), hosts)
+    tables = [table for lmap in maps for table in link_tables(lmap)]
     groups: dict = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
-    tables = []
     for group in groups.values():
         backends = list(dict.fromkeys(r.backend for r in group))
         title = _title(group, root)
         tables.append(_single(title, group) if len(backends) == 1 else _multi(title, group, backends))
     return tables
+
+
+#: The most ranks whose matrix a table shows (past it, 80 columns cannot hold it): the files
+#: and ``collbench plot`` have it whole.
+MATRIX_RANKS = 10
+
+
+def _figure_text(lmap: links.LinkMap, time_us: float) -> str:
+    value = links.figure(lmap, time_us)
+    return _bw(value) if lmap.one_way else format_us(value)
+
+
+def _host_legend(lmap: links.LinkMap) -> str:
+    by_host: dict = {}
+    for rank in lmap.ranks:
+        by_host.setdefault(lmap.host(rank), []).append(str(rank))
+    return "hosts: " + "; ".join(f"{host}: ranks {','.join(ranks)}" for host, ranks in by_host.items())
+
+
+def link_tables(lmap: links.LinkMap) -> list:
+    """A link map as tables: the matrix (where it fits), then what lies out, with the rule."""
+    ranks = lmap.ranks
+    flagged = {f.name for f in lmap.findings if f.what == "pair"}
+    classes = lmap.classes()
+    summary = []
+    for kind, pairs in classes.items():
+        values = [links.figure(lmap, lmap.time(p)) for p in pairs]
+        med = float(np.median(values))
+        summary.append(f"{kind}: {len(pairs)} pair{'s' * (len(pairs) != 1)}, median {_fmt(lmap, med)} "
+                       f"({_fmt(lmap, min(values))} to {_fmt(lmap, max(values))})")
+    notes = tuple(summary) + ((_host_legend(lmap),) if len({lmap.host(r) for r in ranks}) > 1 else ())
+    tables = []
+    if len(ranks) <= MATRIX_RANKS:
+        lines = []
+        for a in ranks:
+            line = [str(a)]
+            for b in ranks:
+                pair = (a, b) if (a, b) in lmap.rows or lmap.one_way else (min(a, b), max(a, b))
+                text = "·" if pair not in lmap.rows else _figure_text(lmap, lmap.time(pair))
+                line.append(text + ("!" if "%d-%d" % pair in flagged else ""))
+            lines.append(tuple(line))
+        tables.append(TableModel(links.describe(lmap), ("",) + tuple(str(r) for r in ranks), tuple(lines),
+                                 notes + ("! lies out (below)",) * bool(flagged), (0,) * (len(ranks) + 1)))
+    else:
+        notes += (f"the {len(ranks)}-rank matrix is in the result files; collbench plot draws it",)
+        tables.append(TableModel(links.describe(lmap), ("",), (), notes, (0,)))
+    if lmap.findings:
+        cells = tuple((_what(f), f"{f.links_out} of {f.links}" if f.what != "pair" else "-",
+                       _fmt(lmap, links.figure(lmap, f.time_us)), _fmt(lmap, links.figure(lmap, f.reference_us)),
+                       _how_far(lmap, f)) for f in lmap.findings)
+        tables.append(TableModel(f"lies out · {lmap.first.collective} · {lmap.first.backend} · "
+                                 f"{format_size(lmap.first.size_bytes)}",
+                                 ("what", "links out", "figure", "median", "how far"), cells,
+                                 (f"median: of the comparable links that do not touch it; how far: its figure over "
+                                  f"the median, and in robust σ; rule: {links.RULE}",), (0,) * 5))
+    else:
+        tables[-1] = dataclasses.replace(tables[-1], notes=tables[-1].notes + (
+            f"nothing lies out (rule: {links.RULE})",))
+    return tables
+
+
+def _fmt(lmap: links.LinkMap, value: float) -> str:
+    return (_bw(value) if lmap.one_way else format_us(value)) + " " + links.unit(lmap)
+
+
+def _what(f: links.Finding) -> str:
+    """"host node3, from it", "pair 0-2", "rank 3 (within a host)"."""
+    return (f"{f.what} {f.name}" + (f", {f.direction} it" if f.direction else "")
+            + (" (within a host)" if f.kind == links.SAME_HOST and f.what != "host" else ""))
+
+
+def _how_far(lmap: links.LinkMap, f: links.Finding) -> str:
+    ratio = f"{1 / f.ratio:.2f}×" if lmap.one_way else f"{f.ratio:.1f}×"
+    return ratio + ("" if not math.isfinite(f.sigmas) else f", {f.sigmas:.0f}σ")
 
 
 def flat_header(header: str) -> str:

@@ -72,7 +72,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     op_of(opts["op"])
     if opts["root"] < 0:
         raise UsageError(f"--root must be 0 or more, got {opts['root']}")
-    roles = Roles(root=opts["root"], pair=opts["pair"], window=opts["window"])
+    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"])
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     backends, notes = parse_backends(opts["backend"])
@@ -101,7 +101,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
         check_output_settings(output)
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
-                dtype=opts["dtype"], op=opts["op"], roles=roles, timing_modes=_timing_modes(opts["timing"]),
+                dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=_timing_modes(opts["timing"]),
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported)

@@ -98,25 +98,26 @@ def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.enviro
 class Block:
     collective: str
     backend: str
+    layout: int            # which of the sweep's layouts (a step of collbench pairs; else 0)
     points: tuple          # indices into the block's size points, in measurement order
 
 
 def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
-    """Measurement order for one round. ``blocks``: (collective, backend, number of points) in
-    plan order; the result: Blocks, collectives kept together so their tables can print as soon
-    as they are done."""
+    """Measurement order for one round. ``blocks``: (collective, backend, layout, number of
+    points) in plan order; the result: Blocks, collectives kept together so their tables can
+    print as soon as they are done."""
     if not shuffle:
-        return [Block(c, b, tuple(range(k))) for c, b, k in blocks]
+        return [Block(c, b, layout, tuple(range(k))) for c, b, layout, k in blocks]
     import numpy as np
 
     rng = np.random.default_rng([seed, round_number])
-    collectives = list(dict.fromkeys(c for c, _, _ in blocks))
+    collectives = list(dict.fromkeys(blk[0] for blk in blocks))
     out = []
     for ci in rng.permutation(len(collectives)):
         mine = [blk for blk in blocks if blk[0] == collectives[ci]]
         for bi in rng.permutation(len(mine)):
-            c, b, k = mine[bi]
-            out.append(Block(c, b, tuple(int(i) for i in rng.permutation(k))))
+            c, b, layout, k = mine[bi]
+            out.append(Block(c, b, layout, tuple(int(i) for i in rng.permutation(k))))
     return out
 
 

@@ -28,6 +28,7 @@ from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_output_settings
 from collbench.results.output import NullOutput, Output, OutputSettings
+from collbench.run.pairing import Pairing
 from collbench.run.sweep import Sweep
 
 #: Start-up (imports, MPI initialisation, torch rendezvous) may take longer than a short
@@ -43,6 +44,7 @@ class Plan:
     dtype: str = "float32"
     op: str = "sum"
     roles: Roles = Roles()        # the root, the pair, the window
+    pairing: Optional[Pairing] = None     # collbench pairs: which pairs, how many at once
     timing_modes: tuple = ("latency",)            # latency, throughput or both, in that order
     timing_settings: harness.TimingSettings = harness.TimingSettings()
     check: bool = True
@@ -123,8 +125,8 @@ def roles_problem(plan: Plan, n: int) -> Optional[str]:
     short = [b.name for b in benches if b.min_ranks > n]
     if short:
         return f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; {n} started"
-    a, b = plan.roles.pair
-    if any(bench.paired for bench in benches) and max(a, b) >= n:
+    a, b = plan.roles.pairs[0]
+    if plan.pairing is None and any(bench.paired for bench in benches) and max(a, b) >= n:
         return f"--pair {a},{b} is outside the world of {n} ranks (0..{n - 1})"
     return None
 
@@ -145,7 +147,9 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
     timing = {k: v for k, v in dataclasses.asdict(plan.timing_settings).items() if k != "mode"}
     settings = {**timing, "timings": list(plan.timing_modes), "check": plan.check,
                 "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
-                "root": plan.roles.root, "pair": list(plan.roles.pair), "window": plan.roles.window, "backends": list(plan.backends), "timeout_s": plan.timeout,
+                "root": plan.roles.root, "pair": list(plan.roles.pairs[0]), "window": plan.roles.window,
+                **({"pairs": dataclasses.asdict(plan.pairing)} if plan.pairing else {}),
+                "backends": list(plan.backends), "timeout_s": plan.timeout,
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
@@ -183,7 +187,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     if is_rank0:
         earlier = journal.of_type("run") if journal is not None else []
         collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, schedule))
-    sweep = Sweep(plan, control, backends, most_per_node, watchdog)
+    sweep = Sweep(plan, control, backends, most_per_node, watchdog, list(launcher.hosts))
     if not sweep.steps:
         raise SharedUsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
     out, problem = NullOutput(), None
@@ -250,7 +254,15 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "load": rounds.round_load(reports, hosts),
                         **({"ab_turn": turn} if turn is not None else {}),
                         "order": [{"collective": b.collective, "backend": b.backend,
-                                   "sizes": [sizes[b.collective, b.backend][i] for i in b.points]} for b in order]})
+                                   "sizes": [sizes[b.collective, b.backend][i] for i in b.points],
+                                   **_pairs_of(sweep, b)} for b in order]})
+
+
+def _pairs_of(sweep: Sweep, block: rounds.Block) -> dict:
+    """A paired benchmark's block in a round's record: its pairs."""
+    if not get_benchmark(block.collective).paired:
+        return {}
+    return {"pairs": ["%d-%d" % pair for pair in sweep.layouts[block.layout].pairs]}
 
 
 def _crowded(ranks_on_a_host: int) -> list:

@@ -1,6 +1,8 @@
-"""One rank's walk over one round: blocks of (benchmark, backend) in the round's order, the
-sizes of each block in theirs, each size checked once and then measured by ``harness.measure``.
-Rank 0 hands each measurement to the output as one round of one row.
+"""One rank's walk over one round: blocks of (benchmark, backend, layout) in the round's order,
+the sizes of each block in theirs, each size checked once and then measured by
+``harness.measure``. A layout is where the ranks stand (``Roles``): the plan's, or one step of
+``collbench pairs``. Rank 0 hands each measurement to the output as one round of one row per
+group (a pair of the step; else the one group of every rank).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collbench.measure import memory
 from collbench.launch import supervise
 from collbench.launch.watchdog import Watchdog
 from collbench.results.aggregate import round_data
+from collbench.errors import SharedUsageError
 from collbench.results.records import RowIdentity
-from collbench.benchmarks.base import Benchmark
+from collbench.benchmarks.base import Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.datatypes import NO_OP, CheckPattern, dtype_of, pattern
 from collbench.measure.sizes import format_size
@@ -69,11 +72,18 @@ def _fill(backend, buffers, pattern: CheckPattern, rank: int, n: int, send_len: 
 
 
 class Sweep:
-    """The sizes each (collective, backend) measures, and one round's walk over them."""
+    """The sizes each (collective, backend) measures, the layouts, and one round's walk over them.
+    ``hosts``: every rank's host, in rank order."""
 
-    def __init__(self, plan, control, backends: dict, ranks_per_node: int, watchdog: Watchdog) -> None:
+    def __init__(self, plan, control, backends: dict, ranks_per_node: int, watchdog: Watchdog, hosts: list) -> None:
         self.plan, self.control, self.backends, self.ranks_per_node = plan, control, backends, ranks_per_node
         self.watchdog = watchdog
+        self.layouts = [plan.roles]
+        if plan.pairing is not None:
+            problem = plan.pairing.problem(hosts)
+            if problem:
+                raise SharedUsageError(problem)
+            self.layouts = plan.pairing.layouts(hosts, plan.roles)
         self.failures: list = []
         self.out = None
         self.total_rounds = 1
@@ -111,7 +121,7 @@ class Sweep:
             return [p for p in points if p not in over]
         fits = []
         for p in points:
-            short = memory.shortfall(self._need(coll, backend, p), self.probes, self.base_bytes)
+            short = memory.shortfall(self._need(coll, backend, p, self.layouts), self.probes, self.base_bytes)
             if short is None:
                 fits.append(p)
             else:
@@ -119,34 +129,33 @@ class Sweep:
                 self.notes.append(memory.skip_note(where, short))
         return fits
 
-    def _nominal(self, coll: Benchmark, backend, point: SizePoint) -> int:
+    def _nominal(self, coll: Benchmark, backend, point: SizePoint, roles: Roles) -> int:
         """The bytes of a rank's buffers at ``point``, with the copies of a message its family
         keeps in flight (the pickle API's window)."""
-        return (point.send_len + point.recv_len) * self.dtype.itemsize * coll.copies_in_flight(
-            backend.family, self.plan.roles)
+        return (point.send_len + point.recv_len) * self.dtype.itemsize * coll.copies_in_flight(backend.family, roles)
 
-    def _need(self, coll: Benchmark, backend, point: SizePoint):
-        """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank."""
-        nominal = self._nominal(coll, backend, point)
-        roles = self.plan.roles
-        root = roles.root if coll.rooted else None
+    def _need(self, coll: Benchmark, backend, point: SizePoint, layouts: list):
+        """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank, where
+        it takes part in one of ``layouts``."""
+        nominal = self._nominal(coll, backend, point, layouts[0])
+        root = layouts[0].root if coll.rooted else None
         return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r == root)
-                          if coll.takes_part(r, roles) else 0)
+                          if any(coll.takes_part(r, roles) for roles in layouts) else 0)
 
-    def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint, round_number: int,
-                    allocated: int = 0) -> bool:
+    def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint, roles: Roles,
+                    round_number: int, allocated: int = 0) -> bool:
         """Just before a large size on host memory: every rank says what its host has now and rank
         0 decides for all (outside any timed region); a size that no longer fits is skipped with
         a note. ``allocated``: the bytes of the block's buffers, held already. Small sizes and
         device buffers are not asked about again."""
-        nominal = self._nominal(coll, backend, point)
+        nominal = self._nominal(coll, backend, point, roles)
         if backend.device_memory_bytes() is not None or not memory.is_large(
                 coll.name, backend.family, nominal, self.ranks_per_node, self.probes):
             return True
         probes = self.control.gather(memory.probe())
         note = None
         if self.control.rank == 0:
-            short = memory.shortfall(self._need(coll, backend, point), probes, self.base_bytes, allocated)
+            short = memory.shortfall(self._need(coll, backend, point, [roles]), probes, self.base_bytes, allocated)
             if short is not None:
                 where = f"{coll.name} on {backend_name} at {format_size(point.size_bytes)}"
                 note = memory.skip_note(where, short, now=True)
@@ -159,12 +168,13 @@ class Sweep:
     @property
     def steps(self) -> int:
         """Measurements in one round."""
-        return sum(len(p) for p in self.points.values()) * len(self.plan.timing_modes)
+        return sum(len(p) for p in self.points.values()) * len(self.plan.timing_modes) * len(self.layouts)
 
     def blocks(self) -> list:
-        """(collective, backend, number of sizes) in plan order: what ``rounds.order`` shuffles."""
-        return [(c, b, len(self.points[c, b])) for c in self.plan.collectives for b in self.backends
-                if self.points[c, b]]
+        """(collective, backend, layout, number of sizes) in plan order: what ``rounds.order``
+        shuffles."""
+        return [(c, b, layout, len(self.points[c, b])) for c in self.plan.collectives for b in self.backends
+                for layout in range(len(self.layouts)) if self.points[c, b]]
 
     def run(self, out, round_number: int, order: list, settings: harness.TimingSettings, total_rounds: int) -> None:
         """Round ``round_number`` of ``total_rounds``: every block in ``order``; in the final round
@@ -178,30 +188,30 @@ class Sweep:
             current = block.collective
             points = self.points[block.collective, block.backend]
             self._block(get_benchmark(block.collective), block.backend, self.backends[block.backend],
-                        points, block.points, round_number, settings)
+                        points, block.points, self.layouts[block.layout], round_number, settings)
             self.control.barrier()
         if current is not None:
             out.collective_done(current, final)
 
-    def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, timing: str) -> tuple:
+    def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, roles: Roles, group: int,
+                  timing: str) -> tuple:
         plan = self.plan
         return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
-                plan.timing_modes.index(timing))
+                tuple(roles.pairs[group]) if coll.paired else (), plan.timing_modes.index(timing))
 
-    def _block(self, coll: Benchmark, backend_name: str, backend, points: list, indices: tuple, round_number: int,
-               settings: harness.TimingSettings) -> None:
+    def _block(self, coll: Benchmark, backend_name: str, backend, points: list, indices: tuple, roles: Roles,
+               round_number: int, settings: harness.TimingSettings) -> None:
         plan, control = self.plan, self.control
         n, rank = control.size, control.rank
         op_name = plan.op if coll.reduces else NO_OP
         check_pattern = pattern(op_name, plan.dtype)
-        roles = plan.roles
         where = f"allocation for {coll.name} on {backend_name}"
         supervise.set_position(where)
         self.watchdog.arm(plan.timeout, where)
         # sizes ascend; the order of measuring them is ``indices``. Buffers are allocated at the
         # largest size that still fits now.
         kept = len(points)
-        while kept and not self._still_fits(coll, backend_name, backend, points[kept - 1], round_number):
+        while kept and not self._still_fits(coll, backend_name, backend, points[kept - 1], roles, round_number):
             kept -= 1
         if not kept:
             return
@@ -215,7 +225,7 @@ class Sweep:
         for index in indices:
             point = points[index]
             if index >= kept or (index < kept - 1 and not self._still_fits(
-                    coll, backend_name, backend, point, round_number, allocated)):
+                    coll, backend_name, backend, point, roles, round_number, allocated)):
                 continue
             where = f"{coll.name} on {backend_name}"
             if point.size_bytes:
@@ -225,27 +235,34 @@ class Sweep:
             self.out.step(where)
             bound = harness.IDLE if not coll.takes_part(rank, roles) else backend.bind(
                 buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name, roles=roles)
-            wrong = 0
+            groups = [coll.group_of(r, roles) for r in range(n)]
+            wrong = [0] * coll.groups(roles)
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
                 mine = harness.count_wrong(bound, coll, check_pattern, n, rank, roles, point.elements,
                                            point.recv_len)
-                wrong = control.allreduce_sum(mine)
-                if wrong:
-                    self.failures.append(f"{where}: {wrong} wrong elements"
+                by_rank = control.bcast(control.gather(mine))
+                for r, g in enumerate(groups):
+                    if g is not None:
+                        wrong[g] += by_rank[r]
+                if sum(wrong):
+                    self.failures.append(f"{where}: {sum(wrong)} wrong elements"
                                          + (f" (round {round_number})" if self.total_rounds > 1 else ""))
-            check = "skipped" if not checked else ("ok" if wrong == 0 else f"wrong:{wrong}")
             for timing in plan.timing_modes:
                 m = harness.measure(bound, bench=coll, roles=roles, barrier=backend.barrier, sync=backend.synchronize,
                                     control=control, settings=dataclasses.replace(settings, mode=timing))
-                if rank == 0:
+                if rank != 0:
+                    continue
+                means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
+                for g, samples in enumerate(m.samples_us):
+                    check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
                     identity = RowIdentity(collective=coll.name, backend=backend_name, dtype=plan.dtype, op=op_name,
                                            world_size=n, ranks_per_node=self.ranks_per_node,
                                            size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
                                            count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
-                                           **coll.row_axes(roles))
-                    means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
-                    self.out.add(identity, self._sort_key(coll, backend_name, point, timing),
-                                 round_data(round_number, m.samples_us, means, precision_reached=m.precision_reached,
+                                           **coll.row_axes(roles, g))
+                    own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
+                    self.out.add(identity, self._sort_key(coll, backend_name, point, roles, g, timing),
+                                 round_data(round_number, samples, own, precision_reached=m.precision_reached[g],
                                             check=check, calls_per_sample=m.calls_per_sample))
         del buffers                       # before the next block allocates its own
