@@ -97,6 +97,19 @@ def test_a_small_difference_is_not_called_out():
     assert _map(times, hosts).findings == []
 
 
+def test_a_crowded_host_is_not_judged_and_says_why():
+    from collbench.results.links import crowding
+
+    why = crowding({"ranks_per_node": 4, "cpu_count": 2})
+    assert why.startswith("4 ranks share a host with 2 CPUs") and not crowding({"ranks_per_node": 2, "cpu_count": 2})
+    times = {pair: 5.0 for pair in itertools.combinations(range(4), 2)}
+    times[(1, 2)] = 40.0
+    rows = [row_from_samples([t], collective="pingpong", pair=pair, world_size=4) for pair, t in times.items()]
+    (lmap,), _ = split(rows, ["a"] * 4, why)
+    assert lmap.findings == [] and lmap.crowded == why
+    assert split(rows, ["a"] * 4)[0][0].findings        # the same rows, judged where each rank has a core
+
+
 def test_bandwidth_is_one_way_a_host_slow_only_sending_is_named_from_it():
     hosts = ["a", "b", "c", "d"]
     times = {pair: 100.0 for pair in itertools.permutations(range(4), 2)}
@@ -176,6 +189,11 @@ def test_compare_report_and_plot_of_pairs_runs(run_dir):
     assert (run_dir / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = load_result(run_dir / "a.json")
     assert {r.pairs_at_once for r in again.rows} == {2}
+    exported = subprocess.run([sys.executable, "-m", "collbench", "export", "a.json", "--to",
+                               "github-action-benchmark"], cwd=run_dir, capture_output=True, text=True, timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    names = [e["name"] for e in json.loads(exported.stdout)]
+    assert len(set(names)) == 6 and "pingpong mpi float32 4 ranks 8 latency pair 0-2 2 pairs at once" in names
 
 
 @pytest.mark.parametrize("args,said", [

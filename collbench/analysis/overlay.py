@@ -23,7 +23,8 @@ from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
 from collbench.results.records import rank_hosts, root_rank
-from collbench.results.tables import TableModel, build_tables, format_us, setup_text
+from collbench.results import links
+from collbench.results.tables import TableModel, build_tables, format_us, link_tables, setup_text
 
 DIFF_NOTES = (
     "change: of the later run's median time against the first run's (positive: slower); apart: the two rows' 95% "
@@ -108,20 +109,22 @@ def load_runs(paths, labels=()) -> Runs:
 
 
 def run_tables(runs: Runs) -> list:
-    """The result tables. Merged files: ``build_tables`` of their rows. Separate runs: one table
-    per setup and backend, a column group per run and each run's median time against the first
-    run's (the run's label stands where ``build_tables`` puts a backend)."""
+    """The result tables. Merged files: ``build_tables`` of their rows. Separate runs: each run's
+    link maps, then one table per setup and backend, a column group per run and each run's median
+    time against the first run's (the run's label stands where ``build_tables`` puts a backend)."""
     if not runs.separate:
         metadata = runs.loaded[0][1].metadata
-        return build_tables(runs.rows(), root_rank(metadata), rank_hosts(metadata))
+        return build_tables(runs.rows(), root_rank(metadata), rank_hosts(metadata), links.crowding(metadata))
     parts: dict = {}
     roots = {}
+    tables = []
     for label, (_, result) in zip(runs.labels, runs.loaded):
         roots[label] = root_rank(result.metadata)
-        for row in result.rows:
+        maps, rest = links.split(list(result.rows), rank_hosts(result.metadata), links.crowding(result.metadata))     # each run's map apart
+        tables += [dataclasses.replace(t, title=f"{t.title} · {label}") for lmap in maps for t in link_tables(lmap)]
+        for row in rest:
             key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label], row.backend)
             parts.setdefault(key, {}).setdefault(label, []).append(row)
-    tables = []
     for key, by_run in parts.items():
         if len(by_run) == 1:
             (label, rows), = by_run.items()

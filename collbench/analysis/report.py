@@ -132,7 +132,7 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
             verdict = ("needs 2+ rounds" if math.isnan(found) else "ok" if found <= threshold else "too noisy")
             cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
             cells.append(((name,) if several else ()) + (
-                r.collective, r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
+                r.collective + (f" {r.pair}" if r.pair else ""), r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
                 cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
     notes = ("detects: the change collbench compare calls with 80% power when this file is the baseline and the "
              "new file one more run with as many rounds per run: the rounds' spread, the drift of whole runs "

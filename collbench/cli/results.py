@@ -179,14 +179,15 @@ def plot_command(files, output, force, labels) -> None:
     """
     from collbench.analysis.overlay import load_runs
     from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
+    from collbench.results.links import crowding
     from collbench.results.records import rank_hosts
 
     check_plot_path(output, force)
     require_matplotlib()
     runs = load_runs(files, labels)
-    hosts = rank_hosts(runs.loaded[0][1].metadata)
+    metadata = runs.loaded[0][1].metadata
     for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels(),
-                                             hosts=hosts):
+                                             hosts=rank_hosts(metadata), crowded=crowding(metadata)):
         print(f"collbench: {note}", file=sys.stderr)
     print(f"collbench: wrote {output}", file=sys.stderr)
 

@@ -40,11 +40,15 @@ class Export:
 
 def benchmark_name(row: Row, root: int = 0) -> str:
     """What the row measured; a row that moves no data (barrier: size 0) has no dtype nor size;
-    a rooted collective's root is named when it is not 0 (a tracker must not mix the two)."""
+    a rooted collective's root is named when it is not 0, a point-to-point row's pair, window
+    and the pairs measured with it where they are not the default (a tracker must not mix them)."""
     data = bool(row.size_bytes)
     rooted = [text for text in [root_text(row.collective, root)] if text]
     parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none") + rooted
-    return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing])
+    where = [f"pair {row.pair}"] * bool(row.pair) + [f"window {row.window}"] * (row.window != 1) + \
+        [f"{row.pairs_at_once} pairs at once"] * (row.pairs_at_once != 1)
+    return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing]
+                    + where)
 
 
 def _finite(value: float) -> bool:

@@ -71,6 +71,7 @@ class LinkMap:
     rows: dict
     hosts: list
     one_way: bool
+    crowded: str = ""        # why nothing is judged: more ranks on a host than it has CPUs
     findings: list = field(default_factory=list)
 
     @property
@@ -111,13 +112,26 @@ def map_key(row) -> tuple:
     return (row.collective, row.backend, row.dtype, row.op, row.world_size, row.size_bytes, row.timing, row.window)
 
 
-def split(rows: list, hosts: Optional[list]) -> tuple[list, list]:
+def crowding(metadata: dict) -> str:
+    """Why a run's pairs cannot be judged, or "": more ranks on a host than it has CPUs. The
+    pairs measuring at once and the waiting ranks (MPICH's poll) then take turns on the cores,
+    and which pair waits is chance: on 2 cores, 4 ranks in 2 pairs gave one pair 1.6 µs and the
+    other 8 µs, each time another."""
+    per_node, cpus = metadata.get("ranks_per_node"), metadata.get("cpu_count")
+    if isinstance(per_node, int) and isinstance(cpus, int) and 0 < cpus < per_node:
+        return (f"{per_node} ranks share a host with {cpus} CPUs: pairs at once and waiting ranks take turns on "
+                "the cores, so nothing is judged; give every rank a core (or fewer ranks)")
+    return ""
+
+
+def split(rows: list, hosts: Optional[list], crowded: str = "") -> tuple[list, list]:
     """(link maps, the other rows): rows of a paired benchmark sharing a map key and naming
-    three pairs or more form a map."""
+    three pairs or more form a map. ``crowded``: why nothing can be judged (``crowding``)."""
     groups: dict = {}
     for row in rows:
         bench = BENCHMARKS.get(row.collective)
-        if bench is not None and bench.paired and parse_pair(row.pair) is not None:
+        if bench is not None and bench.paired and parse_pair(row.pair) is not None and \
+                math.isfinite(row.time_us_p50) and row.time_us_p50 > 0:
             groups.setdefault(map_key(row), []).append(row)
     maps, used = [], set()
     for key, members in groups.items():
@@ -127,8 +141,8 @@ def split(rows: list, hosts: Optional[list]) -> tuple[list, list]:
         n = members[0].world_size
         known = list(hosts) if hosts and len(hosts) == n else ["?"] * n
         one_way = BENCHMARKS[members[0].collective].directed
-        lmap = LinkMap(by_pair, known, one_way)
-        lmap.findings = judge(lmap)
+        lmap = LinkMap(by_pair, known, one_way, crowded)
+        lmap.findings = [] if crowded else judge(lmap)
         maps.append(lmap)
         used.update(id(r) for r in members)
     return maps, [r for r in rows if id(r) not in used]

@@ -14,6 +14,7 @@ from typing import Optional
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
 from collbench.results.journal import Journal, restore
+from collbench.results.links import crowding
 from collbench.results.records import rank_hosts, root_rank
 from collbench.results.render import output_width, print_table
 from collbench.results.tables import build_tables
@@ -213,12 +214,13 @@ class Output:
             return
         if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
             self.progress.stop()
-        root, hosts = root_rank(self.collector.metadata), rank_hosts(self.collector.metadata)
+        meta = self.collector.metadata
+        root, hosts, crowded = root_rank(meta), rank_hosts(meta), crowding(meta)
         if exporter is not None:
-            self._print_line(exporter.render_tables(rows, root, hosts))
+            self._print_line(exporter.render_tables(rows, root, hosts, crowded))
         else:
             width = output_width(not self.plain, self.console.width)
-            for table in build_tables(rows, root, hosts):
+            for table in build_tables(rows, root, hosts, crowded):
                 print_table(self.console, table, width, self.plain)
         if self.progress:
             self.progress.start()

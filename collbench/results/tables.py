@@ -238,12 +238,13 @@ def _notes(rows: list) -> tuple:
     return tuple(notes)
 
 
-def build_tables(rows: Iterable[Row], root: int = 0, hosts: Optional[list] = None) -> list:
+def build_tables(rows: Iterable[Row], root: int = 0, hosts: Optional[list] = None, crowded: str = "") -> list:
     """One table per (collective, setup), its backends side by side; ``root``: the run's root
     rank, named in the titles of rooted collectives when it is not 0. Rows of many pairs
     (``collbench pairs``) make link maps instead: a matrix where it fits and what lies out;
-    ``hosts``: every rank's host, which tells the map's classes of pairs apart."""
-    maps, rows = links.split(list(rows), hosts)
+    ``hosts``: every rank's host, which tells the map's classes of pairs apart; ``crowded``: why
+    they cannot be judged (``links.crowding``)."""
+    maps, rows = links.split(list(rows), hosts, crowded)
     tables = [table for lmap in maps for table in link_tables(lmap)]
     groups: dict = {}
     for r in rows:
@@ -310,7 +311,7 @@ def link_tables(lmap: links.LinkMap) -> list:
                                   f"the median, and in robust σ; rule: {links.RULE}",), (0,) * 5))
     else:
         tables[-1] = dataclasses.replace(tables[-1], notes=tables[-1].notes + (
-            f"nothing lies out (rule: {links.RULE})",))
+            lmap.crowded or f"nothing lies out (rule: {links.RULE})",))
     return tables
 
 
