@@ -111,13 +111,18 @@ def hosts(tmp_path):
         _wait_linked(a, b)
         yield made
     finally:
-        for h in made:
-            h.kill_all()
-        deadline = time.monotonic() + 10
-        while any(h.pids() for h in made) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for h in made:
-            subprocess.run(["ip", "netns", "delete", h.netns], capture_output=True)
+        _tear_down(made)
+
+
+def _tear_down(made: list) -> None:
+    """Every process on the hosts killed, then the hosts themselves gone."""
+    for h in made:
+        h.kill_all()
+    deadline = time.monotonic() + 10
+    while any(h.pids() for h in made) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for h in made:
+        subprocess.run(["ip", "netns", "delete", h.netns], capture_output=True)
 
 
 PROBE = ("import socket, sys; s = socket.socket(); s.settimeout(1)\n"
@@ -461,13 +466,7 @@ def bridged_hosts(tmp_path):
         _wait_linked(made[1], made[2])
         yield made, switch, prefix
     finally:
-        for h in made:
-            h.kill_all()
-        deadline = time.monotonic() + 10
-        while any(h.pids() for h in made) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for h in made:
-            subprocess.run(["ip", "netns", "delete", h.netns], capture_output=True)
+        _tear_down(made)
         subprocess.run(["ip", "netns", "delete", switch], capture_output=True)
 
 
