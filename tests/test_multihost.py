@@ -501,10 +501,11 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     for backend in ("mpi", "gloo"):
         pairs = {r["pair"] for r in rows if r["backend"] == backend}
         assert pairs == cross | {"-".join(reversed(p.split("-"))) for p in cross}, pairs   # both ways, 0-1 left out
-    from collbench.results.links import split
+    from collbench.results.links import placement, split
     from collbench.results.loader import load_result
 
-    maps, rest = split(load_result(out).rows, doc["metadata"]["rank_hosts"])
+    result = load_result(out)
+    maps, rest = split(result.rows, placement(result.metadata))
     assert not rest and len(maps) == 2
     for lmap in maps:
         hosts_named = [f.name for f in lmap.findings if f.what == "host"]

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from collbench.benchmarks.base import Roles
-from collbench.results.links import ACROSS_HOSTS, SAME_HOST, split
+from collbench.results.links import ACROSS_HOSTS, SAME_HOST, Placement, split
 from collbench.results.loader import load_result
 from collbench.run.pairing import Pairing, round_robin
 from conftest import cli, load_json, mpirun
@@ -57,7 +57,7 @@ def test_which_pairs_cross_host_per_host_both_ways_and_serial():
 def _map(times: dict, hosts: list, name="pingpong"):
     rows = [row_from_samples([t * 0.98, t, t * 1.02], collective=name, pair=pair, world_size=len(hosts))
             for pair, t in times.items()]
-    maps, rest = split(rows, hosts)
+    maps, rest = split(rows, Placement(hosts))
     assert len(maps) == 1 and not rest
     return maps[0]
 
@@ -105,9 +105,9 @@ def test_a_crowded_host_is_not_judged_and_says_why():
     times = {pair: 5.0 for pair in itertools.combinations(range(4), 2)}
     times[(1, 2)] = 40.0
     rows = [row_from_samples([t], collective="pingpong", pair=pair, world_size=4) for pair, t in times.items()]
-    (lmap,), _ = split(rows, ["a"] * 4, why)
+    (lmap,), _ = split(rows, Placement(["a"] * 4, why))
     assert lmap.findings == [] and lmap.crowded == why
-    assert split(rows, ["a"] * 4)[0][0].findings        # the same rows, judged where each rank has a core
+    assert split(rows, Placement(["a"] * 4))[0][0].findings        # the same rows, judged where each rank has a core
 
 
 def test_bandwidth_is_one_way_a_host_slow_only_sending_is_named_from_it():

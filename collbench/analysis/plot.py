@@ -93,14 +93,14 @@ def _band(r, low: bool) -> float:
     return r.busbw_gbps * r.time_us_p50 / t
 
 
-def plot_rows(rows, path, *, force: bool = False, run_labels=(), hosts=None, crowded: str = "") -> list:
+def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: links.Placement = links.Placement()) -> list:
     """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user.
     ``run_labels``: per row, the label of its run (files of one setup measured again), or nothing.
-    Rows that form link maps are drawn as heat maps instead (``hosts``: every rank's host)."""
+    Rows that form link maps are drawn as heat maps instead (``where``: ``links.placement``)."""
     path = check_plot_path(path, force)
-    maps, rest = links.split(list(rows), hosts, crowded)
+    maps, rest = links.split(list(rows), where)
     if maps:
-        return heat_maps(maps, path) + [crowded] * bool(crowded) + ([f"{len(rest)} row(s) outside the link maps are not drawn; plot them "
+        return heat_maps(maps, path) + [where.crowded] * bool(where.crowded) + ([f"{len(rest)} row(s) outside the link maps are not drawn; plot them "
                                          "from a file of their own"] if rest else [])
     Figure, FigureCanvasAgg, FuncFormatter, LogFormatter = _import_matplotlib()
     lines, shared = _lines(rows, run_labels)

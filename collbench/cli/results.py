@@ -179,15 +179,13 @@ def plot_command(files, output, force, labels) -> None:
     """
     from collbench.analysis.overlay import load_runs
     from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
-    from collbench.results.links import crowding
-    from collbench.results.records import rank_hosts
+    from collbench.results.links import placement
 
     check_plot_path(output, force)
     require_matplotlib()
     runs = load_runs(files, labels)
-    metadata = runs.loaded[0][1].metadata
     for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels(),
-                                             hosts=rank_hosts(metadata), crowded=crowding(metadata)):
+                                             where=placement(runs.loaded[0][1].metadata)):
         print(f"collbench: {note}", file=sys.stderr)
     print(f"collbench: wrote {output}", file=sys.stderr)
 

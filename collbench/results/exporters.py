@@ -18,8 +18,8 @@ from typing import Optional
 
 from collbench.errors import UsageError
 from collbench.results.ranks import RANK_FIELDS, RankView, csv_fields, json_fields, row_views
-from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row, RunResult, rank_hosts, root_rank
-from collbench.results.links import crowding
+from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row, RunResult, root_rank
+from collbench.results.links import Placement, placement
 from collbench.results.tables import build_tables, to_markdown
 
 
@@ -151,8 +151,8 @@ class MarkdownExporter:
     suffix, format = ".md", "markdown"
 
     @staticmethod
-    def render_tables(rows, root: int = 0, hosts=None, crowded: str = "") -> str:
-        return "\n".join(to_markdown(t) for t in build_tables(rows, root, hosts, crowded))
+    def render_tables(rows, root: int = 0, where: Placement = Placement()) -> str:
+        return "\n".join(to_markdown(t) for t in build_tables(rows, root, where))
 
     @staticmethod
     def render(result: RunResult) -> str:
@@ -162,7 +162,7 @@ class MarkdownExporter:
                 f"- {meta.get('world_size', '?')} rank{'' if meta.get('world_size') == 1 else 's'} on "
                 f"{', '.join(str(h) for h in meta.get('hostnames', []))}",
                 f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", "", ""]
-        body = [to_markdown(t) for t in build_tables(result.rows, root_rank(meta), rank_hosts(meta), crowding(meta))]
+        body = [to_markdown(t) for t in build_tables(result.rows, root_rank(meta), placement(meta))]
         notes = [f"- {n}" for n in result.notes]
         return "\n".join(head) + "\n".join(body) + ("\n" + "\n".join(notes) + "\n" if notes else "")
 

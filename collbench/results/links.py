@@ -31,6 +31,7 @@ import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.measure.sizes import format_size
+from collbench.results.ranks import round_hosts
 
 OUT_SIGMAS = 3.5
 OUT_RATIO = 1.25
@@ -124,9 +125,24 @@ def crowding(metadata: dict) -> str:
     return ""
 
 
-def split(rows: list, hosts: Optional[list], crowded: str = "") -> tuple[list, list]:
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's ranks ran, as a map needs it: every rank's host (None: unknown), and why
+    nothing can be judged ("" when it can: ``crowding``)."""
+
+    hosts: Optional[list] = None
+    crowded: str = ""
+
+
+def placement(metadata: dict) -> Placement:
+    hosts = round_hosts(metadata)[1]
+    return Placement(list(hosts) if hosts else None, crowding(metadata))
+
+
+def split(rows: list, where: Placement = Placement()) -> tuple[list, list]:
     """(link maps, the other rows): rows of a paired benchmark sharing a map key and naming
-    three pairs or more form a map. ``crowded``: why nothing can be judged (``crowding``)."""
+    three pairs or more form a map, judged unless ``where`` says it cannot be."""
+    hosts, crowded = where.hosts, where.crowded
     groups: dict = {}
     for row in rows:
         bench = BENCHMARKS.get(row.collective)

@@ -14,8 +14,8 @@ from typing import Optional
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
 from collbench.results.journal import Journal, restore
-from collbench.results.links import crowding
-from collbench.results.records import rank_hosts, root_rank
+from collbench.results.links import placement
+from collbench.results.records import root_rank
 from collbench.results.render import output_width, print_table
 from collbench.results.tables import build_tables
 
@@ -214,13 +214,12 @@ class Output:
             return
         if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
             self.progress.stop()
-        meta = self.collector.metadata
-        root, hosts, crowded = root_rank(meta), rank_hosts(meta), crowding(meta)
+        root, where = root_rank(self.collector.metadata), placement(self.collector.metadata)
         if exporter is not None:
-            self._print_line(exporter.render_tables(rows, root, hosts, crowded))
+            self._print_line(exporter.render_tables(rows, root, where))
         else:
             width = output_width(not self.plain, self.console.width)
-            for table in build_tables(rows, root, hosts, crowded):
+            for table in build_tables(rows, root, where):
                 print_table(self.console, table, width, self.plain)
         if self.progress:
             self.progress.start()

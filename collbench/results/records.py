@@ -163,12 +163,6 @@ def root_rank(metadata: dict) -> int:
     return root if isinstance(root, int) and not isinstance(root, bool) and root >= 0 else 0
 
 
-def rank_hosts(metadata: dict) -> Optional[list]:
-    """Every rank's host, in rank order (``rank_hosts``), or None where the file does not say."""
-    hosts = metadata.get("rank_hosts") if isinstance(metadata, dict) else None
-    return [str(h) for h in hosts] if isinstance(hosts, list) else None
-
-
 def tidy_library_version(text: str) -> str:
     """The MPI library's name and version from what it says of itself: "MPICH Version:      5.0.2"
     (and more lines) becomes "MPICH 5.0.2"; "Open MPI v5.0.7, package: ..." becomes "Open MPI v5.0.7"."""

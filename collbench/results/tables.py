@@ -14,7 +14,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable
 
 import numpy as np
 
@@ -238,13 +238,13 @@ def _notes(rows: list) -> tuple:
     return tuple(notes)
 
 
-def build_tables(rows: Iterable[Row], root: int = 0, hosts: Optional[list] = None, crowded: str = "") -> list:
+def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = links.Placement()) -> list:
     """One table per (collective, setup), its backends side by side; ``root``: the run's root
     rank, named in the titles of rooted collectives when it is not 0. Rows of many pairs
     (``collbench pairs``) make link maps instead: a matrix where it fits and what lies out;
-    ``hosts``: every rank's host, which tells the map's classes of pairs apart; ``crowded``: why
-    they cannot be judged (``links.crowding``)."""
-    maps, rows = links.split(list(rows), hosts, crowded)
+    ``where``: every rank's host, which tells the map's classes of pairs apart, and whether they
+    can be judged (``links.placement`` of the run's metadata)."""
+    maps, rows = links.split(list(rows), where)
     tables = [table for lmap in maps for table in link_tables(lmap)]
     groups: dict = {}
     for r in rows:
