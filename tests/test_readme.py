@@ -1,4 +1,4 @@
-"""The README's quick-start test command and .ci/run must never drift apart."""
+"""The README's quick-start commands, .ci/run and the CI recipe of docs/ci-recipe.md must never drift apart."""
 
 from pathlib import Path
 
@@ -21,25 +21,27 @@ def test_readme_quick_start_runs_all_on_embedded_mpich():
     assert '".[mpich]"' in first and "collbench all -n 2" in first
 
 
-def _recipe_commands(readme: str) -> list:
-    """The README's CI recipe: the baseline commands, then the gate's, in order."""
-    part = readme.split("- A CI recipe.", 1)[1].split("`benchmarks/calibrate.py`", 1)[0]
+def _recipe_commands(recipe: str) -> list:
+    """docs/ci-recipe.md's recipe: the baseline's commands, then the GitHub Actions job's, in order
+    (a YAML step's ``run: `` taken off)."""
+    part = recipe.split("## The baseline", 1)[1].split("## A/B in one job", 1)[0]
     lines = [line.strip() for line in part.splitlines()]
+    lines = [line[len("run: "):] if line.startswith("run: ") else line for line in lines]
     return [line.split("   #")[0].strip() for line in lines
             if line.startswith(("collbench ", "git add"))]
 
 
-def test_readme_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
+def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
     """The recipe's own commands, run here in order with fewer sizes and rounds (the recipe's
     take minutes): the baseline exists before the gate reads it, the gate exits 0 or 1, never 2."""
     import os
     import subprocess
     import sys
 
-    readme = (ROOT / "README.md").read_text()
-    commands = _recipe_commands(readme)
-    assert [c.split()[1] for c in commands if c.startswith("collbench")] == ["all", "all", "all", "merge", "all",
-                                                                             "compare"]
+    recipe = (ROOT / "docs" / "ci-recipe.md").read_text()
+    commands = _recipe_commands(recipe)
+    assert [c.split()[1] for c in commands if c.startswith("collbench")] == ["all", "all", "all", "merge", "report",
+                                                                             "all", "compare"]
     assert commands.index(next(c for c in commands if "merge" in c)) < commands.index(
         next(c for c in commands if "compare" in c))
     (tmp_path / "results").mkdir()

@@ -3,7 +3,8 @@
 Nothing here prints; ``compare_render`` turns a ``Comparison`` into a table, markdown or JSON.
 The rules are documented for users in docs/compare.md; in short:
 
-* rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing);
+* rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing, pair,
+  window, pairs at once);
 * the unit of inference is the round (one launch), never the iterations of one launch: the
   change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
   interval on the log medians (``runstats.estimate_change``) whose variance also carries the

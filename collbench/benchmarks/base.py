@@ -184,7 +184,7 @@ class Benchmark:
     part_per_rank: ClassVar[str] = "has"
     #: the command's help, first paragraph; empty: "Measure NAME across sizes (and backends)."
     summary: ClassVar[str] = ""
-    #: how one sample is timed, for the command's help and the README
+    #: how one sample is timed, for the command's help (``collbench COMMAND --help``)
     timed_as: ClassVar[str] = "one call, after a barrier over every rank; the slowest rank's time"
     #: peak memory beyond the base per byte of send + receive buffers, (root, others), for each
     #: family, measured by benchmarks/memory_factors.py; a family or benchmark without figures

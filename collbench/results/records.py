@@ -40,7 +40,7 @@ class Row:
     op: str = column("reduction op; none for collectives that do not reduce", identity=True, matched=True)
     world_size: int = column("ranks taking part", identity=True, matched=True)
     ranks_per_node: int = column("most ranks sharing one host", identity=True)
-    size_bytes: int = column("message size as nccl-tests defines it (README, Methodology, Sizes)",
+    size_bytes: int = column("message size as nccl-tests defines it (docs/methodology.md, Sizes)",
                              identity=True, matched=True)
     per_rank_bytes: int = column("each rank's share: size_bytes for allreduce/bcast/reduce, else size_bytes / n",
                                  identity=True)
