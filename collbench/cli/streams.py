@@ -9,6 +9,11 @@ happens to its output must never change it:
   falls back to ASCII (µ as u, → as ->) instead of raising;
 * a **broken pipe** (``collbench compare … | head -1``): what is left to print is dropped,
   quietly, and the command goes on to its own exit code. A pipe that closed is not a verdict.
+
+And on a terminal, collbench's own lines on stderr ("collbench: …", one line each for the
+programs that read them) are wrapped between words at the terminal's width, not by the
+terminal mid-word; a rank whose stderr reaches the user's terminal through a launcher wraps
+them at that terminal's width (``collbench.launch.terminal``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ import codecs
 import errno
 import io
 import os
+import shutil
 import sys
+import textwrap
+from typing import Callable, Optional
 
 from collbench.results.render import STREAM_ERRORS
 
@@ -41,9 +49,10 @@ class SafeStream(io.TextIOBase):
     """A text stream over another that swallows a broken pipe (and then drops everything
     after it) and never raises on an unencodable character."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream, wrap_width: Optional[Callable[[], Optional[int]]] = None) -> None:
         self._stream = stream
         self.broken = False
+        self._wrap_width = wrap_width       # the width collbench's lines wrap at; None: as they are
 
     def _guard(self, action):
         if self.broken:
@@ -73,8 +82,21 @@ class SafeStream(io.TextIOBase):
             pass
 
     def write(self, text: str) -> int:
-        self._guard(lambda: self._stream.write(text))
+        shown = self._wrapped(text) if self._wrap_width and "collbench:" in text else text
+        self._guard(lambda: self._stream.write(shown))
         return len(text)
+
+    def _wrapped(self, text: str) -> str:
+        width = self._wrap_width()
+        if not width:
+            return text
+        lines = []
+        for line in text.split("\n"):
+            lead = len(line) - len(line.lstrip("\r"))
+            if line[lead:].startswith("collbench:") and len(line) - lead > width:
+                line = line[:lead] + "\n".join(textwrap.wrap(line[lead:], width, break_on_hyphens=False))
+            lines.append(line)
+        return "\n".join(lines)
 
     def flush(self) -> None:
         self._guard(self._stream.flush)
@@ -113,7 +135,36 @@ def _reopen_closed() -> None:
                 os.close(null)
 
 
-def _text_stream(current, fd: int):
+def _stderr_columns() -> int:
+    """``COLUMNS`` (which a launching collbench sets for its ranks), else stderr's terminal."""
+    try:
+        return os.get_terminal_size(2).columns if "COLUMNS" not in os.environ else \
+            shutil.get_terminal_size().columns
+    except OSError:
+        return shutil.get_terminal_size().columns
+
+
+def _messages_width() -> Callable[[], Optional[int]]:
+    """The width collbench's lines on stderr wrap at: the user's terminal's, when they reach
+    one (looked up once; the width itself follows the terminal's size); None otherwise."""
+    seen: list = []
+
+    def width() -> Optional[int]:
+        if not seen:
+            from collbench.launch.terminal import user_terminals
+
+            try:
+                seen.append(user_terminals())
+            except (OSError, ValueError):
+                seen.append(None)
+        if seen[0] is None or not seen[0].stderr:
+            return None
+        return seen[0].columns or _stderr_columns()
+
+    return width
+
+
+def _text_stream(current, fd: int, wrap_width=None):
     if current is None:          # Python leaves it None when the descriptor was closed at start
         current = open(fd, "w", encoding="utf-8", errors=ERRORS, closefd=False, buffering=1)
     else:
@@ -121,7 +172,7 @@ def _text_stream(current, fd: int):
             current.reconfigure(errors=ERRORS)
         except (AttributeError, ValueError, io.UnsupportedOperation):
             pass
-    return SafeStream(current)
+    return SafeStream(current, wrap_width)
 
 
 def make_safe() -> None:
@@ -130,4 +181,4 @@ def make_safe() -> None:
         return
     _reopen_closed()
     sys.stdout = _text_stream(sys.stdout, 1)
-    sys.stderr = _text_stream(sys.stderr, 2)
+    sys.stderr = _text_stream(sys.stderr, 2, _messages_width())

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import subprocess
 import sys
 import threading
+
+
+#: carriage returns and terminal control sequences (cursor, erase) at the start of a line
+_CONTROLS = re.compile(rb"^(?:\r|\x1b\[[0-9;?]*[A-Za-z])*")
 
 
 class Relay:
@@ -51,7 +56,7 @@ class Relay:
             self._write(out, held)
 
     def _noise(self, line: bytes) -> bool:
-        text = line.lstrip(b"\r")
+        text = _CONTROLS.sub(b"", line)        # what a terminal shows: a bar's erasing left out
         if text.startswith(b"collbench:"):
             self.spoke = True
             self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
@@ -69,43 +74,3 @@ class Relay:
         for t in self._threads:
             t.join(timeout=5)
 
-
-ONE_TERMINAL_ENV = "COLLBENCH_ONE_TERMINAL"
-#: set (to 1) for self-launched ranks when the user's stdout, or stderr, is a terminal
-TTY_ENV = {"stdout": "COLLBENCH_STDOUT_TTY", "stderr": "COLLBENCH_STDERR_TTY"}
-
-
-def mark_terminals(env: dict) -> None:
-    """Tell self-launched ranks, which write through the launcher's pipes, what the user's
-    streams are: terminals or not, and one terminal behind both (``one_terminal``)."""
-    for stream, name in ((sys.stdout, TTY_ENV["stdout"]), (sys.stderr, TTY_ENV["stderr"])):
-        if stream.isatty():
-            env[name] = "1"
-    if one_terminal():
-        env[ONE_TERMINAL_ENV] = "1"
-
-
-def user_terminals(env=None) -> tuple[bool, bool, bool]:
-    """(stdout is a terminal, stderr is a terminal, tables go through stderr) for this rank's
-    output. Self-launched, as the launching process saw the user's streams (what the rank sees
-    itself is the launcher's pipe, MPICH, or a pseudo-terminal, Open MPI); else its own."""
-    from collbench.launch.launcher import LAUNCHED_ENV
-
-    env = os.environ if env is None else env
-    if env.get(LAUNCHED_ENV):
-        return (env.get(TTY_ENV["stdout"]) == "1", env.get(TTY_ENV["stderr"]) == "1",
-                env.get(ONE_TERMINAL_ENV) == "1")
-    return sys.stdout.isatty(), sys.stderr.isatty(), False
-
-
-def one_terminal() -> bool:
-    """Whether stdout and stderr are one terminal. Then rank 0 writes its tables and progress
-    bar through one stream: the launcher relays each stream on its own, and two could reorder
-    the bar's erasing around a table, leaving a stale bar in it."""
-    try:
-        if not (sys.stdout.isatty() and sys.stderr.isatty()):
-            return False
-        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
-        return (out.st_rdev, out.st_ino) == (err.st_rdev, err.st_ino)
-    except (OSError, ValueError):
-        return False

@@ -14,6 +14,7 @@ import time
 
 from collbench.launch import notes, supervise
 from collbench.launch.supervise import STOP_GRACE, saved_results_clause
+from collbench.launch.terminal import END_PROGRESS_LINE, user_terminals
 
 
 _stopping = threading.Event()
@@ -53,8 +54,8 @@ def handle_signals(rank: int) -> None:
             if supervise.guardian_died():   # or the guardian died (PR_SET_PDEATHSIG), and cannot
                 notes.orphaned(rank)
         elif rank == 0:
-            if sys.stderr.isatty() or os.environ.get("COLLBENCH_STDERR_TTY") == "1":
-                sys.stderr.write("\x1b[?25h")          # a progress bar may have hidden the cursor
+            if user_terminals().stderr:
+                sys.stderr.write(END_PROGRESS_LINE)
             sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {saved_results_clause()}\n")
         else:
             time.sleep(1.0)

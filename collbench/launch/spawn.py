@@ -22,7 +22,8 @@ from typing import Callable, Optional
 from collbench.errors import UsageError
 from collbench.launch.coordinator import JOB_EXIT_CODES
 from collbench.launch.launcher import LAUNCHED_ENV
-from collbench.launch.relay import Relay, mark_terminals
+from collbench.launch.relay import Relay
+from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes
 from collbench.launch.janitor import Janitor
 from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, saved_results_clause
@@ -73,6 +74,60 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated:
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     return cmd + argv
+
+
+#: Where MPICH's mpiexec writes the host's topology for its ranks to read (a fixed place).
+HYDRA_TOPOLOGY_FILES = "/tmp/hydra_hwloc_xmlfile_*"
+
+
+def _started_at(pid: int, boot: float, tick: float) -> Optional[float]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return boot + int(data[data.rindex(b")") + 2:].split()[19]) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def remove_orphaned_topology_files(since: float) -> None:
+    """MPICH's mpiexec writes a file of the host's topology for its ranks and removes it when
+    it ends; a job ended by a signal (Ctrl-C) can leave it in /tmp. Removed here: the files
+    written since ``since`` (a launch's start, wall clock) that no running mpiexec can own —
+    none that started before the file was written is alive. Another job's file stays."""
+    import glob
+
+    leftovers = []
+    for path in glob.glob(HYDRA_TOPOLOGY_FILES):
+        try:
+            written = os.stat(path).st_mtime
+        except OSError:
+            continue
+        if written >= since - 1.0:
+            leftovers.append((path, written))
+    if not leftovers:
+        return
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            boot = float(next(line.split()[1] for line in fh if line.startswith("btime ")))
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration):
+        return                          # cannot tell the files' owners apart: leave them all
+    starts = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", encoding="utf-8", errors="replace") as fh:
+                    name = fh.read().strip()
+            except OSError:
+                continue
+            if name.startswith("mpiexec"):
+                starts.append(_started_at(int(entry), boot, tick))
+    for path, written in leftovers:
+        if not any(start is None or start <= written + 1.0 for start in starts):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def free_port(address: str = "127.0.0.1") -> int:
@@ -155,6 +210,8 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         if received:
             # Local ranks got the signal from us and said so; mpiexec may not have passed it on.
             if relay is not None and not relay.spoke:
+                if sys.stderr.isatty():
+                    sys.stderr.write(END_PROGRESS_LINE)
                 print(f"collbench: interrupted by {signal.Signals(received[0]).name}; "
                       f"{saved_results_clause(files())}", file=sys.stderr, flush=True)
             return 128 + received[0]
@@ -269,8 +326,6 @@ class RoundLauncher:
         env.update(self.extra_env)
         env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
         mark_terminals(env)             # the ranks write through the launcher's pipes
-        if sys.stdout.isatty() or sys.stderr.isatty():
-            env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
         if self.use_mpi and find_mpiexec(self.python) is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
@@ -291,8 +346,11 @@ class RoundLauncher:
         if not self.use_mpi:
             env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
             env["MASTER_PORT"] = self.user_port or str(free_port())
+        began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
         code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state)
+        if self.use_mpi and code != 0:
+            remove_orphaned_topology_files(began)
         completed = any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
         if code not in (0, 1, 2):
             _rebuild(self.state)

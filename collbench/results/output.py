@@ -28,9 +28,9 @@ class OutputSettings:
     force: bool = False
     quiet: bool = False
     print_format: str = "table"
-    #: (stdout is a terminal, stderr is one, tables go through stderr): the user's streams, which a
-    #: self-launched rank learns from the process that launched it; None: this process's own
-    terminals: Optional[tuple] = None
+    #: the user's streams as this rank's output reaches them (``collbench.launch.terminal``);
+    #: None: this process's own
+    terminals: Optional[object] = None
 
 
 class Output:
@@ -56,25 +56,30 @@ class Output:
         self.round_label = round_label
         self._lock = threading.Lock()
         self._dirty = False
-        # Self-launched ranks write through the launcher's pipes; the parent says whether the
-        # user's stdout and stderr are terminals.
-        out_tty, err_tty, tables_on_stderr = settings.terminals or (sys.stdout.isatty(), sys.stderr.isatty(), False)
+        # The user's streams as this rank's output reaches them (collbench.launch.terminal): a
+        # rank under a launcher writes through the launcher's pipes. None: this process's own.
+        seen = settings.terminals
+        out_tty = seen.stdout if seen else sys.stdout.isatty()
+        err_tty = seen.stderr if seen else sys.stderr.isatty()
+        columns, tables_on_stderr = (seen.columns, seen.tables_on_stderr) if seen else (None, False)
         self.plain = not out_tty
         if self.plain:   # piped: never squeeze columns to a guessed 80-character terminal
             self.console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
                                    no_color=True, force_terminal=False)
         else:
-            # One terminal behind both streams of a self-launched rank (launch.spawn): the tables
-            # share stderr's pipe with the progress bar, so the launcher cannot reorder them.
+            # One terminal behind both streams: the tables share stderr's pipe with the progress
+            # bar, so that the launcher, copying each stream on its own, cannot reorder them.
             self.console = Console(file=sys.stderr if tables_on_stderr else sys.stdout, highlight=False,
-                                   soft_wrap=False, force_terminal=True)
+                                   soft_wrap=False, force_terminal=True, width=columns)
         # soft_wrap: what others write to stderr while the bar redirects it goes out as written
-        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty)
+        self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty,
+                           width=columns)
         self._open_files()
         self.total_rounds = max(total_steps // round_steps, 1) if round_steps else 1
         self.table_order: tuple = ()     # collectives in the plan's order: how their tables print
         self._finished: list = []
         self._printed: set = set()
+        self._said: set = set()           # the notes printed under a table so far: each is said once
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
             from collbench.results.progress import ProgressBar
@@ -220,7 +225,7 @@ class Output:
         else:
             width = output_width(not self.plain, self.console.width)
             for table in build_tables(rows, root, where):
-                print_table(self.console, table, width, self.plain)
+                print_table(self.console, table, width, self.plain, self._said)
         if self.progress:
             self.progress.start()
 

@@ -79,6 +79,20 @@ def _clock(seconds: Optional[float]) -> str:
     return f"about {seconds} s left"
 
 
+def shorten(text: str, room: int) -> str:
+    """"round 2/5 · allreduce on mpi-pickle at 1K" in ``room`` characters: the size being
+    measured stays; "round" goes first, then the middle is cut."""
+    if len(text) <= room:
+        return text
+    text = text.replace("round ", "", 1)
+    if len(text) <= room:
+        return text
+    head, at, size = text.rpartition(" at ")
+    tail = at + size if at else ""
+    keep = room - len(tail) - 1
+    return (head[:keep] + "…" + tail) if keep > 0 else text[:max(room - 1, 0)] + "…"
+
+
 class ProgressBar:
     """A transient rich progress bar on stderr: "round 2/5 · allreduce on mpi at 1K", a bar,
     "37/120 sizes" and the time left."""
@@ -94,8 +108,9 @@ class ProgressBar:
         width = console.width
         counter = width >= 70
         left_room = 24 + (len(f"{total}/{total} sizes") + 1 if counter else 0)
+        self.room = max(width - left_room - 8, 8)
         columns = [TextColumn("{task.description}", table_column=Column(
-                       no_wrap=True, overflow="ellipsis", max_width=max(width - left_room - 8, 8))),
+                       no_wrap=True, overflow="ellipsis", max_width=self.room)),
                    BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=3))]
         if counter:
             columns.append(TextColumn("{task.completed}/{task.total} sizes", table_column=Column(no_wrap=True)))
@@ -107,7 +122,7 @@ class ProgressBar:
 
     def describe(self, text: str) -> None:
         self.estimate.round_begins()
-        self.progress.update(self.task, description=text)
+        self.progress.update(self.task, description=shorten(text, self.room))
 
     def advance(self) -> None:
         self.estimate.step_done()

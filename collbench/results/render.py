@@ -126,8 +126,10 @@ def as_written(table: TableModel, encoding: str) -> TableModel:
                                cells=tuple(cells(line) for line in table.cells), notes=cells(table.notes))
 
 
-def print_table(console, table: TableModel, width: Optional[int], plain: bool) -> None:
-    """Draw ``table`` on a rich ``console``, fitted to ``width`` (None: every column)."""
+def print_table(console, table: TableModel, width: Optional[int], plain: bool, said: Optional[set] = None) -> None:
+    """Draw ``table`` on a rich ``console``, fitted to ``width`` (None: every column). ``said``:
+    the notes printed under earlier tables of the same output, which are not repeated (and
+    this table's are added to it)."""
     from rich.console import Console
     from rich.text import Text
 
@@ -153,6 +155,10 @@ def print_table(console, table: TableModel, width: Optional[int], plain: bool) -
                       width=max(wrap, len(line)))
     target.print(rendered, width=drawn if fitted.wrapped else None)
     for note in fitted.notes:
+        if said is not None:
+            if note in said:
+                continue
+            said.add(note)
         for line in textwrap.wrap(note, wrap, break_on_hyphens=False) or [""]:
             console.print(Text(line), no_wrap=True, crop=False, width=max(wrap, len(line)))
     console.print()

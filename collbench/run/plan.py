@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
-from collbench.launch.relay import user_terminals
+from collbench.launch.terminal import user_terminals
 from collbench.backends import backend_class, parse_backends, uses_mpi
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark

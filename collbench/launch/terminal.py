@@ -1,0 +1,138 @@
+"""Whether what a rank prints reaches a person's terminal, and how wide that terminal is.
+
+A rank rarely writes to the terminal itself: under ``mpiexec`` (and collbench's own launch,
+which runs ``mpiexec`` or local processes) its stdout and stderr are pipes that the launcher
+reads and copies to its own streams; under Open MPI they may be a pseudo-terminal of the
+launcher's, whatever the launcher's own output is. What counts is where the launcher writes:
+
+* self-launched, the launching collbench process looked at its own streams and told its ranks
+  (``mark_terminals``: variables in their environment, with ``COLUMNS``);
+* under a user's launcher on this host, the launcher process is an ancestor of the rank, and
+  its stdout and stderr, read from /proc, say whether they are a terminal; the terminal's size
+  comes from the device itself (``launcher_terminal``);
+* else (``srun``, whose tasks descend from ``slurmstepd``; a rank on another host than its
+  launcher) the rank's own streams are all there is to go by.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+ONE_TERMINAL_ENV = "COLLBENCH_ONE_TERMINAL"
+#: set (to 1) for self-launched ranks when the user's stdout, or stderr, is a terminal
+TTY_ENV = {"stdout": "COLLBENCH_STDOUT_TTY", "stderr": "COLLBENCH_STDERR_TTY"}
+#: the programs that start ranks and copy their output to their own streams
+LAUNCHERS = frozenset({"mpiexec", "mpiexec.hydra", "mpirun", "orterun", "prterun", "prte", "srun"})
+_ANCESTORS = 8          # rank, guardian, proxy, launcher: a launcher is never further up than this
+
+
+@dataclass(frozen=True)
+class Terminals:
+    """The user's streams as this rank's output reaches them."""
+
+    stdout: bool = False         # stdout ends on a terminal
+    stderr: bool = False
+    #: both are one terminal, and the launcher copies each stream on its own: tables go through
+    #: stderr with the progress bar, so that the copying cannot reorder a table and the bar
+    tables_on_stderr: bool = False
+    columns: Optional[int] = None        # the terminal's width, when known
+
+
+def _device_width(path: str) -> Optional[int]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        columns = os.get_terminal_size(fd).columns
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return columns or None
+
+
+def _is_terminal_device(target: str) -> bool:
+    return target.startswith(("/dev/pts/", "/dev/tty")) or target == "/dev/console"
+
+
+def _parent(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return int(data[data.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def launcher_terminal(pid: Optional[int] = None) -> Optional[Terminals]:
+    """The streams of the nearest launcher among ``pid``'s ancestors (this process's by
+    default), or None when no launcher runs above it on this host or its streams cannot be
+    read (another user's process)."""
+    pid = os.getpid() if pid is None else pid
+    for _ in range(_ANCESTORS):
+        pid = _parent(pid)
+        if not pid or pid == 1:
+            return None
+        if _name(pid) in LAUNCHERS:
+            break
+    else:
+        return None
+    try:
+        out, err = os.readlink(f"/proc/{pid}/fd/1"), os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
+        return None
+    on_terminal = [_is_terminal_device(t) for t in (out, err)]
+    width = _device_width(out if on_terminal[0] else err) if any(on_terminal) else None
+    return Terminals(on_terminal[0], on_terminal[1], on_terminal[0] and out == err, width)
+
+
+def mark_terminals(env: dict) -> None:
+    """Tell self-launched ranks, which write through the launcher's pipes, what the user's
+    streams are: terminals or not, one terminal behind both, and its width (``COLUMNS``)."""
+    for stream, name in ((sys.stdout, TTY_ENV["stdout"]), (sys.stderr, TTY_ENV["stderr"])):
+        if stream.isatty():
+            env[name] = "1"
+    if one_terminal():
+        env[ONE_TERMINAL_ENV] = "1"
+    if sys.stdout.isatty() or sys.stderr.isatty():
+        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+
+
+def user_terminals(env: Optional[Mapping[str, str]] = None) -> Terminals:
+    """The user's streams as this rank's output reaches them (see the module's docstring)."""
+    from collbench.launch.launcher import LAUNCHED_ENV
+
+    env = os.environ if env is None else env
+    if env.get(LAUNCHED_ENV):
+        return Terminals(env.get(TTY_ENV["stdout"]) == "1", env.get(TTY_ENV["stderr"]) == "1",
+                         env.get(ONE_TERMINAL_ENV) == "1")
+    return launcher_terminal() or Terminals(sys.stdout.isatty(), sys.stderr.isatty())
+
+
+def one_terminal() -> bool:
+    """Whether this process's stdout and stderr are one terminal."""
+    try:
+        if not (sys.stdout.isatty() and sys.stderr.isatty()):
+            return False
+        out, err = os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno())
+        return (out.st_rdev, out.st_ino) == (err.st_rdev, err.st_ino)
+    except (OSError, ValueError):
+        return False
+
+
+#: shows the cursor (a progress bar hides it) and erases the line it is on (the bar's, which the
+#: terminal's own "^C" follows), so that a last message starts on a line of its own
+END_PROGRESS_LINE = "\x1b[?25h\r\x1b[2K"
