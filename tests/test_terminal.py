@@ -18,15 +18,32 @@ from terminal_helpers import read_rest
 pyte = pytest.importorskip("pyte")
 
 
-def _on_terminal(args, cwd, columns=80, rows=40, timeout=180) -> tuple:
+def _on_terminal(args, cwd, columns=80, rows=40, timeout=180, *, command=None, interrupt_at=None) -> tuple:
+    """(exit code, the lines as a terminal shows them, the bytes written) of ``collbench ARGS``
+    (or of ``command``, a shell line) on a pseudo-terminal of that size; ``interrupt_at``:
+    bytes after which Ctrl-C is typed (as the terminal's own character, to the foreground)."""
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env["TERM"] = "xterm-256color"
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=env, stdin=secondary,
-                            stdout=secondary, stderr=secondary, start_new_session=True)
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', '')}"
+
+    def controlling_terminal():           # Ctrl-C reaches the job as it does from a shell
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    argv = ["bash", "-c", command] if command else [sys.executable, "-m", "collbench", *args]
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=secondary, stdout=secondary, stderr=secondary,
+                            preexec_fn=controlling_terminal)
     os.close(secondary)
-    seen = read_rest(primary, proc, timeout)
+    seen = b""
+    if interrupt_at is not None:
+        while interrupt_at not in seen and proc.poll() is None:
+            seen += read_rest(primary, proc, 5, quiet_for=5)
+            if len(seen) > 10_000_000:
+                break
+        os.write(primary, b"\x03")
+    seen += read_rest(primary, proc, timeout)
     proc.wait(timeout=30)
     os.close(primary)
     screen = pyte.Screen(columns * 3, 3000)       # wide: a line the program made too long shows as such
@@ -35,12 +52,12 @@ def _on_terminal(args, cwd, columns=80, rows=40, timeout=180) -> tuple:
     lines = [line.rstrip() for line in screen.display]
     while lines and not lines[-1]:
         lines.pop()
-    return proc.returncode, lines
+    return proc.returncode, lines, seen
 
 
 @pytest.mark.mpi
 def test_a_run_on_an_80_column_terminal_never_draws_a_line_past_80(tmp_path):
-    code, lines = _on_terminal(["all", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "8-64K", "--iters", "20",
+    code, lines, _ = _on_terminal(["all", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "8-64K", "--iters", "20",
                                 "--warmup", "1", "--rounds", "2"], tmp_path)
     assert code == 0, "\n".join(lines)
     too_long = [line for line in lines if len(line) > 80]
@@ -53,3 +70,65 @@ def test_a_run_on_an_80_column_terminal_never_draws_a_line_past_80(tmp_path):
     # the default files' names are long: each has a line of its own rather than one wrapped line
     assert lines[-2].startswith("collbench: wrote results/collbench-") and lines[-2].endswith(".json")
     assert lines[-1].startswith("collbench: wrote results/collbench-") and lines[-1].endswith(".csv")
+    for note in ("every result checked: ok", "not shown at 80 columns: count"):    # said once, not per table
+        assert text.count(note) <= 1, text
+
+
+@pytest.mark.mpi
+def test_under_a_users_mpiexec_on_a_terminal_tables_fit_it_and_progress_shows(tmp_path):
+    """The ranks write through mpiexec's pipes: the terminal is mpiexec's, and its width counts."""
+    from collbench.launch.spawn import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    code, lines, seen = _on_terminal([], tmp_path, command=f"{mpiexec} -n 2 {sys.executable} -m collbench all "
+                                                             "-b mpi --sizes 8-64K --rounds 2")
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert not [line for line in lines if len(line) > 80], text
+    assert text.count("· 2 ranks ·") >= 9 and "not shown at 80 columns" in text
+    assert b"sizes" in seen and b"left" in seen          # the progress bar was drawn (and is gone)
+    assert "sizes" not in text.split("wrote")[-1]
+    # stdout into a file, stderr on the terminal: the file gets every column, plain, as before
+    code, lines, _ = _on_terminal([], tmp_path, command=f"{mpiexec} -n 2 {sys.executable} -m collbench allreduce "
+                                                          "-b mpi --sizes 8-1K --rounds 2 > out.txt")
+    written = (tmp_path / "out.txt").read_text()
+    assert code == 0 and "\x1b" not in written and "max µs" in written and "p95 µs" in written
+    assert max(len(line) for line in written.splitlines()) > 80
+
+
+def test_compare_at_80_columns_titles_each_setup(tmp_path):
+    from results_helpers import run_of, sweep, write
+
+    series = {(c, b, s): v for (_, _, s), v in sweep().items() for c in ("allreduce", "bcast") for b in ("mpi", "gloo")}
+    base, new = write(run_of(series, seed=1), tmp_path / "a.json"), write(run_of(series, seed=2), tmp_path / "b.json")
+    code, lines, _ = _on_terminal(["compare", str(base), str(new)], tmp_path)
+    text = "\n".join(lines)
+    assert code in (0, 1) and not [line for line in lines if len(line) > 80], text
+    titles = [line for line in lines if line.endswith("· 2 ranks · latency")]
+    assert sorted(titles) == ["allreduce · gloo · float32 sum · 2 ranks · latency",
+                              "allreduce · mpi · float32 sum · 2 ranks · latency",
+                              "bcast · gloo · float32 · 2 ranks · latency", "bcast · mpi · float32 · 2 ranks · latency"]
+    first = lines.index(titles[0])
+    assert "size" in lines[first + 2] and "change" in lines[first + 2] and "collective" not in text
+    assert text.count("max-T") == 1                     # the method, said once under the last table
+
+
+@pytest.mark.mpi
+def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launcher_file(tmp_path):
+    import glob
+    import time
+
+    started = time.time()
+    code, lines, seen = _on_terminal(["all", "-n", "2", "-b", "mpi", "--sizes", "8-64M", "--rounds", "5"], tmp_path,
+                                     interrupt_at=b"sizes")
+    text = "\n".join(lines)
+    assert code == 130, text
+    said = [i for i, line in enumerate(lines) if "interrupted by SIGINT" in line]
+    assert said and lines[said[0]].startswith("collbench: interrupted by SIGINT"), text   # not after the bar
+    assert not [line for line in lines if len(line) > 80], text          # wrapped between words
+    assert all(not line.endswith(("fini", "finishe")) for line in lines)
+    time.sleep(1.0)
+    left = [p for p in glob.glob("/tmp/hydra_hwloc_xmlfile_*") if os.stat(p).st_mtime >= started]
+    assert not left, left

@@ -115,6 +115,43 @@ def comparison_table(c: Comparison) -> TableModel:
     return TableModel(title, headers, tuple(cells), notes, priorities)
 
 
+def _setup_title(r: RowComparison) -> str:
+    """"allreduce · mpi · float32 sum · 2 ranks · latency": what a row compared, but its size."""
+    op, row = r.field("op"), r.baseline or r.new
+    data = f"{r.field('dtype')}{'' if op == 'none' else ' ' + op}" if row is None or row.size_bytes else ""
+    parts = [r.field("collective"), r.field("backend"), data, rank_count_text(r.field("world_size")),
+             r.field("timing")]
+    parts += [f"{label} {r.field(name)}" for name, label, usual in _SETUP_EXTRAS if r.field(name) != usual]
+    return " · ".join(str(p) for p in parts if p)
+
+
+#: identity fields a setup's title names only when they are not the usual value
+_SETUP_EXTRAS = (("pair", "pair", ""), ("window", "window", 1), ("pairs_at_once", "pairs at once", 1))
+
+
+def comparison_tables(c: Comparison) -> list:
+    """The comparison for a terminal: a table per setup (every field but the size), titled with
+    it, as a run's tables are; the method and the noisy rows said once, under the last."""
+    label = _METRIC_LABEL[c.metric]
+    show_reason = any(r.reason for r in c.rows)
+    headers = ("size", f"baseline {label}", f"new {label}", "change", "95% CI", "rounds", "p (adj.)",
+               "verdict") + (("why",) if show_reason else ())
+    # On a narrow terminal: the size, the change and the verdict stay; p, rounds and the medians go first.
+    priorities = (0, 3, 3, 0, 1, 4, 5, 0) + ((2,) if show_reason else ())
+    groups: dict = {}
+    for r in c.rows:
+        groups.setdefault(_setup_title(r), []).append(r)
+    tables = []
+    for title, rows in groups.items():
+        cells = tuple((format_size(r.field("size_bytes")) if r.field("size_bytes") else "-", _value(r.baseline_value),
+                       _value(r.new_value), _change(r), _interval(r), _rounds(r), _p(r), r.verdict)
+                      + ((r.reason,) if show_reason else ()) for r in rows)
+        tables.append(TableModel(title, headers, cells, (), priorities))
+    notes = (method_line(c),) + ((noisy_line(c),) if noisy_line(c) else ())
+    tables[-1] = dataclasses.replace(tables[-1], notes=notes)
+    return tables
+
+
 def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
     def bold(line):
         cell = line[verdict_column]

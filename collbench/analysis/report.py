@@ -119,6 +119,9 @@ def gate_sensitivity(result, alpha: float) -> list:
     return list(zip(result.rows, found))
 
 
+NEEDS_ROUNDS = "needs 2+ rounds"
+
+
 def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel:
     """Per row of each file: rounds, run-to-run spread, the change a comparison against one more
     run detects, and whether that is within ``threshold`` (rows that are not cannot be gated
@@ -129,7 +132,7 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
     cells = []
     for name, result in named:
         for r, found in gate_sensitivity(result, alpha):
-            verdict = ("needs 2+ rounds" if math.isnan(found) else "ok" if found <= threshold else "too noisy")
+            verdict = (NEEDS_ROUNDS if math.isnan(found) else "ok" if found <= threshold else "too noisy")
             cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
             cells.append(((name,) if several else ()) + (
                 r.collective + (f" {r.pair}" if r.pair else ""), r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
@@ -149,7 +152,10 @@ def report_tables(report: Report, threshold: float, alpha: float) -> list:
     tables = run_tables(report.runs)
     if report.fits:
         tables.append(fit_table(report.fits, report.fit_runs))
-    return tables + [sensitivity_table(report.labelled(), threshold, alpha)]
+    sensitivity = sensitivity_table(report.labelled(), threshold, alpha)
+    if all(line[-1] == NEEDS_ROUNDS for line in sensitivity.cells):     # a table that says nothing
+        return tables
+    return tables + [sensitivity]
 
 
 def per_rank_view(report: Report) -> list:

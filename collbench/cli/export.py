@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from collbench.results.ci_export import TARGETS
+from collbench.results.ci_export import TARGETS, UNITS
 
 
 @click.command("export")
@@ -40,6 +40,9 @@ def export_command(file, target, output, force) -> None:
     if output is None:
         sys.stdout.write(done.text)
         sys.stdout.flush()
+        if target in UNITS:
+            print(f"collbench: {done.benchmarks} benchmarks for {target}: {UNITS[target]}", file=sys.stderr)
         return
     write_atomic(Path(output), done.text)
-    print(f"collbench: wrote {done.benchmarks} benchmarks for {target} to {output}", file=sys.stderr)
+    units = f": {UNITS[target]}" if target in UNITS else ""
+    print(f"collbench: wrote {done.benchmarks} benchmarks for {target} to {output}{units}", file=sys.stderr)

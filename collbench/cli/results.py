@@ -27,15 +27,21 @@ def print_tables(tables) -> None:
 
     console = _console()
     width = output_width(console.is_terminal, console.width)
+    said: set = set()
     for table in tables:
-        print_table(console, table, width, plain=not console.is_terminal)
+        print_table(console, table, width, plain=not console.is_terminal, said=said)
 
 
 def _compare_table(comparison) -> None:
-    from collbench.analysis.compare_render import comparison_table, summary_line
+    from collbench.analysis.compare_render import comparison_tables, summary_line
 
     print(f"{'REGRESSION' if comparison.regression else 'no regression'}: {summary_line(comparison)}")
-    print_tables([comparison_table(comparison)])
+    files = f"{comparison.baseline_name} → {comparison.new_name}"
+    console = _console()
+    if console.is_terminal and len(files) > console.width:       # long paths: one a line
+        files = f"baseline: {comparison.baseline_name}\nnew:      {comparison.new_name}"
+    print(files + "\n")
+    print_tables(comparison_tables(comparison))
 
 
 def _compare_markdown(comparison) -> None:

@@ -126,6 +126,9 @@ def bencher(named: list) -> dict:
 
 #: target -> the document of [(name, row)]; json.dumps keeps it ASCII (± as \u00b1), whatever the locale.
 TARGETS = {"github-action-benchmark": github_action_benchmark, "bencher": bencher}
+#: what a target's values are where its format does not say (Bencher's has no units): said
+#: whenever they are written
+UNITS = {"bencher": "latency in nanoseconds (Bencher's built-in Latency measure), bus-bandwidth in GB/s"}
 
 
 def export(result: RunResult, target: str, source: str = "result") -> Export:
