@@ -1,9 +1,11 @@
-"""``collbench plot``: latency and bus bandwidth against size, log–log, one line per series; or,
-for the rows of many pairs (``collbench pairs``), a heat map per link map (``heat_maps``).
+"""``collbench plot``: latency and bus bandwidth against size, log–log, a section per collective
+(and per setup where dtype, op, ranks or timing vary), a colour per backend and a line style
+per run; or, for the rows of many pairs (``collbench pairs``), a heat map per link map.
 
-matplotlib is the optional ``plot`` extra and is imported only here, inside ``plot_rows``.
-The figure is drawn on a bare ``Figure`` with the Agg canvas (no pyplot), so no display,
-no global state and no interactive backend are involved.
+``figure_of`` builds the figure and returns it, ``plot_rows`` writes it. matplotlib is the
+optional ``plot`` extra and is imported only here, inside the functions that draw. The figure
+is drawn on a bare ``Figure`` with the Agg canvas (no pyplot), so no display, no global state
+and no interactive backend are involved.
 """
 
 from __future__ import annotations
@@ -11,27 +13,139 @@ from __future__ import annotations
 import io
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from collbench.errors import UsageError
+from collbench.measure.sizes import format_size
 from collbench.results import links
 from collbench.results.exporters import check_writable_path, write_atomic
-from collbench.measure.sizes import format_size
+from collbench.results.records import KEY_FIELDS
 from collbench.results.tables import rank_count_text
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
-SERIES_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "timing")
 INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
+
+#: What tells one section of the figure from another: a row's identity less its backend (a
+#: colour) and its size (the x axis).
+SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "size_bytes", "per_rank_bytes", "count"))
+
+#: How a title says a field's value, given the section's whole key; "" where it goes unsaid (no
+#: reduction, one window, every rank on one host...). Other fields are said as they are.
+_SAID = {
+    "op": lambda k: "" if k["op"] == "none" else k["op"],
+    "world_size": lambda k: rank_count_text(k["world_size"]),
+    "ranks_per_node": lambda k: "" if k["ranks_per_node"] == k["world_size"] else f"{k['ranks_per_node']} per host",
+    "pair": lambda k: f"pair {k['pair']}" if k["pair"] else "",
+    "window": lambda k: f"window {k['window']}" if k["window"] != 1 else "",
+    "pairs_at_once": lambda k: f"{k['pairs_at_once']} pairs at once" if k["pairs_at_once"] != 1 else "",
+}
+
+#: A line style and marker per run: four dashes against five markers, no two runs alike up to 20.
+DASHES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v")
+#: Sections side by side in a row of the figure once there are more than two.
+SECTIONS_PER_ROW = 2
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a section: a backend's rows of one run, sorted by size."""
+
+    backend: str
+    run: str            # the run's label; "" when the files merge into one
+    rows: tuple
+
+
+#: the built-in backends, in the order of their colours: the same colour in every figure
+BACKEND_COLOURS = ("mpi", "mpi-pickle", "gloo", "nccl")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A collective in one setup: its latency and bandwidth panels, a line per backend and run."""
+
+    title: str
+    lines: tuple
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What the figure of a sweep shows, before any drawing: its sections, what every section
+    shares (the figure's title), and the backends and runs in the order of their colours and
+    line styles."""
+
+    sections: tuple
+    shared: tuple
+    backends: tuple
+    runs: tuple
+
+    def colour(self, backend: str) -> int:
+        """The backend's place in the palette: the built-in backends keep theirs in every figure
+        (mpi is always the first colour); others take the places after them, in order."""
+        if backend in BACKEND_COLOURS:
+            return BACKEND_COLOURS.index(backend)
+        others = [b for b in self.backends if b not in BACKEND_COLOURS]
+        return len(BACKEND_COLOURS) + others.index(backend)
+
+    def style(self, run: str) -> tuple:
+        i = self.runs.index(run)
+        return DASHES[i % len(DASHES)], MARKERS[i % len(MARKERS)]
+
+
+def _said(field: str, key: dict) -> str:
+    return _SAID[field](key) if field in _SAID else str(key[field])
+
+
+def sweep_of(rows, run_labels=()) -> Sweep:
+    """The sections of the rows that have a size and a time (``run_labels``: per row its run's
+    label, "" or none when the files merge). A section per collective and setup; its title names
+    the collective and what varies between sections, the figure's title what they share."""
+    groups: dict = {}
+    for r, run in zip(rows, run_labels or [""] * len(rows)):
+        if r.size_bytes > 0 and math.isfinite(r.time_us_p50) and r.time_us_p50 > 0:
+            key = tuple(getattr(r, f) for f in SECTION_FIELDS)
+            groups.setdefault(key, {}).setdefault((r.backend, run), []).append(r)
+    at = SECTION_FIELDS.index("collective")
+    collectives = list(dict.fromkeys(key[at] for key in groups))
+    keys = sorted(groups, key=lambda key: collectives.index(key[at]))     # a collective's setups together
+    varying = [f for i, f in enumerate(SECTION_FIELDS) if len({key[i] for key in keys}) > 1]
+    sections = []
+    for key in keys:
+        named = dict(zip(SECTION_FIELDS, key))
+        parts = [named["collective"]] + [_said(f, named) for f in varying if f != "collective"]
+        lines = tuple(Line(backend, run, tuple(sorted(group, key=lambda r: r.size_bytes)))
+                      for (backend, run), group in groups[key].items())
+        sections.append(Section(" · ".join(p for p in parts if p), lines))
+    first = dict(zip(SECTION_FIELDS, keys[0])) if keys else {}
+    shared = tuple(text for f in SECTION_FIELDS if keys and f != "collective" and f not in varying
+                   for text in [_said(f, first)] if text)
+    every = [line for s in sections for line in s.lines]
+    return Sweep(tuple(sections), shared, tuple(dict.fromkeys(line.backend for line in every)),
+                 tuple(dict.fromkeys(line.run for line in every)))
+
+
+def what_is_drawn(rows) -> tuple:
+    """(what a line is, what its band is), in the words of the rows' ``time_us_p50`` and its CI:
+    one round's median and its order-statistics CI, or the geometric mean of several rounds'
+    medians and the CI from their spread (``collbench.results.aggregate``)."""
+    rounds = {r.rounds for r in rows}
+    if rounds == {1}:
+        return "median time", "its 95% confidence interval (order statistics of the samples)"
+    if 1 not in rounds:
+        return ("geometric mean of the rounds' median times",
+                "its 95% confidence interval (from the spread between rounds)")
+    return ("median time (one round) or geometric mean of the rounds' medians (several)",
+            "its 95% confidence interval")
 
 
 def _import_matplotlib():
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.ticker import FuncFormatter, LogFormatter
     except ImportError:
         raise UsageError(INSTALL_HINT) from None
-    return Figure, FigureCanvasAgg, FuncFormatter, LogFormatter
+    return Figure, FigureCanvasAgg
 
 
 def require_matplotlib() -> None:
@@ -47,45 +161,75 @@ def check_plot_path(path, force: bool) -> Path:
     return check_writable_path(path, force)
 
 
-def _part(field: str, value) -> str:
-    return rank_count_text(value) if field == "world_size" else str(value)
+def figure_of(rows, *, run_labels=(), where: links.Placement = links.Placement()) -> tuple:
+    """(the matplotlib Figure, notes for the user), nothing written. ``run_labels``: per row, the
+    label of its run (files of one setup measured again), or nothing. Rows that form link maps
+    are drawn as heat maps instead (``where``: ``links.placement``)."""
+    rows = list(rows)
+    maps, rest = links.split(rows, where)
+    if maps:
+        notes = [where.crowded] * bool(where.crowded)
+        if rest:
+            notes.append(f"{len(rest)} row(s) outside the link maps are not drawn; plot them from a file of their own")
+        return heat_maps(maps), notes
+    sweep = sweep_of(rows, run_labels)
+    if not sweep.sections:
+        raise UsageError("nothing to plot: no row with a size and a time")
+    notes = []
+    skipped = sum(1 for r in rows if r.size_bytes == 0)
+    if skipped:
+        notes.append(f"{skipped} row(s) without a size (barrier) are not on the log–log plot")
+    if not any(r.busbw_gbps > 0 for s in sweep.sections for line in s.lines for r in line.rows):
+        notes.append("no bus bandwidth to draw: it is 0 for every row (one rank moves nothing to others); "
+                     "the bandwidth panels are empty")
+    if len(sweep.backends) > len(_palette()):
+        notes.append(f"{len(sweep.backends)} backends: past {len(_palette())} their colours come again")
+    return _sweep_figure(sweep), notes
 
 
-def _shown(field: str, value) -> bool:
-    return not ((field == "op" and value == "none") or (field == "run" and value == ""))
+def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: links.Placement = links.Placement()) -> list:
+    """Write ``figure_of`` the rows to ``path`` (.png, .svg, .pdf); returns notes for the user."""
+    path = check_plot_path(path, force)
+    figure, notes = figure_of(rows, run_labels=run_labels, where=where)
+    _save(figure, path)
+    return notes
 
 
-def _lines(rows, run_labels=()) -> tuple:
-    """[(label, setup index, run index, rows sorted by size)] and the title parts (what every
-    line shares). A line per setup (SERIES_FIELDS) and run (``run_labels``: per row its run's
-    label, "" or none when the files merge); labelled by what varies between lines."""
-    fields = SERIES_FIELDS + ("run",)
-    groups: dict = {}
-    for r, run in zip(rows, run_labels or [""] * len(rows)):
-        if r.size_bytes > 0 and math.isfinite(r.time_us_p50) and r.time_us_p50 > 0:
-            groups.setdefault(tuple(getattr(r, f) for f in SERIES_FIELDS) + (run,), []).append(r)
-    varying = [i for i in range(len(fields)) if len({k[i] for k in groups}) > 1]
-    shown = varying if varying else [1]
-    setups = list(dict.fromkeys(k[:-1] for k in groups))
-    run_names = list(dict.fromkeys(k[-1] for k in groups))
-    lines = []
-    for key, group in groups.items():
-        label = " · ".join(_part(fields[i], key[i]) for i in shown if _shown(fields[i], key[i]))
-        lines.append((label, setups.index(key[:-1]), run_names.index(key[-1]),
-                      sorted(group, key=lambda r: r.size_bytes)))
-    first = next(iter(groups), None)
-    shared = [_part(fields[i], first[i]) for i in range(len(fields))
-              if first and i not in shown and _shown(fields[i], first[i])]
-    return lines, shared
+def _palette() -> tuple:
+    """Twenty distinct colours: matplotlib's ten, then their light partners."""
+    from matplotlib import colormaps
+
+    pairs = colormaps["tab20"].colors
+    return tuple(pairs[0::2]) + tuple(pairs[1::2])
 
 
-def series(rows, run_labels=()) -> tuple:
-    """({label: rows sorted by size} per line, title parts): see ``_lines``."""
-    lines, shared = _lines(rows, run_labels)
-    return {label: group for label, _, _, group in lines}, shared
+def _size_ticks(x, _) -> str:
+    return format_size(int(round(x))) if x >= 1 else f"{x:g}"
 
 
-def _band(r, low: bool) -> float:
+#: How far apart labelled sizes are, in powers of 2: divisors and multiples of 10, so that 1K and 1M
+#: are among them where the axis reaches them.
+SIZE_STEPS = (1, 2, 5, 10, 20, 30)
+#: The most labelled sizes on one axis.
+SIZE_TICKS = 9
+
+
+def size_ticks(sizes) -> tuple:
+    """(labelled sizes, every power of 2 between) spanning ``sizes``: the labels round, 1K, 32K, 1M,
+    at most ``SIZE_TICKS`` of them."""
+    low = math.floor(math.log2(min(sizes)))
+    high = math.ceil(math.log2(max(sizes)))
+    step = next((s for s in SIZE_STEPS if high // s - -(-low // s) + 1 <= SIZE_TICKS), SIZE_STEPS[-1])
+    return (tuple(2 ** e for e in range(-(-low // step) * step, high + 1, step)),
+            tuple(2 ** e for e in range(low, high + 1)))
+
+
+def _value_ticks(y, _) -> str:
+    """1, 20, 0.5, 1e-5: plain figures, exponents without padding."""
+    return f"{y:g}".replace("e-0", "e-").replace("e+0", "e")
+
+
+def _bandwidth_band(r, low: bool) -> float:
     """Bus bandwidth at one end of the time CI (the high time is the low bandwidth)."""
     t = r.time_us_ci_high if low else r.time_us_ci_low
     if not math.isfinite(t) or t <= 0:
@@ -93,67 +237,105 @@ def _band(r, low: bool) -> float:
     return r.busbw_gbps * r.time_us_p50 / t
 
 
-def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: links.Placement = links.Placement()) -> list:
-    """Write the two-panel figure to ``path`` (.png, .svg, .pdf); returns notes for the user.
-    ``run_labels``: per row, the label of its run (files of one setup measured again), or nothing.
-    Rows that form link maps are drawn as heat maps instead (``where``: ``links.placement``)."""
-    path = check_plot_path(path, force)
-    maps, rest = links.split(list(rows), where)
-    if maps:
-        return heat_maps(maps, path) + [where.crowded] * bool(where.crowded) + ([f"{len(rest)} row(s) outside the link maps are not drawn; plot them "
-                                         "from a file of their own"] if rest else [])
-    Figure, FigureCanvasAgg, FuncFormatter, LogFormatter = _import_matplotlib()
-    lines, shared = _lines(rows, run_labels)
-    if not lines:
-        raise UsageError("nothing to plot: no row with a size and a time")
-    notes = []
-    skipped = sum(1 for r in rows if r.size_bytes == 0)
-    if skipped:
-        notes.append(f"{skipped} row(s) without a size (barrier) are not on the log–log plot")
-    if not any(r.busbw_gbps > 0 for *_, group in lines for r in group):
-        notes.append("no bus bandwidth to draw: it is 0 for every row (one rank moves nothing to others); "
-                     "the bandwidth panel is empty")
-    with warnings.catch_warnings():      # an empty log axis (no bandwidth on one rank): said in a note
+def _time_band(r, low: bool) -> float:
+    t = r.time_us_ci_low if low else r.time_us_ci_high
+    return t if math.isfinite(t) and t > 0 else r.time_us_p50
+
+
+def _sweep_figure(sweep: Sweep):
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatter, NullFormatter
+
+    Figure, FigureCanvasAgg = _import_matplotlib()
+    colours = _palette()
+    groups = _key(sweep, colours)
+    count = len(sweep.sections)
+    across = 1 if count <= SECTIONS_PER_ROW else SECTIONS_PER_ROW
+    down = -(-count // across)
+    key_height = 0.2 * (1 + max(len(handles) for _, handles in groups)) + 0.1
+    figure = Figure(figsize=(7.5 * across, 3.1 * down + key_height + 0.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    key, body = figure.subfigures(2, 1, height_ratios=(key_height, 3.1 * down))
+    places = body.subfigures(down, across, squeeze=False, wspace=0.02, hspace=0.02, edgecolor="0.85",
+                             linewidth=1.0).ravel()
+    for place in places[count:]:
+        place.set_visible(False)
+    labelled, every = size_ticks([r.size_bytes for s in sweep.sections for line in s.lines for r in line.rows])
+    shade = 0.18 / math.sqrt(len(sweep.runs))        # the bands of more runs overlap: each lighter
+    with warnings.catch_warnings():      # an empty log axis (no bandwidth on one rank): said on the panel
         warnings.simplefilter("ignore", UserWarning)
-        figure = Figure(figsize=(11, 4.5), constrained_layout=True)
-        FigureCanvasAgg(figure)
-        latency, bandwidth = figure.subplots(1, 2)
-        size_label = FuncFormatter(lambda x, _: format_size(int(round(x))) if x >= 1 else f"{x:g}")
-        # A colour per setup (per run when there is one setup), a line style and marker per run; past
-        # ten setups the colours come again with the next styles: no two lines alike.
-        colours = [f"C{i}" for i in range(10)]
-        styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
-        setups = max(setup for _, setup, _, _ in lines) + 1
-        blocks = -(-setups // len(colours))
-        for label, setup, run, group in lines:
-            sizes = [r.size_bytes for r in group]
-            dash, mark = styles[(run * blocks + setup // len(colours)) % len(styles)]
-            colour = colours[(setup if setups > 1 else run) % len(colours)]
-            line, = latency.plot(sizes, [r.time_us_p50 for r in group], marker=mark, markersize=3, label=label,
-                                 color=colour, linestyle=dash)
-            lows = [r.time_us_ci_low if math.isfinite(r.time_us_ci_low) else r.time_us_p50 for r in group]
-            highs = [r.time_us_ci_high if math.isfinite(r.time_us_ci_high) else r.time_us_p50 for r in group]
-            latency.fill_between(sizes, lows, highs, color=line.get_color(), alpha=0.25, linewidth=0)
-            bandwidth.plot(sizes, [r.busbw_gbps for r in group], marker=mark, markersize=3, color=line.get_color(),
-                           linestyle=dash,
-                           label=label)
-            bandwidth.fill_between(sizes, [_band(r, True) for r in group], [_band(r, False) for r in group],
-                                   color=line.get_color(), alpha=0.25, linewidth=0)
-        for axes, ylabel in ((latency, "median time (µs)"), (bandwidth, "bus bandwidth (GB/s)")):
-            axes.set_xscale("log", base=2)
-            axes.set_yscale("log")
-            axes.xaxis.set_major_formatter(size_label)
-            axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-            axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
-            axes.set_xlabel("message size (bytes)")
-            axes.set_ylabel(ylabel)
-            axes.grid(True, which="major", alpha=0.3)
-        latency.set_title("latency (band: 95% CI of the median)")
-        bandwidth.set_title("bus bandwidth")
-        bandwidth.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
-        figure.suptitle(" · ".join(["collbench", *shared]))
-        _save(figure, path)
-    return notes
+        for place, section in zip(places, sweep.sections):
+            place.suptitle(section.title, fontweight="bold")
+            latency, bandwidth = place.subplots(1, 2)
+            for line in section.lines:
+                colour = colours[sweep.colour(line.backend) % len(colours)]
+                dash, mark = sweep.style(line.run)
+                drawn = dict(color=colour, linestyle=dash, marker=mark, markersize=3, linewidth=1.3,
+                             label=" · ".join(t for t in (line.backend, line.run) if t))
+                sizes = [r.size_bytes for r in line.rows]
+                latency.plot(sizes, [r.time_us_p50 for r in line.rows], **drawn)
+                latency.fill_between(sizes, [_time_band(r, True) for r in line.rows],
+                                     [_time_band(r, False) for r in line.rows], color=colour, alpha=shade, linewidth=0)
+                moved = [r for r in line.rows if r.busbw_gbps > 0]
+                sizes = [r.size_bytes for r in moved]
+                bandwidth.plot(sizes, [r.busbw_gbps for r in moved], **drawn)
+                bandwidth.fill_between(sizes, [_bandwidth_band(r, True) for r in moved],
+                                       [_bandwidth_band(r, False) for r in moved], color=colour, alpha=shade,
+                                       linewidth=0)
+            if not any(r.busbw_gbps > 0 for line in section.lines for r in line.rows):
+                bandwidth.text(0.5, 0.5, "no bus bandwidth:\n0 for every row", transform=bandwidth.transAxes,
+                               ha="center", va="center", color="0.4")
+            for axes, ylabel in ((latency, "time (µs)"), (bandwidth, "bus bandwidth (GB/s)")):
+                axes.set_xscale("log", base=2)
+                axes.set_yscale("log")
+                axes.xaxis.set_major_locator(FixedLocator(labelled))
+                axes.xaxis.set_minor_locator(FixedLocator(every))
+                axes.xaxis.set_major_formatter(FuncFormatter(_size_ticks))
+                axes.xaxis.set_minor_formatter(NullFormatter())
+                axes.yaxis.set_major_formatter(FuncFormatter(_value_ticks))
+                axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+                axes.set_xlabel("message size (bytes)", fontsize="small")
+                axes.set_ylabel(ylabel, fontsize="small")
+                axes.tick_params(labelsize="small")
+                axes.tick_params(which="minor", labelsize="x-small")
+                axes.grid(True, which="major", alpha=0.3)
+    figure.suptitle(" · ".join(["collbench", *sweep.shared]), fontsize="x-large")
+    _legend(key, groups)
+    return figure
+
+
+def _key(sweep: Sweep, colours) -> list:
+    """The legend's groups, (heading, handles): the backends' colours, the runs' line styles
+    (when there are runs), what a line and a band are."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    groups = [("backend", [Line2D([], [], color=colours[sweep.colour(b) % len(colours)], linewidth=2.5, label=b)
+                           for b in sweep.backends])]
+    if any(sweep.runs):
+        groups.append(("run", [Line2D([], [], color="black", linestyle=dash, marker=mark, markersize=4, label=run)
+                               for run in sweep.runs for dash, mark in [sweep.style(run)]]))
+    line_means, band_means = what_is_drawn([r for s in sweep.sections for line in s.lines for r in line.rows])
+    groups.append(("line and band", [Line2D([], [], color="0.3", label=line_means),
+                                     Patch(facecolor="0.3", alpha=0.3, label=band_means)]))
+    return groups
+
+
+def _legend(key, groups: list) -> None:
+    """One legend in the strip above the sections (``key``): a column per group, under its heading
+    in bold. matplotlib fills a legend column by column, so each group is padded to the longest."""
+    from matplotlib.lines import Line2D
+
+    depth = 1 + max(len(handles) for _, handles in groups)
+    handles, labels, headings = [], [], []
+    for heading, group in groups:
+        headings.append(len(handles))
+        padding = depth - 1 - len(group)
+        handles += [Line2D([], [], linestyle="none"), *group, *[Line2D([], [], linestyle="none")] * padding]
+        labels += [heading, *(h.get_label() for h in group), *[""] * padding]
+    legend = key.legend(handles=handles, labels=labels, loc="center", ncols=len(groups), fontsize="small",
+                        frameon=False, handlelength=3)
+    for i in headings:
+        legend.get_texts()[i].set_fontweight("bold")
 
 
 def _save(figure, path: Path) -> None:
@@ -167,15 +349,13 @@ def _save(figure, path: Path) -> None:
 
 #: past this many ranks a heat map's cells carry no figures (the colour alone says it)
 ANNOTATED_RANKS = 16
-
-
-def heat_maps(maps: list, path: Path) -> list:
-    """One heat map per link map, rank against rank: latency (µs) or bandwidth from row to column
+def heat_maps(maps: list):
+    """The Figure of one heat map per link map, rank against rank: latency (µs) or bandwidth from row to column
     (GB/s), on a scale from 0 where darker is slower; lines between hosts; what lies out framed
     in red, named hosts' and ranks' labels in red."""
     import numpy as np
 
-    Figure, FigureCanvasAgg, _, _ = _import_matplotlib()
+    Figure, FigureCanvasAgg = _import_matplotlib()
     columns = min(len(maps), 3)
     rows_of_panels = -(-len(maps) // columns)
     largest = max(len(m.ranks) for m in maps)
@@ -232,8 +412,7 @@ def heat_maps(maps: list, path: Path) -> list:
                        + (" (from row to column)" if lmap.one_way else ""), fontsize="medium")
     figure.suptitle("collbench pairs" + ("" if not any(m.findings for m in maps) else
                                           " · red: lies out (see the terminal or report)"))
-    _save(figure, path)
-    return []
+    return figure
 
 
 def _frame(x: int, y: int):

@@ -178,10 +178,10 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
 def plot_command(files, output, force, labels) -> None:
     """Plot latency and bus bandwidth against size (log–log) from result FILES into an image.
 
-    One line per backend (and per collective when there are several), the 95% CI of the
-    median as a band. Files that measure the same setup (a before/after pair) are runs: one
-    line each, labelled by file name (or --label), a colour per setup and a line style per
-    run. Needs matplotlib: pip install "collbench[plot]".
+    A section per collective (and setup) with a latency and a bus-bandwidth panel, a colour
+    per backend, the 95% CI as a band. Files that measure the same setup (a before/after pair)
+    are runs: a line style each, labelled by file name (or --label). Rows of many pairs
+    (collbench pairs) give heat maps. Needs matplotlib: pip install "collbench[plot]".
     """
     from collbench.analysis.overlay import load_runs
     from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
