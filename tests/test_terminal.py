@@ -132,3 +132,13 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
     time.sleep(1.0)
     left = [p for p in glob.glob("/tmp/hydra_hwloc_xmlfile_*") if os.stat(p).st_mtime >= started]
     assert not left, left
+
+
+def test_a_progress_label_too_long_keeps_the_size_being_measured():
+    from collbench.results.progress import shorten
+
+    label = "round 1/5 · allreduce on mpi-pickle at 8"
+    assert shorten(label, 60) == label
+    assert shorten(label, 30) == "1/5 · allreduce on mpi-p… at 8"
+    assert all(shorten(label, room).endswith(" at 8") and len(shorten(label, room)) <= room for room in range(12, 40))
+    assert len(shorten(label, 8)) <= 8
