@@ -27,7 +27,7 @@ from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes
 from collbench.launch.janitor import Janitor
 from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, saved_results_clause
-from collbench.results.journal import Journal
+from collbench.results.journal import Journal, release, release_claims
 
 
 def find_mpiexec(python: Optional[str] = None) -> Optional[str]:
@@ -315,6 +315,7 @@ class RoundLauncher:
     seed: int
     python: str = sys.executable
     extra_env: dict = field(default_factory=dict)
+    claimed: tuple = ()          # the result files claimed for the run before its first launch
     state: str = field(init=False, default="")            # the journal's folder, made at start
     check_failed: bool = field(init=False, default=False)  # a round's result check failed
 
@@ -332,6 +333,10 @@ class RoundLauncher:
         self.user_port = env.get("MASTER_PORT")
         self.state = tempfile.mkdtemp(prefix="collbench-rounds-")
         self.janitor = Janitor(self.state)      # finishes the folder if this process is killed
+        if self.claimed:           # rank 0 of the first launch takes them up (results.journal)
+            journal = Journal(Path(self.state))
+            journal.append({"type": "claimed", "paths": [str(p) for p in self.claimed]})
+            journal.close()
         env.update({rounds_mod.ROUNDS_ENV: str(self.rounds), rounds_mod.SEED_ENV: str(self.seed),
                     rounds_mod.STATE_ENV: self.state})
         self.env = env
@@ -368,18 +373,24 @@ class RoundLauncher:
         return None
 
     def close(self) -> None:
+        release_claims(Journal.open(Path(self.state)))
         shutil.rmtree(self.state, ignore_errors=True)
         self.janitor.close()
 
 
-def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0) -> int:
+def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0,
+                claimed: tuple = ()) -> int:
     """Run ``python -m collbench ARGV`` as n ranks, once per round, and return their exit code.
 
     Every round is a launch of its own (new processes, communicators and buffers). A round
     whose result check failed (exit 1 after completing) does not stop the rounds after it; any
     other failure does.
     """
-    launcher = RoundLauncher(n, list(argv), use_mpi, rounds, seed)
+    try:
+        launcher = RoundLauncher(n, list(argv), use_mpi, rounds, seed, claimed=tuple(claimed))
+    except BaseException:
+        release(claimed)
+        raise
     try:
         for number in range(1, rounds + 1):
             code = launcher.launch(number, verbose=verbose and number == 1)

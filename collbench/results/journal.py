@@ -75,6 +75,31 @@ class Journal:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def claimed(journal: Journal) -> Optional[list]:
+    """The result files the self-launching process claimed for the run before its first launch
+    (so that a run started beside it with the same ``-o`` is refused before either measures);
+    None when it claimed none."""
+    entries = journal.of_type("claimed")
+    return [Path(p) for p in entries[0]["paths"]] if entries else None
+
+
+def release_claims(journal: Journal) -> None:
+    """A run that ended before its rank 0 took up the files claimed for it: those still empty
+    go (a file something was written to stays)."""
+    if not journal.of_type("outputs"):
+        release(claimed(journal) or [])
+
+
+def release(paths) -> None:
+    """Claimed result files that nothing was written to: removed."""
+    for path in map(Path, paths):
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass
+
+
 def restore(journal: Journal, collector) -> Optional[list]:
     """Replay what earlier launches of this run recorded into ``collector``: rows, notes and
     rounds. Returns the result paths they claimed, or None when the journal holds no run yet."""

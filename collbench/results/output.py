@@ -13,7 +13,7 @@ from typing import Optional
 
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
-from collbench.results.journal import Journal, restore
+from collbench.results.journal import Journal, claimed, restore
 from collbench.results.links import placement
 from collbench.results.records import root_rank
 from collbench.results.render import output_width, print_table
@@ -100,7 +100,7 @@ class Output:
                 raise OutputFailed(Path(tempfile.gettempdir()), exc, "the run's journal goes there") from None
         earlier = restore(self.journal, self.collector)
         self._known_notes = set(self.collector.notes)
-        self.files = ResultFiles(earlier if earlier is not None else claim(self.settings))
+        self.files = ResultFiles(earlier if earlier is not None else claimed(self.journal) or claim(self.settings))
         try:
             if earlier is None:
                 self._append({"type": "run", "metadata": self.collector.metadata})

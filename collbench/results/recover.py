@@ -16,7 +16,7 @@ from pathlib import Path
 from collbench.results.collector import Collector
 from collbench.results.exporters import remove_partial
 from collbench.results.files import OutputFailed, ResultFiles
-from collbench.results.journal import Journal, restore
+from collbench.results.journal import Journal, release_claims, restore
 
 
 def stale_temporaries(paths) -> list:
@@ -36,6 +36,7 @@ def rebuild(folder, *, remove: bool = False) -> list:
     journal.owned = remove
     runs = journal.of_type("run")
     if not runs:
+        release_claims(journal)
         journal.remove()
         return []
     collector = Collector(runs[0]["metadata"])

@@ -23,7 +23,7 @@ from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
 from collbench.errors import SharedUsageError, UsageError
-from collbench.launch.launcher import Launcher
+from collbench.launch.launcher import Launcher, mpi_start_problem, world_mismatch
 from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_output_settings
@@ -92,12 +92,13 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, where)
     supervise.watch_startup(startup_limit)
+    problem = mpi_start_problem(launcher)
+    if problem:                      # every rank of the launch finds the same
+        raise SharedUsageError(problem)
     control = make_control(launcher.shares_mpi_world, plan.backends)
     supervise.set_job_abort(control.abort)
     if launcher.world_size_variable and launcher.world_size != control.size:
-        raise UsageError(f"{launcher.world_size_variable}={launcher.world_size} says {launcher.world_size} ranks, but "
-                         f"{control.size} started: a variable left over from another job? unset it, or start "
-                         "collbench under the launcher that set it")
+        raise world_mismatch(launcher, control.size)
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
     problem = roles_problem(plan, control.size)
     if problem:
@@ -106,8 +107,11 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     if schedule.kind == rounds.KIND_IN_JOB:        # rank 0's seed for everyone
         schedule = dataclasses.replace(schedule, seed=control.bcast(schedule.seed if control.rank == 0 else None))
     resuming = schedule.first > 1
-    problem = control.bcast(_output_problem(plan.output) if control.rank == 0 and not resuming else None)
-    if problem:                      # rank 0 alone can judge its paths; every rank must stop
+    # Rank 0 alone can judge its paths, and every rank must stop on them; self-launched, the
+    # launching process judged and claimed them before the first launch.
+    judged = resuming or launcher.self_launched
+    problem = control.bcast(_output_problem(plan.output) if control.rank == 0 and not judged else None)
+    if problem:
         raise SharedUsageError(problem)
     backends: dict = {}
     try:

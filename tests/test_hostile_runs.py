@@ -1,0 +1,60 @@
+"""Runs that meet each other or a hostile environment: nothing measured is lost, the one that
+must give way does so before it measures, and nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_adversarial import _env
+
+
+def _start(args, cwd, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for(path, timeout=60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.mpi
+def test_two_runs_with_one_output_the_second_gives_way_before_it_measures(tmp_path):
+    first = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--rounds", "2", "-o", "r.json"], tmp_path)
+    try:
+        _wait_for(tmp_path / "r.json")        # claimed by the launching process, before any launch
+        second = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-64K",
+                                 "--dtype", "float64", "-o", "r.json", "-v"], cwd=tmp_path, env=_env(),
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip() == "collbench: error: output 'r.json' exists; use --force to overwrite it"
+        assert "launching" not in second.stderr             # -v: it would have said so had it launched
+    finally:
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert rows and {r["dtype"] for r in rows} == {"float32"} and {r["rounds"] for r in rows} == {2}
+
+
+@pytest.mark.mpi
+def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
+    """SIGKILL of the launching process at once: its stand-in removes the empty file it claimed."""
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "-o", "r.json"], tmp_path, start_new_session=True)
+    _wait_for(tmp_path / "r.json")
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while (tmp_path / "r.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = tmp_path / "r.json"
+    # Either the launch had begun writing it (rows or none, it is then a whole file) or it is gone.
+    assert not left.exists() or json.loads(left.read_text())["schema"] == "collbench.result"
