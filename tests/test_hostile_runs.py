@@ -4,6 +4,7 @@ must give way does so before it measures, and nothing is left behind."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -58,3 +59,27 @@ def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
     left = tmp_path / "r.json"
     # Either the launch had begun writing it (rows or none, it is then a whole file) or it is gone.
     assert not left.exists() or json.loads(left.read_text())["schema"] == "collbench.result"
+
+
+@pytest.mark.parametrize("backend", ["mpi", pytest.param("gloo", marks=pytest.mark.torch)])
+def test_sigterm_in_a_later_round_is_one_line_that_says_what_the_file_keeps(tmp_path, backend):
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    run = _start(["allreduce", "-b", backend, "-n", "2", "--sizes", "8", "--rounds", "1000", "-o", "r.json"], tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:             # two rounds are in the file: a later one runs
+        try:
+            if json.loads((tmp_path / "r.json").read_text())["rows"][0]["rounds"] >= 2:
+                break
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 143, err
+    lines = [line for line in err.splitlines() if line.startswith("collbench:")]
+    assert len(lines) == 1, err
+    assert re.fullmatch(r"collbench: interrupted by SIGTERM; r\.json keeps (round 1|rounds 1-\d+) and what round \d+ measured",
+                        lines[0]), err
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert rows[0]["rounds"] >= 2

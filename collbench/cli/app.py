@@ -7,6 +7,7 @@ names (about 0.1 s for ``--help`` in all).
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -201,8 +202,11 @@ def main(argv=None) -> None:
         _report(exc)
         _end_job_from_here(exc)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("collbench: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:        # before the run's own handling (signals): a rank still starting
+        from collbench.launch.launcher import LAUNCHED_ENV
+
+        if not os.environ.get(LAUNCHED_ENV):      # self-launched, the launching process says it
+            print("collbench: interrupted", file=sys.stderr)
         sys.exit(130)
     except OSError as exc:         # a file that could not be read or written (a full disk, a folder gone)
         where = f"{exc.filename}: " if exc.filename else ""

@@ -32,6 +32,9 @@ from typing import Callable, Optional
 from collbench.launch import notes
 from collbench.launch.wire import MessageReader, send_message
 
+#: what the result files hold after an early end, unless rank 0 says otherwise (a later round)
+EVERY_SIZE = "every size finished before"
+
 BEAT_S = 1.0
 LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
 CONNECT_TIMEOUT = 3.0
@@ -93,6 +96,7 @@ class Coordinator:
         self.finished = False
         self.aborted = False
         self.files: list = []            # rank 0's result files, to name in the line
+        self.kept = EVERY_SIZE           # and what they hold (supervise.kept_after_rounds)
         self._early: dict = {}           # rank -> (when to act, code): ranks that left with an error
         self._selector = selectors.DefaultSelector()
 
@@ -171,6 +175,8 @@ class Coordinator:
             self.abort(int(message.get("code", 1)), None)
         elif kind == "stopped":          # after an abort: its rank has ended, its guardian waits for ours
             peer.settled = True
+        elif kind == "signalled":        # the job is ended from outside (Ctrl-C, a signal to the
+            peer.done = True             # launcher), which rank 0 says: its end is no loss
         elif kind == "timeout":
             peer.position = str(message.get("where", peer.position))
             self.abort(EXIT_TIMEOUT, self._timeout_line(peer, message))
@@ -225,6 +231,10 @@ class Coordinator:
             hosts = ", ".join(dict.fromkeys(p.host for p in peers))
             plural = "s" if len(peers) > 1 else ""
             parts.append(f"rank{plural} {rank_ranges([p.rank for p in peers])} on {hosts} {label}")
+        absent = sorted(set(range(self.size or 0)) - set(self.peers))
+        if absent:          # in start-up: ranks that never reached the job's channel
+            parts.append(f"rank{'s' if len(absent) > 1 else ''} {rank_ranges(absent)} not joined yet (still "
+                         "starting, or never started)")
         return f"timeout: {what} did not finish within {limit:g} s (--timeout): " + "; ".join(parts)
 
     def abort(self, code: int, why: Optional[str], told: Optional[_Peer] = None) -> None:
@@ -242,7 +252,7 @@ class Coordinator:
         if why:
             files = ", ".join(self.files) or "result files"
             notes.say(f"collbench: {why}; the job is stopped; {files} keep{'s' if len(self.files) == 1 else ''} "
-                      "every size finished before")
+                      f"{self.kept}")
         else:                               # the rank that asked printed why
             notes.leave(notes.EXPLAINED)
         if told is not None:

@@ -21,6 +21,7 @@ from collbench.launch.coordinator import EXIT_TIMEOUT, RANK_EXIT_CODES
 from collbench.launch.wire import MessageReader, send_message
 from collbench.launch.link import Link, connect, hello_message
 from collbench.launch import notes
+from collbench.launch.launcher import LAUNCHED_ENV
 from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, alive
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
@@ -49,6 +50,7 @@ class Guardian:
         self.stop_code: Optional[int] = None
         self.oom = OomWatch()
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
+        self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self._parent_fd = None
         self.coordinator = None
         notes.guardian(rank, child)
@@ -80,6 +82,8 @@ class Guardian:
         if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if self.stop_code is None:      # the job is being ended from outside, which says why:
                 self.stop_code = 128 + signum      # a rank that must be killed is no news
+                if self.link is not None:          # nor, to the coordinator, is this guardian's end
+                    self.link.send({"t": "signalled", "signal": signum})
             self._signal(signal.SIGCONT)            # a stopped rank could not act on it
             timer = threading.Timer(STOP_GRACE, self._signal, (signal.SIGKILL,))
             timer.daemon = True
@@ -132,12 +136,22 @@ class Guardian:
             told = link is not None and link.tell_and_wait({"t": "died", "how": how, "where": where, "code": code})
             if not told:
                 sys.stderr.write(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) {how} "
-                                 f"during {where}; the job is stopped; result files keep every size finished "
-                                 "before\n")
+                                 f"during {where}; {self._aftermath()}\n")
                 sys.stderr.flush()
         elif link is not None:
             link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
         os._exit(code)
+
+    def _aftermath(self) -> str:
+        """What the line about the rank's end says of the others and the files. Under a user's
+        launcher, a rank that ended before the ranks joined the job cannot reach the others
+        (they wait for it in MPI's start-up), and no result file was written yet."""
+        if self.link is None and self.size > 1 and not os.environ.get(LAUNCHED_ENV):
+            limit = f" ({self.startup_limit:g} s)" if self.startup_limit else ""
+            srun = " (srun does with --kill-on-bad-exit)" if "SLURM_STEP_ID" in os.environ else ""
+            return (f"the other ranks cannot be told, and wait for it until their start-up limit{limit} unless the "
+                    f"launcher ends them{srun}")
+        return "the job is stopped; result files keep every size finished before"
 
     def _serve_rank(self) -> None:
         """Requests from the rank: join the job (connect to the coordinator), report a timeout."""
@@ -151,9 +165,10 @@ class Guardian:
                     self.journal = message.get("journal")
                     if self.coordinator is not None:
                         self.coordinator.files = [str(p) for p in message.get("paths", [])]
+                        self.coordinator.kept = str(message.get("kept") or self.coordinator.kept)
                 elif message.get("t") == "startup":
-                    threading.Thread(target=self._watch_startup, args=(float(message.get("limit", 0)),),
-                                     daemon=True).start()
+                    self.startup_limit = float(message.get("limit", 0))
+                    threading.Thread(target=self._watch_startup, args=(self.startup_limit,), daemon=True).start()
                 elif message.get("t") == "join":
                     send_message(self.channel, self._join(message))
                 elif message.get("t") in ("timeout", "abort-job"):

@@ -56,7 +56,7 @@ def handle_signals(rank: int) -> None:
         elif rank == 0:
             if user_terminals().stderr:
                 sys.stderr.write(END_PROGRESS_LINE)
-            sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}; {saved_results_clause()}\n")
+            notes.say(f"collbench: interrupted by {signal.Signals(signum).name}; {saved_results_clause()}")
         else:
             time.sleep(1.0)
         supervise.run_before_exit()

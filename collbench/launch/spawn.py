@@ -26,7 +26,7 @@ from collbench.launch.relay import Relay
 from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes
 from collbench.launch.janitor import Janitor
-from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, saved_results_clause
+from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, kept_after_rounds, saved_results_clause
 from collbench.results.journal import Journal, release, release_claims
 
 
@@ -143,7 +143,8 @@ KILL_GRACE = 8.0
 COORDINATOR_GRACE = 2.0
 
 
-def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], list], state: str) -> int:
+def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], list], state: str,
+                     kept: str = "") -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
@@ -208,12 +209,13 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         if early:
             return early
         if received:
-            # Local ranks got the signal from us and said so; mpiexec may not have passed it on.
-            if relay is not None and not relay.spoke:
+            # Rank 0 got the signal from us and said so (noting it first), unless it was still
+            # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
+            if not ((relay is not None and relay.spoke) or notes.explanation(state) is not None):
                 if sys.stderr.isatty():
                     sys.stderr.write(END_PROGRESS_LINE)
                 print(f"collbench: interrupted by {signal.Signals(received[0]).name}; "
-                      f"{saved_results_clause(files())}", file=sys.stderr, flush=True)
+                      f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return 128 + received[0]
         if code < 0:
             return 128 - code
@@ -221,7 +223,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             # mpiexec passes on a rank's death by signal N as exit code N
             said = notes.explanation(state)
             if said is None:
-                print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved_results_clause(files())}",
+                print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved_results_clause(files(), kept)}",
                       file=sys.stderr, flush=True)
             elif said and said not in relay.said:     # its writer was killed before it could print it
                 print(said, file=sys.stderr, flush=True)
@@ -353,7 +355,7 @@ class RoundLauncher:
             env["MASTER_PORT"] = self.user_port or str(free_port())
         began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
-        code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state)
+        code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number))
         if self.use_mpi and code != 0:
             remove_orphaned_topology_files(began)
         completed = any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
@@ -364,11 +366,13 @@ class RoundLauncher:
             return None
         if code != 0:
             paths = _result_paths(self.state)
-            if number > 1 and paths:
-                earlier_rounds = "round 1" if number == 2 else f"rounds 1-{number - 1}"
-                print(f"collbench: stopped in round {number} of {self.rounds}; {', '.join(paths)} "
-                      f"keep{'s' * (len(paths) == 1)} {earlier_rounds} and what round {number} measured",
-                      file=sys.stderr, flush=True)
+            # an interruption is said as it happens, by rank 0 or here (_wait_forwarding)
+            interrupted = code - 128 in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+            explained = (relay is not None and relay.spoke) or notes.explanation(self.state) is not None
+            if number > 1 and paths and not (explained or interrupted):
+                # nobody said how it ended (the ranks say it with what the files keep)
+                print(f"collbench: stopped in round {number} of {self.rounds}; "
+                      f"{saved_results_clause(paths, kept_after_rounds(number))}", file=sys.stderr, flush=True)
             return code
         return None
 

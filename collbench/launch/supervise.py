@@ -191,16 +191,28 @@ def set_job_abort(abort: Optional[Callable[[int], None]]) -> None:
 
 _before_exit: list = []
 _result_files: list = []
+EVERY_SIZE = coordinator.EVERY_SIZE
+_kept = [EVERY_SIZE]            # what the files hold, said in a line about an early end
 
 
-def set_result_files(paths, journal=None) -> None:
+def kept_after_rounds(number: int) -> str:
+    """What the files hold when a self-launched run ends in its launch ``number``."""
+    if number <= 1:
+        return EVERY_SIZE
+    return f"{'round 1' if number == 2 else f'rounds 1-{number - 1}'} and what round {number} measured"
+
+
+def set_result_files(paths, journal=None, kept: str = "") -> None:
     """The files this rank writes, so that a line about an early end can name them (also the
     coordinator's, which runs in this rank's guardian), and the folder of the run's journal,
-    from which the guardian rebuilds them if this rank is killed outright."""
+    from which the guardian rebuilds them if this rank is killed outright; ``kept``: what they
+    hold then (``kept_after_rounds``), when not every size finished before."""
     _result_files[:] = [str(p) for p in paths]
+    if kept:
+        _kept[0] = kept
     if _channel is not None and _result_files:
         with _channel_lock:
-            wire.send_message(_channel, {"t": "files", "paths": _result_files,
+            wire.send_message(_channel, {"t": "files", "paths": _result_files, "kept": _kept[0],
                                                 "journal": str(journal) if journal is not None else None})
 
 
@@ -209,12 +221,32 @@ def forget_journal() -> None:
     set_result_files(_result_files, None)
 
 
-def saved_results_clause(paths=None) -> str:
+def _launch_files() -> tuple:
+    """(paths, what they keep) of a self-launched run whose rank 0 has not taken its files up
+    yet in this launch (it is starting): the earlier launches' files, from the run's journal."""
+    from collbench.launch.notes import STATE_ENV
+    from collbench.results.journal import Journal
+    from collbench.run.rounds import ROUND_ENV
+
+    state = os.environ.get(STATE_ENV)
+    if not state:
+        return [], ""
+    try:
+        outputs = Journal.open(state).of_type("outputs")
+        number = int(os.environ.get(ROUND_ENV) or 1)
+    except (OSError, ValueError):
+        return [], ""
+    return (list(outputs[0]["paths"]), kept_after_rounds(number)) if outputs else ([], "")
+
+
+def saved_results_clause(paths=None, kept: str = "") -> str:
     """The end of a line about an early end: where what was measured is."""
+    if paths is None and not _result_files:
+        paths, kept = _launch_files()
     paths = _result_files if paths is None else [str(p) for p in paths]
     if not paths:            # --no-save, or stopped before any file was claimed
         return "nothing was saved"
-    return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} every size finished before"
+    return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} {kept or _kept[0]}"
 
 
 def before_exit(callback: Callable[[], None]) -> None:

@@ -87,10 +87,9 @@ def run(plan: Plan, launcher: Launcher) -> int:
 def _run(plan: Plan, launcher: Launcher) -> int:
     # Start-up (MPI initialisation, torch rendezvous) is under the same --timeout as each size.
     watchdog = Watchdog()
-    where = "start-up (MPI or torch initialisation)"
-    supervise.set_position(where)
+    supervise.set_position("start-up (MPI or torch initialisation)")
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
-    watchdog.arm(startup_limit, where)
+    watchdog.arm(startup_limit, "start-up")
     supervise.watch_startup(startup_limit)
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
@@ -99,6 +98,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     supervise.set_job_abort(control.abort)
     if launcher.world_size_variable and launcher.world_size != control.size:
         raise world_mismatch(launcher, control.size)
+    supervise.set_position("start-up (joining the other ranks, after MPI or torch initialisation)")
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
     problem = roles_problem(plan, control.size)
     if problem:
@@ -204,7 +204,8 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     if problem:
         raise SharedUsageError(problem)
     if is_rank0:
-        supervise.set_result_files(out.paths, out.journal.folder)
+        later = schedule.first if schedule.kind == rounds.KIND_LAUNCH else 1
+        supervise.set_result_files(out.paths, out.journal.folder, supervise.kept_after_rounds(later))
         supervise.before_exit(out.save_now)      # an early end: the files are made whole
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(most_per_node):
         out.note(note)
