@@ -83,3 +83,17 @@ def test_sigterm_in_a_later_round_is_one_line_that_says_what_the_file_keeps(tmp_
                         lines[0]), err
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert rows[0]["rounds"] >= 2
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("address", ["no-such-host.invalid", "10.1.2.3"])
+def test_a_master_addr_that_is_not_this_host_is_one_line_before_any_rank_starts(tmp_path, address):
+    """A MASTER_ADDR left over in the shell, under a run that puts every rank on this host:
+    torch would try to reach it (or bind it) for minutes, with pages of c10d messages."""
+    pytest.importorskip("torch")
+    env = {**_env(), "MASTER_ADDR": address, "MASTER_PORT": "29511"}
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-b", "gloo", "-n", "2", "--sizes", "8",
+                           "--no-save"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"collbench: error: MASTER_ADDR={address!r}")
+    assert "c10d" not in proc.stderr

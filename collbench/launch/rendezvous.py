@@ -130,6 +130,24 @@ def await_master(rank: int) -> None:
                          "is not running there, or MASTER_ADDR and MASTER_PORT differ between ranks") from None
 
 
+def check_local_master(env) -> None:
+    """collbench's own local launch puts every rank on this host, rank 0's store included: a
+    MASTER_ADDR the user left set must be an address of this host (torch would otherwise try
+    to reach it, or bind it, for minutes). Said in one line before any rank starts."""
+    address = env.get("MASTER_ADDR", "").strip()
+    if not address:
+        return
+    try:
+        resolved = netaddr.resolve(address)
+    except netaddr.RouteError as exc:
+        raise UsageError(f"MASTER_ADDR={address!r}: {exc}; a run started with -n puts every rank on this host: "
+                         "unset MASTER_ADDR, or name this host") from None
+    if not netaddr.is_loopback(resolved) and resolved not in netaddr.outward_addresses():
+        raise UsageError(f"MASTER_ADDR={address!r} ({resolved}) is not an address of {socket.gethostname()}, and "
+                         "a run started with -n puts every rank here: unset MASTER_ADDR (collbench then uses "
+                         "127.0.0.1), or start the ranks on their hosts with torchrun")
+
+
 def check_variables(env) -> None:
     """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
     port = env.get("MASTER_PORT")

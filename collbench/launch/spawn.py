@@ -24,7 +24,7 @@ from collbench.launch.coordinator import JOB_EXIT_CODES
 from collbench.launch.launcher import LAUNCHED_ENV
 from collbench.launch.relay import Relay
 from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
-from collbench.launch import notes
+from collbench.launch import notes, rendezvous
 from collbench.launch.janitor import Janitor
 from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, kept_after_rounds, saved_results_clause
 from collbench.results.journal import Journal, release, release_claims
@@ -332,6 +332,8 @@ class RoundLauncher:
         if self.use_mpi and find_mpiexec(self.python) is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
+        if not self.use_mpi:
+            rendezvous.check_local_master(env)
         self.user_port = env.get("MASTER_PORT")
         self.state = tempfile.mkdtemp(prefix="collbench-rounds-")
         self.janitor = Janitor(self.state)      # finishes the folder if this process is killed
