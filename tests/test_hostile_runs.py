@@ -97,3 +97,16 @@ def test_a_master_addr_that_is_not_this_host_is_one_line_before_any_rank_starts(
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"collbench: error: MASTER_ADDR={address!r}")
     assert "c10d" not in proc.stderr
+
+
+@pytest.mark.mpi
+def test_an_address_space_limit_skips_the_size_that_cannot_fit_and_measures_the_rest(tmp_path):
+    """ulimit -v: the memory guard sees it as it sees a cgroup's limit (an allocation would fail)."""
+    proc = subprocess.run(["bash", "-c", f"ulimit -v 1200000; exec {sys.executable} -m collbench allreduce "
+                           "--sizes 8,512M -n 2 -o r.json"], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "MemoryError" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "allreduce on mpi at 512M: needs about" in proc.stderr and "ulimit -v" in proc.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert [r["size_bytes"] for r in rows] == [8] and rows[0]["check"] == "ok"

@@ -34,6 +34,8 @@ RESERVE_SHARE = 0.10
 RECHECK_BYTES = 64 * MiB
 RECHECK_SHARE = 0.02
 LIMIT_ENV = "COLLBENCH_MEMORY_LIMIT"
+#: of a process's room under ``ulimit -v``, kept for what an allocation maps besides its bytes
+SPACE_RESERVE = 64 * MiB
 UNLIMITED = 1 << 60          # cgroup v1 writes "no limit" as a number near 2**63
 
 
@@ -84,16 +86,21 @@ class Probe:
     available: int
     held: int
     limit: Optional[int]
+    #: room left in this process's address space under its ``ulimit -v`` (RLIMIT_AS): the limit
+    #: less what it has mapped; None without a limit. A process's own, not its host's.
+    space: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class Shortfall:
-    """The host that cannot take a size: what its ranks still need, its budget, its ranks."""
+    """The host that cannot take a size: what its ranks still need, its budget, its ranks;
+    ``rank``: the rank whose own address-space limit (``ulimit -v``) is too small, if that is it."""
 
     host: str
     need: int
     budget: int
     ranks: int
+    rank: Optional[int] = None
 
 
 def headroom(available: int) -> int:
@@ -120,6 +127,9 @@ def shortfall(need: Callable[[int], int], probes: list, base_bytes: list, alloca
     held when the sweep started). What a rank has grown since counts as room for this size only
     up to ``allocated``, the buffers of the block, which the need includes: anything else
     (leftovers of another block, a leak) stays in use."""
+    for r, p in enumerate(probes):        # a process's own ulimit -v, before the host's memory
+        if p.space is not None and need(r) > max(0, p.space - SPACE_RESERVE):
+            return Shortfall(p.host, need(r), max(0, p.space - SPACE_RESERVE), 1, rank=r)
     worst = None
     for host, budget in budgets(probes).items():
         ranks = [r for r, p in enumerate(probes) if p.host == host]
@@ -147,6 +157,10 @@ def _amount(n: int) -> str:
 
 def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
     when = "now " if now else ""
+    if short.rank is not None:
+        return (f"{where}: needs about {_amount(short.need)} more address space in rank {short.rank} on "
+                f"{short.host}, more than the {_amount(short.budget)} its ulimit -v leaves{' now' if now else ''}; "
+                "skipped, as its allocation would fail")
     return (f"{where}: needs about {_amount(short.need)} more on {short.host} ({short.ranks} "
             f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} {when}available "
             "there; skipped, as it would run out of memory")
@@ -258,8 +272,23 @@ def held_bytes() -> int:
     return 0
 
 
+def address_space_room() -> Optional[int]:
+    """What this process may still map under its address-space limit (``ulimit -v``,
+    RLIMIT_AS); None when there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    mapped = 0
+    for line in (_read("/proc/self/status") or "").splitlines():
+        if line.startswith("VmSize:"):
+            mapped = int(line.split()[1]) * 1024
+    return max(0, soft - mapped)
+
+
 def probe() -> Probe:
-    return Probe(socket.gethostname(), available_bytes(), held_bytes(), user_limit())
+    return Probe(socket.gethostname(), available_bytes(), held_bytes(), user_limit(), address_space_room())
 
 
 #: What one self-launched rank holds before any buffer: the rank (interpreter, numpy, mpi4py,
