@@ -110,3 +110,25 @@ def test_an_address_space_limit_skips_the_size_that_cannot_fit_and_measures_the_
     assert "allreduce on mpi at 512M: needs about" in proc.stderr and "ulimit -v" in proc.stderr
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert [r["size_bytes"] for r in rows] == [8] and rows[0]["check"] == "ok"
+
+
+@pytest.mark.mpi
+def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
+    """mpiexec … : -n 1 -env PYTHONPATH …: one rank's Python cannot import numpy. It says so and
+    ends the job, rather than leave the others waiting for it inside MPI's start-up."""
+    from collbench.launch.spawn import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    broken = tmp_path / "shadow" / "numpy"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("numpy is broken here")\n')
+    part = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8", "--no-save"]
+    proc = subprocess.run([mpiexec, "-n", "2", *part, ":", "-n", "1", "-env", "PYTHONPATH", str(broken.parent), *part],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert said == [f"collbench: error: rank 2 cannot import numpy: numpy is broken here (Python {sys.executable}; "
+                    "install collbench's requirements there, or fix PYTHONPATH)"], proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -10,12 +10,17 @@ from __future__ import annotations
 import os
 import sys
 
-import click
+try:
+    import click
 
-from collbench import __version__
-from collbench.cli.options import BenchCommand, bench_options, defaults_without
-from collbench.benchmarks.registry import NAMES, ORDER
-from collbench.errors import CollbenchError
+    from collbench import __version__
+    from collbench.cli.options import BenchCommand, bench_options, defaults_without
+    from collbench.benchmarks.registry import NAMES, ORDER
+    from collbench.errors import CollbenchError
+except ImportError as _missing:        # numpy, click or rich missing or broken in this Python
+    from collbench.cli.broken import refuse
+
+    refuse(_missing)
 
 
 

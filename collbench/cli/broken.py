@@ -1,0 +1,43 @@
+"""A Python environment in which collbench cannot even be imported (numpy, click or rich
+missing or broken on one node, a ``PYTHONPATH`` that shadows them): one line instead of a
+traceback, exit 2, and under an MPI launcher the whole job ends at once — the other ranks would
+otherwise wait for this one inside MPI's start-up. Only the standard library and the launcher
+detection (itself standard library) are used here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _failing_module(exc: ImportError) -> str:
+    """The package whose own code raised the error (a broken install raises it from inside)."""
+    frame, name = exc.__traceback__, ""
+    while frame is not None:
+        module = str(frame.tb_frame.f_globals.get("__name__", ""))
+        if module and not module.startswith("collbench"):
+            name = name or module.split(".")[0]
+        frame = frame.tb_next
+    return name
+
+
+def refuse(exc: ImportError) -> None:
+    """Say which module could not be imported, on which rank, and end (exit 2)."""
+    from collbench.launch.launcher import detect
+
+    try:
+        launcher = detect()
+    except Exception:                  # stray variables: say it as rank 0 would
+        launcher = None
+    name = getattr(exc, "name", None) or _failing_module(exc) or "a module"
+    who = f"rank {launcher.rank} " if launcher is not None and launcher.world_size > 1 else ""
+    print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python {sys.executable}; "
+          f"install collbench's requirements there, or fix PYTHONPATH)", file=sys.stderr, flush=True)
+    if launcher is not None and launcher.shares_mpi_world and launcher.world_size > 1 and name != "mpi4py":
+        try:
+            from mpi4py import MPI
+
+            MPI.COMM_WORLD.Abort(2)
+        except Exception:
+            pass
+    sys.exit(2)
