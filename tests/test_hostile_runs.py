@@ -132,3 +132,72 @@ def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
     assert said == [f"collbench: error: rank 2 cannot import numpy: numpy is broken here (Python {sys.executable}; "
                     "install collbench's requirements there, or fix PYTHONPATH)"], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _tree_of(pid: int) -> list:
+    from collbench.launch.spawn import _tree
+
+    return _tree(pid)
+
+
+def _named(pids, name: str) -> list:
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if name.encode() in fh.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def _wait_rows(path, timeout=90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(path.read_text())["rows"]:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{path} has no rows")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("victim", ["mpiexec", "guardian"])
+def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_path, victim):
+    """SIGSTOP on mpiexec, or on rank 1's guardian: the ranks finish and the files are written;
+    the launch is then ended in one line rather than waited for for ever, and nothing is left."""
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1", "-q",
+                  "-o", "r.json"], tmp_path)
+    _wait_rows(tmp_path / "r.json")
+    tree = _tree_of(run.pid)
+    mpiexec = _named(tree, "mpiexec")[0]
+    target = mpiexec if victim == "mpiexec" else [
+        pid for pid in _tree_of(mpiexec) if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
+    os.kill(target, signal.SIGSTOP)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    said = [line for line in err.splitlines() if line.startswith("collbench:")]
+    assert len(said) == 1 and "the ranks finished, but the launch did not end" in said[0], err
+    assert "stopped (SIGSTOP or a debugger)" in said[0]
+    assert len(json.loads((tmp_path / "r.json").read_text())["rows"]) == 14
+    time.sleep(1.0)
+    assert not [pid for pid in tree if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("victim", ["mpiexec", "hydra_pmi_proxy"])
+def test_a_launcher_process_killed_outright_is_named_in_one_line(tmp_path, victim):
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1", "-q",
+                  "-o", "r.json"], tmp_path)
+    _wait_rows(tmp_path / "r.json")
+    os.kill(_named(_tree_of(run.pid), victim)[0], signal.SIGKILL)
+    out, err = run.communicate(timeout=120)
+    said = [line for line in err.splitlines() if line.startswith("collbench:")]
+    assert run.returncode in ((137,) if victim == "mpiexec" else (255, 137, 143)), err
+    assert len(said) == 1 and said[0].endswith("r.json keeps every size finished before"), err
+    if victim == "mpiexec":
+        assert said[0].startswith("collbench: mpiexec (pid ") and "killed by signal 9 (SIGKILL)" in said[0]
+    assert json.loads((tmp_path / "r.json").read_text())["rows"]

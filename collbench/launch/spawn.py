@@ -26,8 +26,9 @@ from collbench.launch.relay import Relay
 from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes, rendezvous
 from collbench.launch.janitor import Janitor
+from collbench.launch.link import process_state
 from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, kept_after_rounds, saved_results_clause
-from collbench.results.journal import Journal, release, release_claims
+from collbench.results.journal import Journal, release_claims
 
 
 def find_mpiexec(python: Optional[str] = None) -> Optional[str]:
@@ -143,14 +144,54 @@ KILL_GRACE = 8.0
 COORDINATOR_GRACE = 2.0
 
 
+def _tree(pid: int) -> list:
+    """``pid`` and every process below it (from /proc's children lists)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _lingering(procs: list) -> str:
+    """What keeps a launch whose ranks have finished from ending, for a line."""
+    stopped = [(pid, _name(pid)) for p in procs if p.poll() is None for pid in _tree(p.pid)
+               if process_state(pid) in ("T", "t")]
+    if stopped:
+        return "stopped (SIGSTOP or a debugger): " + ", ".join(f"{name} (pid {pid})" for pid, name in stopped)
+    return "still running: " + ", ".join(f"{_name(p.pid)} (pid {p.pid})" for p in procs if p.poll() is None)
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "a process"
+
+
+#: Seconds a launch may take to end after its rank 0 recorded the round as complete.
+LINGER_S = 15.0
+
+
 def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], list], state: str,
-                     kept: str = "") -> int:
+                     kept: str = "", completed: Callable[[], bool] = lambda: False) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
-    launcher) is killed."""
+    launcher) is killed. A launch that does not end ``LINGER_S`` seconds after it ``completed``
+    its round (a stopped mpiexec or guardian) is ended, in one line: its files are whole."""
     received: list = []
     kill_at: list = []
+    finished_at: list = []
+    ended: list = []                  # the launch was ended after it completed (LINGER_S)
+    looked_at = 0.0
 
     def stop_all(signum: int) -> None:
         for p in procs:
@@ -184,7 +225,26 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 stop_all(signal.SIGTERM)
             if kill_at and now > kill_at[0]:
                 for p in pending:
-                    p.kill()
+                    for pid in reversed(_tree(p.pid)):      # a stopped descendant dies too
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+            if not finished_at and now - looked_at > 1.0:
+                looked_at = now
+                if completed():
+                    finished_at.append(now)
+            if finished_at and not kill_at and now - finished_at[0] > LINGER_S:
+                print(f"collbench: the ranks finished, but the launch did not end {LINGER_S:g} s later "
+                      f"({_lingering(pending)}); it is ended, and the result files are whole", file=sys.stderr,
+                      flush=True)
+                for p in pending:           # nothing is left to save: woken, a stopped process
+                    for pid in reversed(_tree(p.pid)):      # would only report its peers gone
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+                ended.append(True)
             if stop_at is not None and now > stop_at:
                 stop_at = None            # the coordinator did not end the job: we do
                 for rank, pid, sig in killed[:1]:
@@ -206,6 +266,8 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                     stop_at = time.monotonic() + COORDINATOR_GRACE
         if relay is not None:
             relay.join()
+        if ended and not received:
+            return 0
         if early:
             return early
         if received:
@@ -217,11 +279,24 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 print(f"collbench: interrupted by {signal.Signals(received[0]).name}; "
                       f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return 128 + received[0]
+        said = notes.explanation(state) if relay is not None else None
+        spoken = relay is not None and (relay.spoke or said is not None)
         if code < 0:
+            if relay is not None and not spoken:      # mpiexec itself killed: nobody else can say it
+                print(f"collbench: mpiexec (pid {procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
+                      f"the job is stopped; {saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return 128 - code
+        if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
+            # mpiexec's own failure (255: one of its proxies died, or it could not start the ranks)
+            if said and said not in relay.said:       # its writer was killed before it could print it
+                print(said, file=sys.stderr, flush=True)
+                return code
+            print(f"collbench: mpiexec ended with code {code} before any rank could say why (its proxy was killed, "
+                  f"or it could not start the ranks); {saved_results_clause(files(), kept)}", file=sys.stderr,
+                  flush=True)
+            return code
         if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
             # mpiexec passes on a rank's death by signal N as exit code N
-            said = notes.explanation(state)
             if said is None:
                 print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved_results_clause(files(), kept)}",
                       file=sys.stderr, flush=True)
@@ -317,7 +392,9 @@ class RoundLauncher:
     seed: int
     python: str = sys.executable
     extra_env: dict = field(default_factory=dict)
-    claimed: tuple = ()          # the result files claimed for the run before its first launch
+    #: claims the run's result files (``results.files.claim``), once the stand-in watches the
+    #: state folder: a run killed at once then leaves no empty file behind
+    claim: Callable[[], list] = list
     state: str = field(init=False, default="")            # the journal's folder, made at start
     check_failed: bool = field(init=False, default=False)  # a round's result check failed
 
@@ -337,9 +414,14 @@ class RoundLauncher:
         self.user_port = env.get("MASTER_PORT")
         self.state = tempfile.mkdtemp(prefix="collbench-rounds-")
         self.janitor = Janitor(self.state)      # finishes the folder if this process is killed
-        if self.claimed:           # rank 0 of the first launch takes them up (results.journal)
+        try:
+            claimed = self.claim()
+        except BaseException:
+            self.close()
+            raise
+        if claimed:                # rank 0 of the first launch takes them up (results.journal)
             journal = Journal(Path(self.state))
-            journal.append({"type": "claimed", "paths": [str(p) for p in self.claimed]})
+            journal.append({"type": "claimed", "paths": [str(p) for p in claimed]})
             journal.close()
         env.update({rounds_mod.ROUNDS_ENV: str(self.rounds), rounds_mod.SEED_ENV: str(self.seed),
                     rounds_mod.STATE_ENV: self.state})
@@ -357,10 +439,11 @@ class RoundLauncher:
             env["MASTER_PORT"] = self.user_port or str(free_port())
         began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
-        code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number))
-        if self.use_mpi and code != 0:
+        code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number),
+                                lambda: self._completed(number))
+        if self.use_mpi:
             remove_orphaned_topology_files(began)
-        completed = any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
+        completed = self._completed(number)
         if code not in (0, 1, 2):
             _rebuild(self.state)
         if code == 1 and completed:
@@ -378,6 +461,10 @@ class RoundLauncher:
             return code
         return None
 
+    def _completed(self, number: int) -> bool:
+        """Whether rank 0 recorded round ``number`` as complete in the run's journal."""
+        return any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
+
     def close(self) -> None:
         release_claims(Journal.open(Path(self.state)))
         shutil.rmtree(self.state, ignore_errors=True)
@@ -385,18 +472,14 @@ class RoundLauncher:
 
 
 def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0,
-                claimed: tuple = ()) -> int:
+                claim: Callable[[], list] = list) -> int:
     """Run ``python -m collbench ARGV`` as n ranks, once per round, and return their exit code.
 
     Every round is a launch of its own (new processes, communicators and buffers). A round
     whose result check failed (exit 1 after completing) does not stop the rounds after it; any
     other failure does.
     """
-    try:
-        launcher = RoundLauncher(n, list(argv), use_mpi, rounds, seed, claimed=tuple(claimed))
-    except BaseException:
-        release(claimed)
-        raise
+    launcher = RoundLauncher(n, list(argv), use_mpi, rounds, seed, claim=claim)
     try:
         for number in range(1, rounds + 1):
             code = launcher.launch(number, verbose=verbose and number == 1)

@@ -86,13 +86,9 @@ def claimed(journal: Journal) -> Optional[list]:
 def release_claims(journal: Journal) -> None:
     """A run that ended before its rank 0 took up the files claimed for it: those still empty
     go (a file something was written to stays)."""
-    if not journal.of_type("outputs"):
-        release(claimed(journal) or [])
-
-
-def release(paths) -> None:
-    """Claimed result files that nothing was written to: removed."""
-    for path in map(Path, paths):
+    if journal.of_type("outputs"):
+        return
+    for path in claimed(journal) or []:
         try:
             if path.stat().st_size == 0:
                 path.unlink()

@@ -124,10 +124,10 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
         if n > 1:
             use_mpi = any(uses_mpi(b) for b in plan.backends)
             seed = plan.seed if plan.seed is not None else new_seed()
-            # The files are claimed here, before the first launch: a run started beside this one
-            # with the same -o is refused now, not after it has measured (results.files).
+            # The files are claimed before the first launch: a run started beside this one with
+            # the same -o is refused now, not after it has measured (results.files).
             return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
-                                     seed=seed, claimed=claim(plan.output))
+                                     seed=seed, claim=lambda: claim(plan.output))
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
         raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
                          f"started by {launcher.name}; drop -n under a launcher")
