@@ -135,9 +135,9 @@ def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
 
 
 def _tree_of(pid: int) -> list:
-    from collbench.launch.spawn import _tree
+    from collbench.launch.supervise import process_tree
 
-    return _tree(pid)
+    return process_tree(pid)
 
 
 def _named(pids, name: str) -> list:
@@ -200,4 +200,27 @@ def test_a_launcher_process_killed_outright_is_named_in_one_line(tmp_path, victi
     assert len(said) == 1 and said[0].endswith("r.json keeps every size finished before"), err
     if victim == "mpiexec":
         assert said[0].startswith("collbench: mpiexec (pid ") and "killed by signal 9 (SIGKILL)" in said[0]
+    assert json.loads((tmp_path / "r.json").read_text())["rows"]
+
+
+@pytest.mark.mpi
+def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running(tmp_path):
+    """SIGSTOP on rank 1's guardian, then SIGKILL of the launching process: its stand-in ends
+    mpiexec, its proxy and the stopped guardian, and the file holds what was measured."""
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1", "-q",
+                  "-o", "r.json"], tmp_path)
+    _wait_rows(tmp_path / "r.json")
+    tree = _tree_of(run.pid)
+    guardians = [pid for pid in _named(tree, "collbench") if pid != run.pid and _tree_of(pid)[1:]]
+    os.kill(guardians[-1], signal.SIGSTOP)
+    run.kill()
+    run.wait(timeout=10)
+    deadline = time.monotonic() + 60
+    left = tree
+    while time.monotonic() < deadline:
+        left = [pid for pid in tree if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, [open(f"/proc/{pid}/cmdline").read()[:80] for pid in left if os.path.exists(f"/proc/{pid}")]
     assert json.loads((tmp_path / "r.json").read_text())["rows"]

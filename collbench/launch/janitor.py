@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -26,10 +27,11 @@ import time
 from pathlib import Path
 
 from collbench.launch import notes
-from collbench.launch.supervise import alive
+from collbench.launch.supervise import STOP_GRACE, alive, process_tree
 
-#: how long the stand-in waits for the last launch's processes before rebuilding anyway
-LAUNCH_END_WAIT = 60.0
+#: how long the stand-in waits for the last launch's processes to end before it kills them:
+#: a guardian's grace for its rank to save what it must (supervise.STOP_GRACE), and a margin
+LAUNCH_END_WAIT = STOP_GRACE + 4.0
 
 
 class Janitor:
@@ -90,9 +92,18 @@ def main(argv: list) -> int:
     _wait_for_death(parent)
     if not os.path.isdir(state):
         return 0
+    # The guardians see the death and stop their ranks, saving what they must; what has not
+    # ended after that (a stopped guardian, mpiexec and its proxies waiting for it) is killed.
+    launched = notes.launched_pids(state)
+    everything = lambda: [pid for root in launched for pid in process_tree(root)] + launch_processes(state)
     deadline = time.monotonic() + LAUNCH_END_WAIT
-    while any(alive(pid) for pid in launch_processes(state)) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in everything()) and time.monotonic() < deadline:
         time.sleep(0.1)
+    for pid in everything():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     from collbench.results.recover import main as recover
 
     return recover([state, "--remove"])

@@ -8,6 +8,8 @@ process it started dies by a signal, it SIGKILLs the others' process groups at o
 * ``orphaned-R``: rank R's guardian died under it (the rank learns it at once, from
   PR_SET_PDEATHSIG, and mpiexec's clean-up does not reach it: it is in the dead guardian's
   process group);
+* ``launched``: the pids the launching process started for the launch (mpiexec, or the local
+  ranks' guardians), for its stand-in (``janitor``) to end if the launching process dies;
 * ``explained``: the line that says why the job ended, written before it is printed (empty when
   a rank printed its own), so that the launching process can print it if its writer was killed
   first.
@@ -29,6 +31,7 @@ EARLY_END_PREFIX = "ended-before-joining-"
 GUARDIAN_PREFIX = "guardian-"
 ORPHANED_PREFIX = "orphaned-"
 EXPLAINED = "explained"
+LAUNCHED = "launched"
 
 
 def leave(name: str, text: str = "") -> None:
@@ -50,6 +53,21 @@ def say(line: str) -> None:
     leave(EXPLAINED, line)
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+def launched(state: str, pids: list) -> None:
+    """The launching process's own note (it has no STATE_ENV): the processes it started."""
+    try:
+        Path(state, LAUNCHED).write_text(" ".join(map(str, pids)))
+    except OSError:
+        pass
+
+
+def launched_pids(state: str) -> list:
+    try:
+        return [int(p) for p in Path(state, LAUNCHED).read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def guardian(rank: int, child: int) -> None:

@@ -27,7 +27,7 @@ from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes, rendezvous
 from collbench.launch.janitor import Janitor
 from collbench.launch.link import process_state
-from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, kept_after_rounds, saved_results_clause
+from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, kept_after_rounds, process_tree, saved_results_clause
 from collbench.results.journal import Journal, release_claims
 
 
@@ -144,24 +144,9 @@ KILL_GRACE = 8.0
 COORDINATOR_GRACE = 2.0
 
 
-def _tree(pid: int) -> list:
-    """``pid`` and every process below it (from /proc's children lists)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as fh:
-                    todo += [int(c) for c in fh.read().split()]
-        except (OSError, ValueError):
-            pass
-    return found
-
-
 def _lingering(procs: list) -> str:
     """What keeps a launch whose ranks have finished from ending, for a line."""
-    stopped = [(pid, _name(pid)) for p in procs if p.poll() is None for pid in _tree(p.pid)
+    stopped = [(pid, _name(pid)) for p in procs if p.poll() is None for pid in process_tree(p.pid)
                if process_state(pid) in ("T", "t")]
     if stopped:
         return "stopped (SIGSTOP or a debugger): " + ", ".join(f"{name} (pid {pid})" for pid, name in stopped)
@@ -225,7 +210,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 stop_all(signal.SIGTERM)
             if kill_at and now > kill_at[0]:
                 for p in pending:
-                    for pid in reversed(_tree(p.pid)):      # a stopped descendant dies too
+                    for pid in reversed(process_tree(p.pid)):      # a stopped descendant dies too
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except OSError:
@@ -239,7 +224,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                       f"({_lingering(pending)}); it is ended, and the result files are whole", file=sys.stderr,
                       flush=True)
                 for p in pending:           # nothing is left to save: woken, a stopped process
-                    for pid in reversed(_tree(p.pid)):      # would only report its peers gone
+                    for pid in reversed(process_tree(p.pid)):      # would only report its peers gone
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except OSError:
@@ -439,6 +424,7 @@ class RoundLauncher:
             env["MASTER_PORT"] = self.user_port or str(free_port())
         began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
+        notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number),
                                 lambda: self._completed(number))
         if self.use_mpi:

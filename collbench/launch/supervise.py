@@ -301,6 +301,21 @@ def has_guardian() -> bool:
     return _channel is not None
 
 
+def process_tree(pid: int) -> list:
+    """``pid`` and every process below it (from /proc's children lists), parents first."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        found.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as fh:
+                    todo += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError):
+            pass
+    return found
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, which has ended, does not)."""
     try:
