@@ -1,6 +1,7 @@
 """Starting and watching ranks.
 
-``launcher`` (which launcher started us: rank, local rank, world size, hosts), ``spawn``
+``launcher`` (which launcher started us: rank, local rank, world size, hosts), ``pmi``
+(whether MPI can start from it, and the line that says why not: srun's MPI plugins), ``spawn``
 (self-launch when there is none: one launch per round), ``janitor`` (the self-launching
 process's stand-in, should it be killed), ``supervise`` (what a rank asks of its guardian,
 ending early), ``watchdog`` (``--timeout``), ``signals`` (signals on a rank), ``guardian``,

@@ -186,7 +186,7 @@ class Guardian:
         if self.link is None and self.stop_code is None:
             sys.stderr.write(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) was still in "
                              f"{self.position.read() or 'start-up'} after {limit:g} s: another rank may have failed "
-                             "while starting; stopping it\n")
+                             "while starting, or never started; stopping it\n")
             sys.stderr.flush()
             self.stop(EXIT_TIMEOUT)
 

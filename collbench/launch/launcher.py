@@ -7,6 +7,9 @@ or a ``PMI_PORT`` for PMI, a PMIx server for Open MPI and PMIx, a rendezvous add
 torch). A leftover ``RANK`` or ``PMI_RANK`` from another job is not a launcher: believing it
 would run a silent one-rank "benchmark", or keep every message quiet as if another rank spoke.
 Such an environment is refused with one line that names the variables and what they lack.
+
+A launch MPI cannot start from (srun without an MPI plugin, or with one the MPI library does
+not speak) is said by ``pmi``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class Launcher:
     hosts: tuple = ()  # every rank's host name, in rank order, once known
     world_size_variable: str = ""  # the variable the world size came from ("" when none said it)
     self_launched: str = ""  # how collbench itself launched this process: "local", "mpi", "" (it did not)
+    #: how MPI reaches the launcher: "pmi" (PMI-1 or PMI-2: PMI_FD or PMI_PORT), "pmix" (a PMIx
+    #: server), "" (no way: srun --mpi=none, torch's launchers, no launcher)
+    pmi: str = ""
 
     def with_hosts(self, hosts) -> "Launcher":
         return dataclasses.replace(self, hosts=tuple(hosts))
@@ -101,7 +107,7 @@ def _open_mpi(env) -> Optional[Launcher]:
         raise _stray(env, present, "no Open MPI runtime is there (no PMIX_NAMESPACE or PMIX_SERVER_URI*)", _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",), _MPI_FIX)
     return Launcher("mpiexec", rank, size, _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, True,
-                    world_size_variable="OMPI_COMM_WORLD_SIZE")
+                    world_size_variable="OMPI_COMM_WORLD_SIZE", pmi="pmix" if _pmix_server(env) else "")
 
 
 def _pmi(env) -> Optional[Launcher]:
@@ -113,7 +119,7 @@ def _pmi(env) -> Optional[Launcher]:
     rank, size = _rank_and_size(env, present, ("PMI_RANK",), ("PMI_SIZE",), _MPI_FIX)
     local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID") or 0
     return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True,
-                    world_size_variable="PMI_SIZE")
+                    world_size_variable="PMI_SIZE", pmi="pmi")
 
 
 def _pmix(env) -> Optional[Launcher]:
@@ -128,7 +134,7 @@ def _pmix(env) -> Optional[Launcher]:
         rank, size = _int(env, "PMIX_RANK") or 0, 1
     local = _int(env, "PMIX_LOCAL_RANK", "SLURM_LOCALID") or 0
     return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True,
-                    world_size_variable=size_variable)
+                    world_size_variable=size_variable, pmi="pmix")
 
 
 def _torch_like(env, *, marked: bool) -> Optional[Launcher]:
@@ -151,8 +157,9 @@ def _torch_like(env, *, marked: bool) -> Optional[Launcher]:
 
 
 def _slurm_step(env) -> Optional[Launcher]:
-    """srun without PMI variables (``--mpi=none``): a step's task, MPI initialised by Slurm's own
-    plugin. A bare SLURM_PROCID (an sbatch script, no step) is no launch."""
+    """srun without PMI variables (``--mpi=none``): a step's task. An MPI library that links
+    Slurm's own PMI library may start from that; the others see a world of one rank in each
+    task (``pmi.world_mismatch``). A bare SLURM_PROCID (an sbatch script, no step) is no launch."""
     if not ("SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env and "SLURM_STEP_ID" in env):
         return None
     rank, size = _rank_and_size(env, ["SLURM_PROCID", "SLURM_STEP_NUM_TASKS"], ("SLURM_PROCID",),

@@ -23,7 +23,8 @@ from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
 from collbench.errors import SharedUsageError, UsageError
-from collbench.launch.launcher import Launcher, mpi_start_problem, world_mismatch
+from collbench.launch.launcher import Launcher
+from collbench.launch.pmi import mpi_start_problem, world_mismatch
 from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_output_settings

@@ -1,0 +1,137 @@
+"""Whether MPI can start from the launcher's process-management interface (PMI), and the line
+that says why not: before MPI starts, where MPI would abort with a message of its own and an
+exit code that says nothing, or wait forever; and after, when it started a world other than the
+launcher's.
+
+srun is where these come up. Without an MPI plugin (``--mpi=none``, Slurm's ``MpiDefault``) its
+N tasks are N worlds of one rank. Its PMIx plugin starts tasks that an MPICH built without
+PMIx aborts in. And with PMI-2, MPICH names its shared memory after the Slurm job and step
+(``/dev/shm/mpich_shm_<FNV-1a of "JOB.STEP">_<node>``): a segment left there by an earlier job
+with the same numbers (killed before MPICH removed it; numbers start again at 1 when a
+cluster's state is reset, as in a test cluster) is taken for this job's, and MPI_Init waits for
+a peer that never comes. Only the standard library is used here; the MPI library is asked in
+a process of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Optional
+
+from collbench.errors import SharedUsageError, UsageError
+from collbench.launch.launcher import Launcher
+
+SRUN_FIX = "start collbench with srun --mpi=pmi2 (or export SLURM_MPI_TYPE=pmi2 before srun)"
+#: where MPICH keeps its shared memory
+SHARED_MEMORY = Path("/dev/shm")
+#: seconds before this task started that a segment of its step may have been made: the tasks
+#: of a step start together, and a peer makes its segment after its imports; a segment of an
+#: earlier job with the same number is older than the cluster's restart that reused the number
+MARGIN_S = 10.0
+
+
+def world_mismatch(launcher: Launcher, started: int) -> UsageError:
+    """The error when MPI started ``started`` ranks but the launcher's variables say otherwise.
+
+    srun with no MPI plugin is the common case: each of its N tasks is a world of one rank, all
+    alike, so rank 0 alone says it. Otherwise the variables are most likely left over."""
+    if launcher.name == "srun" and not launcher.pmi and started == 1:
+        return SharedUsageError(f"srun started {launcher.world_size} tasks, but MPI sees each one alone (a world of "
+                                "1 rank): srun gave them no MPI plugin (--mpi=none, Slurm's MpiDefault), so MPI has "
+                                f"no way to find the others; {SRUN_FIX}")
+    return UsageError(f"{launcher.world_size_variable}={launcher.world_size} says {launcher.world_size} ranks, but "
+                      f"{started} started: a variable left over from another job? unset it, or start collbench "
+                      "under the launcher that set it")
+
+
+def mpi_start_problem(launcher: Launcher, env: Mapping[str, str] = os.environ) -> Optional[str]:
+    """Why MPI cannot start under this srun step, known before MPI tries; None when nothing is
+    known against it. Every task of a step (on one host) finds the same."""
+    if launcher.name != "srun":
+        return None
+    if launcher.pmi == "pmix":
+        return _pmix_problem()
+    if launcher.pmi == "pmi" and env.get("PMI_JOBID"):
+        return _stale_shared_memory(env["PMI_JOBID"])
+    return None
+
+
+def _pmix_problem() -> Optional[str]:
+    """An MPICH built without PMIx aborts in MPI_Init under srun --mpi=pmix; MPICH names its
+    configure options in its description of itself, and speaks PMIx only when built with it."""
+    library = mpi_library_description()
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in library.splitlines())}
+    configure = fields.get("MPICH configure")
+    if configure is None or "pmix" in configure.lower():      # not MPICH, or MPICH with PMIx
+        return None
+    return (f"srun started collbench with its PMIx plugin (--mpi=pmix), but the MPI library collbench uses "
+            f"(MPICH {fields.get('MPICH Version', '')}, built without PMIx) cannot start from it; {SRUN_FIX}")
+
+
+_LIBRARY_PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
+                  "from mpi4py import MPI; print(MPI.Get_library_version())")
+
+
+def mpi_library_description(seconds: float = 120.0) -> str:
+    """The MPI library's description of itself (MPI_Get_library_version, which needs no
+    MPI_Init), as mpi4py loads it, in a process of its own: this one initialises MPI on its
+    first import of mpi4py. "" when it cannot be had."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", _LIBRARY_PROBE], stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=seconds)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return probe.stdout if probe.returncode == 0 else ""
+
+
+def fnv1a(text: str) -> int:
+    """32-bit FNV-1a, MPICH's hash of the PMI job id into the names of its shared memory."""
+    value = 2166136261
+    for byte in text.encode():
+        value = ((value ^ byte) * 16777619) & 0xFFFFFFFF
+    return value
+
+
+def mpich_segments(job_id: str) -> list:
+    """MPICH's shared-memory files on this host for PMI job id ``job_id`` (srun's "JOB.STEP")."""
+    key = f"_{fnv1a(job_id):x}_"
+    try:
+        return sorted(p for p in SHARED_MEMORY.iterdir()
+                      if p.name.startswith(("mpich_shm_", "mpich_vci_")) and key in p.name)
+    except OSError:
+        return []
+
+
+def _stale_shared_memory(job_id: str) -> Optional[str]:
+    started = _process_start(os.getppid())      # the task srun started: this rank's guardian
+    stale = []
+    for path in mpich_segments(job_id):
+        try:
+            made = path.stat().st_mtime
+        except OSError:
+            continue
+        if started is not None and made < started - MARGIN_S:
+            stale.append((path, made))
+    if not stale:
+        return None
+    path, made = stale[0]
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(made))
+    more = f" (and {len(stale) - 1} more)" if len(stale) > 1 else ""
+    return (f"{path}{more}, from {when}, is MPICH's shared memory for Slurm job step {job_id}, left by an earlier job "
+            f"with the same number: MPI_Init would take it for this job's and wait forever; remove it "
+            f"(rm {SHARED_MEMORY}/mpich_*_{fnv1a(job_id):x}_*) and start again")
+
+
+def _process_start(pid: int = 0) -> Optional[float]:
+    """When process ``pid`` (0: this one) started, in seconds since the epoch (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid or os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
