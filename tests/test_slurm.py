@@ -129,6 +129,29 @@ def test_srun_with_pmix_and_an_mpich_without_pmix_says_to_use_pmi2(cluster, tmp_
     assert "unsupported PMI version" not in proc.stderr and "keep" not in proc.stderr
 
 
+def test_srun_on_a_terminal_fits_its_tables_and_wraps_its_lines(cluster, tmp_path):
+    """The tasks descend from slurmstepd, not srun: srun is found by the port the tasks report
+    to, and its terminal's width counts, as mpiexec's does; into a file, every column stays."""
+    pytest.importorskip("pyte")
+    from test_terminal import _on_terminal
+
+    srun = " ".join(cluster.client(["srun"]))
+    conf = f"SLURM_CONF={cluster.env['SLURM_CONF']}"
+    code, lines, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} --mpi=pmi2 -n 2 {sys.executable} -m "
+                                                         "collbench allreduce --sizes 8-4K --rounds 2")
+    text = "\n".join(lines)
+    assert code == 0 and not [line for line in lines if len(line) > 80], text
+    assert "not shown at 80 columns" in text
+    code, lines, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} -n 2 {sys.executable} -m collbench "
+                                                         "alltoall --sizes 8-1K")
+    text = "\n".join(lines)
+    assert code == 2 and not [line for line in lines if len(line) > 80] and "srun --mpi=pmi2" in text, text
+    code, _, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} --mpi=pmi2 -n 2 {sys.executable} -m collbench "
+                                                     "allreduce --sizes 8-1K --rounds 2 > out.txt")
+    written = (tmp_path / "out.txt").read_text()
+    assert code == 0 and "\x1b" not in written and "max µs" in written
+
+
 @pytest.mark.parametrize("how", ["sbatch", "salloc"])
 def test_sbatch_and_salloc_run_srun_with_pmi2(cluster, tmp_path, how):
     """What docs/slurm.md shows: a batch script and an allocation, each with srun --mpi=pmi2."""

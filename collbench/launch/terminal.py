@@ -10,8 +10,11 @@ launcher's, whatever the launcher's own output is. What counts is where the laun
 * under a user's launcher on this host, the launcher process is an ancestor of the rank, and
   its stdout and stderr, read from /proc, say whether they are a terminal; the terminal's size
   comes from the device itself (``launcher_terminal``);
-* else (``srun``, whose tasks descend from ``slurmstepd``; a rank on another host than its
-  launcher) the rank's own streams are all there is to go by.
+* under ``srun``, whose tasks descend from ``slurmstepd``, not from srun: when srun runs on
+  this host, it is the ``srun`` process that listens on the port the tasks report to
+  (``SLURM_SRUN_COMM_PORT``);
+* else (a rank on another host than its launcher) the rank's own streams are all there is to
+  go by.
 """
 
 from __future__ import annotations
@@ -77,18 +80,57 @@ def _name(pid: int) -> str:
         return ""
 
 
-def launcher_terminal(pid: Optional[int] = None) -> Optional[Terminals]:
-    """The streams of the nearest launcher among ``pid``'s ancestors (this process's by
-    default), or None when no launcher runs above it on this host or its streams cannot be
-    read (another user's process)."""
+def _listening_inodes(port: int) -> set:
+    """The socket inodes listening on TCP ``port`` on this host."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def _srun(env: Mapping[str, str]) -> Optional[int]:
+    """The pid of the srun that started this task, when it runs on this host."""
+    port = env.get("SLURM_SRUN_COMM_PORT", "")
+    if not port.isdigit():
+        return None
+    inodes = {f"socket:[{i}]" for i in _listening_inodes(int(port))}
+    if not inodes:
+        return None
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _name(int(entry)) == "srun":
+            try:
+                if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{entry}/fd")):
+                    return int(entry)
+            except OSError:
+                continue
+    return None
+
+
+def launcher_terminal(pid: Optional[int] = None, env: Mapping[str, str] = os.environ) -> Optional[Terminals]:
+    """The streams of the launcher that started this process (``pid``'s, by default this
+    one's): the nearest launcher among its ancestors, or the srun it reports to; None when
+    neither runs on this host or its streams cannot be read (another user's process)."""
     pid = os.getpid() if pid is None else pid
     for _ in range(_ANCESTORS):
         pid = _parent(pid)
         if not pid or pid == 1:
-            return None
+            pid = None
+            break
         if _name(pid) in LAUNCHERS:
             break
     else:
+        pid = None
+    if pid is None and "SLURM_STEP_ID" in env:
+        pid = _srun(env)
+    if pid is None:
         return None
     try:
         out, err = os.readlink(f"/proc/{pid}/fd/1"), os.readlink(f"/proc/{pid}/fd/2")
