@@ -224,3 +224,44 @@ def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running
         time.sleep(0.5)
     assert not left, [open(f"/proc/{pid}/cmdline").read()[:80] for pid in left if os.path.exists(f"/proc/{pid}")]
     assert json.loads((tmp_path / "r.json").read_text())["rows"]
+
+
+def _mpmd(tmp_path, other: list, timeout: float = 150) -> subprocess.CompletedProcess:
+    """mpiexec -n 2 collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part differs."""
+    from collbench.launch.spawn import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1", "--no-save"]
+    return subprocess.run([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("other, differs", [
+    (["bcast", "--sizes", "8-1K", "--rounds", "1"], "collectives bcast (rank 0: allreduce)"),
+    (["allreduce", "--sizes", "8-2K", "--rounds", "1"], "sizes 8,16,32,64,128,256,512,1024,2048"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--dtype", "float64"], "dtype float64 (rank 0: float32)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "3"], "rounds 3 (rank 0: 1)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "-b", "mpi-pickle"], "backends mpi-pickle (rank 0: mpi)"),
+])
+def test_ranks_started_with_another_command_are_named_before_anything_is_measured(tmp_path, other, differs):
+    proc = _mpmd(tmp_path, [sys.executable, "-m", "collbench", *other, "--no-save"], timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert len(said) == 1 and said[0].startswith("collbench: error: rank 2 was started with another command than "
+                                                 "rank 0: "), proc.stderr
+    assert differs in said[0] and said[0].endswith("every rank must run the same collbench command")
+    for noise in ("Traceback", "KeyError", "truncated", "CHECK FAILED"):
+        assert noise not in proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("other", [["true"], ["sleep", "1000"]])
+def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_path, other):
+    start = time.monotonic()
+    proc = _mpmd(tmp_path, other)
+    assert time.monotonic() - start < 90 and proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert said and all("was still in start-up" in line and "after 45 s" in line for line in said), proc.stderr

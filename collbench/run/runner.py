@@ -35,6 +35,11 @@ from collbench.run.sweep import Sweep
 #: Start-up (imports, MPI initialisation, torch rendezvous) may take longer than a short
 #: --timeout meant for one size; it gets at least this many seconds.
 STARTUP_TIMEOUT = 120.0
+#: Seconds every rank has to join the job (MPI's start-up and collbench's channel, before any
+#: backend): a rank that never starts, or a command that is not collbench in an MPMD launch, is
+#: named this soon rather than after the whole start-up limit (a few seconds are usual, tens
+#: on a loaded host).
+JOIN_TIMEOUT = 45.0
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     supervise.set_position("start-up (MPI or torch initialisation)")
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
-    supervise.watch_startup(startup_limit)
+    supervise.watch_startup(min(startup_limit, JOIN_TIMEOUT) if startup_limit else 0)
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
         raise SharedUsageError(problem)
@@ -101,6 +106,10 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         raise world_mismatch(launcher, control.size)
     supervise.set_position("start-up (joining the other ranks, after MPI or torch initialisation)")
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
+    prints = control.gather(plan_fingerprint(plan))      # every rank's, on rank 0
+    problem = control.bcast(plan_disagreement(prints) if control.rank == 0 else None)
+    if problem:                       # ranks started with different commands (an MPMD launch)
+        raise SharedUsageError(problem)
     problem = roles_problem(plan, control.size)
     if problem:
         raise SharedUsageError(problem)
@@ -120,6 +129,45 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     finally:
         for backend in backends.values():
             backend.close()
+
+
+#: what every rank must agree on before anything is measured: the plan's fields that decide the
+#: collectives called, their buffers, their order and how long they run
+_AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes",
+           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout")
+
+
+def plan_fingerprint(plan: Plan) -> dict:
+    """The plan as every rank must share it, in words (``plan_disagreement`` compares them)."""
+    def said(value) -> str:
+        if isinstance(value, (tuple, list)):
+            return ",".join(map(str, value))
+        return str(value)
+
+    return {name: said(getattr(plan, name)) for name in _AGREED}
+
+
+def plan_disagreement(prints: list) -> Optional[str]:
+    """The first rank whose plan differs from rank 0's, and how (each differing field, its
+    value on both, cut short), or None when every rank agrees. Under ``mpiexec … : …`` each
+    part may be given another command: MPI would then pair different calls and hang, truncate
+    messages or report false check failures."""
+    first = prints[0]
+    for rank, other in enumerate(prints[1:], start=1):
+        fields = [name for name in _AGREED if other.get(name) != first.get(name)]
+        if fields:
+            differ = "; ".join(f"{name.replace('_', ' ')} {_short(other.get(name))} (rank 0: {_short(first.get(name))})"
+                               for name in fields[:3])
+            more = [r for r, p in enumerate(prints) if r > rank and p != first]
+            others = f" (and rank{'s' if len(more) > 1 else ''} {', '.join(map(str, more[:5]))})" if more else ""
+            return (f"rank {rank}{others} was started with another command than rank 0: {differ}; every rank must run "
+                    "the same collbench command")
+    return None
+
+
+def _short(text, limit: int = 40) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def roles_problem(plan: Plan, n: int) -> Optional[str]:
