@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -265,3 +266,20 @@ def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_p
     assert time.monotonic() - start < 90 and proc.returncode != 0
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
     assert said and all("was still in start-up" in line and "after 45 s" in line for line in said), proc.stderr
+
+
+@pytest.mark.mpi
+def test_a_dev_shm_too_small_is_named_and_no_file_is_said_kept(tmp_path):
+    """/dev/shm of 64 KiB (a mount namespace of the test's own): MPI's shared memory cannot be
+    backed, the rank dies of SIGBUS in start-up; the line names shared memory, and no result
+    file is spoken of, or left, since none was written."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare for a /dev/shm of its own")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "
+                           f"{sys.executable} -m collbench allreduce -n 2 --sizes 8-1K -o r.json"], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert proc.returncode != 0 and len(said) == 1, proc.stderr
+    assert "SIGBUS" in said[0] and "MPI's shared memory (/dev/shm has" in said[0], said[0]
+    assert said[0].endswith("nothing was measured") and "keep" not in said[0]
+    assert not (tmp_path / "r.json").exists()

@@ -30,6 +30,21 @@ STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to spea
 JOB_EXIT_WAIT = 30.0
 
 
+def shared_memory_explained(sig: int, folder: str = "/dev/shm") -> str:
+    """What to add after "was killed by signal 7 (SIGBUS)": MPI maps its shared memory from
+    /dev/shm, and touching a page that the file system cannot back raises SIGBUS."""
+    if sig != signal.SIGBUS:
+        return ""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return ", most likely shared memory that could not be backed (/dev/shm)"
+    free = fs.f_bavail * fs.f_frsize
+    free_text = f"{free / (1 << 20):.1f} MiB" if free >= 1 << 20 else f"{free // 1024} KiB"
+    return (f", most likely for MPI's shared memory ({folder} has {free_text} free of "
+            f"{fs.f_blocks * fs.f_frsize / (1 << 20):.1f} MiB; give it more room, e.g. docker --shm-size)")
+
+
 def rebuild_files(journal: str, seconds: float = 120.0) -> None:
     """Rewrite the result files from the run's journal, in a process of its own (the guardian
     imports no more than the standard library); it says in one line if it cannot."""
@@ -78,6 +93,11 @@ class Guardian:
             pass
 
     def _forward(self, signum, _frame) -> None:
+        if signum == signal.SIGUSR1 and self.link is None:
+            # MPICH's mpiexec tells the job's processes that one of them failed: in start-up the
+            # rank could not act on it (it would die of it), and the failed one says why
+            self.stop(128 + signum)
+            return
         self._signal(signum)
         if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if self.stop_code is None:      # the job is being ended from outside, which says why:
@@ -126,7 +146,8 @@ class Guardian:
         killed = os.WIFSIGNALED(status)
         if killed:
             sig = os.WTERMSIG(status)
-            how, code = f"was killed by signal {sig} ({signal.Signals(sig).name}){self.oom.explain(sig)}", 128 + sig
+            how, code = (f"was killed by signal {sig} ({signal.Signals(sig).name}){self.oom.explain(sig)}"
+                         f"{shared_memory_explained(sig)}", 128 + sig)
         else:
             code = os.WEXITSTATUS(status)
             how = f"exited with code {code}"
@@ -151,6 +172,8 @@ class Guardian:
             srun = " (srun does with --kill-on-bad-exit)" if "SLURM_STEP_ID" in os.environ else ""
             return (f"the other ranks cannot be told, and wait for it until their start-up limit{limit} unless the "
                     f"launcher ends them{srun}")
+        if self.journal is None:              # rank 0 never took its files up: none was written
+            return "the job is stopped; nothing was measured"
         return "the job is stopped; result files keep every size finished before"
 
     def _serve_rank(self) -> None:
