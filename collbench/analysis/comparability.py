@@ -71,7 +71,7 @@ def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_na
     missing = len(baseline.rows) - len(matched)
     if missing > 0:
         notes.append(f"{missing} row(s) of {baseline_name} are missing from {new_name}: a partial or "
-                     f"interrupted run? (missing rows do not fail the gate)")
+                     f"interrupted run? (missing rows fail the gate unless --allow-missing)")
     placement = sorted({(b.ranks_per_node, n.ranks_per_node) for b, n in matched
                         if b.ranks_per_node != n.ranks_per_node})
     if placement:

@@ -15,7 +15,10 @@ The rules are documented for users in docs/compare.md; in short:
   a shared machine only adds time, so a busy machine still leaves the fast rounds to judge by;
 * slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
   so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
-  95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs).
+  95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs);
+* a row of the baseline that the new run lacks (missing) or has without a value or a round
+  median to judge (unmeasured) fails the gate unless it is allowed (``allow_missing``): a run
+  that broke must not pass for want of data.
 """
 
 from __future__ import annotations
@@ -38,10 +41,17 @@ from collbench.measure.runstats import (MIN_LOG_SD, MIN_ROWS_FOR_PRIOR, Change, 
                                        log_change, paired_changes, rounds_needed, run_concentration, within_spread)
 
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
-VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "insufficient data")
+VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "unmeasured", "insufficient data")
+#: Rows of the baseline the new run cannot be judged on: they fail the gate unless allowed.
+UNJUDGED = ("missing", "unmeasured")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
 POWER = 0.8
+#: The most rows one comparison judges. Its max-T adjustment simulates every row together
+#: (``significance.DRAWS`` draws, in chunks of 2,000): about 100 KB and 2-3 ms per row on the 2-core
+#: VM, so 10,000 rows (the most sizes one sweep measures) take 1.3 GB and 17-35 s in all
+#: (benchmarks/README.md, "Large result files").
+MAX_COMPARED_ROWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class Comparison:
     tested: int = 0                 # rows with a change estimate (the family adjusted together)
     drift_sd: float = math.nan      # drift of whole runs used (sd of log medians)
     drift_source: str = ""          # "assumed" or "measured over N runs"
+    allow_missing: bool = False     # rows the new run lacks or cannot measure do not fail the gate
 
     @property
     def lower_is_better(self) -> bool:
@@ -105,6 +116,16 @@ class Comparison:
     @property
     def regression(self) -> bool:
         return any(r.verdict == "slower" for r in self.rows)
+
+    @property
+    def unjudged(self) -> list:
+        """Rows of the baseline the new run lacks or has nothing to judge by (UNJUDGED)."""
+        return [r for r in self.rows if r.verdict in UNJUDGED]
+
+    @property
+    def passed(self) -> bool:
+        """The gate: no row slower, and no row unjudged unless ``allow_missing``."""
+        return not self.regression and (self.allow_missing or not self.unjudged)
 
     @property
     def noise_sources(self) -> tuple:
@@ -163,6 +184,14 @@ def _metric(row: Optional[Row], metric: str) -> float:
     return value if math.isfinite(value) and value > 0 else math.nan
 
 
+def _lacks(row: Row, side, metric: str) -> str:
+    """What the row lacks for a comparison on ``metric``: "" when it has a value and a counted
+    round median (``side``: its runs.SideRounds)."""
+    if not math.isfinite(_metric(row, metric)):
+        return f"no {metric}"
+    return "" if side.runs else "no round median"
+
+
 @dataclass(frozen=True)
 class _Pending:
     key: tuple
@@ -183,11 +212,16 @@ class _Pending:
         return self.busy_var + self.block_var + self.gap_var + self.state_var
 
 
+def _expm1(x: float) -> float:
+    """exp(x) - 1, infinite where it does not fit a float (a CI of rounds a million-fold apart)."""
+    return math.expm1(x) if x < 709.0 else math.inf
+
+
 def _metric_change(c: Change, lower_is_better: bool) -> tuple:
     """(ratio, CI low, CI high) of the metric's relative change from the log change of times."""
     if lower_is_better:
-        return c.ratio, math.expm1(c.ci_low), math.expm1(c.ci_high)
-    return 1.0 / c.ratio, math.expm1(-c.ci_high), math.expm1(-c.ci_low)
+        return c.ratio, _expm1(c.ci_low), _expm1(c.ci_high)
+    return 1.0 / c.ratio, _expm1(-c.ci_high), _expm1(-c.ci_low)
 
 
 def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float, metric: str,
@@ -271,8 +305,10 @@ def _machine_state(files: tuple, pending: list, drift: tuple, source: str) -> tu
 def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
                  threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                  baseline_name: str = "baseline", new_name: str = "new",
-                 assumed_log_sd: float = ASSUMED_LOG_SD) -> Comparison:
-    """Match the rows of two runs and give each a verdict; UsageError when nothing matches."""
+                 assumed_log_sd: float = ASSUMED_LOG_SD, allow_missing: bool = False) -> Comparison:
+    """Match the rows of two runs and give each a verdict; UsageError when nothing matches, or
+    when more than MAX_COMPARED_ROWS do. ``allow_missing``: rows the new run lacks or cannot
+    measure do not fail the gate (``Comparison.passed``)."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     across = _one_backend_each(baseline, new)
@@ -282,18 +318,30 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
                          f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
+    if len(common) > MAX_COMPARED_ROWS:
+        raise UsageError(f"{baseline_name} and {new_name} share {len(common):,} rows; compare judges at most "
+                         f"{MAX_COMPARED_ROWS:,} at once: compare the sweep in parts (a file per collective, or "
+                         f"per range of sizes)")
     files = (FileRounds.of(baseline), FileRounds.of(new))
     # The two sides of one interleaved job (collbench ab) took turns on the machine over the same
     # minutes: whatever moved it moved both alike, so neither drift nor busy shifts enter.
     one_job = bool(ab_job(baseline)) and ab_job(baseline) == ab_job(new)
     set_aside = {baseline_name: [0, 0], new_name: [0, 0]}
-    pending = []
+    pending, unmeasured, unmeasured_base = [], {}, []
     for key in common:
         b, n = base_index[key], new_index[key]
         sides = (files[0].row(b), files[1].row(n))
         for name, side in zip((baseline_name, new_name), sides):
             set_aside[name][0] += side.set_aside
             set_aside[name][1] += side.set_aside + sum(len(g) for g in side.runs)
+        if _lacks(baseline.rows[b], sides[0], "time_us_p50"):
+            unmeasured_base.append(key)
+        lacks = _lacks(new.rows[n], sides[1], metric)
+        if lacks and not _lacks(baseline.rows[b], sides[0], metric):
+            unmeasured[key] = RowComparison(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
+                                            _metric(new.rows[n], metric), math.nan, math.nan, math.nan, None, None,
+                                            0, 0, "", math.nan, None, "unmeasured", f"{new_name} has {lacks}")
+            continue
         comparable = _metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0
         busy_var = 0.0 if one_job else BUSY_LOG_SD ** 2 * sum(side.busy_share ** 2 for side in sides)
         block_var = 0.0 if one_job else sum(side.floor_var for side in sides)
@@ -302,6 +350,9 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
                                 sides[1].runs if comparable else [], busy_var, block_var,
                                 sum(side.fast_gap ** 2 for side in sides), pairs))
+    if len(unmeasured_base) == len(common):
+        raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
+                         f"and a round median to judge by (a broken baseline?): incomparable")
     spreads = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
     if one_job:
         drift, drift_source = (0.0, math.inf), "none: both sides took turns in one job"
@@ -340,19 +391,23 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     nan = math.nan
     for key, i in base_index.items():
         row = baseline.rows[i]
-        rows.append(by_key.get(key) or RowComparison(key, row, None, _metric(row, metric), nan, nan, nan, nan, None,
-                                                     None, 0, 0, "", nan, None, "missing"))
+        rows.append(by_key.get(key) or unmeasured.get(key) or RowComparison(
+            key, row, None, _metric(row, metric), nan, nan, nan, nan, None, None, 0, 0, "", nan, None, "missing",
+            f"{new_name} lacks it"))
     for key, i in new_index.items():
         if key not in base_index:
             row = new.rows[i]
             rows.append(RowComparison(key, None, row, nan, _metric(row, metric), nan, nan, nan, None, None, 0, 0,
                                       "", nan, None, "new"))
     warnings = comparability_warnings(baseline, new, baseline_name, new_name,
-                                      [(r.baseline, r.new) for r in by_key.values()])
+                                      [(r.baseline, r.new) for r in [*by_key.values(), *unmeasured.values()]])
     if across:
         warnings.insert(0, f"{baseline_name} measured {baseline.rows[0].backend} and {new_name} "
                            f"{new.rows[0].backend}: rows are matched across the two backends")
+    if unmeasured_base:
+        warnings.append(f"{len(unmeasured_base)} row(s) of {baseline_name} have no median time or no round median: "
+                        f"they judge nothing (insufficient data)")
     warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
-                      drift[0], drift_source)
+                      drift[0], drift_source, allow_missing)

@@ -63,6 +63,28 @@ def _where(r: RowComparison) -> str:
     return f"{r.field('collective')}/{r.field('backend')}" + (f" {format_size(size)}" if size else "")
 
 
+def outcome(c: Comparison) -> str:
+    """REGRESSION (a row slower), INCOMPLETE (rows the new run lacks or could not measure, not
+    allowed) or no regression: the gate's answer, as the first word of every output."""
+    if c.regression:
+        return "REGRESSION"
+    return "no regression" if c.passed else "INCOMPLETE"
+
+
+def unjudged_line(c: Comparison, limit: int = 6) -> str:
+    """The rows of the baseline the new run lacks or could not measure, named, and whether they
+    fail the gate; empty when there are none."""
+    rows = c.unjudged
+    if not rows:
+        return ""
+    shown = ", ".join(f"{_where(r)} ({r.verdict})" for r in rows[:limit])
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    verdict = ("not judged, as --allow-missing asks" if c.allow_missing else
+               "fail the gate (--allow-missing lets them pass)")
+    return (f"{len(rows)} row(s) of {c.baseline_name} that {c.new_name} lacks or could not measure {verdict}: "
+            f"{shown}{more}")
+
+
 def summary_line(c: Comparison) -> str:
     counts = c.counts
     parts = [f"{counts[v]} {v}" for v in VERDICTS if v in ("slower", "faster", "same", "inconclusive") or counts[v]]
@@ -92,6 +114,11 @@ def noisy_line(c: Comparison, limit: int = 6) -> str:
             f"each detects with {POWER:.0%} power: {shown}{more}")
 
 
+def _notes(c: Comparison) -> tuple:
+    """Under a comparison's table: the rows not judged, the method, the rows too noisy to gate."""
+    return tuple(line for line in (unjudged_line(c), method_line(c), noisy_line(c)) if line)
+
+
 def comparison_table(c: Comparison) -> TableModel:
     varying = _varying(c)
     varying_fields = {f for f, _ in varying}
@@ -109,7 +136,7 @@ def comparison_table(c: Comparison) -> TableModel:
                       format_size(size) if size else "-", _value(r.baseline_value), _value(r.new_value),
                       _change(r), _interval(r), _rounds(r), _p(r), r.verdict) + ((r.reason,) if show_reason else ()))
     title = f"{c.baseline_name} → {c.new_name}" + (f" · {' · '.join(fixed)}" if fixed else "")
-    notes = (method_line(c),) + ((noisy_line(c),) if noisy_line(c) else ())
+    notes = _notes(c)
     # On a narrow terminal: the size, the change and the verdict stay; the medians, p and rounds go first.
     priorities = (3, 2, *[4] * len(varying), 0, 5, 5, 0, 1, 6, 4, 0) + ((1,) if show_reason else ())
     return TableModel(title, headers, tuple(cells), notes, priorities)
@@ -147,8 +174,7 @@ def comparison_tables(c: Comparison) -> list:
                        _value(r.new_value), _change(r), _interval(r), _rounds(r), _p(r), r.verdict)
                       + ((r.reason,) if show_reason else ()) for r in rows)
         tables.append(TableModel(title, headers, cells, (), priorities))
-    notes = (method_line(c),) + ((noisy_line(c),) if noisy_line(c) else ())
-    tables[-1] = dataclasses.replace(tables[-1], notes=notes)
+    tables[-1] = dataclasses.replace(tables[-1], notes=_notes(c))
     return tables
 
 
@@ -164,8 +190,9 @@ def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
 def to_summary_markdown(c: Comparison) -> str:
     """A GitHub job summary: heading, verdict counts, warnings, the rows that are not "same",
     then every row in a collapsed block."""
-    outcome = "REGRESSION" if c.regression else "no regression"
-    lines = [f"## collbench compare: {outcome}", "", f"**{summary_line(c)}**", ""]
+    lines = [f"## collbench compare: {outcome(c)}", "", f"**{summary_line(c)}**", ""]
+    if c.unjudged:
+        lines += [f"> **{'Not judged' if c.allow_missing else 'Failed'}:** {unjudged_line(c, limit=20)}", ""]
     lines += [f"> **Warning:** {w}" for w in c.warnings]
     if c.warnings:
         lines.append("")
@@ -199,6 +226,8 @@ def to_json(c: Comparison) -> str:
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
            "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
            "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
+           "passed": c.passed, "allow_missing": c.allow_missing,
+           "unjudged": [f"{_where(r)} ({r.verdict})" for r in c.unjudged],
            "drift_sd": _number(c.drift_sd), "drift_source": c.drift_source or None,
            "summary": c.counts, "method": method_line(c), "warnings": list(c.warnings),
            "too_noisy": [_where(r) for r in c.too_noisy()], "rows": rows}

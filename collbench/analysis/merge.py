@@ -27,6 +27,12 @@ def _bus_factor(row) -> float:
     return row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 1.0   # a collective this version lacks
 
 
+def _round_kind(settings: dict):
+    """A run's kind of rounds (launch, communicator, ...): text, or None where the file does not say."""
+    kind = settings.get("round_kind")
+    return kind if kind is None or isinstance(kind, str) else str(kind)
+
+
 def merge_runs(named: list) -> tuple:
     """(RunResult, warnings) from [(name, RunResult), ...] in the order given."""
     if len(named) < 2:
@@ -66,7 +72,7 @@ def merge_runs(named: list) -> tuple:
                         "rounds": len(numbers)})
         offset += len(numbers)
     settings = first.metadata.get("settings") if isinstance(first.metadata.get("settings"), dict) else {}
-    kinds = {r.metadata.get("settings", {}).get("round_kind") for _, r in named if isinstance(r.metadata.get("settings"), dict)}
+    kinds = {_round_kind(r.metadata["settings"]) for _, r in named if isinstance(r.metadata.get("settings"), dict)}
     settings = {**settings, "rounds": offset, "round_kind": kinds.pop() if len(kinds) == 1 else "mixed"}
     merged = RunResult(metadata={**first.metadata, "settings": settings, "rounds": records, "merged_from": sources,
                                  "run_id": "+".join(s["run_id"] for s in sources)})

@@ -93,7 +93,10 @@ def load_runs(paths, labels=()) -> Runs:
     seen: dict = {}
     kept, notes = [], []
     for i, path in enumerate(paths):
-        resolved = Path(path).resolve()
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError):        # a symlink loop: load_result says what is wrong with it
+            resolved = Path(path).absolute()
         if resolved in seen:
             again = "given again" if path == seen[resolved] else f"is {seen[resolved]} again"
             notes.append(f"{path} {again}: read once")

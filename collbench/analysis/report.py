@@ -152,6 +152,10 @@ def report_tables(report: Report, threshold: float, alpha: float) -> list:
     tables = run_tables(report.runs)
     if report.fits:
         tables.append(fit_table(report.fits, report.fit_runs))
+    from collbench.analysis.compare import MAX_COMPARED_ROWS
+
+    if any(len(result.rows) > MAX_COMPARED_ROWS for _, result in report.labelled()):
+        return tables           # compare refuses so many rows: there is no comparison to predict
     sensitivity = sensitivity_table(report.labelled(), threshold, alpha)
     if all(line[-1] == NEEDS_ROUNDS for line in sensitivity.cells):     # a table that says nothing
         return tables

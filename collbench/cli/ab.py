@@ -46,10 +46,13 @@ def _side_options(letter: str):
               help="Seed of the pair order and of the sizes' order [default: random, recorded].")
 @click.option("-f", "--format", "fmt", type=click.Choice(("table", "markdown", "json")), default="table",
               show_default=True, help="How the comparison is printed.")
+@click.option("--allow-missing", is_flag=True,
+              help="Let rows that B lacks or could not measure pass; without it they fail, as in compare.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines; the comparison only.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the launch commands.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quiet, verbose, **sides) -> None:
+def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing, quiet, verbose,
+               **sides) -> None:
     """Measure two setups of COMMAND in alternating rounds of one job, then compare B with A.
 
     COMMAND is a measuring command as you would type it after `collbench`, without -o:
@@ -59,7 +62,8 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
     --a-python/--b-python (another build of mpi4py or MPI) or --a-backend/--b-backend.
 
     \b
-    Exit status: 0 no regression (B is not slower than A), 1 regression, 2 bad input; the
+    Exit status: 0 no regression (B is not slower than A), 1 regression (or rows B could
+    not measure, unless --allow-missing), 2 bad input; the
     result files are ordinary runs that compare, report and plot read.
     How it is judged: docs/compare.md, "A/B in one job".
     """
@@ -130,12 +134,13 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, quie
     if code not in (0, 1):
         sys.exit(code)
     comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), metric=metric, threshold=threshold_value,
-                              alpha=alpha, baseline_name=labels[0], new_name=labels[1])
+                              alpha=alpha, baseline_name=labels[0], new_name=labels[1],
+                              allow_missing=allow_missing)
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)
     if not quiet:
         print(f"collbench ab: wrote {paths[0]} and {paths[1]}", file=sys.stderr)
     sys.stdout.flush()
-    if comparison.regression or code == 1:
+    if not comparison.passed or code == 1:
         sys.exit(1)

@@ -33,9 +33,9 @@ def print_tables(tables) -> None:
 
 
 def _compare_table(comparison) -> None:
-    from collbench.analysis.compare_render import comparison_tables, summary_line
+    from collbench.analysis.compare_render import comparison_tables, outcome, summary_line
 
-    print(f"{'REGRESSION' if comparison.regression else 'no regression'}: {summary_line(comparison)}")
+    print(f"{outcome(comparison)}: {summary_line(comparison)}")
     files = f"{comparison.baseline_name} → {comparison.new_name}"
     console = _console()
     if console.is_terminal and len(files) > console.width:       # long paths: one a line
@@ -84,6 +84,10 @@ def _warn(text: str) -> None:
     print(line, file=sys.stderr)
 
 
+ALLOW_MISSING_HELP = ("Let rows of the baseline that the new run lacks (missing) or could not measure (unmeasured: "
+                      "no value, no round median) pass; they are still named. Without it they fail the gate.")
+
+
 @click.command("compare")
 @click.argument("baseline")
 @click.argument("new")
@@ -95,16 +99,18 @@ def _warn(text: str) -> None:
               show_default=True, help="Family-wise significance level (max-T over the rows).")
 @click.option("-f", "--format", "fmt", type=click.Choice(tuple(COMPARE_FORMATS)), default="table",
               show_default=True, help="table, markdown (fits a CI job summary) or json.")
-def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
+@click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP)
+def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
     A row is slower only when the change of its per-round medians is beyond the threshold and
     significant with every row adjusted together; inconclusive rows (too few rounds, too
-    much drift) do not fail.
+    much drift) do not fail. A row of BASELINE that NEW lacks or could not measure fails,
+    unless --allow-missing. BASELINE or NEW may be - (standard input).
 
     \b
-    Exit status: 0 no regression, 1 regression, 2 unreadable or incomparable
-    input.
+    Exit status: 0 no regression, 1 regression or rows not measured, 2 unreadable
+    or incomparable input.
     Statistics, verdicts and the multiple-comparison control: docs/compare.md.
     """
     from collbench.analysis.compare import compare_runs, parse_threshold
@@ -112,12 +118,13 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt) -> None:
 
     threshold_value = parse_threshold(threshold)
     comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
-                              threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new)
+                              threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new,
+                              allow_missing=allow_missing)
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)
     sys.stdout.flush()
-    if comparison.regression:
+    if not comparison.passed:
         sys.exit(1)
 
 

@@ -106,19 +106,25 @@ def _gbps(value: float) -> float:
     return float(f"{value:.6g}")          # a derived figure: six significant digits, as in the CSV
 
 
+def _bounds(low: float, high: float) -> dict:
+    """A measure's lower_value and upper_value; none where an end does not fit a JSON number (a
+    CI stretched by a wild round to 1e300 µs is 1e303 ns: infinite)."""
+    return {"lower_value": low, "upper_value": high} if _finite(low) and _finite(high) else {}
+
+
 def bencher(named: list) -> dict:
     doc = {}
     for name, row in named:
         ci = _ci(row)
         latency = {"value": _ns(row.time_us_p50)}
         if ci:
-            latency.update(lower_value=_ns(ci[0]), upper_value=_ns(ci[1]))
+            latency.update(_bounds(_ns(ci[0]), _ns(ci[1])))
         measures = {LATENCY: latency}
         if _finite(row.busbw_gbps) and row.busbw_gbps > 0:        # barrier moves no data
             bandwidth = {"value": _gbps(row.busbw_gbps)}
             if ci:         # bandwidth is size / time: the time's CI, inverted
-                bandwidth.update(lower_value=_gbps(row.busbw_gbps * row.time_us_p50 / ci[1]),
-                                 upper_value=_gbps(row.busbw_gbps * row.time_us_p50 / ci[0]))
+                bandwidth.update(_bounds(_gbps(row.busbw_gbps * row.time_us_p50 / ci[1]),
+                                         _gbps(row.busbw_gbps * row.time_us_p50 / ci[0])))
             measures[BUS_BANDWIDTH] = bandwidth
         doc[name] = measures
     return doc

@@ -2,14 +2,34 @@
 metadata of its first line where it has one.
 
 Version 1 files (before rounds) load as runs of one round: the row's samples become round 1.
+
+A result file is read as something a stranger may have written: what is not a collbench result
+is refused in one line (``UsageError``), and reading costs bounded memory and time whatever the
+file holds.
+
+* **What is read**: a regular file, or standard input when the path is ``-`` (its format told by
+  its first character). Directories, pipes, devices and sockets are refused before they are
+  opened, as are files whose size the system does not know (``/proc``): none can be a result,
+  and reading one could last forever. At most ``MAX_FILE_BYTES`` are read, and a file that
+  holds more than ``MAX_VALUES`` values (JSON lists, objects and numbers; CSV cells and round
+  medians) is refused before it is parsed: a parser turns three bytes of ``[],`` into 64 of memory.
+* **What the values may be**: counts and sizes whole numbers from 0 to 1e15; figures numbers
+  (null, or an empty CSV cell, where one could not be computed) never negative, never infinite,
+  a time never beyond 1e15 µs nor, unless 0, below ``SMALLEST_TIME_US``; text where text goes,
+  numbers (not text) where numbers go in JSON; no key twice in one JSON object; a row's count of
+  rounds, its round medians and its round details in agreement. The byte-order mark some
+  editors write is skipped.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
+import os
+import re
+import stat
+from collections import Counter
 from pathlib import Path
 
 from collbench.errors import UsageError
@@ -20,63 +40,304 @@ from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, ROW_FIELDS, SC
 _INT = {name for name, kind in COLUMN_TYPES.items() if kind == "int"}
 _STR = {name for name, kind in COLUMN_TYPES.items() if kind == "str"}
 _BOOL = {name for name, kind in COLUMN_TYPES.items() if kind == "bool"}
+#: Columns that hold a time in µs (the wide ones, CI ends, excepted: a wild round can put them anywhere).
+_TIMES = {name for name, kind in COLUMN_TYPES.items() if kind == "float" and name.startswith("time_us")
+          and name not in WIDE_FIELDS}
 
+#: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
+#: samples) is a few hundred MB, and a file is held twice while it is decoded.
+MAX_FILE_BYTES = 1 << 30
+#: Nor are files of more values than this (an upper bound counted on the bytes: commas, ``[`` and
+#: ``{`` of JSON; commas, line ends and spaces of CSV). Parsed, and with the rows made of them, values
+#: cost up to about 100 bytes each (an empty list alone is 64), so this bounds the memory of reading
+#: one file to about 2 GB; honest files hold one value per 6-14 bytes (benchmarks/README.md, "Large
+#: result files").
+MAX_VALUES = 20_000_000
 
 #: Beyond this a figure is not a measurement (a microsecond count of 30 years is 1e15).
 _LARGEST = 1e15
+#: No collective or message completes in under a picosecond: a positive time below this is not
+#: a measurement (and the logarithms of the ratios compare takes would overflow).
+SMALLEST_TIME_US = 1e-6
+#: Text columns (names, the check) are short and printable: a longer or control-laden value is
+#: not collbench's and would garble the tables it is printed in.
+_LONGEST_TEXT = 256
+
+_CHUNK = 1 << 24
+#: Integers of more digits are read as the floats they overflow to (``_integer``).
+_DIGITS = 100
 
 
-def _float(v, limit: float = _LARGEST) -> float:
-    """A figure: a number (NaN where it is missing), never infinite nor, beyond ``limit``, so
-    large that the statistics downstream overflow (exp, log, sums)."""
-    if v is None or v == "":
+def _cut(text: str) -> str:
+    """``text`` cut short for an error message, which stays one short line."""
+    return text if len(text) <= 40 else f"{text[:30]}… ({len(text)} characters)"
+
+
+def _shown(v) -> str:
+    """A value for an error message: its repr, cut short."""
+    return _cut(repr(v))
+
+
+# -- reading the bytes -------------------------------------------------------------------------
+
+_NOT_FILES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular(name: str, mode: int) -> None:
+    for test, kind in _NOT_FILES:
+        if test(mode):
+            hint = "; to read a stream, pipe it in and give - as the file" if test is stat.S_ISFIFO else ""
+            raise UsageError(f"{name}: not a result file but {kind}{hint}")
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{name}: not a regular file")
+
+
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or exc.__class__.__name__).lower()
+
+
+def _read_bounded(stream, name: str, size: int = 0) -> bytearray:
+    """Everything a raw binary ``stream`` gives, up to MAX_FILE_BYTES; more is refused.
+    ``size``: what the file says it holds, read in place into one buffer (a file that grew since,
+    and a stream of unknown size, go on in chunks)."""
+    data = bytearray(size)
+    filled = 0
+    with memoryview(data) as view:
+        while filled < size:
+            got = stream.readinto(view[filled:])
+            if not got:
+                break
+            filled += got
+    if filled < size:                     # it shrank since
+        del data[filled:]
+    while len(data) <= MAX_FILE_BYTES:
+        chunk = stream.read(min(_CHUNK, MAX_FILE_BYTES + 1 - len(data)))
+        if not chunk:
+            return data
+        data += chunk
+    raise UsageError(f"{name}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench result file")
+
+
+def _read_file(path: Path) -> bytearray:
+    """The bytes of a regular file. Its kind is checked before it is opened (opening a FIFO
+    waits for a writer, opening a device can act on it) and again on what was opened."""
+    name = str(path)
+    try:
+        _check_regular(name, os.stat(path).st_mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{name}: cannot read ({_reason(exc)})") from None
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        try:
+            info = os.fstat(f.fileno())
+            _check_regular(name, info.st_mode)
+            if info.st_size > MAX_FILE_BYTES:
+                raise UsageError(f"{name}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench result file")
+            if info.st_size == 0:
+                if f.read(1):
+                    raise UsageError(f"{name}: a file of no size that still holds bytes (/proc, /sys?); "
+                                     "not a result file")
+                return bytearray()
+            return _read_bounded(f, name, info.st_size)
+        except OSError as exc:
+            raise UsageError(f"{name}: cannot read ({_reason(exc)})") from None
+
+
+def _read_stdin() -> bytearray:
+    try:
+        with open(0, "rb", buffering=0, closefd=False) as stream:
+            return _read_bounded(stream, "-")
+    except OSError as exc:
+        raise UsageError(f"-: cannot read standard input ({_reason(exc)})") from None
+
+
+def _count_values(data: bytearray, is_csv: bool, name: str) -> None:
+    marks = (b",", b"\n", b" ") if is_csv else (b",", b"[", b"{")
+    values = sum(data.count(mark) for mark in marks)
+    if values > MAX_VALUES:
+        raise UsageError(f"{name}: too large to read: {values:,} values (numbers, lists, objects or cells), more "
+                         f"than the {MAX_VALUES:,} collbench reads in bounded memory")
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+def _number_text(v: str) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+def _count(v, cells: bool = False) -> int:
+    """A count or a size: a whole number from 0 to 1e15 (in a CSV, also its text)."""
+    if isinstance(v, str) and cells:
+        v = _number_text(v)
+    if isinstance(v, float):
+        if math.isinf(v):
+            raise ValueError("out of range")
+        if not v.is_integer():
+            raise ValueError("not a whole number")
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError("not a whole number")
+    if v < 0:
+        raise ValueError("negative")
+    if v > _LARGEST:
+        raise ValueError("out of range")
+    return v
+
+
+def _figure(v, cells: bool = False, *, limit: float = _LARGEST, smallest: float = 0.0) -> float:
+    """A figure: NaN where it is missing (null; an empty CSV cell), never negative, infinite nor
+    beyond ``limit`` (the statistics downstream would overflow), nor positive below ``smallest``.
+    In JSON a number; in a CSV (``cells``) also its text."""
+    if v is None or (cells and v == ""):
         return math.nan
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise ValueError(f"not a number: {v!r}")
-    value = float(v)
-    if math.isinf(value) or abs(value) > limit:
-        raise ValueError(f"out of range: {v!r}")
-    return value
+    if isinstance(v, str) and cells:
+        v = _number_text(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError("not a number")
+    try:
+        value = float(v)
+    except OverflowError:
+        raise ValueError("out of range") from None
+    if math.isnan(value):
+        return math.nan
+    if value < 0:
+        raise ValueError("negative")
+    if math.isinf(value) or value > limit:
+        raise ValueError("out of range")
+    if 0 < value < smallest:
+        raise ValueError(f"below {smallest:g}")
+    return value if value else 0.0          # -0.0 is 0 (and a figure's float is kept, not copied)
 
 
-def _medians(v, where: str) -> tuple:
+def _text(v, cells: bool) -> str:
+    if cells:                 # an empty CSV cell reads as missing (NaN), as pandas reads it
+        v = "" if isinstance(v, float) and math.isnan(v) else str(v)
+    if not isinstance(v, str):
+        raise ValueError("not text")
+    if len(v) > _LONGEST_TEXT:
+        raise ValueError(f"longer than {_LONGEST_TEXT} characters")
+    if not v.isprintable():
+        raise ValueError("not printable text")
+    return v
+
+
+def _check(v, cells: bool = False) -> str:
+    """ok, skipped or wrong:N (N whole), or another short text a later version may write."""
+    text = _text(v, cells)
+    if text.startswith("wrong:") and not (text[6:].isdigit() and text[6:].isascii() and len(text) < 26):
+        raise ValueError("not wrong:N")
+    return text
+
+
+def _flag(v, cells: bool = False) -> bool:
+    if isinstance(v, bool):
+        return v
+    if cells:
+        if isinstance(v, float) and math.isnan(v):
+            return False
+        text = str(v).strip().lower()
+        if text in ("true", "1", "1.0"):
+            return True
+        if text in ("false", "0", "0.0"):
+            return False
+    raise ValueError("not true or false")
+
+
+def _bad(where: str, v, name: str, exc: Exception) -> UsageError:
+    why = f": {exc}" if str(exc) else ""
+    return UsageError(f"{where}: bad value {_shown(v)} in column {name}{why}")
+
+
+def _medians(v, where: str, cells: bool) -> tuple:
     """time_us_round_p50s: a JSON list, or the CSV's space-separated text."""
-    if isinstance(v, str):
-        v = v.split()
-    elif isinstance(v, (int, float)) and not isinstance(v, bool):   # a CSV cell: one median, or empty
+    if cells and isinstance(v, str):
+        v = [text for text in v.strip().split(" ") if text]    # spaces: counted as values (_count_values)
+    elif cells and isinstance(v, (int, float)) and not isinstance(v, bool):   # one median, or an empty cell
         v = [] if math.isnan(v) else [v]
     if not isinstance(v, (list, tuple)):
         raise UsageError(f"{where}: time_us_round_p50s is not a list of numbers")
     try:
-        return tuple(_float(x) for x in v)
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: time_us_round_p50s is not a list of numbers") from None
+        return tuple(_figure(x, cells, smallest=SMALLEST_TIME_US) for x in v)
+    except ValueError as exc:
+        bad = next(x for x in v if not _fits(x, cells))
+        raise UsageError(f"{where}: bad value {_shown(bad)} in time_us_round_p50s: {exc}") from None
 
 
-def _row(record: dict, where: str) -> Row:
+def _fits(x, cells: bool) -> bool:
+    try:
+        _figure(x, cells, smallest=SMALLEST_TIME_US)
+    except ValueError:
+        return False
+    return True
+
+
+#: Beyond the rank counts of the largest machines: a row's per-rank structures (a host per rank)
+#: stay bounded.
+MOST_RANKS = 1 << 24
+#: Counts a row has at least one of.
+_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds")
+
+
+def _check_identity(values: dict, where: str) -> None:
+    """A row's counts agree with each other: ranks between 1 and MOST_RANKS, no more per host
+    than in all, a pair of two ranks of the run."""
+    for name in _AT_LEAST_ONE:
+        if values[name] < 1:
+            raise UsageError(f"{where}: bad value {values[name]} in column {name}: less than 1")
+    ranks = values["world_size"]
+    if ranks > MOST_RANKS:
+        raise UsageError(f"{where}: bad value {ranks} in column world_size: more than {MOST_RANKS:,} ranks")
+    if values["ranks_per_node"] > ranks:
+        raise UsageError(f"{where}: ranks_per_node ({values['ranks_per_node']}) is more than world_size ({ranks})")
+    pair = values["pair"]
+    if pair:
+        a, _, b = pair.partition("-")
+        if not (a.isdigit() and b.isdigit() and a.isascii() and b.isascii() and int(a) != int(b)
+                and max(int(a), int(b)) < ranks):
+            raise UsageError(f"{where}: bad value {_shown(pair)} in column pair: not A-B, two ranks of the "
+                             f"{ranks} of the run")
+
+
+def _row(record: dict, where: str, cells: bool = False) -> Row:
+    """A row from a JSON object or a CSV line's typed cells (``cells``)."""
     missing = [f for f in ROW_FIELDS if f not in record and f not in ADDED_LATER]
     if missing:
         raise UsageError(f"{where}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     values = {}
     for name in ROW_FIELDS:
+        if name == "time_us_round_p50s":
+            continue
         v = record.get(name, ADDED_LATER.get(name))
         try:
-            if name == "time_us_round_p50s":
-                continue
             if name in _INT:
-                if isinstance(v, bool) or not isinstance(v, (int, float, str)) or not 0 <= float(v) <= _LARGEST:
-                    raise ValueError(v)          # counts and sizes: never negative
-                values[name] = int(v)
-            elif name in _STR:          # an empty CSV cell reads as missing (NaN), as pandas reads it
-                values[name] = "" if isinstance(v, float) and math.isnan(v) else str(v)
+                values[name] = _count(v, cells)
+            elif name == "check":
+                values[name] = _check(v, cells)
+            elif name in _STR:
+                values[name] = _text(v, cells)
             elif name in _BOOL:
-                values[name] = v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1")
+                values[name] = _flag(v, cells)
             else:
-                values[name] = _float(v, math.inf if name in WIDE_FIELDS else _LARGEST)
-        except (TypeError, ValueError):
-            raise UsageError(f"{where}: bad value {v!r} in column {name}") from None
+                values[name] = _figure(v, cells, limit=math.inf if name in WIDE_FIELDS else _LARGEST,
+                                       smallest=SMALLEST_TIME_US if name in _TIMES else 0.0)
+        except (TypeError, ValueError) as exc:
+            raise _bad(where, v, name, exc) from None
+    _check_identity(values, where)
     medians = record.get("time_us_round_p50s")
-    values["time_us_round_p50s"] = _medians(medians, where) if medians is not None else (values["time_us_p50"],)
+    values["time_us_round_p50s"] = _medians(medians, where, cells) if medians is not None else (values["time_us_p50"],)
+    if len(values["time_us_round_p50s"]) != values["rounds"]:
+        raise UsageError(f"{where}: rounds says {values['rounds']} but time_us_round_p50s holds "
+                         f"{len(values['time_us_round_p50s'])} medians")
+    if values["rounds_set_aside"] > values["rounds"]:
+        raise UsageError(f"{where}: rounds_set_aside ({values['rounds_set_aside']}) is more than rounds "
+                         f"({values['rounds']})")
     return Row(**values)
 
 
@@ -86,32 +347,62 @@ def _numbers(v, where: str, name: str):
     if not isinstance(v, list):
         raise UsageError(f"{where}: {name} is not a list of numbers")
     try:
-        return tuple(_float(x) for x in v)
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: {name} is not a list of numbers") from None
+        return tuple(_figure(x, smallest=SMALLEST_TIME_US) for x in v)
+    except ValueError as exc:
+        raise UsageError(f"{where}: {name} is not a list of non-negative times ({exc})") from None
 
 
 def _round(d, where: str) -> RoundData:
     if not isinstance(d, dict):
         raise UsageError(f"{where}: a round_details entry is not an object")
-    try:
-        return RoundData(round=int(d["round"]), iterations=int(d["iterations"]), time_us_p50=_float(d["time_us_p50"]),
-                         time_us_ci_low=_float(d.get("time_us_ci_low"), math.inf),
-                         time_us_ci_high=_float(d.get("time_us_ci_high"), math.inf),
-                         precision_reached=bool(d.get("precision_reached", False)), check=str(d.get("check", "skipped")),
-                         calls_per_sample=int(d.get("calls_per_sample") or 1),
-                         samples_us=_numbers(d.get("samples_us"), where, "samples_us"),
-                         rank_means_us=_numbers(d.get("rank_means_us"), where, "rank_means_us"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{where}: bad round_details entry ({exc.__class__.__name__}: {exc})") from None
+    for name in ("round", "iterations", "time_us_p50"):
+        if name not in d:
+            raise UsageError(f"{where}: a round_details entry lacks {name}")
+    parsed = {}
+    for name, parse, default in (("round", _count, None), ("iterations", _count, None),
+                                 ("time_us_p50", lambda v: _figure(v, smallest=SMALLEST_TIME_US), None),
+                                 ("time_us_ci_low", lambda v: _figure(v, limit=math.inf), None),
+                                 ("time_us_ci_high", lambda v: _figure(v, limit=math.inf), None),
+                                 ("precision_reached", _flag, False), ("check", _check, "skipped"),
+                                 ("calls_per_sample", lambda v: _count(v or 1), 1)):
+        v = d.get(name, default)
+        try:
+            parsed[name] = parse(v)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{where}: bad value {_shown(v)} in round_details {name}: {exc}") from None
+    if parsed["round"] < 1:
+        raise UsageError(f"{where}: bad value 0 in round_details round: rounds are numbered from 1")
+    return RoundData(**parsed, samples_us=_numbers(d.get("samples_us"), where, "samples_us"),
+                     rank_means_us=_numbers(d.get("rank_means_us"), where, "rank_means_us"))
 
 
 def _rounds_v1(record: dict, row: Row, where: str) -> tuple:
     """A version 1 row as one round: its samples and CI are that round's."""
     samples = _numbers(record.get("samples_us"), where, "samples_us")
     means = _numbers(record.get("rank_means_us"), where, "rank_means_us")
+    try:
+        calls = _count(record.get("calls_per_sample") or 1)
+    except (TypeError, ValueError) as exc:
+        raise _bad(where, record.get("calls_per_sample"), "calls_per_sample", exc) from None
     return (RoundData(1, row.iterations, row.time_us_p50, row.time_us_ci_low, row.time_us_ci_high,
-                      row.precision_reached, row.check, int(record.get("calls_per_sample") or 1), samples, means),)
+                      row.precision_reached, row.check, calls, samples, means),)
+
+
+def _checked_rounds(row: Row, rounds: tuple, where: str) -> tuple:
+    """A row's round details agree with its count of rounds and its round medians (the medians
+    compare reads and the details merge reads must be one measurement)."""
+    if not rounds:
+        return rounds
+    numbers = [d.round for d in rounds]
+    if len(set(numbers)) != len(numbers):
+        raise UsageError(f"{where}: round_details names round {Counter(numbers).most_common(1)[0][0]} twice")
+    if len(rounds) != row.rounds:
+        raise UsageError(f"{where}: rounds says {row.rounds} but round_details holds {len(rounds)} rounds")
+    for d, median in zip(sorted(rounds, key=lambda d: d.round), row.time_us_round_p50s):
+        if d.time_us_p50 != median and not (math.isnan(d.time_us_p50) and math.isnan(median)):
+            raise UsageError(f"{where}: round {d.round}'s median in round_details ({d.time_us_p50:g}) is not the "
+                             f"one in time_us_round_p50s ({median:g})")
+    return rounds
 
 
 #: The metadata entries that compare, report and merge read, and the type each must have.
@@ -119,7 +410,7 @@ _METADATA_TYPES = {"rounds": list, "settings": dict, "versions": dict, "hostname
                    "merged_from": list, "environment": dict}
 
 
-def _checked_metadata(metadata, path: Path) -> dict:
+def _checked_metadata(metadata, path) -> dict:
     if not isinstance(metadata, dict):
         raise UsageError(f"{path}: metadata is not an object")
     for key, kind in _METADATA_TYPES.items():
@@ -128,23 +419,56 @@ def _checked_metadata(metadata, path: Path) -> dict:
     return metadata
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object; a key given twice is refused rather than read from its last copy."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        twice = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise _Duplicate(twice)
+    return obj
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _integer(text: str):
+    """A JSON integer; one of more than _DIGITS digits (no count comes near) as the float it
+    rounds to, out of range wherever it stands: Python converts digits to an int in quadratic
+    time, two minutes for a file of 4,000-digit integers."""
+    return int(text) if len(text) <= _DIGITS else float(text)
+
+
 def _parse(text: str, where: str):
     """JSON text to objects; what is wrong with it, in one line naming ``where``."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_integer)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except _Duplicate as exc:
+        raise UsageError(f"{where}: the key {_shown(exc.args[0])} appears twice in one object") from None
     except RecursionError:
         raise UsageError(f"{where} is nested too deeply") from None
 
 
-def _schema_version(version, path: Path) -> int:
+def _schema_version(version, path) -> int:
     if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
-        raise UsageError(f"{path}: unsupported schema version {version!r} (this collbench reads 1..{SCHEMA_VERSION})")
+        raise UsageError(f"{path}: unsupported schema version {_shown(version)} (this collbench reads "
+                         f"1..{SCHEMA_VERSION})")
     return version
 
 
-def _load_json(path: Path, text: str) -> RunResult:
+def _notes(notes, path) -> list:
+    """The run's notes: a list of texts, each shown as one line (what is not printable in it,
+    a line end or a terminal's escape, becomes a space)."""
+    if notes is None:
+        return []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise UsageError(f"{path}: notes is not a list of texts")
+    return [n if n.isprintable() else "".join(c if c.isprintable() else " " for c in n) for n in notes]
+
+
+def _load_json(path, text: str) -> RunResult:
     doc = _parse(text, str(path))
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UsageError(f"{path}: not a collbench result file")
@@ -153,8 +477,9 @@ def _load_json(path: Path, text: str) -> RunResult:
     rows = doc.get("rows", [])
     if not isinstance(rows, list):
         raise UsageError(f"{path}: rows is not a list")
-    result = RunResult(metadata=metadata, notes=[str(n) for n in (doc.get("notes") or [])])
+    result = RunResult(metadata=metadata, notes=_notes(doc.get("notes"), path))
     for i, record in enumerate(rows):
+        rows[i] = None                    # its parsed object goes as its row comes: one of the two at a time
         where = f"{path} row {i}"
         if not isinstance(record, dict):
             raise UsageError(f"{where} is not an object")
@@ -165,12 +490,12 @@ def _load_json(path: Path, text: str) -> RunResult:
             details = record.get("round_details") or []
             if not isinstance(details, list):
                 raise UsageError(f"{where}: round_details is not a list")
-            rounds = tuple(_round(d, where) for d in details)
+            rounds = _checked_rounds(row, tuple(_round(d, where) for d in details), where)
         result.add(row, rounds)
     return result
 
 
-def _csv_metadata(path: Path, cell) -> dict:
+def _csv_metadata(path, cell) -> dict:
     """The run metadata of a CSV's first row (its ``run_metadata`` cell), checked as the JSON's is."""
     if not isinstance(cell, str):
         raise UsageError(f"{path}: row 0: {CSV_METADATA_COLUMN} is not JSON text")
@@ -187,92 +512,144 @@ _MISSING = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan"
 _TRUE, _FALSE = ("True", "TRUE", "true"), ("False", "FALSE", "false")
 
 
-def _reads_as(kind, cells: list) -> bool:
-    """Whether every cell is a number of ``kind`` (int, float) as pandas reads numbers."""
+def _reads_as(kind, cell: str) -> bool:
+    """Whether the cell is a number of ``kind`` (int, float) as pandas reads numbers."""
+    if not cell.isascii() or "_" in cell:     # digits Python reads and pandas does not
+        return False
+    if kind is int and len(cell) > _DIGITS:   # read as a float, in linear time (``_integer``)
+        return False
     try:
-        for cell in cells:
-            if not cell.isascii() or "_" in cell:     # digits Python reads and pandas does not
-                return False
-            kind(cell)
+        kind(cell)
     except ValueError:
         return False
     return True
 
 
-def _typed(cells: list) -> list:
-    """One column's cells typed as ``pandas.read_csv`` types a column: missing cells NaN, the
-    others all True or False, all integers (floats when some are missing), all numbers, or text."""
-    present = [c for c in cells if c not in _MISSING]
-    if present and all(c in _TRUE + _FALSE for c in present):
-        parse = (lambda c: c in _TRUE)
-    elif len(present) == len(cells) and _reads_as(int, present):
-        parse = int
-    elif _reads_as(float, present):
-        parse = float
-    else:
-        parse = str
-    return [math.nan if c in _MISSING else parse(c) for c in cells]
+class _ColumnType:
+    """How ``pandas.read_csv`` types a column, learned one cell at a time (``see``): missing
+    cells NaN, the others all True or False, all integers (floats when some are missing), all
+    numbers, or text."""
+
+    def __init__(self) -> None:
+        self.present = self.missing = False
+        self.flags = self.integers = self.numbers = True
+
+    def see(self, cell: str) -> None:
+        if cell in _MISSING:
+            self.missing = True
+            return
+        self.present = True
+        self.flags = self.flags and cell in _TRUE + _FALSE
+        self.integers = self.integers and _reads_as(int, cell)
+        self.numbers = self.numbers and (self.integers or _reads_as(float, cell))
+
+    def parser(self):
+        if self.present and self.flags:
+            parse = (lambda c: c in _TRUE)
+        elif not self.missing and self.integers:
+            parse = int
+        elif self.numbers:
+            parse = float
+        else:
+            parse = str
+        return lambda c: math.nan if c in _MISSING else parse(c)
 
 
-def _csv_lines(path: Path, text: str) -> list:
-    """The CSV's lines as lists of cells, blank (or white) lines left out; a line longer than
-    the header is not a table."""
+def _text_lines(text: str):
+    """The lines of ``text``, ends kept, one at a time (``io.StringIO`` would hold the text a
+    second time, four bytes a character)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def _csv_lines(path, text: str):
+    """The CSV's lines as lists of cells, one at a time, blank (or white) lines left out; a line
+    longer than the header is not a table."""
     csv.field_size_limit(max(csv.field_size_limit(), min(MAX_FILE_BYTES, 2 ** 31 - 1)))   # the metadata cell
+    width = None
     try:
-        lines = [line for line in csv.reader(io.StringIO(text.removeprefix("\ufeff")), strict=True)
-                 if line and not (len(line) == 1 and not line[0].strip())]
+        for number, line in enumerate(csv.reader(_text_lines(text), strict=True), start=1):
+            if not line or (len(line) == 1 and not line[0].strip()):
+                continue
+            if width is not None and len(line) > width:
+                raise UsageError(f"{path}: not a readable CSV (expected {width} fields in line {number}, "
+                                 f"saw {len(line)})")
+            width = width or len(line)
+            yield line
     except csv.Error as exc:
         raise UsageError(f"{path}: not a readable CSV ({exc})") from None
-    if not lines:
+    if width is None:
         raise UsageError(f"{path}: not a readable CSV (no columns to parse)")
-    for number, line in enumerate(lines[1:], start=2):
-        if len(line) > len(lines[0]):
-            raise UsageError(f"{path}: not a readable CSV (expected {len(lines[0])} fields in line {number}, "
-                             f"saw {len(line)})")
-    return lines
 
 
-def _load_csv(path: Path, text: str) -> RunResult:
-    """Rows from the CSV; run metadata from its first row where it has one (CSVs written before
-    it carry none). ``format: csv`` says the file holds rows only, no rounds. Read with the csv
-    module: each column typed as pandas would read it (``_typed``); the metadata cell is text."""
-    header, *lines = _csv_lines(path, text)
-    twice = sorted({name for name in header if header.count(name) > 1})
+def _csv_header(path, header: list) -> dict:
+    """Column name -> its place; a column twice, or a row column missing, is refused."""
+    twice = sorted(name for name, n in Counter(header).items() if n > 1)
     if twice:
-        raise UsageError(f"{path}: not a readable CSV (column {twice[0]} appears twice)")
+        raise UsageError(f"{path}: not a readable CSV (column {_cut(ascii(twice[0])[1:-1])} appears twice)")
     missing = [f for f in ROW_FIELDS if f not in header and f not in ADDED_LATER]
     if missing:               # said even when there is no row to read
         raise UsageError(f"{path}: not a collbench result (missing columns: {', '.join(missing[:4])})")
-    lines = [line + [""] * (len(header) - len(line)) for line in lines]      # short lines: missing cells
+    return {name: i for i, name in enumerate(header)}
+
+
+def _load_csv(path, text: str) -> RunResult:
+    """Rows from the CSV; run metadata from its first row where it has one (CSVs written before
+    it carry none). ``format: csv`` says the file holds rows only, no rounds. Read with the csv
+    module in two passes, neither of which keeps the lines: the first types each column as
+    pandas would (``_ColumnType``), the second makes the rows. Only the columns a row has are
+    typed (other columns, however many, are carried by no row); the metadata cell is text."""
+    lines = _csv_lines(path, text)
+    index = _csv_header(path, next(lines))
+    read = [(name, index[name]) for name in ROW_FIELDS if name in index]
+    types = {name: _ColumnType() for name, _ in read}
+    meta_at, metadata_cell = index.get(CSV_METADATA_COLUMN), None
+    for number, line in enumerate(lines):
+        for name, i in read:              # short lines: missing cells
+            types[name].see(line[i] if i < len(line) else "")
+        if number == 0 and meta_at is not None:
+            metadata_cell = line[meta_at] if meta_at < len(line) else ""
     metadata = {}
-    if CSV_METADATA_COLUMN in header and lines:
-        cell = lines[0][header.index(CSV_METADATA_COLUMN)]
-        metadata = _csv_metadata(path, None if cell in _MISSING else cell)
-    columns = [_typed(list(cells)) for cells in zip(*lines)] if lines else []
-    records = [dict(zip(header, values)) for values in zip(*columns)]
+    if metadata_cell is not None:
+        metadata = _csv_metadata(path, None if metadata_cell in _MISSING else metadata_cell)
+    parsers = [(name, i, types[name].parser()) for name, i in read]
     result = RunResult(metadata={**metadata, "source": str(path), "format": "csv"})
-    for i, record in enumerate(records):
-        result.add(_row(record, f"{path} row {i}"))
+    lines = _csv_lines(path, text)
+    next(lines)
+    for number, line in enumerate(lines):
+        record = {name: parse(line[i] if i < len(line) else "") for name, i, parse in parsers}
+        result.add(_row(record, f"{path} row {number}", cells=True))
     return result
 
 
-#: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
-#: samples) is a few hundred MB, and reading an arbitrary file whole could exhaust memory.
-MAX_FILE_BYTES = 2 << 30
+_BOM = "\ufeff".encode()
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?\s*[{\[]")
+_BLANK = re.compile(r"\s*\Z")
 
 
 def load_result(path) -> RunResult:
-    path = Path(path)
+    """The run in a result file (``-``: standard input); UsageError, in one line, for anything else."""
+    if str(path) == "-":
+        name, data = "-", _read_stdin()
+        is_csv = not _JSON_START.match(data)
+    else:
+        path = Path(path)
+        name, data = str(path), _read_file(path)
+        is_csv = path.suffix.lower() == ".csv"
+    _count_values(data, is_csv, name)
+    if data.startswith(_BOM):           # skipped: some editors write one
+        del data[:len(_BOM)]
     try:
-        if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
-            raise UsageError(f"{path}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench result file")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read ({exc.__class__.__name__})") from None
-    if not text.strip():
-        raise UsageError(f"{path}: empty file")
-    if path.suffix.lower() == ".csv":
-        return _load_csv(path, text)
-    return _load_json(path, text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name}: cannot read (not UTF-8 text: byte {exc.start})") from None
+    del data
+    if _BLANK.match(text):
+        raise UsageError(f"{name}: empty file")
+    if is_csv:
+        return _load_csv(name, text)
+    return _load_json(name, text)
