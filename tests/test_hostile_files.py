@@ -53,7 +53,7 @@ def files(tmp_path_factory):
     """good.json and good.csv, two honest runs (base.json, a baseline of another run), and the
     JSON document of good.json to break."""
     folder = tmp_path_factory.mktemp("hostile")
-    good = write(run_of(SERIES, seed=1), folder / "good.json")
+    write(run_of(SERIES, seed=1), folder / "good.json")
     write(run_of(SERIES, seed=1), folder / "good.csv")
     base = run_of(SERIES, seed=2)
     base.metadata["run_id"] = "base-run"

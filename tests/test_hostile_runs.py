@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from results_helpers import wait_for_rows
 from test_adversarial import _env
 
 
@@ -153,16 +154,6 @@ def _named(pids, name: str) -> list:
     return found
 
 
-def _wait_rows(path, timeout=90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(path.read_text())["rows"]:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{path} has no rows")
 
 
 @pytest.mark.mpi
@@ -172,7 +163,7 @@ def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_pat
     the launch is then ended in one line rather than waited for for ever, and nothing is left."""
     run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1", "-q",
                   "-o", "r.json"], tmp_path)
-    _wait_rows(tmp_path / "r.json")
+    wait_for_rows(tmp_path / "r.json")
     tree = _tree_of(run.pid)
     mpiexec = _named(tree, "mpiexec")[0]
     target = mpiexec if victim == "mpiexec" else [
@@ -193,7 +184,7 @@ def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_pat
 def test_a_launcher_process_killed_outright_is_named_in_one_line(tmp_path, victim):
     run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1", "-q",
                   "-o", "r.json"], tmp_path)
-    _wait_rows(tmp_path / "r.json")
+    wait_for_rows(tmp_path / "r.json")
     os.kill(_named(_tree_of(run.pid), victim)[0], signal.SIGKILL)
     out, err = run.communicate(timeout=120)
     said = [line for line in err.splitlines() if line.startswith("collbench:")]
@@ -210,7 +201,7 @@ def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running
     mpiexec, its proxy and the stopped guardian, and the file holds what was measured."""
     run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1", "-q",
                   "-o", "r.json"], tmp_path)
-    _wait_rows(tmp_path / "r.json")
+    wait_for_rows(tmp_path / "r.json")
     tree = _tree_of(run.pid)
     guardians = [pid for pid in _named(tree, "collbench") if pid != run.pid and _tree_of(pid)[1:]]
     os.kill(guardians[-1], signal.SIGSTOP)

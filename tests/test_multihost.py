@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from results_helpers import wait_for_rows
+
 from collbench.launch import coordinator, rendezvous
 from collbench.launch.spawn import find_mpiexec, mpiexec_flavour
 
@@ -245,17 +247,6 @@ def _long() -> list:
     return ["--sizes", "8,16M", "--iters", "500", "--warmup", "0", "--rounds", "1", "--timeout", "0", "--no-shuffle"]
 
 
-def _wait_for_rows(path: Path, job: subprocess.Popen, seconds: float = 60) -> None:
-    """Until the result file holds a measured row: the run is in its long size then."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and job.poll() is None:
-        try:
-            if json.loads(path.read_text()).get("rows"):
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the run never finished its first size: {job.communicate(timeout=30)[1]}")
 
 
 def _environ(pid: int) -> list:
@@ -288,7 +279,7 @@ def test_a_rank_killed_on_the_second_host_ends_the_job_naming_it(hosts, tmp_path
     cmd = _mpiexec(hosts, tmp_path, (2, 1), ["allreduce", "--backend", backend, *_long(), "-o", out])
     job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_rows(out, job)
+        wait_for_rows(out, 60, job=job)
         victim = _rank_process(hosts[1], 2)
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
@@ -314,7 +305,7 @@ def test_the_timeout_names_the_ranks_and_hosts_that_had_not_finished(hosts, tmp_
     cmd = _mpiexec(hosts, tmp_path, (2, 1), ["allreduce", "--backend", "mpi", *args, "-o", out])
     job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_rows(out, job)
+        wait_for_rows(out, 60, job=job)
         os.kill(_rank_process(hosts[1], 2), signal.SIGSTOP)
         _, stderr = job.communicate(timeout=60)
     finally:
@@ -352,7 +343,7 @@ def test_the_second_host_dying_ends_the_job_on_the_first_naming_it(hosts, tmp_pa
     with err.open("w") as stderr:
         job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=stderr)
     try:
-        _wait_for_rows(out, job)
+        wait_for_rows(out, 60, job=job)
         _sh("ip", "-n", node2.netns, "addr", "flush", "dev", node2.iface)
         died_at = time.monotonic()
         node2.kill_all()

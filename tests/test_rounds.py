@@ -4,7 +4,6 @@ shuffled order and its seed, busy rounds, failures in a later round, and compare
 import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys

@@ -26,6 +26,7 @@ from collbench.launch import pmi
 from collbench.launch.coordinator import Coordinator, _Peer
 from collbench.launch.launcher import detect
 from collbench.launch.pmi import mpi_start_problem, world_mismatch
+from results_helpers import wait_for_rows
 from slurm_helpers import Cluster, Munge, Node, local_node, srun_mpi_plugins, why_not
 
 WHY_NOT = why_not()
@@ -204,16 +205,6 @@ def _long() -> list:
             "--no-shuffle"]
 
 
-def _wait_for_rows(path: Path, job: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and job.poll() is None:
-        try:
-            if json.loads(path.read_text()).get("rows"):
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the run never finished its first size: {job.communicate(timeout=60)[1]}")
 
 
 def _rank_process(cluster, rank: int) -> int:
@@ -242,7 +233,7 @@ def test_a_job_ended_by_slurm_or_by_a_killed_rank_keeps_its_files(cluster, tmp_p
     job = subprocess.Popen(cluster.client(["srun", "--mpi=pmi2", "-n", "2", *COLLBENCH, *_long(), "-o", str(out)]),
                            cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_rows(out, job)
+        wait_for_rows(out, 120, job=job)
         if fault == "scancel":
             cluster.run_client(["scancel", "--user", "root"])
         else:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import selectors
 import socket
-import sys
 import threading
 import time
 from typing import Callable, Optional

@@ -8,7 +8,6 @@ See ``supervise`` and ``coordinator`` for the whole picture. Only the standard l
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from typing import Callable

@@ -27,7 +27,8 @@ from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes, rendezvous
 from collbench.launch.janitor import Janitor
 from collbench.launch.link import process_state
-from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, kept_after_rounds, process_tree, saved_results_clause
+from collbench.launch.supervise import (PARENT_ENV, STOP_GRACE, kept_after_rounds, process_name, process_tree,
+                                        saved_results_clause)
 from collbench.results.journal import Journal, release_claims
 
 
@@ -154,11 +155,7 @@ def _lingering(procs: list) -> str:
 
 
 def _name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return "a process"
+    return process_name(pid) or "a process"
 
 
 #: Seconds a launch may take to end after its rank 0 recorded the round as complete.

@@ -316,6 +316,15 @@ def process_tree(pid: int) -> list:
     return found
 
 
+def process_name(pid: int) -> str:
+    """The kernel's name of ``pid`` (its ``comm``, at most 15 characters); "" if unknown."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, which has ended, does not)."""
     try:

@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from collbench.launch.supervise import process_name
+
 ONE_TERMINAL_ENV = "COLLBENCH_ONE_TERMINAL"
 #: set (to 1) for self-launched ranks when the user's stdout, or stderr, is a terminal
 TTY_ENV = {"stdout": "COLLBENCH_STDOUT_TTY", "stderr": "COLLBENCH_STDERR_TTY"}
@@ -72,12 +74,6 @@ def _parent(pid: int) -> Optional[int]:
         return None
 
 
-def _name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
 
 
 def _listening_inodes(port: int) -> set:
@@ -105,7 +101,7 @@ def _srun(env: Mapping[str, str]) -> Optional[int]:
     if not inodes:
         return None
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and _name(int(entry)) == "srun":
+        if entry.isdigit() and process_name(int(entry)) == "srun":
             try:
                 if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{entry}/fd")):
                     return int(entry)
@@ -124,7 +120,7 @@ def launcher_terminal(pid: Optional[int] = None, env: Mapping[str, str] = os.env
         if not pid or pid == 1:
             pid = None
             break
-        if _name(pid) in LAUNCHERS:
+        if process_name(pid) in LAUNCHERS:
             break
     else:
         pid = None

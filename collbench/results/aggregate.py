@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
