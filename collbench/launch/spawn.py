@@ -252,19 +252,23 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             return 0
         if early:
             return early
+        said = notes.explanation(state)
+        # A line noted but never seen: its writer was killed before mpiexec passed it on.
+        lost_line = relay is not None and bool(said) and said not in relay.said
         if received:
             # Rank 0 got the signal from us and said so (noting it first), unless it was still
             # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
-            if not ((relay is not None and relay.spoke) or notes.explanation(state) is not None):
+            if lost_line or not ((relay is not None and relay.spoke) or said is not None):
                 if sys.stderr.isatty():
                     sys.stderr.write(END_PROGRESS_LINE)
-                print(f"collbench: interrupted by {signal.Signals(received[0]).name}; "
+                print(said if lost_line else f"collbench: interrupted by {signal.Signals(received[0]).name}; "
                       f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return 128 + received[0]
-        said = notes.explanation(state) if relay is not None else None
+        if relay is None:
+            said = None
         spoken = relay is not None and (relay.spoke or said is not None)
         if code < 0:
-            if relay is not None and not spoken:      # mpiexec itself killed: nobody else can say it
+            if relay is not None and not relay.spoke:     # mpiexec itself killed: nobody else can say it
                 print(f"collbench: mpiexec (pid {procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
                       f"the job is stopped; {saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return 128 - code
