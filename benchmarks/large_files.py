@@ -37,16 +37,16 @@ from collbench.benchmarks.registry import get_benchmark
 from collbench.results.aggregate import build_row, round_data
 from collbench.results.exporters import exporter_for, write_atomic
 from collbench.results.loader import MAX_VALUES
-from collbench.results.records import RowIdentity, RunResult
+from collbench.results.records import RowIdentity, RunResult, with_older
 
 BLOCK = 500
 
 
 def _identity(size: int) -> RowIdentity:
     coll = get_benchmark("allreduce")
-    return RowIdentity(collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2,
-                       ranks_per_node=2, size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency",
-                       pair="", window=1, pairs_at_once=1, bus_factor=coll.bus_factor(2))
+    return RowIdentity(**with_older(dict(
+        collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2, ranks_per_node=2,
+        size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency", bus_factor=coll.bus_factor(2))))
 
 
 def build_run(rows: int, rounds: int, samples: int, seed: int) -> RunResult:

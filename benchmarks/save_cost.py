@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from collbench.results.aggregate import round_data
-from collbench.results.records import RowIdentity
+from collbench.results.records import RowIdentity, with_older
 from collbench.results.collector import Collector
 from collbench.results.files import EVERY_SIZE_ROWS
 from collbench.results.output import Output, OutputSettings
@@ -52,9 +52,9 @@ def in_process(sizes: int, folder: Path) -> bool:
     costs = []
     for i in range(sizes):
         size = 4 * (i + 1)
-        identity = RowIdentity(collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2,
-                               ranks_per_node=2, size_bytes=size, per_rank_bytes=size, count=size // 4,
-                               timing="latency", bus_factor=1.0)
+        identity = RowIdentity(**with_older(dict(
+            collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2, ranks_per_node=2,
+            size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency", bus_factor=1.0)))
         data = round_data(1, rng.lognormal(3, 0.2, 20), [20.0, 21.0], precision_reached=False, check="ok")
         started = time.perf_counter()
         out.add(identity, (0, 0, size, 0), data)

@@ -13,23 +13,24 @@ from collbench.benchmarks.registry import NAMES, ORDER
 
 COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
           "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
-          "--format", "--timeout", "--verbose", "--help"}
-DATA = {"--sizes", "--dtype", "--check"}
+          "--format", "--timeout", "--verbose", "--help", "--init-method"}
+DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload"}
+SPLIT = {"--split", "--split-mask"}
 EXPECTED = {
-    "allreduce": COMMON | DATA | {"--op"},
-    "reduce": COMMON | DATA | {"--op", "--root"},
-    "reduce_scatter": COMMON | DATA | {"--op"},
-    "bcast": COMMON | DATA | {"--root"},
-    "gather": COMMON | DATA | {"--root"},
-    "scatter": COMMON | DATA | {"--root"},
-    "allgather": COMMON | DATA,
-    "alltoall": COMMON | DATA,
-    "barrier": COMMON,
+    "allreduce": COMMON | SPLIT | DATA | {"--op"},
+    "reduce": COMMON | SPLIT | DATA | {"--op", "--root"},
+    "reduce_scatter": COMMON | SPLIT | DATA | {"--op"},
+    "bcast": COMMON | SPLIT | DATA | {"--root"},
+    "gather": COMMON | SPLIT | DATA | {"--root"},
+    "scatter": COMMON | SPLIT | DATA | {"--root"},
+    "allgather": COMMON | SPLIT | DATA,
+    "alltoall": COMMON | SPLIT | DATA,
+    "barrier": COMMON | SPLIT,
     "pingpong": COMMON | DATA | {"--pair"},
     "bw": COMMON | DATA | {"--pair", "--window"},
     "bibw": COMMON | DATA | {"--pair", "--window"},
-    "sendrecv": COMMON | DATA,
-    "all": COMMON | DATA | {"--op", "--root"},
+    "sendrecv": COMMON | SPLIT | DATA,
+    "all": COMMON | SPLIT | DATA | {"--op", "--root"},
 }
 
 

@@ -10,7 +10,7 @@ from collbench.errors import UsageError
 from collbench.results.exporters import MarkdownExporter
 from collbench.results.loader import load_result
 from collbench.results.ranks import RANK_FIELDS
-from collbench.results.records import ROW_FIELDS, SCHEMA, Row
+from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row
 from results_helpers import metadata, one_line_error, row_from_samples, run_cli, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
@@ -43,7 +43,7 @@ def test_json_round_trip_keeps_nan_and_rounds_without_samples(tmp_path):
 
 def test_json_document_is_the_documented_schema(tmp_path):
     doc = json.loads(write(run_of(SERIES), tmp_path / "run.json").read_text())
-    assert doc["schema"] == SCHEMA and doc["schema_version"] == 4
+    assert doc["schema"] == SCHEMA and doc["schema_version"] == SCHEMA_VERSION == 5
     assert set(doc) == {"schema", "schema_version", "metadata", "notes", "rows"}
     row = doc["rows"][0]
     assert set(row) == set(ROW_FIELDS) | set(RANK_FIELDS) | {"round_details"}

@@ -8,6 +8,7 @@ import math
 
 from collbench.analysis.compare import MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
 from collbench.measure.sizes import format_size
+from collbench.results.records import SAID_FIELDS, setup_words
 from collbench.results.tables import TableModel, rank_count_text, to_markdown
 
 COMPARISON_SCHEMA = "collbench.comparison"
@@ -148,12 +149,9 @@ def _setup_title(r: RowComparison) -> str:
     data = f"{r.field('dtype')}{'' if op == 'none' else ' ' + op}" if row is None or row.size_bytes else ""
     parts = [r.field("collective"), r.field("backend"), data, rank_count_text(r.field("world_size")),
              r.field("timing")]
-    parts += [f"{label} {r.field(name)}" for name, label, usual in _SETUP_EXTRAS if r.field(name) != usual]
+    parts += setup_words({name: r.field(name) for name in MATCH_FIELDS}, SAID_FIELDS)
+    parts += [f"group {r.field('group')}"] * bool(r.field("split"))
     return " · ".join(str(p) for p in parts if p)
-
-
-#: identity fields a setup's title names only when they are not the usual value
-_SETUP_EXTRAS = (("pair", "pair", ""), ("window", "window", 1), ("pairs_at_once", "pairs at once", 1))
 
 
 def comparison_tables(c: Comparison) -> list:

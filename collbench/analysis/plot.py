@@ -20,7 +20,7 @@ from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results import links
 from collbench.results.exporters import check_writable_path, write_atomic
-from collbench.results.records import KEY_FIELDS
+from collbench.results.records import KEY_FIELDS, PER_BACKEND, SAID_FIELDS, backend_label, setup_words
 from collbench.results.tables import rank_count_text
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -28,7 +28,8 @@ INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
 
 #: What tells one section of the figure from another: a row's identity less its backend (a
 #: colour) and its size (the x axis).
-SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "size_bytes", "per_rank_bytes", "count"))
+SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "size_bytes", "per_rank_bytes", "count",
+                                                          "group_hosts", "group_size") + PER_BACKEND)
 
 #: How a title says a field's value, given the section's whole key; "" where it goes unsaid (no
 #: reduction, one window, every rank on one host...). Other fields are said as they are.
@@ -36,9 +37,7 @@ _SAID = {
     "op": lambda k: "" if k["op"] == "none" else k["op"],
     "world_size": lambda k: rank_count_text(k["world_size"]),
     "ranks_per_node": lambda k: "" if k["ranks_per_node"] == k["world_size"] else f"{k['ranks_per_node']} per host",
-    "pair": lambda k: f"pair {k['pair']}" if k["pair"] else "",
-    "window": lambda k: f"window {k['window']}" if k["window"] != 1 else "",
-    "pairs_at_once": lambda k: f"{k['pairs_at_once']} pairs at once" if k["pairs_at_once"] != 1 else "",
+    "group": lambda k: f"group {k['group']}" if k["split"] else "",
 }
 
 #: A line style and marker per run: four dashes against five markers, no two runs alike up to 20.
@@ -50,7 +49,8 @@ SECTIONS_PER_ROW = 2
 
 @dataclass(frozen=True)
 class Line:
-    """One line of a section: a backend's rows of one run, sorted by size."""
+    """One line of a section: a backend's rows of one run, sorted by size; ``backend`` is its
+    label (``records.backend_label``: with its buffers or payload where they are not the usual)."""
 
     backend: str
     run: str            # the run's label; "" when the files merge into one
@@ -94,7 +94,11 @@ class Sweep:
 
 
 def _said(field: str, key: dict) -> str:
-    return _SAID[field](key) if field in _SAID else str(key[field])
+    if field in _SAID:
+        return _SAID[field](key)
+    if field in SAID_FIELDS:
+        return " ".join(setup_words(key, (field,)))
+    return str(key[field])
 
 
 def sweep_of(rows, run_labels=()) -> Sweep:
@@ -105,7 +109,7 @@ def sweep_of(rows, run_labels=()) -> Sweep:
     for r, run in zip(rows, run_labels or [""] * len(rows)):
         if r.size_bytes > 0 and math.isfinite(r.time_us_p50) and r.time_us_p50 > 0:
             key = tuple(getattr(r, f) for f in SECTION_FIELDS)
-            groups.setdefault(key, {}).setdefault((r.backend, run), []).append(r)
+            groups.setdefault(key, {}).setdefault((backend_label(r), run), []).append(r)
     at = SECTION_FIELDS.index("collective")
     collectives = list(dict.fromkeys(key[at] for key in groups))
     keys = sorted(groups, key=lambda key: collectives.index(key[at]))     # a collective's setups together

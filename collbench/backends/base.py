@@ -46,6 +46,18 @@ class Control(ABC):
         return self.bcast(sum(gathered) if gathered is not None else None)
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """What the user chose about a backend's set-up, given to every backend before ``setup`` (as
+    ``backend.options``); each takes what applies to it: ``buffers`` (the mpi backend: numpy,
+    mpi for MPI.Alloc_mem, cuda), ``payload`` (mpi-pickle: array, bytes, list, dict),
+    ``init_method`` (gloo, nccl: env://, tcp://HOST:PORT, file:///PATH)."""
+
+    buffers: str = "numpy"
+    payload: str = "array"
+    init_method: str = "env://"
+
+
 @dataclass
 class Bound:
     """One collective call bound to buffer slices.
@@ -71,6 +83,8 @@ class Backend(ABC):
     #: "tensor" (torch.distributed), or None for a backend that binds every call itself
     family: ClassVar[Optional[str]] = None
     uses_mpi: ClassVar[bool] = False
+    #: the user's choices for backends (set before ``setup``)
+    options: BackendOptions = BackendOptions()
 
     @classmethod
     @abstractmethod
@@ -146,5 +160,11 @@ class Backend(ABC):
 
     def versions(self) -> dict:
         return {}
+
+    def row_axes(self) -> dict:
+        """The row columns this backend decides (``collbench.results.records``): what its buffers
+        are (its device's kind), the object its messages are (mpi-pickle's payload), how its
+        ranks met (the torch backends' init method)."""
+        return {"buffers": self.device.kind, "payload": "", "init_method": ""}
 
     def close(self) -> None: ...

@@ -36,6 +36,7 @@ class HostDevice:
     """numpy arrays in main memory; every call is complete when it returns."""
 
     name = "host"
+    kind = "numpy"            # the row's buffers column
     asynchronous = False
 
     @staticmethod
@@ -80,6 +81,7 @@ class TorchDevice:
         self.torch, self.device = torch, device
         self.name = str(device)
         self.asynchronous = device.type == "cuda"
+        self.kind = "cuda" if self.asynchronous else "torch"
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
         """``dtype``: a ``collbench.benchmarks.datatypes.Dtype`` (bfloat16 included)."""

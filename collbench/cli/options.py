@@ -42,8 +42,10 @@ _OPTIONS = (
         help="Ranks to launch when no launcher is used [default: GPUs for nccl, else min(cpus, 4), at least 2].")),
     ("dtype", click.option(
         "-d", "--dtype", default="float32", show_default=True,
-        help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64.")),
-    ("op", click.option("--op", default="sum", show_default=True, help="Reduction: sum, max, min, prod.")),
+        help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64, int8, uint8.")),
+    ("op", click.option("--op", default="sum", show_default=True,
+                        help="Reduction: sum, max, min, prod; land, lor, band, bor (integer dtypes); maxloc, minloc "
+                             "(mpi, mpi-pickle); avg (gloo, nccl).")),
     ("root", click.option("--root", type=int, default=0, show_default=True, help="Root rank.")),
     ("pair", click.option(
         "--pair", type=params.PAIR, default=(0, 1), show_default=True,
@@ -51,6 +53,25 @@ _OPTIONS = (
     ("window", click.option(
         "--window", type=click.IntRange(min=1, max=MAX_WINDOW), default=64, show_default=True,
         help="Messages in flight per sample, closed by one acknowledgement (OSU's window).")),
+    ("split", click.option(
+        "--split", type=params.SPLIT, default=None,
+        help="Measure in groups at once: intra (a group per host), inter (a rank of each host per group), or N "
+             "equal groups of consecutive ranks; rows per group, tables show the slowest and the spread.")),
+    ("split_mask", click.option(
+        "--split-mask", type=params.MASK, default=None,
+        help="Groups of the ranks r with the same r & MASK, as nccl-tests' NCCL_TESTS_SPLIT_MASK (e.g. 0x7).")),
+    ("buffers", click.option(
+        "--buffers", type=click.Choice(("numpy", "mpi", "cuda")), default="numpy", show_default=True,
+        help="What the mpi backend's buffers are: numpy arrays, memory from MPI.Alloc_mem, or GPU memory "
+             "(a CUDA-aware MPI only).")),
+    ("payload", click.option(
+        "--payload", type=click.Choice(("array", "bytes", "list", "dict")), default="array", show_default=True,
+        help="What mpi-pickle sends: a numpy array, bytes, a list of numbers, or a dict of them; the size is "
+             "the data's bytes.")),
+    ("init_method", click.option(
+        "--init-method", default="env://", show_default=True, metavar="URL",
+        help="How gloo and nccl ranks meet, as init_process_group takes it: env://, tcp://HOST:PORT, or "
+             "file:///PATH (a path every host sees).")),
     ("iters", click.option(
         "--iters", type=int, default=None, callback=_positive_int("--iters"),
         help="Fixed timed iterations per size and round [default: adaptive].")),
@@ -102,12 +123,14 @@ _OPTIONS = (
 )
 
 _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",), "root": ("--root",),
-          "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",)}
+          "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",),
+          "split": ("--split",), "split_mask": ("--split-mask",), "buffers": ("--buffers",),
+          "payload": ("--payload",)}
 
 
 def _why_not(name: str, bench) -> str:
     """Why option ``name`` has no meaning for benchmark ``bench`` ("" when it has one)."""
-    if name in ("sizes", "dtype", "check") and not bench.moves_data:
+    if name in ("sizes", "dtype", "check", "buffers", "payload") and not bench.moves_data:
         return "it moves no data"
     if name == "op" and not bench.reduces:
         return "it reduces nothing"
@@ -117,6 +140,8 @@ def _why_not(name: str, bench) -> str:
         return "every rank takes part"
     if name == "window" and not bench.windowed:
         return "it has no window of messages"
+    if name in ("split", "split_mask") and bench.paired:
+        return "it measures one pair (--pair); collbench pairs measures many at once"
     return ""
 
 

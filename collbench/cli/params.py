@@ -77,3 +77,46 @@ class Pair(click.ParamType):
 
 #: --pair: the two ranks of a point-to-point benchmark.
 PAIR = Pair()
+
+
+class SplitMode(click.ParamType):
+    """--split: intra, inter, or a number of groups N (at least 2)."""
+
+    name = "split"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "intra|inter|N"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip().lower()
+        if text in ("intra", "inter"):
+            return text
+        if text.isdigit() and text.isascii() and len(text) < 10 and int(text) >= 2:
+            return str(int(text))
+        self.fail(f"{value!r} is not intra, inter or a number of groups of at least 2", param, ctx)
+
+
+class Mask(click.ParamType):
+    """--split-mask: a non-negative integer, decimal or 0x hexadecimal (as NCCL_TESTS_SPLIT_MASK)."""
+
+    name = "mask"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "MASK"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        try:
+            mask = int(text, 16) if text.startswith("0x") else int(text, 10)
+        except ValueError:
+            mask = -1
+        if not 0 < mask < 1 << 31 or len(text) > 12:
+            self.fail(f"{value!r} is not a mask: a number from 1 to 2^31 - 1, decimal or 0x hexadecimal",
+                      param, ctx)
+        return mask
+
+
+SPLIT = SplitMode()
+MASK = Mask()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
-from collbench.results.records import Row, RunResult, root_rank
+from collbench.results.records import Row, RunResult, backend_label, root_rank, setup_words
 from collbench.results.tables import rank_count_text, root_text
 
 LATENCY, BUS_BANDWIDTH = "latency", "bus-bandwidth"      # BMF measure slugs
@@ -44,9 +44,8 @@ def benchmark_name(row: Row, root: int = 0) -> str:
     and the pairs measured with it where they are not the default (a tracker must not mix them)."""
     data = bool(row.size_bytes)
     rooted = [text for text in [root_text(row.collective, root)] if text]
-    parts = [row.collective, row.backend] + [row.dtype] * data + [row.op] * (row.op != "none") + rooted
-    where = [f"pair {row.pair}"] * bool(row.pair) + [f"window {row.window}"] * (row.window != 1) + \
-        [f"{row.pairs_at_once} pairs at once"] * (row.pairs_at_once != 1)
+    parts = [row.collective, backend_label(row)] + [row.dtype] * data + [row.op] * (row.op != "none") + rooted
+    where = setup_words(row) + [f"group {row.group}"] * bool(row.split)
     return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing]
                     + where)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from collbench.errors import UsageError
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS,
-                                      RoundData, Row, RunResult)
+                                      RoundData, Row, RunResult, older_value)
 
 _INT = {name for name, kind in COLUMN_TYPES.items() if kind == "int"}
 _STR = {name for name, kind in COLUMN_TYPES.items() if kind == "str"}
@@ -282,7 +282,7 @@ def _fits(x, cells: bool) -> bool:
 #: stay bounded.
 MOST_RANKS = 1 << 24
 #: Counts a row has at least one of.
-_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds")
+_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds", "group_size")
 
 
 def _check_identity(values: dict, where: str) -> None:
@@ -294,8 +294,11 @@ def _check_identity(values: dict, where: str) -> None:
     ranks = values["world_size"]
     if ranks > MOST_RANKS:
         raise UsageError(f"{where}: bad value {ranks} in column world_size: more than {MOST_RANKS:,} ranks")
-    if values["ranks_per_node"] > ranks:
-        raise UsageError(f"{where}: ranks_per_node ({values['ranks_per_node']}) is more than world_size ({ranks})")
+    for name in ("ranks_per_node", "group_size"):
+        if values[name] > ranks:
+            raise UsageError(f"{where}: {name} ({values[name]}) is more than world_size ({ranks})")
+    if values["group"] >= ranks:
+        raise UsageError(f"{where}: bad value {values['group']} in column group: not a group of the {ranks} ranks")
     pair = values["pair"]
     if pair:
         a, _, b = pair.partition("-")
@@ -314,7 +317,7 @@ def _row(record: dict, where: str, cells: bool = False) -> Row:
     for name in ROW_FIELDS:
         if name == "time_us_round_p50s":
             continue
-        v = record.get(name, ADDED_LATER.get(name))
+        v = record[name] if name in record else older_value(name, values)
         try:
             if name in _INT:
                 values[name] = _count(v, cells)

@@ -1,5 +1,6 @@
 """The result record: one frozen row per (benchmark, backend, dtype, op, world size, size, timing,
-pair, window, pairs at once), and what each round of the sweep measured for it.
+pair, window, pairs at once, buffers, payload, group of a split), and what each round of the
+sweep measured for it.
 
 Rows are what exporters and renderers see. Times are in microseconds, bandwidths in GB/s with
 GB = 1e9 bytes, computed from ``time_us_p50``. With several rounds a row's figures combine
@@ -13,19 +14,28 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
-           default=MISSING, wide: bool = False):
+           default=MISSING, wide: bool = False, said=None):
     """One column of a result row, declared once: what it means (``doc``, also the JSON
     Schema's description); ``identity``: it says which row this is (not what was measured);
     ``matched``: ``compare`` matches rows of two files on it; ``older``: the value a file
-    written before the column existed has (files without it still load), ``since`` the schema
-    version that added it; ``wide``: a figure
-    derived from a spread, which a wild round can make astronomically large but finite."""
+    written before the column existed has (files without it still load), or a function of the
+    row's earlier columns giving it, ``since`` the schema version that added it; ``wide``: a
+    figure derived from a spread, which a wild round can make astronomically large but finite;
+    ``said``: how a title names a setup column beside the collective, backend, dtype, op, ranks
+    and timing, a function of the row's columns returning "" where its value goes unsaid (the
+    usual one), as ``setup_words`` gathers them."""
     return field(default=default, metadata={"doc": doc, "identity": identity, "matched": matched,
-                                            "older": older, "since": since, "wide": wide})
+                                            "older": older, "since": since, "wide": wide, "said": said})
+
+
+def usual_buffers(backend: str) -> str:
+    """What a backend's buffers are unless told otherwise: numpy arrays for the MPI backends (and
+    plugins), CPU tensors for gloo, GPU memory for nccl."""
+    return {"gloo": "torch", "nccl": "cuda"}.get(backend, "numpy")
 
 
 @dataclass(frozen=True)
@@ -48,11 +58,34 @@ class Row:
     timing: str = column("latency or throughput", identity=True, matched=True)
     pair: str = column("the two ranks of a point-to-point benchmark between a pair, as A-B (A starts each "
                        "exchange and is timed); empty where every rank takes part", identity=True, matched=True,
-                       older="", since=4)
+                       older="", since=4, said=lambda r: f"pair {r['pair']}" if r["pair"] else "")
     window: int = column("messages in flight per sample (bw, bibw: --window); 1 for the others", identity=True,
-                         matched=True, older=1, since=4)
+                         matched=True, older=1, since=4,
+                         said=lambda r: f"window {r['window']}" if r["window"] != 1 else "")
     pairs_at_once: int = column("pairs measuring at the same time (collbench pairs: a step of its schedule, "
-                                "1 with --serial); 1 for the others", identity=True, matched=True, older=1, since=4)
+                                "1 with --serial); 1 for the others", identity=True, matched=True, older=1, since=4,
+                                said=lambda r: f"{r['pairs_at_once']} pairs at once" if r["pairs_at_once"] != 1 else "")
+    buffers: str = column("what the buffers measured on are: numpy (numpy arrays), mpi (MPI.Alloc_mem), cuda (GPU "
+                          "memory), torch (gloo's CPU tensors); --buffers chooses for the mpi backend",
+                          identity=True, matched=True, older=lambda r: usual_buffers(r["backend"]), since=5,
+                          said=lambda r: "" if r["buffers"] == usual_buffers(r["backend"])
+                          else f"{r['buffers']} buffers")
+    payload: str = column("mpi-pickle: the Python object each message is (--payload): array, bytes, list, dict; empty "
+                          "for the other backends", identity=True, matched=True,
+                          older=lambda r: "array" if r["backend"] == "mpi-pickle" else "", since=5,
+                          said=lambda r: f"{r['payload']} payload" if r["payload"] not in ("", "array") else "")
+    split: str = column("how the ranks were split into groups measuring at once (--split): intra (a group per "
+                        "host), inter (a rank per host), N (N equal groups), mask:M (ranks whose numbers agree "
+                        "outside M); empty: the whole world is one group", identity=True, matched=True, older="",
+                        since=5, said=lambda r: f"split {r['split']}" if r["split"] else "")
+    group: int = column("which group of the split the row measured, numbered from 0 in the order of their first "
+                        "ranks; 0 without --split", identity=True, matched=True, older=0, since=5)
+    group_size: int = column("ranks in the row's group (world_size without --split)", identity=True, matched=True,
+                             older=lambda r: r["world_size"], since=5)
+    group_hosts: str = column("the hosts of the group's ranks, comma-separated, each once, in rank order; empty "
+                              "without --split", identity=True, older="", since=5)
+    init_method: str = column("how the torch backends' ranks met (--init-method): env://, tcp:// or file:// (the "
+                              "scheme only); empty for the MPI backends", identity=True, older="", since=5)
     iterations: int = column("timed samples taken, all rounds together")
     time_us_p50: float = column("one round: median of the samples; several: geometric mean of the round medians, "
                                 "rounds set aside as interference left out (µs; per message: half a round trip "
@@ -100,6 +133,58 @@ ADDED_IN = {f.name: f.metadata["since"] for f in fields(Row)}
 #: Columns by type, as the annotations give them ("int", "float", "str", "bool", "tuple").
 COLUMN_TYPES = {f.name: str(f.type) for f in fields(Row)}
 WIDE_FIELDS = frozenset(f.name for f in fields(Row) if f.metadata["wide"])
+_SAID = tuple((f.name, f.metadata["said"]) for f in fields(Row) if f.metadata["said"])
+SAID_FIELDS = tuple(name for name, _ in _SAID)
+#: Identity columns that belong to a backend's line rather than to a setup (several backends
+#: side by side differ in them): a table's or a figure's backend label names them.
+PER_BACKEND = ("buffers", "payload", "init_method")
+SETUP_SAID = tuple(name for name in SAID_FIELDS if name not in PER_BACKEND)
+
+
+def older_value(name: str, earlier: dict):
+    """The value column ``name`` has in a file written before it existed, given the row's
+    earlier columns."""
+    older = ADDED_LATER[name]
+    return older(earlier) if callable(older) else older
+
+
+def with_older(values: dict) -> dict:
+    """``values`` with every later-added identity column it lacks at the value a file written
+    before the column existed has: the plain setup (the whole world, usual buffers...)."""
+    out = dict(values)
+    for name in KEY_FIELDS:
+        if name not in out and name in ADDED_LATER:
+            out[name] = older_value(name, out)
+    return out
+
+
+def setup_words(values, names=None) -> list:
+    """How a title names the setup columns of a row (a Row, or a mapping of its columns) that do
+    not have their usual value: "pair 0-1", "window 64", "split intra", "mpi buffers"...;
+    ``names``: only these columns (by default those of the setup, not the backend's)."""
+    names = names if names is not None else SETUP_SAID
+    get = values.get if isinstance(values, dict) else lambda name, default=None: getattr(values, name, default)
+    known = {name: get(name) for name in ROW_FIELDS if get(name) is not None}
+    words = []
+    for name, said in _SAID:
+        if name not in names:
+            continue
+        try:
+            word = said(known)
+        except KeyError:          # a mapping without a column the word needs
+            continue
+        if word:
+            words.append(word)
+    return words
+
+
+def backend_label(row) -> str:
+    """A row's backend as a line or column of results names it: "mpi", "mpi (mpi buffers)",
+    "mpi-pickle (list payload)" where its per-backend columns are not the usual."""
+    words = setup_words(row, PER_BACKEND)
+    backend = row["backend"] if isinstance(row, dict) else row.backend
+    return f"{backend} ({', '.join(words)})" if words else backend
+
 
 #: Everything about a row that does not come from timing: its identity and its bus factor.
 RowIdentity = make_dataclass(

@@ -20,7 +20,7 @@ import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.results import links
-from collbench.results.records import Row
+from collbench.results.records import Row, backend_label, setup_words
 from collbench.measure.sizes import format_size
 
 
@@ -86,7 +86,7 @@ def _p50(row: Row) -> str:
 
 
 def _group_key(row: Row) -> tuple:
-    return (row.collective, row.dtype, row.op, row.timing, row.world_size, row.pair, row.window)
+    return (row.collective, row.dtype, row.op, row.timing, row.world_size, *setup_words(row))
 
 
 def rank_count_text(n) -> str:
@@ -110,9 +110,7 @@ def _title(rows: list, root: int) -> str:
     op = "" if row.op == "none" else f" {row.op}"
     data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
     rooted = "".join(f" · {text}" for text in [root_text(row.collective, root)] if text)
-    known = BENCHMARKS.get(row.collective)
-    where = (f" · pair {row.pair}" if row.pair else "") + (
-        f" · window {row.window}" if known is not None and known.windowed else "")
+    where = "".join(f" · {word}" for word in setup_words(row))
     return f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · {row.timing}{where}"
 
 
@@ -154,11 +152,12 @@ def _single(title: str, rows: list) -> TableModel:
         columns += [("algbw GB/s", 5, lambda r: _bw(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: _bw(r.busbw_gbps))]
     if sized:
         columns.append(("check", 1, lambda r: r.check))
-    return _columns(columns, rows, f"{title} · {rows[0].backend}", _summary(rows, [rows[0].backend]) + _notes(rows))
+    label = backend_label(rows[0])
+    return _columns(columns, rows, f"{title} · {label}", _summary(rows, [label]) + _notes(rows))
 
 
 def _multi(title: str, rows: list, backends: list) -> TableModel:
-    by = {(r.backend, r.size_bytes): r for r in rows}
+    by = {(backend_label(r), r.size_bytes): r for r in rows}
     sizes = sorted({r.size_bytes for r in rows})
     first = {s: next(r for r in rows if r.size_bytes == s) for s in sizes}
     sized = any(sizes)
@@ -199,7 +198,7 @@ def _summary(rows: list, backends: list) -> tuple:
     parts, counts = [], set()
     for b in backends:
         bus = [r.busbw_gbps for r in rows
-               if r.backend == b and r.size_bytes and r.busbw_gbps and math.isfinite(r.busbw_gbps)]
+               if backend_label(r) == b and r.size_bytes and r.busbw_gbps and math.isfinite(r.busbw_gbps)]
         if bus:
             mean = _bw(sum(bus) / len(bus)) if sum(bus) / len(bus) >= 0.001 else f"{sum(bus) / len(bus):.2g}"
             parts.append(f"{b} {mean}" if len(backends) > 1 else mean)
@@ -250,7 +249,7 @@ def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = li
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
     for group in groups.values():
-        backends = list(dict.fromkeys(r.backend for r in group))
+        backends = list(dict.fromkeys(backend_label(r) for r in group))
         title = _title(group, root)
         tables.append(_single(title, group) if len(backends) == 1 else _multi(title, group, backends))
     return tables

@@ -11,6 +11,7 @@ from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
 from collbench.launch.terminal import user_terminals
 from collbench.backends import backend_class, parse_backends, uses_mpi
+from collbench.backends.base import BackendOptions
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of
@@ -19,6 +20,7 @@ from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
 from collbench.results.files import check_output_settings, claim
 from collbench.results.output import OutputSettings
+from collbench.run.groups import Split
 from collbench.run.rounds import new_seed
 from collbench.measure.sizes import parse_sizes
 
@@ -100,11 +102,14 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                             print_format=opts["print_format"], terminals=user_terminals())
     if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
         check_output_settings(output)
+    options = BackendOptions(buffers=opts.get("buffers", "numpy"), payload=opts.get("payload", "array"),
+                             init_method=opts.get("init_method", "env://"))
+    split = Split.of(opts.get("split"), opts.get("split_mask"))
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
                 dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=_timing_modes(opts["timing"]),
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
-                shuffle=opts["shuffle"], unsupported=unsupported)
+                shuffle=opts["shuffle"], unsupported=unsupported, backend_options=options, split=split)
 
 
 def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
+from collbench.backends.base import BackendOptions
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
@@ -29,6 +30,7 @@ from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_output_settings
 from collbench.results.output import NullOutput, Output, OutputSettings
+from collbench.run.groups import Split
 from collbench.run.pairing import Pairing
 from collbench.run.sweep import Sweep
 
@@ -63,6 +65,8 @@ class Plan:
     seed: Optional[int] = None      # None: chosen at random and recorded
     shuffle: bool = True
     unsupported: frozenset = frozenset()   # (collective, backend) pairs left out when planned
+    backend_options: BackendOptions = BackendOptions()   # --buffers, --payload, --init-method
+    split: Optional[Split] = None          # --split, --split-mask: groups measuring at once
 
 
 def run(plan: Plan, launcher: Launcher) -> int:
@@ -134,7 +138,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
 #: collectives called, their buffers, their order and how long they run
 _AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes",
-           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout")
+           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "backend_options", "split")
 
 
 def plan_fingerprint(plan: Plan) -> dict:
@@ -230,6 +234,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         supervise.set_position(where)
         watchdog.arm(startup_limit, where)
         backend = backend_class(name)()
+        backend.options = plan.backend_options
         backend.setup(control=control)
         backends[name] = backend
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))

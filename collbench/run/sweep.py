@@ -260,7 +260,8 @@ class Sweep:
                                            world_size=n, ranks_per_node=self.ranks_per_node,
                                            size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
                                            count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
-                                           **coll.row_axes(roles, g))
+                                           split="", group=0, group_size=n, group_hosts="",
+                                           **coll.row_axes(roles, g), **backend.row_axes())
                     own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
                     self.out.add(identity, self._sort_key(coll, backend_name, point, roles, g, timing),
                                  round_data(round_number, samples, own, precision_reached=m.precision_reached[g],
