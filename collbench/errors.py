@@ -20,6 +20,12 @@ class BackendUnavailable(UsageError):
     """A backend that cannot run here (missing package, missing device)."""
 
 
+class BackendDeclined(BackendUnavailable):
+    """Raised by a backend's ``setup`` when it cannot run as the user set it up here, and every
+    rank finds the same (an MPI library that cannot take GPU memory): the run goes on without
+    it, with a note."""
+
+
 class SharedUsageError(UsageError):
     """Bad input that every rank of a job meets alike (its options, or a decision rank 0
     broadcast): under a launcher only rank 0 says it."""

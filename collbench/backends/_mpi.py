@@ -26,6 +26,43 @@ def mpi_module():
 
 _PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
           "from mpi4py import MPI; MPI.Get_library_version()")
+#: MPICH answers only once MPI is initialised: a singleton, in a process of its own
+_CUDA_PROBE = "from collbench.backends._mpi import cuda_aware; print('cuda-aware', cuda_aware())"
+
+
+def cuda_aware() -> Optional[bool]:
+    """Whether the MPI library loaded in this process takes CUDA device memory, as it says
+    through ``MPIX_Query_cuda_support`` (MPICH and Open MPI export it; MPICH answers only after
+    MPI_Init); None when it cannot say."""
+    import ctypes
+    mpi_module()
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = list(dict.fromkeys(line.split()[-1] for line in maps if "libmpi" in line.split()[-1]))
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            query = getattr(ctypes.CDLL(path), "MPIX_Query_cuda_support", None)
+        except OSError:
+            continue
+        if query is not None:
+            query.restype = ctypes.c_int
+            return bool(query())
+    return None
+
+
+def probe_cuda_aware() -> Optional[bool]:
+    """``cuda_aware`` of the library collbench's ranks would load, asked by a one-rank MPI job
+    of its own (``collbench env``); None when it cannot say."""
+    import subprocess
+    import sys
+    try:
+        probe = subprocess.run([sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    said = probe.stdout.split()
+    return {"True": True, "False": False}.get(said[-1]) if said[:1] == ["cuda-aware"] else None
 
 
 @lru_cache(maxsize=1)

@@ -83,13 +83,22 @@ class Backend(ABC):
     #: "tensor" (torch.distributed), or None for a backend that binds every call itself
     family: ClassVar[Optional[str]] = None
     uses_mpi: ClassVar[bool] = False
-    #: the user's choices for backends (set before ``setup``)
+    #: the user's choices for backends (set before ``setup``), and which of them it takes
+    #: (names of ``BackendOptions`` fields); a choice no backend of the run takes is refused
     options: BackendOptions = BackendOptions()
+    takes_options: ClassVar[tuple] = ()
 
     @classmethod
     @abstractmethod
     def unavailable_reason(cls) -> Optional[str]:
         """None when usable here, else one line naming what is missing and how to install it."""
+
+    @classmethod
+    def options_problem(cls, options: BackendOptions) -> Optional[str]:
+        """None when this backend can run as ``options`` say, else why not (the plan skips it
+        with a note); asked before any rank starts. What only the ranks can know (the MPI
+        library's own answer) ``setup`` says by raising ``errors.BackendDeclined``."""
+        return None
 
     @classmethod
     def self_launch_ranks(cls) -> Optional[int]:
@@ -131,6 +140,11 @@ class Backend(ABC):
         """Write host values into the send buffer at ``start``."""
         self.device.fill(buffers, start, values)
 
+    def release(self, buffers: Any) -> None:
+        """Give back buffers from ``allocate`` once their block is measured (no call bound to
+        them runs again)."""
+        self.device.release(buffers)
+
     @abstractmethod
     def bind(self, buffers: Any, *, collective: "Benchmark", send_len: int, recv_len: int,
              op: str, roles: "Roles") -> Bound:
@@ -145,6 +159,11 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for outstanding device work (nothing to wait for on the host)."""
         self.device.synchronize()
+
+    def memory_scale(self, itemsize: int) -> float:
+        """How many times a message's data bytes it holds in memory beyond what its family's
+        measured factors count (mpi-pickle's lists and dicts: an object per element)."""
+        return 1.0
 
     def max_message_bytes(self) -> Optional[int]:
         """The largest payload one call can carry, or None when there is no such limit."""

@@ -4,7 +4,10 @@ A backend is a library driving a device. The device owns allocation, filling, po
 receive side before a check, copies back to the host, synchronisation and its free memory:
 
 * ``HostDevice``: numpy arrays in main memory, page-aligned (mpi, mpi-pickle);
-* ``TorchDevice``: torch tensors on a torch device: the CPU (gloo) or one CUDA GPU (nccl).
+* ``MpiMemoryDevice``: numpy arrays over memory from ``MPI.Alloc_mem`` (mpi ``--buffers mpi``),
+  which the library may have registered with the network or placed in shared memory;
+* ``TorchDevice``: torch tensors on a torch device: the CPU (gloo) or one CUDA GPU (nccl, and
+  mpi ``--buffers cuda`` on a CUDA-aware MPI).
 
 Room for more: a cupy device would implement the same few methods, and any backend whose
 library accepts its arrays (mpi4py takes CUDA arrays from a CUDA-aware MPI) could drive it.
@@ -12,7 +15,7 @@ library accepts its arrays (mpi4py takes CUDA arrays from a CUDA-aware MPI) coul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -25,6 +28,7 @@ class Buffers:
     send: Any
     recv: Any               # the same object as ``send`` for in-place collectives
     in_place: bool
+    held: list = field(default_factory=list)     # what the device must free (MPI.Alloc_mem's memory)
 
 
 def sentinel(dtype) -> float:
@@ -70,6 +74,38 @@ class HostDevice:
         """None: host memory is budgeted by collbench.measure.memory for the whole node."""
         return None
 
+    def release(self, buffers: Buffers) -> None:
+        """Give the buffers back (numpy's go with their last reference)."""
+
+
+class MpiMemoryDevice(HostDevice):
+    """numpy arrays over memory the MPI library allocated (``MPI.Alloc_mem``), freed with
+    ``MPI.Free_mem`` when the block that used them ends."""
+
+    name = "MPI.Alloc_mem"
+    kind = "mpi"
+
+    def __init__(self, MPI) -> None:
+        self.MPI = MPI
+
+    def _array(self, length: int, dtype, held: list) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        memory = self.MPI.Alloc_mem(max(length, 1) * dtype.itemsize)
+        held.append(memory)
+        array = np.frombuffer(memory, dtype=np.uint8).view(dtype)
+        array[:] = 0
+        return array
+
+    def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
+        held: list = []
+        send = self._array(max(send_len, 1), dtype.numpy, held)
+        recv = send if in_place else self._array(max(recv_len, 1), dtype.numpy, held)
+        return Buffers(send, recv, in_place, held)
+
+    def release(self, buffers: Buffers) -> None:
+        for memory in buffers.held:
+            self.MPI.Free_mem(memory)
+        buffers.held.clear()
 
 class TorchDevice:
     """torch tensors on ``device`` (a ``torch.device``): the CPU, or one CUDA GPU."""
@@ -111,3 +147,6 @@ class TorchDevice:
             return None
         free, _total = self.torch.cuda.mem_get_info(self.device)
         return int(free)
+
+    def release(self, buffers: Buffers) -> None:
+        """torch's tensors go with their last reference."""

@@ -1,8 +1,10 @@
 """The ``mpi-pickle`` backend: mpi4py's object API (allreduce, bcast, ...), pickling included.
 
-Arrays travel as Python objects; reductions apply numpy ufuncs to whole arrays, as a user of
-the object API would. The object API has no reduce_scatter: it is measured as an alltoall of
-the n blocks followed by a local reduction, the pairwise-exchange algorithm.
+What travels is the payload (``--payload``, ``collbench.benchmarks.payloads``): a numpy array
+by default, or the same values as bytes, a list or a dict; reductions apply numpy's ufuncs, to
+whole arrays, as a user of the object API would. The object API has no reduce_scatter: it is
+measured as an alltoall of the n blocks followed by a local reduction, the pairwise-exchange
+algorithm.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 from collbench.benchmarks.base import ObjectCall
 from collbench.benchmarks.datatypes import OPS
+from collbench.benchmarks.payloads import payload_of
 
 
-def _as_array(result) -> Optional[np.ndarray]:
+def _as_array(result, payload, dtype, pieces: bool) -> Optional[np.ndarray]:
+    """What arrived, as values for the check: one object, or (``pieces``: gather, allgather,
+    alltoall) a list of n objects."""
     if result is None:
         return None
-    if isinstance(result, list):
-        return np.concatenate(result) if result else np.empty(0)
-    return np.asarray(result)
+    if pieces:
+        parts = [payload.values(r, dtype) for r in result]
+        return np.concatenate(parts) if parts else np.empty(0, dtype)
+    return payload.values(result, dtype)
 
 
 def _pickle_limit(MPI) -> Optional[int]:
@@ -36,6 +42,7 @@ def _pickle_limit(MPI) -> Optional[int]:
 class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
     family = "object"
+    takes_options = ("payload",)
 
     def setup(self, *, control: Control) -> None:
         super().setup(control=control)
@@ -48,11 +55,23 @@ class MpiPickleBackend(MpiBase, Backend):
         # Results arrive as new objects, so only the send side is allocated.
         return self.device.allocate(send_len, 0, dtype, True)
 
+    def memory_scale(self, itemsize: int) -> float:
+        return 1.0 + payload_of(self.options.payload).overhead_per_element / itemsize
+
+    def row_axes(self) -> dict:
+        return {**super().row_axes(), "payload": self.options.payload}
+
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
-        ufunc = OPS[op].ufunc if op in OPS else None
-        call = collective.object_call(ObjectCall(self.rank, self.size, roles, self.comm, buffers.send[:send_len],
-                                                 recv_len, ufunc))
-        return Bound(run=call, run_blocking=call, checked=lambda: _as_array(call()))
+        payload = payload_of(self.options.payload)
+        values = buffers.send[:send_len]
+        dtype = values.dtype
+        combine = payload.combiner(OPS[op].ufunc if op in OPS else None, dtype)
+        call = collective.object_call(ObjectCall(
+            self.rank, self.size, roles, self.comm, payload.make(values), recv_len, combine,
+            piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype), room=payload.room))
+
+        return Bound(run=call, run_blocking=call,
+                     checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects))
 
     def barrier(self) -> None:
         self.comm.barrier()

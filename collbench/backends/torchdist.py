@@ -22,6 +22,7 @@ class TorchBackend(Backend):
 
     pg_backend: str = ""
     family = "tensor"
+    takes_options = ("init_method",)
 
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()

@@ -7,6 +7,7 @@ from collbench.benchmarks.base import Collective, ring_factor
 
 class Allgather(Collective):
     name, position = "allgather", 3
+    gathers_objects = True
     size_is_per_rank = False
     send_div = True
     part_per_rank = "contributes"

@@ -7,6 +7,7 @@ from collbench.benchmarks.base import Collective, ring_factor
 
 class Alltoall(Collective):
     name, position = "alltoall", 6
+    gathers_objects = True
     size_is_per_rank = False
     part_per_rank = "sends every other rank"
     memory_factors = {"buffer": (1.25, 1.25), "object": (2.35, 2.35), "tensor": (1.25, 1.25)}
@@ -21,7 +22,7 @@ class Alltoall(Collective):
         return partial(c.comm.Alltoall, c.send, c.recv)
 
     def object_call(self, c):
-        blocks = c.chunks(len(c.send) // c.n)
+        blocks = c.chunks(c.recv_len // c.n)         # each rank sends and receives the whole array
         return lambda: c.comm.alltoall(blocks)
 
     def tensor_call(self, c):

@@ -110,18 +110,31 @@ class BufferCall(Call):
     op: Any
 
 
+def _array_piece(obj, start: int, stop: int):
+    return obj[start:stop]
+
+
+def _array_room(obj) -> int:
+    return obj.nbytes + (1 << 12)
+
+
 @dataclass(frozen=True)
 class ObjectCall(Call):
-    """What an mpi4py pickle-API backend provides: the send slice and numpy's ufunc for the op."""
+    """What an mpi4py pickle-API backend provides: the object to send (a slice of the send
+    buffer, or the same values as another payload: ``collbench.benchmarks.payloads``), how to
+    reduce two such objects (``ufunc``: numpy's ufunc for arrays), how to take elements start to
+    stop of one (``piece``), and the bytes a receive buffer needs for its pickle (``room``)."""
 
     comm: Any
-    send: np.ndarray
+    send: Any
     recv_len: int
-    ufunc: Optional[np.ufunc]
+    ufunc: Optional[Callable]
+    piece: Callable[[Any, int, int], Any] = _array_piece
+    room: Callable[[Any], int] = _array_room
 
     def chunks(self, length: int) -> list:
-        """The send slice cut into n pieces of ``length`` elements."""
-        return [self.send[j * length:(j + 1) * length] for j in range(self.n)]
+        """The send object cut into n pieces of ``length`` elements."""
+        return [self.piece(self.send, j * length, (j + 1) * length) for j in range(self.n)]
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,9 @@ class Benchmark:
     #: a pair's figure has a direction, from its first rank to its second (bw; not a round trip)
     directed: ClassVar[bool] = False
     in_place: ClassVar[bool] = False  # one buffer serves as send and receive
+    #: its pickle-API call returns a list of n objects, one from each rank (gather, allgather,
+    #: alltoall), rather than one object
+    gathers_objects: ClassVar[bool] = False
     moves_data: ClassVar[bool] = True  # False for barrier: one row, no sizes
     min_ranks: ClassVar[int] = 1
     #: where the size is the whole array, what each rank does with its size / n (command help)

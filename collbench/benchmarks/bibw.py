@@ -38,7 +38,7 @@ class BiBandwidth(Windowed):
                          c.window, mpi_wait_all)
 
     def object_call(self, c):
-        return both_ways(partial(c.comm.irecv, pickle_room(c.send), source=c.peer, tag=TAG),
+        return both_ways(partial(c.comm.irecv, pickle_room(c), source=c.peer, tag=TAG),
                          partial(c.comm.isend, c.send, c.peer, TAG), c.window, pickle_wait_all)
 
     def tensor_call(self, c):

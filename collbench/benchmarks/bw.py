@@ -25,11 +25,11 @@ def window(start, count: int, wait_all, then):
     return call
 
 
-def pickle_room(like) -> bytearray:
-    """A receive buffer for the pickle of an array like ``like`` (without one, mpi4py's irecv
-    takes 32 KiB at most). The window's receives share it, as OSU's share one buffer: every
-    message carries the same bytes."""
-    return bytearray(like.nbytes + (1 << 12))
+def pickle_room(c) -> bytearray:
+    """A receive buffer for the pickle of the object call ``c``'s message (without one, mpi4py's
+    irecv takes 32 KiB at most). The window's receives share it, as OSU's share one buffer:
+    every message carries the same bytes."""
+    return bytearray(c.room(c.send))
 
 
 def mpi_wait_all(requests):
@@ -90,8 +90,8 @@ class Bandwidth(Windowed):
         if c.leads:
             return window(partial(comm.isend, c.send, peer, TAG), c.window, pickle_wait_all,
                           partial(comm.recv, source=peer, tag=ACK_TAG))
-        return window(partial(comm.irecv, pickle_room(c.send), source=peer, tag=TAG), c.window, pickle_wait_all,
-                      partial(comm.send, c.send[:1], peer, ACK_TAG))
+        return window(partial(comm.irecv, pickle_room(c), source=peer, tag=TAG), c.window, pickle_wait_all,
+                      partial(comm.send, c.piece(c.send, 0, 1), peer, ACK_TAG))
 
     def tensor_call(self, c):
         dist, peer, group = c.dist, c.peer, c.group

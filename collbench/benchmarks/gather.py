@@ -8,6 +8,7 @@ from collbench.benchmarks.base import Collective, ring_factor
 
 class Gather(Collective):
     name, position = "gather", 4
+    gathers_objects = True
     size_is_per_rank = False
     send_div = True
     rooted = True

@@ -6,11 +6,13 @@ one line and exit 2 whether or not collbench launches itself.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+
 from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
 from collbench.launch.terminal import user_terminals
-from collbench.backends import backend_class, parse_backends, uses_mpi
+from collbench.backends import BUILTIN_NAMES, backend_class, parse_backends, uses_mpi
 from collbench.backends.base import BackendOptions
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
@@ -65,6 +67,28 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
                               for (backend, reason), names in why.items()]
 
 
+def _options_apply(options: BackendOptions, backends: list) -> tuple[list, list]:
+    """(the backends that can run as ``options`` say, notes on those skipped); a choice that
+    none of the run's backends takes (``--payload list`` without mpi-pickle) is refused."""
+    for f in dataclasses.fields(BackendOptions):
+        value = getattr(options, f.name)
+        if value == f.default or any(f.name in backend_class(b).takes_options for b in backends):
+            continue
+        takers = [b for b in BUILTIN_NAMES if f.name in backend_class(b).takes_options]
+        raise UsageError(f"--{f.name.replace('_', '-')} {value} is for {' and '.join(takers)}, which this run "
+                         f"does not measure (--backend {','.join(backends)})")
+    kept, notes = [], []
+    for b in backends:
+        reason = backend_class(b).options_problem(options)
+        if reason is None:
+            kept.append(b)
+        else:
+            notes.append(f"skipping backend {b}: {reason}")
+    if not kept:
+        raise UsageError("nothing to measure: " + "; ".join(notes))
+    return kept, notes
+
+
 def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     from collbench.run.runner import Plan  # numpy and friends: only once options parsed
 
@@ -104,6 +128,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         check_output_settings(output)
     options = BackendOptions(buffers=opts.get("buffers", "numpy"), payload=opts.get("payload", "array"),
                              init_method=opts.get("init_method", "env://"))
+    backends, more = _options_apply(options, backends)
+    notes += more
     split = Split.of(opts.get("split"), opts.get("split_mask"))
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
                 dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=_timing_modes(opts["timing"]),

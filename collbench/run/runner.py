@@ -23,7 +23,7 @@ from collbench.launch import rendezvous, signals, supervise
 from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
-from collbench.errors import SharedUsageError, UsageError
+from collbench.errors import BackendDeclined, SharedUsageError, UsageError
 from collbench.launch.launcher import Launcher
 from collbench.launch.pmi import mpi_start_problem, world_mismatch
 from collbench.launch.watchdog import Watchdog
@@ -229,14 +229,22 @@ def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: round
 
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
              schedule: rounds.Schedule) -> int:
+    declined = []
     for name in plan.backends:
         where = f"set-up of backend {name}"
         supervise.set_position(where)
         watchdog.arm(startup_limit, where)
         backend = backend_class(name)()
         backend.options = plan.backend_options
-        backend.setup(control=control)
+        try:
+            backend.setup(control=control)
+        except BackendDeclined as exc:       # every rank finds the same: the run goes on without it
+            declined.append(f"skipping backend {name}: {exc}")
+            continue
         backends[name] = backend
+    if not backends:
+        raise SharedUsageError("nothing to measure: " + "; ".join(declined))
+    plan = dataclasses.replace(plan, backends=tuple(backends), notes=plan.notes + tuple(declined))
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     most_per_node = ranks_per_node(launcher.hosts)
     is_rank0 = control.rank == 0

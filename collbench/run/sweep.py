@@ -132,7 +132,8 @@ class Sweep:
     def _nominal(self, coll: Benchmark, backend, point: SizePoint, roles: Roles) -> int:
         """The bytes of a rank's buffers at ``point``, with the copies of a message its family
         keeps in flight (the pickle API's window)."""
-        return (point.send_len + point.recv_len) * self.dtype.itemsize * coll.copies_in_flight(backend.family, roles)
+        return int((point.send_len + point.recv_len) * self.dtype.itemsize * coll.copies_in_flight(backend.family, roles)
+                   * backend.memory_scale(self.dtype.itemsize))
 
     def _need(self, coll: Benchmark, backend, point: SizePoint, layouts: list):
         """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank, where
@@ -266,4 +267,6 @@ class Sweep:
                     self.out.add(identity, self._sort_key(coll, backend_name, point, roles, g, timing),
                                  round_data(round_number, samples, own, precision_reached=m.precision_reached[g],
                                             check=check, calls_per_sample=m.calls_per_sample))
-        del buffers                       # before the next block allocates its own
+        bound = None                      # nothing calls into the buffers any more
+        if buffers is not None:           # before the next block allocates its own
+            backend.release(buffers)
