@@ -505,3 +505,23 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     assert "host node3" in proc.stdout
     assert all(len(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
     assert not _nothing_left(hosts)
+
+
+@pytest.mark.parametrize("split, groups", [("intra", [("node1", 2), ("node2", 2)]),
+                                           ("inter", [("node1,node2", 2), ("node1,node2", 2)])])
+def test_split_within_and_across_hosts(hosts, tmp_path, split, groups):
+    """--split intra: a group per host; inter: the i-th rank of every host together; each group
+    measures at once and its rows say which hosts it spans."""
+    _names(hosts, "nowhere")
+    out = tmp_path / "r.json"
+    cmd = _mpiexec(hosts, tmp_path, (2, 2), ["allreduce", "--split", split, "--backend", "mpi", "--sizes", "8,64K",
+                                              *QUICK, "-o", out])
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp"}, capture_output=True, text=True,
+                          timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["check"] == "ok" and r["split"] == split and r["world_size"] == 4 for r in rows)
+    for size in (8, 65536):
+        assert sorted((r["group"], r["group_hosts"], r["group_size"]) for r in rows if r["size_bytes"] == size) == \
+            [(g, hosts_, n) for g, (hosts_, n) in enumerate(groups)]
+    assert not _nothing_left(hosts)

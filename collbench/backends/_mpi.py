@@ -149,16 +149,31 @@ class MpiBase:
     def unavailable_reason(cls) -> Optional[str]:
         return mpi_unavailable_reason()
 
+    groups: tuple = ()
+
     def setup(self, *, control: Control) -> None:
         self.MPI = mpi_module()
         # A duplicate of COMM_WORLD of this backend's own, so that control messages and the
         # other backends' traffic never mix with what is measured.
-        self.comm = self.MPI.COMM_WORLD.Dup()
+        self.whole = self.MPI.COMM_WORLD.Dup()
+        self.comm = self.whole            # what is measured on: the whole, or this rank's group
+
+    def split(self, groups: tuple) -> None:
+        """Measure on a communicator per group (``comm.Split``, coloured by group); ``whole``
+        stays for the barrier before each sample, which starts every group at once."""
+        self.groups = groups
+        rank = self.whole.Get_rank()
+        colour = next(i for i, members in enumerate(groups) if rank in members)
+        self.comm = self.whole.Split(colour, key=rank)
 
     def renew(self) -> None:
-        """A fresh communicator for the next in-job round (every rank is between rounds)."""
-        self.comm.Free()
-        self.comm = self.MPI.COMM_WORLD.Dup()
+        """Fresh communicators for the next in-job round (every rank is between rounds)."""
+        if self.comm is not self.whole:
+            self.comm.Free()
+        self.whole.Free()
+        self.whole = self.comm = self.MPI.COMM_WORLD.Dup()
+        if self.groups:
+            self.split(self.groups)
 
     @classmethod
     def supports(cls, *, collective, dtype, op: str) -> Optional[str]:

@@ -173,6 +173,14 @@ class Backend(ABC):
         """Free memory of this rank's own device, when buffers live there (None: host memory)."""
         return self.device.free_memory()
 
+    def split(self, groups: tuple) -> None:
+        """Measure from now on within this rank's group of ``groups`` (tuples of world ranks that
+        partition the world; ``collbench.run.groups``): ``rank``, ``size`` and every bound call
+        are the group's, while ``barrier`` stays over every rank, so that the groups start each
+        sample together. A backend that cannot make groups raises ``errors.BackendDeclined``."""
+        from collbench.errors import BackendDeclined
+        raise BackendDeclined(f"it makes no groups (--split)")
+
     def renew(self) -> None:
         """Replace the communicator (process group) by a fresh one: each in-job round measures
         on its own, as each self-launched round does in new processes."""

@@ -67,4 +67,4 @@ class MpiBackend(MpiBase, Backend):
         return Bound(run=call, run_blocking=call, checked=checked)
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        self.whole.Barrier()

@@ -74,4 +74,4 @@ class MpiPickleBackend(MpiBase, Backend):
                      checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects))
 
     def barrier(self) -> None:
-        self.comm.barrier()
+        self.whole.barrier()

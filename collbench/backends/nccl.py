@@ -65,19 +65,22 @@ class NcclBackend(TorchBackend):
         self.torch.cuda.set_device(index)
         return self.torch.device("cuda", index)
 
-    def _new_group(self):
+    def _new_group(self, ranks=None):
         gpu = self.device.device
         try:
-            group = self.dist.new_group(backend="nccl", device_id=gpu)
+            group = self.dist.new_group(ranks=ranks, backend="nccl", device_id=gpu)
         except TypeError:             # torch before 2.6 has no device_id here; the all_reduce below
-            group = self.dist.new_group(backend="nccl")   # creates the communicator just as early
-        self._token = self.torch.ones(1, device=gpu)
-        self.dist.all_reduce(self._token, group=group)      # make sure the communicator exists now
-        self.device.synchronize()
+            group = self.dist.new_group(ranks=ranks, backend="nccl")   # creates the communicator as early
+        if ranks is None or self.dist.get_rank() in ranks:
+            token = self.torch.ones(1, device=gpu)
+            self.dist.all_reduce(token, group=group)      # make sure the communicator exists now
+            self.device.synchronize()
+            if ranks is None:
+                self._token = token                       # the barrier's, over every rank
         return group
 
     def barrier(self) -> None:
-        self.dist.all_reduce(self._token, group=self.group)
+        self.dist.all_reduce(self._token, group=self.whole)
         self.device.synchronize()
 
     def versions(self) -> dict:

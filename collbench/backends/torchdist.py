@@ -28,7 +28,7 @@ class TorchBackend(Backend):
         self.torch, self.dist = _torch.torch_modules()
         _torch.init_default_group(control)
         self.device = TorchDevice(self.torch, self._torch_device())
-        self.group = self._new_group()
+        self.whole = self.group = self._new_group()    # the group measured on: the whole, or this rank's
         self._ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
                      "min": self.dist.ReduceOp.MIN, "prod": self.dist.ReduceOp.PRODUCT,
                      "none": self.dist.ReduceOp.SUM}
@@ -36,8 +36,21 @@ class TorchBackend(Backend):
     def _torch_device(self):
         return self.torch.device("cpu")
 
-    def _new_group(self):
-        return self.dist.new_group(backend=self.pg_backend)
+    groups: tuple = ()
+
+    def _new_group(self, ranks=None):
+        """A process group over ``ranks`` (every rank: None); every rank calls it for every group."""
+        return self.dist.new_group(ranks=ranks, backend=self.pg_backend)
+
+    def split(self, groups: tuple) -> None:
+        """A process group per group, made by every rank in the same order (``new_group``);
+        ``whole`` stays for the barrier before each sample, which starts every group at once."""
+        self.groups = groups
+        me = self.dist.get_rank()
+        for members in groups:
+            group = self._new_group(list(members))
+            if me in members:
+                self.group = group
 
     @property
     def rank(self) -> int:
@@ -81,14 +94,18 @@ class TorchBackend(Backend):
         return blocking
 
     def barrier(self) -> None:
-        self.dist.barrier(group=self.group)
+        self.dist.barrier(group=self.whole)
 
     def versions(self) -> dict:
         return _torch.torch_versions()
 
     def renew(self) -> None:
-        self.dist.destroy_process_group(self.group)
-        self.group = self._new_group()
+        if self.group is not self.whole:
+            self.dist.destroy_process_group(self.group)
+        self.dist.destroy_process_group(self.whole)
+        self.whole = self.group = self._new_group()
+        if self.groups:
+            self.split(self.groups)
 
     def close(self) -> None:
         # Tears down every group, the default one included: the run is over for this process.

@@ -46,12 +46,22 @@ POINT_TO_POINT = "point-to-point"
 class Roles:
     """Where the ranks stand in a call: the root of a rooted collective; the pairs of a
     point-to-point benchmark that measure at once (disjoint; the first rank of each starts its
-    exchanges and is timed): one, ``--pair``, or a step of ``collbench pairs``; and how many
-    messages a windowed benchmark keeps in flight."""
+    exchanges and is timed): one, ``--pair``, or a step of ``collbench pairs``; how many
+    messages a windowed benchmark keeps in flight; the groups of a split."""
 
     root: int = 0
     pairs: tuple = ((0, 1),)
     window: int = 1
+    #: the groups of a split that measure at once (``--split``: tuples of world ranks that
+    #: partition the world); empty: every rank in one group. The root is each group's own.
+    groups: tuple = ()
+
+    def group_index(self, rank: int) -> int:
+        """Which group of the split ``rank`` is in (0 without a split)."""
+        for i, members in enumerate(self.groups):
+            if rank in members:
+                return i
+        return 0
 
     def pair_of(self, rank: int) -> Optional[tuple]:
         """The pair ``rank`` belongs to, or None."""
@@ -149,6 +159,11 @@ class TensorCall(Call):
     op: Any
     device: Any
 
+    def global_rank(self, rank: int) -> int:
+        """The number torch's calls take for ``rank`` of the group (``src``, ``dst``, a peer):
+        its rank in the world, which differs from the group's within a split."""
+        return self.dist.get_global_rank(self.group, rank)
+
     def first_available(self, *names: str) -> Callable:
         """The first of ``names`` this torch has (names changed across torch versions)."""
         for name in names:
@@ -231,13 +246,14 @@ class Benchmark:
         return rank == (roles.pair_of(rank) or (None,))[0] if self.paired else self.takes_part(rank, roles)
 
     def groups(self, roles: Roles) -> int:
-        """How many measurements one call makes: one per pair measuring at once, else one."""
-        return len(roles.pairs) if self.paired else 1
+        """How many measurements one call makes: one per pair measuring at once, or per group of
+        a split, else one."""
+        return len(roles.pairs) if self.paired else max(1, len(roles.groups))
 
     def group_of(self, rank: int, roles: Roles) -> Optional[int]:
         """Which of those measurements ``rank`` takes part in (None: it waits)."""
         if not self.paired:
-            return 0
+            return roles.group_index(rank)
         pair = roles.pair_of(rank)
         return None if pair is None else roles.pairs.index(pair)
 

@@ -28,7 +28,7 @@ class Gather(Collective):
 
     def tensor_call(self, c):
         pieces = list(c.recv.chunk(c.n)) if c.rank == c.root and c.recv.numel() else None
-        return partial(c.dist.gather, c.send, gather_list=pieces, dst=c.root, group=c.group), c.poison
+        return partial(c.dist.gather, c.send, gather_list=pieces, dst=c.global_rank(c.root), group=c.group), c.poison
 
 
 BENCHMARK = Gather()

@@ -21,7 +21,7 @@ class Reduce(Collective):
         return lambda: c.comm.reduce(c.send, op=c.ufunc, root=c.root)
 
     def tensor_call(self, c):
-        return partial(c.dist.reduce, c.recv, dst=c.root, op=c.op, group=c.group), c.restore
+        return partial(c.dist.reduce, c.recv, dst=c.global_rank(c.root), op=c.op, group=c.group), c.restore
 
 
 BENCHMARK = Reduce()

@@ -27,7 +27,7 @@ class Scatter(Collective):
 
     def tensor_call(self, c):
         pieces = list(c.send.chunk(c.n)) if c.rank == c.root and c.send.numel() else None
-        return partial(c.dist.scatter, c.recv, scatter_list=pieces, src=c.root, group=c.group), c.poison
+        return partial(c.dist.scatter, c.recv, scatter_list=pieces, src=c.global_rank(c.root), group=c.group), c.poison
 
 
 BENCHMARK = Scatter()

@@ -77,7 +77,7 @@ class Row:
     split: str = column("how the ranks were split into groups measuring at once (--split): intra (a group per "
                         "host), inter (a rank per host), N (N equal groups), mask:M (ranks whose numbers agree "
                         "outside M); empty: the whole world is one group", identity=True, matched=True, older="",
-                        since=5, said=lambda r: f"split {r['split']}" if r["split"] else "")
+                        since=5, said=lambda r: f"split {r['split']}, groups of {r['group_size']}" if r["split"] else "")
     group: int = column("which group of the split the row measured, numbered from 0 in the order of their first "
                         "ranks; 0 without --split", identity=True, matched=True, older=0, since=5)
     group_size: int = column("ranks in the row's group (world_size without --split)", identity=True, matched=True,

@@ -133,6 +133,34 @@ def _columns(columns: list, lines: list, title: str, notes: tuple) -> TableModel
     return TableModel(title, headers, cells, notes, priorities)
 
 
+def _slowest_groups(rows: list) -> tuple[list, dict, tuple]:
+    """The rows of a split (``--split``) as a table shows them: per backend and size the slowest
+    group's row, with the spread over the groups (slowest / fastest median) by row; and the
+    note that says so. Rows without a split stay as they are."""
+    if not any(r.split for r in rows):
+        return rows, {}, ()
+    by: dict = {}
+    for r in rows:
+        by.setdefault((backend_label(r), r.size_bytes), []).append(r)
+    kept, spread = [], {}
+    for members in by.values():
+        times = [r.time_us_p50 for r in members if math.isfinite(r.time_us_p50)]
+        slowest = max(members, key=lambda r: r.time_us_p50 if math.isfinite(r.time_us_p50) else -math.inf)
+        kept.append(slowest)
+        spread[id(slowest)] = (max(times) / min(times) if times and min(times) > 0 else math.nan, len(members))
+    counts = {n for _, n in spread.values()}
+    note = (f"split: p50 and the figures are the slowest of the {'/'.join(map(str, sorted(counts)))} groups "
+            "measuring at once; spread: its median / the fastest group's (the files have each group's rows)",)
+    return kept, spread, note
+
+
+def _spread(spread: dict):
+    def cell(row: Row) -> str:
+        ratio, _ = spread.get(id(row), (math.nan, 0))
+        return "-" if not math.isfinite(ratio) else f"{ratio:.2f}×"
+    return cell
+
+
 def _single(title: str, rows: list) -> TableModel:
     rounds = any(r.rounds > 1 for r in rows)
     sized = any(r.size_bytes for r in rows)
@@ -143,7 +171,10 @@ def _single(title: str, rows: list) -> TableModel:
         columns.append(("count", 8, lambda r: str(r.count)))
     if rounds:
         columns.append(("rounds", 9, lambda r: str(r.rounds)))
+    rows, spread, split_note = _slowest_groups(rows)
     columns += [("iters", 7, _iters), ("p50 µs", 0, _p50), ("95% CI µs", 1, _ci)]
+    if spread:
+        columns += [("group", 2, lambda r: str(r.group)), ("spread", 1, _spread(spread))]
     if rounds:
         columns.append(("run cv", 4, _cv))
     columns += [("avg µs", 6, lambda r: format_us(r.time_us_rank_avg)), ("min µs", 10, lambda r: format_us(r.time_us_min)),
@@ -153,10 +184,11 @@ def _single(title: str, rows: list) -> TableModel:
     if sized:
         columns.append(("check", 1, lambda r: r.check))
     label = backend_label(rows[0])
-    return _columns(columns, rows, f"{title} · {label}", _summary(rows, [label]) + _notes(rows))
+    return _columns(columns, rows, f"{title} · {label}", _summary(rows, [label]) + split_note + _notes(rows))
 
 
 def _multi(title: str, rows: list, backends: list) -> TableModel:
+    rows, spread, split_note = _slowest_groups(rows)
     by = {(backend_label(r), r.size_bytes): r for r in rows}
     sizes = sorted({r.size_bytes for r in rows})
     first = {s: next(r for r in rows if r.size_bytes == s) for s in sizes}
@@ -172,6 +204,8 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
     for i, b in enumerate(backends):
         columns += [(f"{b}\np50 µs", 0, of(b, _p50)),
                     (f"{b}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
+        if spread:
+            columns.append((f"{b}\nspread", 2, of(b, _spread(spread))))
         if sized:
             columns.append((f"{b}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
         columns += [(f"{b}\navg µs", 8, of(b, lambda r: format_us(r.time_us_rank_avg))),
@@ -189,7 +223,7 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
         return cell
 
     columns += [(f"{b}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
-    return _columns(columns, sizes, title, _summary(rows, backends) + _notes(rows))
+    return _columns(columns, sizes, title, _summary(rows, backends) + split_note + _notes(rows))
 
 
 def _summary(rows: list, backends: list) -> tuple:

@@ -229,6 +229,15 @@ def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: round
 
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
              schedule: rounds.Schedule) -> int:
+    launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
+    if plan.split is not None:
+        problem = plan.split.problem(list(launcher.hosts))
+        if problem:
+            raise SharedUsageError(problem)
+        plan = dataclasses.replace(plan, roles=dataclasses.replace(plan.roles, groups=plan.split.groups(list(launcher.hosts))))
+        problem = roles_problem(plan, len(plan.roles.groups[0]))     # the root is each group's
+        if problem:
+            raise SharedUsageError(problem.replace("world", "group") + f" (--split {plan.split.option_text})")
     declined = []
     for name in plan.backends:
         where = f"set-up of backend {name}"
@@ -238,6 +247,8 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         backend.options = plan.backend_options
         try:
             backend.setup(control=control)
+            if plan.roles.groups:
+                backend.split(plan.roles.groups)
         except BackendDeclined as exc:       # every rank finds the same: the run goes on without it
             declined.append(f"skipping backend {name}: {exc}")
             continue
@@ -245,7 +256,6 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     if not backends:
         raise SharedUsageError("nothing to measure: " + "; ".join(declined))
     plan = dataclasses.replace(plan, backends=tuple(backends), notes=plan.notes + tuple(declined))
-    launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     most_per_node = ranks_per_node(launcher.hosts)
     is_rank0 = control.rank == 0
     journal = Journal.open(schedule.state) if is_rank0 and schedule.state is not None else None

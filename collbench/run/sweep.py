@@ -84,6 +84,12 @@ class Sweep:
             if problem:
                 raise SharedUsageError(problem)
             self.layouts = plan.pairing.layouts(hosts, plan.roles)
+        self.hosts = hosts
+        groups = plan.roles.groups
+        #: this rank's place in its group (the world, without a split), where fills and checks
+        #: are made; every group has the same size
+        self.group_size = len(groups[0]) if groups else control.size
+        self.group_rank = groups[plan.roles.group_index(control.rank)].index(control.rank) if groups else control.rank
         self.failures: list = []
         self.out = None
         self.total_rounds = 1
@@ -101,7 +107,7 @@ class Sweep:
         if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
         itemsize = self.dtype.itemsize
-        points, notes = size_points(coll, self.plan.sizes, itemsize, self.control.size)
+        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size)
         self.notes += notes
         limit = backend.max_message_bytes()
         if limit is not None:
@@ -139,8 +145,10 @@ class Sweep:
         """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank, where
         it takes part in one of ``layouts``."""
         nominal = self._nominal(coll, backend, point, layouts[0])
-        root = layouts[0].root if coll.rooted else None
-        return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r == root)
+        first = layouts[0]
+        roots = ({members[first.root] for members in first.groups} if first.groups else {first.root}) \
+            if coll.rooted else set()
+        return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r in roots)
                           if any(coll.takes_part(r, roles) for roles in layouts) else 0)
 
     def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint, roles: Roles,
@@ -194,16 +202,25 @@ class Sweep:
         if current is not None:
             out.collective_done(current, final)
 
+    def _group_axes(self, roles: Roles, g: int) -> dict:
+        """The row columns that say which group of a split measured (``collbench.run.groups``)."""
+        split = self.plan.split
+        if split is None or not roles.groups:
+            return {"split": "", "group": 0, "group_size": self.group_size, "group_hosts": ""}
+        return {"split": split.mode, "group": g, "group_size": self.group_size,
+                "group_hosts": split.group_hosts(roles.groups[g], self.hosts)}
+
     def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, roles: Roles, group: int,
                   timing: str) -> tuple:
         plan = self.plan
         return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
-                tuple(roles.pairs[group]) if coll.paired else (), plan.timing_modes.index(timing))
+                tuple(roles.pairs[group]) if coll.paired else (group,), plan.timing_modes.index(timing))
 
     def _block(self, coll: Benchmark, backend_name: str, backend, points: list, indices: tuple, roles: Roles,
                round_number: int, settings: harness.TimingSettings) -> None:
         plan, control = self.plan, self.control
-        n, rank = control.size, control.rank
+        world, rank = control.size, control.rank
+        n, mine = self.group_size, self.group_rank           # this rank in the group it measures in
         op_name = plan.op if coll.reduces else NO_OP
         check_pattern = pattern(op_name, plan.dtype)
         where = f"allocation for {coll.name} on {backend_name}"
@@ -221,7 +238,7 @@ class Sweep:
         if coll.takes_part(rank, roles):
             buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
                                        in_place=coll.in_place)
-            _fill(backend, buffers, check_pattern, rank, n, top.send_len, self.dtype)
+            _fill(backend, buffers, check_pattern, mine, n, top.send_len, self.dtype)
         allocated = (top.send_len + top.recv_len) * self.dtype.itemsize
         for index in indices:
             point = points[index]
@@ -236,13 +253,13 @@ class Sweep:
             self.out.step(where)
             bound = harness.IDLE if not coll.takes_part(rank, roles) else backend.bind(
                 buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name, roles=roles)
-            groups = [coll.group_of(r, roles) for r in range(n)]
+            groups = [coll.group_of(r, roles) for r in range(world)]
             wrong = [0] * coll.groups(roles)
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
-                mine = harness.count_wrong(bound, coll, check_pattern, n, rank, roles, point.elements,
-                                           point.recv_len)
-                by_rank = control.bcast(control.gather(mine))
+                wrong_here = harness.count_wrong(bound, coll, check_pattern, n, mine, roles, point.elements,
+                                                 point.recv_len)
+                by_rank = control.bcast(control.gather(wrong_here))
                 for r, g in enumerate(groups):
                     if g is not None:
                         wrong[g] += by_rank[r]
@@ -258,11 +275,11 @@ class Sweep:
                 for g, samples in enumerate(m.samples_us):
                     check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
                     identity = RowIdentity(collective=coll.name, backend=backend_name, dtype=plan.dtype, op=op_name,
-                                           world_size=n, ranks_per_node=self.ranks_per_node,
+                                           world_size=world, ranks_per_node=self.ranks_per_node,
                                            size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
                                            count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
-                                           split="", group=0, group_size=n, group_hosts="",
-                                           **coll.row_axes(roles, g), **backend.row_axes())
+                                           **coll.row_axes(roles, g), **self._group_axes(roles, g),
+                                           **backend.row_axes())
                     own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
                     self.out.add(identity, self._sort_key(coll, backend_name, point, roles, g, timing),
                                  round_data(round_number, samples, own, precision_reached=m.precision_reached[g],

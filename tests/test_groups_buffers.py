@@ -1,0 +1,132 @@
+"""Groups measuring at once (--split, --split-mask), the mpi backend's buffers (--buffers) and
+mpi-pickle's payloads (--payload): real launches, every result checked, the rows' new columns
+read back; refusals in one line. Splits across hosts are in test_multihost.py."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from collbench.results.loader import load_result
+from conftest import FAST, cli, load_json, mpirun
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+
+
+def _rows(path):
+    return load_json(path)["rows"]
+
+
+@pytest.mark.parametrize("backends", ["mpi,mpi-pickle", pytest.param("gloo", marks=needs_torch)])
+def test_two_groups_measure_at_once_each_with_its_rows(tmp_path, backends):
+    out = tmp_path / "r.json"
+    proc = cli(["all", "--split", "2", "-n", "4", "--root", "1", "--backend", backends, "--sizes", "8,4K", *FAST,
+                "-o", str(out)], tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(out)
+    moving = [r for r in rows if r["collective"] != "barrier"]
+    assert moving and all(r["check"] == "ok" for r in moving)
+    assert {(r["split"], r["group_size"], r["world_size"]) for r in rows} == {("2", 2, 4)}
+    for backend in backends.split(","):
+        for coll in {r["collective"] for r in rows}:
+            groups = sorted(r["group"] for r in rows if r["backend"] == backend and r["collective"] == coll
+                            and r["size_bytes"] == (0 if coll == "barrier" else 4096))
+            assert groups == [0, 1], (backend, coll, groups)
+    assert all(r["group_hosts"] for r in rows)
+    # the table shows the slowest group and the spread, once per size
+    table = proc.stdout
+    assert "split 2, groups of 2" in table and "spread" in table and "slowest of the 2 groups" in table
+
+
+def test_mask_groups_the_ranks_that_agree_under_it(tmp_path):
+    out = tmp_path / "r.json"
+    proc = mpirun(4, ["allreduce", "--split-mask", "0x1", "--sizes", "64", *FAST, "-o", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(out)
+    assert sorted((r["split"], r["group"], r["group_size"], r["check"]) for r in rows) == [
+        ("mask:0x1", 0, 2, "ok"), ("mask:0x1", 1, 2, "ok")]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--split", "3"], "cannot make 3 equal groups of 4 ranks"),
+    (["--split", "4"], "group of its own"),
+    (["--split", "inter"], "all 4 ranks are on one host"),
+    (["--split", "2", "--split-mask", "1"], "give one"),
+    (["--split", "0"], "not intra, inter or a number of groups"),
+    (["--split-mask", "zz"], "not a mask"),
+])
+def test_a_split_that_makes_no_sense_is_one_line(tmp_path, args, says):
+    proc = cli(["allreduce", "-n", "4", "--sizes", "8", *FAST, "--no-save", *args], tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], proc.stderr
+
+
+def test_a_point_to_point_benchmark_takes_no_split(tmp_path):
+    proc = cli(["pingpong", "--split", "2", "--no-save"], tmp_path)
+    assert proc.returncode == 2 and "pingpong takes no --split" in proc.stderr
+
+
+@pytest.mark.parametrize("buffers", ["numpy", "mpi"])
+def test_the_mpi_backend_measures_on_the_buffers_asked_for(tmp_path, buffers):
+    out = tmp_path / "r.json"
+    proc = cli(["all", "--buffers", buffers, "-n", "3", "--sizes", "8,64K", *FAST, "-o", str(out)], tmp_path,
+               timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = [r for r in _rows(out) if r["collective"] != "barrier"]
+    assert rows and all(r["check"] == "ok" and r["buffers"] == buffers for r in rows)
+    for bench in ("pingpong", "bw", "sendrecv"):
+        proc = cli([bench, "--buffers", buffers, "--sizes", "8,64K", *FAST, "-o", str(out), "--force"], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert {(r["buffers"], r["check"]) for r in _rows(out)} == {(buffers, "ok")}
+
+
+def test_cuda_buffers_without_a_gpu_are_skipped_with_a_note(tmp_path):
+    proc = cli(["allreduce", "--buffers", "cuda", "--sizes", "8", *FAST, "--no-save"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "skipping backend mpi: --buffers cuda" in proc.stderr
+
+
+@pytest.mark.parametrize("payload", ["array", "bytes", "list", "dict"])
+def test_each_payload_is_sent_and_checked(tmp_path, payload):
+    out = tmp_path / "r.json"
+    proc = cli(["all", "--backend", "mpi-pickle", "--payload", payload, "-n", "3", "--sizes", "12,3K",
+                "--op", "max", *FAST, "-o", str(out)], tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = [r for r in _rows(out) if r["collective"] != "barrier"]
+    assert len(rows) == 2 * 8 and all(r["check"] == "ok" and r["payload"] == payload for r in rows)
+    proc = cli(["bw", "--backend", "mpi-pickle", "--payload", payload, "--sizes", "8,4K", *FAST, "-o", str(out),
+                "--force"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {(r["payload"], r["check"]) for r in _rows(out)} == {(payload, "ok")}
+
+
+def test_a_backend_option_no_backend_of_the_run_takes_is_refused(tmp_path):
+    proc = cli(["allreduce", "--backend", "mpi", "--payload", "list", "--no-save"], tmp_path)
+    assert proc.returncode == 2 and "--payload list is for mpi-pickle" in proc.stderr
+    proc = cli(["allreduce", "--backend", "mpi-pickle", "--buffers", "mpi", "--no-save"], tmp_path)
+    assert proc.returncode == 2 and "--buffers mpi is for mpi" in proc.stderr
+
+
+def test_older_files_read_with_the_usual_buffers_payload_and_whole_world(tmp_path):
+    """A schema-4 file (before these columns) loads with the values its rows had."""
+    old = tmp_path / "old.json"
+    doc = load_json(_a_run(tmp_path))
+    doc["schema_version"] = 4
+    for row in doc["rows"]:
+        for name in ("buffers", "payload", "split", "group", "group_size", "group_hosts", "init_method"):
+            del row[name]
+    import json
+    old.write_text(json.dumps(doc))
+    run = load_result(old)
+    assert {(r.backend, r.buffers, r.payload, r.split, r.group, r.group_size) for r in run.rows} == {
+        ("mpi", "numpy", "", "", 0, 2), ("mpi-pickle", "numpy", "array", "", 0, 2)}
+
+
+def _a_run(tmp_path):
+    out = tmp_path / "new.json"
+    proc = cli(["allreduce", "--backend", "mpi,mpi-pickle", "--sizes", "8", *FAST, "-o", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return out
