@@ -77,6 +77,9 @@ def _options_apply(options: BackendOptions, backends: list) -> tuple[list, list]
         takers = [b for b in BUILTIN_NAMES if f.name in backend_class(b).takes_options]
         raise UsageError(f"--{f.name.replace('_', '-')} {value} is for {' and '.join(takers)}, which this run "
                          f"does not measure (--backend {','.join(backends)})")
+    if options.init_method != "env://":
+        raise UsageError(f"--init-method {options.init_method}: this version meets its torch ranks through env:// "
+                         "only (tcp:// and file:// are not done yet)")
     kept, notes = [], []
     for b in backends:
         reason = backend_class(b).options_problem(options)
