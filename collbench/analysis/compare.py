@@ -33,7 +33,7 @@ import numpy as np
 
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
-from collbench.results.records import MATCH_FIELDS, Row, RunResult
+from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, STATE_LOG_SHIFT, STATE_ROW_SHARE, FileRounds, ab_job,
                                      estimate_drift, round_warnings)
 from collbench.analysis.significance import max_t_adjust
@@ -76,8 +76,8 @@ class RowComparison:
 
     def field(self, name: str):
         value = self.key[MATCH_FIELDS.index(name)]
-        if name == "backend" and value == "*":      # matched across two backends (match_key)
-            return " → ".join(dict.fromkeys(r.backend for r in (self.baseline, self.new) if r is not None))
+        if name in _BACKEND_FIELDS and value == "*":      # matched across two backends (match_key)
+            return " → ".join(dict.fromkeys(getattr(r, name) for r in (self.baseline, self.new) if r is not None))
         return value
 
     @property
@@ -152,9 +152,13 @@ def parse_threshold(text) -> float:
 
 
 def match_key(row: Row, across_backends: bool = False) -> tuple:
-    """The row's values of MATCH_FIELDS; ``across_backends``: the backend left blank (two files
-    of one backend each, compared with each other: collbench ab --a-backend/--b-backend)."""
-    return tuple("*" if across_backends and name == "backend" else getattr(row, name) for name in MATCH_FIELDS)
+    """The row's values of MATCH_FIELDS; ``across_backends``: the backend and what belongs to it
+    (its buffers, its payload) left blank (two files of one backend each, compared with each
+    other: collbench ab --a-backend/--b-backend)."""
+    return tuple("*" if across_backends and name in _BACKEND_FIELDS else getattr(row, name) for name in MATCH_FIELDS)
+
+
+_BACKEND_FIELDS = ("backend",) + PER_BACKEND
 
 
 def _one_backend_each(baseline: RunResult, new: RunResult) -> bool:
