@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much memory and time do the commands that read result files take on large honest files?
 
-    python benchmarks/large_files.py                     # 1,000, 10,000 and 200,000 rows: about 15 minutes on 2 cores
+    python benchmarks/large_files.py                     # compare and report of 1,000 to 200,000 rows: about 30 minutes on 2 cores
     python benchmarks/large_files.py --quick             # 1,000 and 10,000 rows
     python benchmarks/large_files.py --rows 20000 --rounds 10 --samples 100 --commands compare,export
 
@@ -9,8 +9,8 @@ For each row count it writes two runs of one sweep (a baseline and a new run, se
 JSON and a CSV file: ``--rounds`` rounds of ``--samples`` samples per row, every row built as the
 runner builds it (``aggregate.round_data``, ``aggregate.build_row``). To keep building large
 files quick, a block of 500 rows is measured once and repeated at other sizes, so each row is
-a real row and the rows of one file are distinct. Then each command (``compare`` by default;
-``report``, ``export``, ``merge`` on demand) runs on the files in a subprocess of its own, and
+a real row and the rows of one file are distinct. Then each command (``compare`` and ``report``
+by default; ``export``, ``merge`` on demand) runs on the files in a subprocess of its own, and
 the script prints the file's size, its values (what ``loader.MAX_VALUES`` counts), the command's
 exit code, wall time, peak resident memory (the kernel's ru_maxrss of that process, from
 ``os.wait4`` in a small process that starts it) and the first line it wrote on stderr.
@@ -106,11 +106,11 @@ def measure(args: list, cwd: Path, limit_gib: float) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1000,10000,200000", help="row counts, comma-separated")
+    parser.add_argument("--rows", default="1000,10000,20000,100000,200000", help="row counts, comma-separated")
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 rows")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=40, help="samples per round and row")
-    parser.add_argument("--commands", default="compare", help="of compare, report, export, merge")
+    parser.add_argument("--commands", default="compare,report", help="of compare, report, export, merge")
     parser.add_argument("--formats", default="json,csv")
     parser.add_argument("--limit", type=float, default=8.0, help="address space per command, GiB")
     opts = parser.parse_args()

@@ -1,4 +1,6 @@
-"""Exceptions that end a run with a one-line message instead of a traceback."""
+"""Exceptions that end a run with a one-line message instead of a traceback, and ``printable``:
+text collbench did not write (a result file's metadata, a library's message) made safe to
+show in such a line."""
 
 
 class CollbenchError(Exception):
@@ -31,3 +33,15 @@ class SharedUsageError(UsageError):
     broadcast): under a launcher only rank 0 says it."""
 
     every_rank = True
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal shows it, on one line and changing nothing on the terminal: a line
+    end, a tab or another space that is not a plain one becomes a space; any other character
+    that is not printable (ESC and the escape sequences it starts, BEL, DEL, C1 controls such as
+    the one-byte CSI, bidirectional overrides, zero-width characters) becomes its visible escape,
+    ``\\x1b``, ``\\u202e``. Printable text comes back as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else " " if c.isspace() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)

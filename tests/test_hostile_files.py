@@ -10,6 +10,7 @@ command that would hang fails its test instead of holding up the suite.
 """
 
 import copy
+import dataclasses
 import csv
 import io
 import json
@@ -27,8 +28,9 @@ from collbench.analysis.compare_render import comparison_tables, outcome, to_jso
 from collbench.errors import UsageError
 from collbench.results import loader
 from collbench.results.loader import load_result
+from collbench.results.records import RunResult
 from conftest import cli
-from results_helpers import run_of, sweep, write
+from results_helpers import metadata, row_from_samples, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
 LIMIT = 60          # seconds any one command may take before the test calls it a hang
@@ -299,7 +301,76 @@ def test_a_size_too_large_for_a_float_is_one_line_in_every_reader(files, reader)
 
 def test_a_note_is_one_line_whatever_the_file_holds(files):
     path = _broken(files, "notes.json", lambda doc: doc.__setitem__("notes", ["two\nlines\x1b[2J", "plain"]))
-    assert load_result(path).notes == ["two lines [2J", "plain"]
+    assert load_result(path).notes == ["two lines\\x1b[2J", "plain"]
+
+
+# --- text that reaches the terminal -------------------------------------------------------------
+
+#: Clears the screen, retitles the terminal window (OSC ... BEL), returns the cursor to the start
+#: of the line, then a one-byte CSI, a right-to-left override and DEL.
+ESCAPES = "\x1b[2J\x1b]0;pwned\x07\rok\x9b31m\u202e\x7f"
+RAW = ("\x1b", "\x07", "\r", "\x9b", "\u202e", "\x7f")
+
+
+def _escaping(doc: dict) -> None:
+    """Every text of the metadata a command prints, and a note, with ESCAPES in it."""
+    meta = doc["metadata"]
+    host = f"node{ESCAPES}"
+    meta.update(hostnames=[host], rank_hosts=[host, host], cpu_model=f"CPU{ESCAPES}", run_id=f"run{ESCAPES}",
+                command_line=["collbench", ESCAPES], environment={f"UCX_{ESCAPES}": ESCAPES},
+                ab={"job": f"job{ESCAPES}", "side": ESCAPES})
+    meta["versions"].update(mpi_library=f"MPICH{ESCAPES}\nMPICH Release date: x", mpi4py=f"4{ESCAPES}")
+    for record in meta["rounds"]:
+        record.update(run_id=f"run{ESCAPES}", rank_hosts=[host, host])
+    doc["notes"] = [f"note{ESCAPES}"]
+
+
+def test_terminal_escapes_in_a_file_never_reach_the_terminal(files):
+    """A file's host names and versions reached compare's warnings raw: a crafted file could
+    clear the screen, retitle the terminal or hide a line. Every command that reads files shows
+    them escaped, visibly."""
+    _broken(files, "escapes.json", _escaping)
+    commands = [["compare", "base.json", "escapes.json"], ["compare", "escapes.json", "base.json", "-f", "markdown"],
+                ["compare", "base.json", "escapes.json", "-f", "json"], ["report", "escapes.json", "base.json"],
+                ["report", "escapes.json", "--per-rank"], ["report", "escapes.json", "-f", "markdown"],
+                ["export", "escapes.json", "--to", "bencher"], ["export", "escapes.json", "--to", "github-action-benchmark"],
+                ["merge", "base.json", "escapes.json", "-o", "merged.json", "--force"]]
+    for args in commands:
+        proc = cli(args, files, timeout=LIMIT)
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
+        said = proc.stdout + proc.stderr
+        assert not [c for c in RAW if c in said], (args, said)
+    warned = cli(["compare", "base.json", "escapes.json"], files, timeout=LIMIT).stderr
+    assert "hostnames differs: node1 in base.json, node\\x1b[2J\\x1b]0;pwned\\x07 ok\\x9b31m\\u202e\\x7f in " \
+        "escapes.json" in warned, warned
+    assert "MPI library differs: MPICH 4.2 in base.json, MPICH\\x1b[2J" in warned, warned
+    merged = (files / "merged.json").read_text(encoding="utf-8")
+    assert not [c for c in RAW if c in json.loads(merged)["metadata"]["hostnames"][0]]
+
+
+def test_host_names_of_a_link_map_are_shown_escaped(files):
+    """report names the hosts of a collbench pairs map (its legend, the hosts that lie out)."""
+    _pairs_file(files / "escaped-hosts.json", [(a, b) for a in range(16) for b in range(a + 1, 16)], ranks=16,
+                host=ESCAPES)
+    proc = cli(["report", "escaped-hosts.json"], files, timeout=LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    assert "\\x1b[2J\\x1b]0;pwned\\x07 ok" in proc.stdout and not [c for c in RAW if c in proc.stdout + proc.stderr]
+
+
+def test_plot_titles_and_labels_never_carry_a_files_escapes(files):
+    pytest.importorskip("matplotlib")
+    _broken(files, "escapes.json", _escaping)
+    proc = cli(["plot", "escapes.json", "base.json", "-o", "escapes.svg", "--force"], files, timeout=LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    drawn = (files / "escapes.svg").read_text(encoding="utf-8") + proc.stdout + proc.stderr
+    assert not [c for c in RAW if c in drawn]
+
+
+def test_an_error_line_naming_a_file_stays_one_printable_line(files):
+    proc = cli(["compare", "good.json", f"gone{ESCAPES}\nsecond line.json"], files, timeout=LIMIT)
+    assert proc.returncode == 2
+    line = _one_line(proc)
+    assert "no such file" in line and not [c for c in RAW if c in proc.stderr], proc.stderr
 
 
 def test_a_byte_order_mark_is_skipped_in_json_and_csv(files):
@@ -433,3 +504,58 @@ def test_export_writes_json_numbers_only_for_a_ci_stretched_to_1e300(files):
     proc = cli(["export", "wide.json", "--to", "bencher"], files, timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
     json.loads(proc.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the export"))
+
+
+# --- collbench pairs files of many ranks or many maps -------------------------------------------
+
+def _pairs_file(path: Path, pairs, *, ranks: int, sizes=(8,), host: str = "node") -> Path:
+    """A collbench pairs result: pingpong between ``pairs`` of ``ranks`` ranks, 8 per host (named
+    ``host`` and a number), at each size; one row is built as a run builds it and the others are
+    it with another pair."""
+    hosts = [f"{host}{r // 8}" for r in range(ranks)]
+    run = RunResult(metadata=metadata(world_size=ranks, hostnames=sorted(set(hosts)), rank_hosts=hosts,
+                                      ranks_per_node=8))
+    for size in sizes:
+        row = row_from_samples([5.0] * 8, collective="pingpong", size_bytes=size, world_size=ranks, pair=(0, 1))
+        for a, b in pairs:
+            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=5.0 + (7 * a + 3 * b) % 11 / 10))
+    return write(run, path)
+
+
+def test_plot_refuses_a_heat_map_of_more_ranks_than_it_draws(files):
+    """A heat map is ranks × ranks: 2,000 ranks took 27 s and 680 MB to draw, and a crafted file
+    names as many ranks as it has rows. Past links.MOST_DRAWN_RANKS plot refuses in one line,
+    at once, and report still lists the map (its matrix left to the file)."""
+    pytest.importorskip("matplotlib")
+    from collbench.results.links import MOST_DRAWN_RANKS
+
+    ranks = MOST_DRAWN_RANKS + 1
+    _pairs_file(files / "wide-pairs.json", [(r, r + 1) for r in range(ranks - 1)], ranks=ranks)
+    _refused(["plot", "wide-pairs.json", "-o", "wide.png", "--force"], files,
+             f"a heat map of {ranks} ranks is more than plot draws ({MOST_DRAWN_RANKS} ranks at most)")
+    assert not (files / "wide.png").exists()
+    proc = cli(["report", "wide-pairs.json"], files, timeout=LIMIT)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"the {ranks}-rank matrix is in the result files; collbench plot draws maps of up to " \
+        f"{MOST_DRAWN_RANKS} ranks" in " ".join(proc.stdout.split())
+
+
+def test_plot_draws_a_heat_map_of_as_many_ranks_as_it_allows(files):
+    pytest.importorskip("matplotlib")
+    from collbench.results.links import MOST_DRAWN_RANKS
+
+    ranks = MOST_DRAWN_RANKS
+    _pairs_file(files / "most-pairs.json", [(r, r + 1) for r in range(ranks - 1)], ranks=ranks)
+    proc = cli(["plot", "most-pairs.json", "-o", "most.png", "--force"], files, timeout=LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    assert (files / "most.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_refuses_more_heat_maps_than_one_image_holds(files):
+    pytest.importorskip("matplotlib")
+    from collbench.analysis.plot import MOST_HEAT_MAPS
+
+    _pairs_file(files / "many-maps.csv", [(0, 1), (0, 2), (1, 2)], ranks=3,
+                sizes=[8 * (i + 1) for i in range(MOST_HEAT_MAPS + 1)])
+    _refused(["plot", "many-maps.csv", "-o", "many.png", "--force"], files,
+             f"{MOST_HEAT_MAPS + 1} heat maps (sizes and backends of collbench pairs) are more than plot draws")

@@ -6,7 +6,7 @@ comparison cannot survive — no row in common — is an error raised by ``compa
 
 from __future__ import annotations
 
-from collbench.results.records import RunResult, tidy_library_version
+from collbench.results.records import RunResult
 
 # (label, path into the metadata dict)
 CHECKED_METADATA = (
@@ -51,8 +51,6 @@ def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, n
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
         if a is None or b is None:       # e.g. torch is only recorded by runs that used it
             continue
-        if label == "MPI library":       # older files kept the raw text
-            a, b = tidy_library_version(a), tidy_library_version(b)
         if a != b:
             notes.append(f"{label} differs: {_show(a) if a is not None else '(not recorded)'} in {baseline_name}, "
                          f"{_show(b) if b is not None else '(not recorded)'} in {new_name}")

@@ -170,6 +170,7 @@ def figure_of(rows, *, run_labels=(), where: links.Placement = links.Placement()
     label of its run (files of one setup measured again), or nothing. Rows that form link maps
     are drawn as heat maps instead (``where``: ``links.placement``)."""
     rows = list(rows)
+    _check_heat_maps(links.groups(rows))          # before the maps are judged: that takes time too
     maps, rest = links.split(rows, where)
     if maps:
         notes = [where.crowded] * bool(where.crowded)
@@ -353,6 +354,25 @@ def _save(figure, path: Path) -> None:
 
 #: past this many ranks a heat map's cells carry no figures (the colour alone says it)
 ANNOTATED_RANKS = 16
+#: The most heat maps in one image, three a row: their panels shrink (to 2 inches at the most
+#: maps) so that the image stays within TALLEST_INCHES.
+MOST_HEAT_MAPS = 240
+TALLEST_INCHES = 160
+
+
+def _check_heat_maps(groups: list) -> None:
+    """Refuse, in one line, heat maps too many or too large to draw (``groups``: the rows of
+    each map, ``links.groups``)."""
+    ranks = max((len(links.ranks_of(members)) for members in groups), default=0)
+    if ranks > links.MOST_DRAWN_RANKS:
+        raise UsageError(f"a heat map of {ranks:,} ranks is more than plot draws ({links.MOST_DRAWN_RANKS} ranks at "
+                         "most): collbench report names the hosts, ranks and pairs that lie out, and the result "
+                         "file holds every pair")
+    if len(groups) > MOST_HEAT_MAPS:
+        raise UsageError(f"{len(groups):,} heat maps (sizes and backends of collbench pairs) are more than plot "
+                         f"draws in one image ({MOST_HEAT_MAPS} at most): measure fewer sizes per file")
+
+
 def heat_maps(maps: list):
     """The Figure of one heat map per link map, rank against rank: latency (µs) or bandwidth from row to column
     (GB/s), on a scale from 0 where darker is slower; lines between hosts; what lies out framed
@@ -363,7 +383,7 @@ def heat_maps(maps: list):
     columns = min(len(maps), 3)
     rows_of_panels = -(-len(maps) // columns)
     largest = max(len(m.ranks) for m in maps)
-    side = min(max(3.6, 0.32 * largest + 1.5), 12.0)
+    side = min(max(3.6, 0.32 * largest + 1.5), 12.0, TALLEST_INCHES / rows_of_panels)
     figure = Figure(figsize=(side * columns + 1.0, side * rows_of_panels), constrained_layout=True)
     FigureCanvasAgg(figure)
     axes_list = np.atleast_1d(figure.subplots(rows_of_panels, columns)).ravel()

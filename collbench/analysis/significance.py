@@ -27,6 +27,10 @@ import numpy as np
 
 DRAWS = 20_000
 CHUNK = 2_000
+#: At most this many values (draws × rows, float64) in one array of the simulation: the draws go
+#: in chunks of CHUNK, fewer when the rows are many, so that its memory is bounded (a few arrays of
+#: 32 MB) however many rows there are; up to 2,097 rows the chunks, and the answer, are the same.
+CELLS = 1 << 22
 
 
 def _chi2_ratio(rng, df: np.ndarray, n: int) -> np.ndarray:
@@ -66,18 +70,29 @@ def max_t_adjust(t_values, within_var, within_df, drift_var, drift_df: float, *,
     vd = np.asarray(drift_var, dtype=np.float64)
     vk = np.zeros(m) if known_var is None else np.asarray(known_var, dtype=np.float64)
     rng = np.random.default_rng(seed)
+    sd_drift, sd_own = np.sqrt(vd), np.sqrt(vw + vk)
     exceed = np.zeros(m)
     maxima = []
     done = 0
+    chunk = min(CHUNK, max(1, CELLS // m))
     while done < draws:
-        n = min(CHUNK, draws - done)
-        shared = rng.standard_normal((n, 1)) * np.sqrt(vd)
-        own = rng.standard_normal((n, m)) * np.sqrt(vw + vk)
-        estimated = vw * _chi2_ratio(rng, dfw, n) + vk
+        n = min(chunk, draws - done)
+        shared = rng.standard_normal((n, 1)) * sd_drift
+        deviation = rng.standard_normal((n, m))          # in place from here: one (n, m) array each
+        deviation *= sd_own
+        deviation += shared
+        np.abs(deviation, out=deviation)
+        estimated = _chi2_ratio(rng, dfw, n)
+        estimated *= vw
+        estimated += vk
         drift_scale = rng.chisquare(drift_df, size=(n, 1)) / drift_df if np.isfinite(drift_df) else 1.0
-        estimated = estimated + vd * drift_scale
-        largest = np.max(np.abs(shared + own) / np.sqrt(estimated), axis=1)
-        exceed += (largest[:, None] >= t[None, :]).sum(axis=0)
+        estimated += vd * drift_scale
+        np.sqrt(estimated, out=estimated)
+        deviation /= estimated
+        del estimated
+        largest = np.max(deviation, axis=1)
+        np.greater_equal(largest[:, None], t[None, :], out=deviation)    # reached: 1.0, else 0.0
+        exceed += deviation.sum(axis=0)
         maxima.append(largest)
         done += n
     critical = float(np.quantile(np.concatenate(maxima), 1.0 - alpha))

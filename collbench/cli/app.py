@@ -16,7 +16,7 @@ try:
     from collbench import __version__
     from collbench.cli.options import BenchCommand, bench_options, defaults_without
     from collbench.benchmarks.registry import NAMES, ORDER
-    from collbench.errors import CollbenchError
+    from collbench.errors import CollbenchError, printable
 except ImportError as _missing:        # numpy, click or rich missing or broken in this Python
     from collbench.cli.broken import refuse
 
@@ -188,7 +188,21 @@ def schema_command():
 
 
 def main(argv=None) -> None:
-    """Entry point: every failure that is not a bug is one line on stderr and an exit code."""
+    """Entry point: every failure that is not a bug is one line on stderr and an exit code. A
+    rank tells its guardian the exit code it leaves with (one it did not tell is a library's)."""
+    from collbench.launch.supervise import leaving
+
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        leaving(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
+        raise
+    except BaseException:            # a bug: Python prints the traceback and exits with 1
+        leaving(1)
+        raise
+
+
+def _main(argv) -> None:
     from collbench.cli import streams
 
     streams.make_safe()          # closed, unencodable or broken output never changes the outcome
@@ -215,13 +229,13 @@ def main(argv=None) -> None:
         sys.exit(130)
     except OSError as exc:         # a file that could not be read or written (a full disk, a folder gone)
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"collbench: error: {where}{exc.strerror or one_line(exc)}", file=sys.stderr)
+        print(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
         sys.exit(2)
 
 
 def one_line(text: str) -> str:
-    """A message as one line, whatever a library put into it."""
-    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """A message as one printable line, whatever a library or a file name put into it."""
+    return printable(" ".join(part.strip() for part in str(text).splitlines() if part.strip()))
 
 
 def _report(exc: CollbenchError) -> None:
@@ -255,8 +269,10 @@ def _end_job_from_here(exc: CollbenchError) -> None:
     if not launcher.shares_mpi_world or launcher.world_size < 2:
         return
     from collbench.backends import abort_mpi_job
+    from collbench.launch.supervise import leaving
 
     sys.stderr.flush()
+    leaving(exc.exit_code)          # MPI_Abort ends this process with it, before main could say so
     abort_mpi_job(exc.exit_code)    # without MPI here, the guardians' start-up deadline ends the job
 
 

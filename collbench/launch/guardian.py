@@ -17,29 +17,44 @@ from typing import Optional
 
 from collbench.launch import coordinator
 from collbench.launch.oom import OomWatch
-from collbench.launch.coordinator import EXIT_TIMEOUT, RANK_EXIT_CODES
+from collbench.launch.coordinator import EXIT_LOST, EXIT_TIMEOUT, RANK_EXIT_CODES
 from collbench.launch.wire import MessageReader, send_message
 from collbench.launch.link import Link, connect, hello_message
 from collbench.launch import notes
 from collbench.launch.launcher import LAUNCHED_ENV
-from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, alive
+from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, alive, process_name
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
 #: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
 #: rewriting the result files from the journal: about a second)
 JOB_EXIT_WAIT = 30.0
+#: Exit codes that collbench ends a rank with and a library can too: MPICH's fatal errors end the
+#: process with the error's class as its exit code (1 MPI_ERR_BUFFER, 2 MPI_ERR_COUNT, 15
+#: MPI_ERR_OTHER...), C libraries exit(1), Python exits 1 after a traceback. The rank tells its
+#: guardian the code it chose (``supervise.leaving``); one it did not choose is a crash.
+SHARED_EXIT_CODES = frozenset({1, 2})
 
 
-def shared_memory_explained(sig: int, folder: str = "/dev/shm") -> str:
-    """What to add after "was killed by signal 7 (SIGBUS)": MPI maps its shared memory from
-    /dev/shm, and touching a page that the file system cannot back raises SIGBUS."""
-    if sig != signal.SIGBUS:
-        return ""
+#: Less room than this free in /dev/shm is taken for the cause of a rank's failure in MPI's
+#: start-up, where MPICH and UCX make their shared memory (MPICH: "Out of memory", exit 15)
+SHARED_MEMORY_LOW = 1 << 20
+
+
+def shared_memory_explained(sig: int, folder: str = "/dev/shm", *, in_startup: bool = False) -> str:
+    """What to add after "was killed by signal 7 (SIGBUS)", or, ``in_startup``, after any end of
+    a rank in MPI's start-up (``sig`` 0: an exit code) when /dev/shm is read-only or nearly full:
+    MPI maps its shared memory from /dev/shm, making it fails there, and touching a page that
+    the file system cannot back raises SIGBUS."""
     try:
         fs = os.statvfs(folder)
     except OSError:
-        return ", most likely shared memory that could not be backed (/dev/shm)"
+        return ", most likely shared memory that could not be backed (/dev/shm)" if sig == signal.SIGBUS else ""
     free = fs.f_bavail * fs.f_frsize
+    read_only = bool(fs.f_flag & os.ST_RDONLY)
+    if sig != signal.SIGBUS and not (in_startup and (read_only or free < SHARED_MEMORY_LOW)):
+        return ""
+    if read_only:
+        return f", most likely for MPI's shared memory ({folder} is read-only: make it writable)"
     free_text = f"{free / (1 << 20):.1f} MiB" if free >= 1 << 20 else f"{free // 1024} KiB"
     return (f", most likely for MPI's shared memory ({folder} has {free_text} free of "
             f"{fs.f_blocks * fs.f_frsize / (1 << 20):.1f} MiB; give it more room, e.g. docker --shm-size)")
@@ -66,6 +81,16 @@ class Guardian:
         self.oom = OomWatch()
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
+        self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
+        self._spoken = False                   # the rank's end was said (``_report``, ``_watch_launcher``)
+        self._speaking = threading.Lock()
+        # The launcher's process that started this guardian, one rank of several (mpiexec's
+        # proxy, srun's step, torchrun's agent): (pid, name); None for one rank (its parent is
+        # a shell, which may end before it), or when it is collbench's own launching process
+        # (watched as PARENT_ENV).
+        parent = os.getppid()
+        self.launcher = (parent, process_name(parent) or "a process") \
+            if size > 1 and parent > 1 and str(parent) != os.environ.get(PARENT_ENV, "") else None
         self._parent_fd = None
         self.coordinator = None
         notes.guardian(rank, child)
@@ -117,6 +142,8 @@ class Guardian:
         parent = os.environ.get(PARENT_ENV, "")
         if parent.isdigit():
             threading.Thread(target=self._watch_parent, args=(int(parent),), daemon=True).start()
+        if self.launcher is not None:
+            threading.Thread(target=self._watch_launcher, daemon=True).start()
         while True:
             try:
                 _, status = os.waitpid(self.child, 0)
@@ -142,23 +169,55 @@ class Guardian:
             os._exit(self.stop_code)
         self._report(status)
 
-    def _report(self, status: int) -> None:
-        killed = os.WIFSIGNALED(status)
-        if killed:
+    def _ending(self, status: int) -> tuple:
+        """(how the rank ended, for a line; the exit code that says it; whether that was a
+        crash): a signal, an exit code collbench does not use or did not choose
+        (SHARED_EXIT_CODES), or any end after the launcher's process that started it was gone."""
+        if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            how, code = (f"was killed by signal {sig} ({signal.Signals(sig).name}){self.oom.explain(sig)}"
-                         f"{shared_memory_explained(sig)}", 128 + sig)
+            how, code, crashed = (f"was killed by signal {sig} ({signal.Signals(sig).name}){self.oom.explain(sig)}"
+                                  f"{shared_memory_explained(sig, in_startup=self.link is None)}", 128 + sig, True)
         else:
             code = os.WEXITSTATUS(status)
-            how = f"exited with code {code}"
+            how, crashed = f"exited with code {code}", code not in RANK_EXIT_CODES
+            if code in SHARED_EXIT_CODES and self.channel is not None and code != self.chosen_exit:
+                how += (" without collbench choosing it (a library ended the process: MPICH's fatal errors exit "
+                        "with the error's class, 1 for MPI_ERR_BUFFER, 2 for MPI_ERR_COUNT)")
+                crashed = True
+            if crashed:              # not a code of collbench's: the job's code says a rank was lost
+                how += shared_memory_explained(0, in_startup=self.link is None)
+                code = EXIT_LOST
+        gone = self._launcher_gone()
+        if gone:
+            return f"{how} after {gone} ended under it (killed, or it failed)", EXIT_LOST, True
+        return how, code, crashed
+
+    def _launcher_gone(self) -> str:
+        """The launcher's process that started this guardian, named, once it has ended under it
+        (its children passed to another parent); "" while it is there."""
+        if self.launcher is None or os.getppid() == self.launcher[0]:
+            return ""
+        pid, name = self.launcher
+        return f"{name} (pid {pid}), the launcher's process that started it,"
+
+    def _first_to_speak(self) -> bool:
+        with self._speaking:
+            first, self._spoken = not self._spoken, True
+        return first
+
+    def _report(self, status: int) -> None:
+        how, code, crashed = self._ending(status)
         link = self.link if self.link is not None and not self.link.ended else None
-        if killed or code not in RANK_EXIT_CODES:
-            where = self.position.read() or "start-up"
-            told = link is not None and link.tell_and_wait({"t": "died", "how": how, "where": where, "code": code})
-            if not told:
-                sys.stderr.write(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) {how} "
-                                 f"during {where}; {self._aftermath()}\n")
-                sys.stderr.flush()
+        if crashed:
+            if self._first_to_speak():          # else its launcher's end was said (``_watch_launcher``)
+                where = self.position.read() or "start-up"
+                told = link is not None and link.tell_and_wait({"t": "died", "how": how, "where": where,
+                                                                "code": code})
+                if not told:              # noted first: its launcher's pipes may be gone with it
+                    notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) "
+                                    f"{how} during {where}; {self._aftermath()}")
+                elif self.coordinator is not None:     # rank 0's: the others are told before it leaves
+                    self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
         elif link is not None:
             link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
         os._exit(code)
@@ -194,7 +253,12 @@ class Guardian:
                     threading.Thread(target=self._watch_startup, args=(self.startup_limit,), daemon=True).start()
                 elif message.get("t") == "join":
                     send_message(self.channel, self._join(message))
+                elif message.get("t") == "exit":
+                    self.chosen_exit = int(message.get("code", -1))
+                    send_message(self.channel, {"t": "noted"})
                 elif message.get("t") in ("timeout", "abort-job"):
+                    if message.get("t") == "abort-job":         # it may leave through MPI_Abort with it
+                        self.chosen_exit = int(message.get("code", -1))
                     stopping = self.stop_code is not None        # the job is ending already
                     taken = stopping or (self.link is not None and not self.link.ended and self.link.send(message))
                     send_message(self.channel, {"t": "taken" if taken else "refused"})
@@ -218,8 +282,7 @@ class Guardian:
         others, which may wait for it inside MPI's start-up. Under self-launch, tell the
         launching process (a file in the run's state folder it watches); a user's launcher
         ends the job itself."""
-        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        notes.leave(f"{notes.EARLY_END_PREFIX}{self.rank}", str(code))
+        notes.leave(f"{notes.EARLY_END_PREFIX}{self.rank}", str(self._ending(status)[1]))
 
     def _join(self, request: dict) -> dict:
         hello = hello_message(request["token"], self.rank, self.size, self.child)
@@ -243,6 +306,29 @@ class Guardian:
             while alive(pid):
                 time.sleep(0.5)
         self.stop(128 + signal.SIGHUP)
+
+    def _watch_launcher(self) -> None:
+        """The launcher's process that started this guardian ending under a running rank (mpiexec's
+        proxy killed, say): the rank's output and its MPI start-up and finish went through it,
+        and it will not be back, so the job is ended in a line that names it."""
+        pid, _name = self.launcher
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            return
+        try:
+            select.select([fd], [], [])
+        finally:
+            os.close(fd)
+        if self.stop_code is not None or not self._launcher_gone() or not self._first_to_speak():
+            return
+        where = self.position.read() or "start-up"
+        how = f"lost {self._launcher_gone()} which ended under it (killed, or it failed)"
+        link = self.link if self.link is not None and not self.link.ended else None
+        if link is None or not link.tell_and_wait({"t": "died", "how": how, "where": where, "code": EXIT_LOST}):
+            notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) {how} during "
+                            f"{where}; {self._aftermath()}")
+        self.stop(EXIT_LOST)
 
     def _parent_gone(self) -> bool:
         """Whether the self-launching process has ended (a zombie counts as ended): then its

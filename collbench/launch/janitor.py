@@ -2,27 +2,34 @@
 the out-of-memory killer), the run's state folder holds the journal of what was measured and
 nobody else would finish it.
 
-``start`` runs, beside the self-launching process and before its first launch, a small process
-of its own session (so that neither the launcher's clean-up nor a signal to the job's process
-group reaches it). It waits for that process to end; if the state folder is still there, it
-waits for the processes of the last launch to end (their guardians may still be writing), then
+``Janitor`` starts, beside the self-launching process and before its state folder exists, a
+small process of its own session (so that neither the launcher's clean-up nor a signal to the
+job's process group reaches it). It waits for that process to end; if the state folder is there,
+it waits for the processes of the last launch to end (their guardians may still be writing), then
 rebuilds the result files from the journal and removes the folder. A process that ends normally
 removes the folder itself and ends its stand-in (``Janitor.close``).
 
 Being there from the start is the point: a guardian that noticed the death could be SIGKILLed by
-mpiexec's clean-up before it acted, and between two rounds there is no guardian at all.
+mpiexec's clean-up before it acted, and between two rounds there is no guardian at all. So the
+stand-in starts first and the folder is made after it (``Janitor.folder``), under a name only
+this stand-in looks for: a random prefix it is given, made by ``tempfile.mkdtemp`` (owned by
+this user, private), so that a kill at any moment leaves either no folder or a watched one.
 
 Only the standard library is imported until the rebuild.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import secrets
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,16 +42,21 @@ LAUNCH_END_WAIT = STOP_GRACE + 4.0
 
 
 class Janitor:
-    """The stand-in for the calling process, for the state folder ``state``."""
+    """The stand-in for the calling process, for the state folder it makes (``folder``)."""
 
-    def __init__(self, state: str) -> None:
-        self.state = state
+    def __init__(self, prefix: str = "collbench-rounds-") -> None:
+        self.prefix = os.path.join(tempfile.gettempdir(), f"{prefix}{secrets.token_hex(8)}-")
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.janitor", str(os.getpid()), state],
+            self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.janitor", str(os.getpid()),
+                                             self.prefix],
                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             self.process = None
+
+    def folder(self) -> str:
+        """A new private folder that the stand-in finishes should this process die."""
+        return tempfile.mkdtemp(prefix=os.path.basename(self.prefix), dir=os.path.dirname(self.prefix))
 
     def close(self) -> None:
         """The folder is gone (or about to be, by the caller): the stand-in is not needed."""
@@ -86,12 +98,32 @@ def launch_processes(state: str) -> list:
     return pids
 
 
+def folders(prefix: str) -> list:
+    """The folders of this user whose names start with ``prefix`` (``Janitor.folder``): another
+    user's folder of that name is not this run's."""
+    found = []
+    for path in glob.glob(glob.escape(prefix) + "*"):
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            found.append(path)
+    return found
+
+
 def main(argv: list) -> int:
-    """``PARENT_PID FOLDER``."""
-    parent, state = int(argv[0]), argv[1]
+    """``PARENT_PID PREFIX``: finishes the state folder named PREFIX… once PARENT_PID is gone."""
+    parent, prefix = int(argv[0]), argv[1]
     _wait_for_death(parent)
-    if not os.path.isdir(state):
-        return 0
+    code = 0
+    for state in folders(prefix):
+        code = max(code, _finish(state))
+    return code
+
+
+def _finish(state: str) -> int:
+    """The launch of the folder ``state`` ended, its files rebuilt, the folder gone."""
     # The guardians see the death and stop their ranks, saving what they must; what has not
     # ended after that (a stopped guardian, mpiexec and its proxies waiting for it) is killed.
     launched = notes.launched_pids(state)

@@ -12,7 +12,9 @@ process it started dies by a signal, it SIGKILLs the others' process groups at o
   ranks' guardians), for its stand-in (``janitor``) to end if the launching process dies;
 * ``explained``: the line that says why the job ended, written before it is printed (empty when
   a rank printed its own), so that the launching process can print it if its writer was killed
-  first.
+  first;
+* ``said-first``: a rank's guardian said why its rank ended before the ranks could talk (no
+  coordinator picks one line then): the others, which ended of the same cause, say nothing.
 
 Only the standard library is used (guardians and a rank's signal thread import this).
 """
@@ -31,6 +33,7 @@ EARLY_END_PREFIX = "ended-before-joining-"
 GUARDIAN_PREFIX = "guardian-"
 ORPHANED_PREFIX = "orphaned-"
 EXPLAINED = "explained"
+SAID_FIRST = "said-first"
 LAUNCHED = "launched"
 
 
@@ -53,6 +56,19 @@ def say(line: str) -> None:
     leave(EXPLAINED, line)
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+def say_first(line: str) -> None:
+    """``say`` the line, unless a process of this self-launched job said one first (SAID_FIRST)."""
+    state = os.environ.get(STATE_ENV)
+    if state and os.path.isdir(state):
+        try:
+            os.close(os.open(os.path.join(state, SAID_FIRST), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        except OSError:
+            pass
+    say(line)
 
 
 def launched(state: str, pids: list) -> None:
@@ -83,7 +99,7 @@ def orphaned(rank: int) -> None:
 def clear(state: str) -> None:
     """Before each launch: the notes of the one before go."""
     for note in Path(state).iterdir():
-        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED)):
+        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED, SAID_FIRST)):
             try:
                 note.unlink()
             except OSError:
@@ -91,13 +107,18 @@ def clear(state: str) -> None:
 
 
 def ended_in_startup(state: Optional[str]) -> Optional[int]:
-    """The exit code of a rank that ended before the ranks could talk, or None."""
+    """The exit code of the first rank that ended before the ranks could talk, or None: the
+    others may have ended of it since (stopped: 143), their notes in any order."""
+    found = []
     for note in Path(state).glob(f"{EARLY_END_PREFIX}*") if state else ():
         try:
-            return int(note.read_text().strip())
-        except (OSError, ValueError):
-            return 1
-    return None
+            found.append((note.stat().st_mtime_ns, note.read_text().strip()))
+        except OSError:
+            continue
+    if not found:
+        return None
+    text = min(found)[1]
+    return int(text) if text.isdigit() else 1
 
 
 def explanation(state: Optional[str]) -> Optional[str]:

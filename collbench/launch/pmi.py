@@ -3,7 +3,11 @@ that says why not: before MPI starts, where MPI would abort with a message of it
 exit code that says nothing, or wait forever; and after, when it started a world other than the
 launcher's.
 
-srun is where these come up. Without an MPI plugin (``--mpi=none``, Slurm's ``MpiDefault``) its
+Under any launcher, a ``/dev/shm`` this user cannot write to (mounted read-only, as in some
+containers) makes MPI_Init fail with MPICH's or UCX's error stack and an exit code of 15:
+MPICH and UCX keep the memory the ranks of a host share there.
+
+srun is where the others come up. Without an MPI plugin (``--mpi=none``, Slurm's ``MpiDefault``) its
 N tasks are N worlds of one rank. Its PMIx plugin starts tasks that an MPICH built without
 PMIx aborts in. And with PMI-2, MPICH names its shared memory after the Slurm job and step
 (``/dev/shm/mpich_shm_<FNV-1a of "JOB.STEP">_<node>``): a segment left there by an earlier job
@@ -49,8 +53,13 @@ def world_mismatch(launcher: Launcher, started: int) -> UsageError:
 
 
 def mpi_start_problem(launcher: Launcher, env: Mapping[str, str] = os.environ) -> Optional[str]:
-    """Why MPI cannot start under this srun step, known before MPI tries; None when nothing is
-    known against it. Every task of a step (on one host) finds the same."""
+    """Why MPI cannot start under this launch (an srun step, a host without writable shared
+    memory), known before MPI tries; None when nothing is known against it. Every task of a
+    launch (on one host) finds the same."""
+    if launcher.shares_mpi_world and launcher.world_size > 1:
+        problem = _shared_memory_problem()
+        if problem:
+            return problem
     if launcher.name != "srun":
         return None
     if launcher.pmi == "pmix":
@@ -58,6 +67,20 @@ def mpi_start_problem(launcher: Launcher, env: Mapping[str, str] = os.environ) -
     if launcher.pmi == "pmi" and env.get("PMI_JOBID"):
         return _stale_shared_memory(env["PMI_JOBID"])
     return None
+
+
+def _shared_memory_problem(folder: Path = SHARED_MEMORY) -> Optional[str]:
+    """A /dev/shm that is there but cannot be written to: mounted read-only, or not this user's."""
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:                 # none here: the MPI library uses something else, or says so
+        return None
+    if not read_only and os.access(folder, os.W_OK | os.X_OK):
+        return None
+    why = "is mounted read-only" if read_only else "is not writable by this user"
+    return (f"{folder} {why}: MPI keeps the memory the ranks of a host share there (MPICH's and UCX's shared "
+            f"memory) and would fail in MPI_Init; make it writable (a container: docker run --shm-size=1g, or "
+            f"mount -o remount,rw {folder})")
 
 
 def _pmix_problem() -> Optional[str]:

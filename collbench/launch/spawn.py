@@ -13,22 +13,21 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from collbench.errors import UsageError
-from collbench.launch.coordinator import JOB_EXIT_CODES
+from collbench.launch.coordinator import EXIT_LOST, JOB_EXIT_CODES
 from collbench.launch.launcher import LAUNCHED_ENV
 from collbench.launch.relay import Relay
 from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch import notes, rendezvous
 from collbench.launch.janitor import Janitor
 from collbench.launch.link import process_state
-from collbench.launch.supervise import (PARENT_ENV, STOP_GRACE, kept_after_rounds, process_name, process_tree,
-                                        saved_results_clause)
+from collbench.launch.supervise import (PARENT_ENV, STOP_GRACE, alive, children, kept_after_rounds,
+                                        process_name, process_tree, saved_results_clause)
 from collbench.results.journal import Journal, release_claims
 
 
@@ -171,6 +170,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
     its round (a stopped mpiexec or guardian) is ended, in one line: its files are whole."""
     received: list = []
     kill_at: list = []
+    proxies: dict = {}                # mpiexec's children (its proxies): pid -> name, as they came
     finished_at: list = []
     ended: list = []                  # the launch was ended after it completed (LINGER_S)
     looked_at = 0.0
@@ -198,6 +198,11 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         early, early_stop_at = None, None
         while pending:
             now = time.monotonic()
+            if relay is not None and procs[0].poll() is None:
+                for pid in children(procs[0].pid):
+                    name = process_name(pid)
+                    if name and name != process_name(procs[0].pid):      # not a fork of it yet to exec
+                        proxies[pid] = name
             if early is None:
                 early = notes.ended_in_startup(state) or None
                 if early is not None:       # the others may wait for it inside MPI_Init for ever:
@@ -250,9 +255,22 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             relay.join()
         if ended and not received:
             return 0
-        if early:
-            return early
+        early = early or notes.ended_in_startup(state)       # noted as the launch ended
         said = notes.explanation(state)
+        # mpiexec's own failure (255) with one of its proxies gone: the proxy was killed (or
+        # failed), mpiexec ended at once, and the ranks it started outlive it for a while
+        proxy_gone = next(((pid, name) for pid, name in proxies.items() if not alive(pid)), None) \
+            if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke else None
+        if proxy_gone is not None:
+            pid, name = proxy_gone
+            print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
+                  f"or it failed), and mpiexec with code {code}; the job is stopped; "
+                  f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
+            return EXIT_LOST
+        if early:
+            if said and relay is not None and said not in relay.said:    # its writer's pipe was gone
+                print(said, file=sys.stderr, flush=True)
+            return early
         # A line noted but never seen: its writer was killed before mpiexec passed it on.
         lost_line = relay is not None and bool(said) and said not in relay.said
         if received:
@@ -273,7 +291,8 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                       f"the job is stopped; {saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return 128 - code
         if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
-            # mpiexec's own failure (255: one of its proxies died, or it could not start the ranks)
+            # mpiexec's own failure (255: it could not start the ranks, or one of its proxies died
+            # unseen)
             if said and said not in relay.said:       # its writer was killed before it could print it
                 print(said, file=sys.stderr, flush=True)
                 return code
@@ -398,8 +417,12 @@ class RoundLauncher:
         if not self.use_mpi:
             rendezvous.check_local_master(env)
         self.user_port = env.get("MASTER_PORT")
-        self.state = tempfile.mkdtemp(prefix="collbench-rounds-")
-        self.janitor = Janitor(self.state)      # finishes the folder if this process is killed
+        self.janitor = Janitor()           # first: it finishes the folder if this process is killed
+        try:
+            self.state = self.janitor.folder()
+        except BaseException:
+            self.janitor.close()
+            raise
         try:
             claimed = self.claim()
         except BaseException:

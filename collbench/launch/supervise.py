@@ -155,6 +155,14 @@ def ask_guardian(message: dict, seconds: float) -> Optional[dict]:
     return None
 
 
+def leaving(code) -> None:
+    """Tell the guardian the exit code this rank is about to leave with (``sys.exit``'s), and wait
+    until it has it: an exit code it was not told (a library that ended the process) is then
+    not taken for collbench's own (``guardian.SHARED_EXIT_CODES``)."""
+    if isinstance(code, int) and not isinstance(code, bool):
+        ask_guardian({"t": "exit", "code": code}, 1.0)
+
+
 def watch_startup(seconds: float) -> None:
     """Have the guardian stop this rank if it has not joined the job ``seconds`` from now (0:
     never): the start-up deadline that still holds when MPI_Init keeps this interpreter."""
@@ -307,12 +315,19 @@ def process_tree(pid: int) -> list:
     while todo:
         current = todo.pop(0)
         found.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as fh:
-                    todo += [int(c) for c in fh.read().split()]
-        except (OSError, ValueError):
-            pass
+        todo += children(current)
+    return found
+
+
+def children(pid: int) -> list:
+    """The processes ``pid`` started that are still its children (its threads' lists in /proc)."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
+                found += [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        pass
     return found
 
 

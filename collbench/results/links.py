@@ -72,7 +72,7 @@ class LinkMap:
     rows: dict
     hosts: list
     one_way: bool
-    crowded: str = ""        # why nothing is judged: more ranks on a host than it has CPUs
+    crowded: str = ""        # why nothing is judged: more ranks on a host than it has CPUs, or too many ranks
     findings: list = field(default_factory=list)
 
     @property
@@ -139,26 +139,47 @@ def placement(metadata: dict) -> Placement:
     return Placement(list(hosts) if hosts else None, crowding(metadata))
 
 
-def split(rows: list, where: Placement = Placement()) -> tuple[list, list]:
-    """(link maps, the other rows): rows of a paired benchmark sharing a map key and naming
-    three pairs or more form a map, judged unless ``where`` says it cannot be."""
-    hosts, crowded = where.hosts, where.crowded
-    groups: dict = {}
+#: The most ranks of a map ``collbench plot`` draws as a heat map: a panel is at most 12 inches
+#: (1,440 pixels) wide, so that beyond this its cells and labels would be under 5 pixels, and
+#: drawing takes time and memory growing as the square of the ranks (2,000 ranks: 27 s, 680 MB).
+MOST_DRAWN_RANKS = 256
+#: A map of more ranks is not judged: judging takes a time that grows as the cube of its ranks
+#: (each host and rank against the links that touch neither), 16 s for 512 ranks on a 2-core VM.
+MOST_JUDGED_RANKS = 1024
+
+
+def groups(rows) -> list:
+    """The rows that form link maps, a list per map: rows of a paired benchmark with a time,
+    sharing a map key, naming three pairs or more."""
+    found: dict = {}
     for row in rows:
         bench = BENCHMARKS.get(row.collective)
         if bench is not None and bench.paired and parse_pair(row.pair) is not None and \
                 math.isfinite(row.time_us_p50) and row.time_us_p50 > 0:
-            groups.setdefault(map_key(row), []).append(row)
+            found.setdefault(map_key(row), []).append(row)
+    return [members for members in found.values() if len({parse_pair(r.pair) for r in members}) >= MIN_PAIRS]
+
+
+def ranks_of(members) -> set:
+    """The ranks the pairs of a map's rows name."""
+    return {rank for r in members for rank in parse_pair(r.pair)}
+
+
+def split(rows: list, where: Placement = Placement()) -> tuple[list, list]:
+    """(link maps, the other rows): ``groups`` of rows form maps, judged unless ``where`` says
+    they cannot be or they have more than MOST_JUDGED_RANKS ranks."""
+    hosts, crowded = where.hosts, where.crowded
     maps, used = [], set()
-    for key, members in groups.items():
+    for members in groups(rows):
         by_pair = {parse_pair(r.pair): r for r in members}
-        if len(by_pair) < MIN_PAIRS:
-            continue
         n = members[0].world_size
-        known = list(hosts) if hosts and len(hosts) == n else ["?"] * n
+        known = list(hosts) if hosts and len(hosts) == n else []       # unknown: "?" (``LinkMap.host``)
         one_way = BENCHMARKS[members[0].collective].directed
-        lmap = LinkMap(by_pair, known, one_way, crowded)
-        lmap.findings = [] if crowded else judge(lmap)
+        ranks = len(ranks_of(members))
+        unjudged = crowded or (f"not judged: {ranks:,} ranks, more than the {MOST_JUDGED_RANKS:,} collbench judges"
+                               if ranks > MOST_JUDGED_RANKS else "")
+        lmap = LinkMap(by_pair, known, one_way, unjudged)
+        lmap.findings = [] if unjudged else judge(lmap)
         maps.append(lmap)
         used.update(id(r) for r in members)
     return maps, [r for r in rows if id(r) not in used]
@@ -171,9 +192,11 @@ def _stats(values: list) -> tuple[float, float]:
     return med, MAD_TO_SIGMA * float(np.median(np.abs(arr - med)))
 
 
-def lies_out(value: float, reference: list) -> tuple[bool, float, float]:
-    """(whether ``value`` lies out against ``reference``'s figures, the reference median, sigmas)."""
-    med, sigma = _stats(reference)
+def lies_out(value: float, reference: tuple) -> tuple[bool, float, float]:
+    """(whether ``value`` lies out against a reference, its median, sigmas); ``reference``: the
+    (median, robust sigma) of its figures, ``_stats``, taken once for every value judged
+    against it (a map of n ranks judges each of its n² links against one reference)."""
+    med, sigma = reference
     over = value - med
     sigmas = over / sigma if sigma > 0 else (math.inf if over > 0 else 0.0)
     return (over > OUT_SIGMAS * sigma and value > OUT_RATIO * med), med, sigmas
@@ -191,7 +214,7 @@ def _entity_findings(lmap: LinkMap, what: str, members: dict, pairs_of_kind: dic
             others = [p for p in pairs if p[0] not in ranks and p[1] not in ranks]
             if not others:
                 continue
-            reference = [lmap.time(p) for p in others]
+            reference = _stats([lmap.time(p) for p in others])
             sides = {"from": [p for p in pairs if p[0] in ranks], "to": [p for p in pairs if p[1] in ranks]} \
                 if lmap.one_way else {"": [p for p in pairs if p[0] in ranks or p[1] in ranks]}
             out_sides = {}
@@ -235,7 +258,7 @@ def judge(lmap: LinkMap) -> list:
         rest = [p for p in pairs if not excluded(p)]
         if len(rest) < MIN_PAIRS:
             continue
-        reference = [lmap.time(p) for p in rest]
+        reference = _stats([lmap.time(p) for p in rest])
         for pair in rest:
             out, med, sigmas = lies_out(lmap.time(pair), reference)
             if out:

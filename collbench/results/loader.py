@@ -19,6 +19,10 @@ file holds.
   numbers (not text) where numbers go in JSON; no key twice in one JSON object; a row's count of
   rounds, its round medians and its round details in agreement. The byte-order mark some
   editors write is skipped.
+* **What is shown**: every text of the metadata and the notes (host names, library versions,
+  run ids, keys) is made printable as it is read (``errors.printable``: a terminal's escape
+  becomes a visible ``\\x1b``), so that nothing a file holds reaches a terminal raw, whichever
+  command prints it; a row's text columns are refused unless printable (they say which row it is).
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ import stat
 from collections import Counter
 from pathlib import Path
 
-from collbench.errors import UsageError
+from collbench.errors import UsageError, printable
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS,
-                                      RoundData, Row, RunResult, older_value)
+                                      RoundData, Row, RunResult, older_value, tidy_library_version)
 
 _INT = {name for name, kind in COLUMN_TYPES.items() if kind == "int"}
 _STR = {name for name, kind in COLUMN_TYPES.items() if kind == "str"}
@@ -413,13 +417,32 @@ _METADATA_TYPES = {"rounds": list, "settings": dict, "versions": dict, "hostname
                    "merged_from": list, "environment": dict}
 
 
+def _printable(value):
+    """``value`` (parsed JSON) with every text in it, keys too, made printable."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(k): _printable(v) for k, v in value.items()}
+    return value
+
+
 def _checked_metadata(metadata, path) -> dict:
+    """The metadata, its entries of the types their readers expect, its texts printable (an
+    older file's MPI library, kept as the library's own lines, tidied first)."""
     if not isinstance(metadata, dict):
         raise UsageError(f"{path}: metadata is not an object")
     for key, kind in _METADATA_TYPES.items():
         if metadata.get(key) is not None and not isinstance(metadata[key], kind):
             raise UsageError(f"{path}: metadata.{key} is not {'a list' if kind is list else 'an object'}")
-    return metadata
+    versions = metadata.get("versions") or {}
+    if isinstance(versions.get("mpi_library"), str):
+        versions["mpi_library"] = tidy_library_version(versions["mpi_library"])
+    try:
+        return _printable(metadata)
+    except RecursionError:
+        raise UsageError(f"{path}: metadata is nested too deeply") from None
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -462,13 +485,12 @@ def _schema_version(version, path) -> int:
 
 
 def _notes(notes, path) -> list:
-    """The run's notes: a list of texts, each shown as one line (what is not printable in it,
-    a line end or a terminal's escape, becomes a space)."""
+    """The run's notes: a list of texts, each shown as one line (``errors.printable``)."""
     if notes is None:
         return []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise UsageError(f"{path}: notes is not a list of texts")
-    return [n if n.isprintable() else "".join(c if c.isprintable() else " " for c in n) for n in notes]
+    return [printable(n) for n in notes]
 
 
 def _load_json(path, text: str) -> RunResult:

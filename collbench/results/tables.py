@@ -331,7 +331,9 @@ def link_tables(lmap: links.LinkMap) -> list:
         tables.append(TableModel(links.describe(lmap), ("",) + tuple(str(r) for r in ranks), tuple(lines),
                                  notes + ("! lies out (below)",) * bool(flagged), (0,) * (len(ranks) + 1)))
     else:
-        notes += (f"the {len(ranks)}-rank matrix is in the result files; collbench plot draws it",)
+        drawn = "collbench plot draws it" if len(ranks) <= links.MOST_DRAWN_RANKS else \
+            f"collbench plot draws maps of up to {links.MOST_DRAWN_RANKS} ranks"
+        notes += (f"the {len(ranks)}-rank matrix is in the result files; {drawn}",)
         tables.append(TableModel(links.describe(lmap), ("",), (), notes, (0,)))
     if lmap.findings:
         cells = tuple((_what(f), f"{f.links_out} of {f.links}" if f.what != "pair" else "-",
