@@ -23,7 +23,7 @@ import importlib
 import inspect
 from typing import Optional
 
-from collbench.backends.base import Backend, Control
+from collbench.backends.base import Backend, BackendOptions, Control
 from collbench.errors import BackendUnavailable, UsageError
 
 ENTRY_POINT_GROUP = "collbench.backends"
@@ -96,14 +96,15 @@ def uses_mpi(name: str) -> bool:
     return backend_class(name).uses_mpi
 
 
-def make_control(mpi_launcher: bool, backends) -> Control:
+def make_control(mpi_launcher: bool, backends, options: BackendOptions = BackendOptions()) -> Control:
     """The ranks' channel for small messages outside timed regions: MPI when the launcher is an
-    MPI one or a backend uses MPI, else a gloo process group of its own."""
+    MPI one or a backend uses MPI, else a gloo process group of its own, on the default group,
+    which meets as ``options.init_method`` says."""
     if mpi_launcher or any(uses_mpi(b) for b in backends):
         from collbench.backends._mpi import MpiControl
         return MpiControl()
     from collbench.backends._torch import TorchControl
-    return TorchControl()
+    return TorchControl(options.init_method)
 
 
 def abort_mpi_job(code: int) -> bool:

@@ -14,6 +14,9 @@ from collbench.backends.base import Control
 from collbench.errors import BackendUnavailable
 
 INSTALL_HINT = 'pip install "collbench[mpich]" (or pip install mpi4py mpich)'
+#: The reductions MPI defines, by collbench's name (mpi4py's is it upper-cased: MPI.SUM, MPI.MAXLOC);
+#: MPI has no average.
+MPI_OPS = ("sum", "max", "min", "prod", "land", "lor", "band", "bor", "maxloc", "minloc")
 
 
 def mpi_module():
@@ -176,10 +179,12 @@ class MpiBase:
             self.split(self.groups)
 
     @classmethod
-    def supports(cls, *, collective, dtype, op: str) -> Optional[str]:
+    def supports(cls, *, collective, dtype, op: str, **options) -> Optional[str]:
         if dtype.numpy is None and collective.moves_data:      # a barrier carries no data
             return f"mpi4py sends numpy arrays and numpy has no {dtype.name}; use gloo or nccl"
-        return super().supports(collective=collective, dtype=dtype, op=op)
+        if collective.reduces and op not in MPI_OPS:
+            return f"MPI has no {op} reduction (it has {', '.join(MPI_OPS)})"
+        return super().supports(collective=collective, dtype=dtype, op=op, **options)
 
     @property
     def rank(self) -> int:

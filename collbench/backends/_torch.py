@@ -4,19 +4,21 @@ torch is imported only here and only when a torch backend (or a torch-only contr
 is set up. The default process group is always gloo; each backend measures on a process group
 of its own, so control messages and the other backend's traffic never share its channel.
 
-Rendezvous:
-  * MASTER_ADDR/MASTER_PORT in the environment (torchrun, collbench's local self-launch, or
-    the user) win: ``env://``.
-  * Otherwise, under an MPI launcher, rank 0 opens a TCP store on a free port and broadcasts
-    the port through MPI; each rank connects at the address it reached rank 0's coordinator
-    with (``collbench.launch.rendezvous``). The store listens on 127.0.0.1 when all ranks
-    share a host.
+Rendezvous (``--init-method``):
+  * ``env://``: MASTER_ADDR/MASTER_PORT in the environment (torchrun, collbench's local
+    self-launch, or the user) win. Otherwise, under an MPI launcher, rank 0 opens a TCP store
+    on a free port and broadcasts the port through MPI; each rank connects at the address it
+    reached rank 0's coordinator with (``collbench.launch.rendezvous``). The store listens on
+    127.0.0.1 when all ranks share a host.
+  * ``tcp://HOST:PORT`` and ``file:///PATH`` go to ``init_process_group`` as they are, once
+    ``collbench.launch.rendezvous`` has checked what torch would only time out on.
 """
 
 from __future__ import annotations
 
 import datetime
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -26,7 +28,7 @@ import numpy as np
 
 from collbench.backends.base import Control
 from collbench.errors import BackendUnavailable
-from collbench.launch import rendezvous
+from collbench.launch import netaddr, rendezvous
 from collbench.launch.launcher import detect
 from collbench.launch.spawn import free_port
 
@@ -57,19 +59,40 @@ def _world_from_env() -> tuple[int, int]:
     return launcher.rank, launcher.world_size
 
 
-def init_default_group(control: Optional[Control] = None) -> None:
-    """Initialise the default (gloo) process group once per process.
+def init_default_group(control: Optional[Control] = None, init_method: str = "env://") -> None:
+    """Initialise the default (gloo) process group once per process, as ``init_method`` (the
+    ``--init-method`` URL) says; ``init_scheme`` tells afterwards how it met.
 
-    With MASTER_ADDR/MASTER_PORT (torchrun, collbench's local self-launch, or the user) the
-    rendezvous is ``env://`` and gloo binds the interface that routes to MASTER_ADDR unless
-    GLOO_SOCKET_IFNAME says otherwise; a rank other than 0 that cannot reach rank 0's store
-    there within seconds says so and ends (``rendezvous.await_master``). Under an MPI launcher
-    rank 0 opens the store and every rank reaches it at the address it reached rank 0's
-    coordinator with (``collbench.launch.rendezvous``); a store for one host listens on
-    127.0.0.1 only.
+    ``env://``: with MASTER_ADDR/MASTER_PORT (torchrun, collbench's local self-launch, or the
+    user) gloo binds the interface that routes to MASTER_ADDR unless GLOO_SOCKET_IFNAME says
+    otherwise; a rank other than 0 that cannot reach rank 0's store there within seconds says
+    so and ends (``rendezvous.await_master``). Under an MPI launcher rank 0 opens the store and
+    every rank reaches it at the address it reached rank 0's coordinator with
+    (``collbench.launch.rendezvous``); a store for one host listens on 127.0.0.1 only.
+
+    ``tcp://`` and ``file://``: ``_init_at``.
     """
+    global _scheme
     if _group_ready():
         return
+    method = rendezvous.parse_init_method(init_method)
+    if method.scheme == "env://":
+        _init_env(control)
+    else:
+        _init_at(method, control)
+    _scheme = method.scheme
+
+
+#: How this process's default group met, once collbench made it.
+_scheme = ""
+
+
+def init_scheme() -> str:
+    """env://, tcp:// or file://: how the default group met; "" if collbench did not make it."""
+    return _scheme
+
+
+def _init_env(control: Optional[Control]) -> None:
     env = os.environ
     self_launched = detect(env).self_launched == "local"
     user_address = "MASTER_ADDR" in env and "MASTER_PORT" in env and not self_launched
@@ -102,6 +125,87 @@ def init_default_group(control: Optional[Control] = None) -> None:
             store = _store(dist, address, port, rank, size, local)
         _choose_interface(rendezvous.gloo_interface() if joined is not None else _loopback_name())
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+
+
+#: torchrun's word to torch that its agent hosts the store at MASTER_ADDR:MASTER_PORT.
+_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+
+
+def _init_at(method: "rendezvous.InitMethod", control: Optional[Control]) -> None:
+    """tcp://HOST:PORT or file:///PATH, through torch's own rendezvous, after collbench's
+    checks of what torch would only time out on (``rendezvous.meet_at_tcp``, ``meet_at_file``).
+    Where no MPI carries those checks, file:// settles them over the store at
+    MASTER_ADDR:MASTER_PORT, which every launch without MPI has (``_master_exchange``)."""
+    rank, size = (control.rank, control.size) if control is not None else _world_from_env()
+    if method.scheme == "tcp://":
+        agent = _torchrun_store_at(method)
+        _choose_interface(rendezvous.meet_at_tcp(method, rank, control, rank0_listens=not agent))
+        _, dist = torch_modules()
+        if not agent and os.environ.get(_AGENT_STORE) == "True":
+            os.environ[_AGENT_STORE] = "False"        # rank 0 hosts the store at HOST:PORT
+    else:
+        _, dist = torch_modules()
+        exchange = control if control is not None or size == 1 else _master_exchange(dist, rank, size)
+        rendezvous.meet_at_file(method, rank, exchange)
+        if control is not None:
+            _choose_interface(rendezvous.gloo_interface() if rendezvous.joined() is not None else _loopback_name())
+        else:
+            _choose_interface(rendezvous.towards_master(rank) if os.environ.get("MASTER_ADDR") else _loopback_name())
+    dist.init_process_group("gloo", init_method=method.url, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+
+
+def _torchrun_store_at(method: "rendezvous.InitMethod") -> bool:
+    """Whether tcp://HOST:PORT is torchrun's own store (its agent's, at MASTER_ADDR:MASTER_PORT):
+    torch then makes every rank a client of it. Any other address is rank 0's to host, which
+    torch does under torchrun only once told that the agent's store is not the one."""
+    env = os.environ
+    if env.get(_AGENT_STORE) != "True" or str(method.port) != env.get("MASTER_PORT", "").strip():
+        return False
+    try:
+        return netaddr.resolve(method.host) == netaddr.resolve(env.get("MASTER_ADDR", ""))
+    except netaddr.RouteError:
+        return False
+
+
+def _master_exchange(dist, rank: int, size: int) -> "_StoreExchange":
+    """The store at MASTER_ADDR:MASTER_PORT, for what ranks without MPI settle before the default
+    group exists: torchrun's agent's, or else one rank 0 opens there, as env:// would."""
+    env = os.environ
+    address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    if env.get(_AGENT_STORE) == "True":
+        return _StoreExchange(dist.TCPStore(address, port, None, is_master=False, timeout=INIT_TIMEOUT), rank, size)
+    if rank != 0 and detect(env).self_launched != "local":
+        rendezvous.await_master(rank)
+    return _StoreExchange(_store(dist, address, port, rank, size), rank, size)
+
+
+class _StoreExchange:
+    """``bcast`` and ``gather`` of small JSON values over a torch store, as ``Control`` has them,
+    for the ranks' checks before the default group exists."""
+
+    def __init__(self, store, rank: int, size: int) -> None:
+        self.store, self.rank, self.size = store, rank, size
+        # a run torchrun restarts finds its earlier attempt's keys in the agent's store
+        self._prefix = f"collbench/rendezvous/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self._calls = 0
+
+    def _key(self) -> str:
+        self._calls += 1
+        return f"{self._prefix}{self._calls}"
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        key = self._key()
+        if self.rank == root:
+            self.store.set(key, json.dumps(obj))
+            return obj
+        return json.loads(self.store.get(key))
+
+    def gather(self, obj: Any, root: int = 0) -> Optional[list]:
+        key = self._key()
+        self.store.set(f"{key}/{self.rank}", json.dumps(obj))
+        if self.rank != root:
+            return None
+        return [json.loads(self.store.get(f"{key}/{r}")) for r in range(self.size)]
 
 
 def _group_ready() -> bool:
@@ -157,8 +261,8 @@ CONTROL_TIMEOUT = datetime.timedelta(days=7)
 class TorchControl(Control):
     """Control messages over a gloo group of their own, for runs with no MPI at all."""
 
-    def __init__(self) -> None:
-        init_default_group(None)
+    def __init__(self, init_method: str = "env://") -> None:
+        init_default_group(None, init_method)
         torch, dist = torch_modules()
         self._torch, self._dist = torch, dist
         self._group = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)

@@ -124,9 +124,10 @@ class Backend(ABC):
     def size(self) -> int: ...
 
     @classmethod
-    def supports(cls, *, collective: "Benchmark", dtype: "Dtype", op: str) -> Optional[str]:
+    def supports(cls, *, collective: "Benchmark", dtype: "Dtype", op: str, **options) -> Optional[str]:
         """None if this combination can run, else the reason it cannot (asked when the plan is
-        built, before any rank starts)."""
+        built, before any rank starts). A backend with ``takes_options`` is also given
+        ``options=``: the run's ``BackendOptions`` (the buffers a reduction's elements must fit)."""
         if cls.family is not None and not collective.issued_by(cls.family):
             return f"{collective.name} has no {cls.family} call"
         return None

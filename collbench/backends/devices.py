@@ -32,8 +32,12 @@ class Buffers:
 
 
 def sentinel(dtype) -> float:
-    """What a receive side is overwritten with before a check: NaN, or -1 for integers."""
-    return np.nan if np.issubdtype(np.dtype(dtype), np.floating) else -1
+    """What a receive side is overwritten with before a check: NaN, or -1 for integers (255 in
+    uint8: -1 wrapped, as torch's ``fill_(-1)`` writes it; a pair's fields take -1 each)."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return np.nan
+    return np.iinfo(dtype).max if np.issubdtype(dtype, np.unsignedinteger) else -1
 
 
 class HostDevice:
@@ -111,7 +115,7 @@ class TorchDevice:
     """torch tensors on ``device`` (a ``torch.device``): the CPU, or one CUDA GPU."""
 
     #: the element types it takes: torch's names are collbench's
-    DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int32", "int64"})
+    DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"})
 
     def __init__(self, torch, device) -> None:
         self.torch, self.device = torch, device

@@ -15,3 +15,11 @@ class GlooBackend(TorchBackend):
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:
         return _torch.torch_missing()
+
+    @classmethod
+    def environment(cls) -> dict:
+        """The ``--init-method`` forms usable here: the default group, gloo under nccl too, meets so."""
+        if _torch.torch_missing():
+            return {}
+        from collbench.launch.rendezvous import init_methods_here
+        return {"init methods": init_methods_here()}

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from collbench.backends._mpi import MpiBase, cuda_aware, library_version
-from collbench.backends.base import Backend, Bound, Control
+from collbench.backends._mpi import MPI_OPS, MpiBase, cuda_aware, library_version
+from collbench.backends.base import Backend, BackendOptions, Bound, Control
 from collbench.backends.devices import MpiMemoryDevice, TorchDevice
 from collbench.benchmarks.base import BufferCall
+from collbench.benchmarks.datatypes import DTYPES, element_of, mpi_pair_type, pair_dtype
 from collbench.errors import BackendDeclined
 
 
@@ -56,12 +57,29 @@ class MpiBackend(MpiBase, Backend):
             index = detect().local_rank % torch.cuda.device_count()
             torch.cuda.set_device(index)
             self.device = TorchDevice(torch, torch.device("cuda", index))
-        self._ops = {"sum": self.MPI.SUM, "max": self.MPI.MAX, "min": self.MPI.MIN,
-                     "prod": self.MPI.PROD, "none": self.MPI.SUM}
+        self._ops = {**{op: getattr(self.MPI, op.upper()) for op in MPI_OPS}, "none": self.MPI.SUM}
+
+    @classmethod
+    def supports(cls, *, collective, dtype, op: str, options: BackendOptions = BackendOptions()) -> Optional[str]:
+        pair = element_of(dtype.name, op).numpy if collective.reduces else None
+        if pair is not None and pair.names:
+            if options.buffers == "cuda":     # a tensor has no value-index pair type to lay them out in
+                return f"{op}'s value-index pairs are host memory only; use --buffers numpy or mpi"
+            if mpi_pair_type(pair) is None:
+                paired = [name for name, d in DTYPES.items() if d.numpy is not None and mpi_pair_type(pair_dtype(d))]
+                return (f"MPI's value-index pair types hold {', '.join(paired)} only (MPI_FLOAT_INT, MPI_DOUBLE_INT, "
+                        f"MPI_2INT, MPI_LONG_INT); mpi-pickle reduces {dtype.name} pairs")
+        return super().supports(collective=collective, dtype=dtype, op=op)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
-        call = collective.buffer_call(BufferCall(self.rank, self.size, roles, self.comm, buffers.send[:send_len],
-                                                 buffers.recv[:recv_len], self._ops[op]))
+        pair = mpi_pair_type(buffers.send.dtype)      # maxloc's pairs: mpi4py is told their MPI type
+
+        def typed(view):
+            return [view, getattr(self.MPI, pair)] if pair else view
+
+        call = collective.buffer_call(BufferCall(self.rank, self.size, roles, self.comm,
+                                                 typed(buffers.send[:send_len]), typed(buffers.recv[:recv_len]),
+                                                 self._ops[op]))
         view = buffers.recv[:recv_len]
         keeps = buffers.in_place and self.rank == roles.root    # the bcast root's buffer is its source
 

@@ -1,10 +1,10 @@
 """The ``mpi-pickle`` backend: mpi4py's object API (allreduce, bcast, ...), pickling included.
 
 What travels is the payload (``--payload``, ``collbench.benchmarks.payloads``): a numpy array
-by default, or the same values as bytes, a list or a dict; reductions apply numpy's ufuncs, to
-whole arrays, as a user of the object API would. The object API has no reduce_scatter: it is
-measured as an alltoall of the n blocks followed by a local reduction, the pairwise-exchange
-algorithm.
+by default, or the same values as bytes, a list or a dict; reductions apply numpy (a ufunc, or
+maxloc's step on value–index pairs) to whole arrays, as a user of the object API would. The
+object API has no reduce_scatter: it is measured as an alltoall of the n blocks followed by a
+local reduction, the pairwise-exchange algorithm.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class MpiPickleBackend(MpiBase, Backend):
         payload = payload_of(self.options.payload)
         values = buffers.send[:send_len]
         dtype = values.dtype
-        combine = payload.combiner(OPS[op].ufunc if op in OPS else None, dtype)
+        combine = payload.combiner(OPS[op].combine if op in OPS else None, dtype)
         call = collective.object_call(ObjectCall(
             self.rank, self.size, roles, self.comm, payload.make(values), recv_len, combine,
             piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype), room=payload.room))

@@ -36,6 +36,10 @@ def gpu_summary() -> str:
 class NcclBackend(TorchBackend):
     name = "nccl"
     pg_backend = "nccl"
+    reduce_ops = {op: name for op, name in TorchBackend.reduce_ops.items() if op not in ("band", "bor")}
+    missing_ops = {**TorchBackend.missing_ops,
+                   "band": "NCCL has no bitwise reductions (torch refuses ReduceOp.BAND with nccl)",
+                   "bor": "NCCL has no bitwise reductions (torch refuses ReduceOp.BOR with nccl)"}
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:

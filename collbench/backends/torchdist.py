@@ -22,15 +22,22 @@ class TorchBackend(Backend):
 
     pg_backend: str = ""
     family = "tensor"
+    #: collbench's reductions it issues, by torch's ReduceOp name
+    reduce_ops = {"sum": "SUM", "max": "MAX", "min": "MIN", "prod": "PRODUCT", "band": "BAND", "bor": "BOR",
+                  "avg": "AVG"}
+    #: why the others cannot be measured here
+    missing_ops = {"land": "torch.distributed has no logical and (ReduceOp.BAND is bitwise)",
+                   "lor": "torch.distributed has no logical or (ReduceOp.BOR is bitwise)",
+                   "maxloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle",
+                   "minloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle"}
     takes_options = ("init_method",)
 
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()
-        _torch.init_default_group(control)
+        _torch.init_default_group(control, self.options.init_method)
         self.device = TorchDevice(self.torch, self._torch_device())
         self.whole = self.group = self._new_group()    # the group measured on: the whole, or this rank's
-        self._ops = {"sum": self.dist.ReduceOp.SUM, "max": self.dist.ReduceOp.MAX,
-                     "min": self.dist.ReduceOp.MIN, "prod": self.dist.ReduceOp.PRODUCT,
+        self._ops = {**{op: getattr(self.dist.ReduceOp, name) for op, name in self.reduce_ops.items()},
                      "none": self.dist.ReduceOp.SUM}
 
     def _torch_device(self):
@@ -61,10 +68,12 @@ class TorchBackend(Backend):
         return self.dist.get_world_size(self.group)
 
     @classmethod
-    def supports(cls, *, collective, dtype: np.dtype, op: str) -> Optional[str]:
+    def supports(cls, *, collective, dtype: np.dtype, op: str, **options) -> Optional[str]:
         if dtype.name not in TorchDevice.DTYPES and collective.moves_data:
             return f"dtype {dtype.name} has no torch equivalent here"
-        return super().supports(collective=collective, dtype=dtype, op=op)
+        if collective.reduces and op not in cls.reduce_ops:
+            return cls.missing_ops.get(op, f"{cls.name} has no {op} reduction")
+        return super().supports(collective=collective, dtype=dtype, op=op, **options)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
         sv = buffers.send[:send_len]
@@ -98,6 +107,10 @@ class TorchBackend(Backend):
 
     def versions(self) -> dict:
         return _torch.torch_versions()
+
+    def row_axes(self) -> dict:
+        """How the ranks met is the default group's (``--init-method``), made once per process."""
+        return {**super().row_axes(), "init_method": _torch.init_scheme()}
 
     def renew(self) -> None:
         if self.group is not self.whole:

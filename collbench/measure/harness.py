@@ -128,7 +128,7 @@ def count_wrong(bound: Bound, coll: Benchmark, pattern: CheckPattern, n: int, ra
     for start in range(0, recv_len, CHECK_CHUNK):
         idx = np.arange(start, min(recv_len, start + CHECK_CHUNK))
         want = coll.expected(pattern, n, rank, roles, elements, idx).astype(got.dtype)
-        wrong += int(np.count_nonzero(got[start:start + len(idx)] != want))
+        wrong += pattern.wrong(got[start:start + len(idx)], want, n)
     return wrong
 
 

@@ -16,7 +16,7 @@ from collbench.backends import BUILTIN_NAMES, backend_class, parse_backends, use
 from collbench.backends.base import BackendOptions
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of
+from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of, op_refusal
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
@@ -38,9 +38,11 @@ def _timing_modes(choice: str) -> tuple:
     return ("latency", "throughput") if choice == "both" else (choice,)
 
 
-def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, list]:
-    """The (collective, backend) pairs that cannot run with this dtype and op, found before any
-    rank starts: an error when the user named both the collective and the backend, else a note."""
+def _unsupported(collectives, backends: list, opts: dict, options: BackendOptions) -> tuple[frozenset, list]:
+    """The (collective, backend) pairs that cannot run with this dtype and op (the op's own
+    dtypes first, then the backend's; a backend that takes options is asked with them), found
+    before any rank starts: an error when the user named both the collective and the backend,
+    else a note."""
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
     pairs, why = set(), {}
@@ -48,7 +50,9 @@ def _unsupported(collectives, backends: list, opts: dict) -> tuple[frozenset, li
         coll = get_benchmark(cname)
         op = opts["op"] if coll.reduces else NO_OP
         for backend in backends:
-            reason = backend_class(backend).supports(collective=coll, dtype=dtype, op=op)
+            cls = backend_class(backend)
+            reason = op_refusal(op, dtype.name) or cls.supports(
+                collective=coll, dtype=dtype, op=op, **({"options": options} if cls.takes_options else {}))
             if reason is None:
                 continue
             if named:
@@ -77,9 +81,6 @@ def _options_apply(options: BackendOptions, backends: list) -> tuple[list, list]
         takers = [b for b in BUILTIN_NAMES if f.name in backend_class(b).takes_options]
         raise UsageError(f"--{f.name.replace('_', '-')} {value} is for {' and '.join(takers)}, which this run "
                          f"does not measure (--backend {','.join(backends)})")
-    if options.init_method != "env://":
-        raise UsageError(f"--init-method {options.init_method}: this version meets its torch ranks through env:// "
-                         "only (tcp:// and file:// are not done yet)")
     kept, notes = [], []
     for b in backends:
         reason = backend_class(b).options_problem(options)
@@ -116,7 +117,12 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
             raise UsageError("no usable backend under " + launcher.name)
     if not all(uses_mpi(b) for b in backends):
         rendezvous.check_variables(os.environ)
-    unsupported, more = _unsupported(collectives, backends, opts)
+        rendezvous.check_init_method(opts.get("init_method", "env://"), here=launcher.name == "none")
+    options = BackendOptions(buffers=opts.get("buffers", "numpy"), payload=opts.get("payload", "array"),
+                             init_method=opts.get("init_method", "env://"))
+    backends, more = _options_apply(options, backends)
+    notes += more
+    unsupported, more = _unsupported(collectives, backends, opts, options)
     notes += more
     if opts["output"] and opts["no_save"]:
         raise UsageError("--output and --no-save contradict each other; give one")
@@ -129,10 +135,6 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                             print_format=opts["print_format"], terminals=user_terminals())
     if launcher.name == "none":      # under a launcher, rank 0 checks and tells the others (runner)
         check_output_settings(output)
-    options = BackendOptions(buffers=opts.get("buffers", "numpy"), payload=opts.get("payload", "array"),
-                             init_method=opts.get("init_method", "env://"))
-    backends, more = _options_apply(options, backends)
-    notes += more
     split = Split.of(opts.get("split"), opts.get("split_mask"))
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
                 dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=_timing_modes(opts["timing"]),

@@ -104,7 +104,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
         raise SharedUsageError(problem)
-    control = make_control(launcher.shares_mpi_world, plan.backends)
+    control = make_control(launcher.shares_mpi_world, plan.backends, plan.backend_options)
     supervise.set_job_abort(control.abort)
     if launcher.world_size_variable and launcher.world_size != control.size:
         raise world_mismatch(launcher, control.size)

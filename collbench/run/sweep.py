@@ -22,7 +22,7 @@ from collbench.errors import SharedUsageError
 from collbench.results.records import RowIdentity
 from collbench.benchmarks.base import Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.benchmarks.datatypes import NO_OP, CheckPattern, dtype_of, pattern
+from collbench.benchmarks.datatypes import NO_OP, CheckPattern, element_of, pattern
 from collbench.measure.sizes import format_size
 
 FILL_CHUNK = 1 << 22
@@ -93,7 +93,6 @@ class Sweep:
         self.failures: list = []
         self.out = None
         self.total_rounds = 1
-        self.dtype = dtype_of(plan.dtype)
         self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
         self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
@@ -106,7 +105,7 @@ class Sweep:
         """The sizes this (collective, backend) will measure; notes say why others are skipped."""
         if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
-        itemsize = self.dtype.itemsize
+        itemsize = self._element(coll).itemsize
         points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size)
         self.notes += notes
         limit = backend.max_message_bytes()
@@ -138,8 +137,14 @@ class Sweep:
     def _nominal(self, coll: Benchmark, backend, point: SizePoint, roles: Roles) -> int:
         """The bytes of a rank's buffers at ``point``, with the copies of a message its family
         keeps in flight (the pickle API's window)."""
-        return int((point.send_len + point.recv_len) * self.dtype.itemsize * coll.copies_in_flight(backend.family, roles)
-                   * backend.memory_scale(self.dtype.itemsize))
+        itemsize = self._element(coll).itemsize
+        return int((point.send_len + point.recv_len) * itemsize * coll.copies_in_flight(backend.family, roles)
+                   * backend.memory_scale(itemsize))
+
+    def _element(self, coll: Benchmark):
+        """What one element of ``coll``'s buffers is: the dtype, or a value–index pair for maxloc
+        and minloc (``datatypes.element_of``), whose itemsize makes the sizes."""
+        return element_of(self.plan.dtype, self.plan.op if coll.reduces else NO_OP)
 
     def _need(self, coll: Benchmark, backend, point: SizePoint, layouts: list):
         """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank, where
@@ -222,7 +227,7 @@ class Sweep:
         world, rank = control.size, control.rank
         n, mine = self.group_size, self.group_rank           # this rank in the group it measures in
         op_name = plan.op if coll.reduces else NO_OP
-        check_pattern = pattern(op_name, plan.dtype)
+        check_pattern, element = pattern(op_name, plan.dtype), self._element(coll)
         where = f"allocation for {coll.name} on {backend_name}"
         supervise.set_position(where)
         self.watchdog.arm(plan.timeout, where)
@@ -236,10 +241,10 @@ class Sweep:
         top = points[kept - 1]
         buffers = None                    # a rank outside the pair holds none
         if coll.takes_part(rank, roles):
-            buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=self.dtype,
+            buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=element,
                                        in_place=coll.in_place)
-            _fill(backend, buffers, check_pattern, mine, n, top.send_len, self.dtype)
-        allocated = (top.send_len + top.recv_len) * self.dtype.itemsize
+            _fill(backend, buffers, check_pattern, mine, n, top.send_len, element)
+        allocated = (top.send_len + top.recv_len) * element.itemsize
         for index in indices:
             point = points[index]
             if index >= kept or (index < kept - 1 and not self._still_fits(

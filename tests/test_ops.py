@@ -1,0 +1,255 @@
+"""The reductions beyond sum/max/min/prod (land, lor, band, bor, maxloc, minloc, avg) and the
+element types int8 and uint8: their check patterns against numpy, then real launches whose rows
+must all check ok, and the one-line refusals of what a backend or a dtype cannot do."""
+
+from functools import reduce
+
+import numpy as np
+import pytest
+
+from collbench.backends.devices import HostDevice, sentinel
+from collbench.benchmarks.datatypes import (DTYPES, EXACT_LIMIT, NO_OP, OPS, PAIR_FIELDS, element_of,
+                                            mpi_pair_type, op_refusal, pattern)
+from conftest import cli, load_json
+
+FAST = ["--iters", "3", "--warmup", "1", "--rounds", "1", "-q"]
+NEW_OPS = ["land", "lor", "band", "bor", "maxloc", "minloc", "avg"]
+VALUE, INDEX = PAIR_FIELDS
+
+
+def _numpy_dtypes(op):
+    return [name for name, d in DTYPES.items() if d.numpy is not None and op_refusal(op, name) is None]
+
+
+def _sent(op, dtype, n, k):
+    """Every rank's send values, in the buffer's numpy type (rank by row)."""
+    element, p = element_of(dtype, op), pattern(op, dtype)
+    return np.stack([np.asarray(p.value(r, k, n)).astype(element.host) for r in range(n)])
+
+
+def _reference(op, sent):
+    """The reduction over ranks (axis 0) the plain numpy way, independent of collbench's combiners."""
+    if op in ("maxloc", "minloc"):
+        values = sent[VALUE]
+        rank = (np.argmax if op == "maxloc" else np.argmin)(values, axis=0)   # the first: the lowest rank
+        out = np.empty(sent.shape[1], sent.dtype)
+        out[VALUE] = np.take_along_axis(values, rank[None], axis=0)[0]
+        out[INDEX] = np.take_along_axis(sent[INDEX], rank[None], axis=0)[0]
+        return out
+    if op == "avg":
+        return sent.astype(np.float64).mean(axis=0)
+    ufunc = {"land": np.logical_and, "lor": np.logical_or, "band": np.bitwise_and, "bor": np.bitwise_or}[op]
+    return ufunc.reduce(sent, axis=0)
+
+
+@pytest.mark.parametrize("op", NEW_OPS)
+def test_patterns_reduce_as_numpy_does_for_every_dtype_and_up_to_50_ranks(op):
+    for dtype in _numpy_dtypes(op):
+        element = element_of(dtype, op)
+        for n in range(1, 51):
+            k = np.arange(5 * (n + 1) + 7)            # whole periods of every pattern, and more
+            sent = _sent(op, dtype, n, k)
+            p = pattern(op, dtype)
+            want = np.asarray(p.reduced(k, n)).astype(element.host)
+            ref = _reference(op, sent)
+            if op == "avg":
+                assert p.wrong(ref.astype(element.host), want, n) == 0 and np.array_equal(ref, want), (dtype, n)
+            else:
+                assert np.array_equal(ref.astype(element.host), want), (op, dtype, n)
+                # what mpi-pickle reduces with gives the same, in the same type, in any order
+                combine = OPS[op].combine
+                forward = reduce(combine, list(sent))
+                backward = reduce(combine, list(sent[::-1]))
+                assert forward.dtype == want.dtype and np.array_equal(forward, want), (op, dtype, n)
+                assert np.array_equal(backward, want), (op, dtype, n)
+            if n > 1:                                 # the result differs from element to element
+                assert len(np.unique(want)) > 1, (op, dtype, n)
+            # exact in the dtype, and never the sentinel the receive side is poisoned with
+            if element.numpy.names:
+                assert (sent[VALUE] >= 0).all() and (sent[VALUE] <= EXACT_LIMIT[dtype]).all()
+            else:
+                assert (sent >= 0).all() and (sent <= EXACT_LIMIT[dtype]).all()
+                assert not np.isin(sent, [sentinel(element.numpy)]).any()
+
+
+def test_maxloc_takes_the_lowest_rank_of_a_tie_and_differs_from_a_highest_rank_rule():
+    n, k = 6, np.arange(20)
+    sent = _sent("maxloc", "float32", n, k)
+    want = pattern("maxloc", "float32").reduced(k, n)
+    holders = sent[VALUE] == want[VALUE]
+    assert (holders.sum(axis=0) == 2).all()              # ranks 2s and 2s + 1: every maximum is a tie
+    assert (want[INDEX] % 2 == 0).all()
+    highest = n - 1 - np.argmax(holders[::-1], axis=0)
+    assert (highest != want[INDEX]).all()
+
+
+def test_logical_and_bitwise_results_stay_in_their_dtype_and_in_int8_range():
+    for op in ("land", "lor", "band", "bor"):
+        for dtype in ("int8", "uint8", "int32", "int64"):
+            sent = _sent(op, dtype, 7, np.arange(64))
+            out = OPS[op].combine(sent[0], sent[1])
+            assert out.dtype == np.dtype(dtype), (op, dtype)       # np.logical_and alone gives bool
+            assert sent.max() <= 63
+
+
+def test_avg_tolerance_is_zero_where_exact_and_still_catches_wrong_results():
+    p = pattern("avg", "float32")
+    for n in (1, 2, 4, 64, 1024):
+        assert p.tolerance(n) == 0.0
+    k = np.arange(30)
+    for dtype in ("float16", "float32", "float64"):
+        p, dt = pattern("avg", dtype), np.dtype(dtype)
+        for n in range(1, 51):
+            want = np.asarray(p.reduced(k, n)).astype(dt)
+            # NCCL's premultiplied sum: each rank's value times fl(1/n), summed in the dtype
+            share = (np.asarray(p.value(0, k, n)).astype(dt) * dt.type(1.0 / n)).astype(dt)
+            total = share.copy()
+            for _ in range(n - 1):
+                total = (total + share).astype(dt)
+            assert p.wrong(total, want, n) == 0, (dtype, n)
+            assert p.wrong((want * n).astype(dt), want, n) == (len(k) if n > 1 else 0)    # a sum, not an average
+            assert p.wrong(np.roll(want, 1), want, n) == len(k)       # every element misplaced
+            assert p.wrong(np.full_like(want, np.nan), want, n) == len(k)
+
+
+def test_pairs_are_laid_out_as_c_structs_with_mpi_pair_types():
+    expect = {"float32": (8, "FLOAT_INT"), "float64": (16, "DOUBLE_INT"), "int32": (8, "INT_INT"),
+              "int64": (16, "LONG_INT"), "float16": (8, None), "int8": (8, None), "uint8": (8, None)}
+    for dtype, (itemsize, mpi_type) in expect.items():
+        element = element_of(dtype, "maxloc")
+        assert element.itemsize == element.numpy.itemsize == itemsize
+        assert mpi_pair_type(element.numpy) == mpi_type
+        assert element_of(dtype, NO_OP) is DTYPES[dtype] and element_of(dtype, "sum") is DTYPES[dtype]
+    assert mpi_pair_type(np.dtype("float32")) is None
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_int8_and_uint8_poison_differs_from_every_pattern_value(dtype):
+    device, d = HostDevice(), DTYPES[dtype]
+    buffers = device.allocate(64, 64, d, in_place=False)
+    device.poison(buffers.recv)
+    assert (buffers.recv == (255 if dtype == "uint8" else -1)).all()
+    for op in [NO_OP, "sum", "max", "min", "prod", "land", "lor", "band", "bor"]:
+        for n in (1, 3, 200):
+            p = pattern(op, dtype)
+            values = np.asarray(p.value(n - 1, np.arange(300), n))
+            reduced = np.asarray(p.reduced(np.arange(300), n)) if p.reduced else values
+            for v in (values, reduced):
+                assert v.min() >= 0 and v.max() <= EXACT_LIMIT[dtype] < 255, (op, n)
+
+
+def test_each_op_refuses_the_dtypes_it_does_not_take_by_name():
+    assert op_refusal("land", "float32") == "land takes integer dtypes only: int32, int64, int8, uint8"
+    assert op_refusal("avg", "int64") == "avg takes float dtypes only: float32, float64, float16, bfloat16"
+    assert op_refusal("maxloc", "int8") is None and op_refusal(NO_OP, "float32") is None
+
+
+# ---- real launches --------------------------------------------------------------------------
+
+def _rows_all_ok(run_dir, args):
+    proc = cli([*args, *FAST, "-o", "r.json"], run_dir, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(run_dir / "r.json")["rows"]
+    assert rows and all(r["check"] == "ok" for r in rows), [r for r in rows if r["check"] != "ok"]
+    return rows
+
+
+@pytest.mark.parametrize("collective,op,dtype,backends", [
+    ("allreduce", "band", "int8", "mpi,mpi-pickle,gloo"),
+    ("reduce_scatter", "bor", "uint8", "mpi,mpi-pickle,gloo"),
+    ("reduce", "land", "uint8", "mpi,mpi-pickle"),
+    ("allreduce", "lor", "int64", "mpi,mpi-pickle"),
+])
+def test_logical_and_bitwise_ops_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends):
+    root = ["--root", "2"] if collective == "reduce" else []
+    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--sizes", "8-4K",
+                                  "--backend", backends, *root])
+    assert {r["backend"] for r in rows} == set(backends.split(","))
+    assert {(r["op"], r["dtype"], r["world_size"]) for r in rows} == {(op, dtype, 3)}
+
+
+@pytest.mark.parametrize("collective,op,dtype,backends,extra", [
+    ("allreduce", "maxloc", "float32", "mpi,mpi-pickle", []),
+    ("reduce", "minloc", "float64", "mpi,mpi-pickle", ["--root", "1"]),
+    ("reduce_scatter", "maxloc", "int32", "mpi,mpi-pickle", []),
+    ("reduce_scatter", "minloc", "int64", "mpi,mpi-pickle", []),
+    ("reduce_scatter", "maxloc", "int8", "mpi-pickle", ["--payload", "list"]),    # no MPI pair type: pickle only
+    ("allreduce", "minloc", "float16", "mpi-pickle", ["--payload", "bytes"]),
+])
+def test_maxloc_and_minloc_pairs_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends, extra):
+    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--sizes", "8-4K",
+                                  "--backend", backends, *extra])
+    assert {r["backend"] for r in rows} == set(backends.split(","))
+    pair = element_of(dtype, op).itemsize
+    for r in rows:             # a row counts pairs, and its size is pairs × the pair's C size
+        assert r["size_bytes"] == r["count"] * pair and r["op"] == op and r["dtype"] == dtype
+
+
+@pytest.mark.parametrize("collective,dtype,n", [
+    ("allreduce", "float32", 3), ("reduce", "bfloat16", 3), ("reduce_scatter", "float16", 3),
+    ("allreduce", "float64", 2),
+])
+def test_avg_checks_ok_on_gloo(run_dir, collective, dtype, n):
+    pytest.importorskip("torch")
+    rows = _rows_all_ok(run_dir, [collective, "--op", "avg", "--dtype", dtype, "-n", str(n), "--sizes", "8,4K",
+                                  "--backend", "gloo"])
+    assert {(r["backend"], r["op"]) for r in rows} == {("gloo", "avg")}
+
+
+@pytest.mark.parametrize("dtype,op", [("int8", "sum"), ("uint8", "max")])
+def test_int8_and_uint8_on_every_collective_and_backend(run_dir, dtype, op):
+    pytest.importorskip("torch")
+    proc = cli(["all", "--op", op, "--dtype", dtype, "-n", "2", "--sizes", "8,1K", "--backend",
+                "mpi,mpi-pickle,gloo", *FAST, "-o", "r.json"], run_dir, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(run_dir / "r.json")["rows"]
+    assert {r["backend"] for r in rows} == {"mpi", "mpi-pickle", "gloo"}
+    assert len({r["collective"] for r in rows}) == 9
+    bad = [r for r in rows if r["check"] != ("skipped" if r["collective"] == "barrier" else "ok")]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--op", "land", "--dtype", "float32"], "land takes integer dtypes only: int32, int64, int8, uint8"),
+    (["--op", "band", "--dtype", "bfloat16", "--backend", "gloo"], "band takes integer dtypes only"),
+    (["--op", "maxloc", "--backend", "gloo"], "torch.distributed has no value-index reductions"),
+    (["--op", "maxloc", "--dtype", "uint8", "--backend", "mpi"], "MPI's value-index pair types hold float32, "
+                                                                 "float64, int32, int64 only"),
+    (["--op", "avg", "--backend", "mpi-pickle"], "MPI has no avg reduction"),
+    (["--op", "avg", "--dtype", "int32", "--backend", "gloo"], "avg takes float dtypes only"),
+    (["--op", "lor", "--dtype", "int8", "--backend", "gloo"], "torch.distributed has no logical or"),
+])
+def test_what_cannot_run_is_refused_in_one_line(run_dir, args, reason):
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8", *args], run_dir)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0], proc.stderr
+    assert not proc.stdout
+
+
+def test_under_all_an_op_a_backend_lacks_is_skipped_with_a_note(run_dir):
+    pytest.importorskip("torch")
+    proc = cli(["allreduce", "--op", "land", "--dtype", "int32", "-n", "2", "--sizes", "8", "--backend", "all",
+                "--iters", "3", "--rounds", "1", "-o", "r.json"], run_dir, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "on gloo: torch.distributed has no logical and (ReduceOp.BAND is bitwise); skipped" in proc.stderr
+    rows = load_json(run_dir / "r.json")["rows"]
+    assert {r["backend"] for r in rows} == {"mpi", "mpi-pickle"}
+    assert all(r["check"] == "ok" for r in rows)
+
+
+def test_maxloc_on_gpu_buffers_is_refused_by_the_mpi_backend_before_any_rank_starts():
+    """The plan asks a backend that takes options with them: pairs have no GPU layout."""
+    from collbench.backends.base import BackendOptions
+    from collbench.backends.mpi import MpiBackend
+    from collbench.benchmarks.registry import get_benchmark
+    from collbench.benchmarks.datatypes import dtype_of
+
+    allreduce = get_benchmark("allreduce")
+    cuda, host = BackendOptions(buffers="cuda"), BackendOptions(buffers="mpi")
+    assert "host memory only" in MpiBackend.supports(collective=allreduce, dtype=dtype_of("float32"), op="maxloc",
+                                                     options=cuda)
+    assert MpiBackend.supports(collective=allreduce, dtype=dtype_of("float32"), op="maxloc", options=host) is None
+    assert MpiBackend.supports(collective=allreduce, dtype=dtype_of("float32"), op="sum", options=cuda) is None
+    assert MpiBackend.supports(collective=get_benchmark("bcast"), dtype=dtype_of("float32"), op="none",
+                               options=cuda) is None
