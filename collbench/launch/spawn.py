@@ -258,9 +258,11 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         early = early or notes.ended_in_startup(state)       # noted as the launch ended
         said = notes.explanation(state)
         # mpiexec's own failure (255) with one of its proxies gone: the proxy was killed (or
-        # failed), mpiexec ended at once, and the ranks it started outlive it for a while
+        # failed), mpiexec ended at once, and the ranks it started outlive it for a while. Not
+        # after a signal to this process: Ctrl-C reaches the proxies too (one process group).
         proxy_gone = next(((pid, name) for pid, name in proxies.items() if not alive(pid)), None) \
-            if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke else None
+            if relay is not None and not received and code not in JOB_EXIT_CODES and code >= 64 \
+            and not relay.spoke else None
         if proxy_gone is not None:
             pid, name = proxy_gone
             print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
