@@ -49,7 +49,8 @@ def test_stdout_formats_are_the_file_exporters():
 
 
 def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
-    """Newlines, non-ASCII, NaN and objects JSON cannot hold: still one line, read back as text."""
+    """Newlines, non-ASCII, NaN and objects JSON cannot hold: still one line, read back as text
+    (as printable text: a line end or a line separator in it becomes a space, errors.printable)."""
     from collbench.results.exporters import CsvExporter
 
     meta = {"command_line": ["collbench", "a\nb\r\u2028c"], "cpu_model": "Ryzen™ µ", "load": math.nan,
@@ -63,7 +64,7 @@ def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
     path = tmp_path / "run.csv"
     path.write_text(text)
     back = load_result(path).metadata
-    assert back["command_line"] == meta["command_line"] and back["cpu_model"] == meta["cpu_model"]
+    assert back["command_line"] == ["collbench", "a b  c"] and back["cpu_model"] == meta["cpu_model"]
     assert back["environment"] == meta["environment"] and back["path"] == str(tmp_path)
     assert back["rounds"] == [{"round": 1, "load": {"busy": False}}] and meta["rounds"][0]["order"] == [8, 16]
 
