@@ -86,7 +86,38 @@ def test_cuda_buffers_without_a_gpu_are_skipped_with_a_note(tmp_path):
     proc = cli(["allreduce", "--buffers", "cuda", "--sizes", "8", *FAST, "--no-save"], tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
-    assert "skipping backend mpi: --buffers cuda" in proc.stderr
+    assert "skipping backend mpi (cuda buffers): --buffers cuda" in proc.stderr
+
+
+def test_comma_lists_measure_each_kind_of_buffers_and_payload_side_by_side(tmp_path):
+    """One run, one backend set up once per choice: rows told apart by their buffers and payload
+    columns, each checked, each a column of the table under the label its rows have."""
+    out = tmp_path / "r.json"
+    proc = cli(["allreduce", "--backend", "mpi,mpi-pickle", "--buffers", "numpy,mpi", "--payload", "array,list",
+                "--sizes", "8,4K", *FAST, "-o", str(out), "--format", "markdown"], tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(out)
+    assert sorted((r["backend"], r["buffers"], r["payload"], r["size_bytes"]) for r in rows) == sorted(
+        (backend, buffers, payload, size) for backend, buffers, payload in
+        [("mpi", "numpy", ""), ("mpi", "mpi", ""), ("mpi-pickle", "numpy", "array"), ("mpi-pickle", "numpy", "list")]
+        for size in (8, 4096))
+    assert all(r["check"] == "ok" for r in rows)
+    assert load_json(out)["metadata"]["settings"]["backends"] == [
+        "mpi", "mpi (mpi buffers)", "mpi-pickle", "mpi-pickle (list payload)"]
+    header = next(line for line in proc.stdout.splitlines() if "p50" in line)
+    for label in ("mpi p50", "mpi (mpi buffers) p50", "mpi-pickle p50", "mpi-pickle (list payload) p50"):
+        assert label in header
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--buffers", "numpy,gpu"], "'gpu' is not one of numpy, mpi, cuda"),
+    (["--payload", "array,"], "'' is not one of array, bytes, list, dict"),
+    (["--backend", "mpi", "--payload", "array,dict"], "--payload dict is for mpi-pickle"),
+])
+def test_a_bad_comma_list_is_one_line(tmp_path, args, says):
+    proc = cli(["allreduce", *args, "--sizes", "8", *FAST, "--no-save"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 @pytest.mark.parametrize("payload", ["array", "bytes", "list", "dict"])

@@ -239,17 +239,16 @@ def test_under_all_an_op_a_backend_lacks_is_skipped_with_a_note(run_dir):
 
 
 def test_maxloc_on_gpu_buffers_is_refused_by_the_mpi_backend_before_any_rank_starts():
-    """The plan asks a backend that takes options with them: pairs have no GPU layout."""
+    """The plan asks a backend's options of each combination: pairs have no GPU layout. (Without
+    a GPU the plan skips --buffers cuda first, so the backend is asked here, as the plan asks.)"""
     from collbench.backends.base import BackendOptions
     from collbench.backends.mpi import MpiBackend
     from collbench.benchmarks.registry import get_benchmark
     from collbench.benchmarks.datatypes import dtype_of
 
-    allreduce = get_benchmark("allreduce")
+    allreduce, f32 = get_benchmark("allreduce"), dtype_of("float32")
     cuda, host = BackendOptions(buffers="cuda"), BackendOptions(buffers="mpi")
-    assert "host memory only" in MpiBackend.supports(collective=allreduce, dtype=dtype_of("float32"), op="maxloc",
-                                                     options=cuda)
-    assert MpiBackend.supports(collective=allreduce, dtype=dtype_of("float32"), op="maxloc", options=host) is None
-    assert MpiBackend.supports(collective=allreduce, dtype=dtype_of("float32"), op="sum", options=cuda) is None
-    assert MpiBackend.supports(collective=get_benchmark("bcast"), dtype=dtype_of("float32"), op="none",
-                               options=cuda) is None
+    assert "host memory only" in MpiBackend.options_problem(cuda, collective=allreduce, dtype=f32, op="maxloc")
+    assert MpiBackend.options_problem(host, collective=allreduce, dtype=f32, op="maxloc") is None
+    assert MpiBackend.options_problem(cuda, collective=allreduce, dtype=f32, op="sum") is None
+    assert MpiBackend.options_problem(cuda, collective=get_benchmark("bcast"), dtype=f32, op="none") is None

@@ -20,10 +20,14 @@ from typing import Optional
 
 import numpy as np
 
+from collbench.results.records import KEY_FIELDS
+
 
 MIN_POINTS = 3
 _NEGLIGIBLE = 1e-9
-GROUP_FIELDS = ("collective", "backend", "dtype", "op", "world_size", "timing")
+#: What one fit is over: the rows of one identity but for their size (a backend's buffers and
+#: payload, a split's group and a pair each have their own)
+GROUP_FIELDS = tuple(name for name in KEY_FIELDS if name not in ("size_bytes", "per_rank_bytes", "count"))
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,11 @@ class GroupFit:
         return self.group[GROUP_FIELDS.index(name)]
 
     @property
+    def columns(self) -> dict:
+        """The group's identity, by column name."""
+        return dict(zip(GROUP_FIELDS, self.group))
+
+    @property
     def bus_beta_gbps(self) -> float:
         return self.fit.beta_gbps * self.bus_factor if self.fit else math.nan
 
@@ -97,7 +106,7 @@ def _bus_factor(rows: list) -> float:
 
 
 def fit_rows(rows) -> list:
-    """One fit per (collective, backend, dtype, op, world size, timing), over the rows' medians."""
+    """One fit per row identity but the size (GROUP_FIELDS), over the rows' medians."""
     groups: dict = {}
     for r in rows:
         if r.size_bytes > 0:

@@ -22,7 +22,7 @@ from collbench.analysis.compare import match_key
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
-from collbench.results.records import root_rank
+from collbench.results.records import backend_label, root_rank
 from collbench.results import links
 from collbench.results.tables import TableModel, build_tables, format_us, link_tables, setup_text
 
@@ -126,7 +126,7 @@ def run_tables(runs: Runs) -> list:
         maps, rest = links.split(list(result.rows), links.placement(result.metadata))     # each run's map apart
         tables += [dataclasses.replace(t, title=f"{t.title} · {label}") for lmap in maps for t in link_tables(lmap)]
         for row in rest:
-            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label], row.backend)
+            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label], backend_label(row))
             parts.setdefault(key, {}).setdefault(label, []).append(row)
     for key, by_run in parts.items():
         if len(by_run) == 1:
@@ -181,7 +181,7 @@ def _diff_table(first_label: str, first_rows, label: str, rows) -> TableModel:
             shown = f"{round(change * 100, 1) or 0.0:+.1f}%"
         else:
             shown, verdict = "-", "-" if first and later else f"only in {first_label if first else label}"
-        cells.append((row.collective, row.backend) + ((_setup(row),) if several else ()) + (
+        cells.append((row.collective, backend_label(row)) + ((_setup(row),) if several else ()) + (
             format_size(row.size_bytes) if row.size_bytes else "-", format_us(first.time_us_p50) if first else "-",
             format_us(later.time_us_p50) if later else "-", shown, verdict))
     summary = (f"{moved['apart ↑']} row(s) slower and {moved['apart ↓']} faster beyond both CIs, of {len(changes)} "

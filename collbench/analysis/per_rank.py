@@ -17,6 +17,7 @@ from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
+from collbench.results.records import backend_label
 from collbench.results.tables import TableModel, format_us, rank_count_text
 
 
@@ -84,7 +85,7 @@ def size_tables(entries) -> list:
     headers = ("backend", "size", "rounds", "slowest rank", "its µs", "median rank µs", "× median", "outliers")
     tables = []
     for group in groups.values():
-        cells = tuple((row.backend, format_size(row.size_bytes) if row.size_bytes else "-", str(row.rounds),
+        cells = tuple((backend_label(row), format_size(row.size_bytes) if row.size_bytes else "-", str(row.rounds),
                        "-" if view.slowest_rank is None else label(view.slowest_rank, view.slowest_host),
                        format_us(view.slowest_us), format_us(view.median_us), _times(view.slowest_rel), _outliers(view))
                       for row, view in group)

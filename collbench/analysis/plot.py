@@ -432,7 +432,7 @@ def heat_maps(maps: list):
         axes.set_xlabel("to rank" if lmap.one_way else "rank")
         axes.set_ylabel("from rank" if lmap.one_way else "rank")
         row = lmap.first
-        axes.set_title(f"{row.collective} · {row.backend} · {format_size(row.size_bytes)} · {links.unit(lmap)}"
+        axes.set_title(f"{row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · {links.unit(lmap)}"
                        + (" (from row to column)" if lmap.one_way else ""), fontsize="medium")
     figure.suptitle("collbench pairs" + ("" if not any(m.findings for m in maps) else
                                           " · red: lies out (see the terminal or report)"))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from collbench.analysis.fit import MIN_POINTS, GroupFit, fit_rows
 from collbench.analysis.overlay import Runs, load_runs, run_tables
 from collbench.measure.sizes import format_size
+from collbench.results.records import backend_label, setup_words
 from collbench.results.tables import TableModel, setup_text, to_markdown
 
 FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
@@ -46,7 +47,11 @@ def build_report(paths, labels=()) -> Report:
 
 
 def _setup(g: GroupFit) -> str:
-    return setup_text(g.field("dtype"), g.field("op"), g.field("world_size"), g.field("timing"))
+    """Its dtype, op, ranks and timing, then what else sets its rows apart (a pair, a split's group)."""
+    words = setup_words(g.columns)
+    group = [f"group {g.field('group')}"] * bool(g.field("split"))
+    return ", ".join([setup_text(g.field("dtype"), g.field("op"), g.field("world_size"), g.field("timing")),
+                      *words, *group])
 
 
 def format_approx_size(n: float) -> str:
@@ -77,7 +82,7 @@ def fit_table(fits, run_labels=()) -> TableModel:
         f = g.fit
         values = (f"{f.alpha_us:.2f}", _gbps(f.beta_gbps), _gbps(g.bus_beta_gbps),
                   format_approx_size(f.half_peak_bytes), f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
-        cells.append((g.field("collective"), g.field("backend")) + ((run_labels[i],) if run_labels else ())
+        cells.append((g.field("collective"), backend_label(g.columns)) + ((run_labels[i],) if run_labels else ())
                      + (_setup(g), *values, str(g.points)))
     notes = [FIT_NOTE]
     if any(g.fit is None for g in fits):
@@ -135,7 +140,7 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
             verdict = (NEEDS_ROUNDS if math.isnan(found) else "ok" if found <= threshold else "too noisy")
             cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
             cells.append(((name,) if several else ()) + (
-                r.collective + (f" {r.pair}" if r.pair else ""), r.backend, format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
+                r.collective + (f" {r.pair}" if r.pair else ""), backend_label(r), format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
                 cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
     notes = ("detects: the change collbench compare calls with 80% power when this file is the baseline and the "
              "new file one more run with as many rounds per run: the rounds' spread, the drift of whole runs "

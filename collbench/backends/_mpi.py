@@ -179,12 +179,12 @@ class MpiBase:
             self.split(self.groups)
 
     @classmethod
-    def supports(cls, *, collective, dtype, op: str, **options) -> Optional[str]:
+    def supports(cls, *, collective, dtype, op: str) -> Optional[str]:
         if dtype.numpy is None and collective.moves_data:      # a barrier carries no data
             return f"mpi4py sends numpy arrays and numpy has no {dtype.name}; use gloo or nccl"
         if collective.reduces and op not in MPI_OPS:
             return f"MPI has no {op} reduction (it has {', '.join(MPI_OPS)})"
-        return super().supports(collective=collective, dtype=dtype, op=op, **options)
+        return super().supports(collective=collective, dtype=dtype, op=op)
 
     @property
     def rank(self) -> int:

@@ -58,6 +58,18 @@ class BackendOptions:
     init_method: str = "env://"
 
 
+@dataclass(frozen=True)
+class Setup:
+    """A backend as a run measures it: its name, the options it is given, and the ``key`` that
+    names it in the run (its order, its notes, what it skips). The key is the name, followed by
+    the options it takes that are not the usual, as a row's label says them ("mpi (mpi
+    buffers)"), so that one backend on two kinds of buffers is measured side by side as two."""
+
+    name: str
+    options: BackendOptions = BackendOptions()
+    key: str = ""
+
+
 @dataclass
 class Bound:
     """One collective call bound to buffer slices.
@@ -94,10 +106,13 @@ class Backend(ABC):
         """None when usable here, else one line naming what is missing and how to install it."""
 
     @classmethod
-    def options_problem(cls, options: BackendOptions) -> Optional[str]:
-        """None when this backend can run as ``options`` say, else why not (the plan skips it
-        with a note); asked before any rank starts. What only the ranks can know (the MPI
-        library's own answer) ``setup`` says by raising ``errors.BackendDeclined``."""
+    def options_problem(cls, options: BackendOptions, *, collective: Optional["Benchmark"] = None,
+                        dtype: Optional["Dtype"] = None, op: str = "") -> Optional[str]:
+        """None when this backend can run as ``options`` say, else why not; asked before any rank
+        starts, once for the whole backend (no ``collective``: the plan skips it with a note),
+        then with each collective, dtype and op that ``supports`` took (the plan leaves that
+        combination out, as for ``supports``). What only the ranks can know (the MPI library's
+        own answer) ``setup`` says by raising ``errors.BackendDeclined``."""
         return None
 
     @classmethod
@@ -124,10 +139,9 @@ class Backend(ABC):
     def size(self) -> int: ...
 
     @classmethod
-    def supports(cls, *, collective: "Benchmark", dtype: "Dtype", op: str, **options) -> Optional[str]:
+    def supports(cls, *, collective: "Benchmark", dtype: "Dtype", op: str) -> Optional[str]:
         """None if this combination can run, else the reason it cannot (asked when the plan is
-        built, before any rank starts). A backend with ``takes_options`` is also given
-        ``options=``: the run's ``BackendOptions`` (the buffers a reduction's elements must fit)."""
+        built, before any rank starts)."""
         if cls.family is not None and not collective.issued_by(cls.family):
             return f"{collective.name} has no {cls.family} call"
         return None

@@ -8,11 +8,18 @@ from __future__ import annotations
 from typing import Optional
 
 from collbench.backends._mpi import MPI_OPS, MpiBase, cuda_aware, library_version
-from collbench.backends.base import Backend, BackendOptions, Bound, Control
+from collbench.backends.base import Backend, Bound, Control
 from collbench.backends.devices import MpiMemoryDevice, TorchDevice
 from collbench.benchmarks.base import BufferCall
 from collbench.benchmarks.datatypes import DTYPES, element_of, mpi_pair_type, pair_dtype
 from collbench.errors import BackendDeclined
+
+
+def _pairs(collective, dtype, op: str):
+    """The numpy type of ``collective``'s elements when they are value-index pairs (maxloc,
+    minloc), else None."""
+    element = element_of(dtype.name, op).numpy if collective.reduces else None
+    return element if element is not None and element.names else None
 
 
 class MpiBackend(MpiBase, Backend):
@@ -29,9 +36,12 @@ class MpiBackend(MpiBase, Backend):
             aware, "unknown (the library does not say)")}
 
     @classmethod
-    def options_problem(cls, options) -> Optional[str]:
+    def options_problem(cls, options, *, collective=None, dtype=None, op: str = "") -> Optional[str]:
         if options.buffers != "cuda":
             return None
+        if collective is not None:        # a tensor has no value-index pair type to lay them out in
+            return f"{op}'s value-index pairs are host memory only; use --buffers numpy or mpi" \
+                if _pairs(collective, dtype, op) is not None else None
         from collbench.backends._torch import torch_missing, torch_modules
         missing = torch_missing()
         if missing:
@@ -60,15 +70,12 @@ class MpiBackend(MpiBase, Backend):
         self._ops = {**{op: getattr(self.MPI, op.upper()) for op in MPI_OPS}, "none": self.MPI.SUM}
 
     @classmethod
-    def supports(cls, *, collective, dtype, op: str, options: BackendOptions = BackendOptions()) -> Optional[str]:
-        pair = element_of(dtype.name, op).numpy if collective.reduces else None
-        if pair is not None and pair.names:
-            if options.buffers == "cuda":     # a tensor has no value-index pair type to lay them out in
-                return f"{op}'s value-index pairs are host memory only; use --buffers numpy or mpi"
-            if mpi_pair_type(pair) is None:
-                paired = [name for name, d in DTYPES.items() if d.numpy is not None and mpi_pair_type(pair_dtype(d))]
-                return (f"MPI's value-index pair types hold {', '.join(paired)} only (MPI_FLOAT_INT, MPI_DOUBLE_INT, "
-                        f"MPI_2INT, MPI_LONG_INT); mpi-pickle reduces {dtype.name} pairs")
+    def supports(cls, *, collective, dtype, op: str) -> Optional[str]:
+        pair = _pairs(collective, dtype, op)
+        if pair is not None and mpi_pair_type(pair) is None:
+            paired = [name for name, d in DTYPES.items() if d.numpy is not None and mpi_pair_type(pair_dtype(d))]
+            return (f"MPI's value-index pair types hold {', '.join(paired)} only (MPI_FLOAT_INT, MPI_DOUBLE_INT, "
+                    f"MPI_2INT, MPI_LONG_INT); mpi-pickle reduces {dtype.name} pairs")
         return super().supports(collective=collective, dtype=dtype, op=op)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:

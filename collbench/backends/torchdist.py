@@ -68,12 +68,12 @@ class TorchBackend(Backend):
         return self.dist.get_world_size(self.group)
 
     @classmethod
-    def supports(cls, *, collective, dtype: np.dtype, op: str, **options) -> Optional[str]:
+    def supports(cls, *, collective, dtype: np.dtype, op: str) -> Optional[str]:
         if dtype.name not in TorchDevice.DTYPES and collective.moves_data:
             return f"dtype {dtype.name} has no torch equivalent here"
         if collective.reduces and op not in cls.reduce_ops:
             return cls.missing_ops.get(op, f"{cls.name} has no {op} reduction")
-        return super().supports(collective=collective, dtype=dtype, op=op, **options)
+        return super().supports(collective=collective, dtype=dtype, op=op)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
         sv = buffers.send[:send_len]

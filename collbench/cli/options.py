@@ -61,13 +61,13 @@ _OPTIONS = (
         "--split-mask", type=params.MASK, default=None,
         help="Groups of the ranks r with the same r & MASK, as nccl-tests' NCCL_TESTS_SPLIT_MASK (e.g. 0x7).")),
     ("buffers", click.option(
-        "--buffers", type=click.Choice(("numpy", "mpi", "cuda")), default="numpy", show_default=True,
+        "--buffers", type=params.Choices(("numpy", "mpi", "cuda")), default="numpy", show_default=True,
         help="What the mpi backend's buffers are: numpy arrays, memory from MPI.Alloc_mem, or GPU memory "
-             "(a CUDA-aware MPI only).")),
+             "(a CUDA-aware MPI only); a comma list (numpy,mpi) measures each side by side.")),
     ("payload", click.option(
-        "--payload", type=click.Choice(("array", "bytes", "list", "dict")), default="array", show_default=True,
+        "--payload", type=params.Choices(("array", "bytes", "list", "dict")), default="array", show_default=True,
         help="What mpi-pickle sends: a numpy array, bytes, a list of numbers, or a dict of them; the size is "
-             "the data's bytes.")),
+             "the data's bytes; a comma list measures each side by side.")),
     ("init_method", click.option(
         "--init-method", default="env://", show_default=True, metavar="URL",
         help="How gloo and nccl ranks meet, as init_process_group takes it: env://, tcp://HOST:PORT, or "

@@ -118,5 +118,27 @@ class Mask(click.ParamType):
         return mask
 
 
+class Choices(click.ParamType):
+    """A comma list of ``choices``, each once, in the order given (``numpy,mpi``): a tuple."""
+
+    name = "choices"
+
+    def __init__(self, choices: tuple) -> None:
+        self.choices = tuple(choices)
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "[" + "|".join(self.choices) + "],..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        items = [item.strip().lower() for item in str(value).split(",")]
+        wrong = [item for item in items if item not in self.choices]
+        if wrong or not items:
+            self.fail(f"{str(value)[:60]!r}: {', '.join(repr(w[:20]) for w in wrong[:3]) or 'nothing'} is not one "
+                      f"of {', '.join(self.choices)} (a comma list measures each side by side)", param, ctx)
+        return tuple(dict.fromkeys(items))
+
+
 SPLIT = SplitMode()
 MASK = Mask()

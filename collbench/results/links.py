@@ -32,6 +32,7 @@ import numpy as np
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import round_hosts
+from collbench.results.records import PER_BACKEND, backend_label
 
 OUT_SIGMAS = 3.5
 OUT_RATIO = 1.25
@@ -110,7 +111,8 @@ def parse_pair(text: str) -> Optional[tuple]:
 
 
 def map_key(row) -> tuple:
-    return (row.collective, row.backend, row.dtype, row.op, row.world_size, row.size_bytes, row.timing, row.window)
+    return (row.collective, row.backend, row.dtype, row.op, row.world_size, row.size_bytes, row.timing, row.window,
+            *(getattr(row, name) for name in PER_BACKEND))      # --buffers numpy,mpi: a map each
 
 
 def crowding(metadata: dict) -> str:
@@ -282,6 +284,6 @@ def describe(lmap: LinkMap) -> str:
     at_once = max(r.pairs_at_once for r in lmap.rows.values())
     hosts = len({lmap.host(r) for r in lmap.ranks})
     metric = "GB/s row→column" if lmap.one_way else "µs"
-    return (f"pairs · {row.collective} · {row.backend} · {format_size(row.size_bytes)} · {metric} · "
+    return (f"pairs · {row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · {metric} · "
             f"{len(lmap.ranks)} ranks, {hosts} host{'s' * (hosts != 1)} · "
             f"{'1 pair at a time' if at_once == 1 else f'≤{at_once} at once'}")

@@ -15,7 +15,7 @@ import os
 import textwrap
 from typing import Optional
 
-from collbench.results.tables import TableModel, flat_header
+from collbench.results.tables import TableModel, flat_header, header_group
 
 MIN_WIDTH = 20          # below this a COLUMNS value is a mistake, not a terminal
 STREAM_ERRORS = "collbench-ascii"      # the error handler collbench's standard streams write with
@@ -87,10 +87,10 @@ def fit(table: TableModel, width: Optional[int], measure) -> TableModel:
 
 def _names(dropped: list, headers: tuple) -> str:
     """The dropped headers; a column group's ("mpi\\np50 µs") said once for all groups."""
-    every = {h.rpartition("\n")[0] for h in headers if "\n" in h}
+    every = {header_group(h)[0] for h in headers if "\n" in h}
     groups: dict = {}
     for h in dropped:
-        group, _, what = h.rpartition("\n")
+        group, what = header_group(h)
         groups.setdefault(what, []).append(group)
     parts = []
     for what, owners in groups.items():

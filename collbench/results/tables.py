@@ -202,18 +202,19 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
     if _per_rank(rows):
         columns.append(("per rank", 3, lambda s: _rank_size(first[s])))
     for i, b in enumerate(backends):
-        columns += [(f"{b}\np50 µs", 0, of(b, _p50)),
-                    (f"{b}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
+        shown = _stacked(b)
+        columns += [(f"{shown}\np50 µs", 0, of(b, _p50)),
+                    (f"{shown}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
         if spread:
-            columns.append((f"{b}\nspread", 2, of(b, _spread(spread))))
+            columns.append((f"{shown}\nspread", 2, of(b, _spread(spread))))
         if sized:
-            columns.append((f"{b}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
-        columns += [(f"{b}\navg µs", 8, of(b, lambda r: format_us(r.time_us_rank_avg))),
-                    (f"{b}\nmin µs", 9, of(b, lambda r: format_us(r.time_us_min))),
-                    (f"{b}\nmax µs", 9, of(b, lambda r: format_us(r.time_us_max))),
-                    (f"{b}\niters", 10, of(b, _iters))]
+            columns.append((f"{shown}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
+        columns += [(f"{shown}\navg µs", 8, of(b, lambda r: format_us(r.time_us_rank_avg))),
+                    (f"{shown}\nmin µs", 9, of(b, lambda r: format_us(r.time_us_min))),
+                    (f"{shown}\nmax µs", 9, of(b, lambda r: format_us(r.time_us_max))),
+                    (f"{shown}\niters", 10, of(b, _iters))]
         if show_check:
-            columns.append((f"{b}\ncheck", 2, of(b, lambda r: r.check)))
+            columns.append((f"{shown}\ncheck", 2, of(b, lambda r: r.check)))
 
     def ratio(b):
         def cell(s):
@@ -222,7 +223,7 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
             return f"{r.time_us_p50 / base.time_us_p50:.2f}×" if ok else "-"
         return cell
 
-    columns += [(f"{b}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
+    columns += [(f"{_stacked(b)}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
     return _columns(columns, sizes, title, _summary(rows, backends) + split_note + _notes(rows))
 
 
@@ -365,9 +366,21 @@ def _how_far(lmap: links.LinkMap, f: links.Finding) -> str:
     return ratio + ("" if not math.isfinite(f.sigmas) else f", {f.sigmas:.0f}σ")
 
 
-def flat_header(header: str) -> str:
-    """A column group's two-line header on one line: "mpi p50 µs", "gloo/mpi"."""
+def _stacked(label: str) -> str:
+    """A backend's label as a column group's header shows it: what sets it apart on a line of its
+    own ("mpi-pickle\n(list payload)"), so that several fit side by side."""
+    return label.replace(" (", "\n(", 1)
+
+
+def header_group(header: str) -> tuple:
+    """(the column group, what the column is) of a header: ("mpi (mpi buffers)", "p50 µs")."""
     group, _, what = header.rpartition("\n")
+    return group.replace("\n", " "), what
+
+
+def flat_header(header: str) -> str:
+    """A column group's header on one line: "mpi p50 µs", "gloo/mpi"."""
+    group, what = header_group(header)
     return what if not group else group + ("" if what.startswith("/") else " ") + what
 
 

@@ -7,13 +7,14 @@ one line and exit 2 whether or not collbench launches itself.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 
 from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
 from collbench.launch.terminal import user_terminals
 from collbench.backends import BUILTIN_NAMES, backend_class, parse_backends, uses_mpi
-from collbench.backends.base import BackendOptions
+from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of, op_refusal
@@ -22,6 +23,7 @@ from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
 from collbench.results.files import check_output_settings, claim
 from collbench.results.output import OutputSettings
+from collbench.results.records import backend_label, usual_buffers
 from collbench.run.groups import Split
 from collbench.run.rounds import new_seed
 from collbench.measure.sizes import parse_sizes
@@ -38,21 +40,20 @@ def _timing_modes(choice: str) -> tuple:
     return ("latency", "throughput") if choice == "both" else (choice,)
 
 
-def _unsupported(collectives, backends: list, opts: dict, options: BackendOptions) -> tuple[frozenset, list]:
-    """The (collective, backend) pairs that cannot run with this dtype and op (the op's own
-    dtypes first, then the backend's; a backend that takes options is asked with them), found
-    before any rank starts: an error when the user named both the collective and the backend,
-    else a note."""
+def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list]:
+    """The (collective, backend setup's key) pairs that cannot run with this dtype and op (the
+    op's own dtypes first, then the backend's, then its setup's options), found before any rank
+    starts: an error when the user named both the collective and the backend, else a note."""
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
     pairs, why = set(), {}
     for cname in collectives:
         coll = get_benchmark(cname)
         op = opts["op"] if coll.reduces else NO_OP
-        for backend in backends:
-            cls = backend_class(backend)
-            reason = op_refusal(op, dtype.name) or cls.supports(
-                collective=coll, dtype=dtype, op=op, **({"options": options} if cls.takes_options else {}))
+        for setup in setups:
+            cls, backend = backend_class(setup.name), setup.key
+            reason = op_refusal(op, dtype.name) or cls.supports(collective=coll, dtype=dtype, op=op) or \
+                cls.options_problem(setup.options, collective=coll, dtype=dtype, op=op)
             if reason is None:
                 continue
             if named:
@@ -64,33 +65,54 @@ def _unsupported(collectives, backends: list, opts: dict, options: BackendOption
     def which(names: list) -> str:
         return "every collective" if len(names) == len(collectives) else ", ".join(names)
 
-    if len(pairs) == len(collectives) * len(backends):      # said once per backend and reason
+    if len(pairs) == len(collectives) * len(setups):      # said once per backend and reason
         raise UsageError("nothing to measure: " + "; ".join(
             f"{backend} ({which(names)}): {reason}" for (backend, reason), names in why.items()))
     return frozenset(pairs), [f"{which(names)} on {backend}: {reason}; skipped"
                               for (backend, reason), names in why.items()]
 
 
-def _options_apply(options: BackendOptions, backends: list) -> tuple[list, list]:
-    """(the backends that can run as ``options`` say, notes on those skipped); a choice that
-    none of the run's backends takes (``--payload list`` without mpi-pickle) is refused."""
+def _choices(value) -> tuple:
+    """An option's choices: a comma list's tuple (``params.Choices``), or one value."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _setups(backends: list, opts: dict) -> tuple[list, list]:
+    """(the backend setups the run measures, notes on those skipped): each backend once for each
+    combination of the choices it takes (``--buffers numpy,mpi``: mpi twice, side by side), as
+    long as it can run so (``options_problem``). A choice that none of the run's backends takes
+    (``--payload list`` without mpi-pickle) is refused."""
+    choices = {f.name: _choices(opts.get(f.name, f.default)) for f in dataclasses.fields(BackendOptions)}
     for f in dataclasses.fields(BackendOptions):
-        value = getattr(options, f.name)
-        if value == f.default or any(f.name in backend_class(b).takes_options for b in backends):
+        others = [value for value in choices[f.name] if value != f.default]
+        if not others or any(f.name in backend_class(b).takes_options for b in backends):
             continue
         takers = [b for b in BUILTIN_NAMES if f.name in backend_class(b).takes_options]
-        raise UsageError(f"--{f.name.replace('_', '-')} {value} is for {' and '.join(takers)}, which this run "
-                         f"does not measure (--backend {','.join(backends)})")
+        raise UsageError(f"--{f.name.replace('_', '-')} {','.join(others)} is for {' and '.join(takers)}, which this "
+                         f"run does not measure (--backend {','.join(backends)})")
     kept, notes = [], []
-    for b in backends:
-        reason = backend_class(b).options_problem(options)
-        if reason is None:
-            kept.append(b)
-        else:
-            notes.append(f"skipping backend {b}: {reason}")
+    for name in backends:
+        takes = backend_class(name).takes_options
+        axes = [[(f.name, value) for value in (choices[f.name] if f.name in takes else (f.default,))]
+                for f in dataclasses.fields(BackendOptions) if f.name != "init_method"]
+        for combination in itertools.product(*axes):
+            options = BackendOptions(**dict(combination), init_method=choices["init_method"][0])
+            setup = Setup(name, options, _setup_key(name, options, takes))
+            reason = backend_class(name).options_problem(options)
+            if reason is None:
+                kept.append(setup)
+            else:
+                notes.append(f"skipping backend {setup.key}: {reason}")
     if not kept:
         raise UsageError("nothing to measure: " + "; ".join(notes))
     return kept, notes
+
+
+def _setup_key(name: str, options: BackendOptions, takes: tuple) -> str:
+    """How a setup is named: as the rows it measures are labelled (``records.backend_label``)."""
+    row = {"backend": name, "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
+           "payload": options.payload if "payload" in takes else ""}
+    return backend_label(row)
 
 
 def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
@@ -118,11 +140,10 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if not all(uses_mpi(b) for b in backends):
         rendezvous.check_variables(os.environ)
         rendezvous.check_init_method(opts.get("init_method", "env://"), here=launcher.name == "none")
-    options = BackendOptions(buffers=opts.get("buffers", "numpy"), payload=opts.get("payload", "array"),
-                             init_method=opts.get("init_method", "env://"))
-    backends, more = _options_apply(options, backends)
+    setups, more = _setups(backends, opts)
     notes += more
-    unsupported, more = _unsupported(collectives, backends, opts, options)
+    backends = list(dict.fromkeys(setup.name for setup in setups))
+    unsupported, more = _unsupported(collectives, setups, opts)
     notes += more
     if opts["output"] and opts["no_save"]:
         raise UsageError("--output and --no-save contradict each other; give one")
@@ -140,7 +161,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                 dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=_timing_modes(opts["timing"]),
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
-                shuffle=opts["shuffle"], unsupported=unsupported, backend_options=options, split=split)
+                shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split)
 
 
 def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
-from collbench.backends.base import BackendOptions
+from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
@@ -65,8 +65,15 @@ class Plan:
     seed: Optional[int] = None      # None: chosen at random and recorded
     shuffle: bool = True
     unsupported: frozenset = frozenset()   # (collective, backend) pairs left out when planned
-    backend_options: BackendOptions = BackendOptions()   # --buffers, --payload, --init-method
+    #: the backends as measured, with their --buffers, --payload, --init-method (``plan._setups``);
+    #: empty: each of ``backends`` with the usual options
+    setups: tuple = ()
     split: Optional[Split] = None          # --split, --split-mask: groups measuring at once
+
+
+def setups_of(plan: Plan) -> tuple:
+    """The backends the plan measures, each with its options and the key that names it."""
+    return plan.setups or tuple(Setup(name, BackendOptions(), name) for name in plan.backends)
 
 
 def run(plan: Plan, launcher: Launcher) -> int:
@@ -104,7 +111,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
         raise SharedUsageError(problem)
-    control = make_control(launcher.shares_mpi_world, plan.backends, plan.backend_options)
+    control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)   # one init method
     supervise.set_job_abort(control.abort)
     if launcher.world_size_variable and launcher.world_size != control.size:
         raise world_mismatch(launcher, control.size)
@@ -138,7 +145,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
 #: collectives called, their buffers, their order and how long they run
 _AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes",
-           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "backend_options", "split")
+           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split")
 
 
 def plan_fingerprint(plan: Plan) -> dict:
@@ -206,7 +213,7 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
                 "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
                 "root": plan.roles.root, "pair": list(plan.roles.pairs[0]), "window": plan.roles.window,
                 **({"pairs": dataclasses.asdict(plan.pairing)} if plan.pairing else {}),
-                "backends": list(plan.backends), "timeout_s": plan.timeout,
+                "backends": list(backends), "timeout_s": plan.timeout,      # the setups measured, by key
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
@@ -238,24 +245,26 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         problem = roles_problem(plan, len(plan.roles.groups[0]))     # the root is each group's
         if problem:
             raise SharedUsageError(problem.replace("world", "group") + f" (--split {plan.split.option_text})")
-    declined = []
-    for name in plan.backends:
-        where = f"set-up of backend {name}"
+    declined, kept = [], []
+    for setup in setups_of(plan):
+        where = f"set-up of backend {setup.key}"
         supervise.set_position(where)
         watchdog.arm(startup_limit, where)
-        backend = backend_class(name)()
-        backend.options = plan.backend_options
+        backend = backend_class(setup.name)()
+        backend.options = setup.options
         try:
             backend.setup(control=control)
             if plan.roles.groups:
                 backend.split(plan.roles.groups)
         except BackendDeclined as exc:       # every rank finds the same: the run goes on without it
-            declined.append(f"skipping backend {name}: {exc}")
+            declined.append(f"skipping backend {setup.key}: {exc}")
             continue
-        backends[name] = backend
+        backends[setup.key] = backend
+        kept.append(setup)
     if not backends:
         raise SharedUsageError("nothing to measure: " + "; ".join(declined))
-    plan = dataclasses.replace(plan, backends=tuple(backends), notes=plan.notes + tuple(declined))
+    plan = dataclasses.replace(plan, backends=tuple(dict.fromkeys(s.name for s in kept)), setups=tuple(kept),
+                               notes=plan.notes + tuple(declined))
     most_per_node = ranks_per_node(launcher.hosts)
     is_rank0 = control.rank == 0
     journal = Journal.open(schedule.state) if is_rank0 and schedule.state is not None else None

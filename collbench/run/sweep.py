@@ -279,7 +279,7 @@ class Sweep:
                 means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
                 for g, samples in enumerate(m.samples_us):
                     check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
-                    identity = RowIdentity(collective=coll.name, backend=backend_name, dtype=plan.dtype, op=op_name,
+                    identity = RowIdentity(collective=coll.name, backend=backend.name, dtype=plan.dtype, op=op_name,
                                            world_size=world, ranks_per_node=self.ranks_per_node,
                                            size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
                                            count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
