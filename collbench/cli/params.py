@@ -134,9 +134,9 @@ class Choices(click.ParamType):
             return value
         items = [item.strip().lower() for item in str(value).split(",")]
         wrong = [item for item in items if item not in self.choices]
-        if wrong or not items:
-            self.fail(f"{str(value)[:60]!r}: {', '.join(repr(w[:20]) for w in wrong[:3]) or 'nothing'} is not one "
-                      f"of {', '.join(self.choices)} (a comma list measures each side by side)", param, ctx)
+        if wrong:
+            self.fail(f"{str(value)[:60]!r}: {wrong[0][:20]!r} is not one of {', '.join(self.choices)} (a comma "
+                      "list measures each side by side)", param, ctx)
         return tuple(dict.fromkeys(items))
 
 
