@@ -33,6 +33,15 @@ class SharedUsageError(UsageError):
     broadcast): under a launcher only rank 0 says it."""
 
     every_rank = True
+    #: said by the first rank of each host rather than by rank 0 (``HostUsageError``)
+    per_host = False
+
+
+class HostUsageError(SharedUsageError):
+    """Bad input that every rank of one host meets alike (its /dev/shm), which other hosts may
+    not: the first rank of each host that meets it says it, naming the host."""
+
+    per_host = True
 
 
 def printable(text: str) -> str:

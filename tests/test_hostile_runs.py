@@ -8,6 +8,7 @@ import re
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -322,7 +323,8 @@ def test_a_read_only_dev_shm_is_one_line_before_mpi_starts(tmp_path):
     rank 0 says it in one line: exit 2, nothing written."""
     proc = _with_own_dev_shm(tmp_path, "ro,size=1m", ["allreduce", "-n", "2", "--sizes", "8-1K", "-o", "r.json"])
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == ("collbench: error: /dev/shm is mounted read-only: MPI keeps the memory the ranks "
+    assert proc.stderr.strip() == (f"collbench: error: /dev/shm is mounted read-only on {socket.gethostname()}: MPI "
+                                   "keeps the memory the ranks "
                                    "of a host share there (MPICH's and UCX's shared memory) and would fail in "
                                    "MPI_Init; make it writable (a container: docker run --shm-size=1g, or mount -o "
                                    "remount,rw /dev/shm)"), proc.stderr

@@ -242,7 +242,7 @@ def _report(exc: CollbenchError) -> None:
     # Under a launcher every rank meets the same bad input: only rank 0 says so.
     from collbench.launch.launcher import detected_rank
 
-    if not exc.every_rank or detected_rank() == 0:
+    if not exc.every_rank or detected_rank(on_host=exc.per_host) == 0:
         print(f"collbench: error: {one_line(exc)}", file=sys.stderr)
     else:
         # Leave after rank 0, which says it: a launcher such as torchrun stops every rank

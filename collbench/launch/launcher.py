@@ -184,10 +184,12 @@ def detect(env: Mapping[str, str] = os.environ) -> Launcher:
     return dataclasses.replace(found, self_launched=env.get(LAUNCHED_ENV, ""))
 
 
-def detected_rank(env: Mapping[str, str] = os.environ) -> int:
-    """This process's rank for deciding who prints an error: 0 when the environment is not a
-    consistent launch (then nobody else would say it)."""
+def detected_rank(env: Mapping[str, str] = os.environ, *, on_host: bool = False) -> int:
+    """This process's rank (``on_host``: its rank among those of its host) for deciding who
+    prints an error: 0 when the environment is not a consistent launch (then nobody else would
+    say it)."""
     try:
-        return detect(env).rank
+        launch = detect(env)
     except UsageError:
         return 0
+    return launch.local_rank if on_host else launch.rank

@@ -20,6 +20,7 @@ a process of its own.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -53,13 +54,8 @@ def world_mismatch(launcher: Launcher, started: int) -> UsageError:
 
 
 def mpi_start_problem(launcher: Launcher, env: Mapping[str, str] = os.environ) -> Optional[str]:
-    """Why MPI cannot start under this launch (an srun step, a host without writable shared
-    memory), known before MPI tries; None when nothing is known against it. Every task of a
-    launch (on one host) finds the same."""
-    if launcher.shares_mpi_world and launcher.world_size > 1:
-        problem = _shared_memory_problem()
-        if problem:
-            return problem
+    """Why MPI cannot start under this srun step, known before MPI tries; None when nothing is
+    known against it. Every task of a step finds the same."""
     if launcher.name != "srun":
         return None
     if launcher.pmi == "pmix":
@@ -69,8 +65,12 @@ def mpi_start_problem(launcher: Launcher, env: Mapping[str, str] = os.environ) -
     return None
 
 
-def _shared_memory_problem(folder: Path = SHARED_MEMORY) -> Optional[str]:
-    """A /dev/shm that is there but cannot be written to: mounted read-only, or not this user's."""
+def shared_memory_problem(launcher: Launcher, folder: Path = SHARED_MEMORY) -> Optional[str]:
+    """Why MPI cannot start on this host: a /dev/shm that is there but cannot be written to
+    (mounted read-only, or not this user's), for ranks that share an MPI world; None when
+    nothing is known against it. Every rank of this host finds the same, naming it."""
+    if not (launcher.shares_mpi_world and launcher.world_size > 1):
+        return None
     try:
         read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
     except OSError:                 # none here: the MPI library uses something else, or says so
@@ -78,7 +78,7 @@ def _shared_memory_problem(folder: Path = SHARED_MEMORY) -> Optional[str]:
     if not read_only and os.access(folder, os.W_OK | os.X_OK):
         return None
     why = "is mounted read-only" if read_only else "is not writable by this user"
-    return (f"{folder} {why}: MPI keeps the memory the ranks of a host share there (MPICH's and UCX's shared "
+    return (f"{folder} {why} on {socket.gethostname()}: MPI keeps the memory the ranks of a host share there (MPICH's and UCX's shared "
             f"memory) and would fail in MPI_Init; make it writable (a container: docker run --shm-size=1g, or "
             f"mount -o remount,rw {folder})")
 
