@@ -82,6 +82,7 @@ class Guardian:
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
+        self._server: Optional[threading.Thread] = None      # reads the rank's requests (``_serve_rank``)
         self._spoken = False                   # the rank's end was said (``_report``, ``_watch_launcher``)
         self._speaking = threading.Lock()
         # The launcher's process that started this guardian, one rank of several (mpiexec's
@@ -138,7 +139,8 @@ class Guardian:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(s, self._forward)
         if self.channel is not None:
-            threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True).start()
+            self._server = threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True)
+            self._server.start()
         parent = os.environ.get(PARENT_ENV, "")
         if parent.isdigit():
             threading.Thread(target=self._watch_parent, args=(int(parent),), daemon=True).start()
@@ -180,6 +182,9 @@ class Guardian:
         else:
             code = os.WEXITSTATUS(status)
             how, crashed = f"exited with code {code}", code not in RANK_EXIT_CODES
+            if code in SHARED_EXIT_CODES and self.channel is not None and self.chosen_exit is None and \
+                    self._server is not None:
+                self._server.join(1.0)       # the rank's last word, its exit code, may still be in the channel
             if code in SHARED_EXIT_CODES and self.channel is not None and code != self.chosen_exit:
                 how += (" without collbench choosing it (a library ended the process: MPICH's fatal errors exit "
                         "with the error's class, 1 for MPI_ERR_BUFFER, 2 for MPI_ERR_COUNT)")
