@@ -252,3 +252,21 @@ def test_maxloc_on_gpu_buffers_is_refused_by_the_mpi_backend_before_any_rank_sta
     assert MpiBackend.options_problem(host, collective=allreduce, dtype=f32, op="maxloc") is None
     assert MpiBackend.options_problem(cuda, collective=allreduce, dtype=f32, op="sum") is None
     assert MpiBackend.options_problem(cuda, collective=get_benchmark("bcast"), dtype=f32, op="none") is None
+
+
+def test_a_backend_that_does_not_declare_the_new_ops_is_not_handed_them():
+    """A plugin written before land, avg or maxloc existed takes the four ops it knew."""
+    from collbench.backends.base import Backend
+    from collbench.benchmarks.registry import get_benchmark
+    from collbench.benchmarks.datatypes import dtype_of
+
+    class Older(Backend):
+        name = "older"
+
+    allreduce, i32 = get_benchmark("allreduce"), dtype_of("int32")
+    for op in ("sum", "max", "min", "prod"):
+        assert Older.supports(collective=allreduce, dtype=i32, op=op) is None
+    for op in ("land", "bor", "maxloc", "avg"):
+        assert Older.supports(collective=allreduce, dtype=i32, op=op) == (
+            f"older issues the reductions sum, max, min, prod, not {op}")
+    assert Older.supports(collective=get_benchmark("bcast"), dtype=i32, op="none") is None

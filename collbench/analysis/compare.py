@@ -33,7 +33,7 @@ import numpy as np
 
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
-from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult
+from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, STATE_LOG_SHIFT, STATE_ROW_SHARE, FileRounds, ab_job,
                                      estimate_drift, round_warnings)
 from collbench.analysis.significance import max_t_adjust
@@ -73,6 +73,11 @@ class RowComparison:
     rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
     verdict: str                    # one of VERDICTS
     reason: str = ""                # why a row is inconclusive, or what limited it
+
+    @property
+    def backend(self) -> str:
+        """The backend as its rows are labelled ("mpi (mpi buffers)"); "mpi → gloo" across two."""
+        return " → ".join(dict.fromkeys(backend_label(r) for r in (self.baseline, self.new) if r is not None))
 
     def field(self, name: str):
         value = self.key[MATCH_FIELDS.index(name)]
@@ -162,8 +167,8 @@ _BACKEND_FIELDS = ("backend",) + PER_BACKEND
 
 
 def _one_backend_each(baseline: RunResult, new: RunResult) -> bool:
-    """Each file measured one backend, and not the same one."""
-    a, b = {r.backend for r in baseline.rows}, {r.backend for r in new.rows}
+    """Each file measured one backend setup, and not the same one."""
+    a, b = {backend_label(r) for r in baseline.rows}, {backend_label(r) for r in new.rows}
     return len(a) == 1 and len(b) == 1 and a != b
 
 

@@ -61,7 +61,7 @@ def _varying(c: Comparison) -> list:
 
 def _where(r: RowComparison) -> str:
     size = r.field("size_bytes")
-    return f"{r.field('collective')}/{r.field('backend')}" + (f" {format_size(size)}" if size else "")
+    return f"{r.field('collective')}/{r.backend}" + (f" {format_size(size)}" if size else "")
 
 
 def outcome(c: Comparison) -> str:
@@ -133,7 +133,7 @@ def comparison_table(c: Comparison) -> TableModel:
     cells = []
     for r in c.rows:
         size = r.field("size_bytes")
-        cells.append((r.field("collective"), r.field("backend"), *[str(r.field(f)) for f, _ in varying],
+        cells.append((r.field("collective"), r.backend, *[str(r.field(f)) for f, _ in varying],
                       format_size(size) if size else "-", _value(r.baseline_value), _value(r.new_value),
                       _change(r), _interval(r), _rounds(r), _p(r), r.verdict) + ((r.reason,) if show_reason else ()))
     title = f"{c.baseline_name} → {c.new_name}" + (f" · {' · '.join(fixed)}" if fixed else "")

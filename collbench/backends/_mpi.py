@@ -147,6 +147,7 @@ class MpiBase:
     """
 
     uses_mpi = True
+    ops = MPI_OPS
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:

@@ -43,6 +43,19 @@ def torch_missing() -> Optional[str]:
     return None
 
 
+def installed_version() -> Optional[tuple]:
+    """(major, minor) of the installed torch, read from its package record (no import); None
+    when unknown."""
+    import importlib.metadata
+    import re
+
+    try:
+        found = re.match(r"(\d+)\.(\d+)", importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def torch_modules():
     try:
         import torch
@@ -72,7 +85,7 @@ def init_default_group(control: Optional[Control] = None, init_method: str = "en
 
     ``tcp://`` and ``file://``: ``_init_at``.
     """
-    global _scheme
+    global _method
     if _group_ready():
         return
     method = rendezvous.parse_init_method(init_method)
@@ -80,16 +93,33 @@ def init_default_group(control: Optional[Control] = None, init_method: str = "en
         _init_env(control)
     else:
         _init_at(method, control)
-    _scheme = method.scheme
+    _method = method
 
 
 #: How this process's default group met, once collbench made it.
-_scheme = ""
+_method: Optional["rendezvous.InitMethod"] = None
 
 
 def init_scheme() -> str:
     """env://, tcp:// or file://: how the default group met; "" if collbench did not make it."""
-    return _scheme
+    return _method.scheme if _method is not None else ""
+
+
+def remove_rendezvous_file(control: Control) -> None:
+    """After a run that ended well, once every rank has torn its groups down: the file of a
+    file:// rendezvous goes. torch removes it itself only when every rank's store object is
+    destroyed, which a rank ending under an MPI launcher does not always get to (under load it
+    was left behind, and the next run refused it as stale). It is this run's: rank 0 found no
+    file there before it began. Needs a control channel that outlives the groups (MPI's); over
+    torch's own (no MPI), torch's removal is all there is."""
+    if _method is None or _method.scheme != "file://" or isinstance(control, TorchControl):
+        return
+    control.barrier()                 # every rank's store is closed: nothing recreates the file
+    if control.rank == 0:
+        try:
+            os.unlink(_method.path)
+        except FileNotFoundError:
+            pass
 
 
 def _init_env(control: Optional[Control]) -> None:
@@ -139,8 +169,11 @@ def _init_at(method: "rendezvous.InitMethod", control: Optional[Control]) -> Non
     rank, size = (control.rank, control.size) if control is not None else _world_from_env()
     if method.scheme == "tcp://":
         agent = _torchrun_store_at(method)
-        _choose_interface(rendezvous.meet_at_tcp(method, rank, control, rank0_listens=not agent))
-        _, dist = torch_modules()
+        _, dist = torch_modules()       # first: rank 0 listens only once torch is imported, as slowly as the others
+        # collbench's own ranks are watched by their launching process, which stops them if
+        # rank 0 ends (as for env://); the others wait a while for rank 0, then say so
+        _choose_interface(rendezvous.meet_at_tcp(method, rank, control, rank0_listens=not agent,
+                                                 patient=detect(os.environ).self_launched != "local"))
         if not agent and os.environ.get(_AGENT_STORE) == "True":
             os.environ[_AGENT_STORE] = "False"        # rank 0 hosts the store at HOST:PORT
     else:

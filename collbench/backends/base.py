@@ -99,6 +99,9 @@ class Backend(ABC):
     #: (names of ``BackendOptions`` fields); a choice no backend of the run takes is refused
     options: BackendOptions = BackendOptions()
     takes_options: ClassVar[tuple] = ()
+    #: the reductions it issues (``--op``); the default ``supports`` refuses the others, so that a
+    #: backend written before an op existed is not handed it
+    ops: ClassVar[tuple] = ("sum", "max", "min", "prod")
 
     @classmethod
     @abstractmethod
@@ -144,6 +147,8 @@ class Backend(ABC):
         built, before any rank starts)."""
         if cls.family is not None and not collective.issued_by(cls.family):
             return f"{collective.name} has no {cls.family} call"
+        if collective.reduces and op not in cls.ops:
+            return f"{cls.name} issues the reductions {', '.join(cls.ops)}, not {op}"
         return None
 
     def allocate(self, *, send_len: int, recv_len: int, dtype: "Dtype", in_place: bool) -> Any:
@@ -210,3 +215,7 @@ class Backend(ABC):
         return {"buffers": self.device.kind, "payload": "", "init_method": ""}
 
     def close(self) -> None: ...
+
+    def closed(self, control: Control) -> None:
+        """After a run that ended well, once every rank has closed every backend: what the job as
+        a whole leaves goes (the torch backends: a file:// rendezvous's file). Default: nothing."""

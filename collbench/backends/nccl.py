@@ -40,6 +40,7 @@ class NcclBackend(TorchBackend):
     missing_ops = {**TorchBackend.missing_ops,
                    "band": "NCCL has no bitwise reductions (torch refuses ReduceOp.BAND with nccl)",
                    "bor": "NCCL has no bitwise reductions (torch refuses ReduceOp.BOR with nccl)"}
+    ops = tuple(reduce_ops)
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:

@@ -30,6 +30,7 @@ class TorchBackend(Backend):
                    "lor": "torch.distributed has no logical or (ReduceOp.BOR is bitwise)",
                    "maxloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle",
                    "minloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle"}
+    ops = tuple(reduce_ops)
     takes_options = ("init_method",)
 
     def setup(self, *, control: Control) -> None:
@@ -124,3 +125,6 @@ class TorchBackend(Backend):
         # Tears down every group, the default one included: the run is over for this process.
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+    def closed(self, control: Control) -> None:
+        _torch.remove_rendezvous_file(control)

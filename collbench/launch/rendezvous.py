@@ -368,13 +368,14 @@ def _remove(mark: Optional[str]) -> None:
             pass
 
 
-def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool = True) -> Optional[str]:
-    """tcp://HOST:PORT, before torch is imported. Rank 0 listens there (unless torchrun's agent
+def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool = True,
+                patient: bool = True) -> Optional[str]:
+    """tcp://HOST:PORT, before init_process_group. Rank 0 listens there (unless torchrun's agent
     does already: not ``rank0_listens``), so HOST must be an address of its host and PORT free:
     rank 0 looks, and under MPI (``exchange``) says it for every rank. Every other rank must
-    reach HOST:PORT within ``MASTER_PATIENCE`` seconds; torch alone would try for its whole
-    timeout and then say little. Returns the interface gloo should bind: the one that routes
-    to HOST."""
+    reach HOST:PORT within ``MASTER_PATIENCE`` seconds (when ``patient``: not where collbench's
+    launching process watches rank 0); torch alone would try for its whole timeout and then
+    say little. Returns the interface gloo should bind: the one that routes to HOST."""
     problem = _listen_problem(method, socket.gethostname()) if rank == 0 and rank0_listens else None
     if exchange is not None:
         problem = exchange.bcast(problem)
@@ -384,7 +385,7 @@ def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool 
         raise UsageError(problem)
     named = f"tcp://{method.host}:{method.port}"
     interface = _towards(rank, method.host, method.port, named)
-    if rank != 0 or not rank0_listens:
+    if patient and (rank != 0 or not rank0_listens):
         try:
             netaddr.await_listener(method.host, method.port, MASTER_PATIENCE)
         except netaddr.RouteError as exc:

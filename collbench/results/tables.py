@@ -340,7 +340,7 @@ def link_tables(lmap: links.LinkMap) -> list:
         cells = tuple((_what(f), f"{f.links_out} of {f.links}" if f.what != "pair" else "-",
                        _fmt(lmap, links.figure(lmap, f.time_us)), _fmt(lmap, links.figure(lmap, f.reference_us)),
                        _how_far(lmap, f)) for f in lmap.findings)
-        tables.append(TableModel(f"lies out · {lmap.first.collective} · {lmap.first.backend} · "
+        tables.append(TableModel(f"lies out · {lmap.first.collective} · {backend_label(lmap.first)} · "
                                  f"{format_size(lmap.first.size_bytes)}",
                                  ("what", "links out", "figure", "median", "how far"), cells,
                                  (f"median: of the comparable links that do not touch it; how far: its figure over "

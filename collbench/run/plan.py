@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+from collections import Counter
 
 from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
@@ -46,6 +47,7 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
     starts: an error when the user named both the collective and the backend, else a note."""
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
+    per_backend = Counter(setup.name for setup in setups)     # a comma list's other choices may still run
     pairs, why = set(), {}
     for cname in collectives:
         coll = get_benchmark(cname)
@@ -56,7 +58,7 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
                 cls.options_problem(setup.options, collective=coll, dtype=dtype, op=op)
             if reason is None:
                 continue
-            if named:
+            if named and per_backend[setup.name] == 1:
                 raise UsageError(f"{cname} on {backend} with {opts['dtype']}"
                                  f"{' ' + op if coll.reduces else ''}: {reason}")
             pairs.add((cname, backend))

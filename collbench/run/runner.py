@@ -23,9 +23,9 @@ from collbench.launch import rendezvous, signals, supervise
 from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
-from collbench.errors import BackendDeclined, SharedUsageError, UsageError
+from collbench.errors import BackendDeclined, HostUsageError, SharedUsageError, UsageError
 from collbench.launch.launcher import Launcher
-from collbench.launch.pmi import mpi_start_problem, world_mismatch
+from collbench.launch.pmi import mpi_start_problem, shared_memory_problem, world_mismatch
 from collbench.launch.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_output_settings
@@ -108,6 +108,9 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
     supervise.watch_startup(min(startup_limit, JOIN_TIMEOUT) if startup_limit else 0)
+    problem = shared_memory_problem(launcher)
+    if problem:                      # every rank of this host finds the same; other hosts may not
+        raise HostUsageError(problem)
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
         raise SharedUsageError(problem)
@@ -136,10 +139,13 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         raise SharedUsageError(problem)
     backends: dict = {}
     try:
-        return _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule)
+        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule)
     finally:
         for backend in backends.values():
             backend.close()
+    for backend in backends.values():      # every rank is here: the run ended well
+        backend.closed(control)
+    return code
 
 
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
