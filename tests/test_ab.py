@@ -100,3 +100,20 @@ def test_two_backends_are_matched_across():
     assert {r.field("backend") for r in c.rows} == {"mpi → mpi-pickle"}
     assert "allreduce/mpi → mpi-pickle" in compare_render.noisy_line(dataclasses.replace(c, rows=tuple(
         dataclasses.replace(r, verdict="inconclusive", detectable=0.5) for r in c.rows)))
+
+
+def test_force_overwrites_an_earlier_jobs_files_and_without_it_they_are_kept(run_dir):
+    """A second ab with the same -o and --force measures again into the same files; without
+    --force it is refused before anything starts, the earlier files untouched."""
+    job = ["-o", "again", "--seed", "3", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "5", "--warmup",
+           "1", "--rounds", "1"]
+    first = cli(["ab", "-q", "--force", *job], run_dir, timeout=180)
+    assert first.returncode in (0, 1), first.stderr
+    ids = [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"]
+    second = cli(["ab", "-q", "--force", *job], run_dir, timeout=180)
+    assert second.returncode in (0, 1), second.stderr
+    again = [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"]
+    assert not set(ids) & set(again)
+    refused = cli(["ab", "-q", *job], run_dir)
+    assert refused.returncode == 2 and "exists; use --force" in refused.stderr
+    assert [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"] == again

@@ -126,7 +126,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()
     if not quiet:
-        print(f"collbench ab: {opts['rounds']} pairs of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
+        print(f"collbench ab: {opts['rounds']} pair{'s' * (opts['rounds'] != 1)} of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
               f"B ({labels[1]}): {made[1].describe()}; seed {seed}", file=sys.stderr, flush=True)
     code = ab.run_interleaved(tuple(made), [name] + args[1:], paths, n=n,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),

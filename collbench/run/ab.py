@@ -91,8 +91,9 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
         for i, (side, path) in enumerate(zip(sides, paths)):
             described = {"job": job, "side": "AB"[i], "label": side.label, "differs": side.describe(),
                          "other": sides[1 - i].label, "pairs": rounds}
+            # --force: ab itself refused existing files unless told to overwrite them
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
-                ["-o", str(path), "--seed", str(seed), "--rounds", str(rounds), "-q"]
+                ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
                                            extra_env={**side.env, AB_ENV: json.dumps(described)}))
         for number, first in enumerate(pair_orders(rounds, seed), 1):
@@ -103,8 +104,9 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             for turn, i in enumerate(order):
                 code = launchers[i].launch(number, verbose=verbose and number == 1, env={AB_TURN_ENV: str(turn)})
                 if code is not None:
-                    print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[i].label}); "
-                          f"{paths[0]} and {paths[1]} keep the pairs before it", file=sys.stderr, flush=True)
+                    kept = f"{paths[0]} and {paths[1]} keep the pairs before it" if number > 1 else "no pair was completed"
+                    print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[i].label}); {kept}",
+                          file=sys.stderr, flush=True)
                     return code
         return 1 if any(launcher.check_failed for launcher in launchers) else 0
     finally:
