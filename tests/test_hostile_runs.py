@@ -282,6 +282,9 @@ def _mpmd(tmp_path, other: list, timeout: float = 150) -> subprocess.CompletedPr
     (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--dtype", "float64"], "dtype float64 (rank 0: float32)"),
     (["allreduce", "--sizes", "8-1K", "--rounds", "3"], "rounds 3 (rank 0: 1)"),
     (["allreduce", "--sizes", "8-1K", "--rounds", "1", "-b", "mpi-pickle"], "backends mpi-pickle (rank 0: mpi)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--buffers", "mpi"], "setups mpi (mpi buffers) (rank 0: mpi)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--buffers", "mpi,numpy"],
+     "setups mpi (mpi buffers),mpi (rank 0: mpi)"),
 ])
 def test_ranks_started_with_another_command_are_named_before_anything_is_measured(tmp_path, other, differs):
     proc = _mpmd(tmp_path, [sys.executable, "-m", "collbench", *other, "--no-save"], timeout=120)

@@ -158,7 +158,10 @@ def plan_fingerprint(plan: Plan) -> dict:
     """The plan as every rank must share it, in words (``plan_disagreement`` compares them)."""
     def said(value) -> str:
         if isinstance(value, (tuple, list)):
-            return ",".join(map(str, value))
+            return ",".join(map(said, value))
+        if isinstance(value, Setup):      # as its rows are labelled, with how its torch ranks meet
+            method = value.options.init_method
+            return value.key + ("" if method == BackendOptions.init_method else f" at {method}")
         return str(value)
 
     return {name: said(getattr(plan, name)) for name in _AGREED}
@@ -182,7 +185,7 @@ def plan_disagreement(prints: list) -> Optional[str]:
     return None
 
 
-def _short(text, limit: int = 40) -> str:
+def _short(text, limit: int = 60) -> str:
     text = str(text)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
@@ -250,7 +253,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         plan = dataclasses.replace(plan, roles=dataclasses.replace(plan.roles, groups=plan.split.groups(list(launcher.hosts))))
         problem = roles_problem(plan, len(plan.roles.groups[0]))     # the root is each group's
         if problem:
-            raise SharedUsageError(problem.replace("world", "group") + f" (--split {plan.split.option_text})")
+            raise SharedUsageError(problem.replace("world", "group") + f" ({plan.split.option_text})")
     declined, kept = [], []
     for setup in setups_of(plan):
         where = f"set-up of backend {setup.key}"
