@@ -6,6 +6,7 @@ left running: a file an earlier run left, a folder that is missing or that the r
 share, an address rank 0 cannot listen at or that nobody listens at."""
 
 import os
+import socket
 import shutil
 import subprocess
 import sys
@@ -267,3 +268,22 @@ def test_tcp_under_torchrun_across_two_hosts(hosts, tmp_path):
     assert load_json(tmp_path / "r.json")["metadata"]["hostnames"] == ["node1", "node2"]
     _rows_met_by(tmp_path, "tcp")
     assert not multihost._nothing_left(hosts)
+
+
+@pytest.mark.mpi
+def test_env_with_a_master_port_taken_is_one_line_under_mpiexec(tmp_path):
+    """MASTER_ADDR/MASTER_PORT exported to the ranks, the port held by another program: rank 0
+    says so for every rank before torch tries to listen (torch's own error was exit 1)."""
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = _mpiexec([*RUN, "--no-save", "--init-method", "env://"], tmp_path,
+                        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    assert proc.returncode == 2, proc.stderr
+    said = _said(proc)
+    assert said == [f"collbench: error: MASTER_PORT {port}: rank 0 cannot listen there on {socket.gethostname()} "
+                    "(address already in use); choose a free port, or unset MASTER_ADDR and MASTER_PORT and "
+                    "collbench finds one"], proc.stderr
+    _nothing_left(tmp_path)

@@ -261,6 +261,15 @@ def _listen_problem(method: InitMethod, host: str) -> Optional[str]:
     return None
 
 
+def master_port_problem(env=os.environ) -> Optional[str]:
+    """Why rank 0 cannot listen at MASTER_PORT, as env:// has it do (None: it can)."""
+    taken = _port_taken(int(env["MASTER_PORT"]))
+    if taken:
+        return (f"MASTER_PORT {env['MASTER_PORT']}: rank 0 cannot listen there on {socket.gethostname()} ({taken}); "
+                "choose a free port, or unset MASTER_ADDR and MASTER_PORT and collbench finds one")
+    return None
+
+
 def _port_taken(port: int) -> Optional[str]:
     """Why this host cannot listen at ``port`` on every interface as torch's store does (None:
     it can); with SO_REUSEADDR, as the store sets it, so that an earlier run's connections
@@ -285,11 +294,30 @@ def _file_problem(method: InitMethod, where: str, *, first: bool) -> Optional[st
         return f"{said}: the folder {folder} is not writable {where} (torch's file store creates the file there)"
     if os.path.isdir(path):
         return f"{said}: {path} is a folder {where}; name a file in it"
+    kind = _special(path)
+    if kind:
+        return f"{said}: {path} is {kind} {where}, not a file torch's file store can keep; name a new file"
     if first and os.path.lexists(path):
         return (f"{said}: {path} exists {where}, left by a run that did not end cleanly (torch's file store "
                 "removes it when every rank ends normally) or in use by a run now; remove it if no run uses it, "
                 "or name another path")
     return None
+
+
+def _special(path: str) -> str:
+    """What ``path`` is when it is there and not a regular file (a link followed): "a pipe
+    (FIFO)", "a device"...; "" otherwise."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken link" if os.path.islink(path) else ""
+    for test, kind in ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return ""
 
 
 #: Seconds a rank waits to see the mark rank 0 left beside a file:// path (a shared file

@@ -270,11 +270,11 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                   f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return EXIT_LOST
         if early:
-            if said and relay is not None and said not in relay.said:    # its writer's pipe was gone
+            if said and relay is not None and not relay.saw(said):    # its writer's pipe was gone
                 print(said, file=sys.stderr, flush=True)
             return early
         # A line noted but never seen: its writer was killed before mpiexec passed it on.
-        lost_line = relay is not None and bool(said) and said not in relay.said
+        lost_line = relay is not None and bool(said) and not relay.saw(said)
         if received:
             # Rank 0 got the signal from us and said so (noting it first), unless it was still
             # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
@@ -295,7 +295,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
             # mpiexec's own failure (255: it could not start the ranks, or one of its proxies died
             # unseen)
-            if said and said not in relay.said:       # its writer was killed before it could print it
+            if said and not relay.saw(said):       # its writer was killed before it could print it
                 print(said, file=sys.stderr, flush=True)
                 return code
             print(f"collbench: mpiexec ended with code {code} before any rank could say why (its proxy was killed, "
@@ -307,7 +307,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             if said is None:
                 print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved_results_clause(files(), kept)}",
                       file=sys.stderr, flush=True)
-            elif said and said not in relay.said:     # its writer was killed before it could print it
+            elif said and not relay.saw(said):     # its writer was killed before it could print it
                 print(said, file=sys.stderr, flush=True)
             return 128 + code
         return code
@@ -409,6 +409,7 @@ class RoundLauncher:
         from collbench.run import rounds as rounds_mod
 
         self.base = [self.python, "-m", "collbench"] + list(self.argv)
+        self.rendezvous_file = _rendezvous_file(self.argv)
         env = dict(os.environ)
         env.update(self.extra_env)
         env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
@@ -453,6 +454,7 @@ class RoundLauncher:
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number),
                                 lambda: self._completed(number))
+        _remove_made_since(self.rendezvous_file, began)
         if self.use_mpi:
             remove_orphaned_topology_files(began)
         completed = self._completed(number)
@@ -481,6 +483,32 @@ class RoundLauncher:
         release_claims(Journal.open(Path(self.state)))
         shutil.rmtree(self.state, ignore_errors=True)
         self.janitor.close()
+
+
+def _rendezvous_file(argv: list) -> Optional[str]:
+    """The file of the ranks' file:// rendezvous (``--init-method``), or None. Before the first
+    launch the plan found no file there, so what a launch leaves there is its own: torch removes
+    it only when every rank's store object is destroyed, and a rank does not always get to that
+    (seen under load: the next launch, a round or ab's other side, refused it as stale)."""
+    for i, arg in enumerate(argv):
+        url = argv[i + 1] if arg == "--init-method" and i + 1 < len(argv) else \
+            arg.partition("=")[2] if arg.startswith("--init-method=") else None
+        if url is not None:
+            try:
+                method = rendezvous.parse_init_method(url)
+            except UsageError:
+                return None
+            return method.path if method.scheme == "file://" else None
+    return None
+
+
+def _remove_made_since(path: Optional[str], began: float) -> None:
+    """``path`` removed if a launch that began at ``began`` (time.time()) made it."""
+    try:
+        if path and os.lstat(path).st_mtime >= began - 1.0:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0,
