@@ -62,6 +62,13 @@ class Relay:
             self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
         return text.startswith(self.NOISE)
 
+    def saw(self, line: str) -> bool:
+        """Whether ``line`` went by: whole, or the start of it, wrapped to a terminal's width by
+        the rank that printed it (its other parts then follow on lines of their own)."""
+        wanted = " ".join(line.split())
+        return any(wanted.startswith(" ".join(seen.split())) for seen in self.said
+                   if len(seen.split()) > 1)
+
     @staticmethod
     def _write(out, data: bytes) -> None:
         try:

@@ -130,16 +130,52 @@ def print_table(console, table: TableModel, width: Optional[int], plain: bool, s
     """Draw ``table`` on a rich ``console``, fitted to ``width`` (None: every column). ``said``:
     the notes printed under earlier tables of the same output, which are not repeated (and
     this table's are added to it)."""
-    from rich.console import Console
-    from rich.text import Text
-
     table = as_written(table, console.encoding)
 
     def measure(t: TableModel) -> int:      # wrapped columns at their narrowest (their longest word)
         size = console.measure(to_rich(t, plain), options=console.options.update_width(100_000))
         return size.minimum if t.wrapped else size.maximum
 
-    fitted = fit(table, width, measure)
+    parts = in_parts(fit(table, width, measure), width, measure)
+    for fitted in parts:
+        _print_fitted(console, fitted, width, plain, said)
+
+
+def in_parts(table: TableModel, width: Optional[int], measure) -> list:
+    """``table`` as one table, or, when its column groups (a backend each) do not fit ``width``
+    side by side even with every other column dropped, as several: each with the columns that
+    belong to no group (the size) and as many whole groups as fit, in order; the notes go under
+    the last."""
+    if width is None or measure(table) <= width:
+        return [table]
+    groups: dict = {}
+    for i, header in enumerate(table.headers):
+        if "\n" in header:
+            groups.setdefault(header_group(header)[0], []).append(i)
+    if len(groups) < 2:
+        return [table]
+    every = {i for members in groups.values() for i in members}
+    chosen: list = [[]]
+    for members in groups.values():
+        trial = chosen[-1] + members
+        if chosen[-1] and measure(without(table, every - set(trial))) > width:
+            chosen.append(list(members))
+        else:
+            chosen[-1] = trial
+    if len(chosen) == 1:
+        return [table]
+    parts = []
+    for number, members in enumerate(chosen, 1):
+        part = without(table, every - set(members))
+        parts.append(dataclasses.replace(part, title=f"{table.title} ({number} of {len(chosen)})",
+                                         notes=table.notes if number == len(chosen) else ()))
+    return parts
+
+
+def _print_fitted(console, fitted: TableModel, width: Optional[int], plain: bool, said: Optional[set]) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
     rendered = to_rich(fitted, plain, flat=width is None)
     natural = console.measure(rendered, options=console.options.update_width(100_000)).maximum
     # A table that still does not fit (nothing left to drop) runs past the edge rather than

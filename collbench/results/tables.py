@@ -240,7 +240,8 @@ def _summary(rows: list, backends: list) -> tuple:
             counts.add(len(bus))
     if not parts:
         return ()
-    over = f"{counts.pop()} sizes" if len(counts) == 1 else "the sizes"
+    count = counts.pop() if len(counts) == 1 else None
+    over = "the sizes" if count is None else f"{count} size{'s' * (count != 1)}"
     return (f"avg bus bandwidth: {', '.join(parts)} GB/s (mean over {over}, as nccl-tests prints it)",)
 
 

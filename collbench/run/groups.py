@@ -76,18 +76,19 @@ class Split:
         sizes = sorted({len(g) for g in groups})
         if sizes[0] < 2:
             lone = next(g for g in groups if len(g) < 2)
-            return (f"--split {self.option_text} leaves rank {lone[0]} in a group of its own, which has nobody to "
+            return (f"{self.option_text} leaves rank {lone[0]} in a group of its own, which has nobody to "
                     "communicate with; every group needs at least 2 ranks")
         if len(sizes) > 1:
             counts = ", ".join(f"{len(g)}" for g in groups[:8]) + (", ..." if len(groups) > 8 else "")
             why = " (hosts run different numbers of ranks)" if self.mode in ("intra", "inter") else ""
-            return (f"--split {self.option_text} makes groups of unequal sizes ({counts}){why}; groups must be "
+            return (f"{self.option_text} makes groups of unequal sizes ({counts}){why}; groups must be "
                     "equal to be compared")
         return None
 
     @property
     def option_text(self) -> str:
-        return self.mode.replace("mask:", "") if self.mode.startswith("mask:") else self.mode
+        """The option as the user gave it: "--split 2", "--split-mask 0x1"."""
+        return f"--split-mask {self.mode[len('mask:'):]}" if self.mode.startswith("mask:") else f"--split {self.mode}"
 
     def group_hosts(self, group: tuple, hosts: list) -> str:
         """The hosts of a group's ranks, each once, in rank order."""
