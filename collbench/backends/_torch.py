@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 from collbench.backends.base import Control
-from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
+from collbench.errors import BackendUnavailable
 from collbench.launch import netaddr, rendezvous
 from collbench.launch.launcher import detect
 from collbench.launch.spawn import free_port
@@ -132,13 +132,8 @@ def _init_env(control: Optional[Control]) -> None:
             env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port("127.0.0.1"))
         # Before torch is imported, which takes seconds: a rendezvous that cannot succeed is
         # said at once. Rank 0 listens at MASTER_PORT (unless torchrun's agent does already).
-        problem = rendezvous.master_port_problem() if rank == 0 and env.get(_AGENT_STORE) != "True" else None
-        if control is not None:
-            problem = control.bcast(problem)
-            if problem:
-                raise SharedUsageError(problem)
-        elif problem:
-            raise UsageError(problem)
+        rendezvous.refuse_rank0_finding(
+            rendezvous.master_port_problem() if rank == 0 and env.get(_AGENT_STORE) != "True" else None, control)
         _choose_interface(rendezvous.towards_master(rank))
         if rank != 0:
             rendezvous.await_master(rank)

@@ -261,6 +261,18 @@ def _listen_problem(method: InitMethod, host: str) -> Optional[str]:
     return None
 
 
+def refuse_rank0_finding(problem: Optional[str], exchange) -> None:
+    """Rank 0's ``problem`` (None on the others, and where it found none) as every rank's error:
+    over ``exchange`` (MPI, or a store: ``bcast``) each rank learns it and raises it, rank 0
+    alone saying it; with none, rank 0 raises it and the others find out on their own."""
+    if exchange is not None:
+        problem = exchange.bcast(problem)
+        if problem:
+            raise SharedUsageError(problem)
+    elif problem:
+        raise UsageError(problem)
+
+
 def master_port_problem(env=os.environ) -> Optional[str]:
     """Why rank 0 cannot listen at MASTER_PORT, as env:// has it do (None: it can)."""
     taken = _port_taken(int(env["MASTER_PORT"]))
@@ -404,13 +416,8 @@ def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool 
     reach HOST:PORT within ``MASTER_PATIENCE`` seconds (when ``patient``: not where collbench's
     launching process watches rank 0); torch alone would try for its whole timeout and then
     say little. Returns the interface gloo should bind: the one that routes to HOST."""
-    problem = _listen_problem(method, socket.gethostname()) if rank == 0 and rank0_listens else None
-    if exchange is not None:
-        problem = exchange.bcast(problem)
-        if problem:
-            raise SharedUsageError(problem)
-    elif problem:
-        raise UsageError(problem)
+    refuse_rank0_finding(_listen_problem(method, socket.gethostname()) if rank == 0 and rank0_listens else None,
+                         exchange)
     named = f"tcp://{method.host}:{method.port}"
     interface = _towards(rank, method.host, method.port, named)
     if patient and (rank != 0 or not rank0_listens):
