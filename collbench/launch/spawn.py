@@ -269,12 +269,12 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                   f"or it failed), and mpiexec with code {code}; the job is stopped; "
                   f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return EXIT_LOST
-        if early:
-            if said and relay is not None and not relay.saw(said):    # its writer's pipe was gone
-                print(said, file=sys.stderr, flush=True)
-            return early
         # A line noted but never seen: its writer was killed before mpiexec passed it on.
         lost_line = relay is not None and bool(said) and not relay.saw(said)
+        if early and not received:    # (ranks that ended starting because we passed a signal on: below)
+            if lost_line:                # its writer's pipe was gone
+                print(said, file=sys.stderr, flush=True)
+            return early
         if received:
             # Rank 0 got the signal from us and said so (noting it first), unless it was still
             # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
@@ -438,12 +438,32 @@ class RoundLauncher:
         env.update({rounds_mod.ROUNDS_ENV: str(self.rounds), rounds_mod.SEED_ENV: str(self.seed),
                     rounds_mod.STATE_ENV: self.state})
         self.env = env
+        # Between launches a signal is only noted, and the next launch is not started: during
+        # one, _wait_forwarding passes it on to the ranks.
+        self.stopped_by: list = []
+        self._handlers = {s: signal.signal(s, lambda signum, _frame: self.stopped_by.append(signum))
+                          for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+    def stopped(self, completed: int) -> Optional[int]:
+        """After ``completed`` rounds: the exit code of a signal that came between launches, said
+        in one line with what the files keep; None when none came."""
+        if not self.stopped_by:
+            return None
+        kept = "nothing measured" if completed == 0 else "round 1" if completed == 1 else f"rounds 1-{completed}"
+        paths = _result_paths(self.state)
+        print(f"collbench: interrupted by {signal.Signals(self.stopped_by[0]).name}; "
+              f"{saved_results_clause(paths, kept) if paths and completed else 'nothing was saved'}",
+              file=sys.stderr, flush=True)
+        return 128 + self.stopped_by[0]
 
     def launch(self, number: int, *, verbose: bool = False, env: Optional[dict] = None) -> Optional[int]:
         """Round ``number``; None when it completed (a wrong result included: reported, and the
         rounds go on), else the exit code that ends the run."""
         from collbench.run import rounds as rounds_mod
 
+        stopped = self.stopped(number - 1)
+        if stopped is not None:
+            return stopped
         env = {**self.env, **(env or {}), rounds_mod.ROUND_ENV: str(number)}
         notes.clear(self.state)
         if not self.use_mpi:
@@ -480,6 +500,8 @@ class RoundLauncher:
         return any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
 
     def close(self) -> None:
+        for signum, handler in getattr(self, "_handlers", {}).items():
+            signal.signal(signum, handler)
         release_claims(Journal.open(Path(self.state)))
         shutil.rmtree(self.state, ignore_errors=True)
         self.janitor.close()
@@ -525,6 +547,7 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
             code = launcher.launch(number, verbose=verbose and number == 1)
             if code is not None:
                 return code
-        return 1 if launcher.check_failed else 0
+        stopped = launcher.stopped(rounds)        # after the last launch, before this process ends
+        return stopped if stopped is not None else 1 if launcher.check_failed else 0
     finally:
         launcher.close()
