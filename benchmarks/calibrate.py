@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.results.aggregate import build_row  # noqa: E402
+from collbench.results.aggregate import build_row, moderate_rows  # noqa: E402
 from collbench.results.records import RowIdentity  # noqa: E402
 from collbench.benchmarks.registry import get_benchmark  # noqa: E402
 from collbench.analysis.compare import compare_runs, parse_threshold  # noqa: E402
@@ -166,6 +166,10 @@ def analyse(folder: Path, args) -> None:
     spread = [r.run_to_run_cv for r in merge(quiet).rows if np.isfinite(r.run_to_run_cv)]
     print(f"run-to-run cv per row over every quiet round: median {np.median(spread):.1%}, "
           f"90th percentile {np.percentile(spread, 90):.1%}, max {np.max(spread):.1%}")
+    written = sum(r.rounds_disagree for res in quiet for r in res.rows)
+    rebuilt = sum(r.rounds_disagree for res in quiet for r in moderate_rows(res.rows))
+    print(f"rows marked ‡ (rounds disagree) in the quiet runs: {rebuilt} of {rows_total * len(quiet)} with this "
+          f"code's rule, {written} as the files were written")
     busy = [rec["load"]["other_cpu_cores"] for res in runs["neighbour"] for rec in res.metadata.get("rounds", [])]
     calm = [rec["load"]["other_cpu_cores"] for res in quiet for rec in res.metadata.get("rounds", [])]
     if calm:

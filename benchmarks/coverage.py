@@ -1,7 +1,8 @@
 """Coverage of collbench's run-to-run confidence interval, by simulation.
 
 A row's run-to-run CI (``collbench.measure.runstats.summarize_rounds``) is a Student t interval on the
-logs of its per-round medians, moderated by the sweep's typical spread (``spread_prior``); its target is the centre of the distribution a round's median
+logs of its per-round medians, moderated by the file's noise model (``measure.noise.spread_prior``:
+the trend of the rows' spreads against their time, per stratum); its target is the centre of the distribution a round's median
 is drawn from (exp of the mean log median: what many more launches would settle on). This
 script draws sweeps of rows from several models of launch-to-launch variation and counts how
 often the interval covers the centre, for 3, 5 and 10 rounds, with a row's own rounds alone and
@@ -33,7 +34,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.measure.runstats import estimate_change, spread_prior, summarize_rounds, within_spread  # noqa: E402
+from collbench.measure.noise import spread_prior  # noqa: E402
+from collbench.measure.runstats import estimate_change, summarize_rounds, within_spread  # noqa: E402
 
 ROUNDS = (3, 5, 10)
 WITHIN = 0.02
@@ -124,18 +126,22 @@ def empirical(files: list, rounds: int, trials: int, rng) -> tuple:
 
 def next_runs(files: list) -> tuple:
     """The printed CI of each real run, as collbench writes it now (the rows rebuilt from their
-    round medians: interference set aside, moderated by the run's sweep, the spread between runs
-    added), against what the other runs settle on for the row (the geometric mean of their rows'
-    centres): the share of rows whose CI holds it, and that share for the CI of the rounds alone."""
-    from collbench.measure.runstats import BETWEEN_RUNS_FACTOR, CONFIDENCE, spread_prior, summarize_rounds
+    round medians: interference set aside, moderated by the run's noise model, the spread between
+    runs added), against what the other runs settle on for the row (the geometric mean of their
+    rows' centres): the share of rows whose CI holds it, and that share for the CI of the rounds
+    alone."""
+    from collbench.measure.noise import BETWEEN_RUNS_FACTOR
+    from collbench.measure.runstats import CONFIDENCE, summarize_rounds
     from collbench.measure.distributions import t_quantile
+    from collbench.results.aggregate import file_noise, noise_stratum
     from collbench.results.loader import load_result
 
     runs = []
     for path in files:
         rows = load_result(path).rows
-        prior = spread_prior(r.time_us_round_p50s for r in rows)
-        runs.append({r.key(): (summarize_rounds(r.time_us_round_p50s, prior=prior), prior) for r in rows})
+        model = file_noise(rows)
+        runs.append({r.key(): (summarize_rounds(r.time_us_round_p50s, prior=model, stratum=noise_stratum(r)),
+                               model.noise(r.time_us_round_p50s, noise_stratum(r))) for r in rows})
     held = held_drift = total = 0
     for i, run in enumerate(runs):
         for key, (s, prior) in run.items():
@@ -146,7 +152,7 @@ def next_runs(files: list) -> tuple:
             total += 1
             held += s.ci_low <= target <= s.ci_high
             half = (math.log(s.ci_high) - math.log(s.ci_low)) / 2
-            z = t_quantile(0.5 + CONFIDENCE / 2, 4 + s.rounds - 1)
+            z = t_quantile(0.5 + CONFIDENCE / 2, s.rounds - 1 if s.disagree else prior.df + s.rounds - 1)
             rounds_only = math.sqrt(max(half * half - (z * BETWEEN_RUNS_FACTOR * prior.log_sd) ** 2, 0.0))
             centre = math.log(s.center)
             held_drift += centre - rounds_only <= math.log(target) <= centre + rounds_only
@@ -175,7 +181,7 @@ def main() -> int:
         held, held_drift, total = next_runs(args.files)
         print(f"next runs: each file's printed CI holds what the other files settle on for {held:.3f} of "
               f"{total} rows; the CI of the rounds alone (without the spread between runs), {held_drift:.3f}")
-    print("own: the interval from a row's own rounds; moder.: moderated by the sweep's typical spread "
+    print("own: the interval from a row's own rounds; moder.: moderated by the file's noise model "
           "(what collbench writes); targets: coverage 0.95, alarms 0.05 or less. The models' and the "
           "empirical line's centre is the mean of every round, interference included; collbench's "
           "centre leaves interference out, so the bimodal and empirical lines no longer measure it: "

@@ -112,7 +112,7 @@ def test_change_within_the_threshold_is_same_and_significant_beyond_it_is_slower
 
 def test_a_uniform_shift_may_be_the_machines_state():
     """Every row 12% slower, in separate runs: a state of a shared machine does that
-    (runs.STATE_LOG_SHIFT), so it is not called, and the rows say what would settle it; 3x is
+    (noise.STATE_LOG_SHIFT), so it is not called, and the rows say what would settle it; 3x is
     beyond any state and is called. A stored baseline cannot tell the two apart below that."""
     base = run_of(SERIES, seed=1, n=200, rounds=10, launch_sd=0.002)
     state = compare_runs(base, run_of(SERIES, seed=2, n=200, rounds=10, launch_sd=0.002, scale=1.12), threshold=0.05)
@@ -179,12 +179,13 @@ def test_a_busy_side_is_judged_with_what_a_busy_machine_may_do():
 
 
 def test_many_rows_are_adjusted_together():
-    """One row whose rounds differ with p about 0.01: a regression alone, noise among 40 rows."""
+    """One row whose rounds differ with p about 0.01: a regression alone, noise among 40 rows
+    (of about its time, spreading a little more: the trend of their noise is flat)."""
     def run(medians, sizes):
         result = RunResult(metadata=metadata())
         result.add(*row_with_rounds([[m] * 9 for m in medians], size_bytes=8))
         for size in sizes:
-            result.add(*row_with_rounds([[50.0 + r] * 9 for r in range(5)], size_bytes=size))
+            result.add(*row_with_rounds([[100.0 + 2 * r] * 9 for r in range(5)], size_bytes=size))
         return result
 
     base, new = [100, 103, 97, 101, 99], [111, 107, 112, 109, 106]

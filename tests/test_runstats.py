@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
-from collbench.measure.distributions import incomplete_beta, t_cdf, t_quantile, t_two_sided_p
+from collbench.measure.distributions import f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile, t_two_sided_p
 from collbench.measure import runstats
-from collbench.measure.runstats import (BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, detectable_change, estimate_change,
-                                       drift_between_runs, rounds_needed, spread_prior, summarize_rounds, within_spread)
+from collbench.measure.noise import BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, spread_prior
+from collbench.measure.runstats import (detectable_change, estimate_change, drift_between_runs, rounds_needed,
+                                       summarize_rounds, within_spread)
 from results_helpers import identity
 
 
@@ -21,6 +22,14 @@ def test_t_distribution_matches_scipy(df):
         assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9, abs=1e-13)
     for p in (1e-6, 0.001, 0.025, 0.4, 0.975, 0.999, 1 - 1e-6):
         assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
+
+
+@pytest.mark.parametrize("d1, d2", [(1, 4), (2, 4), (9, 4), (27, 8), (4, math.inf)])
+def test_f_distribution_matches_scipy(d1, d2):
+    stats = pytest.importorskip("scipy.stats")
+    for p in (0.5, 0.95, 0.99):
+        assert f_quantile(p, d1, d2) == pytest.approx(stats.f.ppf(p, d1, min(d2, 1e12)), rel=1e-6)
+    assert f_cdf(3.0, d1, d2) == pytest.approx(stats.f.cdf(3.0, d1, min(d2, 1e12)), rel=1e-6)
 
 
 def test_t_distribution_known_values_and_limits():
@@ -49,11 +58,22 @@ def test_one_round_has_no_run_to_run_figures():
     assert summarize_rounds([]).rounds == 0
 
 
-def test_rounds_disagree_only_far_beyond_their_own_cis():
-    tight = [(9.9, 10.1), (10.9, 11.1), (11.9, 12.1)]        # each ±1%, medians 10% apart
-    assert summarize_rounds([10.0, 11.0, 12.0], tight).disagree
-    wide = [(8.0, 12.5), (9.0, 13.5), (10.0, 14.5)]           # each ±20%: 10% apart is nothing
-    assert not summarize_rounds([10.0, 11.0, 12.0], wide).disagree
+def test_rounds_disagree_only_far_beyond_what_their_trend_allows():
+    """‡ compares a row's spread with its trend's (an F test at 1%), not with what each round's
+    own CI allows: ten rounds 2% apart among rows whose trend says 2% are ordinary; 20% apart
+    they disagree, and their CI then rests on their own rounds alone (wider than moderated)."""
+    rng = np.random.default_rng(8)
+    prior = SpreadPrior(log_sd=0.02, df=4.0, rows=40, window_sd=1.0)
+    ordinary = 50.0 * np.exp(rng.normal(0, 0.02, 10))
+    assert not summarize_rounds(ordinary, prior=prior).disagree
+    wild = 50.0 * np.exp(rng.normal(0, 0.2, 10))
+    s = summarize_rounds(wild, prior=prior)
+    assert s.disagree and s.rounds == 10
+    own = summarize_rounds(wild)
+    between = (BETWEEN_RUNS_FACTOR * 0.02) ** 2
+    half = t_quantile(0.975, 9) * math.sqrt(own.log_sd ** 2 / 10 + between)
+    assert s.ci_high == pytest.approx(own.center * math.exp(half))
+    assert not summarize_rounds(wild).disagree                  # without a model there is nothing to judge by
 
 
 @pytest.mark.parametrize("rounds", [3, 5, 10])
@@ -186,9 +206,18 @@ def test_moderated_interval_pools_the_sweeps_spread_into_each_rows_own():
     assert moderated.ci_high == pytest.approx(math.exp(logs.mean() + half))
     assert moderated.ci_high - moderated.ci_low > 5 * (own.ci_high - own.ci_low)
     assert moderated.center == own.center and moderated.cv == own.cv    # only the interval changes
-    # a noisy row next to a quiet sweep: more degrees of freedom, a narrower t, a smaller variance
+    # a row a little noisier than its trend is moderated towards it, with more degrees of freedom
+    noisier = [10.0, 10.6, 9.5]
+    s = summarize_rounds(noisier, prior=SpreadPrior(0.04, 4.0, 20))
+    logs = np.log(noisier)
+    var = (2 * logs.var(ddof=1) + 4.0 * 0.04 ** 2) / 6.0
+    assert not s.disagree and var < logs.var(ddof=1)
+    half = t_quantile(0.975, 6.0) * math.sqrt(var / 3 + (BETWEEN_RUNS_FACTOR * 0.04) ** 2)
+    assert s.ci_high == pytest.approx(math.exp(logs.mean() + half))
+    # one far noisier than its trend is not described by it: its own rounds alone (and the spread between runs)
     noisy = [10.0, 14.0, 7.0]
-    assert summarize_rounds(noisy, prior=SpreadPrior(0.01, 4.0, 20)).ci_high < summarize_rounds(noisy).ci_high
+    beyond = summarize_rounds(noisy, prior=SpreadPrior(0.01, 4.0, 20))
+    assert beyond.disagree and beyond.ci_high >= summarize_rounds(noisy).ci_high
 
 
 def test_spread_prior_is_the_median_variance_of_rows_with_rounds():
@@ -196,7 +225,10 @@ def test_spread_prior_is_the_median_variance_of_rows_with_rounds():
     prior = spread_prior(rows)
     variances = sorted(np.log(r).var(ddof=1) for r in rows if len(r) >= 2)
     assert prior.rows == MIN_ROWS_FOR_PRIOR and prior.df == PRIOR_DF
-    assert prior.log_sd == pytest.approx(math.sqrt(np.median(variances)))
+    # these rows spread more the longer they take, which no jitter does: the trend is flat, and the
+    # prior of every row is the median variance, as a sweep-wide prior was
+    assert prior.spread.pooled.shape == 0.0
+    assert all(prior.noise(r).log_sd == pytest.approx(math.sqrt(np.median(variances))) for r in rows)
     assert spread_prior(rows[:MIN_ROWS_FOR_PRIOR - 1] + [[1.0]] * 20) is None   # too few rows of 2+ rounds
 
 
@@ -259,12 +291,12 @@ def _runs_of(levels, rows=10, rounds=5, sd=0.01, seed=3):
 
 
 def test_a_run_far_above_two_that_agree_is_set_aside_and_the_kept_runs_spread_is_their_drift():
-    distance, kept_sd = runstats.slow_runs(_runs_of([0.0, 0.01, 0.2]), clean_sd=0.01)
+    distance, kept = runstats.slow_runs(_runs_of([0.0, 0.01, 0.2]), [0.01] * 10)
     assert distance[:2].tolist() == [0.0, 0.0] and 0.15 < distance[2] < 0.25
-    assert 0.0 < kept_sd < 0.03
+    assert 0.0 < kept * 0.01 < 0.03                     # in units of the rows' clean spread
 
 
 def test_runs_are_all_kept_without_two_that_agree_or_with_too_few():
-    assert not runstats.slow_runs(_runs_of([0.0, 0.2, 0.4]), clean_sd=0.01)[0].any()     # no consensus
-    assert not runstats.slow_runs(_runs_of([0.0, 0.3]), clean_sd=0.01)[0].any()          # two runs
-    assert not runstats.slow_runs(_runs_of([0.0, 0.01, 0.3], rows=4), clean_sd=0.01)[0].any()   # too few rows
+    assert not runstats.slow_runs(_runs_of([0.0, 0.2, 0.4]), [0.01] * 10)[0].any()     # no consensus
+    assert not runstats.slow_runs(_runs_of([0.0, 0.3]), [0.01] * 10)[0].any()          # two runs
+    assert not runstats.slow_runs(_runs_of([0.0, 0.01, 0.3], rows=4), [0.01] * 4)[0].any()   # too few rows

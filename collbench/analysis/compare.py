@@ -8,8 +8,11 @@ The rules are documented for users in docs/compare.md; in short:
 * the unit of inference is the round (one launch), never the iterations of one launch: the
   change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
   interval on the log medians (``runstats.estimate_change``) whose variance also carries the
-  drift of whole runs made at different times: assumed from the rounds' own spread, or
-  measured when a file merges three or more runs;
+  drift of whole runs made at different times: assumed as a multiple of each row's modelled
+  spread, or measured when a file merges three or more runs;
+* each row's spread of rounds is moderated by the trend of the rows' spreads against their time,
+  per stratum (backend setup and timing: ``measure.noise``), as a file's rows are: a stable row
+  among noisy ones keeps a narrow interval, and a noisy one stays wide;
 * every round counts, busy or not, except those whose median lies far above the row's fastest
   (interference, ``runstats.clean_rounds``, judged against each side's own sweep): noise from
   a shared machine only adds time, so a busy machine still leaves the fast rounds to judge by;
@@ -33,12 +36,14 @@ import numpy as np
 
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError
+from collbench.results.aggregate import noise_stratum
 from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
-from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, STATE_LOG_SHIFT, STATE_ROW_SHARE, FileRounds, ab_job,
-                                     estimate_drift, round_warnings)
+from collbench.analysis.runs import ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, round_warnings
 from collbench.analysis.significance import max_t_adjust
-from collbench.measure.runstats import (MIN_LOG_SD, MIN_ROWS_FOR_PRIOR, Change, detectable_change, estimate_change,
-                                       log_change, paired_changes, rounds_needed, run_concentration, within_spread)
+from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
+                                    row_time)
+from collbench.measure.runstats import (Change, Spread, detectable_change, estimate_change, log_change,
+                                       paired_changes, rounds_needed, run_concentration, within_spread)
 
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
 VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "unmeasured", "insufficient data")
@@ -73,6 +78,7 @@ class RowComparison:
     rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
     verdict: str                    # one of VERDICTS
     reason: str = ""                # why a row is inconclusive, or what limited it
+    drift_sd: float = math.nan      # the drift of whole runs this row carries (sd of log medians)
 
     @property
     def backend(self) -> str:
@@ -105,9 +111,10 @@ class Comparison:
     rows: tuple
     warnings: tuple
     tested: int = 0                 # rows with a change estimate (the family adjusted together)
-    drift_sd: float = math.nan      # drift of whole runs used (sd of log medians)
+    drift_sd: float = math.nan      # drift of whole runs used, the median over rows (sd of log medians)
     drift_source: str = ""          # "assumed" or "measured over N runs"
     allow_missing: bool = False     # rows the new run lacks or cannot measure do not fail the gate
+    fail_on_inconclusive: bool = False   # an inconclusive row fails the gate
 
     @property
     def lower_is_better(self) -> bool:
@@ -128,9 +135,22 @@ class Comparison:
         return [r for r in self.rows if r.verdict in UNJUDGED]
 
     @property
+    def undecided(self) -> list:
+        """The rows this comparison could not decide (inconclusive)."""
+        return [r for r in self.rows if r.verdict == "inconclusive"]
+
+    @property
     def passed(self) -> bool:
-        """The gate: no row slower, and no row unjudged unless ``allow_missing``."""
-        return not self.regression and (self.allow_missing or not self.unjudged)
+        """The gate: no row slower, no row unjudged unless ``allow_missing``, and no row
+        inconclusive when ``fail_on_inconclusive``."""
+        return (not self.regression and (self.allow_missing or not self.unjudged)
+                and not (self.fail_on_inconclusive and self.undecided))
+
+    def detection(self) -> tuple:
+        """(detectable changes of the rows the threshold can gate, of the others): what this
+        comparison can see, each row's change detected with POWER, rows adjusted together."""
+        found = [r.detectable for r in self.rows if r.rounds_baseline and math.isfinite(r.detectable)]
+        return [d for d in found if d <= self.threshold], [d for d in found if d > self.threshold]
 
     @property
     def noise_sources(self) -> tuple:
@@ -212,9 +232,22 @@ class _Pending:
     block_var: float = 0.0          # how far below the counted rounds each side's fastest lay (runs.SideRounds.floor_var),
     gap_var: float = 0.0            # and the doubt a lone fast round casts (runs.SideRounds.fast_gap)
     pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
+    stratum: tuple = ()             # the row's noise stratum (aggregate.noise_stratum)
+    kept_floor: float = 0.0         # the drift the runs kept beside a merged file's slow runs show
     change: Optional[Change] = None
+    drift_sd: float = math.nan      # the drift of whole runs the row carries (sd)
     drift_var: float = 0.0          # the drift's share of the estimate's variance
     state_var: float = 0.0          # taken as known: a state of the machine moves each row by a share of its own
+
+    @property
+    def time(self) -> float:
+        """The time the row's trend is read at: the median of both sides' counted round medians."""
+        return row_time([m for side in (self.base_runs, self.new_runs) for run in side for m in run])
+
+    @property
+    def concentration(self) -> float:
+        """One run's share of the estimate's drift, both sides together."""
+        return run_concentration(self.base_runs) + run_concentration(self.new_runs)
 
     @property
     def known_var(self) -> float:
@@ -275,49 +308,81 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         else:
             reason = f"needs about {needed} rounds per side"
     return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
-                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason)
+                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd)
 
 
-def _machine_state(files: tuple, pending: list, drift: tuple, source: str) -> tuple:
-    """The drift of a stored baseline, judged with the state of the machine in mind: ((sd, df),
-    description, the state's share of a row's variance taken as known).
+def _machine_state(pending: list, drift: tuple, source: str, units: list) -> tuple:
+    """The drift of a stored baseline, judged with the state of the machine in mind: (pending
+    rows with their drift and state terms, drift df, description).
 
     A shared machine moves between states that outlast launches: a hidden neighbour, a clock,
     a host's other guests. Every row then moves by a common factor, and each row by a share of
     it of its own (``STATE_ROW_SHARE``). A baseline merged from runs that met one state cannot
-    see how far the next state lies, so the two sides' whole shift (the median over rows of
-    their log change) is one more observation of the drift, up to ``STATE_LOG_SHIFT``: a
-    uniform change smaller than a few times that can be the machine, and only one interleaved
-    job (``collbench ab``) settles it; one beyond it is called, and so is a change confined to
-    some rows, which does not move the median. With fewer than MIN_ROWS_FOR_PRIOR rows there is
-    no sweep to tell a whole shift from the rows' own changes, and the drift stays as it was.
-    Runs of a merged file set aside as a slow state (``FileRounds.slow``) leave the spread of
-    the kept runs as a floor of the drift (two runs measure it poorly)."""
-    kept = max((f.kept_sd for f in files if f.slow and math.isfinite(f.kept_sd)), default=0.0)
-    if kept > drift[0]:
-        drift, source = (kept, math.inf), "the spread of the runs kept beside those set aside"
-    shifts = [(c, p) for p in pending if (c := log_change(p.base_runs, p.new_runs)) is not None]
-    if len(shifts) < MIN_ROWS_FOR_PRIOR:       # no sweep to read a whole shift from: one row's is its own
-        return drift, source, 0.0
-    whole = float(np.median([c for c, _ in shifts]))
-    state = min(abs(whole), STATE_LOG_SHIFT)
-    # the drift a row carries is drift² × concentration (one run's share of each side's mean)
-    concentration = float(np.median([run_concentration(p.base_runs) + run_concentration(p.new_runs)
-                                     for _, p in shifts]))
-    seen = state / math.sqrt(concentration) if concentration > 0 else 0.0
-    if seen > drift[0]:
-        drift, source = (seen, math.inf), (f"the two sides differ as a whole by {math.expm1(whole):+.0%}, "
-                                           f"as a state of the machine can")
-    return drift, source, (STATE_ROW_SHARE * state) ** 2
+    see how far the next state lies, so the two sides' whole shift, per stratum and in units of
+    each row's modelled spread (``noise.machine_state``), is one more observation of each row's
+    drift: a uniform change smaller than a few times that can be the machine, and only one
+    interleaved job (``collbench ab``) settles it; one beyond it is called, and so is a change
+    confined to some rows, which does not move the median. Runs of a merged file set aside as a
+    slow state (``FileRounds.slow``) leave the spread of the kept runs as a floor of the drift
+    (two runs measure it poorly)."""
+    (rows_drift, df), measured = drift, source.startswith("measured")
+    states = machine_state([log_change(p.base_runs, p.new_runs) for p in pending], units,
+                           [p.stratum for p in pending])
+    kept_source = "the spread of the runs kept beside those set aside"
+    out, by_state, by_kept, keeps_measured = [], [], False, False
+    for p, sd, (state, whole) in zip(pending, rows_drift, states):
+        seen = state / math.sqrt(p.concentration) if p.concentration > 0 else 0.0
+        if p.kept_floor > max(sd, seen):
+            sd, by_kept = p.kept_floor, True
+        elif seen > sd:
+            sd = seen
+            by_state.append((abs(whole), whole, p.stratum))
+        else:
+            keeps_measured = keeps_measured or measured
+        out.append(dataclasses.replace(p, drift_sd=sd, state_var=(STATE_ROW_SHARE * state) ** 2))
+    if by_state:
+        _, whole, stratum = max(by_state)
+        strata = {p.stratum for p in pending}
+        where = f" ({stratum[0]}, {stratum[1]})" if len(strata) > 1 else ""
+        source = f"the two sides differ as a whole by {math.expm1(whole):+.0%}{where}, as a state of the machine can"
+    elif by_kept:
+        source = kept_source
+    return out, df if keeps_measured else math.inf, source
+
+
+def _time_spreads(pending: list, spreads: dict, assumed_log_sd: float) -> tuple:
+    """(each row's spread moderated by the trend, each row's modelled spread): the rows' spreads
+    of rounds within a run (both sides') fitted per stratum against their time (``noise``), the
+    trend's value at each row, and each measured spread moderated by it (limma-trend, as a
+    file's rows are). Too few rows for a trend: the median of the measured spreads for every
+    row, unmoderated, or ``assumed_log_sd`` where no row has rounds to measure one."""
+    raw = [spreads[p.key] for p in pending]
+    times = [p.time for p in pending]
+    measured = [w.log_sd ** 2 if w.source != "assumed" else math.nan for w in raw]
+    trends = fit_trends([p.stratum for p in pending], times, measured)
+    known = [v for v in measured if math.isfinite(v)]
+    flat = math.sqrt(float(np.median(known))) if known else assumed_log_sd
+    units, out = [], {}
+    for p, w, t in zip(pending, raw, times):
+        prior = trends.variance(t, p.stratum)
+        units.append(max(math.sqrt(prior) if math.isfinite(prior) else flat, MIN_LOG_SD))
+        if w.source == "assumed":
+            out[p.key] = w
+            continue
+        m = moderated(max(w.log_sd, MIN_LOG_SD) ** 2, w.df, prior)
+        out[p.key] = Spread(math.sqrt(m.variance), m.df, w.source)
+    return out, units
 
 
 def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
                  threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                  baseline_name: str = "baseline", new_name: str = "new",
-                 assumed_log_sd: float = ASSUMED_LOG_SD, allow_missing: bool = False) -> Comparison:
+                 assumed_log_sd: float = ASSUMED_LOG_SD, allow_missing: bool = False,
+                 fail_on_inconclusive: bool = False) -> Comparison:
     """Match the rows of two runs and give each a verdict; UsageError when nothing matches, or
     when more than MAX_COMPARED_ROWS do. ``allow_missing``: rows the new run lacks or cannot
-    measure do not fail the gate (``Comparison.passed``)."""
+    measure do not fail the gate (``Comparison.passed``); ``fail_on_inconclusive``: rows it
+    cannot decide do."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     across = _one_backend_each(baseline, new)
@@ -356,44 +421,47 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         block_var = 0.0 if one_job else sum(side.floor_var for side in sides)
         pairs = tuple((sides[0].by_round[r], sides[1].by_round[r]) for r in sorted(sides[0].by_round)
                       if r in sides[1].by_round) if one_job and comparable else ()
+        kept_floor = max((f.kept_spread * max(f.clean_sd(i), MIN_CLEAN_SD) for f, i in zip(files, (b, n))
+                          if f.slow and math.isfinite(f.kept_spread) and math.isfinite(f.clean_sd(i))), default=0.0)
         pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
                                 sides[1].runs if comparable else [], busy_var, block_var,
-                                sum(side.fast_gap ** 2 for side in sides), pairs))
+                                sum(side.fast_gap ** 2 for side in sides), pairs, noise_stratum(baseline.rows[b]),
+                                kept_floor))
     if len(unmeasured_base) == len(common):
         raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
                          f"and a round median to judge by (a broken baseline?): incomparable")
-    spreads = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
+    raw = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
+    spreads, units = _time_spreads(pending, raw, assumed_log_sd)
     if one_job:
-        drift, drift_source = (0.0, math.inf), "none: both sides took turns in one job"
+        drift_df, drift_source = math.inf, "none: both sides took turns in one job"
+        pending = [dataclasses.replace(p, drift_sd=0.0) for p in pending]
     else:
-        drift, drift_source = estimate_drift(list(spreads.values()),
-                                             [[p.base_runs for p in pending], [p.new_runs for p in pending]],
-                                             assumed_log_sd)
-        drift, drift_source, state_var = _machine_state(files, pending, drift, drift_source)
-        pending = [dataclasses.replace(p, state_var=state_var) for p in pending]
+        drift, drift_source = estimate_drift(units, [[p.base_runs for p in pending], [p.new_runs for p in pending]])
+        pending, drift_df, drift_source = _machine_state(pending, drift, drift_source, units)
     # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
     paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
-                                                               [p.known_var for p in pending])))
+                                                               [p.known_var for p in pending],
+                                                               strata=[p.stratum for p in pending])))
     own_var = {}                     # per row: (the variance its own rounds give the estimate, its df)
     for i, p in enumerate(pending):
         estimate = paired[p.key]
         if estimate is not None:
             own_var[p.key] = (estimate.se ** 2 - p.known_var, estimate.df)
         else:
-            estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=drift,
+            estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=(p.drift_sd, drift_df),
                                        known_var=p.known_var)
             if estimate is not None:
                 w = spreads[p.key]
                 own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new),
                                   w.df)
         if estimate is not None:
-            concentration = 0.0 if one_job else run_concentration(p.base_runs) + run_concentration(p.new_runs)
-            pending[i] = dataclasses.replace(p, change=estimate, drift_var=drift[0] ** 2 * concentration)
+            concentration = 0.0 if one_job else p.concentration
+            pending[i] = dataclasses.replace(p, change=estimate, drift_var=p.drift_sd ** 2 * concentration)
     tested = [p for p in pending if p.change is not None]
     family = max_t_adjust(
         [p.change.estimate / p.change.se for p in tested],
         [own_var[p.key][0] for p in tested], [own_var[p.key][1] for p in tested],
-        [p.drift_var for p in tested], drift[1], known_var=[p.known_var for p in tested], alpha=alpha)
+        [p.drift_var for p in tested], drift_df, known_var=[p.known_var for p in tested], alpha=alpha)
     adjusted = dict(zip((p.key for p in tested), family.adjusted))
     by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, family.critical) for p in pending}
     rows = []
@@ -418,5 +486,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                         f"they judge nothing (insufficient data)")
     warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
+    drifts = [p.drift_sd for p in tested]
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
-                      drift[0], drift_source, allow_missing)
+                      float(np.median(drifts)) if drifts else math.nan, drift_source, allow_missing,
+                      fail_on_inconclusive)

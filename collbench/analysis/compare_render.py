@@ -66,10 +66,52 @@ def _where(r: RowComparison) -> str:
 
 def outcome(c: Comparison) -> str:
     """REGRESSION (a row slower), INCOMPLETE (rows the new run lacks or could not measure, not
-    allowed) or no regression: the gate's answer, as the first word of every output."""
+    allowed), UNDECIDED (rows it could not decide, with --fail-on-inconclusive) or no
+    regression: the gate's answer, as the first word of every output."""
     if c.regression:
         return "REGRESSION"
-    return "no regression" if c.passed else "INCOMPLETE"
+    if c.unjudged and not c.allow_missing:
+        return "INCOMPLETE"
+    return "UNDECIDED" if not c.passed else "no regression"
+
+
+def _percent_digits(v: float) -> str:
+    return f"{v * 100:.1f}" if v < 0.9995 else f"{v * 100:.0f}"
+
+
+def share_text(v: float) -> str:
+    """A relative change as a percentage, to a tenth of a percent below 100%: "0.4%", "18.2%"."""
+    return f"{_percent_digits(v)}%"
+
+
+def _shares(values: list) -> str:
+    """"0.4–3.1%", "18.2–22.0%", "6.0%": a range of relative changes."""
+    low, high = _percent_digits(min(values)), _percent_digits(max(values))
+    return f"{low}%" if low == high else f"{low}–{high}%"
+
+
+def detection_line(c: Comparison) -> str:
+    """What this comparison can detect: the range of the changes its rows detect with POWER (rows
+    adjusted together), those within the threshold apart from the others — the rows that can be
+    gated at it, and those that cannot."""
+    able, unable = c.detection()
+    threshold = f"threshold {c.threshold * 100:g}%"
+    power = f"at {POWER:.0%} power"
+    if not able and not unable:
+        return f"no row has rounds to detect a change with; {threshold}"
+    if not unable:
+        return f"detects changes of {_shares(able)} {power} on {len(able)} row(s); {threshold}"
+    if not able:
+        return (f"detects changes of {_shares(unable)} {power} on {len(unable)} row(s); {threshold}: "
+                f"none can be gated at it")
+    return (f"detects changes of {_shares(able)} {power} on {len(able)} of {len(able) + len(unable)} rows, "
+            f"{_shares(unable)} on the other {len(unable)}; {threshold}")
+
+
+def first_line(c: Comparison) -> str:
+    """The first line of every output: the gate's answer, the verdict counts and what the
+    comparison can detect."""
+    return f"{outcome(c)}: {summary_line(c)}; {detection_line(c)}"
 
 
 def unjudged_line(c: Comparison, limit: int = 6) -> str:
@@ -95,10 +137,16 @@ def summary_line(c: Comparison) -> str:
 def method_line(c: Comparison) -> str:
     direction = "lower" if c.lower_is_better else "higher"
     noise = ", ".join(_NOISE[n] for n in c.noise_sources) or "-"
-    drift = f"±{c.drift_sd:.1%}, {c.drift_source}" if math.isfinite(c.drift_sd) else "-"
+    drifts = [r.drift_sd for r in c.rows if r.rounds_baseline and math.isfinite(r.drift_sd)]
+    drift = "-"
+    if drifts:
+        shown = f"±{max(drifts):.1%}" if max(drifts) - min(drifts) < 0.0005 else \
+            f"±{min(drifts):.1%} to ±{max(drifts):.1%} (median ±{c.drift_sd:.1%})"
+        drift = f"{shown}, {c.drift_source}"
     return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of the per-round "
             f"medians (interleaved pairs: the mean ratio within pairs; rounds far above a row's fastest set aside), "
-            f"95% CI from Student t on their logs (rounds' spread from {noise}; drift of whole runs "
+            f"95% CI from Student t on their logs (rounds' spread from {noise}, moderated by the trend of the rows' "
+            f"spreads against their time per backend and timing; drift of whole runs "
             f"{drift}); slower or faster when beyond "
             f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the 95% CI "
             f"lies inside ±{c.threshold * 100:g}%; otherwise inconclusive")
@@ -188,7 +236,7 @@ def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
 def to_summary_markdown(c: Comparison) -> str:
     """A GitHub job summary: heading, verdict counts, warnings, the rows that are not "same",
     then every row in a collapsed block."""
-    lines = [f"## collbench compare: {outcome(c)}", "", f"**{summary_line(c)}**", ""]
+    lines = [f"## collbench compare: {outcome(c)} · {detection_line(c)}", "", f"**{summary_line(c)}**", ""]
     if c.unjudged:
         lines += [f"> **{'Not judged' if c.allow_missing else 'Failed'}:** {unjudged_line(c, limit=20)}", ""]
     lines += [f"> **Warning:** {w}" for w in c.warnings]
@@ -209,6 +257,16 @@ def _number(v):
     return v if v is None or math.isfinite(v) else None
 
 
+def _detects(c: Comparison) -> dict:
+    """``detection_line`` as numbers: the rows within the threshold and beyond it, each with the
+    smallest and largest change they detect."""
+    def part(values):
+        return {"rows": len(values), "low": min(values) if values else None, "high": max(values) if values else None}
+    able, unable = c.detection()
+    return {"line": detection_line(c), "power": POWER, "threshold": c.threshold, "within_threshold": part(able),
+            "beyond_threshold": part(unable)}
+
+
 def to_json(c: Comparison) -> str:
     rows = []
     for r in c.rows:
@@ -218,13 +276,14 @@ def to_json(c: Comparison) -> str:
                       change_ci_high=_number(r.change_high), p_value=r.p_value, p_adjusted=r.p_adjusted,
                       rounds_baseline=r.rounds_baseline, rounds_new=r.rounds_new, noise=r.noise or None,
                       detectable_change=_number(r.detectable), rounds_needed=r.rounds_needed,
-                      verdict=r.verdict, reason=r.reason or None)
+                      drift_sd=_number(r.drift_sd), verdict=r.verdict, reason=r.reason or None)
         rows.append(record)
     doc = {"schema": COMPARISON_SCHEMA, "schema_version": COMPARISON_SCHEMA_VERSION,
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
            "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
            "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
-           "passed": c.passed, "allow_missing": c.allow_missing,
+           "passed": c.passed, "allow_missing": c.allow_missing, "fail_on_inconclusive": c.fail_on_inconclusive,
+           "detects": _detects(c),
            "unjudged": [f"{_where(r)} ({r.verdict})" for r in c.unjudged],
            "drift_sd": _number(c.drift_sd), "drift_source": c.drift_source or None,
            "summary": c.counts, "method": method_line(c), "warnings": list(c.warnings),

@@ -8,10 +8,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from collbench.analysis.compare import MAX_COMPARED_ROWS, compare_runs, match_key
+from collbench.analysis.compare_render import detection_line, share_text
 from collbench.analysis.fit import MIN_POINTS, GroupFit, fit_rows
 from collbench.analysis.overlay import Runs, load_runs, run_tables
+from collbench.analysis.runs import FileRounds, run_ids
+from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
-from collbench.results.records import backend_label, setup_words
+from collbench.results.records import RunResult, backend_label, setup_words
 from collbench.results.tables import TableModel, setup_text, to_markdown
 
 FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
@@ -92,36 +96,38 @@ def fit_table(fits, run_labels=()) -> TableModel:
     return TableModel("latency–bandwidth fit", headers, tuple(cells), tuple(notes), priorities)
 
 
-def gate_sensitivity(result, alpha: float) -> list:
-    """(row, detectable change) for every row of one file: the change that ``compare`` calls
-    with 80% power when this file is the baseline and the new file is one more run with as
-    many rounds per run — its rounds' spread, the drift between runs, the rows adjusted
-    together as compare adjusts them. nan for a row without two rounds in one run."""
-    from collbench.analysis.compare import POWER
-    from collbench.analysis.runs import FileRounds, estimate_drift
-    from collbench.measure.runstats import MIN_LOG_SD, detectable_change, within_spread
-    from collbench.analysis.significance import max_t_adjust
+def next_run(result):
+    """The run a comparison against ``result`` as the baseline expects next: one more run like its
+    last — the file itself for one run; for a file merged from several (``collbench merge``), the
+    rounds of its last run that compare keeps (not one set aside as a slow state)."""
+    ids = run_ids(result)
+    runs = list(dict.fromkeys(ids.values()))
+    if len(runs) < 2:
+        return result
+    slow = FileRounds.of(result).slow
+    kept = [run for run in runs if run not in slow] or runs
+    last = {number for number, run in ids.items() if run == kept[-1]}
+    records = [r for r in result.metadata.get("rounds", []) if isinstance(r, dict) and r.get("round") in last]
+    out = RunResult(metadata={**result.metadata, "rounds": records, "run_id": kept[-1]})
+    for i, row in enumerate(result.rows):
+        medians = tuple(m for n, m in zip(result.round_numbers(i), row.time_us_round_p50s) if n in last)
+        data = tuple(d for d in (result.rounds[i] if i < len(result.rounds) else ()) if d.round in last)
+        out.add(dataclasses.replace(row, time_us_round_p50s=medians, rounds=len(medians)), data)
+    return out
 
-    rounds = FileRounds.of(result)
-    grouped = [rounds.row(i).runs for i in range(len(result.rows))]
-    spreads = [within_spread(runs, [], assumed_log_sd=0.0) for runs in grouped]
-    (drift_sd, drift_df), _ = estimate_drift(spreads, [grouped])
-    parts = []                                   # (row index, within variance, df, drift variance)
-    for i, (runs, spread) in enumerate(zip(grouped, spreads)):
-        if spread.source == "assumed":
-            continue
-        n = sum(len(r) for r in runs)
-        per_run = n / len(runs)
-        share = sum(len(r) ** 2 for r in runs) / n ** 2 + 1.0      # this file's runs, and one new run
-        parts.append((i, max(spread.log_sd, MIN_LOG_SD) ** 2 * (1.0 / n + 1.0 / per_run), spread.df,
-                      drift_sd ** 2 * share))
-    found = [math.nan] * len(result.rows)
-    if parts:
-        family = max_t_adjust([0.0] * len(parts), [p[1] for p in parts], [p[2] for p in parts],
-                              [p[3] for p in parts], drift_df, alpha=alpha)
-        for i, within, df, drift in parts:
-            found[i] = detectable_change(math.sqrt(within + drift), df, family.critical, POWER)
-    return list(zip(result.rows, found))
+
+def gate_sensitivity(result, alpha: float, threshold: float):
+    """(comparison, [(row, detectable change)]) for every row of one file: ``compare`` of this
+    file as the baseline against one more run like its last (``next_run``), which meets the
+    machine as this one did — one computation with compare's, so the figures are the ones its
+    first line gives. nan for a row without two rounds in one run; no comparison (None) where
+    compare would refuse the file."""
+    try:
+        comparison = compare_runs(result, next_run(result), threshold=threshold, alpha=alpha)
+    except UsageError:              # nothing compare could judge (no round medians, rows it refuses)
+        return None, [(row, math.nan) for row in result.rows]
+    found = {r.key: r.detectable if r.noise not in ("", "assumed") else math.nan for r in comparison.rows}
+    return comparison, [(row, found.get(match_key(row), math.nan)) for row in result.rows]
 
 
 NEEDS_ROUNDS = "needs 2+ rounds"
@@ -134,20 +140,26 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
     several = len(named) > 1
     headers = (("file",) if several else ()) + ("collective", "backend", "size", "timing", "rounds", "run cv",
                                                 "detects", f"gate at ±{threshold:.0%}")
-    cells = []
+    cells, lines = [], []
     for name, result in named:
-        for r, found in gate_sensitivity(result, alpha):
+        comparison, found_rows = gate_sensitivity(result, alpha, threshold)
+        if comparison is not None:
+            lines.append(f"{name + ': ' if several else ''}against one more run like this one, compare "
+                         f"{detection_line(comparison)}")
+        for r, found in found_rows:
             verdict = (NEEDS_ROUNDS if math.isnan(found) else "ok" if found <= threshold else "too noisy")
             cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
             cells.append(((name,) if several else ()) + (
                 r.collective + (f" {r.pair}" if r.pair else ""), backend_label(r), format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
-                cv, "-" if math.isnan(found) else f"{found:.0%}", verdict))
-    notes = ("detects: the change collbench compare calls with 80% power when this file is the baseline and the "
-             "new file one more run with as many rounds per run: the rounds' spread, the drift of whole runs "
-             f"between the two (assumed, or measured in a file merged from 3+ runs), the rows adjusted together "
-             f"(max-T), alpha "
-             f"{alpha:g}. Rows above the threshold give inconclusive verdicts there, not false alarms; a baseline "
-             "merged from several runs (collbench merge) lowers the figure",)
+                cv, "-" if math.isnan(found) else share_text(found), verdict))
+    notes = tuple(lines) + (
+        "detects: the change collbench compare calls with 80% power when this file is the baseline and the new file "
+        "one more run like its last, meeting the machine as it did (compare's own computation): the rounds' spread "
+        "moderated by its trend, the drift of whole runs between the two (assumed, or measured in a file merged "
+        f"from 3+ runs), the rows adjusted together (max-T), alpha {alpha:g}. A new run that lies as a whole above "
+        "or below this one reads as a state of the machine and raises it (compare says by how much). Rows above "
+        "the threshold give inconclusive verdicts there, not false alarms; a baseline merged from several runs "
+        "(collbench merge), more rounds, or both sides in one job (collbench ab) lower the figure",)
     priorities = ((0,) if several else ()) + (2, 1, 0, 4, 3, 2, 1, 0)        # the verdict stays
     return TableModel("what a comparison against this baseline can detect", headers, tuple(cells), notes, priorities)
 
@@ -157,8 +169,6 @@ def report_tables(report: Report, threshold: float, alpha: float) -> list:
     tables = run_tables(report.runs)
     if report.fits:
         tables.append(fit_table(report.fits, report.fit_runs))
-    from collbench.analysis.compare import MAX_COMPARED_ROWS
-
     if any(len(result.rows) > MAX_COMPARED_ROWS for _, result in report.labelled()):
         return tables           # compare refuses so many rows: there is no comparison to predict
     sensitivity = sensitivity_table(report.labelled(), threshold, alpha)

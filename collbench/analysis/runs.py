@@ -1,7 +1,8 @@
 """The runs and rounds inside a result file, as compare and report need them: which rounds ran
-on a busy host, which run each round came from, each row's counted round medians grouped by
-run (interference set aside, ``runstats.clean_rounds``), and the drift of whole runs (assumed
-from the rounds' spread, or measured over merged runs)."""
+on a busy host, which run each round came from, the file's noise model and each row's prior
+from it (``measure.noise``), each row's counted round medians grouped by run (interference set
+aside, ``noise.clean_rounds``), and the drift of whole runs (assumed as a multiple of each
+row's modelled spread, or measured over merged runs)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
-from collbench.measure.runstats import (clean_rounds, drift_between_runs, expected_fastest, interference_window,
-                                       row_clean_sd, slow_runs, spread_prior)
+from collbench.measure.noise import DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest
+from collbench.measure.runstats import drift_between_runs, row_clean_sd, slow_runs
+from collbench.results.aggregate import file_noise, noise_stratum
 from collbench.results.records import RunResult
 
 #: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
@@ -21,25 +23,12 @@ from collbench.results.records import RunResult
 #: one-round comparison flags only changes far beyond what launches alone do there.
 ASSUMED_LOG_SD = 0.25
 #: What a busy machine may do to one row on its own, beyond the rounds it visibly spoils and
-#: beyond the whole sweep's shift (a state, below) (sd of log medians): beside a CPU-heavy
+#: beyond the whole sweep's shift (a state: ``noise.machine_state``) (sd of log medians): beside a CPU-heavy
 #: neighbour rows lay 0.02-0.1 from their sweep's whole shift (benchmarks/README.md, "the
 #: machine's state"). A comparison whose sides were not equally busy carries it, in proportion
 #: to each side's busy share of the counted rounds; the two sides of one interleaved job share
 #: the machine and do not.
 BUSY_LOG_SD = 0.06
-#: How far a state of the machine may move a whole sweep, as the sd of the drift (log): states
-#: that outlast launches were seen to move every row by +11…+18% on a quiet machine and +4…+21%
-#: beside a CPU-heavy neighbour (benchmarks/README.md). A stored baseline's comparison reads the
-#: two sides' whole shift, up to this, as possibly the machine's; a uniform change beyond about
-#: three times it is called, and a smaller one is left to one interleaved job (collbench ab).
-STATE_LOG_SHIFT = 0.15
-#: How unevenly such a state moves the rows: each by a share of its own, of this sd relative to
-#: the whole shift (0.33-0.46 measured: allreduce and barrier more, bcast and gather less).
-STATE_ROW_SHARE = 0.45
-#: Whole runs made minutes apart move together (a machine-wide factor) by this fraction of the
-#: typical spread between the rounds of one run, unless a file merged from three or more runs
-#: measures more. Calibrated on a shared 2-core VM, where it measured about 0.6 (benchmarks/README.md).
-DRIFT_FACTOR = 0.75
 
 
 def _round_records(result: RunResult) -> list:
@@ -66,11 +55,6 @@ def run_ids(result: RunResult) -> dict:
             if isinstance(r, dict) and isinstance(r.get("round"), int)}
 
 
-def side_prior(result: RunResult):
-    """The clean spread of a file's sweep (``runstats.spread_prior``): one per side of a comparison."""
-    return spread_prior(row.time_us_round_p50s for row in result.rows)
-
-
 @dataclass(frozen=True)
 class SideRounds:
     """One side's rounds of one row, as a comparison uses them."""
@@ -88,35 +72,38 @@ class SideRounds:
 
 @dataclass(frozen=True)
 class FileRounds:
-    """A file's rounds as a comparison or a report reads them, worked out once per file: the
-    sweep's clean spread, which run and which busy host each round had, and the runs of a merged
-    file set aside as interference (``runstats.slow_runs``)."""
+    """A file's rounds as a comparison or a report reads them, worked out once per file: each
+    row's prior from the file's noise model, which run and which busy host each round had, and
+    the runs of a merged file set aside as interference (``runstats.slow_runs``)."""
 
     result: RunResult
-    prior: object                  # runstats.SpreadPrior or None
+    priors: tuple                  # per row: its noise.SpreadPrior, or None without a model
     ids: dict                      # round number -> run id
     busy: dict                     # round number -> other processes' CPU cores, busy rounds only
     slow: dict                     # run id -> log distance of its sweep above the fastest run's
-    kept_sd: float = math.nan      # with runs set aside: the sd of the kept runs' sweeps (their drift)
+    kept_spread: float = math.nan  # with runs set aside: how far the kept runs' sweeps spread (their
+                                   # drift), in units of each row's clean spread (``runstats.slow_runs``)
 
     @classmethod
     def of(cls, result: RunResult) -> "FileRounds":
-        every = cls(result, side_prior(result), run_ids(result), busy_rounds(result), {})
+        model = file_noise(result.rows)
+        priors = tuple(model.noise(r.time_us_round_p50s, noise_stratum(r)) if model is not None else None
+                       for r in result.rows)
+        every = cls(result, priors, run_ids(result), busy_rounds(result), {})
         rows = [every.row(i) for i in range(len(result.rows))]
         keys = list(dict.fromkeys(k for side in rows for k in side.run_keys))
         aligned = [[dict(zip(side.run_keys, side.runs)).get(k, []) for k in keys] for side in rows]
-        distance, kept_sd = slow_runs(aligned, row_clean_sd(every.prior)) if keys else ([], math.nan)
+        distance, kept = slow_runs(aligned, [row_clean_sd(p) for p in priors]) if keys else ([], math.nan)
         slow = {k: float(d) for k, d in zip(keys, distance) if d > 0}
-        return dataclasses.replace(every, slow=slow, kept_sd=kept_sd) if slow else every
+        return dataclasses.replace(every, slow=slow, kept_spread=kept) if slow else every
 
     @property
     def runs(self) -> int:
         return len(set(self.ids.values())) or 1
 
-    @property
-    def window(self) -> float:
-        """How far above its fastest a round (or a run) may lie before it is interference (log)."""
-        return interference_window(row_clean_sd(self.prior))
+    def clean_sd(self, i: int) -> float:
+        """Row ``i``'s clean spread, which sets its interference window (nan without a model)."""
+        return row_clean_sd(self.priors[i])
 
     def row(self, i: int) -> SideRounds:
         """Row ``i``'s rounds as a comparison counts them, judged run by run (the runs merged into
@@ -124,7 +111,7 @@ class FileRounds:
         other: what a neighbour added shows in the round's median, and the rounds far above their
         run's fastest are set aside whatever the CPU meter said; so are a slow run's."""
         row = self.result.rows[i]
-        clean_sd = row_clean_sd(self.prior)
+        clean_sd = self.clean_sd(i)
         grouped: dict = {}
         for number, median in zip(self.result.round_numbers(i), row.time_us_round_p50s):
             grouped.setdefault(self.ids.get(number, ""), []).append((number, median))
@@ -145,7 +132,7 @@ class FileRounds:
             busy_counted += sum(n in self.busy for n, _ in counted)
             fastest = math.log(min(m for m in medians if m is not None and math.isfinite(m) and m > 0))
             logs = np.log([m for _, m in counted])
-            per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, self.prior)))
+            per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, self.priors[i])))
         total = len(by_round)
         weighted = [(k / total) ** 2 for k, _, _ in per_run]
         return SideRounds(runs, positive - total, busy_counted / total if total else 0.0,
@@ -153,16 +140,17 @@ class FileRounds:
                           sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys))
 
 
-def _floor_gap(logs: np.ndarray, fastest: float, prior) -> float:
+def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:
     """Noise only adds time, so a row's own time may lie as low as a run's fastest round rather
     than at the mean of those counted: how far the fastest lies below that mean beyond what the
-    sweep's clean spread (or, without a sweep, the counted rounds' own) puts there. Squared and
+    row's modelled spread (or, without a model, the counted rounds' own) puts there. Squared and
     weighted by the run's share of the side's counted rounds squared (all of it for a side of
     one run), it is what keeps a stored baseline honest about states of the machine that
     outlast launches: on the calibration VM a quiet run now and then has one collective 25-35%
     slower in nine launches of ten, and only the tenth shows what it could do. Two sides of
     one interleaved job share such states pair by pair and do not need it."""
-    sd = prior.log_sd if prior is not None else float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
+    sd = prior.log_sd if prior is not None and math.isfinite(prior.log_sd) else \
+        float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
     return max(0.0, float(logs.mean()) - fastest + sd * expected_fastest(len(logs)))
 
 
@@ -172,24 +160,22 @@ def ab_job(result: RunResult) -> str:
     return str(ab.get("job", "")) if isinstance(ab, dict) else ""
 
 
-def estimate_drift(spreads: list, sides: list, assumed_log_sd: float = ASSUMED_LOG_SD) -> tuple:
-    """((sd, df), description) of the drift of whole runs: DRIFT_FACTOR times the typical
-    spread of rounds within a run, or what a side merged from enough runs measured, whichever
-    is larger. ``sides``: per side, every row's rounds grouped by run. One machine-wide value:
-    the factor moves every row alike."""
-    measured = [p for p in spreads if p.source != "assumed"]
-    typical = float(np.median([p.log_sd for p in measured])) if measured else assumed_log_sd
-    # The typical spread over many rows is known precisely: the assumption is what is uncertain.
-    assumed = DRIFT_FACTOR * typical
-    best = ((assumed, math.inf), f"assumed: {DRIFT_FACTOR:g} × the rounds' typical spread")
+def estimate_drift(units: list, sides: list) -> tuple:
+    """((per-row sd, df), description) of the drift of whole runs: DRIFT_FACTOR times each row's
+    modelled spread of rounds within a run (``units``), or the multiple of it that a side merged
+    from enough runs measured, whichever is larger. ``sides``: per side, every row's rounds
+    grouped by run, in the order of ``units``. One machine-wide factor, felt by each row in
+    proportion to its noise."""
+    best = ((DRIFT_FACTOR, math.inf), f"assumed: {DRIFT_FACTOR:g} × each row's modelled spread of rounds")
     for rows in sides:
-        found = drift_between_runs([runs for runs in rows if runs])
+        found = drift_between_runs(rows, units)
         # A side of several runs that drifted clearly more than assumed (beyond the 95th
         # percentile of what the assumption allows for that many runs) overrules it.
-        if found is not None and found[0] ** 2 > assumed ** 2 * chi2_quantile(0.95, found[1]) / found[1] \
+        if found is not None and found[0] ** 2 > DRIFT_FACTOR ** 2 * chi2_quantile(0.95, found[1]) / found[1] \
                 and found[0] > best[0][0]:
             best = (found, f"measured over {int(found[1]) + 1} runs")
-    return best
+    (factor, df), source = best
+    return ([factor * u for u in units], df), source
 
 
 def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,
@@ -215,7 +201,8 @@ def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,
                          f"those far above their row's fastest are set aside as interference: {share}")
         elif total and aside / total > 0.2 and not side.slow:
             notes.append(f"{name}: {share} lay far above their row's fastest round and were set aside as "
-                         f"interference; the machine was not quiet")
+                         f"interference: the rounds varied beyond what the rows' noise model expects (the load "
+                         f"meter saw no other work)")
     single = [r for r in compared if r.noise == "assumed"]
     if single:
         measured_once = all(r.baseline.rounds < 2 and r.new.rounds < 2 for r in single)

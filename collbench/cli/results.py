@@ -33,9 +33,9 @@ def print_tables(tables) -> None:
 
 
 def _compare_table(comparison) -> None:
-    from collbench.analysis.compare_render import comparison_tables, outcome, summary_line
+    from collbench.analysis.compare_render import comparison_tables, first_line
 
-    print(f"{outcome(comparison)}: {summary_line(comparison)}")
+    print(first_line(comparison))
     files = f"{comparison.baseline_name} → {comparison.new_name}"
     console = _console()
     if console.is_terminal and len(files) > console.width:       # long paths: one a line
@@ -86,6 +86,8 @@ def _warn(text: str) -> None:
 
 ALLOW_MISSING_HELP = ("Let rows of the baseline that the new run lacks (missing) or could not measure (unmeasured: "
                       "no value, no round median) pass; they are still named. Without it they fail the gate.")
+FAIL_ON_INCONCLUSIVE_HELP = ("Fail (exit 1) when any row is inconclusive: a gate that must decide every row rather "
+                             "than pass what it cannot see.")
 
 
 @click.command("compare")
@@ -100,17 +102,19 @@ ALLOW_MISSING_HELP = ("Let rows of the baseline that the new run lacks (missing)
 @click.option("-f", "--format", "fmt", type=click.Choice(tuple(COMPARE_FORMATS)), default="table",
               show_default=True, help="table, markdown (fits a CI job summary) or json.")
 @click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP)
-def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing) -> None:
+@click.option("--fail-on-inconclusive", is_flag=True, help=FAIL_ON_INCONCLUSIVE_HELP)
+def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing, fail_on_inconclusive) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
     A row is slower only when the change of its per-round medians is beyond the threshold and
     significant with every row adjusted together; inconclusive rows (too few rounds, too
-    much drift) do not fail. A row of BASELINE that NEW lacks or could not measure fails,
-    unless --allow-missing. BASELINE or NEW may be - (standard input).
+    much drift) do not fail unless --fail-on-inconclusive. A row of BASELINE that NEW lacks or
+    could not measure fails, unless --allow-missing. The first line says what the comparison
+    can detect. BASELINE or NEW may be - (standard input).
 
     \b
-    Exit status: 0 no regression, 1 regression or rows not measured, 2 unreadable
-    or incomparable input.
+    Exit status: 0 no regression, 1 regression, rows not measured or (with
+    --fail-on-inconclusive) rows not decided, 2 unreadable or incomparable input.
     Statistics, verdicts and the multiple-comparison control: docs/compare.md.
     """
     from collbench.analysis.compare import compare_runs, parse_threshold
@@ -119,7 +123,7 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing)
     threshold_value = parse_threshold(threshold)
     comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
                               threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new,
-                              allow_missing=allow_missing)
+                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive)
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)

@@ -141,3 +141,68 @@ def t_quantile(p: float, df: float) -> float:
         if hi - lo <= 1e-13 * hi:
             break
     return sign * 0.5 * (lo + hi)
+
+
+def f_cdf(x: float, d1: float, d2: float) -> float:
+    """P(F <= x) for Fisher's F with ``d1`` and ``d2`` degrees of freedom (``d2`` may be
+    infinite: chi²(d1)/d1)."""
+    if d1 <= 0 or d2 <= 0:
+        raise ValueError(f"f_cdf needs positive degrees of freedom, got {d1}, {d2}")
+    if x <= 0.0:
+        return 0.0
+    if math.isinf(x):
+        return 1.0
+    if math.isinf(d2):
+        return _gamma_lower(d1 / 2.0, d1 * x / 2.0)
+    return incomplete_beta(d1 / 2.0, d2 / 2.0, d1 * x / (d1 * x + d2))
+
+
+def _gamma_lower(a: float, x: float) -> float:
+    """The regularized lower incomplete gamma function P(a, x) (series, or continued fraction
+    beyond a + 1)."""
+    if x <= 0.0:
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        for n in range(1, 1000):
+            term *= x / (a + n)
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return min(1.0, math.exp(log_front) * total)
+    b, c, d = x + 1.0 - a, 1.0 / _TINY, 1.0 / (x + 1.0 - a)
+    h = d
+    for n in range(1, 1000):
+        an = -n * (n - a)
+        b += 2.0
+        d = an * d + b
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = b + an / c
+        c = c if abs(c) > _TINY else _TINY
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-15:
+            break
+    return max(0.0, 1.0 - math.exp(log_front) * h)
+
+
+@lru_cache(maxsize=4096)
+def f_quantile(p: float, d1: float, d2: float) -> float:
+    """The x with P(F <= x) = p, by bisection on ``f_cdf``."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"probability must be inside (0, 1), got {p}")
+    lo, hi = 0.0, 1.0
+    while f_cdf(hi, d1, d2) < p:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e300:
+            return math.inf
+    for _ in range(300):
+        mid = 0.5 * (lo + hi)
+        if f_cdf(mid, d1, d2) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)

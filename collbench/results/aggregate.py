@@ -4,8 +4,9 @@
   rounds existed.
 * Several rounds: ``time_us_p50`` is the geometric mean of the round medians, rounds set aside
   as interference left out, and its CI comes from their spread (``runstats.summarize_rounds``),
-  pooled with the sweep's clean spread by ``moderate_rows`` once the rows of a run are known
-  (which also decides, sweep-wide, how far above its fastest round a round is interference); mean, min, percentiles and max are over
+  moderated by the file's noise model (``measure.noise``) by ``moderate_rows`` once the rows of
+  a run are known (the model also decides how far above its fastest round a round is
+  interference, and whether a row's rounds disagree); mean, min, percentiles and max are over
   the samples of every round; the check is the worst round's; ``precision_reached`` only if
   every round reached it.
 
@@ -21,8 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, bandwidths
-from collbench.measure.runstats import SpreadPrior, spread_prior, summarize_rounds
+from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths
+from collbench.measure.noise import NoiseModel, spread_prior
+from collbench.measure.runstats import summarize_rounds
 from collbench.measure.stats import summarize
 
 
@@ -55,10 +57,10 @@ def _rank_avg(rounds: Sequence[RoundData]) -> float:
 
 def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
     """The row for ``identity`` from its rounds (at least one), in round order, with the CI of
-    its own rounds alone; ``moderate_rows`` then brings in the sweep's typical spread."""
+    its own rounds alone; ``moderate_rows`` then brings in the file's noise model."""
     rounds = sorted(rounds, key=lambda r: r.round)
     medians = [r.time_us_p50 for r in rounds]
-    across = summarize_rounds(medians, [(r.time_us_ci_low, r.time_us_ci_high) for r in rounds])
+    across = summarize_rounds(medians)
     pooled_parts = [np.asarray(r.samples_us, dtype=np.float64) for r in rounds if r.samples_us]
     pooled = summarize(np.concatenate(pooled_parts)) if pooled_parts else None
     if len(rounds) == 1:
@@ -80,13 +82,21 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         rounds_set_aside=set_aside)
 
 
-def moderate(row: Row, prior: Optional[SpreadPrior], bus_factor: Optional[float] = None) -> Row:
-    """``row`` with the sweep's clean spread brought in (unchanged without a prior, or with a
-    single round): the rounds it sets aside, and the centre and run-to-run CI of those it keeps.
-    Cheap: only what comes from the round medians is recomputed."""
-    if prior is None or row.rounds < 2:
+def noise_stratum(row) -> tuple:
+    """The stratum of a row's noise (``measure.noise``): its backend setup and its timing. Rows of
+    one stratum meet the same machine through the same code path; a trend against their time
+    covers what their sizes change."""
+    return backend_label(row), row.timing
+
+
+def moderate(row: Row, model: Optional[NoiseModel], bus_factor: Optional[float] = None) -> Row:
+    """``row`` with its file's noise model brought in (unchanged without a model, or with a
+    single round): the rounds it sets aside, the centre and run-to-run CI of those it keeps, and
+    whether they spread beyond what the row's trend allows (‡). Cheap: only what comes from the
+    round medians is recomputed."""
+    if model is None or row.rounds < 2:
         return row
-    across = summarize_rounds(row.time_us_round_p50s, prior=prior)
+    across = summarize_rounds(row.time_us_round_p50s, prior=model, stratum=noise_stratum(row))
     if not math.isfinite(across.center):
         return row
     if bus_factor is None:
@@ -94,10 +104,17 @@ def moderate(row: Row, prior: Optional[SpreadPrior], bus_factor: Optional[float]
     algbw, busbw = bandwidths(row.size_bytes, across.center, bus_factor)
     return dataclasses.replace(row, time_us_p50=across.center, time_us_ci_low=across.ci_low,
                                time_us_ci_high=across.ci_high, run_to_run_cv=across.cv,
-                               algbw_gbps=algbw, busbw_gbps=busbw, rounds_set_aside=across.set_aside)
+                               algbw_gbps=algbw, busbw_gbps=busbw, rounds_set_aside=across.set_aside,
+                               rounds_disagree=across.disagree)
+
+
+def file_noise(rows: Sequence[Row]) -> Optional[NoiseModel]:
+    """The noise model of a file's rows, each in its stratum (None with too few rows of rounds)."""
+    rows = list(rows)
+    return spread_prior([r.time_us_round_p50s for r in rows], [noise_stratum(r) for r in rows])
 
 
 def moderate_rows(rows: Sequence[Row]) -> list:
-    """``rows`` with each run-to-run CI moderated by the typical spread of all of them."""
-    prior = spread_prior(r.time_us_round_p50s for r in rows)
-    return [moderate(row, prior) for row in rows]
+    """``rows`` with each run-to-run CI moderated by the file's noise model."""
+    model = file_noise(rows)
+    return [moderate(row, model) for row in rows]

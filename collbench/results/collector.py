@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from collbench.measure.runstats import spread_prior
-from collbench.results.aggregate import build_row, moderate
+from collbench.results.aggregate import build_row, file_noise, moderate
 from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, RunResult
 
 
@@ -32,21 +31,21 @@ class _Entry:
     sort_key: tuple                                  # its place in plan order
     rounds: list = field(default_factory=list)       # its RoundData, one per round
     row: Optional[Row] = None                        # built from ``rounds``
-    moderated: Optional[Row] = None                  # ``row`` moderated by the prior; None: to redo
+    moderated: Optional[Row] = None                  # ``row`` moderated by the model; None: to redo
 
 
 class Collector:
-    """Rows are moderated (``aggregate.moderate``) by the typical spread of the rows' rounds. That
-    prior is recomputed when a round ends (``round_ended``) and on the first result asked for;
-    in between, a row that gets a new round is moderated with the prior in force, and the other
+    """Rows are moderated (``aggregate.moderate``) by the noise model of the rows' rounds. That
+    model is refitted when a round ends (``round_ended``) and on the first result asked for;
+    in between, a row that gets a new round is moderated with the model in force, and the other
     rows stay the same objects, so saving after every size costs one row, not all of them."""
 
     def __init__(self, metadata: dict) -> None:
         self.result = RunResult(metadata)
         self._entries: dict = {}         # row key -> _Entry
         self._dirty = False
-        self._prior = None
-        self._prior_stale = True
+        self._model = None
+        self._model_stale = True
 
     @property
     def metadata(self) -> dict:
@@ -69,22 +68,22 @@ class Collector:
         return len(self._entries)
 
     def round_ended(self) -> None:
-        """Every row may have a new round: the typical spread is worth recomputing."""
-        self._prior_stale = True
+        """Every row may have a new round: the noise model is worth refitting."""
+        self._model_stale = True
         self._dirty = True
 
     def run_result(self) -> RunResult:
         """The RunResult exporters render; the same object every time (it carries their memo)."""
         if self._dirty:
             ordered = sorted(self._entries.values(), key=lambda e: e.sort_key)
-            if self._prior_stale:
-                self._prior = spread_prior(e.row.time_us_round_p50s for e in ordered)
-                self._prior_stale = False
+            if self._model_stale:
+                self._model = file_noise(e.row for e in ordered)
+                self._model_stale = False
                 for e in ordered:
                     e.moderated = None
             for e in ordered:
                 if e.moderated is None:
-                    e.moderated = moderate(e.row, self._prior, e.identity.bus_factor)
+                    e.moderated = moderate(e.row, self._model, e.identity.bus_factor)
             self.result.rows[:] = [e.moderated for e in ordered]
             self.result.rounds[:] = [tuple(sorted(e.rounds, key=lambda d: d.round)) for e in ordered]
             self._dirty = False

@@ -259,8 +259,8 @@ def _notes(rows: list) -> tuple:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")
     if any(r.rounds_disagree for r in rows):
-        notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread more than 3× what each round's "
-                     f"own CI allows")
+        notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
+                     f"expects of rows like it at its time (its CI rests on its own rounds alone)")
     if any(not r.precision_reached for r in rows):
         notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
                      "--precision, or it had too few samples (under 6) for one")

@@ -1,0 +1,307 @@
+"""The noise model of a result file: how far each row's rounds spread, and which rounds count.
+
+The rows of one sweep do not share one noise. On a GPU the rows bound by torch's per-call
+overhead (about 20 µs) move 5-40% from round to round while the rows bound by memory bandwidth
+(64 MiB and up) agree to 0.1% (benchmarks/README.md, "The noise model"); on a CPU the
+shortest rows carry the scheduler's jitter and the longest hardly any. So the spread of a row's
+round medians (the sd of their logs) is modelled per **stratum** — the rows of one backend setup
+and one timing, as the caller labels them — with a **trend** against the row's time t:
+
+    variance(t) = c · ((1 − w) + w · (t_ref / t)²)
+
+a relative jitter that every time has, plus an absolute one (a fixed number of microseconds,
+relatively larger the shorter the row): the two-component error model of analytical chemistry
+(Rocke & Lorenzato, 1995), on the log scale. ``t_ref`` is the stratum's typical time, so ``c``
+is the variance there. The shape ``w`` (0: flat, 1: absolute jitter only) is fitted by least
+absolute deviations of the log variances over a grid; ``c`` is the median of the rows' variances
+over the shape. A flat trend is then the median of the variances: the estimator the CPU
+calibration was made with. A stratum of fewer than MIN_ROWS_FOR_PRIOR rows pools with the whole
+file.
+
+Every term that was one sweep-wide scale is the row's own modelled sd here: the interference
+window (``clean_rounds``), the prior that moderates each row's spread (``moderated``, limma-trend:
+Smyth 2004, Law et al. 2014), the spread between runs (BETWEEN_RUNS_FACTOR), the drift of whole
+runs (DRIFT_FACTOR) and the machine's state, read in units of each row's sd (``machine_state``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from collbench.measure.distributions import f_quantile, normal_quantile
+
+#: The smallest spread (sd of log medians) a row is taken to have: identical round medians (a
+#: rounded file, a synthetic test) must not make every difference significant.
+MIN_LOG_SD = 0.001
+#: Weight of the trend's prior, in degrees of freedom, against a row's own spread (a moderated t,
+#: as in limma): a few rounds that happen to agree cannot promise more than rows like it allow.
+#: Calibrated by benchmarks/coverage.py.
+PRIOR_DF = 4.0
+#: Rows with two or more rounds a stratum needs for a trend of its own; the file needs as many
+#: for any.
+MIN_ROWS_FOR_PRIOR = 8
+#: A row's CI within a sweep also carries the spread between whole runs, taken as this many times
+#: the row's modelled spread: the rounds of one run agree more closely than runs do (a machine
+#: state outlasts a launch). On ten quiet runs of the calibration VM the CIs from the rounds alone
+#: held what the other nine runs settled on for 25% of 1450 rows; with this term, for 96%
+#: (benchmarks/coverage.py, "next runs").
+BETWEEN_RUNS_FACTOR = 1.5
+#: Whole runs made minutes apart move together by this fraction of each row's modelled spread of
+#: rounds, unless a file merged from three or more runs measures more. Calibrated on a shared
+#: 2-core VM, where it measured about 0.6 (benchmarks/README.md).
+DRIFT_FACTOR = 0.75
+#: How far a state of the machine may move a whole sweep (log): states that outlast launches moved
+#: every row by +11…+18% on a quiet VM and +4…+21% beside a CPU-heavy neighbour
+#: (benchmarks/README.md). A stored baseline's comparison reads the two sides' whole shift, up to
+#: this, as possibly the machine's.
+STATE_LOG_SHIFT = 0.15
+#: How unevenly such a state moves the rows: each by a share of its own, of this sd relative to the
+#: whole shift (0.33-0.46 measured: allreduce and barrier more, bcast and gather less).
+STATE_ROW_SHARE = 0.45
+#: A round more than this many clean spreads above the row's fastest round is set aside as
+#: interference. Ten clean rounds span about 3 spreads (with 5, 0.4% of ordinary lognormal rounds
+#: are set aside; with 4, 2-4%); what a neighbour adds is 10-100 of them on a quiet machine's scale
+#: (benchmarks/README.md, "the estimator").
+INTERFERENCE_WIDTH = 5.0
+#: The clean spread is never taken as smaller than this (a window of 2.5%): rounds that agree to
+#: the timer's last digit must not make every ordinary difference interference.
+MIN_CLEAN_SD = 0.005
+#: A row's rounds spread beyond its trend (‡, ``RoundsSummary.disagree``) when their variance
+#: exceeds the trend's by more than the F distribution of the two allows at this level: about one
+#: row in a hundred of a file the model describes.
+DISAGREE_LEVEL = 0.01
+
+#: The shapes the trend is fitted over: w = 0 (flat), 1 (absolute jitter only) and between them
+#: evenly in log(w / (1 − w)), from an absolute jitter felt only by rows 10⁴ times shorter than the
+#: typical one to a relative one felt only by rows 10⁴ times longer.
+_SHAPES = (0.0,) + tuple(float(1.0 / (1.0 + np.exp(-u))) for u in np.linspace(-18.0, 18.0, 145)) + (1.0,)
+
+
+def _blom(k: int, n: int) -> float:
+    """Expected k-th smallest of n standard normal draws (Blom's approximation)."""
+    return normal_quantile((k - 0.375) / (n + 0.25))
+
+
+def expected_fastest(n: int) -> float:
+    """Expected smallest of n standard normal draws (0 for one)."""
+    return _blom(1, n) if n > 1 else 0.0
+
+
+def positive(values: Sequence[float]) -> np.ndarray:
+    """The finite, positive ones of ``values`` (missing and non-positive medians measure nothing)."""
+    return np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0], dtype=np.float64)
+
+
+def row_time(medians: Sequence[float]) -> float:
+    """The time a row's trend is read at: the median of its round medians, which interference
+    hitting fewer than half of them cannot move (µs; nan without one)."""
+    x = positive(medians)
+    return float(np.median(x)) if len(x) else math.nan
+
+
+def lower_half_scale(logs: np.ndarray) -> float:
+    """The spread of a row's rounds from the fastest to the middle one, as a normal sd: what
+    interference that hits fewer than half of the rounds cannot move. nan under 3 rounds."""
+    n = len(logs)
+    if n < 3:
+        return math.nan
+    x = np.sort(logs)
+    half = (n + 1) // 2
+    return float((x[half - 1] - x[0]) / (_blom(half, n) - _blom(1, n)))
+
+
+def interference_window(clean_sd: float) -> float:
+    """How far (log) above the fastest a round may lie and still count: INTERFERENCE_WIDTH clean
+    spreads (nan without a clean spread)."""
+    return INTERFERENCE_WIDTH * max(clean_sd, MIN_CLEAN_SD) if math.isfinite(clean_sd) else math.nan
+
+
+def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
+    """Which of ``medians`` count (a boolean per median): those within a window of
+    INTERFERENCE_WIDTH × ``clean_sd`` above the fastest round that another round confirms —
+    a lone round far faster than all others is a freak, not the machine at its best — and
+    not below it by more than the window. Non-positive or missing medians never count;
+    ``clean_sd`` nan: every positive median counts."""
+    x = np.asarray([v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in medians],
+                   dtype=np.float64)
+    ok = np.isfinite(x)
+    if ok.sum() < 2 or not math.isfinite(clean_sd):
+        return ok
+    logs = np.log(np.where(ok, x, 1.0))
+    window = interference_window(clean_sd)
+    ordered = np.sort(logs[ok])
+    confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
+    anchor = ordered[confirmed[0]] if len(confirmed) else ordered[0]
+    return ok & (logs <= anchor + window) & (logs >= anchor - window)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A stratum's variance of log medians against the row's time (the module's model)."""
+
+    scale: float         # c: the variance at t_ref
+    shape: float         # w: 0 flat, 1 absolute jitter only
+    t_ref: float         # the stratum's typical time (µs): the geometric median of its rows'
+    rows: int            # rows it was fitted on
+
+    def variance(self, t: float) -> float:
+        if not (math.isfinite(t) and t > 0):
+            return math.nan
+        return self.scale * ((1.0 - self.shape) + self.shape * (self.t_ref / t) ** 2)
+
+
+def fit_trend(times, variances) -> Optional[Trend]:
+    """The trend through rows' (time, variance) pairs: the shape with the least absolute deviation
+    of the log variances from it (ties go to the flatter shape), scaled by the median of the
+    variances over the shape. None without a pair. Variances are floored at MIN_LOG_SD²."""
+    t = np.asarray(times, dtype=np.float64)
+    v = np.maximum(np.asarray(variances, dtype=np.float64), MIN_LOG_SD ** 2)
+    if not len(t):
+        return None
+    t_ref = float(np.exp(np.median(np.log(t))))
+    log_v, relative = np.log(v), (t_ref / t) ** 2
+    best_loss, best_shape = math.inf, 0.0
+    for shape in _SHAPES:
+        residual = log_v - np.log((1.0 - shape) + shape * relative)
+        loss = float(np.abs(residual - np.median(residual)).sum())
+        if loss < best_loss - 1e-9:
+            best_loss, best_shape = loss, shape
+    scale = float(np.median(v / ((1.0 - best_shape) + best_shape * relative)))
+    return Trend(scale, best_shape, t_ref, len(t))
+
+
+@dataclass(frozen=True)
+class Trends:
+    """A trend per stratum with MIN_ROWS_FOR_PRIOR rows, and the whole file's for the others."""
+
+    by_stratum: dict
+    pooled: Optional[Trend]
+
+    def variance(self, t: float, stratum=None) -> float:
+        """The variance the row's stratum expects at time ``t`` (nan without a trend)."""
+        trend = self.by_stratum.get(stratum, self.pooled)
+        return trend.variance(t) if trend is not None else math.nan
+
+
+def fit_trends(strata, times, variances) -> Trends:
+    """Per stratum, the trend of its rows' variances against their times; rows whose time or
+    variance is not a finite number (nan) give nothing. A stratum of fewer than
+    MIN_ROWS_FOR_PRIOR rows pools with the rest of the file; so does a file of too few rows, which
+    then has no trend at all."""
+    groups: dict = {}
+    for stratum, t, v in zip(strata, times, variances):
+        if math.isfinite(t) and t > 0 and math.isfinite(v) and v >= 0:
+            groups.setdefault(stratum, []).append((t, v))
+    every = [pair for pairs in groups.values() for pair in pairs]
+    if len(every) < MIN_ROWS_FOR_PRIOR:
+        return Trends({}, None)
+    pooled = fit_trend(*zip(*every))
+    own = {s: fit_trend(*zip(*pairs)) for s, pairs in groups.items() if len(pairs) >= MIN_ROWS_FOR_PRIOR}
+    return Trends(own if len(groups) > 1 else {}, pooled)
+
+
+@dataclass(frozen=True)
+class SpreadPrior:
+    """What a row's rounds are expected to spread by, from its stratum's trend at its time:
+    ``window_sd`` decides which rounds are set aside as interference, ``log_sd`` (with weight
+    ``df``) moderates the row's own spread and scales the spread between runs."""
+
+    log_sd: float
+    df: float
+    rows: int
+    window_sd: float = math.nan
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """A file's noise: the trend of its rows' clean spreads (the interference window) and of the
+    variance of the rounds each row keeps (the prior), per stratum."""
+
+    window: Trends
+    spread: Trends
+    rows: int                      # rows with two or more kept rounds the prior was fitted on
+    df: float = PRIOR_DF
+
+    def noise(self, medians: Sequence[float], stratum=None) -> SpreadPrior:
+        """The prior of a row with these round medians in ``stratum``."""
+        t = row_time(medians)
+        window = self.window.variance(t, stratum)
+        spread = self.spread.variance(t, stratum)
+        return SpreadPrior(max(math.sqrt(spread), MIN_LOG_SD) if math.isfinite(spread) else math.nan, self.df,
+                           self.rows, max(math.sqrt(window), MIN_CLEAN_SD) if math.isfinite(window) else math.nan)
+
+
+def spread_prior(rows_medians, strata=None) -> Optional[NoiseModel]:
+    """A file's noise model from its rows' round medians (``strata``: each row's stratum; by
+    default one for all). The trend of the rows' lower halves' spread sets the interference
+    window; the trend of the variance of the rounds each row keeps within its window is the
+    prior for each row's own. None with fewer than MIN_ROWS_FOR_PRIOR rows of two or more rounds."""
+    rows = [positive(m) for m in rows_medians]
+    strata = list(strata) if strata is not None else [None] * len(rows)
+    if sum(len(x) >= 2 for x in rows) < MIN_ROWS_FOR_PRIOR:
+        return None
+    times = [float(np.median(x)) if len(x) else math.nan for x in rows]
+    logs = [np.log(x) for x in rows]
+    window = fit_trends(strata, times, [lower_half_scale(g) ** 2 for g in logs])
+    variances = []
+    for g, t, stratum in zip(logs, times, strata):
+        var = window.variance(t, stratum)
+        kept = g[clean_rounds(np.exp(g), max(math.sqrt(var), MIN_CLEAN_SD) if math.isfinite(var) else math.nan)]
+        variances.append(float(kept.var(ddof=1)) if len(kept) >= 2 else math.nan)
+    spread = fit_trends(strata, times, variances)
+    if spread.pooled is None:
+        return None
+    return NoiseModel(window, spread, sum(math.isfinite(v) for v in variances))
+
+
+@dataclass(frozen=True)
+class Moderated:
+    variance: float
+    df: float
+    beyond: bool         # the row's own spread lies beyond its trend: it is not moderated
+
+
+def moderated(variance: float, df: float, prior_variance: float, prior_df: float = PRIOR_DF) -> Moderated:
+    """A row's variance moderated by its trend's, as limma does: (d·s² + d0·s0²) / (d + d0) with
+    d + d0 degrees of freedom — unless the row's own lies beyond what the trend allows (the F test
+    at DISAGREE_LEVEL): the trend does not describe that row, and its own rounds stand alone
+    (robust limma's outliers, Phipson et al. 2016). No prior (nan): the row's own."""
+    if not (math.isfinite(prior_variance) and prior_variance > 0) or df <= 0:
+        return Moderated(variance, df, False)
+    if variance / prior_variance > f_quantile(1.0 - DISAGREE_LEVEL, df, prior_df):
+        return Moderated(variance, df, True)
+    return Moderated((df * variance + prior_df * prior_variance) / (df + prior_df), df + prior_df, False)
+
+
+def machine_state(changes, units, strata) -> list:
+    """Per row, how far a state of the machine may have moved it (log): the whole shift of its
+    stratum (the median over its rows of the log change, each in units of the row's modelled
+    spread ``units``) times the row's unit, up to STATE_LOG_SHIFT; with the stratum's median log
+    change beside it, for the words. A state moves each row in proportion to its noise: on a GPU
+    what moves the overhead-bound rows by 10% leaves the bandwidth-bound ones alone. Rows whose
+    change is None do not count. A stratum of fewer than MIN_ROWS_FOR_PRIOR such rows reads the
+    whole file's; a file of fewer has no sweep to tell a whole shift from a row's own: 0."""
+    groups: dict = {}
+    for i, (change, unit, stratum) in enumerate(zip(changes, units, strata)):
+        if change is not None and math.isfinite(unit) and unit > 0:
+            groups.setdefault(stratum, []).append(i)
+    every = sorted(i for rows in groups.values() for i in rows)
+    out = [(0.0, 0.0)] * len(changes)
+    if len(every) < MIN_ROWS_FOR_PRIOR:
+        return out
+
+    def shift(rows):
+        return (float(np.median([changes[i] / units[i] for i in rows])), float(np.median([changes[i] for i in rows])))
+
+    pooled = shift(every)
+    own = {s: shift(rows) for s, rows in groups.items() if len(rows) >= MIN_ROWS_FOR_PRIOR}
+    for i, stratum in enumerate(strata):
+        if not (math.isfinite(units[i]) and units[i] > 0):
+            continue
+        z, whole = own.get(stratum, pooled)
+        out[i] = (min(abs(z) * units[i], STATE_LOG_SHIFT), whole)
+    return out
