@@ -170,9 +170,10 @@ IDLE = Bound(run=_nothing, run_blocking=_nothing, checked=lambda: None)
 
 
 def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, sync: Callable,
-            control: Control, settings: TimingSettings, device=None) -> Measurement:
+            control: Control, settings: TimingSettings, device=None, called: bool = False) -> Measurement:
     """Warm up, then time iterations until the stop rule (decided on rank 0) says enough.
-    ``device``: where the buffers live, whose clock and graphs the device timings use."""
+    ``device``: where the buffers live, whose clock and graphs the device timings use; ``called``:
+    the check has just made the call once on these buffers, which stands for the first call."""
     is_rank0 = control.rank == 0
     timing = TIMINGS[settings.mode]
     taking_part = bench.takes_part(control.rank, roles)
@@ -183,9 +184,11 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     # would put the barrier's exit skew into every sample; ranks outside the pair wait
     pace = _nothing if bench.self_paced else barrier
 
-    t0 = timer()
-    bound.run_blocking()                      # first call: connection and algorithm setup
-    first_call = timer() - t0
+    first_call = 0.0
+    if not called or not settings.warmup:
+        t0 = timer()
+        bound.run_blocking()                  # first call: connection and algorithm setup
+        first_call = timer() - t0
     warm: list = []
     _latency_loop(bound.run_blocking, pace, settings.warmup, warm)
     estimate = float(np.median(warm)) if warm else first_call
