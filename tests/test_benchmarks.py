@@ -5,7 +5,8 @@ import pytest
 
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES, NAMES, ORDER, get_benchmark
-from collbench.benchmarks.datatypes import EXACT_LIMIT, NO_OP, OPS, _sum_op, dtype_of, pattern, sum_stride
+from collbench.benchmarks.check import EXACT_LIMIT, Tables, _sum_op, expected, pattern, sum_stride
+from collbench.benchmarks.datatypes import NO_OP, OPS, dtype_of
 
 #: the reductions every dtype takes, numpy's ufuncs; tests/test_ops.py checks the others
 ARITHMETIC = ["sum", "max", "min", "prod"]
@@ -58,7 +59,8 @@ def test_expected_matches_simulation(name, op_name, n):
     pair = (n - 1, 0)                 # the second rank of the pair need not follow the first
     received, recv_len = simulate(name, op, n, elements, root, pair)
     for rank in range(n):
-        want = coll.expected(op, n, rank, Roles(root=root, pairs=(pair,)), elements, np.arange(recv_len))
+        parts = coll.received(n, rank, Roles(root=root, pairs=(pair,)), elements, recv_len)
+        want = expected(op, n, parts, recv_len, np.int64)
         if received[rank] is None:
             assert want is None
         else:
@@ -255,17 +257,20 @@ def test_moved_data_survives_the_fill_in_every_dtype_at_any_scale(dtype_name, n)
     dtype, op = dtype_of(dtype_name), pattern(NO_OP, dtype_name)
     device, per_rank = _device_for(dtype), 16
     coll = COLLECTIVES["gather"]
+    tables = Tables(op, n, dtype, device)
     arrived = []
     for r in range(n):                         # each rank fills its buffer as the sweep does
         buffers = device.allocate(per_rank, per_rank, dtype, in_place=False)
-        device.fill(buffers, 0, np.asarray(op.value(r, np.arange(per_rank), n)).astype(dtype.host))
-        arrived.append(np.asarray(device.to_host(buffers.send[:per_rank])))
-    got = np.concatenate(arrived)              # the root's receive buffer: moved, not changed
-    want = coll.expected(op, n, 0, Roles(), per_rank * n, np.arange(per_rank * n)).astype(got.dtype)
-    assert np.count_nonzero(got != want) == 0
+        tables.fill(buffers.send[:per_rank], r)
+        arrived.append(buffers.send[:per_rank])
+    got = np.concatenate(arrived) if dtype.numpy is not None else device.torch.cat(arrived)  # the root's receive buffer
+    parts = coll.received(n, 0, Roles(), per_rank * n, per_rank * n)
+    assert tables.count_wrong(got, parts, per_rank * n) == 0
+    host = got if dtype.numpy is not None else got.float().numpy()
+    assert np.array_equal(host, expected(op, n, parts, per_rank * n, dtype.host))
     values = np.stack([np.asarray(op.value(r, np.arange(per_rank), n)) for r in range(n)])
     assert values.min() >= 1 and values.max() <= EXACT_LIMIT[dtype_name]
-    span = EXACT_LIMIT[dtype_name] - 1
+    span = op.period(n)
     if n <= span:                              # every rank's data differs from every other's at every element
         assert all(len(set(column)) == n for column in values.T.tolist())
     else:                                      # ranks that agree mod span still differ in most elements

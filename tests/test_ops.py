@@ -7,9 +7,9 @@ from functools import reduce
 import numpy as np
 import pytest
 
-from collbench.backends.devices import HostDevice, sentinel
-from collbench.benchmarks.datatypes import (DTYPES, EXACT_LIMIT, NO_OP, OPS, PAIR_FIELDS, element_of,
-                                            mpi_pair_type, op_refusal, pattern)
+from collbench.backends.devices import HostDevice
+from collbench.benchmarks.check import EXACT_LIMIT, pattern, sentinel
+from collbench.benchmarks.datatypes import DTYPES, NO_OP, OPS, PAIR_FIELDS, element_of, mpi_pair_type, op_refusal
 from conftest import cli, load_json
 
 FAST = ["--iters", "3", "--warmup", "1", "--rounds", "1", "-q"]

@@ -120,6 +120,36 @@ def test_nccl_on_gpu(run_dir):
     _assert_all_ok(rows, ["nccl", "gloo"], n)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA device visible")
+def test_nccl_every_timing_side_by_side_on_gpu(run_dir):
+    """latency, throughput, graph (CUDA graph replays) and device (CUDA events, the stream held)
+    for every collective, checked on the GPU, with the timings side by side and the overhead."""
+    n = torch.cuda.device_count()
+    proc = cli(["all", "--backend", "nccl", "-n", str(n), "--sizes", "1K-16M:x16", "--timing",
+                "latency,throughput,graph,device", "--iters", "5", "--warmup", "2", "--rounds", "1", "-o", "t.json"],
+               run_dir, timeout=300, env={"COLUMNS": "100"})
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(run_dir / "t.json")["rows"]
+    for timing in ("latency", "throughput", "graph", "device"):
+        mine = [r for r in rows if r["timing"] == timing]
+        _assert_all_ok(mine, ["nccl"], n)
+        assert all(r["time_us_p50"] > 0 for r in mine)
+    graphs = [d["calls_per_sample"] for r in rows if r["timing"] == "graph" for d in r["round_details"]]
+    assert graphs and all(1 <= k <= 100 for k in graphs)
+    assert "timings side by side" in proc.stdout and "overhead µs" in proc.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA device visible")
+def test_nccl_wrong_result_is_caught_on_the_gpu(run_dir, plugin_env):
+    proc = cli(["allreduce", "-n", "1", "--backend", "faulty-nccl", "--sizes", "1K,64M", *FAST, "-o", "c.json"],
+               run_dir, env={**plugin_env, "FAULTY_CORRUPT": "0"})
+    assert proc.returncode == 1
+    assert "CHECK FAILED: allreduce on faulty-nccl" in proc.stderr and "3 wrong elements" in proc.stderr
+    assert [r.check for r in load_result(run_dir / "c.json").rows] == ["wrong:3", "wrong:3"]
+
+
 def test_gloo_under_mpiexec_uses_master_addr_when_set(run_dir):
     import socket
 

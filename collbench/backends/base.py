@@ -17,6 +17,7 @@ from collbench.backends.devices import HostDevice
 
 if TYPE_CHECKING:
     from collbench.benchmarks.base import Benchmark, Roles
+    from collbench.benchmarks.check import Tables
     from collbench.benchmarks.datatypes import Dtype
 
 
@@ -40,10 +41,6 @@ class Control(ABC):
     @abstractmethod
     def reduce_max(self, values: np.ndarray, root: int = 0) -> Optional[np.ndarray]:
         """Element-wise max over ranks of a float64 array; the result on ``root`` only."""
-
-    def allreduce_sum(self, value: int) -> int:
-        gathered = self.gather(value)
-        return self.bcast(sum(gathered) if gathered is not None else None)
 
 
 @dataclass(frozen=True)
@@ -76,12 +73,13 @@ class Bound:
 
     ``run`` issues the call; ``run_blocking`` returns only once this rank's part is complete
     (the same function for host-synchronous backends). ``checked`` overwrites the receive side,
-    makes one blocking call and returns what arrived, on the host (None if nothing arrives here).
+    makes one blocking call and returns what arrived where it lies (the receive buffer's view on
+    its device; the pickle API's objects as values on the host), or None if nothing arrives here.
     """
 
     run: Callable[[], Any]
     run_blocking: Callable[[], Any]
-    checked: Callable[[], Optional[np.ndarray]]
+    checked: Callable[[], Any]
 
 
 class Backend(ABC):
@@ -99,6 +97,9 @@ class Backend(ABC):
     #: (names of ``BackendOptions`` fields); a choice no backend of the run takes is refused
     options: BackendOptions = BackendOptions()
     takes_options: ClassVar[tuple] = ()
+    #: the timings it measures (``--timing``, ``collbench.measure.timings``): the device timings
+    #: (graph, device) need calls queued on a GPU stream, whose events and graphs time them
+    timings: ClassVar[tuple] = ("latency", "throughput")
     #: the reductions it issues (``--op``); the default ``supports`` refuses the others, so that a
     #: backend written before an op existed is not handed it
     ops: ClassVar[tuple] = ("sum", "max", "min", "prod")
@@ -156,9 +157,10 @@ class Backend(ABC):
         device's ``Buffers``)."""
         return self.device.allocate(send_len, recv_len, dtype, in_place)
 
-    def fill(self, buffers: Any, *, start: int, values: np.ndarray) -> None:
-        """Write host values into the send buffer at ``start``."""
-        self.device.fill(buffers, start, values)
+    def fill(self, buffers: Any, *, tables: "Tables", rank: int, length: int) -> None:
+        """Write ``rank``'s check values into the first ``length`` elements of the send buffer
+        (``collbench.benchmarks.check.Tables.fill``, on the buffers' device)."""
+        tables.fill(buffers.send[:length], rank)
 
     def release(self, buffers: Any) -> None:
         """Give back buffers from ``allocate`` once their block is measured (no call bound to

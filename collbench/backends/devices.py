@@ -1,7 +1,9 @@
 """Where a backend's buffers live: a small strategy apart from the communication library.
 
-A backend is a library driving a device. The device owns allocation, filling, poisoning the
-receive side before a check, copies back to the host, synchronisation and its free memory:
+A backend is a library driving a device. The device owns allocation, the array operations the
+result check runs where the buffers are (``collbench.benchmarks.check`` says what they compute:
+a table of check values in the buffers' type, counting a mask, widening for a tolerance),
+poisoning the receive side before a check, synchronisation and its free memory:
 
 * ``HostDevice``: numpy arrays in main memory, page-aligned (mpi, mpi-pickle);
 * ``MpiMemoryDevice``: numpy arrays over memory from ``MPI.Alloc_mem`` (mpi ``--buffers mpi``),
@@ -20,6 +22,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from collbench.benchmarks.check import sentinel
+
 PAGE = 4096
 
 
@@ -29,15 +33,6 @@ class Buffers:
     recv: Any               # the same object as ``send`` for in-place collectives
     in_place: bool
     held: list = field(default_factory=list)     # what the device must free (MPI.Alloc_mem's memory)
-
-
-def sentinel(dtype) -> float:
-    """What a receive side is overwritten with before a check: NaN, or -1 for integers (255 in
-    uint8: -1 wrapped, as torch's ``fill_(-1)`` writes it; a pair's fields take -1 each)."""
-    dtype = np.dtype(dtype)
-    if np.issubdtype(dtype, np.floating):
-        return np.nan
-    return np.iinfo(dtype).max if np.issubdtype(dtype, np.unsignedinteger) else -1
 
 
 class HostDevice:
@@ -62,14 +57,25 @@ class HostDevice:
         recv = send if in_place else self._aligned_zeros(max(recv_len, 1), dtype.numpy)
         return Buffers(send, recv, in_place)
 
-    def fill(self, buffers: Buffers, start: int, values: np.ndarray) -> None:
-        buffers.send[start:start + len(values)] = values
+    @staticmethod
+    def operand(array):
+        """What the check works on for ``array`` (a buffer's slice): the array itself."""
+        return array
+
+    def table(self, values: np.ndarray, dtype) -> np.ndarray:
+        """Check values (``values``, of ``dtype.host``) as an array of the buffers' type."""
+        return np.ascontiguousarray(values, dtype=dtype.numpy if dtype.numpy is not None else dtype.host)
+
+    @staticmethod
+    def count(mask) -> int:
+        return int(np.count_nonzero(mask))
+
+    @staticmethod
+    def widen(values) -> np.ndarray:
+        return values.astype(np.float64)
 
     def poison(self, view) -> None:
         view[:] = sentinel(view.dtype)
-
-    def to_host(self, view) -> np.ndarray:
-        return view
 
     def synchronize(self) -> None:
         pass
@@ -130,21 +136,66 @@ class TorchDevice:
         recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)
         return Buffers(send, recv, in_place)
 
-    def fill(self, buffers: Buffers, start: int, values: np.ndarray) -> None:
-        buffers.send[start:start + len(values)].copy_(self.torch.from_numpy(np.ascontiguousarray(values)))
+    def _as_numpy(self, dtype_name: str) -> bool:
+        """Tensors in main memory of a type numpy has are checked as numpy views of themselves:
+        numpy compares and counts them several times faster than torch on the CPU."""
+        return not self.asynchronous and dtype_name != "bfloat16"
+
+    def operand(self, tensor):
+        """What the check works on for ``tensor`` (a buffer's slice): itself on a GPU, or where
+        numpy lacks its type; else a numpy view of the same memory."""
+        return tensor.numpy() if self._as_numpy(str(tensor.dtype).replace("torch.", "")) else tensor
+
+    def table(self, values: np.ndarray, dtype):
+        """Check values (``values``, of ``dtype.host``: float32 for bfloat16, exact for them) as a
+        tensor of the buffers' type on this device (a period of a pattern, a few KiB), or as a
+        numpy array where ``operand`` gives numpy views."""
+        if self._as_numpy(dtype.name):
+            return np.ascontiguousarray(values, dtype=dtype.numpy)
+        host = self.torch.from_numpy(np.ascontiguousarray(values))
+        return host.to(device=self.device, dtype=getattr(self.torch, dtype.name))
+
+    def count(self, mask):
+        """A GPU's count stays there (a tensor) until the check has added up every piece;
+        count_nonzero, not sum, which is several times slower."""
+        if isinstance(mask, np.ndarray):
+            return int(np.count_nonzero(mask))
+        return self.torch.count_nonzero(mask)
+
+    @staticmethod
+    def widen(values):
+        return values.astype(np.float64) if isinstance(values, np.ndarray) else values.double()
 
     def poison(self, view) -> None:
         view.fill_(float("nan") if view.is_floating_point() else -1)
 
-    def to_host(self, view) -> np.ndarray:
-        host = view.cpu()
-        if host.dtype == self.torch.bfloat16:      # numpy has no bfloat16: widen, exactly
-            host = host.float()
-        return host.numpy()
-
     def synchronize(self) -> None:
         if self.asynchronous:
             self.torch.cuda.synchronize(self.device)
+
+    def clock(self) -> "CudaClock":
+        """The GPU's own clock: CUDA events on the current stream (``--timing graph, device``)."""
+        return CudaClock(self.torch, self.device)
+
+    def capture(self, run, calls: int):
+        """``calls`` calls of ``run`` captured once in a CUDA graph; returns what replays them.
+        As torch asks: a few calls on a side stream first, so that the library's lazy set-up
+        (NCCL's, the caching allocator's) is not captured."""
+        torch = self.torch
+        current = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                run()
+        current.wait_stream(side)
+        self.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                run()
+        self.synchronize()
+        return graph.replay
 
     def free_memory(self) -> Optional[int]:
         if not self.asynchronous:
@@ -154,3 +205,59 @@ class TorchDevice:
 
     def release(self, buffers: Buffers) -> None:
         """torch's tensors go with their last reference."""
+
+
+class CudaClock:
+    """Times work on the current CUDA stream with its own events, and holds the stream for the
+    device timing: ``hold`` queues a kernel that spins on the GPU for the hold's length
+    (``torch.cuda._sleep``), then an event; ``end`` tells whether that event was still pending
+    once the start event, the call and the stop event were all queued, that is whether the hold
+    kept the host's dispatch out of the interval (nvbench holds its stream the same way, with a
+    kernel that waits for the host's word)."""
+
+    def __init__(self, torch, device) -> None:
+        self.torch, self.device = torch, device
+        self.started = torch.cuda.Event(enable_timing=True)
+        self.stopped = torch.cuda.Event(enable_timing=True)
+        self.released = torch.cuda.Event()
+        self.hold_s, self.longest_s, self._cycles = 0.0, 0.0, 0
+
+    def begin(self) -> None:
+        self.started.record()
+
+    def end(self) -> bool:
+        """Queues the stop event; whether the stream was still held then (True without a hold)."""
+        self.stopped.record()
+        return not self.hold_s or not self.released.query()
+
+    def seconds(self) -> float:
+        """The device's time from the start event to the stop event, once it has passed both."""
+        self.stopped.synchronize()
+        return self.started.elapsed_time(self.stopped) * 1e-3
+
+    def hold_for(self, seconds: float, longest: float) -> None:
+        self.hold_s, self.longest_s = seconds, longest
+        self._cycles = int(seconds * self._cycles_per_second())
+
+    def lengthen(self) -> None:
+        """A hold ended before its call was queued: twice as long from now on, up to the longest."""
+        self.hold_for(min(self.longest_s, 2 * self.hold_s), self.longest_s)
+
+    def hold(self) -> None:
+        self.torch.cuda._sleep(self._cycles)
+        self.released.record()
+
+    def _cycles_per_second(self) -> float:
+        """How many of ``_sleep``'s cycles make a second on this GPU, measured once."""
+        if not hasattr(self, "_rate"):
+            cycles = 1_000_000
+            self.torch.cuda._sleep(cycles)          # the first launch loads the kernel
+            self.begin()
+            self.torch.cuda._sleep(cycles)
+            self.stopped.record()
+            self._rate = cycles / max(self.seconds(), 1e-9)
+        return self._rate
+
+    def close(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+

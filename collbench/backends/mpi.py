@@ -95,7 +95,8 @@ class MpiBackend(MpiBase, Backend):
                 self.device.poison(view)
             self.device.synchronize()           # GPU memory: the poison is written before MPI reads
             call()
-            return self.device.to_host(view)
+            self.device.synchronize()
+            return view
 
         return Bound(run=call, run_blocking=call, checked=checked)
 

@@ -1,10 +1,11 @@
 """The ``nccl`` backend: torch.distributed with NCCL, one GPU per rank.
 
-The GPU is LOCAL_RANK mod the number of visible devices; buffers, synchronisation and free
-memory belong to its ``TorchDevice`` (``collbench.backends.devices``). The communicator is
-created eagerly (``device_id=``) so that its set-up is not inside any measured call. In latency
-mode every timed call, in throughput mode every timed loop, ends with a CUDA synchronise, so
-the time is the GPU's, not the launch's.
+The GPU is LOCAL_RANK mod the number of visible devices; buffers, synchronisation, free
+memory, the CUDA clock and graphs belong to its ``TorchDevice`` (``collbench.backends.devices``).
+The communicator is created eagerly (``device_id=``) so that its set-up is not inside any
+measured call. In latency mode every timed call, in throughput mode every timed loop, ends with
+a CUDA synchronise, so the time is the GPU's, not the launch's; graph and device timings take
+NCCL's own time from CUDA events (``collbench.measure.timings``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class NcclBackend(TorchBackend):
                    "band": "NCCL has no bitwise reductions (torch refuses ReduceOp.BAND with nccl)",
                    "bor": "NCCL has no bitwise reductions (torch refuses ReduceOp.BOR with nccl)"}
     ops = tuple(reduce_ops)
+    timings = ("latency", "throughput", "graph", "device")
 
     @classmethod
     def unavailable_reason(cls) -> Optional[str]:

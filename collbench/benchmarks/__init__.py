@@ -2,8 +2,9 @@
 who takes part, what one timed sample is, what it moves, how its result is checked and its
 bus-bandwidth factor (``base``, the contract).
 
-``registry`` (every benchmark by name), ``datatypes`` (dtypes, reduction operators and the
-check patterns, exact at any scale).
+``registry`` (every benchmark by name), ``datatypes`` (dtypes, reduction operators, MPI's pair
+types), ``check`` (the result check: fill, expected values, sentinel and comparison, exact at
+any scale, worked on the buffers' device through its few array operations).
 
 May import: ``collbench.errors``, numpy.
 """

@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.benchmarks.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, from_every_rank, ring_factor
 
 
 class Allgather(Collective):
@@ -15,9 +15,8 @@ class Allgather(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
-        chunk = elements // n
-        return pattern.value(idx // chunk, idx % chunk, n)
+    def received(self, n, rank, roles, elements, recv_len):
+        return from_every_rank(n, elements // n)
 
     def buffer_call(self, c):
         return partial(c.comm.Allgather, c.send, c.recv)

@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.benchmarks.base import Collective
+from collbench.benchmarks.base import Collective, reduction
 
 
 class Allreduce(Collective):
@@ -13,8 +13,8 @@ class Allreduce(Collective):
     def bus_factor(self, n):
         return 2 * (n - 1) / n
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
-        return pattern.reduced(idx, n)
+    def received(self, n, rank, roles, elements, recv_len):
+        return reduction(recv_len)
 
     def buffer_call(self, c):
         return partial(c.comm.Allreduce, c.send, c.recv, c.op)

@@ -25,8 +25,9 @@ A family the benchmark does not implement returns None: the plan reports the com
 unsupported before any rank starts. Sizes follow nccl-tests: for allreduce, bcast, reduce and
 the point-to-point benchmarks the size is each rank's buffer (one message); for the other
 collectives it is the whole n-rank array (each rank sends or receives ``size / n``). Lengths
-are in elements. Each rank's send buffer holds ``pattern.value(rank, k, n)`` at index k
-(``collbench.benchmarks.datatypes``).
+are in elements. Each rank's send buffer holds ``pattern.value(rank, k, n)`` at index k, and
+``received`` says which rank's values (or the reduction's) each part of a receive buffer must
+hold (``collbench.benchmarks.check``).
 """
 
 from __future__ import annotations
@@ -34,9 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Optional
 
-import numpy as np
-
-from collbench.benchmarks.datatypes import CheckPattern
+from collbench.benchmarks.check import REDUCED, Part
 
 COLLECTIVE = "collective"
 POINT_TO_POINT = "point-to-point"
@@ -278,10 +277,11 @@ class Benchmark:
                 "window": roles.window if self.windowed else 1,
                 "pairs_at_once": len(roles.pairs) if self.paired else 1}
 
-    def expected(self, pattern: CheckPattern, n: int, rank: int, roles: Roles, elements: int,
-                 idx: np.ndarray) -> Optional[np.ndarray]:
-        """What ``rank`` must find at receive indices ``idx``, or None when it receives nothing."""
-        return None
+    def received(self, n: int, rank: int, roles: Roles, elements: int, recv_len: int) -> tuple:
+        """What ``rank`` must find in the ``recv_len`` elements of its receive buffer after a call
+        of ``elements`` in all: parts (``check.Part``), each a run of one rank's values or of the
+        reduction; empty where it receives nothing."""
+        return ()
 
     def buffer_call(self, c: BufferCall) -> Optional[Callable[[], Any]]:
         return None
@@ -314,13 +314,24 @@ class PointToPoint(Benchmark):
     self_paced = True
     min_ranks = 2
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
+    def received(self, n, rank, roles, elements, recv_len):
         """By default each rank of the pair receives what the other sent."""
         pair = roles.pair_of(rank)
         if pair is None:
-            return None
+            return ()
         a, b = pair
-        return pattern.value(b if rank == a else a, idx, n)
+        return (Part(0, recv_len, b if rank == a else a),)
+
+
+def from_every_rank(n: int, chunk: int, offset: int = 0) -> tuple:
+    """Parts of ``chunk`` elements, one from each rank in rank order, each its values from index
+    ``offset`` on (what allgather and gather receive; alltoall, from each its piece)."""
+    return tuple(Part(r * chunk, chunk, r, offset) for r in range(n))
+
+
+def reduction(recv_len: int, offset: int = 0) -> tuple:
+    """The whole receive buffer holds the reduction over every rank, from index ``offset`` on."""
+    return (Part(0, recv_len, REDUCED, offset),)
 
 
 def ring_factor(n: int) -> float:

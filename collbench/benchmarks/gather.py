@@ -2,8 +2,7 @@
 
 from functools import partial
 
-from collbench.benchmarks.allgather import BENCHMARK as ALLGATHER
-from collbench.benchmarks.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, from_every_rank, ring_factor
 
 
 class Gather(Collective):
@@ -17,8 +16,8 @@ class Gather(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
-        return ALLGATHER.expected(pattern, n, rank, roles, elements, idx) if rank == roles.root else None
+    def received(self, n, rank, roles, elements, recv_len):
+        return from_every_rank(n, elements // n) if rank == roles.root else ()
 
     def buffer_call(self, c):
         return partial(c.comm.Gather, c.send, c.recv, c.root)

@@ -2,7 +2,7 @@
 
 from functools import partial
 
-from collbench.benchmarks.base import Collective
+from collbench.benchmarks.base import Collective, reduction
 
 
 class Reduce(Collective):
@@ -11,8 +11,8 @@ class Reduce(Collective):
     rooted = True
     memory_factors = {"buffer": (1.45, 1.95), "object": (2.65, 2.65), "tensor": (1.25, 1.25)}
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
-        return pattern.reduced(idx, n) if rank == roles.root else None
+    def received(self, n, rank, roles, elements, recv_len):
+        return reduction(recv_len) if rank == roles.root else ()
 
     def buffer_call(self, c):
         return partial(c.comm.Reduce, c.send, c.recv, c.op, c.root)

@@ -3,7 +3,7 @@
 from functools import partial
 from functools import reduce as fold
 
-from collbench.benchmarks.base import Collective, ring_factor
+from collbench.benchmarks.base import Collective, reduction, ring_factor
 
 
 class ReduceScatter(Collective):
@@ -16,8 +16,8 @@ class ReduceScatter(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
-        return pattern.reduced(rank * (elements // n) + idx, n)
+    def received(self, n, rank, roles, elements, recv_len):
+        return reduction(recv_len, rank * (elements // n))
 
     def buffer_call(self, c):
         return partial(c.comm.Reduce_scatter_block, c.send, c.recv, c.op)

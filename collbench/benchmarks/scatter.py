@@ -3,6 +3,7 @@
 from functools import partial
 
 from collbench.benchmarks.base import Collective, ring_factor
+from collbench.benchmarks.check import Part
 
 
 class Scatter(Collective):
@@ -15,8 +16,8 @@ class Scatter(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
-    def expected(self, pattern, n, rank, roles, elements, idx):
-        return pattern.value(roles.root, rank * (elements // n) + idx, n)
+    def received(self, n, rank, roles, elements, recv_len):
+        return (Part(0, recv_len, roles.root, rank * (elements // n)),)
 
     def buffer_call(self, c):
         return partial(c.comm.Scatter, c.send, c.recv, c.root)

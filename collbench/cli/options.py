@@ -10,9 +10,9 @@ from __future__ import annotations
 import click
 
 from collbench.cli import params
+from collbench.measure import timings
 from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
-TIMINGS = ("latency", "throughput", "both")
 #: --window: beyond this many requests in flight, MPI libraries and gloo queue them anyway
 MAX_WINDOW = 4096
 FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
@@ -98,8 +98,10 @@ _OPTIONS = (
         "--shuffle/--no-shuffle", default=True, show_default=True,
         help="Shuffle the order of collectives, backends and sizes within each round.")),
     ("timing", click.option(
-        "--timing", type=click.Choice(TIMINGS), default="latency", show_default=True,
-        help="latency: barrier + one call; throughput: back-to-back calls; both.")),
+        "--timing", type=params.Choices(timings.CHOICES), default="latency", show_default=True,
+        help="latency: barrier + one call; throughput: back-to-back calls; graph: calls replayed from a CUDA "
+             "graph; device: one call on the GPU's clock (graph, device: nccl); a comma list, both = "
+             "latency,throughput.")),
     ("check", click.option(
         "--check/--no-check", default=True, show_default=True,
         help="Verify every size's result once, outside the timed region.")),

@@ -1,6 +1,7 @@
 """Taking numbers and summarising them.
 
-``harness`` (the timed loop of one size), ``stats`` (one round's samples: median and its CI),
+``harness`` (the timed loop of one size), ``timings`` (what a sample is: latency, throughput,
+graph, device), ``stats`` (one round's samples: median and its CI),
 ``runstats`` and ``distributions`` (statistics over rounds: geometric mean, t interval, drift),
 ``sizes`` (parsing and printing sizes), ``memory`` (what fits).
 

@@ -2,6 +2,11 @@
 stop rule and cross-rank reduction, for every kind of benchmark. It talks to backends only
 through ``Bound`` and ``Control``; statistics come from ``collbench.measure.stats``.
 
+The timing (``collbench.measure.timings``) decides what a sample is: one call timed on the host
+(latency), k back-to-back calls (throughput), a replay of k calls captured in a CUDA graph
+(graph), or one call timed by the device's own events with its stream held until the call is
+queued (device); the device timings ask the buffers' device for its clock and its graphs.
+
 What a benchmark declares (``collbench.benchmarks.base``) decides the loop's shape: a barrier
 before each sample, or none where the exchange paces its pair itself; which ranks' clocks make
 a sample (the maximum over them); what one call's time is divided by; how many measurements
@@ -22,8 +27,8 @@ import numpy as np
 
 from collbench.backends.base import Bound, Control
 from collbench.benchmarks.base import Benchmark, Roles
-from collbench.benchmarks.datatypes import CheckPattern
 from collbench.measure.stats import relative_ci_halfwidth
+from collbench.measure.timings import TIMINGS
 
 timer = time.perf_counter
 TIMER_NAME = "time.perf_counter"
@@ -44,13 +49,20 @@ def timer_resolution() -> float:
 #: A throughput sample is this many back-to-back calls' worth of time (at most MAX_BATCH calls).
 THROUGHPUT_SAMPLE_S = 1e-3
 MAX_BATCH = 1000
+#: A CUDA graph captures at most this many calls (nccl-tests' -G takes 1 to a few tens).
+MAX_GRAPH_CALLS = 100
 MAX_SAMPLES = 1_000_000
-CHECK_CHUNK = 1 << 22
+#: device timing: the stream is held at least this long, and this many times the longest time a
+#: rank took to queue the events and the call during warm-up; a sample whose hold ended before
+#: its call was queued is not counted, and the hold doubles, up to MAX_HOLD_S.
+MIN_HOLD_S = 50e-6
+HOLD_MARGIN = 4.0
+MAX_HOLD_S = 0.05
 
 
 @dataclass(frozen=True)
 class TimingSettings:
-    mode: str = "latency"            # "latency" or "throughput"
+    mode: str = "latency"            # a name of ``timings.TIMINGS``
     iters: Optional[int] = None      # fixed iteration count; None = adaptive
     warmup: int = 5
     min_iters: int = 10
@@ -69,6 +81,8 @@ class Measurement:
     iterations: int
     calls_per_sample: int
     precision_reached: tuple
+    #: device timing: samples not counted because a rank's hold ended before its call was queued
+    unheld: int = 0
 
 
 def _latency_loop(run: Callable, barrier: Callable, n: int, out: list) -> None:
@@ -94,6 +108,47 @@ def _throughput_loop(run: Callable, sync: Callable, barrier: Callable, n: int, k
         append((clock() - t0) / k)
 
 
+def _graph_loop(replay: Callable, clock, barrier: Callable, n: int, k: int, out: list) -> None:
+    """Samples of one replay of a graph of k calls, timed by the device's events, / k."""
+    append = out.append
+    for _ in range(n):
+        barrier()
+        clock.begin()
+        replay()
+        clock.end()
+        append(clock.seconds() / k)
+
+
+def _held_loop(run: Callable, clock, barrier: Callable, n: int, out: list) -> None:
+    """Samples of one call timed by the device's events, the stream held while the host queues the
+    start event, the call and the stop event; a sample whose hold ended first is ``inf`` (the
+    dispatch may lie inside it): the maximum over ranks keeps it so, and rank 0 drops it."""
+    append = out.append
+    for _ in range(n):
+        barrier()
+        clock.hold()
+        clock.begin()
+        run()
+        held = clock.end()
+        seconds = clock.seconds()
+        append(seconds if held else math.inf)
+
+
+def _queue_time(run: Callable, clock, barrier: Callable, n: int) -> float:
+    """The longest the host took, over ``n`` calls, to queue a start event, the call and a stop
+    event (no hold): what a hold must outlast."""
+    longest = 0.0
+    for _ in range(max(n, 1)):
+        barrier()
+        t0 = timer()
+        clock.begin()
+        run()
+        clock.end()
+        longest = max(longest, timer() - t0)
+        clock.seconds()
+    return longest
+
+
 def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: float) -> int:
     """How many more iterations to run before deciding again."""
     needed = n * (rel / precision) ** 2 if math.isfinite(rel) else 2 * n
@@ -114,29 +169,13 @@ def _nothing() -> None:
 IDLE = Bound(run=_nothing, run_blocking=_nothing, checked=lambda: None)
 
 
-def count_wrong(bound: Bound, coll: Benchmark, pattern: CheckPattern, n: int, rank: int, roles: Roles,
-                elements: int, recv_len: int) -> int:
-    """Run the call once outside any timed region and count wrong elements on this rank."""
-    got = bound.checked()
-    first = coll.expected(pattern, n, rank, roles, elements, np.arange(min(1, recv_len)))
-    if got is None or first is None:
-        return 0
-    got = np.asarray(got).reshape(-1)
-    if len(got) != recv_len:
-        return recv_len
-    wrong = 0
-    for start in range(0, recv_len, CHECK_CHUNK):
-        idx = np.arange(start, min(recv_len, start + CHECK_CHUNK))
-        want = coll.expected(pattern, n, rank, roles, elements, idx).astype(got.dtype)
-        wrong += pattern.wrong(got[start:start + len(idx)], want, n)
-    return wrong
-
-
 def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, sync: Callable,
-            control: Control, settings: TimingSettings) -> Measurement:
-    """Warm up, then time iterations until the stop rule (decided on rank 0) says enough."""
+            control: Control, settings: TimingSettings, device=None, called: bool = False) -> Measurement:
+    """Warm up, then time iterations until the stop rule (decided on rank 0) says enough.
+    ``device``: where the buffers live, whose clock and graphs the device timings use; ``called``:
+    the check has just made the call once on these buffers, which stands for the first call."""
     is_rank0 = control.rank == 0
-    throughput = settings.mode == "throughput"
+    timing = TIMINGS[settings.mode]
     taking_part = bench.takes_part(control.rank, roles)
     timed = bench.timed_on(control.rank, roles)
     groups, group = bench.groups(roles), bench.group_of(control.rank, roles)
@@ -145,39 +184,47 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     # would put the barrier's exit skew into every sample; ranks outside the pair wait
     pace = _nothing if bench.self_paced else barrier
 
-    t0 = timer()
-    bound.run_blocking()                      # first call: connection and algorithm setup
-    first_call = timer() - t0
+    first_call = 0.0
+    if not called or not settings.warmup:
+        t0 = timer()
+        bound.run_blocking()                  # first call: connection and algorithm setup
+        first_call = timer() - t0
     warm: list = []
     _latency_loop(bound.run_blocking, pace, settings.warmup, warm)
     estimate = float(np.median(warm)) if warm else first_call
     k = 1
-    if throughput:          # the slowest rank's estimate: an idle rank's says nothing
+    if timing.batched:      # the slowest rank's estimate: an idle rank's says nothing
+        most = MAX_GRAPH_CALLS if timing.on_device else MAX_BATCH
         longest = control.reduce_max(np.asarray([estimate if timed else 0.0]))
-        k = control.bcast(max(1, min(MAX_BATCH, int(THROUGHPUT_SAMPLE_S / max(float(longest[0]), 1e-9))))
+        k = control.bcast(max(1, min(most, int(THROUGHPUT_SAMPLE_S / max(float(longest[0]), 1e-9))))
                           if is_rank0 else None)
+    holds = timing.name == "device"           # every rank then takes part in the hold's messages
+    sample, held = _sampler(timing.name, bound, pace, sync, k, device, control, settings.warmup, taking_part)
 
     mine: list = []
     maxima: list = [[] for _ in range(groups)]
     batch = settings.iters if settings.iters else settings.min_iters
     reached = [False] * groups
+    unheld = 0
     start = timer()
     while True:
         if bench.self_paced:        # untimed: brings the pair back into step after the stop rule's messages
             bound.run_blocking()
         before = len(mine)
-        if throughput:
-            _throughput_loop(bound.run, sync, pace, batch, k, mine)
-        else:
-            _latency_loop(bound.run_blocking, pace, batch, mine)
+        sample(batch, mine)
         here = np.zeros((groups, len(mine) - before))     # a rank writes its own group's row
         if timed:
             here[group] = np.asarray(mine[before:], dtype=np.float64) / per_call
         top = control.reduce_max(here.ravel())
+        lengthen = False
         if is_rank0:
-            for g, row in enumerate(np.asarray(top).reshape(groups, -1)):
-                maxima[g].extend(row.tolist())
-        if settings.iters:
+            top = np.asarray(top).reshape(groups, -1)
+            dropped = int((~np.isfinite(top)).any(axis=0).sum())   # a sample some rank's hold did not cover
+            unheld += dropped
+            lengthen = dropped > 0
+            for g, row in enumerate(top):
+                maxima[g].extend(row[np.isfinite(row)].tolist())
+        if settings.iters and not holds:
             break
         decision = None
         if is_rank0:
@@ -185,16 +232,55 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             reached = [r <= settings.precision for r in rel]
             elapsed = timer() - start
             count = len(maxima[0])
-            done = count >= settings.min_iters and (
-                all(reached) or elapsed >= settings.max_time or count >= MAX_SAMPLES)
-            decision = 0 if done else _next_batch(count, max(rel), settings.precision, elapsed, settings.max_time)
-        batch = control.bcast(decision)
+            if settings.iters:         # device timing: the samples a hold did not cover, again
+                decision = max(0, settings.iters - count)
+            else:
+                done = count >= settings.min_iters and (
+                    all(reached) or elapsed >= settings.max_time or count >= MAX_SAMPLES)
+                decision = 0 if done else _next_batch(count, max(rel), settings.precision, elapsed,
+                                                      settings.max_time)
+            if holds:
+                decision = (decision, lengthen)
+        decision = control.bcast(decision)
+        if holds:
+            decision, lengthen = decision
+            if lengthen and held is not None:
+                held.lengthen()
+        batch = decision
         if not batch:
             break
 
-    mean_here = float(np.mean(mine)) / per_call * 1e6 if mine and taking_part else math.nan
+    done_here = [x for x in mine if math.isfinite(x)]
+    mean_here = float(np.mean(done_here)) / per_call * 1e6 if done_here and taking_part else math.nan
     rank_means = control.gather(mean_here)
     samples = [np.asarray(m, dtype=np.float64) * 1e6 for m in maxima] if is_rank0 else []
     if settings.iters and is_rank0:
         reached = [relative_ci_halfwidth(m) <= settings.precision for m in samples]
-    return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached))
+    if held is not None:
+        held.close()
+    return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached), unheld)
+
+
+def _sampler(mode: str, bound: Bound, pace: Callable, sync: Callable, k: int, device, control: Control,
+             warmup: int, taking_part: bool) -> tuple:
+    """(sample(n, out): n samples of ``mode`` appended to ``out``, the device clock that holds the
+    stream for device timing, else None). A rank outside a pair times nothing: it only waits."""
+    idle = (lambda n, out: _latency_loop(bound.run_blocking, pace, n, out)), None
+    if mode == "latency" or (not taking_part and mode != "device"):
+        return idle
+    if mode == "throughput":
+        return (lambda n, out: _throughput_loop(bound.run, sync, pace, n, k, out)), None
+    clock = device.clock() if taking_part else None
+    if mode == "graph":
+        replay = device.capture(bound.run, k)
+        return (lambda n, out: _graph_loop(replay, clock, pace, n, k, out)), None
+    # device: every rank holds its stream equally long, or the collective would wait inside the
+    # interval for the rank whose hold ends last
+    queued = _queue_time(bound.run, clock, pace, warmup) if taking_part else 0.0
+    longest = control.reduce_max(np.asarray([queued]))
+    hold = control.bcast(min(MAX_HOLD_S, max(MIN_HOLD_S, HOLD_MARGIN * float(longest[0])))
+                         if control.rank == 0 else None)
+    if not taking_part:
+        return idle
+    clock.hold_for(hold, MAX_HOLD_S)
+    return (lambda n, out: _held_loop(bound.run, clock, pace, n, out)), clock

@@ -55,7 +55,8 @@ class Row:
     per_rank_bytes: int = column("each rank's share: size_bytes for allreduce/bcast/reduce, else size_bytes / n",
                                  identity=True)
     count: int = column("elements in size_bytes", identity=True)
-    timing: str = column("latency or throughput", identity=True, matched=True)
+    timing: str = column("how a sample was timed: latency, throughput, graph or device (docs/methodology.md)",
+                         identity=True, matched=True)
     pair: str = column("the two ranks of a point-to-point benchmark between a pair, as A-B (A starts each "
                        "exchange and is timed); empty where every rank takes part", identity=True, matched=True,
                        older="", since=4, said=lambda r: f"pair {r['pair']}" if r["pair"] else "")
@@ -211,7 +212,7 @@ class RoundData:
     time_us_ci_high: float = column("upper end of its within-round 95% CI", wide=True)
     precision_reached: bool = column("its CI reached --precision before its share of --max-time ran out")
     check: str = column("ok, wrong:N or skipped")
-    calls_per_sample: int = column("calls timed together in one sample (throughput mode: k)", default=1)
+    calls_per_sample: int = column("calls timed together in one sample (throughput and graph: k)", default=1)
     samples_us: Optional[tuple] = column("per iteration: max over the timed ranks (latency) or loop / k; per message",
                                          default=None)
     rank_means_us: Optional[tuple] = column("each rank's mean time", default=None)

@@ -288,6 +288,53 @@ def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = li
         backends = list(dict.fromkeys(backend_label(r) for r in group))
         title = _title(group, root)
         tables.append(_single(title, group) if len(backends) == 1 else _multi(title, group, backends))
+    return tables + timing_tables(rows)
+
+
+#: The eager timings, and the device's own, in the order an overhead prefers them: back-to-back
+#: calls against the same calls replayed from a graph, else one call against one call.
+EAGER, OWN = ("throughput", "latency"), ("graph", "device")
+
+
+def timing_tables(rows: list) -> list:
+    """Per collective and setup measured both ways, the timings side by side with what a call
+    costs beyond the library's own time on the device: eager (throughput, else latency) less own
+    (graph, else device), what the framework adds per call. A split's rows: the slowest group's."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r.collective, r.dtype, r.op, r.world_size, *setup_words(r), backend_label(r)), []).append(r)
+    tables = []
+    for group in groups.values():
+        timings = [t for t in (*EAGER[::-1], *OWN) if any(r.timing == t for r in group)]
+        eager = next((t for t in EAGER if t in timings), None)
+        own = next((t for t in OWN if t in timings), None)
+        if eager is None or own is None:
+            continue
+        by = {(r.timing, r.size_bytes): r for t in timings
+              for r in _slowest_groups([r for r in group if r.timing == t])[0]}
+        sizes = sorted({size for _, size in by})
+
+        def p50(timing):
+            return lambda size: _p50(by[timing, size]) if (timing, size) in by else "-"
+
+        def beyond(size, share=False):
+            a, b = by.get((eager, size)), by.get((own, size))
+            if a is None or b is None or not (math.isfinite(a.time_us_p50) and math.isfinite(b.time_us_p50)):
+                return "-"
+            extra = a.time_us_p50 - b.time_us_p50
+            return f"{extra / a.time_us_p50:.0%}" if share else format_us(extra)
+
+        first = group[0]
+        columns = [("size", 0, lambda size: format_size(size) if size else "-")]
+        columns += [(f"{t} µs", 0, p50(t)) for t in timings]
+        columns += [("overhead µs", 0, beyond), ("of eager", 1, lambda size: beyond(size, True))]
+        data = f"{first.dtype}{'' if first.op == 'none' else ' ' + first.op}"
+        title = " · ".join([first.collective, data, rank_count_text(first.world_size), *setup_words(first),
+                            backend_label(first), "timings side by side"])
+        note = (f"overhead: {eager} less {own}, what a call costs beyond the library's own time on the device "
+                f"({'the same calls replayed from a CUDA graph' if own == 'graph' else 'one call on the GPU clock'}); "
+                "docs/methodology.md says what each timing includes")
+        tables.append(_columns(columns, sizes, title, (note,)))
     return tables
 
 

@@ -20,6 +20,7 @@ from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of, op_refusal
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
+from collbench.measure import timings
 from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
 from collbench.results.files import check_output_settings, claim
@@ -37,8 +38,23 @@ def default_nprocs(backends: list) -> int:
     return min(asked) if asked else max(2, min(os.cpu_count() or 1, 4))
 
 
-def _timing_modes(choice: str) -> tuple:
-    return ("latency", "throughput") if choice == "both" else (choice,)
+def _untimed(modes: tuple, setups: list) -> tuple[frozenset, list]:
+    """The (backend setup's key, timing) pairs a setup cannot time (a device timing on a backend
+    whose calls are not queued on a GPU stream), with a note each; a timing none of the run's
+    setups takes is refused."""
+    pairs, notes = set(), []
+    for mode in modes:
+        cannot = [s.key for s in setups if mode not in backend_class(s.name).timings]
+        if not cannot:
+            continue
+        why = (f"--timing {mode} times calls queued on a GPU stream with CUDA events and graphs "
+               f"({timings.TIMINGS[mode].summary})" if timings.on_device(mode) else f"--timing {mode}")
+        if len(cannot) == len(setups):
+            takers = [b for b in BUILTIN_NAMES if mode in backend_class(b).timings]
+            raise UsageError(f"{why}: {', '.join(cannot)} cannot; use {' or '.join(takers) or 'another timing'}")
+        pairs.update((key, mode) for key in cannot)
+        notes.append(f"{why}: {', '.join(cannot)} cannot; skipped there")
+    return frozenset(pairs), notes
 
 
 def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list]:
@@ -147,6 +163,9 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     backends = list(dict.fromkeys(setup.name for setup in setups))
     unsupported, more = _unsupported(collectives, setups, opts)
     notes += more
+    modes = timings.timing_modes(_choices(opts["timing"]))
+    untimed, more = _untimed(modes, setups)
+    notes += more
     if opts["output"] and opts["no_save"]:
         raise UsageError("--output and --no-save contradict each other; give one")
     if opts["iters"] is not None and opts["min_iters"] > opts["iters"] and "--min-iters" in argv:
@@ -160,7 +179,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         check_output_settings(output)
     split = Split.of(opts.get("split"), opts.get("split_mask"))
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
-                dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=_timing_modes(opts["timing"]),
+                dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=modes, untimed=untimed,
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split)

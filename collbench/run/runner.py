@@ -32,7 +32,7 @@ from collbench.results.files import OutputFailed, check_output_settings
 from collbench.results.output import NullOutput, Output, OutputSettings
 from collbench.run.groups import Split
 from collbench.run.pairing import Pairing
-from collbench.run.sweep import Sweep
+from collbench.run.sweep import PHASES, Sweep
 
 #: Start-up (imports, MPI initialisation, torch rendezvous) may take longer than a short
 #: --timeout meant for one size; it gets at least this many seconds.
@@ -53,7 +53,8 @@ class Plan:
     op: str = "sum"
     roles: Roles = Roles()        # the root, the pair, the window
     pairing: Optional[Pairing] = None     # collbench pairs: which pairs, how many at once
-    timing_modes: tuple = ("latency",)            # latency, throughput or both, in that order
+    timing_modes: tuple = ("latency",)            # of ``timings.TIMINGS``, in its order
+    untimed: frozenset = frozenset()      # (backend setup's key, timing) pairs that setup cannot time
     timing_settings: harness.TimingSettings = harness.TimingSettings()
     check: bool = True
     output: OutputSettings = OutputSettings()
@@ -150,13 +151,15 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
 #: collectives called, their buffers, their order and how long they run
-_AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes",
+_AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes", "untimed",
            "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split")
 
 
 def plan_fingerprint(plan: Plan) -> dict:
     """The plan as every rank must share it, in words (``plan_disagreement`` compares them)."""
     def said(value) -> str:
+        if isinstance(value, (set, frozenset)):      # in an order every process agrees on
+            return ",".join(sorted(map(said, value)))
         if isinstance(value, (tuple, list)):
             return ",".join(map(said, value))
         if isinstance(value, Setup):      # as its rows are labelled, with how its torch ranks meet
@@ -325,16 +328,18 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
            settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float) -> None:
     """Measure round ``number``: fresh communicators (after the first round of this process),
     the round's order from rank 0, and the CPU the host spent on others meanwhile."""
+    wall = time.monotonic()
+    sweep.spent.clear()
     if not first:
         where = f"new communicators for round {number}"
         supervise.set_position(where)
         sweep.watchdog.arm(setup_limit, where)
-        for backend in backends.values():
-            backend.renew()
+        with sweep.phase("setup"):
+            for backend in backends.values():
+                backend.renew()
     is_rank0 = control.rank == 0
     order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle) if is_rank0 else None)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    wall = time.monotonic()
     meter = rounds.CpuMeter()
     control.barrier()
     meter.start()
@@ -345,7 +350,8 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
         turn = rounds.ab_turn()
         out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
                         "rank0_pid": os.getpid(),
-                        "seconds": round(time.monotonic() - wall, 3), "rank_hosts": hosts,
+                        "seconds": round(time.monotonic() - wall, 3),
+                        "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES}, "rank_hosts": hosts,
                         "load": rounds.round_load(reports, hosts),
                         **({"ab_turn": turn} if turn is not None else {}),
                         "order": [{"collective": b.collective, "backend": b.backend,

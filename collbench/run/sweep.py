@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from collections import Counter
 from dataclasses import dataclass
-
-import numpy as np
 
 from collbench.measure import harness
 from collbench.measure import memory
@@ -22,10 +22,10 @@ from collbench.errors import SharedUsageError
 from collbench.results.records import RowIdentity
 from collbench.benchmarks.base import Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.benchmarks.datatypes import NO_OP, CheckPattern, element_of, pattern
+from collbench.benchmarks import check
+from collbench.benchmarks.check import Tables, pattern
+from collbench.benchmarks.datatypes import NO_OP, element_of
 from collbench.measure.sizes import format_size
-
-FILL_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,26 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, li
     return points, [f"{coll.name}: {named} {'is' if len(small) == 1 else 'are'} {why}; skipped"]
 
 
-def _fill(backend, buffers, pattern: CheckPattern, rank: int, n: int, send_len: int, dtype) -> None:
-    for start in range(0, send_len, FILL_CHUNK):
-        k = np.arange(start, min(send_len, start + FILL_CHUNK))
-        backend.fill(buffers, start=start, values=np.asarray(pattern.value(rank, k, n)).astype(dtype.host))
+#: What a round's wall time goes to, as its record says (``Sweep.spent``): the timed calls with
+#: their warm-up and stop rule, writing the check pattern and checking results, and set-up
+#: (communicators, buffers, the memory guard's questions). The rest is output and the barriers
+#: between blocks; a self-launched run's launches lie outside its rounds.
+PHASES = ("timed", "check", "setup")
+
+
+class _Phase:
+    """Adds the time spent inside a ``with`` to ``spent[name]``."""
+
+    __slots__ = ("spent", "name", "start")
+
+    def __init__(self, spent: Counter, name: str) -> None:
+        self.spent, self.name = spent, name
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        self.spent[self.name] += time.perf_counter() - self.start
 
 
 class Sweep:
@@ -91,6 +107,8 @@ class Sweep:
         self.group_size = len(groups[0]) if groups else control.size
         self.group_rank = groups[plan.roles.group_index(control.rank)].index(control.rank) if groups else control.rank
         self.failures: list = []
+        #: seconds of this round's wall time by what they went to (``PHASES``), on this rank
+        self.spent: Counter = Counter()
         self.out = None
         self.total_rounds = 1
         self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
@@ -118,9 +136,11 @@ class Sweep:
         if device_free is not None:           # one device per rank: the fullest device decides for all
             gathered = self.control.gather(device_free)
             room = self.control.bcast(memory.headroom(min(gathered)) if gathered else None)
-            over = [p for p in points if (p.send_len + p.recv_len) * itemsize > room]
+            # the buffers, and what the check holds there beside them (check.WORK_BYTES)
+            over = [p for p in points if (p.send_len + p.recv_len) * itemsize + check.WORK_BYTES > room]
             self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: needs about "
-                           f"{(p.send_len + p.recv_len) * itemsize / memory.GiB:.2f} GiB on each device, more than "
+                           f"{((p.send_len + p.recv_len) * itemsize + check.WORK_BYTES) / memory.GiB:.2f} GiB on "
+                           "each device, more than "
                            f"the {room / memory.GiB:.2f} GiB free on the fullest; skipped, as it would run out of "
                            "device memory" for p in over]
             return [p for p in points if p not in over]
@@ -179,10 +199,18 @@ class Sweep:
             self.out.note(note)
         return note is None
 
+    def phase(self, name: str) -> _Phase:
+        """``with sweep.phase("check"):`` counts the block's time as that phase's (``PHASES``)."""
+        return _Phase(self.spent, name)
+
     @property
     def steps(self) -> int:
         """Measurements in one round."""
-        return sum(len(p) for p in self.points.values()) * len(self.plan.timing_modes) * len(self.layouts)
+        return sum(len(points) * len(self.timings_of(b)) for (_, b), points in self.points.items()) * len(self.layouts)
+
+    def timings_of(self, backend: str) -> list:
+        """The timings the plan measures on ``backend`` (a setup's key): those it can time."""
+        return [t for t in self.plan.timing_modes if (backend, t) not in self.plan.untimed]
 
     def blocks(self) -> list:
         """(collective, backend, layout, number of sizes) in plan order: what ``rounds.order``
@@ -227,28 +255,34 @@ class Sweep:
         world, rank = control.size, control.rank
         n, mine = self.group_size, self.group_rank           # this rank in the group it measures in
         op_name = plan.op if coll.reduces else NO_OP
-        check_pattern, element = pattern(op_name, plan.dtype), self._element(coll)
+        element = self._element(coll)
+        tables = Tables(pattern(op_name, plan.dtype), n, element, backend.device)
         where = f"allocation for {coll.name} on {backend_name}"
         supervise.set_position(where)
         self.watchdog.arm(plan.timeout, where)
         # sizes ascend; the order of measuring them is ``indices``. Buffers are allocated at the
         # largest size that still fits now.
         kept = len(points)
-        while kept and not self._still_fits(coll, backend_name, backend, points[kept - 1], roles, round_number):
-            kept -= 1
+        with self.phase("setup"):
+            while kept and not self._still_fits(coll, backend_name, backend, points[kept - 1], roles, round_number):
+                kept -= 1
         if not kept:
             return
         top = points[kept - 1]
         buffers = None                    # a rank outside the pair holds none
         if coll.takes_part(rank, roles):
-            buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=element,
-                                       in_place=coll.in_place)
-            _fill(backend, buffers, check_pattern, mine, n, top.send_len, element)
+            with self.phase("setup"):
+                buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=element,
+                                           in_place=coll.in_place)
+            with self.phase("check"):
+                backend.fill(buffers, tables=tables, rank=mine, length=top.send_len)
         allocated = (top.send_len + top.recv_len) * element.itemsize
         for index in indices:
             point = points[index]
-            if index >= kept or (index < kept - 1 and not self._still_fits(
-                    coll, backend_name, backend, point, roles, round_number, allocated)):
+            with self.phase("setup"):
+                fits = index < kept and (index == kept - 1 or self._still_fits(
+                    coll, backend_name, backend, point, roles, round_number, allocated))
+            if not fits:
                 continue
             where = f"{coll.name} on {backend_name}"
             if point.size_bytes:
@@ -262,20 +296,27 @@ class Sweep:
             wrong = [0] * coll.groups(roles)
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
-                wrong_here = harness.count_wrong(bound, coll, check_pattern, n, mine, roles, point.elements,
-                                                 point.recv_len)
-                by_rank = control.bcast(control.gather(wrong_here))
+                with self.phase("check"):
+                    wrong_here = tables.count_wrong(bound.checked(), coll.received(n, mine, roles, point.elements,
+                                                                                    point.recv_len), point.recv_len)
+                    by_rank = control.bcast(control.gather(wrong_here))
                 for r, g in enumerate(groups):
                     if g is not None:
                         wrong[g] += by_rank[r]
                 if sum(wrong):
                     self.failures.append(f"{where}: {sum(wrong)} wrong elements"
                                          + (f" (round {round_number})" if self.total_rounds > 1 else ""))
-            for timing in plan.timing_modes:
-                m = harness.measure(bound, bench=coll, roles=roles, barrier=backend.barrier, sync=backend.synchronize,
-                                    control=control, settings=dataclasses.replace(settings, mode=timing))
+            for i, timing in enumerate(self.timings_of(backend_name)):
+                with self.phase("timed"):   # the check's call stands for the first call of the first timing
+                    m = harness.measure(bound, bench=coll, roles=roles, barrier=backend.barrier,
+                                        sync=backend.synchronize, control=control,
+                                        settings=dataclasses.replace(settings, mode=timing), device=backend.device,
+                                        called=checked and i == 0)
                 if rank != 0:
                     continue
+                if m.unheld:
+                    self.out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the "
+                                  "stream ended before their call was queued; the hold was lengthened")
                 means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
                 for g, samples in enumerate(m.samples_us):
                     check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
@@ -291,4 +332,5 @@ class Sweep:
                                             check=check, calls_per_sample=m.calls_per_sample))
         bound = None                      # nothing calls into the buffers any more
         if buffers is not None:           # before the next block allocates its own
-            backend.release(buffers)
+            with self.phase("setup"):
+                backend.release(buffers)

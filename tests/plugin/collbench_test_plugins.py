@@ -31,6 +31,7 @@ from collbench.backends.base import Backend, Bound
 from collbench.backends.gloo import GlooBackend
 from collbench.backends.mpi import MpiBackend
 from collbench.backends.mpi_pickle import MpiPickleBackend
+from collbench.backends.nccl import NcclBackend
 
 
 class PlainMpi(MpiBackend):
@@ -80,12 +81,11 @@ class Faulty:
         self._itemsize = dtype.itemsize
         return super().allocate(send_len=send_len, recv_len=recv_len, dtype=dtype, in_place=in_place)
 
-    def fill(self, buffers, *, start, values):
+    def fill(self, buffers, *, tables, rank, length):
+        super().fill(buffers, tables=tables, rank=rank, length=length)
         corrupt = os.environ.get("FAULTY_CORRUPT")
-        if corrupt and int(corrupt) == self.rank and start == 0:
-            values = values.copy()
-            values[:3] += 1
-        super().fill(buffers, start=start, values=values)
+        if corrupt and int(corrupt) == self.rank:
+            buffers.send[:3] += 1
 
     def renew(self) -> None:
         _hog(self.rank, "renew")
@@ -121,6 +121,10 @@ class FaultyMpiPickle(Faulty, MpiPickleBackend):
 
 class FaultyGloo(Faulty, GlooBackend):
     name = "faulty-gloo"
+
+
+class FaultyNccl(Faulty, NcclBackend):
+    name = "faulty-nccl"
 
 
 class NotABackend:

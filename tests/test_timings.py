@@ -1,0 +1,154 @@
+"""--timing as a list: latency, throughput, graph and device, side by side. The device timings
+need a GPU: here, their refusal on backends that cannot time on one, and the loop's structure
+with a stand-in for the GPU's clock (the real one runs in tests/test_torch_backends.py where a
+CUDA device is visible)."""
+
+import numpy as np
+import pytest
+
+from collbench.backends.base import Bound, Control
+from collbench.benchmarks.base import Roles
+from collbench.benchmarks.registry import get_benchmark
+from collbench.errors import UsageError
+from collbench.measure import harness
+from collbench.measure.timings import timing_modes
+from conftest import cli, load_json
+
+
+def test_timing_lists_keep_one_order_and_both_is_latency_and_throughput():
+    assert timing_modes(("both",)) == ("latency", "throughput")
+    assert timing_modes(("device", "latency", "graph", "latency")) == ("latency", "graph", "device")
+    with pytest.raises(UsageError, match="unknown timing 'cold'"):
+        timing_modes(("cold",))
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--timing", "graph"], "mpi cannot"),
+    (["--timing", "latency,device", "--backend", "gloo,mpi"], "gloo, mpi cannot"),
+    (["--timing", "graph", "--backend", "mpi-pickle"], "mpi-pickle cannot"),
+])
+def test_device_timings_on_backends_without_a_gpu_stream_are_one_line_exit_2(run_dir, args, named):
+    proc = cli(["allreduce", "-n", "2", "--sizes", "1K", "--no-save", *args], run_dir)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert named in proc.stderr and "use nccl" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_timing_list_measures_each_side_by_side_and_rows_record_it(run_dir):
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--sizes", "8,1K", "--timing", "throughput,latency",
+                "--iters", "5", "--rounds", "1", "-q", "-o", "t.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    data = load_json(run_dir / "t.json")
+    assert [(r["size_bytes"], r["timing"]) for r in data["rows"]] == [
+        (8, "latency"), (8, "throughput"), (1024, "latency"), (1024, "throughput")]
+    assert data["metadata"]["settings"]["timings"] == ["latency", "throughput"]
+    assert all(r["check"] == "ok" for r in data["rows"])
+
+
+class OneRank(Control):
+    """The control channel of a job of one rank: what a rank alone would get from MPI."""
+
+    rank, size = 0, 1
+
+    def barrier(self):
+        pass
+
+    def bcast(self, obj, root=0):
+        return obj
+
+    def gather(self, obj, root=0):
+        return [obj]
+
+    def reduce_max(self, values, root=0):
+        return np.asarray(values, dtype=np.float64)
+
+
+class StandInClock:
+    """A device clock whose samples last ``seconds`` and whose first ``early`` holds end before
+    their call is queued, as a hold too short for the dispatch would."""
+
+    def __init__(self, seconds, early=0):
+        self.per_sample, self.early = seconds, early
+        self.begun = self.holds = 0
+        self.hold_s, self.lengthened, self.closed, self.held_now = 0.0, [], False, True
+
+    def begin(self):
+        self.begun += 1
+
+    def end(self):
+        return self.held_now
+
+    def seconds(self):
+        return self.per_sample
+
+    def hold_for(self, seconds, longest):
+        self.hold_s, self.longest = seconds, longest
+
+    def hold(self):
+        self.holds += 1
+        self.held_now = self.holds > self.early
+
+    def lengthen(self):
+        self.lengthened.append(self.hold_s)
+        self.hold_s = min(2 * self.hold_s, self.longest)
+
+    def close(self):
+        self.closed = True
+
+
+class StandInDevice:
+    def __init__(self, clock):
+        self._clock, self.captured, self.replays = clock, [], 0
+
+    def clock(self):
+        return self._clock
+
+    def capture(self, run, calls):
+        self.captured.append(calls)
+
+        def replay():
+            self.replays += 1
+            for _ in range(calls):
+                run()
+        return replay
+
+
+def _bound(counter):
+    def run():
+        counter.append(1)
+    return Bound(run=run, run_blocking=run, checked=lambda: None)
+
+
+SETTINGS = harness.TimingSettings(iters=12, warmup=2)
+
+
+def test_graph_timing_captures_k_calls_once_and_divides_each_replay_by_k():
+    calls, clock = [], StandInClock(seconds=2e-3)
+    device = StandInDevice(clock)
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+                        sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                            mode="graph", iters=12, warmup=2), device=device)
+    k = m.calls_per_sample
+    assert device.captured == [k] and 1 <= k <= harness.MAX_GRAPH_CALLS
+    assert device.replays == 12 and len(m.samples_us[0]) == 12
+    assert np.allclose(m.samples_us[0], 2e-3 / k * 1e6)      # one replay's events over k calls
+
+
+def test_device_timing_drops_samples_a_hold_did_not_cover_and_lengthens_the_hold():
+    calls, clock = [], StandInClock(seconds=5e-6, early=3)
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+                        sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                            mode="device", iters=12, warmup=2), device=StandInDevice(clock))
+    assert m.unheld == 3 and len(m.samples_us[0]) == 12         # the three are measured again
+    assert np.allclose(m.samples_us[0], 5.0)
+    assert clock.lengthened and clock.hold_s > clock.lengthened[0]
+    assert harness.MIN_HOLD_S <= clock.lengthened[0] <= harness.MAX_HOLD_S
+    assert clock.closed and clock.holds == 15
+
+
+def test_device_timing_with_the_stop_rule_counts_only_covered_samples():
+    calls, clock = [], StandInClock(seconds=5e-6, early=4)
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+                        sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                            mode="device", warmup=2, min_iters=10, max_time=0.2), device=StandInDevice(clock))
+    assert m.unheld == 4 and len(m.samples_us[0]) >= 10 and np.isfinite(m.samples_us[0]).all()
+    assert np.isfinite(m.rank_means_us[0])
