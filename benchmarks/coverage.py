@@ -1,7 +1,7 @@
 """Coverage of collbench's run-to-run confidence interval, by simulation.
 
 A row's run-to-run CI (``collbench.measure.runstats.summarize_rounds``) is a Student t interval on the
-logs of its per-round medians, moderated by the file's noise model (``measure.noise.spread_prior``:
+logs of its per-round medians, moderated by the file's noise model (``measure.noise.noise_model``:
 the trend of the rows' spreads against their time, per stratum); its target is the centre of the distribution a round's median
 is drawn from (exp of the mean log median: what many more launches would settle on). This
 script draws sweeps of rows from several models of launch-to-launch variation and counts how
@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.measure.noise import spread_prior  # noqa: E402
+from collbench.measure.noise import noise_model  # noqa: E402
 from collbench.measure.runstats import estimate_change, summarize_rounds, within_spread  # noqa: E402
 
 ROUNDS = (3, 5, 10)
@@ -76,7 +76,7 @@ def _covers(sweep_logs: np.ndarray, centres: np.ndarray) -> tuple:
     """(rows whose own-rounds CI covers its centre, rows whose moderated CI does) in one sweep
     (rows × rounds of log medians); the moderated CI is what collbench writes."""
     medians = np.exp(sweep_logs)
-    prior = spread_prior(medians)
+    prior = noise_model(medians)
     own = moderated = 0
     for row, centre in zip(medians, centres):
         s = summarize_rounds(row)

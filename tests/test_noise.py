@@ -17,7 +17,7 @@ from collbench.analysis.compare import compare_runs
 from collbench.analysis.compare_render import first_line, to_json, to_summary_markdown
 from collbench.analysis.report import gate_sensitivity, sensitivity_table
 from collbench.measure.noise import (MIN_ROWS_FOR_PRIOR, fit_trend, fit_trends, machine_state, moderated,
-                                    spread_prior)
+                                    noise_model)
 from collbench.results.aggregate import build_row, moderate_rows, round_data
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
@@ -68,7 +68,7 @@ def test_a_trend_keeps_stable_rows_narrow_and_noisy_rows_wide():
             covered += r.time_us_ci_low <= t <= r.time_us_ci_high
             total += 1
     assert covered / total > 0.95
-    model = spread_prior([r.time_us_round_p50s for r in rows])
+    model = noise_model([r.time_us_round_p50s for r in rows])
     trend = model.spread.pooled                             # the jitter is absolute: sd ~ 1 / time
     assert math.sqrt(trend.variance(20.0) / trend.variance(820.0)) > 10
 

@@ -261,12 +261,13 @@ def test_a_round_where_tasks_waited_for_a_cpu_is_busy_however_short():
 
 
 def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):
-    from collbench.measure.runstats import spread_prior, summarize_rounds
+    from collbench.measure.noise import noise_model
+    from collbench.measure.runstats import summarize_rounds
 
     proc = cli(["all", "-n", "2", "--sizes", "8,1K,64K", *QUICK, "--rounds", "3", "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_result(run_dir / "m.json").rows
-    prior = spread_prior(r.time_us_round_p50s for r in rows)
+    prior = noise_model(r.time_us_round_p50s for r in rows)
     assert prior is not None and len(rows) == 25 and prior.rows >= 22     # rows with two counted rounds
     for r in rows:
         pooled = summarize_rounds(r.time_us_round_p50s, prior=prior)

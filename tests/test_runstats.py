@@ -8,7 +8,7 @@ import pytest
 from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
 from collbench.measure.distributions import f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile, t_two_sided_p
 from collbench.measure import runstats
-from collbench.measure.noise import BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, spread_prior
+from collbench.measure.noise import BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, noise_model
 from collbench.measure.runstats import (detectable_change, estimate_change, drift_between_runs, rounds_needed,
                                        summarize_rounds, within_spread)
 from results_helpers import identity
@@ -104,7 +104,7 @@ def test_moderated_interval_covers_when_launches_fall_into_modes(rounds):
     for _ in range(60):
         sweep = [50.0 * np.exp(np.where(rng.random(rounds) < 0.25, slow, 0.0) + rng.normal(0, 0.02, rounds))
                  for _ in range(40)]
-        prior = spread_prior(sweep)
+        prior = noise_model(sweep)
         for medians in sweep:
             s, m = summarize_rounds(medians), summarize_rounds(medians, prior=prior)
             own += s.ci_low <= centre <= s.ci_high
@@ -220,16 +220,16 @@ def test_moderated_interval_pools_the_sweeps_spread_into_each_rows_own():
     assert beyond.disagree and beyond.ci_high >= summarize_rounds(noisy).ci_high
 
 
-def test_spread_prior_is_the_median_variance_of_rows_with_rounds():
+def test_a_flat_noise_model_is_the_median_variance_of_rows_with_rounds():
     rows = [[10.0 * math.exp(0.1 * k), 10.0] for k in range(1, MIN_ROWS_FOR_PRIOR + 1)] + [[5.0]]
-    prior = spread_prior(rows)
+    prior = noise_model(rows)
     variances = sorted(np.log(r).var(ddof=1) for r in rows if len(r) >= 2)
     assert prior.rows == MIN_ROWS_FOR_PRIOR and prior.df == PRIOR_DF
     # these rows spread more the longer they take, which no jitter does: the trend is flat, and the
     # prior of every row is the median variance, as a sweep-wide prior was
     assert prior.spread.pooled.shape == 0.0
     assert all(prior.noise(r).log_sd == pytest.approx(math.sqrt(np.median(variances))) for r in rows)
-    assert spread_prior(rows[:MIN_ROWS_FOR_PRIOR - 1] + [[1.0]] * 20) is None   # too few rows of 2+ rounds
+    assert noise_model(rows[:MIN_ROWS_FOR_PRIOR - 1] + [[1.0]] * 20) is None   # too few rows of 2+ rounds
 
 
 def test_moderate_rows_changes_only_the_intervals_of_rows_with_rounds():
@@ -261,7 +261,7 @@ def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchange
             collector.add(key, (k,), round_data(number, [m] * 8, [m, m], precision_reached=True, check="ok"))
         collector.round_ended()
     first = list(collector.run_result().rows)
-    prior = spread_prior(r.time_us_round_p50s for r in first)
+    prior = noise_model(r.time_us_round_p50s for r in first)
     assert first == moderate_rows(first) and prior is not None
     m = 30.0
     collector.add(ids[0], (0,), round_data(4, [m] * 8, [m, m], precision_reached=True, check="ok"))

@@ -35,9 +35,13 @@ def print_tables(tables) -> None:
 def _compare_table(comparison) -> None:
     from collbench.analysis.compare_render import comparison_tables, first_line
 
-    print(first_line(comparison))
-    files = f"{comparison.baseline_name} → {comparison.new_name}"
     console = _console()
+    line = first_line(comparison)
+    if console.is_terminal:              # wrapped between words, as the tables are fitted
+        import textwrap
+        line = textwrap.fill(line, width=console.width, break_on_hyphens=False)
+    print(line)
+    files = f"{comparison.baseline_name} → {comparison.new_name}"
     if console.is_terminal and len(files) > console.width:       # long paths: one a line
         files = f"baseline: {comparison.baseline_name}\nnew:      {comparison.new_name}"
     print(files + "\n")

@@ -2,7 +2,9 @@
 
 ``harness`` (the timed loop of one size), ``timings`` (what a sample is: latency, throughput,
 graph, device), ``stats`` (one round's samples: median and its CI),
-``runstats`` and ``distributions`` (statistics over rounds: geometric mean, t interval, drift),
+``noise`` (a file's noise model: each row's expected spread of rounds from a trend per backend
+and timing), ``runstats`` and ``distributions`` (statistics over rounds: geometric mean, t
+interval, drift),
 ``sizes`` (parsing and printing sizes), ``memory`` (what fits).
 
 May import: ``collbench.errors``, ``collbench.benchmarks`` and ``collbench.backends.base``

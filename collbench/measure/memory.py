@@ -54,9 +54,10 @@ class Factor:
 # margin of 0.25, 0.5 for the pickle API (its copies vary the most, and the inner ranks of its
 # trees hold as much as the root: both get the root's), rounded up to 0.05. "buffer": mpi
 # (MPICH 5.0), "object": mpi-pickle (mpi4py 4.1), "tensor": gloo (torch 2.13).
-#: the fill and check temporaries: chunks of ``sweep.FILL_CHUNK`` and ``harness.CHECK_CHUNK``
-#: elements, so a few times the buffers at small sizes, and flat from 16M on (94 MiB measured for
-#: bcast, 150-160 MiB for allgather and alltoall, whose expected values take more temporaries)
+#: the fill and check temporaries, measured when the check built expected values on the host (94
+#: MiB for bcast, 150-160 MiB for allgather and alltoall); the check now holds at most
+#: ``check.WORK_BYTES`` (36 MiB), and with these figures every peak of benchmarks/memory_factors.py
+#: --quick stayed covered (smallest estimate / peak 1.26, benchmarks/README.md)
 WORK_BYTES = 192 * MiB
 WORK_PER_BYTE = 12
 

@@ -235,7 +235,7 @@ class NoiseModel:
                            self.rows, max(math.sqrt(window), MIN_CLEAN_SD) if math.isfinite(window) else math.nan)
 
 
-def spread_prior(rows_medians, strata=None) -> Optional[NoiseModel]:
+def noise_model(rows_medians, strata=None) -> Optional[NoiseModel]:
     """A file's noise model from its rows' round medians (``strata``: each row's stratum; by
     default one for all). The trend of the rows' lower halves' spread sets the interference
     window; the trend of the variance of the rounds each row keeps within its window is the

@@ -32,7 +32,6 @@ from collbench.measure.distributions import t_quantile, t_two_sided_p
 from collbench.measure.noise import (BETWEEN_RUNS_FACTOR, INTERFERENCE_WIDTH, MIN_CLEAN_SD, MIN_LOG_SD,
                                     MIN_ROWS_FOR_PRIOR, NoiseModel, SpreadPrior, clean_rounds, fit_trends, moderated,
                                     positive)
-from collbench.measure.noise import spread_prior  # noqa: F401  (a file's model, fitted beside summarize_rounds)
 
 CONFIDENCE = 0.95
 

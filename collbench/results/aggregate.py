@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths
-from collbench.measure.noise import NoiseModel, spread_prior
+from collbench.measure.noise import NoiseModel, noise_model
 from collbench.measure.runstats import summarize_rounds
 from collbench.measure.stats import summarize
 
@@ -111,7 +111,7 @@ def moderate(row: Row, model: Optional[NoiseModel], bus_factor: Optional[float] 
 def file_noise(rows: Sequence[Row]) -> Optional[NoiseModel]:
     """The noise model of a file's rows, each in its stratum (None with too few rows of rounds)."""
     rows = list(rows)
-    return spread_prior([r.time_us_round_p50s for r in rows], [noise_stratum(r) for r in rows])
+    return noise_model([r.time_us_round_p50s for r in rows], [noise_stratum(r) for r in rows])
 
 
 def moderate_rows(rows: Sequence[Row]) -> list:

@@ -109,7 +109,7 @@ class Row:
     rounds: int = column("rounds that measured this row", older=1, since=2, default=1)
     run_to_run_cv: float = column("standard deviation / mean of the round medians (2+ rounds)", older=math.nan, since=2,
                                   default=math.nan, wide=True)
-    rounds_disagree: bool = column("round medians spread far beyond their within-round CIs", older=False,
+    rounds_disagree: bool = column("round medians spread beyond what the file's noise model expects of a row of its time (F test, 1%)", older=False,
                                    since=2, default=False)
     time_us_round_p50s: tuple = column("each round's median, in round order (µs)", older=None, since=2, default=())
     rounds_set_aside: int = column("rounds whose median lay far above the fastest round's (interference), "

@@ -251,7 +251,7 @@ def _notes(rows: list) -> tuple:
     if most > 1:
         aside = sum(r.rounds_set_aside for r in rows)
         notes.append(f"{most} rounds: p50 is the geometric mean of the round medians, its 95% CI comes from "
-                     f"their spread, pooled with the sweep's typical one, and the spread between runs (run cv: "
+                     f"their spread, moderated by what rows of like time in this file spread by, and the spread between runs (run cv: "
                      f"standard deviation / mean of the round medians)")
         if aside:                         # this table's own: the note above is said once for all
             notes.append(f"{aside} round median(s) far above their row's fastest set aside as interference")
