@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import random
@@ -68,6 +69,15 @@ def _ab_command(kind: str, path: Path, args) -> list:
             "-o", str(path), "--force", "-q", "--", *command, "--backend", "spin-mpi", "--rounds", str(args.rounds)]
 
 
+def _complete(path: Path, rounds: int) -> bool:
+    """Whether ``path`` holds a finished sweep of ``rounds`` rounds (an interrupted one keeps the
+    rounds it finished, and is run again)."""
+    try:
+        return len(json.loads(path.read_text())["metadata"]["rounds"]) == rounds
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def _collect(folder: Path, args) -> dict:
     """Run the sweeps; returns wall seconds per kind."""
     kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour + \
@@ -86,6 +96,9 @@ def _collect(folder: Path, args) -> dict:
             cmd = _ab_command(kind, path, args)
         if kind.startswith("pinned"):
             cmd = ["taskset", "-c", "0"] + cmd
+        if not kind.startswith("ab-") and _complete(path, args.rounds):
+            print(f"[{i}/{len(kinds)}] {path.name}: kept from an earlier collection into this folder", flush=True)
+            continue
         hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if "neighbour" in kind else None
         start = time.monotonic()
         try:
@@ -234,7 +247,7 @@ def main() -> int:
     parser.add_argument("--shifts", default=SHIFTS, help="synthetic slowdowns to apply [default: %(default)s]")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", help="folder for the result files [default: a new temporary folder]")
+    parser.add_argument("--out", help="folder for the result files; sweeps whose file is already there are kept, so an interrupted collection goes on [default: a new temporary folder]")
     parser.add_argument("--analyse", metavar="DIR", help="only analyse the files collected earlier in DIR")
     args = parser.parse_args()
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; load average before: "

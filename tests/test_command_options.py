@@ -13,8 +13,8 @@ from collbench.benchmarks.registry import NAMES, ORDER
 
 COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
           "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
-          "--format", "--timeout", "--verbose", "--help", "--init-method"}
-DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload"}
+          "--format", "--timeout", "--verbose", "--help", "--init-method", "--api"}
+DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement"}
 SPLIT = {"--split", "--split-mask"}
 EXPECTED = {
     "allreduce": COMMON | SPLIT | DATA | {"--op"},
@@ -26,10 +26,10 @@ EXPECTED = {
     "allgather": COMMON | SPLIT | DATA,
     "alltoall": COMMON | SPLIT | DATA,
     "barrier": COMMON | SPLIT,
-    "pingpong": COMMON | DATA | {"--pair"},
-    "bw": COMMON | DATA | {"--pair", "--window"},
-    "bibw": COMMON | DATA | {"--pair", "--window"},
-    "sendrecv": COMMON | SPLIT | DATA,
+    "pingpong": COMMON | DATA - {"--placement"} | {"--pair"},
+    "bw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
+    "bibw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
+    "sendrecv": COMMON | SPLIT | DATA - {"--placement"},
     "all": COMMON | SPLIT | DATA | {"--op", "--root"},
 }
 

@@ -219,9 +219,25 @@ def comparison_tables(c: Comparison) -> list:
         cells = tuple((format_size(r.field("size_bytes")) if r.field("size_bytes") else "-", _value(r.baseline_value),
                        _value(r.new_value), _change(r), _interval(r), _rounds(r), _p(r), r.verdict)
                       + ((r.reason,) if show_reason else ()) for r in rows)
+        if any(math.isfinite(_overlap_of(row)) for r in rows for row in (r.baseline, r.new)):
+            # --api nonblocking: the gate is on the time; how much of it hid behind compute is reported
+            tables.append(TableModel(title, headers + ("overlap %",), tuple(
+                line + (_overlap_change(r),) for line, r in zip(cells, rows)), (), priorities + (2,)))
+            continue
         tables.append(TableModel(title, headers, cells, (), priorities))
     tables[-1] = dataclasses.replace(tables[-1], notes=_notes(c))
     return tables
+
+
+def _overlap_of(row) -> float:
+    return row.overlap_pct if row is not None else math.nan
+
+
+def _overlap_change(r: RowComparison) -> str:
+    """The overlap of a non-blocking call on each side: "12 → 30"."""
+    a, b = (_overlap_of(row) for row in (r.baseline, r.new))
+    shown = [f"{v:.0f}" if math.isfinite(v) else "-" for v in (a, b)]
+    return "-" if shown == ["-", "-"] else " → ".join(shown)
 
 
 def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
@@ -277,6 +293,8 @@ def to_json(c: Comparison) -> str:
                       rounds_baseline=r.rounds_baseline, rounds_new=r.rounds_new, noise=r.noise or None,
                       detectable_change=_number(r.detectable), rounds_needed=r.rounds_needed,
                       drift_sd=_number(r.drift_sd), verdict=r.verdict, reason=r.reason or None)
+        if any(row is not None and math.isfinite(row.overlap_pct) for row in (r.baseline, r.new)):
+            record.update(overlap_pct_baseline=_number(_overlap_of(r.baseline)), overlap_pct_new=_number(_overlap_of(r.new)))
         rows.append(record)
     doc = {"schema": COMPARISON_SCHEMA, "schema_version": COMPARISON_SCHEMA_VERSION,
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,

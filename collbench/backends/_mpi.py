@@ -113,6 +113,11 @@ def abort_world(code: int) -> bool:
     return True
 
 
+def persistent_collectives(MPI) -> bool:
+    """Whether this MPI library and mpi4py have MPI-4's persistent collectives."""
+    return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
+
+
 class MpiControl(Control):
     def __init__(self) -> None:
         MPI = mpi_module()
@@ -161,6 +166,11 @@ class MpiBase:
         # other backends' traffic never mix with what is measured.
         self.whole = self.MPI.COMM_WORLD.Dup()
         self.comm = self.whole            # what is measured on: the whole, or this rank's group
+        if getattr(self.options, "api", "blocking") == "persistent" and not persistent_collectives(self.MPI):
+            from collbench.errors import BackendDeclined
+            raise BackendDeclined(f"--api persistent: {library_version()} (MPI {'%d.%d' % self.MPI.Get_version()}) "
+                                  "has no persistent collectives (MPI-4's MPI_Allreduce_init …); use MPICH 4 or "
+                                  "Open MPI 5 and later")
 
     def split(self, groups: tuple) -> None:
         """Measure on a communicator per group (``comm.Split``, coloured by group); ``whole``

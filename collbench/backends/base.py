@@ -48,11 +48,16 @@ class BackendOptions:
     """What the user chose about a backend's set-up, given to every backend before ``setup`` (as
     ``backend.options``); each takes what applies to it: ``buffers`` (the mpi backend: numpy,
     mpi for MPI.Alloc_mem, cuda), ``payload`` (mpi-pickle: array, bytes, list, dict),
-    ``init_method`` (gloo, nccl: env://, tcp://HOST:PORT, file:///PATH)."""
+    ``init_method`` (gloo, nccl: env://, tcp://HOST:PORT, file:///PATH), ``api`` (how a call is
+    issued: blocking; nonblocking, started and then waited for; persistent, set up once and
+    started each time: ``collbench.benchmarks.base.APIS``), ``placement`` (out-of-place or
+    in-place, where a collective has that form: ``Benchmark.placements``)."""
 
     buffers: str = "numpy"
     payload: str = "array"
     init_method: str = "env://"
+    api: str = "blocking"
+    placement: str = "out-of-place"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,10 @@ class Setup:
     key: str = ""
 
 
+def _nothing(*_) -> None:
+    pass
+
+
 @dataclass
 class Bound:
     """One collective call bound to buffer slices.
@@ -75,11 +84,35 @@ class Bound:
     (the same function for host-synchronous backends). ``checked`` overwrites the receive side,
     makes one blocking call and returns what arrived where it lies (the receive buffer's view on
     its device; the pickle API's objects as values on the host), or None if nothing arrives here.
+
+    A call issued in two steps (``--api nonblocking`` or ``persistent``) also has ``start``, which
+    begins it and returns what ``complete`` waits on (a request, torch's work), so that the
+    harness can put work between them (the overlap: ``collbench.measure.harness``);
+    ``run_blocking`` is then ``complete(start())``. ``release`` gives back what binding made (a
+    persistent request), once no sample calls it again.
     """
 
     run: Callable[[], Any]
     run_blocking: Callable[[], Any]
     checked: Callable[[], Any]
+    start: Optional[Callable[[], Any]] = None
+    complete: Callable[[Any], None] = _nothing
+    release: Callable[[], None] = _nothing
+
+    @classmethod
+    def two_step(cls, start: Callable[[], Any], complete: Callable[[Any], None], reset: Callable[[], None],
+                 result: Callable[[], Any], release: Callable[[], None] = _nothing) -> "Bound":
+        """A call started and completed apart: ``checked`` resets, runs it whole and returns
+        ``result()``."""
+        def whole():
+            complete(start())
+
+        def checked():
+            reset()
+            whole()
+            return result()
+
+        return cls(run=whole, run_blocking=whole, checked=checked, start=start, complete=complete, release=release)
 
 
 class Backend(ABC):
@@ -213,8 +246,8 @@ class Backend(ABC):
     def row_axes(self) -> dict:
         """The row columns this backend decides (``collbench.results.records``): what its buffers
         are (its device's kind), the object its messages are (mpi-pickle's payload), how its
-        ranks met (the torch backends' init method)."""
-        return {"buffers": self.device.kind, "payload": "", "init_method": ""}
+        ranks met (the torch backends' init method), how its calls were issued (``--api``)."""
+        return {"buffers": self.device.kind, "payload": "", "init_method": "", "api": self.options.api}
 
     def close(self) -> None: ...
 

@@ -17,6 +17,7 @@ library accepts its arrays (mpi4py takes CUDA arrays from a CUDA-aware MPI) coul
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -33,6 +34,50 @@ class Buffers:
     recv: Any               # the same object as ``send`` for in-place collectives
     in_place: bool
     held: list = field(default_factory=list)     # what the device must free (MPI.Alloc_mem's memory)
+
+
+def _spin(units: int) -> float:
+    """A fixed amount of arithmetic in the interpreter, which holds this core (and Python's lock)
+    for as long as it runs: the compute the overlap puts between a call's start and its wait."""
+    x = 0.0
+    for _ in range(units):
+        x = x * 0.5 + 1.0
+    return x
+
+
+class HostCompute:
+    """Work on the host between a call's start and its wait (``--api nonblocking``: OSU's dummy
+    compute): a fixed number of steps of ``_spin``, calibrated to last a given time on an idle
+    core, so that what the call takes from the core shows as a longer compute."""
+
+    def __init__(self) -> None:
+        self.units, self._took, self._rate = 1, 0.0, 0.0
+
+    def _time(self, units: int) -> float:
+        t0 = time.perf_counter()
+        _spin(units)
+        return time.perf_counter() - t0
+
+    def calibrate(self, seconds: float) -> None:
+        """Steps that take at least ``seconds`` (the shortest of three tries, lengthened until so)."""
+        if not self._rate:
+            self._rate = 20_000 / max(min(self._time(20_000) for _ in range(3)), 1e-9)
+        units = max(1, int(seconds * self._rate))
+        for _ in range(6):
+            took = min(self._time(units) for _ in range(3))
+            if took >= seconds:
+                break
+            units = int(units * seconds / max(took, 1e-9) * 1.05) + 1
+        self.units = units
+
+    def run(self) -> None:
+        t0 = time.perf_counter()
+        _spin(self.units)
+        self._took = time.perf_counter() - t0
+
+    def seconds(self) -> float:
+        """How long the last ``run`` took."""
+        return self._took
 
 
 class HostDevice:
@@ -79,6 +124,11 @@ class HostDevice:
 
     def synchronize(self) -> None:
         pass
+
+    @staticmethod
+    def compute() -> HostCompute:
+        """What the overlap computes between a call's start and its wait: work on this core."""
+        return HostCompute()
 
     def free_memory(self) -> Optional[int]:
         """None: host memory is budgeted by collbench.measure.memory for the whole node."""
@@ -177,6 +227,11 @@ class TorchDevice:
         """The GPU's own clock: CUDA events on the current stream (``--timing graph, device``)."""
         return CudaClock(self.torch, self.device)
 
+    def compute(self):
+        """What the overlap computes between a call's start and its wait: on a GPU a kernel on the
+        current stream, which runs beside the library's own stream; on the CPU, work on this core."""
+        return CudaCompute(CudaClock(self.torch, self.device)) if self.asynchronous else HostCompute()
+
     def capture(self, run, calls: int):
         """``calls`` calls of ``run`` captured once in a CUDA graph; returns what replays them.
         As torch asks: a few calls on a side stream first, so that the library's lazy set-up
@@ -261,3 +316,21 @@ class CudaClock:
     def close(self) -> None:
         self.torch.cuda.synchronize(self.device)
 
+
+class CudaCompute:
+    """A kernel that spins on the GPU for a set time (``torch.cuda._sleep``) between a call's
+    start and its wait, timed by its own events; the caller synchronises before ``seconds``."""
+
+    def __init__(self, clock: CudaClock) -> None:
+        self.clock, self._cycles = clock, 1
+
+    def calibrate(self, seconds: float) -> None:
+        self._cycles = max(1, int(seconds * self.clock._cycles_per_second()))
+
+    def run(self) -> None:
+        self.clock.begin()
+        self.clock.torch.cuda._sleep(self._cycles)
+        self.clock.stopped.record()
+
+    def seconds(self) -> float:
+        return self.clock.seconds()

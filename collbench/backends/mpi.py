@@ -10,7 +10,7 @@ from typing import Optional
 from collbench.backends._mpi import MPI_OPS, MpiBase, cuda_aware, library_version
 from collbench.backends.base import Backend, Bound, Control
 from collbench.backends.devices import MpiMemoryDevice, TorchDevice
-from collbench.benchmarks.base import BufferCall
+from collbench.benchmarks.base import COLLECTIVE, IN_PLACE, BufferCall
 from collbench.benchmarks.datatypes import DTYPES, element_of, mpi_pair_type, pair_dtype
 from collbench.errors import BackendDeclined
 
@@ -22,10 +22,14 @@ def _pairs(collective, dtype, op: str):
     return element if element is not None and element.names else None
 
 
+def _wait(request) -> None:
+    request.Wait()
+
+
 class MpiBackend(MpiBase, Backend):
     name = "mpi"
     family = "buffer"
-    takes_options = ("buffers",)
+    takes_options = ("buffers", "api", "placement")
 
     @classmethod
     def environment(cls) -> dict:
@@ -84,21 +88,41 @@ class MpiBackend(MpiBase, Backend):
         def typed(view):
             return [view, getattr(self.MPI, pair)] if pair else view
 
-        call = collective.buffer_call(BufferCall(self.rank, self.size, roles, self.comm,
-                                                 typed(buffers.send[:send_len]), typed(buffers.recv[:recv_len]),
-                                                 self._ops[op]))
+        # in place: the input lies in the receive buffer, which is as long as it needs
+        in_place = not buffers.in_place and collective.placement(self.family, self.options.placement) == IN_PLACE
+        work = buffers.recv[:max(send_len, recv_len) if in_place else recv_len]
+        c = BufferCall(self.rank, self.size, roles, self.comm, typed(buffers.send[:send_len]),
+                       typed(buffers.recv[:recv_len]), self._ops[op], api=self.options.api, in_place=in_place,
+                       in_place_marker=self.MPI.IN_PLACE, work=typed(work))
+        call = collective.buffer_call(c)
         view = buffers.recv[:recv_len]
         keeps = buffers.in_place and self.rank == roles.root    # the bcast root's buffer is its source
+        at = collective.in_place_input(self.size, self.rank, roles, send_len) if in_place else None
 
-        def checked():
+        def reset():
             if not keeps:
-                self.device.poison(view)
+                self.device.poison(work)
+            if at is not None:                  # this rank's input, where the in-place call takes it
+                buffers.recv[at:at + send_len] = buffers.send[:send_len]
             self.device.synchronize()           # GPU memory: the poison is written before MPI reads
-            call()
+
+        def result():
             self.device.synchronize()
             return view
 
-        return Bound(run=call, run_blocking=call, checked=checked)
+        def release():                          # persistent requests, once no call uses them
+            for request in c.requests:
+                request.Free()
+
+        if self.options.api != "blocking" and collective.kind == COLLECTIVE:
+            return Bound.two_step(call, _wait, reset, result, release)
+
+        def checked():
+            reset()
+            call()
+            return result()
+
+        return Bound(run=call, run_blocking=call, checked=checked, release=release)
 
     def barrier(self) -> None:
         self.whole.Barrier()

@@ -42,7 +42,7 @@ def _pickle_limit(MPI) -> Optional[int]:
 class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
     family = "object"
-    takes_options = ("payload",)
+    takes_options = ("payload", "api", "placement")
 
     def setup(self, *, control: Control) -> None:
         super().setup(control=control)
@@ -68,7 +68,8 @@ class MpiPickleBackend(MpiBase, Backend):
         combine = payload.combiner(OPS[op].combine if op in OPS else None, dtype)
         call = collective.object_call(ObjectCall(
             self.rank, self.size, roles, self.comm, payload.make(values), recv_len, combine,
-            piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype), room=payload.room))
+            piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype), room=payload.room,
+            api=self.options.api))
 
         return Bound(run=call, run_blocking=call,
                      checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects))

@@ -14,7 +14,7 @@ import numpy as np
 from collbench.backends import _torch
 from collbench.backends.base import Backend, Bound, Control
 from collbench.backends.devices import TorchDevice
-from collbench.benchmarks.base import TensorCall
+from collbench.benchmarks.base import COLLECTIVE, IN_PLACE, TensorCall
 
 
 class TorchBackend(Backend):
@@ -31,7 +31,7 @@ class TorchBackend(Backend):
                    "maxloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle",
                    "minloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle"}
     ops = tuple(reduce_ops)
-    takes_options = ("init_method",)
+    takes_options = ("init_method", "api", "placement")
 
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()
@@ -79,8 +79,17 @@ class TorchBackend(Backend):
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
         sv = buffers.send[:send_len]
         rv = sv if buffers.in_place else buffers.recv[:recv_len]
+        api = self.options.api
+        in_place = collective.placement(self.family, self.options.placement) == IN_PLACE
         call, reset = collective.tensor_call(TensorCall(self.rank, self.size, roles, self.dist, self.group, sv, rv,
-                                                        self._ops[op], self.device))
+                                                        self._ops[op], self.device, api, in_place))
+        if api != "blocking" and collective.kind == COLLECTIVE:
+            sync = self.device.synchronize
+
+            def complete(work):
+                work.wait()            # on a GPU: the current stream waits for the library's
+                sync()
+            return Bound.two_step(call, complete, reset, lambda: rv)
         blocking = self._blocking(call)
 
         def checked():

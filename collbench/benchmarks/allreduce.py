@@ -1,8 +1,6 @@
 """allreduce: every rank ends with the reduction of every rank's buffer."""
 
-from functools import partial
-
-from collbench.benchmarks.base import Collective, reduction
+from collbench.benchmarks.base import IN_PLACE, Collective, reduction
 
 
 class Allreduce(Collective):
@@ -13,17 +11,21 @@ class Allreduce(Collective):
     def bus_factor(self, n):
         return 2 * (n - 1) / n
 
+    def placements(self, family):
+        # torch's all_reduce has only the in-place form (it reduces into its one tensor)
+        return (IN_PLACE,) if family == "tensor" else super().placements(family)
+
     def received(self, n, rank, roles, elements, recv_len):
         return reduction(recv_len)
 
     def buffer_call(self, c):
-        return partial(c.comm.Allreduce, c.send, c.recv, c.op)
+        return c.issue("Allreduce", c.source, c.recv, c.op)
 
     def object_call(self, c):
         return lambda: c.comm.allreduce(c.send, op=c.ufunc)
 
     def tensor_call(self, c):
-        return partial(c.dist.all_reduce, c.recv, op=c.op, group=c.group), c.restore
+        return c.issue(c.dist.all_reduce, c.recv, op=c.op, group=c.group), c.restore
 
 
 BENCHMARK = Allreduce()

@@ -1,7 +1,5 @@
 """alltoall: each rank sends piece j of its array to rank j and receives one piece from each."""
 
-from functools import partial
-
 from collbench.benchmarks.base import Collective, from_every_rank, ring_factor
 
 
@@ -19,14 +17,14 @@ class Alltoall(Collective):
         return from_every_rank(n, chunk, rank * chunk)
 
     def buffer_call(self, c):
-        return partial(c.comm.Alltoall, c.send, c.recv)
+        return c.issue("Alltoall", c.source, c.recv)
 
     def object_call(self, c):
         blocks = c.chunks(c.recv_len // c.n)         # each rank sends and receives the whole array
         return lambda: c.comm.alltoall(blocks)
 
     def tensor_call(self, c):
-        return partial(c.dist.all_to_all_single, c.recv, c.send, group=c.group), c.poison
+        return c.issue(c.dist.all_to_all_single, c.recv, c.send, group=c.group), c.poison
 
 
 BENCHMARK = Alltoall()

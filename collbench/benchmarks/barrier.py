@@ -1,7 +1,5 @@
 """barrier: no data; every rank waits for all. One row, no sizes."""
 
-from functools import partial
-
 from collbench.benchmarks.base import Collective
 
 
@@ -10,13 +8,13 @@ class Barrier(Collective):
     moves_data = False
 
     def buffer_call(self, c):
-        return c.comm.Barrier
+        return c.issue("Barrier")
 
     def object_call(self, c):
         return c.comm.barrier
 
     def tensor_call(self, c):
-        return partial(c.dist.barrier, group=c.group), c.no_reset
+        return c.issue(c.dist.barrier, group=c.group), c.no_reset
 
 
 BENCHMARK = Barrier()

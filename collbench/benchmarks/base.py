@@ -32,13 +32,22 @@ hold (``collbench.benchmarks.check``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, ClassVar, Optional
 
 from collbench.benchmarks.check import REDUCED, Part
 
 COLLECTIVE = "collective"
 POINT_TO_POINT = "point-to-point"
+#: How a call is issued (``--api``): blocking; nonblocking (MPI's ``I…`` calls, torch's
+#: ``async_op=True``), started and then waited for; persistent (MPI-4's ``…_init``), set up once
+#: per size and then started and waited for each time.
+APIS = ("blocking", "nonblocking", "persistent")
+#: Where a collective's result goes (``--placement``): a receive buffer of its own, or where its
+#: input was (``MPI.IN_PLACE``; torch's in-place forms), as nccl-tests prints both.
+OUT_OF_PLACE, IN_PLACE = "out-of-place", "in-place"
+PLACEMENTS = (OUT_OF_PLACE, IN_PLACE)
 
 
 @dataclass(frozen=True)
@@ -111,12 +120,54 @@ class Call:
 @dataclass(frozen=True)
 class BufferCall(Call):
     """What an mpi4py buffer-API backend provides: its communicator, slices of its buffers
-    (send and receive are the same object for in-place collectives), the MPI op."""
+    (send and receive are the same object for in-place collectives), the MPI op, and the api
+    (``--api``) its calls are issued with: ``issue`` turns one MPI call into it."""
 
     comm: Any
     send: Any
     recv: Any
     op: Any
+    api: str = "blocking"
+    #: the persistent requests ``issue`` made, which the backend frees with the binding
+    requests: list = field(default_factory=list)
+    #: ``--placement in-place``: the call takes its input from the receive buffer, MPI.IN_PLACE
+    #: (``in_place_marker``) standing for the send buffer; ``work``: the receive buffer as long
+    #: as an in-place input needs (reduce_scatter's whole array)
+    in_place: bool = False
+    in_place_marker: Any = None
+    work: Any = None
+
+    @property
+    def source(self) -> Any:
+        """The send buffer argument: MPI.IN_PLACE in place, else the send buffer."""
+        return self.in_place_marker if self.in_place else self.send
+
+    def source_at_root(self) -> Any:
+        """A rooted call's send argument: MPI.IN_PLACE at the root in place, else the send buffer."""
+        return self.source if self.rank == self.root else self.send
+
+    def issue(self, name: str, *args) -> Callable[[], Any]:
+        """The call ``comm.<name>(*args)`` in this api: blocking, it returns when done;
+        nonblocking (``comm.I<name>``) and persistent (``comm.<name>_init``, made now and
+        started by each call), it returns the request to wait on."""
+        if self.api == "blocking":
+            return partial(getattr(self.comm, name), *args)
+        if self.api == "nonblocking":
+            return partial(getattr(self.comm, "I" + name.lower()), *args)
+        request = getattr(self.comm, name + "_init")(*args)
+        self.requests.append(request)
+
+        def start():
+            request.Start()
+            return request
+        return start
+
+    def whole(self, name: str, *args) -> Callable[[], None]:
+        """``issue``'s call, waited for at once: a step of a point-to-point exchange."""
+        call = self.issue(name, *args)
+        if self.api == "blocking":
+            return call
+        return lambda: call().Wait()
 
 
 def _array_piece(obj, start: int, stop: int):
@@ -140,6 +191,7 @@ class ObjectCall(Call):
     ufunc: Optional[Callable]
     piece: Callable[[Any, int, int], Any] = _array_piece
     room: Callable[[Any], int] = _array_room
+    api: str = "blocking"
 
     def chunks(self, length: int) -> list:
         """The send object cut into n pieces of ``length`` elements."""
@@ -157,6 +209,16 @@ class TensorCall(Call):
     recv: Any
     op: Any
     device: Any
+    api: str = "blocking"
+    in_place: bool = False
+
+    def issue(self, function: Callable, *args, **kwargs) -> Callable[[], Any]:
+        """``function(*args, **kwargs)`` in this api: blocking; or nonblocking (``async_op=True``),
+        returning torch's work to wait on. torch has no persistent collectives (the plan refuses
+        them before any rank starts)."""
+        if self.api == "nonblocking":
+            kwargs["async_op"] = True
+        return partial(function, *args, **kwargs)
 
     def global_rank(self, rank: int) -> int:
         """The number torch's calls take for ``rank`` of the group (``src``, ``dst``, a peer):
@@ -209,6 +271,8 @@ class Benchmark:
     #: alltoall), rather than one object
     gathers_objects: ClassVar[bool] = False
     moves_data: ClassVar[bool] = True  # False for barrier: one row, no sizes
+    #: the apis (``--api``, APIS) its calls can be issued with
+    apis: ClassVar[tuple] = APIS
     min_ranks: ClassVar[int] = 1
     #: where the size is the whole array, what each rank does with its size / n (command help)
     part_per_rank: ClassVar[str] = "has"
@@ -292,6 +356,44 @@ class Benchmark:
     def tensor_call(self, c: TensorCall) -> Optional[tuple[Callable[[], Any], Callable[[], None]]]:
         return None
 
+    def placements(self, family: Optional[str]) -> tuple:
+        """The placements (PLACEMENTS) its calls take in ``family``, the usual first: both in MPI's
+        buffer API, out of place elsewhere unless a subclass says more; none where there are no
+        buffers to place (barrier, point-to-point)."""
+        if not self.moves_data or self.kind != COLLECTIVE:
+            return ()
+        return PLACEMENTS if family == "buffer" else (OUT_OF_PLACE,)
+
+    def placement(self, family: Optional[str], asked: str) -> str:
+        """The placement a call asked to be ``asked`` takes in ``family``: that one where it has it,
+        else its only one ("" for none)."""
+        forms = self.placements(family)
+        return "" if not forms else (asked if asked in forms else forms[0])
+
+    def in_place_input(self, n: int, rank: int, roles: Roles, send_len: int) -> Optional[int]:
+        """In place, where in the receive buffer this rank's input (its send buffer's first
+        ``send_len`` elements) must lie before a call; None where the send buffer still serves (a
+        root's scatter, a non-root's reduce and gather)."""
+        return 0
+
+    def received_in_place(self, n, rank, roles, elements, recv_len) -> tuple:
+        """``received`` for an in-place call: by default the same."""
+        return self.received(n, rank, roles, elements, recv_len)
+
+    def api_refusal(self, api: str, family: str) -> Optional[str]:
+        """Why this benchmark cannot be issued with ``api`` by ``family``, or None."""
+        if api not in self.apis:
+            return f"{self.name} is measured with the {' or '.join(self.apis)} api only" + (
+                f" ({self.api_note})" if self.api_note else "")
+        if api != "blocking" and family == "object" and (self.kind == COLLECTIVE or api == "persistent"):
+            return f"mpi4py's pickle API has no {api} {'collectives' if self.kind == COLLECTIVE else 'calls'}; use mpi"
+        if api == "persistent" and family == "tensor":
+            return "torch.distributed has no persistent calls; use mpi"
+        return None
+
+    #: why a benchmark takes fewer apis than every one
+    api_note: ClassVar[str] = ""
+
     def issued_by(self, family: str) -> bool:
         """Whether this benchmark implements ``family`` (buffer, object or tensor)."""
         method = f"{family}_call"
@@ -313,6 +415,7 @@ class PointToPoint(Benchmark):
     paired = True
     self_paced = True
     min_ranks = 2
+    apis = ("blocking",)
 
     def received(self, n, rank, roles, elements, recv_len):
         """By default each rank of the pair receives what the other sent."""

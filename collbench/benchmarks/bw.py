@@ -59,6 +59,7 @@ class Windowed(PointToPoint):
     and the pickle API holds W pickled copies at once."""
 
     windowed = True
+    api_note = "its window is of non-blocking sends and receives already"
 
     def messages_per_call(self, roles):
         return roles.window

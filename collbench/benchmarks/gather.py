@@ -1,7 +1,5 @@
 """gather: every rank contributes size / n; the root ends with the whole array."""
 
-from functools import partial
-
 from collbench.benchmarks.base import Collective, from_every_rank, ring_factor
 
 
@@ -16,18 +14,21 @@ class Gather(Collective):
 
     bus_factor = staticmethod(ring_factor)
 
+    def in_place_input(self, n, rank, roles, send_len):
+        return roles.root * send_len if rank == roles.root else None
+
     def received(self, n, rank, roles, elements, recv_len):
         return from_every_rank(n, elements // n) if rank == roles.root else ()
 
     def buffer_call(self, c):
-        return partial(c.comm.Gather, c.send, c.recv, c.root)
+        return c.issue("Gather", c.source_at_root(), c.recv, c.root)
 
     def object_call(self, c):
         return lambda: c.comm.gather(c.send, root=c.root)
 
     def tensor_call(self, c):
         pieces = list(c.recv.chunk(c.n)) if c.rank == c.root and c.recv.numel() else None
-        return partial(c.dist.gather, c.send, gather_list=pieces, dst=c.global_rank(c.root), group=c.group), c.poison
+        return c.issue(c.dist.gather, c.send, gather_list=pieces, dst=c.global_rank(c.root), group=c.group), c.poison
 
 
 BENCHMARK = Gather()

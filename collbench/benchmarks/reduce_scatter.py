@@ -1,6 +1,5 @@
 """reduce_scatter: the array is reduced over ranks and rank r keeps its r-th piece of size / n."""
 
-from functools import partial
 from functools import reduce as fold
 
 from collbench.benchmarks.base import Collective, reduction, ring_factor
@@ -20,7 +19,7 @@ class ReduceScatter(Collective):
         return reduction(recv_len, rank * (elements // n))
 
     def buffer_call(self, c):
-        return partial(c.comm.Reduce_scatter_block, c.send, c.recv, c.op)
+        return c.issue("Reduce_scatter_block", c.source, c.work if c.in_place else c.recv, c.op)
 
     def object_call(self, c):
         # the pickle API has no reduce_scatter: an alltoall of the pieces, reduced locally
@@ -29,7 +28,7 @@ class ReduceScatter(Collective):
 
     def tensor_call(self, c):
         scatter = c.first_available("reduce_scatter_single", "reduce_scatter_tensor")
-        return partial(scatter, c.recv, c.send, op=c.op, group=c.group), c.poison
+        return c.issue(scatter, c.recv, c.send, op=c.op, group=c.group), c.poison
 
 
 BENCHMARK = ReduceScatter()

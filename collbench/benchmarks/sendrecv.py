@@ -12,6 +12,7 @@ from collbench.benchmarks.pingpong import TAG
 
 class SendRecv(PointToPoint):
     name, position = "sendrecv", 23
+    api_note = "MPI's Sendrecv is one call with no persistent form"
     paired = False          # every rank, with its neighbours
     self_paced = False
     summary = "Measure sendrecv: every rank sends to rank+1 and receives from rank-1 at once (nccl-tests)."

@@ -72,6 +72,15 @@ _OPTIONS = (
         "--init-method", default="env://", show_default=True, metavar="URL",
         help="How gloo and nccl ranks meet, as init_process_group takes it: env://, tcp://HOST:PORT, or "
              "file:///PATH (a path every host sees).")),
+    ("api", click.option(
+        "--api", type=params.Choices(("blocking", "nonblocking", "persistent")), default="blocking", show_default=True,
+        help="How calls are issued: blocking; nonblocking (MPI's I... calls, torch's async_op), timed alone and "
+             "with compute between start and wait (the overlap); persistent (MPI-4's ..._init); a comma list "
+             "measures each side by side.")),
+    ("placement", click.option(
+        "--placement", type=params.Choices(("out-of-place", "in-place")), default="out-of-place", show_default=True,
+        help="Where each collective's result goes: a receive buffer of its own, or in place of its input "
+             "(MPI.IN_PLACE); a comma list measures both side by side, as nccl-tests prints them.")),
     ("iters", click.option(
         "--iters", type=int, default=None, callback=_positive_int("--iters"),
         help="Fixed timed iterations per size and round [default: adaptive].")),
@@ -127,13 +136,16 @@ _OPTIONS = (
 _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",), "root": ("--root",),
           "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",),
           "split": ("--split",), "split_mask": ("--split-mask",), "buffers": ("--buffers",),
-          "payload": ("--payload",)}
+          "payload": ("--payload",), "api": ("--api",),
+          "placement": ("--placement",)}
 
 
 def _why_not(name: str, bench) -> str:
     """Why option ``name`` has no meaning for benchmark ``bench`` ("" when it has one)."""
-    if name in ("sizes", "dtype", "check", "buffers", "payload") and not bench.moves_data:
+    if name in ("sizes", "dtype", "check", "buffers", "payload", "placement") and not bench.moves_data:
         return "it moves no data"
+    if name == "placement" and bench.kind != "collective":
+        return "a message has no in-place form"
     if name == "op" and not bench.reduces:
         return "it reduces nothing"
     if name == "root" and not bench.rooted:

@@ -83,6 +83,11 @@ class Measurement:
     precision_reached: tuple
     #: device timing: samples not counted because a rank's hold ended before its call was queued
     unheld: int = 0
+    #: a call started and completed apart (``--api nonblocking``, ``persistent``), at the latency
+    #: timing: per group, each overlap sample's whole time from start to complete with the compute
+    #: between (µs, the maximum over the timed ranks), and that compute's own (``overlap``)
+    overall_us: list = ()
+    compute_us: list = ()
 
 
 def _latency_loop(run: Callable, barrier: Callable, n: int, out: list) -> None:
@@ -258,7 +263,55 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
         reached = [relative_ci_halfwidth(m) <= settings.precision for m in samples]
     if held is not None:
         held.close()
-    return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached), unheld)
+    overall, compute = [], []
+    if bound.start is not None and timing.name == "latency":
+        pure = float(np.median(np.concatenate([m for m in samples if len(m)]))) * 1e-6 \
+            if is_rank0 and any(len(m) for m in samples) else None
+        overall, compute = overlap(bound, pace=pace, sync=sync, control=control, device=device, pure_s=pure,
+                                   iters=settings.iters or max(settings.min_iters, OVERLAP_SAMPLES),
+                                   max_time=settings.max_time / 2, groups=groups, group=group, timed=timed)
+    return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached), unheld,
+                       overall, compute)
+
+
+#: The overlap's samples (with compute between start and complete) at most, unless --iters says;
+#: fewer where they would outlast half of --max-time.
+OVERLAP_SAMPLES = 50
+
+
+def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, device, pure_s: Optional[float],
+            iters: int, max_time: float, groups: int, group: Optional[int], timed: bool) -> tuple:
+    """OSU's overlap of a non-blocking call (osu_iallreduce …): work that lasts at least the pure
+    call's time (``pure_s``, rank 0's median of the samples; each rank calibrates its own) is put
+    between ``start`` and ``complete``. Returns, on rank 0, per group, each sample's overall time
+    (start to complete) and its compute's time (µs, maxima over the timed ranks); empty lists
+    elsewhere. The overlap is then 100 · max(0, 1 − (overall − compute) / pure)."""
+    pure_s = control.bcast(pure_s)
+    n = control.bcast(max(1, min(iters, int(max_time / max(2 * pure_s, 1e-9)))) if control.rank == 0 else None)
+    work = device.compute() if device is not None else None
+    if work is None:
+        from collbench.backends.devices import HostCompute
+        work = HostCompute()
+    work.calibrate(pure_s)
+    bound.run_blocking()                        # back in step after the calibration
+    overall_here, compute_here = [], []
+    for _ in range(n):
+        pace()
+        t0 = timer()
+        handle = bound.start()
+        work.run()
+        bound.complete(handle)
+        sync()
+        overall_here.append(timer() - t0)
+        compute_here.append(work.seconds())
+    out = []
+    for values in (overall_here, compute_here):
+        here = np.zeros((groups, n))
+        if timed:
+            here[group] = np.asarray(values, dtype=np.float64) * 1e6
+        top = control.reduce_max(here.ravel())
+        out.append([row.tolist() for row in np.asarray(top).reshape(groups, -1)] if control.rank == 0 else [])
+    return out[0], out[1]
 
 
 def _sampler(mode: str, bound: Bound, pace: Callable, sync: Callable, k: int, device, control: Control,

@@ -28,14 +28,29 @@ from collbench.measure.runstats import summarize_rounds
 from collbench.measure.stats import summarize
 
 
+def _median(values) -> float:
+    values = [v for v in (values or ()) if v is not None and math.isfinite(v)]
+    return float(np.median(values)) if values else math.nan
+
+
 def round_data(round_number: int, samples_us, rank_means_us=None, *, precision_reached: bool,
-               check: str, calls_per_sample: int = 1) -> RoundData:
-    """One round's record for one row, its median and within-round CI computed from the samples."""
+               check: str, calls_per_sample: int = 1, overall_us=(), compute_us=()) -> RoundData:
+    """One round's record for one row, its median and within-round CI computed from the samples
+    (and, for a call started and completed apart, the medians of its overlap samples)."""
     samples = np.asarray(samples_us, dtype=np.float64)
     s = summarize(samples)
     means = None if rank_means_us is None else tuple(float(m) for m in rank_means_us)
     return RoundData(round_number, s.n, s.p50, s.ci_low, s.ci_high, bool(precision_reached), check,
-                     int(calls_per_sample), tuple(float(v) for v in samples), means)
+                     int(calls_per_sample), tuple(float(v) for v in samples), means,
+                     _median(overall_us), _median(compute_us))
+
+
+def overlap_pct(overall_us: float, compute_us: float, pure_us: float) -> float:
+    """OSU's overlap: how much of a call (``pure_us`` alone) the compute between its start and its
+    completion hid, 100 · max(0, 1 − (overall − compute) / pure); nan where one is missing."""
+    if not all(math.isfinite(v) for v in (overall_us, compute_us, pure_us)) or pure_us <= 0:
+        return math.nan
+    return 100.0 * max(0.0, 1.0 - (overall_us - compute_us) / pure_us)
 
 
 def worst_check(checks: Sequence[str]) -> str:
@@ -70,6 +85,7 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
     algbw, busbw = bandwidths(identity.size_bytes, p50, identity.bus_factor)
     nan = math.nan
     set_aside = across.set_aside if len(rounds) > 1 else 0
+    overall, compute = _median([r.overall_us for r in rounds]), _median([r.compute_us for r in rounds])
     return Row(
         **{name: getattr(identity, name) for name in KEY_FIELDS}, iterations=sum(r.iterations for r in rounds),
         time_us_p50=p50, time_us_ci_low=lo, time_us_ci_high=hi,
@@ -79,7 +95,8 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         algbw_gbps=algbw, busbw_gbps=busbw, check=worst_check([r.check for r in rounds]),
         precision_reached=all(r.precision_reached for r in rounds), rounds=len(rounds),
         run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians),
-        rounds_set_aside=set_aside)
+        rounds_set_aside=set_aside, overall_us=overall, compute_us=compute,
+        overlap_pct=overlap_pct(overall, compute, p50))
 
 
 def noise_stratum(row) -> tuple:
@@ -105,7 +122,8 @@ def moderate(row: Row, model: Optional[NoiseModel], bus_factor: Optional[float] 
     return dataclasses.replace(row, time_us_p50=across.center, time_us_ci_low=across.ci_low,
                                time_us_ci_high=across.ci_high, run_to_run_cv=across.cv,
                                algbw_gbps=algbw, busbw_gbps=busbw, rounds_set_aside=across.set_aside,
-                               rounds_disagree=across.disagree)
+                               rounds_disagree=across.disagree,
+                               overlap_pct=overlap_pct(row.overall_us, row.compute_us, across.center))
 
 
 def file_noise(rows: Sequence[Row]) -> Optional[NoiseModel]:

@@ -35,7 +35,9 @@ def _round_record(r) -> dict:
             "time_us_ci_low": _clean(r.time_us_ci_low), "time_us_ci_high": _clean(r.time_us_ci_high),
             "precision_reached": r.precision_reached, "check": r.check, "calls_per_sample": r.calls_per_sample,
             "samples_us": [round(v, 4) for v in r.samples_us] if r.samples_us is not None else None,
-            "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us] if r.rank_means_us is not None else None}
+            "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us] if r.rank_means_us is not None else None,
+            **({"overall_us": _clean(r.overall_us), "compute_us": _clean(r.compute_us)}
+               if math.isfinite(r.overall_us) else {})}
 
 
 @dataclass

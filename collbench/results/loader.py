@@ -371,7 +371,9 @@ def _round(d, where: str) -> RoundData:
                                  ("time_us_ci_low", lambda v: _figure(v, limit=math.inf), None),
                                  ("time_us_ci_high", lambda v: _figure(v, limit=math.inf), None),
                                  ("precision_reached", _flag, False), ("check", _check, "skipped"),
-                                 ("calls_per_sample", lambda v: _count(v or 1), 1)):
+                                 ("calls_per_sample", lambda v: _count(v or 1), 1),
+                                 ("overall_us", lambda v: _figure(v, limit=math.inf), None),
+                                 ("compute_us", lambda v: _figure(v, limit=math.inf), None)):
         v = d.get(name, default)
         try:
             parsed[name] = parse(v)

@@ -1,5 +1,5 @@
 """The result record: one frozen row per (benchmark, backend, dtype, op, world size, size, timing,
-pair, window, pairs at once, buffers, payload, group of a split), and what each round of the
+pair, window, pairs at once, buffers, payload, group of a split, api, placement), and what each round of the
 sweep measured for it.
 
 Rows are what exporters and renderers see. Times are in microseconds, bandwidths in GB/s with
@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
@@ -36,6 +36,22 @@ def usual_buffers(backend: str) -> str:
     """What a backend's buffers are unless told otherwise: numpy arrays for the MPI backends (and
     plugins), CPU tensors for gloo, GPU memory for nccl."""
     return {"gloo": "torch", "nccl": "cuda"}.get(backend, "numpy")
+
+
+#: The benchmarks whose calls place no buffers (no send and receive of one call to put apart).
+_UNPLACED = frozenset({"barrier", "pingpong", "bw", "bibw", "sendrecv"})
+
+
+def usual_placement(backend: str, collective: Optional[str] = None) -> str:
+    """Where a collective's result goes unless told otherwise (``--placement``), as the built-in
+    benchmarks' ``placements`` say (tests keep the two the same): in place for bcast (one buffer)
+    and for torch's allreduce and reduce (their only form), out of place for the others; "" where
+    there are no buffers to place."""
+    if collective in _UNPLACED:
+        return ""
+    if collective == "bcast" or (backend in ("gloo", "nccl") and collective in ("allreduce", "reduce")):
+        return "in-place"
+    return "out-of-place"
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,17 @@ class Row:
                               "without --split", identity=True, older="", since=5)
     init_method: str = column("how the torch backends' ranks met (--init-method): env://, tcp:// or file:// (the "
                               "scheme only); empty for the MPI backends", identity=True, older="", since=5)
+    api: str = column("how each call was issued (--api): blocking; nonblocking (MPI's I... calls, torch's async_op), "
+                      "started and then waited for; persistent (MPI-4's ..._init, started each time)", identity=True,
+                      matched=True, older="blocking", since=6,
+                      said=lambda r: "" if r["api"] == "blocking" else r["api"])
+    placement: str = column("where the result went (--placement): out-of-place (a receive buffer of its own), in-place "
+                            "(where the input was: MPI.IN_PLACE, torch's in-place forms); empty where there are no "
+                            "buffers to place (barrier, point-to-point)", identity=True, matched=True,
+                            older=lambda r: usual_placement(r["backend"], r["collective"]), since=6,
+                            said=lambda r: "" if r["placement"] in ("", usual_placement(r.get("backend", ""),
+                                                                                        r.get("collective")))
+                            else r["placement"])
     iterations: int = column("timed samples taken, all rounds together")
     time_us_p50: float = column("one round: median of the samples; several: geometric mean of the round medians, "
                                 "rounds set aside as interference left out (µs; per message: half a round trip "
@@ -114,6 +141,13 @@ class Row:
     time_us_round_p50s: tuple = column("each round's median, in round order (µs)", older=None, since=2, default=())
     rounds_set_aside: int = column("rounds whose median lay far above the fastest round's (interference), "
                                    "left out of time_us_p50 and its CI", older=0, since=3, default=0)
+    overall_us: float = column("--api nonblocking, persistent (latency timing): median time from a call's start to "
+                               "its completion with compute between them (OSU's overall), median over rounds (µs); "
+                               "empty for the others", older=math.nan, since=6, default=math.nan)
+    compute_us: float = column("the compute's own time inside overall_us, calibrated to last at least the call "
+                               "alone (time_us_p50); median over rounds (µs)", older=math.nan, since=6, default=math.nan)
+    overlap_pct: float = column("how much of the call the compute hid, as OSU defines it: 100 * max(0, 1 - "
+                                "(overall_us - compute_us) / time_us_p50)", older=math.nan, since=6, default=math.nan)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -138,7 +172,7 @@ _SAID = tuple((f.name, f.metadata["said"]) for f in fields(Row) if f.metadata["s
 SAID_FIELDS = tuple(name for name, _ in _SAID)
 #: Identity columns that belong to a backend's line rather than to a setup (several backends
 #: side by side differ in them): a table's or a figure's backend label names them.
-PER_BACKEND = ("buffers", "payload", "init_method")
+PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement")
 SETUP_SAID = tuple(name for name in SAID_FIELDS if name not in PER_BACKEND)
 
 
@@ -216,6 +250,9 @@ class RoundData:
     samples_us: Optional[tuple] = column("per iteration: max over the timed ranks (latency) or loop / k; per message",
                                          default=None)
     rank_means_us: Optional[tuple] = column("each rank's mean time", default=None)
+    overall_us: float = column("--api nonblocking, persistent: this round's median overall time (start, compute, "
+                               "complete)", default=math.nan)
+    compute_us: float = column("this round's median time of the compute inside overall_us", default=math.nan)
 
 
 @dataclass

@@ -181,6 +181,9 @@ def _single(title: str, rows: list) -> TableModel:
                 ("p95 µs", 12, lambda r: format_us(r.time_us_p95)), ("max µs", 11, lambda r: format_us(r.time_us_max))]
     if sized:
         columns += [("algbw GB/s", 5, lambda r: _bw(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: _bw(r.busbw_gbps))]
+    if _overlaps(rows):
+        columns += [("overlap %", 1, _overlap), ("overall µs", 5, lambda r: format_us(r.overall_us)),
+                    ("compute µs", 6, lambda r: format_us(r.compute_us))]
     if sized:
         columns.append(("check", 1, lambda r: r.check))
     label = backend_label(rows[0])
@@ -207,6 +210,8 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
                     (f"{shown}\nCI", 4 if i == 0 else 5, of(b, _ci_pct))]
         if spread:
             columns.append((f"{shown}\nspread", 2, of(b, _spread(spread))))
+        if _overlaps([r for r in rows if backend_label(r) == b]):
+            columns.append((f"{shown}\noverlap %", 0, of(b, _overlap)))
         if sized:
             columns.append((f"{shown}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
         columns += [(f"{shown}\navg µs", 8, of(b, lambda r: format_us(r.time_us_rank_avg))),
@@ -225,6 +230,15 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
 
     columns += [(f"{_stacked(b)}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
     return _columns(columns, sizes, title, _summary(rows, backends) + split_note + _notes(rows))
+
+
+def _overlaps(rows: list) -> bool:
+    """Whether any of ``rows`` measured an overlap (--api nonblocking, persistent)."""
+    return any(math.isfinite(r.overlap_pct) for r in rows)
+
+
+def _overlap(row: Row) -> str:
+    return f"{row.overlap_pct:.0f}" if math.isfinite(row.overlap_pct) else "-"
 
 
 def _summary(rows: list, backends: list) -> tuple:
@@ -258,6 +272,9 @@ def _notes(rows: list) -> tuple:
     else:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")
+    if _overlaps(rows):
+        notes.append("overlap %: how much of a call compute between its start and its wait hid, as OSU defines it: "
+                     "100·max(0, 1 − (overall − compute) / p50), the compute lasting at least p50 (docs/methodology.md)")
     if any(r.rounds_disagree for r in rows):
         notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
                      f"expects of rows like it at its time (its CI rests on its own rounds alone)")

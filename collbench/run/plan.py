@@ -64,14 +64,29 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
     per_backend = Counter(setup.name for setup in setups)     # a comma list's other choices may still run
-    pairs, why = set(), {}
+    pairs, why, placed = set(), {}, {}
+    asked_placement = tuple(_choices(opts.get("placement", "out-of-place"))) != ("out-of-place",)
     for cname in collectives:
         coll = get_benchmark(cname)
         op = opts["op"] if coll.reduces else NO_OP
+        measured: dict = {}           # per backend and its other options: the placements measured
         for setup in setups:
             cls, backend = backend_class(setup.name), setup.key
             reason = op_refusal(op, dtype.name) or cls.supports(collective=coll, dtype=dtype, op=op) or \
+                coll.api_refusal(setup.options.api, cls.family) or \
                 cls.options_problem(setup.options, collective=coll, dtype=dtype, op=op)
+            if reason is None:
+                # a placement the collective lacks here: its only form, measured once
+                asked, form = setup.options.placement, coll.placement(cls.family, setup.options.placement)
+                siblings = measured.setdefault((setup.name, dataclasses.replace(setup.options, placement="")), set())
+                if form != asked and asked_placement:
+                    names = placed.setdefault(("no buffers to place" if not form else
+                                               f"only {form.replace('-', ' ')}", cname), [])
+                    names += [setup.name] * (setup.name not in names)
+                if form in siblings:
+                    pairs.add((cname, backend))
+                    continue
+                siblings.add(form)
             if reason is None:
                 continue
             if named and per_backend[setup.name] == 1:
@@ -81,13 +96,18 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
             why.setdefault((backend, reason), []).append(cname)
 
     def which(names: list) -> str:
-        return "every collective" if len(names) == len(collectives) else ", ".join(names)
+        return "every collective" if len(names) == len(collectives) > 1 else ", ".join(names)
 
     if len(pairs) == len(collectives) * len(setups):      # said once per backend and reason
         raise UsageError("nothing to measure: " + "; ".join(
             f"{backend} ({which(names)}): {reason}" for (backend, reason), names in why.items()))
+    # one line per reason and set of backends: "allreduce, reduce on gloo: only in place; measured once"
+    once: dict = {}
+    for (reason, cname), names in placed.items():
+        once.setdefault((reason, ", ".join(names)), []).append(cname)
     return frozenset(pairs), [f"{which(names)} on {backend}: {reason}; skipped"
-                              for (backend, reason), names in why.items()]
+                              for (backend, reason), names in why.items()] + [
+        f"{which(cnames)} on {backends}: {reason}; measured once" for (reason, backends), cnames in once.items()]
 
 
 def _choices(value) -> tuple:
@@ -129,7 +149,8 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
 def _setup_key(name: str, options: BackendOptions, takes: tuple) -> str:
     """How a setup is named: as the rows it measures are labelled (``records.backend_label``)."""
     row = {"backend": name, "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
-           "payload": options.payload if "payload" in takes else ""}
+           "payload": options.payload if "payload" in takes else "", "api": options.api,
+           "placement": options.placement}
     return backend_label(row)
 
 

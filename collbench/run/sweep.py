@@ -20,7 +20,7 @@ from collbench.launch.watchdog import Watchdog
 from collbench.results.aggregate import round_data
 from collbench.errors import SharedUsageError
 from collbench.results.records import RowIdentity
-from collbench.benchmarks.base import Benchmark, Roles
+from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks import check
 from collbench.benchmarks.check import Tables, pattern
@@ -257,6 +257,8 @@ class Sweep:
         op_name = plan.op if coll.reduces else NO_OP
         element = self._element(coll)
         tables = Tables(pattern(op_name, plan.dtype), n, element, backend.device)
+        placement = coll.placement(backend.family, backend.options.placement)
+        received = coll.received_in_place if placement == IN_PLACE and not coll.in_place else coll.received
         where = f"allocation for {coll.name} on {backend_name}"
         supervise.set_position(where)
         self.watchdog.arm(plan.timeout, where)
@@ -271,9 +273,10 @@ class Sweep:
         top = points[kept - 1]
         buffers = None                    # a rank outside the pair holds none
         if coll.takes_part(rank, roles):
-            with self.phase("setup"):
-                buffers = backend.allocate(send_len=top.send_len, recv_len=top.recv_len, dtype=element,
-                                           in_place=coll.in_place)
+            with self.phase("setup"):           # in place, the receive buffer holds the input too
+                buffers = backend.allocate(send_len=top.send_len, dtype=element, in_place=coll.in_place,
+                                           recv_len=max(top.send_len, top.recv_len) if placement == IN_PLACE
+                                           else top.recv_len)
             with self.phase("check"):
                 backend.fill(buffers, tables=tables, rank=mine, length=top.send_len)
         allocated = (top.send_len + top.recv_len) * element.itemsize
@@ -297,8 +300,8 @@ class Sweep:
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
                 with self.phase("check"):
-                    wrong_here = tables.count_wrong(bound.checked(), coll.received(n, mine, roles, point.elements,
-                                                                                    point.recv_len), point.recv_len)
+                    wrong_here = tables.count_wrong(bound.checked(), received(n, mine, roles, point.elements,
+                                                                              point.recv_len), point.recv_len)
                     by_rank = control.bcast(control.gather(wrong_here))
                 for r, g in enumerate(groups):
                     if g is not None:
@@ -325,11 +328,14 @@ class Sweep:
                                            size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
                                            count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
                                            **coll.row_axes(roles, g), **self._group_axes(roles, g),
-                                           **backend.row_axes())
+                                           **backend.row_axes(), placement=placement)
                     own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
                     self.out.add(identity, self._sort_key(coll, backend_name, point, roles, g, timing),
                                  round_data(round_number, samples, own, precision_reached=m.precision_reached[g],
-                                            check=check, calls_per_sample=m.calls_per_sample))
+                                            check=check, calls_per_sample=m.calls_per_sample,
+                                            overall_us=m.overall_us[g] if m.overall_us else (),
+                                            compute_us=m.compute_us[g] if m.compute_us else ()))
+            bound.release()               # a persistent request: before the next size binds its own
         bound = None                      # nothing calls into the buffers any more
         if buffers is not None:           # before the next block allocates its own
             with self.phase("setup"):

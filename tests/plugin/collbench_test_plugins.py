@@ -15,6 +15,7 @@ FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps 
                            its first size is bound, inside the collective's position) or ``renew``
                            (between in-job rounds)
 
+``timed-library-mpi`` makes non-blocking calls whose progress is known (``TIMED_LIBRARY``).
 ``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
 ``raising-check`` one whose availability check raises, ``unfinished`` an abstract Backend, and
 ``mpi`` and ``all`` try to take reserved names.
@@ -169,3 +170,47 @@ class SmallPickle(MpiPickleBackend):
 
     def max_message_bytes(self):
         return 4096
+
+
+class TimedLibraryMpi(MpiBackend):
+    """The mpi backend whose non-blocking calls behave as a library whose progress is known
+    (``TIMED_LIBRARY=KIND:SECONDS``): each call takes SECONDS of waiting (a sleep, which leaves
+    the core to the rank's compute) besides the real call, and that wait happens
+
+    * ``background``: from the start, at no cost to the rank, as a library with a progress thread
+      on a free core would: the wait only waits for what of SECONDS has not passed yet, and the
+      compute hides it (overlap near 100%);
+    * ``in-wait``: only inside the wait, as a library that progresses only there: nothing hides
+      it (overlap near 0%).
+
+    The real call is made either way, so that the result is checked."""
+
+    name = "timed-library-mpi"
+
+    def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
+        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op,
+                             roles=roles)
+        if bound.start is None:
+            return bound
+        kind, seconds = os.environ["TIMED_LIBRARY"].split(":")
+        seconds = float(seconds)
+        real_start, real_complete = bound.start, bound.complete
+
+        if kind == "background":
+            def start():
+                return time.monotonic() + seconds, real_start()
+
+            def complete(handle):
+                done, request = handle
+                real_complete(request)
+                time.sleep(max(0.0, done - time.monotonic()))   # what the background has not done yet
+        else:
+            def start():
+                return real_start()
+
+            def complete(request):
+                time.sleep(seconds)
+                real_complete(request)
+        whole = lambda: complete(start())      # noqa: E731
+        return Bound(run=whole, run_blocking=whole, checked=bound.checked, start=start, complete=complete,
+                     release=bound.release)
