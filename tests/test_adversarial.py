@@ -145,6 +145,29 @@ def test_a_closed_stream_changes_nothing(files, closed):
     assert json.loads((files / "c.json").read_text())["rows"], "the file is written, not the closed stream"
 
 
+@pytest.mark.parametrize("args", [["allreduce", *RUN, "-f", "json"], ["allreduce", *RUN, "-f", "csv"],
+                                  ["compare", "good.json", "good.json", "-f", "json"], ["allreduce", *RUN]])
+def test_output_lost_on_a_full_device_is_one_line_and_exit_2(files, args):
+    """What the user asked for on stdout that could not be written is an error, not exit 0."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(), timeout=120,
+                              stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "No space left on device" in _one_line("\n".join(
+        line for line in proc.stderr.splitlines() if "error" in line or "Traceback" in line))
+
+
+def test_a_document_asked_for_on_a_closed_stdout_is_an_error_and_a_full_stderr_changes_no_code(files):
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", *RUN, "-f", "csv"], cwd=files, env=_env(),
+                          timeout=120, preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 2 and "standard output is closed: -f csv went nowhere" in _one_line(proc.stderr)
+    with open("/dev/full", "w") as full:
+        for args in (["allreduce", "--sizes", "0"], ["compare", "good.json", "missing.json"]):
+            code = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(), timeout=60,
+                                  stdout=subprocess.DEVNULL, stderr=full).returncode
+            assert code == 2, args
+
+
 def test_a_broken_pipe_is_not_a_verdict(files):
     """`collbench compare … | head -1` under pipefail: the verdict decides the exit code."""
     for args in (["compare", "good.json", "good.json"], ["compare", "good.json", "good.json", "-f", "json"],

@@ -24,7 +24,7 @@ import pytest
 
 from collbench.analysis import compare as compare_module
 from collbench.analysis.compare import compare_runs
-from collbench.analysis.compare_render import comparison_tables, outcome, to_json, to_summary_markdown
+from collbench.analysis.compare_render import comparison_tables, outcome, to_json, to_summary_markdown, unjudged_line
 from collbench.errors import UsageError
 from collbench.results import loader
 from collbench.results.loader import load_result
@@ -272,6 +272,8 @@ def test_json_that_python_reads_and_collbench_does_not(files, text, fragment):
     ("rounds", "1000000000000000", "rounds says 1000000000000000"),
     ("size_bytes", "1" + "0" * 5000, "bad value inf in column size_bytes: out of range"),
     ("time_us_round_p50s", "3.1\t3 3 3 3", "bad value '3.1\\t3' in time_us_round_p50s: not a number"),
+    ("world_size", "\u0662", "in column world_size"),           # ASCII digits only
+    ("size_bytes", "5_000", "in column size_bytes"),
 ])
 def test_a_csv_cell_no_run_measures_is_refused(files, column, cell, fragment):
     with pytest.raises(UsageError) as info:
@@ -448,6 +450,22 @@ def test_null_round_medians_and_missing_rows_fail_the_gate_too(files):
     c = compare_runs(good, partial)
     assert c.counts["missing"] == len(SERIES) // 2 and not c.passed and not c.regression
     assert compare_runs(good, partial, allow_missing=True).passed
+
+
+def test_a_baseline_whose_medians_are_null_cannot_open_the_gate(files):
+    """Null medians in the baseline's rows that regressed: compare said "insufficient data" and
+    exit 0 against a run three times slower."""
+    half = _each_row(lambda r: r.__setitem__("time_us_p50", None) if r["size_bytes"] >= 1024 else None)
+    base = load_result(_broken(files, "halfnull.json", half))
+    slow = run_of(SERIES, seed=2, scale=3.0)
+    c = compare_runs(base, slow, baseline_name="halfnull.json", new_name="slow.json")
+    nulls = [r for r in c.rows if r.field("size_bytes") >= 1024]
+    assert nulls and {r.verdict for r in nulls} == {"unmeasured"} and not c.passed
+    assert all(r.reason == "halfnull.json has no time_us_p50" for r in nulls)
+    assert unjudged_line(c).startswith(f"{len(nulls)} row(s) of halfnull.json that it has no median for fail the gate")
+    assert compare_runs(base, slow, allow_missing=True).regression      # the rows it can judge are slower
+    proc = cli(["compare", "halfnull.json", "good.json"], files)
+    assert proc.returncode == 1 and proc.stdout.startswith("INCOMPLETE"), proc.stdout
 
 
 def test_a_baseline_with_nothing_to_judge_by_is_incomparable(files):

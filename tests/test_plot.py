@@ -202,6 +202,18 @@ def test_plot_writes_a_png_that_reads_back(tmp_path):
     assert notes == ["1 row(s) without a size (barrier) are not on the log–log plot"]
 
 
+def test_dollar_signs_in_names_and_labels_are_drawn_as_written(tmp_path):
+    """A file named a$^$.json and a --label of $\\undefinedmacro$ were mathtext tracebacks."""
+    pytest.importorskip("matplotlib")
+    odd = write(run_of(sweep(), seed=1), tmp_path / "a$^$.json")
+    plain = write(run_of(sweep(), seed=2), tmp_path / "b.json")
+    for args in (["plot", odd, plain, "-o", "p.svg"], ["plot", plain, odd, "--label", "$\\undefinedmacro$",
+                                                        "--label", "x", "-o", "q.svg"]):
+        proc = run_cli(args, tmp_path)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "undefinedmacro" in (tmp_path / "q.svg").read_text()
+
+
 def test_plot_writes_svg_and_refuses_to_overwrite(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plot.svg"

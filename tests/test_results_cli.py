@@ -232,6 +232,19 @@ def test_merge_puts_runs_side_by_side(tmp_path):
     assert run_cli(["compare", "m.json", second], tmp_path).returncode == 0
 
 
+def test_merge_refuses_a_file_holding_a_row_twice_and_says_when_files_share_no_row(tmp_path):
+    doubled = _run_with_id(1, "aaa", rounds=3)
+    doubled.add(doubled.rows[0], doubled.rounds[0])
+    dup = write(doubled, tmp_path / "dup.json")
+    other = write(_run_with_id(2, "bbb", rounds=3), tmp_path / "b.json")
+    proc = run_cli(["merge", dup, other, "-o", "m.json"], tmp_path)
+    assert proc.returncode == 2 and "dup.json: two rows for allreduce mpi" in one_line_error(proc), proc.stderr
+    assert not (tmp_path / "m.json").exists()
+    apart = write(run_of(sweep(backends=("gloo",)), seed=3, rounds=3), tmp_path / "gloo.json")
+    proc = run_cli(["merge", other, apart, "-o", "u.json"], tmp_path)
+    assert proc.returncode == 0 and "the files share no row" in proc.stderr, proc.stderr
+
+
 def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp_path):
     from pathlib import Path
     v1 = Path(__file__).resolve().parent / "data" / "v1-allreduce-mpi-vs-pickle.json"

@@ -55,6 +55,11 @@ def test_factor_range_stays_within_end():
     ("2T", "1 TiB"),
     ("1-1M:+1", "more than"),
     ("1.5K", "bad size"),
+    ("\u0668", "bad size"),               # an Arabic-Indic 8: ASCII digits only
+    ("\uff18K", "bad size"),              # a fullwidth 8
+    ("8_0", "bad size"),
+    ("8-1M:x4_0", "xN"),
+    ("8-1M:x\u0664", "xN"),
 ])
 def test_bad_forms(spec, fragment):
     with pytest.raises(UsageError) as info:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU pass for issue 32 (device-side check, graph and device timing): ../shared/gpu/device-check.sh
+# The GPU pass for issues 32 and 33 (device-side check, graph and device timing; api and placement): ../shared/gpu/device-check.sh
 # with the steps this work needs. On this machine: ../shared/gpu/prepare.sh <nccl-tests git dir>, then
 # cp benchmarks/gpu/device-check.sh benchmarks/gpu/against_nccl_tests.py .gpu/; on the GPU machine:
 # OUT=<folder> bash .gpu/device-check.sh (about 9 minutes; each step has its own limit).
@@ -54,4 +54,7 @@ if [ -n "${BUILD:-}" ]; then
   run 30 python $R/against_nccl_tests.py timings.json $W/nccl-tests-G.txt
   run 30 python $R/against_nccl_tests.py rs.json $W/nccl-tests-G.txt
 fi
+step "issue 33: nccl non-blocking (overlap behind a GPU kernel) and in place beside out of place, checked"
+timed 120 python -m collbench all --backend nccl --api blocking,nonblocking --placement out-of-place,in-place --sizes 1K,1M,64M,1G --rounds 2 -o api.json
+run 60 python -c "import json; [print(r['collective'], r['api'], r['placement'], r['size_bytes'], round(r['time_us_p50'], 1), r['overlap_pct'], r['check']) for r in json.load(open('api.json'))['rows']]"
 step "done"

@@ -408,8 +408,16 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         for name, side in zip((baseline_name, new_name), sides):
             set_aside[name][0] += side.set_aside
             set_aside[name][1] += side.set_aside + sum(len(g) for g in side.runs)
-        if _lacks(baseline.rows[b], sides[0], "time_us_p50"):
+        applies = metric == "time_us_p50" or bool(baseline.rows[b].size_bytes)   # no bandwidth of a barrier
+        base_lacks = _lacks(baseline.rows[b], sides[0], "time_us_p50") or (
+            _lacks(baseline.rows[b], sides[0], metric) if applies else "")
+        if base_lacks:
+            # a baseline that cannot judge a row must not pass it: the gate fails as for NEW's
             unmeasured_base.append(key)
+            unmeasured[key] = RowComparison(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
+                                            _metric(new.rows[n], metric), math.nan, math.nan, math.nan, None, None,
+                                            0, 0, "", math.nan, None, "unmeasured", f"{baseline_name} has {base_lacks}")
+            continue
         lacks = _lacks(new.rows[n], sides[1], metric)
         if lacks and not _lacks(baseline.rows[b], sides[0], metric):
             unmeasured[key] = RowComparison(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
@@ -483,7 +491,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                            f"{new.rows[0].backend}: rows are matched across the two backends")
     if unmeasured_base:
         warnings.append(f"{len(unmeasured_base)} row(s) of {baseline_name} have no median time or no round median: "
-                        f"they judge nothing (insufficient data)")
+                        f"they judge nothing (unmeasured, which fails the gate unless --allow-missing)")
     warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
     drifts = [p.drift_sd for p in tested]

@@ -124,8 +124,11 @@ def unjudged_line(c: Comparison, limit: int = 6) -> str:
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
     verdict = ("not judged, as --allow-missing asks" if c.allow_missing else
                "fail the gate (--allow-missing lets them pass)")
-    return (f"{len(rows)} row(s) of {c.baseline_name} that {c.new_name} lacks or could not measure {verdict}: "
-            f"{shown}{more}")
+    base = sum(r.reason.startswith(f"{c.baseline_name} has ") for r in rows)
+    whose = (f"that {c.new_name} lacks or could not measure" if not base else
+             "that it has no median for" if base == len(rows) else
+             f"that it or {c.new_name} lacks or could not measure")
+    return f"{len(rows)} row(s) of {c.baseline_name} {whose} {verdict}: {shown}{more}"
 
 
 def summary_line(c: Comparison) -> str:

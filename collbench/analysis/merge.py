@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from collbench.results.aggregate import build_row, moderate_rows
-from collbench.results.records import RowIdentity, RunResult
+from collbench.results.records import RowIdentity, RunResult, backend_label
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.analysis.comparability import metadata_warnings
 from collbench.errors import UsageError
@@ -63,9 +63,14 @@ def merge_runs(named: list) -> tuple:
             record["run_id"] = str(record.get("run_id") or run_id)
             record["round"] = renumber[n]
             records.append(record)
+        keys: set = set()
         for row, data in zip(result.rows, result.rounds):
             if not data:
                 raise UsageError(f"{name}: row {row.collective} {row.backend} {row.size_bytes} has no rounds to merge")
+            if row.key() in keys:         # one run measures each row once: which copy would count?
+                raise UsageError(f"{name}: two rows for {row.collective} {backend_label(row)} {row.size_bytes} B "
+                                 f"{row.timing}; merge files of one run each")
+            keys.add(row.key())
             entry = rows.setdefault(row.key(), [row, []])
             entry[1] += [dataclasses.replace(d, round=renumber[d.round]) for d in data]
         sources.append({"file": str(name), "run_id": run_id, "timestamp": result.metadata.get("timestamp"),
@@ -81,4 +86,8 @@ def merge_runs(named: list) -> tuple:
         merged.add(build_row(RowIdentity.of(row, _bus_factor(row)), data), tuple(data))
     merged.rows[:] = moderate_rows(merged.rows)
     merged.notes.extend(note for _, result in named for note in result.notes if note not in merged.notes)
+    shared = set.intersection(*({r.key() for r in result.rows} for _, result in named))
+    if not shared:           # runs of two sweeps: the file is their union, no row has more rounds
+        warnings.append("the files share no row (another sweep, collective or backend): the merged file holds "
+                        "each file's rows with their own rounds only")
     return merged, warnings

@@ -145,10 +145,14 @@ def what_is_drawn(rows) -> tuple:
 
 def _import_matplotlib():
     try:
+        import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise UsageError(INSTALL_HINT) from None
+    # Text in a figure comes from files and --label: drawn as written, never read as mathtext
+    # ("a$^$.json" would be a parse error, "$\undefined$" a traceback)
+    matplotlib.rcParams["text.parse_math"] = False
     return Figure, FigureCanvasAgg
 
 

@@ -192,14 +192,24 @@ def main(argv=None) -> None:
     rank tells its guardian the exit code it leaves with (one it did not tell is a library's)."""
     from collbench.launch.supervise import leaving
 
+    from collbench.cli import streams
+
     try:
         _main(argv)
     except SystemExit as exc:
-        leaving(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+        written = streams.outcome(code)      # what the user asked for on stdout reached it whole
+        leaving(written)
+        if written != code:
+            raise SystemExit(written) from None
         raise
     except BaseException:            # a bug: Python prints the traceback and exits with 1
         leaving(1)
         raise
+    written = streams.outcome(0)
+    leaving(written)
+    if written:
+        sys.exit(written)
 
 
 def _main(argv) -> None:

@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from collbench.cli.streams import asked_for
+
 from collbench.results.ci_export import TARGETS, UNITS
 
 
@@ -38,6 +40,7 @@ def export_command(file, target, output, force) -> None:
     if done.left_out:
         print(f"collbench: {done.left_out} row(s) of {file} have no median time; left out", file=sys.stderr)
     if output is None:
+        asked_for("the export")
         sys.stdout.write(done.text)
         sys.stdout.flush()
         if target in UNITS:

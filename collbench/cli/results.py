@@ -10,6 +10,8 @@ import sys
 
 import click
 
+from collbench.cli.streams import asked_for
+
 from collbench.cli import params
 
 def _console():
@@ -51,12 +53,14 @@ def _compare_table(comparison) -> None:
 def _compare_markdown(comparison) -> None:
     from collbench.analysis.compare_render import to_summary_markdown
 
+    asked_for("-f markdown")
     sys.stdout.write(to_summary_markdown(comparison))
 
 
 def _compare_json(comparison) -> None:
     from collbench.analysis.compare_render import to_json
 
+    asked_for("-f json")
     sys.stdout.write(to_json(comparison))
 
 
@@ -69,6 +73,7 @@ def _report_table(heading: str, report, tables) -> None:
 def _report_markdown(heading: str, report, tables) -> None:
     from collbench.analysis.report import markdown_document
 
+    asked_for("-f markdown")
     sys.stdout.write(markdown_document(heading, report, tables))
 
 

@@ -10,6 +10,12 @@ happens to its output must never change it:
 * a **broken pipe** (``collbench compare … | head -1``): what is left to print is dropped,
   quietly, and the command goes on to its own exit code. A pipe that closed is not a verdict.
 
+But a write that **failed** (a full disk: ``> x.json`` on a full filesystem, ``> /dev/full``;
+an I/O error) lost what the user asked for: the command says so in one line and exits 2 where
+it would have exited 0 (``outcome``); so does a stdout closed at start when the user asked for
+a document on it (``-f json``, ``csv``, ``markdown``). On stderr such a failure has nowhere to
+be said, and changes nothing.
+
 And on a terminal, collbench's own lines on stderr ("collbench: …", one line each for the
 programs that read them) are wrapped between words at the terminal's width, not by the
 terminal mid-word; a rank whose stderr reaches the user's terminal through a launcher wraps
@@ -52,6 +58,8 @@ class SafeStream(io.TextIOBase):
     def __init__(self, stream, wrap_width: Optional[Callable[[], Optional[int]]] = None) -> None:
         self._stream = stream
         self.broken = False
+        self.failure: Optional[str] = None  # why a write failed (not a reader gone): a full disk
+        self.asked: list = []               # the documents the user asked for on it (-f json …)
         self._wrap_width = wrap_width       # the width collbench's lines wrap at; None: as they are
 
     def _guard(self, action):
@@ -63,7 +71,7 @@ class SafeStream(io.TextIOBase):
             self._give_up()
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.EBADF):
-                raise
+                self.failure = exc.strerror or str(exc)
             self._give_up()
         except ValueError:          # the stream was closed under us
             self.broken = True
@@ -80,6 +88,15 @@ class SafeStream(io.TextIOBase):
             os.close(null)
         except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
             pass
+
+    def failed(self, why: str) -> None:
+        """A write to the same descriptor by other means (a relay of bytes) failed: ``why``."""
+        self.failure = self.failure or why
+
+    def asked_for(self, what: str) -> None:
+        """What is written next is ``what``, a document the user asked for (``outcome`` names it)."""
+        if what not in self.asked:
+            self.asked.append(what)
 
     def write(self, text: str) -> int:
         shown = self._wrapped(text) if self._wrap_width and "collbench:" in text else text
@@ -124,11 +141,41 @@ class SafeStream(io.TextIOBase):
         return self._stream.buffer
 
 
+#: the descriptors that were closed when collbench started (reopened on /dev/null)
+_closed_at_start: set = set()
+
+
+def asked_for(what: str) -> None:
+    """Standard output is about to get ``what`` (a document the user asked for with -f)."""
+    mark = getattr(sys.stdout, "asked_for", None)
+    if mark is not None:
+        mark(what)
+
+
+def outcome(code: int) -> int:
+    """The exit code once standard output is flushed: what could not be written there that the
+    user asked for is one line on stderr, and exit 2 in place of 0."""
+    out = sys.stdout
+    if not isinstance(out, SafeStream):
+        return code
+    out.flush()
+    what = " and ".join(out.asked) or "the output"
+    if out.failure:
+        problem = f"could not write {what} to standard output ({out.failure}); what reached it is incomplete"
+    elif 1 in _closed_at_start and out.asked:
+        problem = f"standard output is closed: {what} went nowhere"
+    else:
+        return code
+    print(f"collbench: error: {problem}", file=sys.stderr)
+    return code or 2
+
+
 def _reopen_closed() -> None:
     for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
         try:
             os.fstat(fd)
         except OSError:
+            _closed_at_start.add(fd)
             null = os.open(os.devnull, mode)
             if null != fd:
                 os.dup2(null, fd)

@@ -4,6 +4,7 @@ collbench has already explained."""
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import re
 import subprocess
@@ -51,9 +52,9 @@ class Relay:
                 keep.append(held)          # a partial line (a progress bar): pass it on now
                 held = b""
             if keep:
-                self._write(out, b"".join(keep))
+                self._write(out, b"".join(keep), target)
         if held and not self._noise(held):
-            self._write(out, held)
+            self._write(out, held, target)
 
     def _noise(self, line: bytes) -> bool:
         text = _CONTROLS.sub(b"", line)        # what a terminal shows: a bar's erasing left out
@@ -70,12 +71,15 @@ class Relay:
                    if len(seen.split()) > 1)
 
     @staticmethod
-    def _write(out, data: bytes) -> None:
+    def _write(out, data: bytes, target) -> None:
         try:
             out.write(data)
             out.flush()
-        except (OSError, ValueError):
-            pass                     # a closed or broken stream: the run goes on, files are written
+        except OSError as exc:       # the run goes on, files are written; a full disk is said at the end
+            if exc.errno not in (errno.EPIPE, errno.EBADF) and hasattr(target, "failed"):
+                target.failed(exc.strerror or str(exc))
+        except ValueError:           # a closed stream
+            pass
 
     def join(self) -> None:
         for t in self._threads:

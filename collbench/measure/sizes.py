@@ -25,7 +25,9 @@ UNITS = {
 MAX_SIZE_BYTES = 1 << 40
 MAX_SIZE_COUNT = 10_000
 
-_QUANTITY = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+#: ASCII digits only: Python's \d and int() also take other scripts' digits and underscores
+#: ("٨" is 8, "8_0" is 80), which no size is written with
+_QUANTITY = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$", re.ASCII)
 _ALLOWED = "bytes with an optional unit B, K, M, G, T (or KiB, MiB, GiB, TiB)"
 
 
@@ -71,10 +73,10 @@ def _parse_range(item: str) -> list[int]:
     elif step[0] in "xX*":
         if len(step) > 12:
             raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor is too large")
-        try:
-            factor, increment = int(step[1:]), 0
-        except ValueError:
-            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: expected xN, e.g. x4") from None
+        digits = step[1:].strip()
+        if not (digits.isascii() and digits.isdigit()):
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: expected xN, e.g. x4")
+        factor, increment = int(digits), 0
         if factor < 2:
             raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor must be at least 2")
     elif step[0] == "+":

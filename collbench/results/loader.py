@@ -170,6 +170,10 @@ def _count_values(data: bytearray, is_csv: bool, name: str) -> None:
 
 
 def _number_text(v: str) -> float:
+    """A number written in a CSV cell: ASCII only (Python's float() also reads other scripts'
+    digits and underscores, "٢" and "5_000", which no collbench file holds)."""
+    if not v.isascii() or "_" in v:
+        raise ValueError("not a number")
     try:
         return float(v)
     except ValueError:

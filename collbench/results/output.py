@@ -20,6 +20,14 @@ from collbench.results.render import output_width, print_table
 from collbench.results.tables import build_tables
 
 
+def _asked_for(what: str) -> None:
+    """Tell standard output (collbench's guarded stream, ``collbench.cli.streams``) that what
+    follows is a document the user asked for, whose loss is an error."""
+    mark = getattr(sys.stdout, "asked_for", None)
+    if mark is not None:
+        mark(what)
+
+
 @dataclass(frozen=True)
 class OutputSettings:
     outputs: tuple = ()            # explicit -o paths; empty = default files in results_dir
@@ -221,6 +229,7 @@ class Output:
             self.progress.stop()
         root, where = root_rank(self.collector.metadata), placement(self.collector.metadata)
         if exporter is not None:
+            _asked_for(f"-f {self.settings.print_format}")
             self._print_line(exporter.render_tables(rows, root, where))
         else:
             width = output_width(not self.plain, self.console.width)
@@ -260,6 +269,7 @@ class Output:
         exporter = STDOUT_FORMATS[self.settings.print_format]
         whole = exporter is not None and not hasattr(exporter, "render_tables")   # one document at the end
         if self._prints_stdout() and whole:
+            _asked_for(f"-f {self.settings.print_format}")
             self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
         written = self.files.written()
         if written and not self.settings.quiet:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import sys
 from collections import Counter
 
 from collbench.launch import launcher as launch
@@ -223,6 +224,10 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
         if n > 1:
             use_mpi = any(uses_mpi(b) for b in plan.backends)
             seed = plan.seed if plan.seed is not None else new_seed()
+            if plan.output.print_format != "table":     # rank 0's document reaches stdout through us
+                mark = getattr(sys.stdout, "asked_for", None)
+                if mark is not None:
+                    mark(f"-f {plan.output.print_format}")
             # The files are claimed before the first launch: a run started beside this one with
             # the same -o is refused now, not after it has measured (results.files).
             return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
