@@ -182,8 +182,8 @@ def _single(title: str, rows: list) -> TableModel:
     if sized:
         columns += [("algbw GB/s", 5, lambda r: _bw(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: _bw(r.busbw_gbps))]
     if _overlaps(rows):
-        columns += [("overlap %", 1, _overlap), ("overall µs", 5, lambda r: format_us(r.overall_us)),
-                    ("compute µs", 6, lambda r: format_us(r.compute_us))]
+        columns += [("overlap %", 1, _overlap), ("overall µs", 2, lambda r: format_us(r.overall_us)),
+                    ("compute µs", 2, lambda r: format_us(r.compute_us))]
     if sized:
         columns.append(("check", 1, lambda r: r.check))
     label = backend_label(rows[0])
