@@ -264,7 +264,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     if held is not None:
         held.close()
     overall, compute = [], []
-    if bound.start is not None and timing.name == "latency":
+    if bound.start is not None and timing.name == "latency" and device is not None:
         pure = float(np.median(np.concatenate([m for m in samples if len(m)]))) * 1e-6 \
             if is_rank0 and any(len(m) for m in samples) else None
         overall, compute = overlap(bound, pace=pace, sync=sync, control=control, device=device, pure_s=pure,
@@ -281,17 +281,14 @@ OVERLAP_SAMPLES = 50
 
 def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, device, pure_s: Optional[float],
             iters: int, max_time: float, groups: int, group: Optional[int], timed: bool) -> tuple:
-    """OSU's overlap of a non-blocking call (osu_iallreduce …): work that lasts at least the pure
-    call's time (``pure_s``, rank 0's median of the samples; each rank calibrates its own) is put
+    """OSU's overlap of a non-blocking call (osu_iallreduce …): work from ``device.compute()`` that
+    lasts at least the pure call's time (``pure_s``, rank 0's median of the samples; each rank calibrates its own) is put
     between ``start`` and ``complete``. Returns, on rank 0, per group, each sample's overall time
     (start to complete) and its compute's time (µs, maxima over the timed ranks); empty lists
     elsewhere. The overlap is then 100 · max(0, 1 − (overall − compute) / pure)."""
     pure_s = control.bcast(pure_s)
     n = control.bcast(max(1, min(iters, int(max_time / max(2 * pure_s, 1e-9)))) if control.rank == 0 else None)
-    work = device.compute() if device is not None else None
-    if work is None:
-        from collbench.backends.devices import HostCompute
-        work = HostCompute()
+    work = device.compute()                    # the buffers' device says what compute is
     work.calibrate(pure_s)
     bound.run_blocking()                        # back in step after the calibration
     overall_here, compute_here = [], []
