@@ -112,20 +112,37 @@ def test_an_api_a_benchmark_or_backend_lacks_is_one_line_exit_2(args, fragment, 
 
 
 class _Library:
-    """An mpi4py MPI module as far as persistent_collectives asks."""
+    """An mpi4py MPI module and communicator as far as persistent_collectives asks: a library
+    whose persistent allreduce exists, is missing from mpi4py, or is not implemented."""
 
-    def __init__(self, version, has_init):
-        self._version = version
+    class Exception(Exception):
+        pass
+
+    SUM = "sum"
+
+    def __init__(self, has_init, raises=None):
         self.Comm = type("Comm", (), {"Allreduce_init": None} if has_init else {})
+        self.raises, self.freed = raises, False
 
-    def Get_version(self):
-        return self._version
+    def Allreduce_init(self, send, recv, op):
+        if self.raises:
+            raise self.raises("MPI_Allreduce_init not available")
+        library = self
+
+        class Request:
+            def Free(self):
+                library.freed = True
+        return Request()
 
 
-def test_persistent_collectives_need_mpi_4_and_an_mpi4py_that_has_them():
-    assert persistent_collectives(_Library((4, 1), True))
-    assert not persistent_collectives(_Library((3, 1), True))
-    assert not persistent_collectives(_Library((4, 0), False))
+def test_persistent_collectives_are_asked_of_the_library_not_its_version():
+    made = _Library(True)
+    assert persistent_collectives(made, made) and made.freed
+    assert not persistent_collectives(_Library(False), _Library(False))
+    assert not persistent_collectives(_Library(True, NotImplementedError), _Library(True, NotImplementedError))
+    broken = _Library(True)
+    broken.raises = _Library.Exception
+    assert not persistent_collectives(broken, broken)
 
 
 def test_overlap_is_osu_s_figure():

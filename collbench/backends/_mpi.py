@@ -113,9 +113,18 @@ def abort_world(code: int) -> bool:
     return True
 
 
-def persistent_collectives(MPI) -> bool:
-    """Whether this MPI library and mpi4py have MPI-4's persistent collectives."""
-    return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
+def persistent_collectives(MPI, comm) -> bool:
+    """Whether this MPI library and mpi4py have MPI-4's persistent collectives, asked of the
+    library by making one on ``comm`` (every rank of it calls this): Open MPI 5 has them while it
+    says it is MPI 3.1, so the version says nothing."""
+    if not hasattr(MPI.Comm, "Allreduce_init"):
+        return False
+    try:
+        request = comm.Allreduce_init(np.zeros(1), np.zeros(1), MPI.SUM)
+    except (NotImplementedError, MPI.Exception):
+        return False
+    request.Free()
+    return True
 
 
 class MpiControl(Control):
@@ -166,7 +175,8 @@ class MpiBase:
         # other backends' traffic never mix with what is measured.
         self.whole = self.MPI.COMM_WORLD.Dup()
         self.comm = self.whole            # what is measured on: the whole, or this rank's group
-        if getattr(self.options, "api", "blocking") == "persistent" and not persistent_collectives(self.MPI):
+        if getattr(self.options, "api", "blocking") == "persistent" and not persistent_collectives(self.MPI,
+                                                                                                  self.whole):
             from collbench.errors import BackendDeclined
             raise BackendDeclined(f"--api persistent: {library_version()} (MPI {'%d.%d' % self.MPI.Get_version()}) "
                                   "has no persistent collectives (MPI-4's MPI_Allreduce_init …); use MPICH 4 or "
