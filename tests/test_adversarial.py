@@ -168,6 +168,14 @@ def test_a_document_asked_for_on_a_closed_stdout_is_an_error_and_a_full_stderr_c
             assert code == 2, args
 
 
+def test_a_file_name_with_a_line_end_or_esc_is_said_on_one_printable_line(files):
+    proc = _run(["allreduce", *[a for a in RUN if a != "--no-save"], "-o", "new\nline.json", "-o", "e\x1b[31mred.json"],
+                files)
+    assert proc.returncode == 0, proc.stderr
+    assert "collbench: wrote new line.json, e\\x1b[31mred.json" in proc.stderr and "\x1b" not in proc.stderr
+    assert (files / "new\nline.json").exists() and (files / "e\x1b[31mred.json").exists()
+
+
 def test_a_broken_pipe_is_not_a_verdict(files):
     """`collbench compare … | head -1` under pipefail: the verdict decides the exit code."""
     for args in (["compare", "good.json", "good.json"], ["compare", "good.json", "good.json", "-f", "json"],

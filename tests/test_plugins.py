@@ -70,6 +70,21 @@ def test_a_plugin_that_cannot_run_is_one_line_and_exit_2(run_dir, plugin_env, na
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_a_plugin_whose_answers_fail_is_named_in_one_line(run_dir, plugin_env):
+    proc = cli(["allreduce", "-n", "2", "--backend", "raising-supports", "--sizes", "8", *FAST], run_dir, env=plugin_env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("collbench: error: allreduce on raising-supports with float32 sum: its supports() "
+                                   "failed (KeyError: 'sum')")
+    proc = cli(["allreduce", "--backend", "text-ranks", "--sizes", "8", *FAST], run_dir, env=plugin_env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("collbench: error: backend plugin text-ranks: its self_launch_ranks() gave '2', "
+                                   "not a number of ranks (1 or more) or None")
+    proc = cli(["all", "-n", "2", "--backend", "mpi,raising-supports", "--sizes", "8", *FAST, "--no-save"],
+               run_dir, env=plugin_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "on raising-supports: its supports() failed (KeyError: 'sum'); skipped" in proc.stderr
+
+
 def test_an_unsupported_combination_is_refused_before_any_rank_starts(run_dir, plugin_env):
     proc = cli(["allreduce", "-n", "2", "--backend", "no-prod-mpi", "--op", "prod", "--sizes", "8", *FAST], run_dir,
                env=plugin_env)

@@ -92,6 +92,35 @@ def unavailable_reason(name: str) -> Optional[str]:
         return f"its availability check failed ({type(exc).__name__}{': ' + detail if detail else ''})"
 
 
+class PluginFault(UsageError):
+    """A plugin's method raised, or answered what it cannot: the plugin's fault, one line."""
+
+
+def asked_of(name: str, method: str, **kwargs):
+    """``backend_class(name).<method>(**kwargs)`` (a classmethod the plan asks before any rank
+    starts). A plugin's method that raises is the plugin's fault, said in one line as its
+    (PluginFault); a built-in's is a bug and raises as it is."""
+    cls = backend_class(name)
+    try:
+        return getattr(cls, method)(**kwargs)
+    except Exception as exc:
+        if name in _BUILTIN:
+            raise
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise PluginFault(f"backend plugin {name}: its {method}() failed ({type(exc).__name__}"
+                         f"{': ' + detail if detail else ''})") from None
+
+
+def self_launch_ranks(name: str) -> Optional[int]:
+    """How many ranks backend ``name`` asks for when collbench launches itself (None: no
+    preference); a plugin's answer that is not a count of ranks is refused in one line."""
+    asked = asked_of(name, "self_launch_ranks")
+    if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int) or asked < 1):
+        raise PluginFault(f"backend plugin {name}: its self_launch_ranks() gave {asked!r}, not a number of "
+                         f"ranks (1 or more) or None")
+    return asked
+
+
 def uses_mpi(name: str) -> bool:
     return backend_class(name).uses_mpi
 

@@ -8,6 +8,7 @@ import sys
 import click
 
 from collbench.cli.streams import asked_for
+from collbench.errors import printable
 
 from collbench.results.ci_export import TARGETS, UNITS
 
@@ -48,4 +49,5 @@ def export_command(file, target, output, force) -> None:
         return
     write_atomic(Path(output), done.text)
     units = f": {UNITS[target]}" if target in UNITS else ""
-    print(f"collbench: wrote {done.benchmarks} benchmarks for {target} to {output}{units}", file=sys.stderr)
+    print(f"collbench: wrote {done.benchmarks} benchmarks for {target} to {printable(str(output))}{units}",
+          file=sys.stderr)

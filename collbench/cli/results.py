@@ -11,6 +11,7 @@ import sys
 import click
 
 from collbench.cli.streams import asked_for
+from collbench.errors import printable
 
 from collbench.cli import params
 
@@ -213,7 +214,7 @@ def plot_command(files, output, force, labels) -> None:
     for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels(),
                                              where=placement(runs.loaded[0][1].metadata)):
         print(f"collbench: {note}", file=sys.stderr)
-    print(f"collbench: wrote {output}", file=sys.stderr)
+    print(f"collbench: wrote {printable(str(output))}", file=sys.stderr)
 
 
 @click.command("merge")
@@ -243,7 +244,7 @@ def merge_command(files, output, force) -> None:
     write_atomic(Path(output), JsonExporter.render(merged))
     runs = len(merged.metadata["merged_from"])
     print(f"collbench: merged {runs} runs, {merged.metadata['settings']['rounds']} rounds, {len(merged.rows)} rows "
-          f"into {output}", file=sys.stderr)
+          f"into {printable(str(output))}", file=sys.stderr)
 
 
 def register(group) -> None:

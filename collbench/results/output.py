@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from collbench.errors import printable
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
 from collbench.results.journal import Journal, claimed, restore
@@ -273,10 +274,10 @@ class Output:
             self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
         written = self.files.written()
         if written and not self.settings.quiet:
-            line = "collbench: wrote " + ", ".join(str(p) for p in written)
+            line = "collbench: wrote " + ", ".join(printable(str(p)) for p in written)   # a name's ESC or line end
             if self.err.is_terminal and len(line) > self.err.width:     # one file a line, not a wrapped one
                 for path in written:
-                    self.err.print(f"collbench: wrote {path}", markup=False, highlight=False)
+                    self.err.print(f"collbench: wrote {printable(str(path))}", markup=False, highlight=False)
             else:
                 self.err.print(line, markup=False, highlight=False)
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collbench.launch import launcher as launch
 from collbench.launch import rendezvous, spawn
 from collbench.launch.terminal import user_terminals
-from collbench.backends import BUILTIN_NAMES, backend_class, parse_backends, uses_mpi
+from collbench.backends import BUILTIN_NAMES, PluginFault, asked_of, backend_class, parse_backends, self_launch_ranks, uses_mpi
 from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
@@ -35,7 +35,7 @@ from collbench.measure.sizes import parse_sizes
 def default_nprocs(backends: list) -> int:
     """Ranks to self-launch without -n: the fewest any backend asks for (one per GPU for nccl),
     else 2 to 4, up to the cores."""
-    asked = [n for n in (backend_class(b).self_launch_ranks() for b in backends) if n is not None]
+    asked = [n for n in (self_launch_ranks(b) for b in backends) if n is not None]
     return min(asked) if asked else max(2, min(os.cpu_count() or 1, 4))
 
 
@@ -73,9 +73,10 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
         measured: dict = {}           # per backend and its other options: the placements measured
         for setup in setups:
             cls, backend = backend_class(setup.name), setup.key
-            reason = op_refusal(op, dtype.name) or cls.supports(collective=coll, dtype=dtype, op=op) or \
+            reason = op_refusal(op, dtype.name) or _answer(setup.name, "supports", collective=coll, dtype=dtype,
+                                                           op=op) or \
                 coll.api_refusal(setup.options.api, cls.family) or \
-                cls.options_problem(setup.options, collective=coll, dtype=dtype, op=op)
+                _answer(setup.name, "options_problem", options=setup.options, collective=coll, dtype=dtype, op=op)
             if reason is None:
                 # a placement the collective lacks here: its only form, measured once
                 asked, form = setup.options.placement, coll.placement(cls.family, setup.options.placement)
@@ -111,6 +112,15 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
         f"{which(cnames)} on {backends}: {reason}; measured once" for (reason, backends), cnames in once.items()]
 
 
+def _answer(name: str, method: str, **kwargs):
+    """A backend's answer to whether it runs a combination: a plugin whose method fails cannot,
+    and that is the reason (a note under ``all``, one line when named)."""
+    try:
+        return asked_of(name, method, **kwargs)
+    except PluginFault as exc:
+        return str(exc).replace(f"backend plugin {name}: ", "", 1)
+
+
 def _choices(value) -> tuple:
     """An option's choices: a comma list's tuple (``params.Choices``), or one value."""
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
@@ -137,7 +147,7 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
         for combination in itertools.product(*axes):
             options = BackendOptions(**dict(combination), init_method=choices["init_method"][0])
             setup = Setup(name, options, _setup_key(name, options, takes))
-            reason = backend_class(name).options_problem(options)
+            reason = asked_of(name, "options_problem", options=options)
             if reason is None:
                 kept.append(setup)
             else:

@@ -15,7 +15,8 @@ FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps 
                            its first size is bound, inside the collective's position) or ``renew``
                            (between in-job rounds)
 
-``timed-library-mpi`` makes non-blocking calls whose progress is known (``TIMED_LIBRARY``).
+``timed-library-mpi`` makes non-blocking calls whose progress is known (``TIMED_LIBRARY``);
+``raising-supports`` raises from ``supports``, ``text-ranks`` asks for "2" ranks.
 ``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
 ``raising-check`` one whose availability check raises, ``unfinished`` an abstract Backend, and
 ``mpi`` and ``all`` try to take reserved names.
@@ -214,3 +215,23 @@ class TimedLibraryMpi(MpiBackend):
         whole = lambda: complete(start())      # noqa: E731
         return Bound(run=whole, run_blocking=whole, checked=bound.checked, start=start, complete=complete,
                      release=bound.release)
+
+
+class RaisingSupports(MpiBackend):
+    """Its answer to whether it runs a combination is an exception (a bug of the plugin's)."""
+
+    name = "raising-supports"
+
+    @classmethod
+    def supports(cls, *, collective, dtype, op):
+        raise KeyError(op)
+
+
+class TextRanks(MpiBackend):
+    """Asks for its self-launched ranks as a text, not a number."""
+
+    name = "text-ranks"
+
+    @classmethod
+    def self_launch_ranks(cls):
+        return "2"
