@@ -85,6 +85,18 @@ def test_a_plugin_whose_answers_fail_is_named_in_one_line(run_dir, plugin_env):
     assert "on raising-supports: its supports() failed (KeyError: 'sum'); skipped" in proc.stderr
 
 
+@pytest.mark.parametrize("odd,said", [("\x1be[31mred", "buffers '\\x1be[31mred' is not printable text"),
+                                      ("x" * 300, "is not printable text of at most 256 characters"),
+                                      ("#5", "buffers 5 is not printable text")])
+def test_a_plugin_whose_rows_its_loader_would_refuse_is_declined(run_dir, plugin_env, odd, said):
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi,odd-axes", "--sizes", "8", *FAST, "-o", "o.json"], run_dir,
+               env={**plugin_env, "ODD_AXES": odd})
+    assert proc.returncode == 0, proc.stderr
+    assert "skipping backend odd-axes: its row_axes() gave " in proc.stderr and said in proc.stderr
+    assert "\x1b" not in proc.stderr + proc.stdout
+    assert {r.backend for r in load_result(run_dir / "o.json").rows} == {"mpi"}     # the file reads back
+
+
 def test_an_unsupported_combination_is_refused_before_any_rank_starts(run_dir, plugin_env):
     proc = cli(["allreduce", "-n", "2", "--backend", "no-prod-mpi", "--op", "prod", "--sizes", "8", *FAST], run_dir,
                env=plugin_env)

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from collbench.errors import UsageError, printable
 from collbench.results.exporters import CSV_METADATA_COLUMN
-from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS,
-                                      RoundData, Row, RunResult, older_value, tidy_library_version)
+from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, LONGEST_TEXT, ROW_FIELDS, SCHEMA, SCHEMA_VERSION,
+                                      WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version)
 
 _INT = {name for name, kind in COLUMN_TYPES.items() if kind == "int"}
 _STR = {name for name, kind in COLUMN_TYPES.items() if kind == "str"}
@@ -65,7 +65,7 @@ _LARGEST = 1e15
 SMALLEST_TIME_US = 1e-6
 #: Text columns (names, the check) are short and printable: a longer or control-laden value is
 #: not collbench's and would garble the tables it is printed in.
-_LONGEST_TEXT = 256
+_LONGEST_TEXT = LONGEST_TEXT          # one limit for what is written and read
 
 _CHUNK = 1 << 24
 #: Integers of more digits are read as the floats they overflow to (``_integer``).

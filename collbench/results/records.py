@@ -176,6 +176,25 @@ PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement")
 SETUP_SAID = tuple(name for name in SAID_FIELDS if name not in PER_BACKEND)
 
 
+#: The longest text a row's text column holds (the loader refuses longer).
+LONGEST_TEXT = 256
+
+
+def axes_problem(values: dict) -> Optional[str]:
+    """Why row columns ``values`` (a backend's ``row_axes``) would make a row collbench's own
+    loader refuses, or None: a column that is not one, a text that is not printable or longer
+    than LONGEST_TEXT, a number that is not a whole one of 0 or more."""
+    for name, value in values.items():
+        kind = COLUMN_TYPES.get(name)
+        if kind is None:
+            return f"{name!r} is not a row column"
+        if kind == "str" and not (isinstance(value, str) and value.isprintable() and len(value) <= LONGEST_TEXT):
+            return f"{name} {value!r:.60} is not printable text of at most {LONGEST_TEXT} characters"
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            return f"{name} {value!r:.60} is not a whole number of 0 or more"
+    return None
+
+
 def older_value(name: str, earlier: dict):
     """The value column ``name`` has in a file written before it existed, given the row's
     earlier columns."""

@@ -23,7 +23,8 @@ from collbench.launch import rendezvous, signals, supervise
 from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
-from collbench.errors import BackendDeclined, HostUsageError, SharedUsageError, UsageError
+from collbench.errors import BackendDeclined, HostUsageError, SharedUsageError, UsageError, printable
+from collbench.results.records import axes_problem
 from collbench.launch.launcher import Launcher
 from collbench.launch.pmi import mpi_start_problem, shared_memory_problem, world_mismatch
 from collbench.launch.watchdog import Watchdog
@@ -268,6 +269,9 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
             backend.setup(control=control)
             if plan.roles.groups:
                 backend.split(plan.roles.groups)
+            problem = axes_problem(backend.row_axes())   # what it writes, its own loader must read
+            if problem:
+                raise BackendDeclined(f"its row_axes() gave {printable(problem)}")
         except BackendDeclined as exc:       # every rank finds the same: the run goes on without it
             declined.append(f"skipping backend {setup.key}: {exc}")
             continue

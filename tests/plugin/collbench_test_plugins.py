@@ -16,7 +16,8 @@ FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps 
                            (between in-job rounds)
 
 ``timed-library-mpi`` makes non-blocking calls whose progress is known (``TIMED_LIBRARY``);
-``raising-supports`` raises from ``supports``, ``text-ranks`` asks for "2" ranks.
+``raising-supports`` raises from ``supports``, ``text-ranks`` asks for "2" ranks, ``odd-axes`` names
+its buffers as ``ODD_AXES`` says.
 ``broken`` names a module that does not exist, ``not-a-backend`` a class that is not a Backend,
 ``raising-check`` one whose availability check raises, ``unfinished`` an abstract Backend, and
 ``mpi`` and ``all`` try to take reserved names.
@@ -235,3 +236,14 @@ class TextRanks(MpiBackend):
     @classmethod
     def self_launch_ranks(cls):
         return "2"
+
+
+class OddAxes(MpiBackend):
+    """Says its buffers are what ``ODD_AXES`` holds (an ESC, 300 characters, a number): what it
+    would write, collbench's own loader would refuse."""
+
+    name = "odd-axes"
+
+    def row_axes(self):
+        odd = os.environ.get("ODD_AXES", "")
+        return {**super().row_axes(), "buffers": int(odd[1:]) if odd.startswith("#") else odd}
