@@ -176,6 +176,16 @@ def test_a_file_name_with_a_line_end_or_esc_is_said_on_one_printable_line(files)
     assert (files / "new\nline.json").exists() and (files / "e\x1b[31mred.json").exists()
 
 
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_warnings_as_errors_find_nothing_left_open(files, backend):
+    """PYTHONWARNINGS=error: the launching process's pipes, a rank's guardian channel and the
+    torch store's listening socket were left to the interpreter (32 lines of ResourceWarning)."""
+    if backend == "gloo":
+        pytest.importorskip("torch")
+    proc = _run(["allreduce", *RUN, "--rounds", "2", "--backend", backend], files, {"PYTHONWARNINGS": "error"})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
 def test_a_broken_pipe_is_not_a_verdict(files):
     """`collbench compare … | head -1` under pipefail: the verdict decides the exit code."""
     for args in (["compare", "good.json", "good.json"], ["compare", "good.json", "good.json", "-f", "json"],

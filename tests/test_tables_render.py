@@ -198,3 +198,10 @@ def test_two_pairs_of_one_benchmark_are_two_tables_named_by_their_pair_and_windo
     titles = [t.title for t in build_tables(rows)]
     assert titles == ["bw · float32 · 2 ranks · latency · pair 0-1 · window 16 · mpi",
                       "bw · float32 · 2 ranks · latency · pair 2-0 · window 16 · mpi"]
+
+
+def test_a_bar_in_a_cell_is_escaped_in_markdown_not_a_column():
+    from collbench.results.tables import TableModel, to_markdown
+    text = to_markdown(TableModel("t", ("backend", "p50 µs"), (("my|mpi", "3.0"),), (), (0, 0)))
+    assert "| my\\|mpi | 3.0 |" in text
+    assert all(line.replace("\\|", "").count("|") == 3 for line in text.splitlines() if line.startswith("|"))

@@ -256,9 +256,6 @@ def _choose_interface(name: Optional[str]) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
-_listeners: list = []
-
-
 def _store(dist, address: str, port: int, rank: int, size: int, local: bool = True):
     """Rank 0 hosts the store: on every interface when ranks span hosts, else on loopback only
     (``address`` is where rank 0 itself connects). Others connect to ``address``."""
@@ -272,7 +269,7 @@ def _store(dist, address: str, port: int, rank: int, size: int, local: bool = Tr
     listener.listen(max(128, size))
     store = dist.TCPStore(address, listener.getsockname()[1], size, is_master=True, timeout=INIT_TIMEOUT,
                           wait_for_workers=False, master_listen_fd=listener.fileno())
-    _listeners.append(listener)      # the store serves on this socket: keep it open
+    listener.detach()                # the store serves on this descriptor, and closes it itself
     return store
 
 

@@ -474,6 +474,10 @@ class RoundLauncher:
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number),
                                 lambda: self._completed(number))
+        for proc in procs:                    # the relay has read them to their end
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
         _remove_made_since(self.rendezvous_file, began)
         if self.use_mpi:
             remove_orphaned_topology_files(began)

@@ -22,6 +22,7 @@ Only the standard library is imported here: the guardian must stay small.
 
 from __future__ import annotations
 
+import atexit
 import mmap
 import os
 import secrets
@@ -108,6 +109,7 @@ def guard_rank(launcher) -> None:
         if pair is not None:
             pair[0].close()
             _channel = pair[1]
+            atexit.register(_channel.close)     # it lives as long as the rank, then goes quietly
         return
     if pair is not None:
         pair[1].close()

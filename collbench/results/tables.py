@@ -456,14 +456,19 @@ def _numeric(table: TableModel, column: int) -> bool:
     return all(_NUMBER.fullmatch(line[column].strip("*")) for line in table.cells if column < len(line))
 
 
+def _cell(text: str) -> str:
+    """A markdown table's cell: a | in a name (a plugin's backend, a label) escaped, not a column."""
+    return str(text).replace("|", "\\|")
+
+
 def to_markdown(table: TableModel, level: int = 2, heading: bool = True) -> str:
     """The table under a heading of ``level`` (2: under a document's title; none when not
     ``heading``), its notes after it; text columns left-aligned, numbers right."""
-    headers = [flat_header(h) for h in table.headers]
+    headers = [_cell(flat_header(h)) for h in table.headers]
     lines = [f"{'#' * level} {table.title}", ""] if heading else []
     lines += ["| " + " | ".join(headers) + " |",
               "|" + "|".join("---:" if i and _numeric(table, i) else "---" for i in range(len(table.headers))) + "|"]
-    lines += ["| " + " | ".join(line) + " |" for line in table.cells]
+    lines += ["| " + " | ".join(_cell(c) for c in line) + " |" for line in table.cells]
     for note in table.notes:
         lines += ["", f"_{note}_"]
     return "\n".join(lines) + "\n"
