@@ -186,6 +186,17 @@ def test_warnings_as_errors_find_nothing_left_open(files, backend):
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
+def test_an_address_space_limit_too_low_for_python_is_one_line_and_exit_2(files):
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (150_000 * 1024, 150_000 * 1024))
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", *RUN], cwd=files, env=_env(), timeout=120,
+                          preexec_fn=limit, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "out of memory" in proc.stderr and "ulimit -v" in proc.stderr
+
+
 def test_a_broken_pipe_is_not_a_verdict(files):
     """`collbench compare … | head -1` under pipefail: the verdict decides the exit code."""
     for args in (["compare", "good.json", "good.json"], ["compare", "good.json", "good.json", "-f", "json"],

@@ -214,6 +214,12 @@ def _run_with_id(seed, run_id, **kw):
     return run
 
 
+def test_a_label_with_an_escape_is_shown_not_obeyed(files, tmp_path):
+    proc = run_cli(["report", files["base"], files["slow"], "--label", "a\x1b[31mred", "--label", "b"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr and "a\\x1b[31mred" in proc.stdout
+
+
 def test_merge_puts_runs_side_by_side(tmp_path):
     first = write(_run_with_id(1, "aaa", rounds=3), tmp_path / "a.json")
     second = write(_run_with_id(2, "bbb", rounds=4, meta=metadata(hostnames=["node9"])), tmp_path / "b.json")

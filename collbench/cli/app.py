@@ -237,6 +237,15 @@ def _main(argv) -> None:
         if not os.environ.get(LAUNCHED_ENV):      # self-launched, the launching process says it
             print("collbench: interrupted", file=sys.stderr)
         sys.exit(130)
+    except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
+        print("collbench: error: out of memory (a limit such as ulimit -v may be too low)", file=sys.stderr)
+        sys.exit(2)
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        print("collbench: error: cannot start a thread: a limit on memory or processes (ulimit -v, ulimit -u) "
+              "is too low", file=sys.stderr)
+        sys.exit(2)
     except OSError as exc:         # a file that could not be read or written (a full disk, a folder gone)
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)

@@ -179,7 +179,7 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
     if diff and per_rank:
         raise UsageError("--diff and --per-rank are two views: choose one")
     threshold_value = parse_threshold(threshold)
-    report = build_report(files, labels)
+    report = build_report(files, tuple(printable(label) for label in labels))   # an ESC shows, not acts
     if diff:
         from collbench.analysis.overlay import diff_tables
 
@@ -210,7 +210,7 @@ def plot_command(files, output, force, labels) -> None:
 
     check_plot_path(output, force)
     require_matplotlib()
-    runs = load_runs(files, labels)
+    runs = load_runs(files, tuple(printable(label) for label in labels))
     for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels(),
                                              where=placement(runs.loaded[0][1].metadata)):
         print(f"collbench: {note}", file=sys.stderr)
