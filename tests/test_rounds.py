@@ -188,7 +188,10 @@ def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir, plugin_e
     compared = cli(["compare", "quiet.json", "busy.json"], run_dir, env=plugin_env)
     assert compared.returncode == 0, compared.stdout
     assert "3 of 3 round(s) ran while other processes used" in compared.stderr
-    assert compared.stdout.startswith("no regression: 0 slower, 0 faster")
+    # the gate does not blame the code for the busy host; "faster" rows may stand where the
+    # "quiet" side itself ran beside other work (seen once in a full suite beside two busy loops
+    # and a second test run: 4 of 17 rows faster)
+    assert compared.stdout.startswith("no regression: 0 slower,")
 
 
 GATE_DATA = Path(__file__).resolve().parent / "data" / "gate"
