@@ -22,15 +22,20 @@ def _by_setup(rows) -> dict:
     return out
 
 
+def _every_api(run_dir, command: str, backends: str, sizes: str) -> tuple:
+    """``command`` on ``backends`` with every api side by side, self-launched: (the process, its file)."""
+    pytest.importorskip("torch")
+    proc = cli([command, "-n", "2", "--backend", backends, "--api", "blocking,nonblocking,persistent",
+                "--sizes", sizes, *FAST, "-o", "out.json"], run_dir, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc, load_json(run_dir / "out.json")
+
+
 @pytest.mark.mpi
 def test_every_api_side_by_side_on_mpi_and_gloo_checks_ok_and_says_what_it_skips(run_dir):
-    pytest.importorskip("torch")
-    proc = cli(["all", "-n", "2", "--backend", "mpi,gloo", "--api", "blocking,nonblocking,persistent",
-                "--sizes", "1K,64K", *FAST, "-o", "a.json"], run_dir, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc, data = _every_api(run_dir, "all", "mpi,gloo", "1K,64K")
     assert "every collective on gloo (persistent): torch.distributed has no persistent calls; use mpi; skipped" \
         in proc.stderr
-    data = load_json(run_dir / "a.json")
     setups = _by_setup(data["rows"])
     assert set(setups) == {("mpi", "blocking"), ("mpi", "nonblocking"), ("mpi", "persistent"),
                            ("gloo", "blocking"), ("gloo", "nonblocking")}
@@ -87,11 +92,8 @@ def test_the_overlap_of_a_library_whose_progress_is_known(kind, low, high, run_d
 
 @pytest.mark.mpi
 def test_point_to_point_takes_the_apis_that_apply(run_dir):
-    pytest.importorskip("torch")
-    proc = cli(["pingpong", "-n", "2", "--backend", "mpi,mpi-pickle,gloo", "--api", "blocking,nonblocking,persistent",
-                "--sizes", "8,64K", *FAST, "-o", "p.json"], run_dir, timeout=200)
-    assert proc.returncode == 0, proc.stderr
-    rows = load_json(run_dir / "p.json")["rows"]
+    proc, data = _every_api(run_dir, "pingpong", "mpi,mpi-pickle,gloo", "8,64K")
+    rows = data["rows"]
     assert set(_by_setup(rows)) == {("mpi", "blocking"), ("mpi", "nonblocking"), ("mpi", "persistent"),
                                     ("mpi-pickle", "blocking"), ("mpi-pickle", "nonblocking"),
                                     ("gloo", "blocking"), ("gloo", "nonblocking")}

@@ -59,12 +59,16 @@ class HostCompute:
         return time.perf_counter() - t0
 
     def calibrate(self, seconds: float) -> None:
-        """Steps that take at least ``seconds`` (the shortest of three tries, lengthened until so)."""
+        """Steps that take at least ``seconds`` on this core, from the rate of a short try (a few
+        milliseconds, once), checked (the shortest of three runs; of one from 50 ms on, where a
+        scheduler's tick is a small share) and lengthened, at most three times: a calibration costs
+        a few times ``seconds``, whatever the size."""
         if not self._rate:
             self._rate = 20_000 / max(min(self._time(20_000) for _ in range(3)), 1e-9)
+        runs = 3 if seconds < 0.05 else 1
         units = max(1, int(seconds * self._rate))
-        for _ in range(6):
-            took = min(self._time(units) for _ in range(3))
+        for _ in range(3):
+            took = min(self._time(units) for _ in range(runs))
             if took >= seconds:
                 break
             units = int(units * seconds / max(took, 1e-9) * 1.05) + 1

@@ -282,12 +282,15 @@ OVERLAP_SAMPLES = 50
 def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, device, pure_s: Optional[float],
             iters: int, max_time: float, groups: int, group: Optional[int], timed: bool) -> tuple:
     """OSU's overlap of a non-blocking call (osu_iallreduce …): work from ``device.compute()`` that
-    lasts at least the pure call's time (``pure_s``, rank 0's median of the samples; each rank calibrates its own) is put
-    between ``start`` and ``complete``. Returns, on rank 0, per group, each sample's overall time
+    lasts at least the pure call's time (``pure_s``, rank 0's median of the samples; each rank
+    calibrates its own) is put between ``start`` and ``complete``; the calibration and the samples
+    cost a few times the call's time, and the samples at most ``max_time``. Returns, on rank 0, per group, each sample's overall time
     (start to complete) and its compute's time (µs, maxima over the timed ranks); empty lists
     elsewhere. The overlap is then 100 · max(0, 1 − (overall − compute) / pure)."""
     pure_s = control.bcast(pure_s)
-    n = control.bcast(max(1, min(iters, int(max_time / max(2 * pure_s, 1e-9)))) if control.rank == 0 else None)
+    if pure_s is None or not math.isfinite(pure_s) or pure_s <= 0:     # no samples to calibrate by
+        return [], []
+    n = control.bcast(max(1, min(iters, int(max_time / (2 * pure_s)))) if control.rank == 0 else None)
     work = device.compute()                    # the buffers' device says what compute is
     work.calibrate(pure_s)
     bound.run_blocking()                        # back in step after the calibration
