@@ -41,7 +41,7 @@ import uuid
 from pathlib import Path
 
 from collbench.benchmarks.registry import ORDER, get_benchmark
-from collbench.launch.spawn import find_mpiexec, mpiexec_command
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 from collbench.measure import memory
 from collbench.measure.sizes import parse_bytes
 

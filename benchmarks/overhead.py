@@ -41,7 +41,7 @@ from collbench.measure import harness
 from collbench.backends.base import Bound, Control
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.base import Roles
-from collbench.launch.spawn import find_mpiexec, mpiexec_command
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 from collbench.run.metadata import cpu_model
 from collbench.measure.sizes import format_size, parse_bytes
 

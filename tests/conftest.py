@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.launch.spawn import find_mpiexec, mpiexec_command
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 
 FAST = ["--iters", "10", "--warmup", "1", "--rounds", "1"]   # one round: tests of rounds say so
 

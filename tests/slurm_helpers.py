@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from collbench.launch.pmi import SHARED_MEMORY, fnv1a
+from collbench.launch.origin.pmi import SHARED_MEMORY, fnv1a
 
 PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "sbatch", "salloc")
 #: Launcher variables of the process running the tests, which must not reach the jobs.

@@ -356,7 +356,7 @@ def test_backend_all_without_a_loadable_mpi_library_skips_mpi_in_one_line(tmp_pa
 def test_a_rank_that_fails_before_mpi_starts_does_not_leave_the_others_waiting(tmp_path, plugin_env, launch):
     """One node lacks a library: its rank stops before MPI_Init, where the other ranks wait
     for it (holding the interpreter, so their own watchdog cannot run)."""
-    from collbench.launch.spawn import find_mpiexec, mpiexec_command
+    from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 
     args = ["allreduce", "--backend", "unusable-on-one-rank", "--sizes", "8", *FAST, "--no-save"]
     env = _env({**plugin_env, "FAULTY_UNUSABLE_ON": "2"})
@@ -403,7 +403,7 @@ def _rank_process(marker: str, rank: int, variable: str) -> int:
 def test_rank_0_killed_outright_under_mpiexec_its_files_are_rebuilt_from_the_journal(tmp_path):
     """Neither a signal handler nor a final write: the guardian rebuilds the files from the
     journal, removes temporary files of the interrupted write, and the journal goes."""
-    from collbench.launch.spawn import find_mpiexec, mpiexec_command
+    from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 
     mpiexec = find_mpiexec()
     if mpiexec is None:

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from collbench.errors import UsageError
-from collbench.launch.spawn import find_mpiexec
+from collbench.launch.self_launch.mpiexec import find_mpiexec
 from collbench.results.ci_export import TARGETS, benchmark_name, export
 from collbench.results.loader import load_result
 from results_helpers import one_line_error, row_from_samples, row_with_rounds, run_cli, run_of, sweep

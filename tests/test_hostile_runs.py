@@ -120,7 +120,7 @@ def test_an_address_space_limit_skips_the_size_that_cannot_fit_and_measures_the_
 def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
     """mpiexec … : -n 1 -env PYTHONPATH …: one rank's Python cannot import numpy. It says so and
     ends the job, rather than leave the others waiting for it inside MPI's start-up."""
-    from collbench.launch.spawn import find_mpiexec
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:
@@ -139,7 +139,7 @@ def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
 
 
 def _tree_of(pid: int) -> list:
-    from collbench.launch.supervise import process_tree
+    from collbench.launch.processes import tree as process_tree
 
     return process_tree(pid)
 
@@ -266,7 +266,7 @@ def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running
 
 def _mpmd(tmp_path, other: list, timeout: float = 150) -> subprocess.CompletedProcess:
     """mpiexec -n 2 collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part differs."""
-    from collbench.launch.spawn import find_mpiexec
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 import test_multihost as multihost
-from collbench.launch.netaddr import outward_addresses
-from collbench.launch.spawn import find_mpiexec, free_port, mpiexec_command, mpiexec_flavour
+from collbench.launch.network.addresses import outward_addresses
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command, mpiexec_flavour
+from collbench.launch.network.addresses import free_port
 from conftest import load_json
 from test_adversarial import _env
 from test_multihost import hosts  # noqa: F401 (the fixture: two hosts in network namespaces)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from collbench.launch import coordinator, wire
-from collbench.launch.link import connect, hello_message
-from collbench.launch.spawn import find_mpiexec, mpiexec_command
+from collbench.launch.liveness import coordinator, wire
+from collbench.launch.liveness.link import connect, hello_message
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 from conftest import FAST
 from results_helpers import wait_for_rows
 
@@ -217,11 +217,11 @@ def test_a_silent_host_is_named_after_the_silence_limit(capfd):
     first = connect(["127.0.0.1"], port, hello_message("secret", 0, 2, 1111))
     second = connect(["127.0.0.1"], port, dict(hello_message("secret", 1, 2, 2222), host="far-away"))
     started = time.monotonic()
-    while not stopped and time.monotonic() - started < coordinator.LOST_AFTER + 5:
+    while not stopped and time.monotonic() - started < wire.LOST_AFTER + 5:
         wire.send_message(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
         time.sleep(0.3)                  # rank 1 says nothing: its host went quiet
-    assert stopped == [coordinator.EXIT_LOST]
-    assert coordinator.LOST_AFTER <= time.monotonic() - started < coordinator.LOST_AFTER + 3
+    assert stopped == [wire.EXIT_LOST]
+    assert wire.LOST_AFTER <= time.monotonic() - started < wire.LOST_AFTER + 3
     err = capfd.readouterr().err
     assert "lost contact with far-away (rank 1)" in err
     second[0].close()

@@ -3,7 +3,7 @@ table of leftover variables that must not pass for a launcher."""
 
 import pytest
 
-from collbench.launch.launcher import Launcher, StrayLauncherVariables, detect
+from collbench.launch.origin.launcher import Launcher, StrayLauncherVariables, detect
 
 HYDRA = {"PMI_FD": "2", "PMI_HOSTNAME": "vm"}            # fd 2 is open in every test process
 PMIX = {"PMIX_NAMESPACE": "prterun-vm-1@1", "PMIX_SERVER_URI41": "prterun-vm-1@0.0;tcp4://127.0.0.1:1"}

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from collbench import environment
 from collbench.benchmarks.registry import COLLECTIVES
-from collbench.launch import oom
-from collbench.launch.spawn import find_mpiexec, mpiexec_command
+from collbench.launch.liveness import oom
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 from collbench.measure import memory
 from collbench.measure.memory import Probe, Shortfall
 from collbench.results.loader import load_result
@@ -110,11 +111,11 @@ def test_skip_note_says_out_of_memory():
 
 
 def test_user_limit(monkeypatch):
-    monkeypatch.delenv(memory.LIMIT_ENV, raising=False)
+    monkeypatch.delenv(environment.MEMORY_LIMIT, raising=False)
     assert memory.user_limit() is None
-    monkeypatch.setenv(memory.LIMIT_ENV, "6G")
+    monkeypatch.setenv(environment.MEMORY_LIMIT, "6G")
     assert memory.user_limit() == 6 * GiB
-    monkeypatch.setenv(memory.LIMIT_ENV, "lots")
+    monkeypatch.setenv(environment.MEMORY_LIMIT, "lots")
     with pytest.raises(memory.UsageError, match="COLLBENCH_MEMORY_LIMIT='lots' is not a size"):
         memory.user_limit()
 
@@ -163,7 +164,7 @@ def test_oom_counter_file_v1_and_v2(tmp_path):
 
 
 def test_a_bad_memory_limit_is_one_line_and_exit_2(run_dir):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "1K"], run_dir, timeout=60, env={memory.LIMIT_ENV: "lots"})
+    proc = cli(["allreduce", "-n", "2", "--sizes", "1K"], run_dir, timeout=60, env={environment.MEMORY_LIMIT: "lots"})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["collbench: error: COLLBENCH_MEMORY_LIMIT='lots' is not a size "
                                                 "(e.g. 8G, 512M)"]

@@ -28,8 +28,9 @@ import pytest
 
 from results_helpers import wait_for_rows
 
-from collbench.launch import coordinator, rendezvous
-from collbench.launch.spawn import find_mpiexec, mpiexec_flavour
+from collbench.launch.liveness import wire
+from collbench.launch.network import rendezvous
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_flavour
 
 SUBNET = "192.168.231"
 #: Enters a host: its own host name, /etc/hosts and boot id (the kernel's name for a machine,
@@ -347,7 +348,7 @@ def test_the_second_host_dying_ends_the_job_on_the_first_naming_it(hosts, tmp_pa
         _sh("ip", "-n", node2.netns, "addr", "flush", "dev", node2.iface)
         died_at = time.monotonic()
         node2.kill_all()
-        deadline = died_at + coordinator.LOST_AFTER + 10
+        deadline = died_at + wire.LOST_AFTER + 10
         while _ranks_on(node1) and time.monotonic() < deadline:
             time.sleep(0.1)
         took = time.monotonic() - died_at
@@ -357,7 +358,7 @@ def test_the_second_host_dying_ends_the_job_on_the_first_naming_it(hosts, tmp_pa
     lines = _collbench_lines(err.read_text())
     print(f"\nnode2 died: the ranks on node1 ended after {took:.1f} s: {lines}")
     assert not left, "ranks left running on node1"
-    assert took < coordinator.LOST_AFTER + 5, took
+    assert took < wire.LOST_AFTER + 5, took
     assert len(lines) == 1, err.read_text()
     assert "lost contact with node2 (ranks 2-3)" in lines[0], lines[0]
     assert json.loads(out.read_text())["rows"], "the size finished before is kept"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collbench.launch.spawn import find_mpiexec
+from collbench.launch.self_launch.mpiexec import find_mpiexec
 from collbench.results.aggregate import round_data
 from collbench.results.loader import load_result
 from collbench.results.ranks import RANK_FIELDS, json_fields, outliers_of, rank_view, round_hosts, row_views

@@ -291,7 +291,7 @@ def test_plot_of_two_runs_draws_both_in_the_backends_colour(tmp_path):
 def test_plot_of_two_real_runs_of_every_collective(tmp_path):
     """Two short real ``collbench all`` runs, plotted by the command and read back as a Figure."""
     from collbench.analysis.overlay import load_runs
-    from collbench.launch.spawn import find_mpiexec
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")

@@ -215,7 +215,7 @@ def test_sigint_reaches_ranks_blocked_in_mpi(run_dir, plugin_env):
 
 @pytest.mark.mpi
 def test_sigint_under_mpiexec(run_dir, plugin_env):
-    from collbench.launch.spawn import find_mpiexec
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
     env = {**os.environ, **plugin_env, "FAULTY_PAUSE": "0.3"}
     proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench", "allreduce",
                              "--backend", "faulty-mpi", "--sizes", "8-1M", *FAST, "-o", "m.json"], cwd=run_dir, env=env,

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from collbench.launch.spawn import find_mpiexec
+from collbench.launch.self_launch.mpiexec import find_mpiexec
 from results_helpers import metadata, one_line_error, run_cli, run_of, sweep, write
 from collbench.results.records import SCHEMA_VERSION
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from collbench.errors import SharedUsageError
-from collbench.launch import pmi
-from collbench.launch.coordinator import Coordinator, _Peer
-from collbench.launch.launcher import detect
-from collbench.launch.pmi import mpi_start_problem, world_mismatch
+from collbench.launch.origin import pmi
+from collbench.launch.liveness.coordinator import Coordinator, _Peer
+from collbench.launch.origin.launcher import detect
+from collbench.launch.origin.pmi import mpi_start_problem, world_mismatch
 from results_helpers import wait_for_rows
 from slurm_helpers import Cluster, Munge, Node, local_node, srun_mpi_plugins, why_not
 
@@ -392,7 +392,7 @@ def test_mpich_names_its_shared_memory_by_the_fnv_hash_of_the_job_step():
 
 def test_only_a_segment_older_than_the_rank_counts_as_left_over(monkeypatch, tmp_path):
     monkeypatch.setattr(pmi, "SHARED_MEMORY", tmp_path)
-    monkeypatch.setattr(pmi, "_process_start", lambda pid: time.time())       # the task started now
+    monkeypatch.setattr(pmi.processes, "started_at", lambda pid: time.time())       # the task started now
     srun = detect({"PMI_FD": "2", "PMI_RANK": "0", "PMI_SIZE": "2", "PMI_JOBID": "7.0", "SLURM_STEP_ID": "0"})
     env = {"PMI_JOBID": "7.0"}
     segment = tmp_path / "mpich_shm_14f46f28_0"

@@ -77,7 +77,7 @@ def test_a_run_on_an_80_column_terminal_never_draws_a_line_past_80(tmp_path):
 @pytest.mark.mpi
 def test_under_a_users_mpiexec_on_a_terminal_tables_fit_it_and_progress_shows(tmp_path):
     """The ranks write through mpiexec's pipes: the terminal is mpiexec's, and its width counts."""
-    from collbench.launch.spawn import find_mpiexec
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:

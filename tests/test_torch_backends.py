@@ -153,7 +153,7 @@ def test_nccl_wrong_result_is_caught_on_the_gpu(run_dir, plugin_env):
 def test_gloo_under_mpiexec_uses_master_addr_when_set(run_dir):
     import socket
 
-    from collbench.launch.spawn import free_port
+    from collbench.launch.network.addresses import free_port
     ok = mpirun(2, ["bcast", "--backend", "gloo", "--sizes", "4K", *FAST, "-o", "g.json"], run_dir,
                 env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
     assert ok.returncode == 0, ok.stderr

@@ -95,7 +95,7 @@ def size_tables(entries) -> list:
 
 
 def _rank_ranges(ranks) -> str:
-    """0-3,6: sorted ranks, runs collapsed; as launch.coordinator.rank_ranges (analysis may not import launch)."""
+    """0-3,6: sorted ranks, runs collapsed; as launch.liveness.coordinator.rank_ranges (analysis may not import launch)."""
     runs: list = []
     for r in sorted(ranks):
         if runs and r == runs[-1][-1] + 1:

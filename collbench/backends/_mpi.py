@@ -81,7 +81,7 @@ def mpi_unavailable_reason() -> Optional[str]:
     import importlib.util
     if importlib.util.find_spec("mpi4py") is None:
         return f"mpi4py is not installed; install it with: {INSTALL_HINT}"
-    from collbench.launch.launcher import detect
+    from collbench.launch.origin.launcher import detect
     from collbench.errors import UsageError
     try:
         if detect().name not in ("none", "collbench"):

@@ -8,10 +8,10 @@ Rendezvous (``--init-method``):
   * ``env://``: MASTER_ADDR/MASTER_PORT in the environment (torchrun, collbench's local
     self-launch, or the user) win. Otherwise, under an MPI launcher, rank 0 opens a TCP store
     on a free port and broadcasts the port through MPI; each rank connects at the address it
-    reached rank 0's coordinator with (``collbench.launch.rendezvous``). The store listens on
+    reached rank 0's coordinator with (``collbench.launch.network.rendezvous``). The store listens on
     127.0.0.1 when all ranks share a host.
   * ``tcp://HOST:PORT`` and ``file:///PATH`` go to ``init_process_group`` as they are, once
-    ``collbench.launch.rendezvous`` has checked what torch would only time out on.
+    ``collbench.launch.network.rendezvous`` has checked what torch would only time out on.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from collbench import environment
 from collbench.backends.base import Control
 from collbench.errors import BackendUnavailable
-from collbench.launch import netaddr, rendezvous
-from collbench.launch.launcher import detect
-from collbench.launch.spawn import free_port
+from collbench.launch.network import addresses, rendezvous
+from collbench.launch.origin.launcher import detect
+from collbench.launch.network.addresses import free_port
 
 INSTALL_HINT = 'pip install "collbench[torch]" (or pip install torch)'
 #: How long torch waits for the other ranks in its rendezvous and its first collectives.
@@ -81,7 +82,7 @@ def init_default_group(control: Optional[Control] = None, init_method: str = "en
     otherwise; a rank other than 0 that cannot reach rank 0's store there within seconds says
     so and ends (``rendezvous.await_master``). Under an MPI launcher rank 0 opens the store and
     every rank reaches it at the address it reached rank 0's coordinator with
-    (``collbench.launch.rendezvous``); a store for one host listens on 127.0.0.1 only.
+    (``collbench.launch.network.rendezvous``); a store for one host listens on 127.0.0.1 only.
 
     ``tcp://`` and ``file://``: ``_init_at``.
     """
@@ -125,11 +126,11 @@ def remove_rendezvous_file(control: Control) -> None:
 def _init_env(control: Optional[Control]) -> None:
     env = os.environ
     self_launched = detect(env).self_launched == "local"
-    user_address = "MASTER_ADDR" in env and "MASTER_PORT" in env and not self_launched
+    user_address = environment.MASTER_ADDR in env and environment.MASTER_PORT in env and not self_launched
     if user_address or (control is None and not self_launched):
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
-        if "MASTER_ADDR" not in env:                 # one process, no launcher at all
-            env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(free_port("127.0.0.1"))
+        if environment.MASTER_ADDR not in env:                 # one process, no launcher at all
+            env[environment.MASTER_ADDR], env[environment.MASTER_PORT] = "127.0.0.1", str(free_port("127.0.0.1"))
         # Before torch is imported, which takes seconds: a rendezvous that cannot succeed is
         # said at once. Rank 0 listens at MASTER_PORT (unless torchrun's agent does already).
         rendezvous.refuse_rank0_finding(
@@ -143,7 +144,7 @@ def _init_env(control: Optional[Control]) -> None:
     _, dist = torch_modules()
     if self_launched:
         rank, size = _world_from_env()
-        address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+        address, port = env[environment.MASTER_ADDR], int(env[environment.MASTER_PORT])
         store = _store(dist, address, port, rank, size)
         _choose_interface(rendezvous.towards_master(rank))
     else:
@@ -160,7 +161,7 @@ def _init_env(control: Optional[Control]) -> None:
 
 
 #: torchrun's word to torch that its agent hosts the store at MASTER_ADDR:MASTER_PORT.
-_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+_AGENT_STORE = environment.TORCHELASTIC_USE_AGENT_STORE
 
 
 def _init_at(method: "rendezvous.InitMethod", control: Optional[Control]) -> None:
@@ -185,7 +186,8 @@ def _init_at(method: "rendezvous.InitMethod", control: Optional[Control]) -> Non
         if control is not None:
             _choose_interface(rendezvous.gloo_interface() if rendezvous.joined() is not None else _loopback_name())
         else:
-            _choose_interface(rendezvous.towards_master(rank) if os.environ.get("MASTER_ADDR") else _loopback_name())
+            _choose_interface(rendezvous.towards_master(rank) if os.environ.get(environment.MASTER_ADDR)
+                              else _loopback_name())
     dist.init_process_group("gloo", init_method=method.url, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
 
 
@@ -194,11 +196,11 @@ def _torchrun_store_at(method: "rendezvous.InitMethod") -> bool:
     torch then makes every rank a client of it. Any other address is rank 0's to host, which
     torch does under torchrun only once told that the agent's store is not the one."""
     env = os.environ
-    if env.get(_AGENT_STORE) != "True" or str(method.port) != env.get("MASTER_PORT", "").strip():
+    if env.get(_AGENT_STORE) != "True" or str(method.port) != env.get(environment.MASTER_PORT, "").strip():
         return False
     try:
-        return netaddr.resolve(method.host) == netaddr.resolve(env.get("MASTER_ADDR", ""))
-    except netaddr.RouteError:
+        return addresses.resolve(method.host) == addresses.resolve(env.get(environment.MASTER_ADDR, ""))
+    except addresses.RouteError:
         return False
 
 
@@ -206,7 +208,7 @@ def _master_exchange(dist, rank: int, size: int) -> "_StoreExchange":
     """The store at MASTER_ADDR:MASTER_PORT, for what ranks without MPI settle before the default
     group exists: torchrun's agent's, or else one rank 0 opens there, as env:// would."""
     env = os.environ
-    address, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    address, port = env[environment.MASTER_ADDR], int(env[environment.MASTER_PORT])
     if env.get(_AGENT_STORE) == "True":
         return _StoreExchange(dist.TCPStore(address, port, None, is_master=False, timeout=INIT_TIMEOUT), rank, size)
     if rank != 0 and detect(env).self_launched != "local":
@@ -221,7 +223,7 @@ class _StoreExchange:
     def __init__(self, store, rank: int, size: int) -> None:
         self.store, self.rank, self.size = store, rank, size
         # a run torchrun restarts finds its earlier attempt's keys in the agent's store
-        self._prefix = f"collbench/rendezvous/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self._prefix = f"collbench/rendezvous/{os.environ.get(environment.TORCHELASTIC_RESTART_COUNT, '0')}/"
         self._calls = 0
 
     def _key(self) -> str:
@@ -252,8 +254,8 @@ def _group_ready() -> bool:
 def _choose_interface(name: Optional[str]) -> None:
     """gloo binds GLOO_SOCKET_IFNAME; left to itself it binds what the host name resolves to,
     which may be loopback or nothing. The user's choice stands."""
-    if name and not os.environ.get("GLOO_SOCKET_IFNAME"):
-        os.environ["GLOO_SOCKET_IFNAME"] = name
+    if name and not os.environ.get(environment.GLOO_SOCKET_IFNAME):
+        os.environ[environment.GLOO_SOCKET_IFNAME] = name
 
 
 def _store(dist, address: str, port: int, rank: int, size: int, local: bool = True):

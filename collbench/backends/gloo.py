@@ -34,5 +34,5 @@ class GlooBackend(TorchBackend):
         """The ``--init-method`` forms usable here: the default group, gloo under nccl too, meets so."""
         if _torch.torch_missing():
             return {}
-        from collbench.launch.rendezvous import init_methods_here
+        from collbench.launch.network.rendezvous import init_methods_here
         return {"init methods": init_methods_here()}

@@ -66,7 +66,7 @@ class MpiBackend(MpiBase, Backend):
                                       f"{'cannot take' if aware is False else 'does not say whether it takes'} "
                                       "GPU memory (MPIX_Query_cuda_support); use a CUDA-aware MPI build")
             from collbench.backends._torch import torch_modules
-            from collbench.launch.launcher import detect
+            from collbench.launch.origin.launcher import detect
             torch, _ = torch_modules()
             index = detect().local_rank % torch.cuda.device_count()
             torch.cuda.set_device(index)

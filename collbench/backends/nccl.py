@@ -14,7 +14,7 @@ from typing import Optional
 
 from collbench.backends import _torch
 from collbench.backends.torchdist import TorchBackend
-from collbench.launch.launcher import detect
+from collbench.launch.origin.launcher import detect
 
 
 def visible_gpus() -> int:

@@ -73,7 +73,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     from collbench.analysis.compare import compare_runs, parse_threshold
     from collbench.cli.results import COMPARE_FORMATS, _warn
     from collbench.errors import UsageError
-    from collbench.launch import launcher as launch
+    from collbench.launch.origin import launcher as launch
     from collbench.backends import parse_backends, uses_mpi
     from collbench.run import ab
     from collbench.run.plan import build_plan, default_nprocs
@@ -88,9 +88,9 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     if args and args[0] == "--":
         args = args[1:]
     name = args[0] if args else ""
-    from collbench.cli.app import cli
-
-    target = cli.get_command(click.get_current_context(), name) if name else None
+    context = click.get_current_context()
+    group = context.find_root().command          # the collbench group, which holds the command
+    target = group.get_command(context, name) if name and isinstance(group, click.Group) else None
     if target is None or not getattr(target, "benchmarks", ()):
         raise UsageError(f"ab needs a measuring command (a benchmark such as allreduce or pingpong, or all) after its options, got {name!r}")
     for arg in args[1:]:

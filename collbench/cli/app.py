@@ -60,8 +60,8 @@ _argv: list = []   # the arguments main() was given: self-launched ranks re-run 
 
 
 def _bench(collectives, **opts):
-    from collbench.launch import launcher as launch
-    from collbench.launch import supervise
+    from collbench.launch.origin import launcher as launch
+    from collbench.launch.liveness import supervise
 
     launcher = launch.detect()
     if launcher.name != "none":
@@ -171,7 +171,7 @@ _pairs_command()
 def env_command():
     """Show what collbench detects: launcher, ranks, MPI, torch, usable backends."""
     from collbench.cli.env import print_report
-    from collbench.launch.launcher import detected_rank
+    from collbench.launch.origin.launcher import detected_rank
 
     if detected_rank() == 0:        # under a launcher every rank would print the same report
         print_report()
@@ -190,7 +190,7 @@ def schema_command():
 def main(argv=None) -> None:
     """Entry point: every failure that is not a bug is one line on stderr and an exit code. A
     rank tells its guardian the exit code it leaves with (one it did not tell is a library's)."""
-    from collbench.launch.supervise import leaving
+    from collbench.launch.liveness.supervise import leaving
 
     from collbench.cli import streams
 
@@ -222,7 +222,7 @@ def _main(argv) -> None:
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        from collbench.launch.launcher import detected_rank
+        from collbench.launch.origin.launcher import detected_rank
 
         if detected_rank() == 0:          # under a launcher every rank has the same options
             print(f"collbench: error: {one_line(exc.format_message())}", file=sys.stderr)
@@ -232,9 +232,9 @@ def _main(argv) -> None:
         _end_job_from_here(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:        # before the run's own handling (signals): a rank still starting
-        from collbench.launch.launcher import LAUNCHED_ENV
+        from collbench import environment
 
-        if not os.environ.get(LAUNCHED_ENV):      # self-launched, the launching process says it
+        if not os.environ.get(environment.LAUNCHED):      # self-launched, the launching process says it
             print("collbench: interrupted", file=sys.stderr)
         sys.exit(130)
     except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
@@ -259,7 +259,7 @@ def one_line(text: str) -> str:
 
 def _report(exc: CollbenchError) -> None:
     # Under a launcher every rank meets the same bad input: only rank 0 says so.
-    from collbench.launch.launcher import detected_rank
+    from collbench.launch.origin.launcher import detected_rank
 
     if not exc.every_rank or detected_rank(on_host=exc.per_host) == 0:
         print(f"collbench: error: {one_line(exc)}", file=sys.stderr)
@@ -277,7 +277,7 @@ def _end_job_from_here(exc: CollbenchError) -> None:
     job when a rank aborts, not when it exits. So abort the job (starting MPI first if need be:
     the others are waiting in its start-up)."""
     from collbench.errors import UsageError
-    from collbench.launch.launcher import detect
+    from collbench.launch.origin.launcher import detect
 
     if exc.every_rank:
         return
@@ -288,7 +288,7 @@ def _end_job_from_here(exc: CollbenchError) -> None:
     if not launcher.shares_mpi_world or launcher.world_size < 2:
         return
     from collbench.backends import abort_mpi_job
-    from collbench.launch.supervise import leaving
+    from collbench.launch.liveness.supervise import leaving
 
     sys.stderr.flush()
     leaving(exc.exit_code)          # MPI_Abort ends this process with it, before main could say so

@@ -23,7 +23,7 @@ def _failing_module(exc: ImportError) -> str:
 
 def refuse(exc: ImportError) -> None:
     """Say which module could not be imported, on which rank, and end (exit 2)."""
-    from collbench.launch.launcher import detect
+    from collbench.launch.origin.launcher import detect
 
     try:
         launcher = detect()

@@ -7,8 +7,8 @@ import os
 import sys
 
 from collbench import __version__
-from collbench.launch import launcher as launch
-from collbench.launch import spawn
+from collbench.launch.origin import launcher as launch
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_flavour
 from collbench.backends import backend_class, names, plugins, unavailable_reason
 from collbench.errors import UsageError
 
@@ -29,13 +29,13 @@ def environment_report() -> dict:
         launcher, stray = launch.detect(), ""
     except UsageError as exc:            # show what is wrong with the environment, not crash on it
         launcher, stray = launch.Launcher("none", 0, 1, 0, False), f" (not a launch: {exc})"
-    mpiexec = spawn.find_mpiexec()
+    mpiexec = find_mpiexec()
     info = {
         "collbench": __version__,
         "python": sys.version.split()[0] + f" ({sys.executable})",
         "launcher": launcher.name + stray,
         "rank / world size": f"{launcher.rank} / {launcher.world_size}",
-        "mpiexec": f"{mpiexec} ({spawn.mpiexec_flavour(mpiexec)})" if mpiexec else "not found",
+        "mpiexec": f"{mpiexec} ({mpiexec_flavour(mpiexec)})" if mpiexec else "not found",
         "mpi4py": _version("mpi4py"),
         "MPI library": _mpi_library(),
         "numpy": _version("numpy"),
@@ -51,7 +51,7 @@ def environment_report() -> dict:
             found.update(backend_class(name).environment())      # the GPUs nccl sees, say
         except Exception:      # a plugin that does not import was named above; its hook is not env's to fail
             pass
-    from collbench.launch.rendezvous import check_variables
+    from collbench.launch.network.rendezvous import check_variables
 
     try:
         check_variables(os.environ)

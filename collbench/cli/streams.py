@@ -19,7 +19,7 @@ be said, and changes nothing.
 And on a terminal, collbench's own lines on stderr ("collbench: …", one line each for the
 programs that read them) are wrapped between words at the terminal's width, not by the
 terminal mid-word; a rank whose stderr reaches the user's terminal through a launcher wraps
-them at that terminal's width (``collbench.launch.terminal``).
+them at that terminal's width (``collbench.launch.origin.terminal``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import sys
 import textwrap
 from typing import Callable, Optional
 
+from collbench import environment
 from collbench.results.render import STREAM_ERRORS
 
 _ASCII = {"µ": "u", "±": "+/-", "→": "->", "←": "<-", "×": "x", "·": "-", "‡": "!", "†": "+", "–": "-",
@@ -185,7 +186,7 @@ def _reopen_closed() -> None:
 def _stderr_columns() -> int:
     """``COLUMNS`` (which a launching collbench sets for its ranks), else stderr's terminal."""
     try:
-        return os.get_terminal_size(2).columns if "COLUMNS" not in os.environ else \
+        return os.get_terminal_size(2).columns if environment.COLUMNS not in os.environ else \
             shutil.get_terminal_size().columns
     except OSError:
         return shutil.get_terminal_size().columns
@@ -198,7 +199,7 @@ def _messages_width() -> Callable[[], Optional[int]]:
 
     def width() -> Optional[int]:
         if not seen:
-            from collbench.launch.terminal import user_terminals
+            from collbench.launch.origin.terminal import user_terminals
 
             try:
                 seen.append(user_terminals())

@@ -1,18 +1,28 @@
-"""Starting and watching ranks.
+"""Starting and watching ranks, in four rooms and two shared modules.
 
-``launcher`` (which launcher started us: rank, local rank, world size, hosts), ``pmi``
-(whether MPI can start from it, and the line that says why not: srun's MPI plugins), ``spawn``
-(self-launch when there is none: one launch per round), ``janitor`` (the self-launching
-process's stand-in, should it be killed), ``supervise`` (what a rank asks of its guardian,
-ending early), ``watchdog`` (``--timeout``), ``signals`` (signals on a rank), ``guardian``,
-``link``, ``coordinator`` and ``wire`` (collbench's own channel between the ranks of a job, on
-every host), ``relay`` (mpiexec's output, less its noise), ``rendezvous`` and ``netaddr`` (how
-ranks on several hosts reach each other: joining the channel, the store's address, gloo's
-interface), ``oom`` (whether the kernel's out-of-memory killer ended a rank).
+* ``origin``: who started this process (``launcher``: the launcher, rank, local rank, world
+  size, hosts), whether MPI can start from it (``pmi``), and where its output reaches a person
+  (``terminal``).
+* ``liveness``: a rank that fails is named and its job ended on every host: each rank's
+  ``guardian``, the job's ``coordinator`` and a guardian's ``link`` to it, speaking ``wire``
+  (which also holds the exit codes and timings every side agrees on); what a rank asks of its
+  guardian (``supervise``); ``--timeout`` (``watchdog``); ``signals`` on a rank; the kernel's
+  out-of-memory killer (``oom``).
+* ``network``: how ranks on several hosts reach each other: joining the coordinator, torch's
+  store and gloo's interface (``rendezvous``), this host's ``addresses`` and free ports.
+* ``self_launch``: collbench launching its own ranks, one launch per round, when no launcher
+  did (``spawn``), through ``mpiexec`` (finding it, its command line), whose output it
+  ``relay``s; a stand-in (``janitor``) finishes for it should it be killed.
+* ``processes``: processes as the kernel sees them (the one reader of /proc/<pid>/stat);
+  ``notes``: what a self-launched job leaves in its state folder for the process that launched
+  it.
 
-May import: ``collbench.errors``, ``collbench.run.rounds`` (the environment of a self-launched
-round), ``collbench.results.journal`` and, after a launch that failed, ``collbench.results.recover``,
-the standard library. Nothing here imports numpy, mpi4py or torch (the recovery after a failed
-launch does, in the self-launching process, or in a process of its own for a guardian or the
-stand-in).
+Each room imports only those below it: ``origin`` ← ``liveness`` ← ``network`` ←
+``self_launch``, all of them ``processes`` and ``notes``, and no module imports one that imports
+it back (``tests/test_layout.py``).
+
+May import: ``collbench.errors``, ``collbench.environment``, ``collbench.results.journal`` and,
+after a launch that failed, ``collbench.results.recover``, the standard library. Nothing here
+imports numpy, mpi4py or torch (the recovery after a failed launch does, in the self-launching
+process, or in a process of its own for a guardian or the stand-in).
 """

@@ -1,5 +1,5 @@
 """Notes a self-launched job leaves for the process that launched it, in the run's state folder
-(``STATE_ENV``, which only self-launch sets): what that process needs to know about a launch
+(``COLLBENCH_STATE``, which only self-launch sets): what that process needs to know about a launch
 that ended badly, written by processes that MPICH's mpiexec may kill at any moment (when one
 process it started dies by a signal, it SIGKILLs the others' process groups at once).
 
@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-STATE_ENV = "COLLBENCH_STATE"
+from collbench import environment
+from collbench.launch import processes
+
 EARLY_END_PREFIX = "ended-before-joining-"
 GUARDIAN_PREFIX = "guardian-"
 ORPHANED_PREFIX = "orphaned-"
@@ -39,7 +41,7 @@ LAUNCHED = "launched"
 
 def leave(name: str, text: str = "") -> None:
     """Write note ``name`` under self-launch (whole, or not at all); nothing otherwise."""
-    state = os.environ.get(STATE_ENV)
+    state = os.environ.get(environment.STATE)
     if not state or not os.path.isdir(state):
         return
     path = os.path.join(state, name)
@@ -60,7 +62,7 @@ def say(line: str) -> None:
 
 def say_first(line: str) -> None:
     """``say`` the line, unless a process of this self-launched job said one first (SAID_FIRST)."""
-    state = os.environ.get(STATE_ENV)
+    state = os.environ.get(environment.STATE)
     if state and os.path.isdir(state):
         try:
             os.close(os.open(os.path.join(state, SAID_FIRST), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -72,7 +74,7 @@ def say_first(line: str) -> None:
 
 
 def launched(state: str, pids: list) -> None:
-    """The launching process's own note (it has no STATE_ENV): the processes it started."""
+    """The launching process's own note (it has no COLLBENCH_STATE): the processes it started."""
     try:
         Path(state, LAUNCHED).write_text(" ".join(map(str, pids)))
     except OSError:
@@ -132,8 +134,6 @@ def explanation(state: Optional[str]) -> Optional[str]:
 def orphans(state: Optional[str], seconds: float) -> list:
     """(rank, pid, host) of the ranks whose guardian died under them, once every rank this
     launch started has ended (at most ``seconds``): a rank notes it before it leaves."""
-    from collbench.launch.supervise import alive      # supervise imports this module
-
     if not state:
         return []
     ranks = []
@@ -143,7 +143,7 @@ def orphans(state: Optional[str], seconds: float) -> list:
         except (OSError, ValueError, IndexError):
             pass
     deadline = time.monotonic() + seconds
-    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+    while any(processes.alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.05)
     found = []
     for note in sorted(Path(state).glob(f"{ORPHANED_PREFIX}*")):

@@ -20,6 +20,7 @@ import socket
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from collbench import environment
 from collbench.benchmarks.registry import COLLECTIVES, get_benchmark
 from collbench.errors import UsageError
 from collbench.measure.sizes import parse_bytes
@@ -33,7 +34,6 @@ RESERVE_SHARE = 0.10
 #: need more than this, or than this share of the host's budget
 RECHECK_BYTES = 64 * MiB
 RECHECK_SHARE = 0.02
-LIMIT_ENV = "COLLBENCH_MEMORY_LIMIT"
 #: of a process's room under ``ulimit -v``, kept for what an allocation maps besides its bytes
 SPACE_RESERVE = 64 * MiB
 UNLIMITED = 1 << 60          # cgroup v1 writes "no limit" as a number near 2**63
@@ -171,13 +171,13 @@ def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
 
 def user_limit() -> Optional[int]:
     """``COLLBENCH_MEMORY_LIMIT``: the most the ranks on one host may hold together (None: unset)."""
-    text = os.environ.get(LIMIT_ENV, "").strip()
+    text = os.environ.get(environment.MEMORY_LIMIT, "").strip()
     if not text:
         return None
     try:
         return parse_bytes(text)
     except UsageError:
-        raise UsageError(f"{LIMIT_ENV}={text!r} is not a size (e.g. 8G, 512M)") from None
+        raise UsageError(f"{environment.MEMORY_LIMIT}={text!r} is not a size (e.g. 8G, 512M)") from None
 
 
 def _meminfo_available() -> int:

@@ -37,7 +37,7 @@ class OutputSettings:
     force: bool = False
     quiet: bool = False
     print_format: str = "table"
-    #: the user's streams as this rank's output reaches them (``collbench.launch.terminal``);
+    #: the user's streams as this rank's output reaches them (``collbench.launch.origin.terminal``);
     #: None: this process's own
     terminals: Optional[object] = None
 
@@ -65,7 +65,7 @@ class Output:
         self.round_label = round_label
         self._lock = threading.Lock()
         self._dirty = False
-        # The user's streams as this rank's output reaches them (collbench.launch.terminal): a
+        # The user's streams as this rank's output reaches them (collbench.launch.origin.terminal): a
         # rank under a launcher writes through the launcher's pipes. None: this process's own.
         seen = settings.terminals
         out_tty = seen.stdout if seen else sys.stdout.isatty()

@@ -15,6 +15,7 @@ import os
 import textwrap
 from typing import Optional
 
+from collbench import environment
 from collbench.results.tables import TableModel, flat_header, header_group
 
 MIN_WIDTH = 20          # below this a COLUMNS value is a mistake, not a terminal
@@ -24,7 +25,7 @@ STREAM_ERRORS = "collbench-ascii"      # the error handler collbench's standard 
 def output_width(is_terminal: bool, terminal_width: int) -> Optional[int]:
     """The width tables must fit: ``COLUMNS`` when it is set to a number, else the terminal's;
     None (no limit) when the output is not a terminal and ``COLUMNS`` is not set."""
-    value = os.environ.get("COLUMNS", "").strip()
+    value = os.environ.get(environment.COLUMNS, "").strip()
     if value.isdigit() and int(value) >= MIN_WIDTH:
         return min(int(value), 10_000)
     return terminal_width if is_terminal else None

@@ -26,8 +26,8 @@ from typing import Optional
 
 from collbench import __version__
 from collbench.errors import UsageError
-from collbench.launch.spawn import RoundLauncher
-from collbench.run.rounds import AB_ENV, AB_TURN_ENV
+from collbench.launch.self_launch.spawn import RoundLauncher
+from collbench import environment
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,14 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
-                                           extra_env={**side.env, AB_ENV: json.dumps(described)}))
+                                           extra_env={**side.env, environment.AB: json.dumps(described)}))
         for number, first in enumerate(pair_orders(rounds, seed), 1):
             order = (first, 1 - first)
             if not quiet:
                 print(f"collbench ab: pair {number}/{rounds}: {sides[order[0]].label}, then {sides[order[1]].label}",
                       file=sys.stderr, flush=True)
             for turn, i in enumerate(order):
-                code = launchers[i].launch(number, verbose=verbose and number == 1, env={AB_TURN_ENV: str(turn)})
+                code = launchers[i].launch(number, verbose=verbose and number == 1, env={environment.AB_TURN: str(turn)})
                 if code is not None:
                     kept = f"{paths[0]} and {paths[1]} keep the pairs before it" if number > 1 else "no pair was completed"
                     print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[i].label}); {kept}",

@@ -12,9 +12,10 @@ import os
 import sys
 from collections import Counter
 
-from collbench.launch import launcher as launch
-from collbench.launch import rendezvous, spawn
-from collbench.launch.terminal import user_terminals
+from collbench.launch.origin import launcher as launch
+from collbench.launch.network import rendezvous
+from collbench.launch.self_launch import spawn
+from collbench.launch.origin.terminal import user_terminals
 from collbench.backends import BUILTIN_NAMES, PluginFault, asked_of, backend_class, parse_backends, self_launch_ranks, uses_mpi
 from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles

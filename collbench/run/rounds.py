@@ -23,13 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from collbench.launch.launcher import LAUNCHED_ENV
-from collbench.launch.notes import STATE_ENV
+from collbench import environment
 
-ROUND_ENV, ROUNDS_ENV, SEED_ENV = "COLLBENCH_ROUND", "COLLBENCH_ROUNDS", "COLLBENCH_SEED"
-#: A side of an interleaved A/B job (``collbench ab``): the job, the side and what sets it apart
-#: (JSON, kept as the file's ``metadata.ab``), and which turn of its pair a launch is (0 or 1).
-AB_ENV, AB_TURN_ENV = "COLLBENCH_AB", "COLLBENCH_AB_TURN"
 KIND_LAUNCH, KIND_IN_JOB = "launch", "in-job"
 #: Rounds by default: enough for a run-to-run CI, cheap enough for a default sweep.
 DEFAULT_ROUNDS = 5
@@ -47,14 +42,14 @@ def ab_side(env=os.environ) -> Optional[dict]:
     import json
 
     try:
-        side = json.loads(env.get(AB_ENV, ""))
+        side = json.loads(env.get(environment.AB, ""))
     except ValueError:
         return None
     return side if isinstance(side, dict) else None
 
 
 def ab_turn(env=os.environ) -> Optional[int]:
-    value = env.get(AB_TURN_ENV, "")
+    value = env.get(environment.AB_TURN, "")
     return int(value) if value in ("0", "1") else None
 
 
@@ -88,9 +83,10 @@ def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.enviro
     """The schedule of this process: one round of a self-launched run (from the environment the
     parent set) or every round, in-job. ``seed`` None: the parent's, or one chosen now (rank 0's
     choice is broadcast by the caller)."""
-    if env.get(LAUNCHED_ENV) and env.get(ROUND_ENV) and env.get(STATE_ENV):
-        total = int(env.get(ROUNDS_ENV, rounds))
-        return Schedule(total, (int(env[ROUND_ENV]),), KIND_LAUNCH, int(env[SEED_ENV]), shuffle, Path(env[STATE_ENV]))
+    if env.get(environment.LAUNCHED) and env.get(environment.ROUND) and env.get(environment.STATE):
+        total = int(env.get(environment.ROUNDS, rounds))
+        return Schedule(total, (int(env[environment.ROUND]),), KIND_LAUNCH, int(env[environment.SEED]), shuffle,
+                        Path(env[environment.STATE]))
     return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB, seed if seed is not None else new_seed(), shuffle)
 
 

@@ -19,15 +19,16 @@ from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
 from collbench.run import rounds
-from collbench.launch import rendezvous, signals, supervise
+from collbench.launch.network import rendezvous
+from collbench.launch.liveness import signals, supervise
 from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
 from collbench.errors import BackendDeclined, HostUsageError, SharedUsageError, UsageError, printable
 from collbench.results.records import axes_problem
-from collbench.launch.launcher import Launcher
-from collbench.launch.pmi import mpi_start_problem, shared_memory_problem, world_mismatch
-from collbench.launch.watchdog import Watchdog
+from collbench.launch.origin.launcher import Launcher
+from collbench.launch.origin.pmi import mpi_start_problem, shared_memory_problem, world_mismatch
+from collbench.launch.liveness.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
 from collbench.results.files import OutputFailed, check_output_settings
 from collbench.results.output import NullOutput, Output, OutputSettings

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from collbench.measure import harness
 from collbench.measure import memory
-from collbench.launch import supervise
-from collbench.launch.watchdog import Watchdog
+from collbench.launch.liveness import supervise
+from collbench.launch.liveness.watchdog import Watchdog
 from collbench.results.aggregate import round_data
 from collbench.errors import SharedUsageError
 from collbench.results.records import RowIdentity

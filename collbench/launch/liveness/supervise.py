@@ -34,10 +34,11 @@ import threading
 import time
 from typing import Callable, Optional
 
-from collbench.launch import coordinator, wire
+from collbench import environment
+from collbench.launch import processes
+from collbench.launch.liveness import coordinator, wire
+from collbench.launch.liveness.wire import EVERY_SIZE, STOP_GRACE
 
-PARENT_ENV = "COLLBENCH_PARENT_PID"       # set by self-launch: the process whose death ends the ranks
-STOP_GRACE = 3.0                           # seconds a rank told to stop gets before SIGKILL
 _POSITION_BYTES = 512
 
 
@@ -73,15 +74,6 @@ _coordinator_at: Optional[dict] = None     # rank 0: the port and token of its g
 _guardian_pid: Optional[int] = None        # the rank's guardian (its parent)
 
 
-def _set_pdeathsig(signum: int) -> bool:
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(1, signum, 0, 0, 0) == 0   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return False
-
-
 def guard_rank(launcher) -> None:
     """Fork a guardian for this rank (Linux only). Returns in the child; never in the guardian."""
     global _position, _rank_label, _channel, _coordinator_at, _guardian_pid
@@ -99,7 +91,7 @@ def guard_rank(launcher) -> None:
     sys.stderr.flush()
     child = os.fork()
     if child == 0:
-        _set_pdeathsig(signal.SIGUSR1)
+        processes.die_with_parent(signal.SIGUSR1)
         if os.getppid() != guardian:        # the guardian died between fork and prctl
             os._exit(1)
         _guardian_pid = guardian
@@ -113,7 +105,7 @@ def guard_rank(launcher) -> None:
         return
     if pair is not None:
         pair[1].close()
-    from collbench.launch.guardian import Guardian
+    from collbench.launch.liveness.guardian import Guardian
     Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
 
 
@@ -201,7 +193,6 @@ def set_job_abort(abort: Optional[Callable[[int], None]]) -> None:
 
 _before_exit: list = []
 _result_files: list = []
-EVERY_SIZE = coordinator.EVERY_SIZE
 _kept = [EVERY_SIZE]            # what the files hold, said in a line about an early end
 
 
@@ -234,16 +225,14 @@ def forget_journal() -> None:
 def _launch_files() -> tuple:
     """(paths, what they keep) of a self-launched run whose rank 0 has not taken its files up
     yet in this launch (it is starting): the earlier launches' files, from the run's journal."""
-    from collbench.launch.notes import STATE_ENV
     from collbench.results.journal import Journal
-    from collbench.run.rounds import ROUND_ENV
 
-    state = os.environ.get(STATE_ENV)
+    state = os.environ.get(environment.STATE)
     if not state:
         return [], ""
     try:
         outputs = Journal.open(state).of_type("outputs")
-        number = int(os.environ.get(ROUND_ENV) or 1)
+        number = int(os.environ.get(environment.ROUND) or 1)
     except (OSError, ValueError):
         return [], ""
     return (list(outputs[0]["paths"]), kept_after_rounds(number)) if outputs else ([], "")
@@ -309,49 +298,3 @@ def current_position() -> str:
 def has_guardian() -> bool:
     """This rank has a guardian, and so a line to the job's coordinator."""
     return _channel is not None
-
-
-def process_tree(pid: int) -> list:
-    """``pid`` and every process below it (from /proc's children lists), parents first."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop(0)
-        found.append(current)
-        todo += children(current)
-    return found
-
-
-def children(pid: int) -> list:
-    """The processes ``pid`` started that are still its children (its threads' lists in /proc)."""
-    found = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
-                found += [int(c) for c in fh.read().split()]
-    except (OSError, ValueError):
-        pass
-    return found
-
-
-def process_name(pid: int) -> str:
-    """The kernel's name of ``pid`` (its ``comm``, at most 15 characters); "" if unknown."""
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, which has ended, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True

@@ -12,7 +12,8 @@ import threading
 import time
 from typing import Optional
 
-from collbench.launch import coordinator, supervise
+from collbench.launch.liveness import supervise
+from collbench.launch.liveness.wire import EXIT_TIMEOUT, LOST_AFTER, STOP_GRACE
 
 
 class Watchdog:
@@ -50,12 +51,12 @@ class Watchdog:
                 expired = self._deadline is not None and time.monotonic() >= self._deadline
                 what, limit = self._what, self._limit
             if expired and _report(what, limit):     # the coordinator ends the job; wait for it
-                time.sleep(coordinator.LOST_AFTER + 2 * supervise.STOP_GRACE)
+                time.sleep(LOST_AFTER + 2 * STOP_GRACE)
             if expired:
                 sys.stderr.write(f"collbench: {supervise.rank_label()}: timeout: {what} did not finish within "
                                  f"{limit:g} s (--timeout); aborting the job; {supervise.saved_results_clause()}\n")
                 sys.stderr.flush()
-                supervise.abort_job(coordinator.EXIT_TIMEOUT)
+                supervise.abort_job(EXIT_TIMEOUT)
 
 
 def _report(what: str, limit: float) -> bool:

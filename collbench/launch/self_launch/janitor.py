@@ -33,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from collbench.launch import notes
-from collbench.launch.supervise import STOP_GRACE, alive, process_tree
+from collbench.launch import notes, processes
+from collbench.launch.liveness.wire import STOP_GRACE
 
 #: how long the stand-in waits for the last launch's processes to end before it kills them:
 #: a guardian's grace for its rank to save what it must (supervise.STOP_GRACE), and a margin
@@ -47,8 +47,8 @@ class Janitor:
     def __init__(self, prefix: str = "collbench-rounds-") -> None:
         self.prefix = os.path.join(tempfile.gettempdir(), f"{prefix}{secrets.token_hex(8)}-")
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.janitor", str(os.getpid()),
-                                             self.prefix],
+            self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.self_launch.janitor",
+                                             str(os.getpid()), self.prefix],
                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError:
@@ -75,7 +75,7 @@ def _wait_for_death(pid: int) -> None:
     except ProcessLookupError:
         return
     except (OSError, AttributeError):
-        while alive(pid):
+        while processes.alive(pid):
             time.sleep(0.5)
         return
     try:
@@ -127,9 +127,9 @@ def _finish(state: str) -> int:
     # The guardians see the death and stop their ranks, saving what they must; what has not
     # ended after that (a stopped guardian, mpiexec and its proxies waiting for it) is killed.
     launched = notes.launched_pids(state)
-    everything = lambda: [pid for root in launched for pid in process_tree(root)] + launch_processes(state)
+    everything = lambda: [pid for root in launched for pid in processes.tree(root)] + launch_processes(state)
     deadline = time.monotonic() + LAUNCH_END_WAIT
-    while any(alive(pid) for pid in everything()) and time.monotonic() < deadline:
+    while any(processes.alive(pid) for pid in everything()) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in everything():
         try:

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from collbench.errors import SharedUsageError, UsageError
-from collbench.launch.launcher import Launcher
+from collbench.launch import processes
+from collbench.launch.origin.launcher import Launcher
 
 SRUN_FIX = "start collbench with srun --mpi=pmi2 (or export SLURM_MPI_TYPE=pmi2 before srun)"
 #: where MPICH keeps its shared memory
@@ -130,7 +131,7 @@ def mpich_segments(job_id: str) -> list:
 
 
 def _stale_shared_memory(job_id: str) -> Optional[str]:
-    started = _process_start(os.getppid())      # the task srun started: this rank's guardian
+    started = processes.started_at(os.getppid())      # the task srun started: this rank's guardian
     stale = []
     for path in mpich_segments(job_id):
         try:
@@ -148,13 +149,3 @@ def _stale_shared_memory(job_id: str) -> Optional[str]:
             f"with the same number: MPI_Init would take it for this job's and wait forever; remove it "
             f"(rm {SHARED_MEMORY}/mpich_*_{fnv1a(job_id):x}_*) and start again")
 
-
-def _process_start(pid: int = 0) -> Optional[float]:
-    """When process ``pid`` (0: this one) started, in seconds since the epoch (Linux)."""
-    try:
-        fields = Path(f"/proc/{pid or os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None

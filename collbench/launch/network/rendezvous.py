@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlsplit
 
+from collbench import environment
 from collbench.errors import SharedUsageError, UsageError
-from collbench.launch import netaddr, supervise
+from collbench.launch.network import addresses
+from collbench.launch.liveness import supervise
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,9 @@ def joined() -> Optional[Joined]:
 
 
 def _candidates() -> list:
-    out = ["127.0.0.1"] + netaddr.outward_addresses()
-    if os.environ.get("MASTER_ADDR"):
-        out.append(os.environ["MASTER_ADDR"])
+    out = ["127.0.0.1"] + addresses.outward_addresses()
+    if os.environ.get(environment.MASTER_ADDR):
+        out.append(os.environ[environment.MASTER_ADDR])
     return out
 
 
@@ -85,7 +87,7 @@ def _verdict(reports: list, rank0_host: str) -> dict:
         return {"error": f"rank {r} on {rep['host']} cannot reach rank 0 on {rank0_host}{more}: "
                          f"{rep['answer']['error']}"}
     used = [rep["answer"]["address"] for rep in reports if rep["answer"] is not None]
-    outward = Counter(a for a in used if not netaddr.is_loopback(a)).most_common(1)
+    outward = Counter(a for a in used if not addresses.is_loopback(a)).most_common(1)
     return {"all_local": not outward, "outward": outward[0][0] if outward else None}
 
 
@@ -96,10 +98,10 @@ def gloo_interface() -> Optional[str]:
     if j is None:
         return None
     if j.all_local:
-        return netaddr.interface_of("127.0.0.1")
-    if j.rank0_outward is not None and netaddr.is_loopback(j.local_address):
-        return netaddr.interface_of(j.rank0_outward)       # rank 0, or a rank on its host
-    return netaddr.interface_of(j.local_address)
+        return addresses.interface_of("127.0.0.1")
+    if j.rank0_outward is not None and addresses.is_loopback(j.local_address):
+        return addresses.interface_of(j.rank0_outward)       # rank 0, or a rank on its host
+    return addresses.interface_of(j.local_address)
 
 
 def towards_master(rank: int) -> Optional[str]:
@@ -111,20 +113,20 @@ def towards_master(rank: int) -> Optional[str]:
     right only if no other host takes part. The hosts that do have connected to the store at
     MASTER_PORT already (torchrun's agents, before any rank starts): the address they reached
     this host at names the interface."""
-    address = os.environ.get("MASTER_ADDR", "")
-    return _towards(rank, address, int(os.environ.get("MASTER_PORT", "0")), f"MASTER_ADDR {address!r}")
+    address = os.environ.get(environment.MASTER_ADDR, "")
+    return _towards(rank, address, int(os.environ.get(environment.MASTER_PORT, "0")), f"MASTER_ADDR {address!r}")
 
 
 def _towards(rank: int, address: str, port: int, named: str) -> Optional[str]:
     try:
-        source = netaddr.source_address(netaddr.resolve(address))
-    except netaddr.RouteError as exc:
+        source = addresses.source_address(addresses.resolve(address))
+    except addresses.RouteError as exc:
         raise UsageError(f"rendezvous of rank {rank} with {named} cannot succeed: {exc}") from None
-    if netaddr.is_loopback(source):
-        outward = netaddr.reached_at(port)
+    if addresses.is_loopback(source):
+        outward = addresses.reached_at(port)
         if outward:
-            return netaddr.interface_of(outward[0])
-    return netaddr.interface_of(source)
+            return addresses.interface_of(outward[0])
+    return addresses.interface_of(source)
 
 
 #: Seconds a rank other than 0 waits for rank 0's store to accept connections.
@@ -136,10 +138,10 @@ def await_master(rank: int) -> None:
     connection within ``MASTER_PATIENCE`` seconds (rank 0 may still be starting; under torchrun
     the store is up before any rank starts). torch itself would try for its whole rendezvous
     timeout and then say little; this is one line naming the address and this host."""
-    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    address, port = os.environ[environment.MASTER_ADDR], int(os.environ[environment.MASTER_PORT])
     try:
-        netaddr.await_listener(address, port, MASTER_PATIENCE)
-    except netaddr.RouteError as exc:
+        addresses.await_listener(address, port, MASTER_PATIENCE)
+    except addresses.RouteError as exc:
         raise UsageError(f"rendezvous of rank {rank} with MASTER_ADDR {address!r} cannot succeed: {exc}: rank 0 "
                          "is not running there, or MASTER_ADDR and MASTER_PORT differ between ranks") from None
 
@@ -148,15 +150,15 @@ def check_local_master(env) -> None:
     """collbench's own local launch puts every rank on this host, rank 0's store included: a
     MASTER_ADDR the user left set must be an address of this host (torch would otherwise try
     to reach it, or bind it, for minutes). Said in one line before any rank starts."""
-    address = env.get("MASTER_ADDR", "").strip()
+    address = env.get(environment.MASTER_ADDR, "").strip()
     if not address:
         return
     try:
-        resolved = netaddr.resolve(address)
-    except netaddr.RouteError as exc:
+        resolved = addresses.resolve(address)
+    except addresses.RouteError as exc:
         raise UsageError(f"MASTER_ADDR={address!r}: {exc}; a run started with -n puts every rank on this host: "
                          "unset MASTER_ADDR, or name this host") from None
-    if not netaddr.is_loopback(resolved) and resolved not in netaddr.outward_addresses():
+    if not addresses.is_loopback(resolved) and resolved not in addresses.outward_addresses():
         raise UsageError(f"MASTER_ADDR={address!r} ({resolved}) is not an address of {socket.gethostname()}, and "
                          "a run started with -n puts every rank here: unset MASTER_ADDR (collbench then uses "
                          "127.0.0.1), or start the ranks on their hosts with torchrun")
@@ -164,10 +166,10 @@ def check_local_master(env) -> None:
 
 def check_variables(env) -> None:
     """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
-    port = env.get("MASTER_PORT")
+    port = env.get(environment.MASTER_PORT)
     if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5 and 0 < int(port) < 65536):
         raise UsageError(f"MASTER_PORT={port[:20]!r} is not a TCP port (1-65535); fix or unset it")
-    if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
+    if environment.MASTER_ADDR in env and not env[environment.MASTER_ADDR].strip():
         raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, or unset it")
 
 
@@ -248,10 +250,10 @@ def _listen_problem(method: InitMethod, host: str) -> Optional[str]:
     do), and PORT free there."""
     said = f"--init-method {method.url}"
     try:
-        address = netaddr.resolve(method.host)
-    except netaddr.RouteError as exc:
+        address = addresses.resolve(method.host)
+    except addresses.RouteError as exc:
         return f"{said}: {exc}"
-    if not netaddr.is_loopback(address) and address not in netaddr.outward_addresses():
+    if not addresses.is_loopback(address) and address not in addresses.outward_addresses():
         named = method.host if method.host == address else f"{method.host} ({address})"
         return (f"{said}: {named} is not an address of {host}, rank 0's host, where it listens; give one of "
                 "its addresses (127.0.0.1 when every rank runs there)")
@@ -275,9 +277,10 @@ def refuse_rank0_finding(problem: Optional[str], exchange) -> None:
 
 def master_port_problem(env=os.environ) -> Optional[str]:
     """Why rank 0 cannot listen at MASTER_PORT, as env:// has it do (None: it can)."""
-    taken = _port_taken(int(env["MASTER_PORT"]))
+    port = env[environment.MASTER_PORT]
+    taken = _port_taken(int(port))
     if taken:
-        return (f"MASTER_PORT {env['MASTER_PORT']}: rank 0 cannot listen there on {socket.gethostname()} ({taken}); "
+        return (f"MASTER_PORT {port}: rank 0 cannot listen there on {socket.gethostname()} ({taken}); "
                 "choose a free port, or unset MASTER_ADDR and MASTER_PORT and collbench finds one")
     return None
 
@@ -422,8 +425,8 @@ def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool 
     interface = _towards(rank, method.host, method.port, named)
     if patient and (rank != 0 or not rank0_listens):
         try:
-            netaddr.await_listener(method.host, method.port, MASTER_PATIENCE)
-        except netaddr.RouteError as exc:
+            addresses.await_listener(method.host, method.port, MASTER_PATIENCE)
+        except addresses.RouteError as exc:
             raise UsageError(f"rendezvous of rank {rank} at {named} cannot succeed: {exc}: rank 0 is not "
                              f"listening there (it did not start or it failed, {method.host} is not its host, or a "
                              "firewall is in between)") from None
@@ -433,12 +436,12 @@ def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool 
 def init_methods_here(env=os.environ) -> str:
     """What ``collbench env`` says of ``--init-method`` on this host, cheaply: no torch, no
     network, no file written."""
-    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        plain = f"env:// (at MASTER_ADDR:MASTER_PORT, {env['MASTER_ADDR']}:{env['MASTER_PORT']})"
+    if env.get(environment.MASTER_ADDR) and env.get(environment.MASTER_PORT):
+        plain = f"env:// (at MASTER_ADDR:MASTER_PORT, {env[environment.MASTER_ADDR]}:{env[environment.MASTER_PORT]})"
     else:
         plain = "env:// (MASTER_ADDR unset: collbench finds rank 0)"
-    addresses = ", ".join(["127.0.0.1"] + netaddr.outward_addresses())
+    reachable = ", ".join(["127.0.0.1"] + addresses.outward_addresses())
     folders = list(dict.fromkeys(f for f in (tempfile.gettempdir(), os.getcwd()) if os.access(f, os.W_OK | os.X_OK)))
     files = (f"file:///PATH in {' or '.join(folders)} (writable here; across hosts, a folder they share)" if folders
              else f"not file:// in {tempfile.gettempdir()} or {os.getcwd()} (not writable here)")
-    return f"{plain}; tcp://ADDRESS:PORT with ADDRESS one of {addresses}; {files}"
+    return f"{plain}; tcp://ADDRESS:PORT with ADDRESS one of {reachable}; {files}"

@@ -1,6 +1,6 @@
 """Who started us: the launcher, rank, local rank and world size, from the environment.
 
-Under a launcher each process is one rank; ``collbench.launch.spawn`` starts the ranks when
+Under a launcher each process is one rank; ``collbench.launch.self_launch`` starts the ranks when
 there is none. A launcher's variables count only when they are consistent: the rank is a
 number below the world size, and the way to reach the launcher is there (an open ``PMI_FD``
 or a ``PMI_PORT`` for PMI, a PMIx server for Open MPI and PMIx, a rendezvous address for
@@ -19,10 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from collbench import environment
 from collbench.errors import UsageError
-
-#: Set by collbench's own launch (``spawn``) on the ranks it starts: "local" or "mpi".
-LAUNCHED_ENV = "COLLBENCH_LAUNCHED"
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ def _pmi(env) -> Optional[Launcher]:
         raise _stray(env, present, "there is no open PMI_FD or PMI_PORT to reach a launcher through", _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("PMI_RANK",), ("PMI_SIZE",), _MPI_FIX)
     local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID") or 0
-    return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True,
+    return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local, True,
                     world_size_variable="PMI_SIZE", pmi="pmi")
 
 
@@ -133,34 +131,35 @@ def _pmix(env) -> Optional[Launcher]:
     else:                   # MPI will tell; the runner checks it against nothing
         rank, size = _int(env, "PMIX_RANK") or 0, 1
     local = _int(env, "PMIX_LOCAL_RANK", "SLURM_LOCALID") or 0
-    return Launcher("srun" if "SLURM_STEP_ID" in env else "mpiexec", rank, size, local, True,
+    return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local, True,
                     world_size_variable=size_variable, pmi="pmix")
 
 
 def _torch_like(env, *, marked: bool) -> Optional[Launcher]:
     """torchrun and collbench's own local launch (``marked``: they say who they are), or
     RANK and WORLD_SIZE set by hand (the rest)."""
-    ours = "TORCHELASTIC_RUN_ID" in env or env.get(LAUNCHED_ENV) == "local"
-    present = [n for n in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID") if n in env]
+    ours = environment.TORCHELASTIC_RUN_ID in env or env.get(environment.LAUNCHED) == "local"
+    present = [n for n in (environment.RANK, environment.WORLD_SIZE, environment.TORCHELASTIC_RUN_ID) if n in env]
     if not present or ours != marked:
         return None
-    missing = [n for n in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not env.get(n, "").strip()]
+    missing = [n for n in (environment.RANK, environment.WORLD_SIZE, environment.MASTER_ADDR, environment.MASTER_PORT)
+               if not env.get(n, "").strip()]
     if missing:
         names = ", ".join(missing[:-1]) + " and " + missing[-1] if len(missing) > 1 else missing[0]
         raise _stray(env, present, f"{names} {'is' if len(missing) == 1 else 'are'} not", _TORCH_FIX)
-    rank, size = _rank_and_size(env, present, ("RANK",), ("WORLD_SIZE",), _TORCH_FIX)
-    local = _int(env, "LOCAL_RANK") or 0
-    if env.get(LAUNCHED_ENV) == "local":
-        return Launcher("collbench", rank, size, local, False, world_size_variable="WORLD_SIZE")
-    name = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "env"
-    return Launcher(name, rank, size, local, False, world_size_variable="WORLD_SIZE")
+    rank, size = _rank_and_size(env, present, (environment.RANK,), (environment.WORLD_SIZE,), _TORCH_FIX)
+    local = _int(env, environment.LOCAL_RANK) or 0
+    if env.get(environment.LAUNCHED) == "local":
+        return Launcher("collbench", rank, size, local, False, world_size_variable=environment.WORLD_SIZE)
+    name = "torchrun" if environment.TORCHELASTIC_RUN_ID in env else "env"
+    return Launcher(name, rank, size, local, False, world_size_variable=environment.WORLD_SIZE)
 
 
 def _slurm_step(env) -> Optional[Launcher]:
     """srun without PMI variables (``--mpi=none``): a step's task. An MPI library that links
     Slurm's own PMI library may start from that; the others see a world of one rank in each
     task (``pmi.world_mismatch``). A bare SLURM_PROCID (an sbatch script, no step) is no launch."""
-    if not ("SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env and "SLURM_STEP_ID" in env):
+    if not ("SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env and environment.SLURM_STEP_ID in env):
         return None
     rank, size = _rank_and_size(env, ["SLURM_PROCID", "SLURM_STEP_NUM_TASKS"], ("SLURM_PROCID",),
                                 ("SLURM_STEP_NUM_TASKS",), _MPI_FIX)
@@ -181,7 +180,7 @@ def detect(env: Mapping[str, str] = os.environ) -> Launcher:
             break
     else:
         found = Launcher("none", 0, 1, 0, False)
-    return dataclasses.replace(found, self_launched=env.get(LAUNCHED_ENV, ""))
+    return dataclasses.replace(found, self_launched=env.get(environment.LAUNCHED, ""))
 
 
 def detected_rank(env: Mapping[str, str] = os.environ, *, on_host: bool = False) -> int:

@@ -1,4 +1,6 @@
-"""The line the guardians and the coordinator speak: one JSON object per line over a socket.
+"""The line the guardians and the coordinator speak: one JSON object per line over a socket;
+and what every side of it agrees on: its beat and patience, the grace a stopped rank gets, and
+the exit codes by which collbench ends a rank or a job.
 
 Only the standard library: this runs in the guardian.
 """
@@ -8,6 +10,24 @@ from __future__ import annotations
 import json
 import socket
 from typing import Optional
+
+BEAT_S = 1.0
+LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
+CONNECT_TIMEOUT = 3.0
+STOP_GRACE = 3.0          # seconds a rank told to stop gets before SIGKILL
+
+#: A size ran past ``--timeout``.
+EXIT_TIMEOUT = 124
+#: A rank or host lost: as if killed (128 + SIGKILL).
+EXIT_LOST = 137
+#: Exit codes collbench itself ends a rank with (done, failed, usage, timeout, 128 + SIGHUP,
+#: SIGINT, SIGTERM); any other exit of a rank counts as a crash.
+RANK_EXIT_CODES = frozenset({0, 1, 2, EXIT_TIMEOUT, 129, 130, 143})
+#: Exit codes a job may end with by collbench's own doing: a rank's, and a lost rank's.
+JOB_EXIT_CODES = RANK_EXIT_CODES | {EXIT_LOST}
+
+#: What the result files hold after an early end, unless rank 0 says otherwise (a later round).
+EVERY_SIZE = "every size finished before"
 
 
 def send_message(sock: socket.socket, message: dict) -> bool:

@@ -15,14 +15,13 @@ import threading
 import time
 from typing import Optional
 
-from collbench.launch import coordinator
-from collbench.launch.oom import OomWatch
-from collbench.launch.coordinator import EXIT_LOST, EXIT_TIMEOUT, RANK_EXIT_CODES
-from collbench.launch.wire import MessageReader, send_message
-from collbench.launch.link import Link, connect, hello_message
-from collbench.launch import notes
-from collbench.launch.launcher import LAUNCHED_ENV
-from collbench.launch.supervise import PARENT_ENV, STOP_GRACE, alive, process_name
+from collbench import environment
+from collbench.launch import notes, processes
+from collbench.launch.liveness import coordinator
+from collbench.launch.liveness.link import Link, connect, hello_message
+from collbench.launch.liveness.oom import OomWatch
+from collbench.launch.liveness.wire import (EXIT_LOST, EXIT_TIMEOUT, RANK_EXIT_CODES, STOP_GRACE, MessageReader,
+                                           send_message)
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
 #: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
@@ -88,10 +87,10 @@ class Guardian:
         # The launcher's process that started this guardian, one rank of several (mpiexec's
         # proxy, srun's step, torchrun's agent): (pid, name); None for one rank (its parent is
         # a shell, which may end before it), or when it is collbench's own launching process
-        # (watched as PARENT_ENV).
+        # (watched as environment.PARENT_PID).
         parent = os.getppid()
-        self.launcher = (parent, process_name(parent) or "a process") \
-            if size > 1 and parent > 1 and str(parent) != os.environ.get(PARENT_ENV, "") else None
+        self.launcher = (parent, processes.name(parent) or "a process") \
+            if size > 1 and parent > 1 and str(parent) != os.environ.get(environment.PARENT_PID, "") else None
         self._parent_fd = None
         self.coordinator = None
         notes.guardian(rank, child)
@@ -141,7 +140,7 @@ class Guardian:
         if self.channel is not None:
             self._server = threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True)
             self._server.start()
-        parent = os.environ.get(PARENT_ENV, "")
+        parent = os.environ.get(environment.PARENT_PID, "")
         if parent.isdigit():
             threading.Thread(target=self._watch_parent, args=(int(parent),), daemon=True).start()
         if self.launcher is not None:
@@ -231,9 +230,9 @@ class Guardian:
         """What the line about the rank's end says of the others and the files. Under a user's
         launcher, a rank that ended before the ranks joined the job cannot reach the others
         (they wait for it in MPI's start-up), and no result file was written yet."""
-        if self.link is None and self.size > 1 and not os.environ.get(LAUNCHED_ENV):
+        if self.link is None and self.size > 1 and not os.environ.get(environment.LAUNCHED):
             limit = f" ({self.startup_limit:g} s)" if self.startup_limit else ""
-            srun = " (srun does with --kill-on-bad-exit)" if "SLURM_STEP_ID" in os.environ else ""
+            srun = " (srun does with --kill-on-bad-exit)" if environment.SLURM_STEP_ID in os.environ else ""
             return (f"the other ranks cannot be told, and wait for it until their start-up limit{limit} unless the "
                     f"launcher ends them{srun}")
         if self.journal is None:              # rank 0 never took its files up: none was written
@@ -308,7 +307,7 @@ class Guardian:
         if self._parent_fd is not None:
             select.select([self._parent_fd], [], [])
         else:
-            while alive(pid):
+            while processes.alive(pid):
                 time.sleep(0.5)
         self.stop(128 + signal.SIGHUP)
 
@@ -338,9 +337,9 @@ class Guardian:
     def _parent_gone(self) -> bool:
         """Whether the self-launching process has ended (a zombie counts as ended): then its
         stand-in rebuilds the files once this launch's processes are gone (``janitor``)."""
-        parent = os.environ.get(PARENT_ENV, "")
+        parent = os.environ.get(environment.PARENT_PID, "")
         if not parent.isdigit():
             return False
         if self._parent_fd is not None:
             return bool(select.select([self._parent_fd], [], [], 0)[0])
-        return not alive(int(parent))
+        return not processes.alive(int(parent))

@@ -136,3 +136,10 @@ def await_listener(address: str, port: int, patience: float) -> None:
             raise RouteError(f"nothing at {address}:{port} accepted a connection from {socket.gethostname()} "
                              f"within {patience:g} s ({met.lower()})")
         time.sleep(0.25)
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on ``address`` now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]

@@ -25,11 +25,9 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from collbench.launch.supervise import process_name
+from collbench import environment
+from collbench.launch import processes
 
-ONE_TERMINAL_ENV = "COLLBENCH_ONE_TERMINAL"
-#: set (to 1) for self-launched ranks when the user's stdout, or stderr, is a terminal
-TTY_ENV = {"stdout": "COLLBENCH_STDOUT_TTY", "stderr": "COLLBENCH_STDERR_TTY"}
 #: the programs that start ranks and copy their output to their own streams
 LAUNCHERS = frozenset({"mpiexec", "mpiexec.hydra", "mpirun", "orterun", "prterun", "prte", "srun"})
 _ANCESTORS = 8          # rank, guardian, proxy, launcher: a launcher is never further up than this
@@ -65,17 +63,6 @@ def _is_terminal_device(target: str) -> bool:
     return target.startswith(("/dev/pts/", "/dev/tty")) or target == "/dev/console"
 
 
-def _parent(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return int(data[data.rindex(b")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-
-
 def _listening_inodes(port: int) -> set:
     """The socket inodes listening on TCP ``port`` on this host."""
     found = set()
@@ -101,7 +88,7 @@ def _srun(env: Mapping[str, str]) -> Optional[int]:
     if not inodes:
         return None
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and process_name(int(entry)) == "srun":
+        if entry.isdigit() and processes.name(int(entry)) == "srun":
             try:
                 if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{entry}/fd")):
                     return int(entry)
@@ -116,15 +103,15 @@ def launcher_terminal(pid: Optional[int] = None, env: Mapping[str, str] = os.env
     neither runs on this host or its streams cannot be read (another user's process)."""
     pid = os.getpid() if pid is None else pid
     for _ in range(_ANCESTORS):
-        pid = _parent(pid)
+        pid = processes.parent(pid)
         if not pid or pid == 1:
             pid = None
             break
-        if process_name(pid) in LAUNCHERS:
+        if processes.name(pid) in LAUNCHERS:
             break
     else:
         pid = None
-    if pid is None and "SLURM_STEP_ID" in env:
+    if pid is None and environment.SLURM_STEP_ID in env:
         pid = _srun(env)
     if pid is None:
         return None
@@ -140,23 +127,21 @@ def launcher_terminal(pid: Optional[int] = None, env: Mapping[str, str] = os.env
 def mark_terminals(env: dict) -> None:
     """Tell self-launched ranks, which write through the launcher's pipes, what the user's
     streams are: terminals or not, one terminal behind both, and its width (``COLUMNS``)."""
-    for stream, name in ((sys.stdout, TTY_ENV["stdout"]), (sys.stderr, TTY_ENV["stderr"])):
+    for stream, name in ((sys.stdout, environment.STDOUT_TTY), (sys.stderr, environment.STDERR_TTY)):
         if stream.isatty():
             env[name] = "1"
     if one_terminal():
-        env[ONE_TERMINAL_ENV] = "1"
+        env[environment.ONE_TERMINAL] = "1"
     if sys.stdout.isatty() or sys.stderr.isatty():
-        env.setdefault("COLUMNS", str(shutil.get_terminal_size().columns))
+        env.setdefault(environment.COLUMNS, str(shutil.get_terminal_size().columns))
 
 
 def user_terminals(env: Optional[Mapping[str, str]] = None) -> Terminals:
     """The user's streams as this rank's output reaches them (see the module's docstring)."""
-    from collbench.launch.launcher import LAUNCHED_ENV
-
     env = os.environ if env is None else env
-    if env.get(LAUNCHED_ENV):
-        return Terminals(env.get(TTY_ENV["stdout"]) == "1", env.get(TTY_ENV["stderr"]) == "1",
-                         env.get(ONE_TERMINAL_ENV) == "1")
+    if env.get(environment.LAUNCHED):
+        return Terminals(env.get(environment.STDOUT_TTY) == "1", env.get(environment.STDERR_TTY) == "1",
+                         env.get(environment.ONE_TERMINAL) == "1")
     return launcher_terminal() or Terminals(sys.stdout.isatty(), sys.stderr.isatty())
 
 

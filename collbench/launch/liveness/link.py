@@ -12,9 +12,8 @@ import threading
 import time
 from typing import Callable
 
-from collbench.launch import notes
-from collbench.launch.coordinator import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER
-from collbench.launch.wire import MessageReader, send_message
+from collbench.launch import notes, processes
+from collbench.launch.liveness.wire import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER, MessageReader, send_message
 
 
 def connect(candidates: list, port: int, hello: dict) -> tuple:
@@ -43,16 +42,6 @@ def connect(candidates: list, port: int, hello: dict) -> tuple:
         tried.append(f"{address}: no answer from a collbench coordinator")
         sock.close()
     raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried) + ")")
-
-
-def process_state(pid: int) -> str:
-    """The kernel's one-letter state of ``pid`` (R, S, D, T, t, Z), '' if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return data[data.rindex(b")") + 2:][:1].decode()
-    except (OSError, ValueError):
-        return ""
 
 
 class Link:
@@ -105,7 +94,7 @@ class Link:
                 return
             if now - last_beat >= BEAT_S:
                 last_beat = now
-                self.send({"t": "beat", "where": self.where(), "state": process_state(self.child)})
+                self.send({"t": "beat", "where": self.where(), "state": processes.state(self.child)})
 
     def _lost(self, how: str) -> None:
         if self.ended:

@@ -12,9 +12,11 @@ import sys
 import threading
 import time
 
-from collbench.launch import notes, supervise
-from collbench.launch.supervise import STOP_GRACE, saved_results_clause
-from collbench.launch.terminal import END_PROGRESS_LINE, user_terminals
+from collbench.launch import notes
+from collbench.launch.liveness import supervise
+from collbench.launch.liveness.supervise import saved_results_clause
+from collbench.launch.liveness.wire import STOP_GRACE
+from collbench.launch.origin.terminal import END_PROGRESS_LINE, user_terminals
 
 
 _stopping = threading.Event()

@@ -1,0 +1,120 @@
+"""Processes as the kernel sees them (Linux /proc): whether one runs, its name, state, parent,
+start time and children, and a child's death signal. The only reader of ``/proc/<pid>/stat``.
+
+Written here rather than taken from psutil: a guardian forks before anything is imported and
+keeps to the standard library, as do the stand-in and a rank's signal thread, and these few
+fields are all they need; psutil would put a compiled dependency on every rank's path for them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+#: Fields of /proc/<pid>/stat after the name, counted from 0 (state is field 3 of proc(5)).
+_STATE, _PARENT, _START_TICKS = 0, 1, 19
+
+
+def _stat(pid: int) -> Optional[list]:
+    """The fields of ``/proc/<pid>/stat`` after the process's name (which may hold spaces and
+    parentheses: it ends at the last ")"); None if the process is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return data[data.rindex(b")") + 2:].split()
+    except (OSError, ValueError):
+        return None
+
+
+def state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (R, S, D, T, t, Z…), '' if unknown."""
+    fields = _stat(pid)
+    return fields[_STATE].decode("ascii", "replace") if fields else ""
+
+
+def parent(pid: int) -> Optional[int]:
+    """The pid of ``pid``'s parent, None if unknown."""
+    fields = _stat(pid)
+    try:
+        return int(fields[_PARENT]) if fields else None
+    except (ValueError, IndexError):
+        return None
+
+
+def boot_time() -> Optional[float]:
+    """When the host booted, in seconds since the epoch."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            return float(next(line.split()[1] for line in fh if line.startswith("btime ")))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def clock_ticks() -> int:
+    """Ticks per second of /proc's times (``SC_CLK_TCK``)."""
+    return os.sysconf("SC_CLK_TCK")
+
+
+def started_at(pid: int, boot: Optional[float] = None) -> Optional[float]:
+    """When ``pid`` started, in seconds since the epoch (``boot``: the host's boot time, when the
+    caller asks for many processes); None if unknown."""
+    boot = boot_time() if boot is None else boot
+    fields = _stat(pid)
+    try:
+        return boot + int(fields[_START_TICKS]) / clock_ticks() if fields and boot is not None else None
+    except (ValueError, IndexError, OSError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, which has ended, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = _stat(pid)
+    return fields is None or fields[:1] != [b"Z"]
+
+
+def name(pid: int) -> str:
+    """The kernel's name of ``pid`` (its ``comm``, at most 15 characters); "" if unknown."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def children(pid: int) -> list:
+    """The processes ``pid`` started that are still its children (its threads' lists in /proc)."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as fh:
+                found += [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def tree(pid: int) -> list:
+    """``pid`` and every process below it (from /proc's children lists), parents first."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        found.append(current)
+        todo += children(current)
+    return found
+
+
+def die_with_parent(signum: int) -> bool:
+    """Have the kernel send this process ``signum`` when its parent (thread) ends
+    (``PR_SET_PDEATHSIG``); False where that cannot be set."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(1, signum, 0, 0, 0) == 0   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
