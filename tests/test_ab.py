@@ -37,6 +37,19 @@ def test_bad_input_is_one_line_and_exit_2(args, says, run_dir):
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr
 
 
+def test_bad_input_leaves_no_results_folder_behind(run_dir):
+    proc = cli(["ab", "--", "allreduce", "--sizes", "1X"], run_dir)
+    assert proc.returncode == 2 and not (run_dir / "results").exists()
+
+
+def test_without_a_prefix_the_files_go_to_a_results_folder_made_as_a_plain_run_makes_it(run_dir):
+    proc = cli(["ab", "-q", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "10", "--warmup", "1",
+                "--rounds", "1"], run_dir, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+    made = sorted(p.name for p in (run_dir / "results").iterdir())
+    assert len(made) == 2 and made[0].startswith("ab-") and made[0].endswith("-a.json") and made[1].endswith("-b.json")
+
+
 def test_assignments_and_pair_orders():
     assert parse_assignments(["A=1", "B_2=x=y", "C="], "--a-env") == {"A": "1", "B_2": "x=y", "C": ""}
     with pytest.raises(UsageError):

@@ -270,6 +270,17 @@ def test_no_common_rows_is_incomparable():
         compare_runs(RunResult(metadata=metadata()), RunResult(metadata=metadata()))
 
 
+
+def test_no_common_rows_names_what_keeps_them_apart():
+    """A 2-rank file against a 4-rank one: the line says so, not only that nothing matched."""
+    two = run_of(SERIES)
+    four = dataclasses.replace(two, rows=[dataclasses.replace(r, world_size=4) for r in two.rows])
+    with pytest.raises(UsageError, match=r"rows; world_size 2 vs 4\): incomparable"):
+        compare_runs(two, four)
+    with pytest.raises(UsageError, match=r"rows; collective allreduce vs bcast, "):
+        compare_runs(two, run_of({("bcast", "mpi", 8): 3.0}))
+
+
 def test_duplicate_keys_are_refused():
     run = run_of(SERIES)
     run.add(run.rows[0], run.rounds[0])

@@ -214,6 +214,19 @@ def test_dollar_signs_in_names_and_labels_are_drawn_as_written(tmp_path):
     assert "undefinedmacro" in (tmp_path / "q.svg").read_text()
 
 
+def test_plot_without_o_writes_a_png_in_results_made_as_a_run_makes_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    write(run_of(sweep(), seed=1), tmp_path / "a.json")
+    write(run_of(sweep(), seed=2), tmp_path / "b.json")
+    proc = run_cli(["plot", "a.json", "b.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    made = list((tmp_path / "results").iterdir())
+    assert len(made) == 1 and made[0].name.startswith("plot-") and made[0].read_bytes()[:8] == PNG_MAGIC
+    assert f"wrote results/{made[0].name}" in proc.stderr
+    bad = run_cli(["plot", "missing.json"], tmp_path / "results")
+    assert bad.returncode == 2 and not (tmp_path / "results" / "results").exists()
+
+
 def test_plot_writes_svg_and_refuses_to_overwrite(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "plot.svg"

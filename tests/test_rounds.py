@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -23,14 +22,22 @@ pytestmark = pytest.mark.mpi
 QUICK = ["--iters", "20", "--warmup", "1"]
 
 
-def _states() -> set:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "collbench-rounds-*")))
+def _own_temporary(run_dir) -> dict:
+    """A temporary folder of the test's own for the run's state (TMPDIR): what other collbench
+    runs on the host make in /tmp meanwhile is not the test's business."""
+    folder = run_dir / "tmp"
+    folder.mkdir(exist_ok=True)
+    return {"TMPDIR": str(folder)}
+
+
+def _states(env: dict) -> set:
+    return set(glob.glob(os.path.join(env["TMPDIR"], "collbench-rounds-*")))
 
 
 def test_self_launched_rounds_are_fresh_launches_merged_in_one_file(run_dir):
-    before = _states()
+    temporary = _own_temporary(run_dir)
     proc = cli(["allreduce", "-n", "2", "--sizes", "1K,64K", *QUICK, "--rounds", "3", "--seed", "11",
-                "-o", "r.json", "-o", "r.csv"], run_dir)
+                "-o", "r.json", "-o", "r.csv"], run_dir, env=temporary)
     assert proc.returncode == 0, proc.stderr
     doc = load_json(run_dir / "r.json")
     settings, records = doc["metadata"]["settings"], doc["metadata"]["rounds"]
@@ -48,7 +55,7 @@ def test_self_launched_rounds_are_fresh_launches_merged_in_one_file(run_dir):
         [d[0].samples_us for d in load_result(run_dir / "r.json").rounds]
     assert proc.stderr.count("wrote r.json, r.csv") == 1
     assert [r.rounds for r in load_result(run_dir / "r.csv").rows] == [3, 3]
-    assert _states() == before                                            # the journal folder is gone
+    assert _states(temporary) == set()                                    # the journal folder is gone
 
 
 def test_in_job_rounds_under_mpiexec(run_dir):
@@ -148,10 +155,11 @@ def _wait_round(path, number: int, limit: float = 60.0) -> None:
 
 
 def test_a_rank_killed_in_a_later_round_stops_the_run_and_keeps_the_earlier_rounds(run_dir, plugin_env):
-    before = _states()
+    temporary = _own_temporary(run_dir)
     proc = _start(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-64K", *QUICK, "--rounds", "3",
-                   "-o", "k.json"], run_dir, {**plugin_env, "FAULTY_PAUSE": "0.2"})
+                   "-o", "k.json"], run_dir, {**plugin_env, **temporary, "FAULTY_PAUSE": "0.2"})
     _wait_round(run_dir / "k.json", 2)
+    assert len(_states(temporary)) == 1                                   # the run's state lives there
     os.kill(_rank_pid(1, "k.json"), signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "was killed by signal 9" in err
@@ -161,7 +169,7 @@ def test_a_rank_killed_in_a_later_round_stops_the_run_and_keeps_the_earlier_roun
     result = load_result(run_dir / "k.json")
     assert len(result.rows) == 14 and all(r.rounds in (1, 2) for r in result.rows)
     assert [r["round"] for r in result.metadata["rounds"]] == [1]
-    assert _states() == before
+    assert _states(temporary) == set()
 
 
 def _hogs(n: int) -> list:

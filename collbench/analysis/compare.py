@@ -35,7 +35,7 @@ from typing import Optional
 import numpy as np
 
 from collbench.analysis.comparability import comparability_warnings
-from collbench.errors import UsageError
+from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
 from collbench.analysis.runs import ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, round_warnings
@@ -200,6 +200,23 @@ def _index(result: RunResult, name: str, across_backends: bool = False) -> dict:
             raise UsageError(f"{name}: two rows for {_describe(key)}; compare files of one run each")
         index[key] = i
     return index
+
+
+def _apart(baseline: RunResult, new: RunResult, across_backends: bool) -> str:
+    """What keeps two files' rows apart, for the line that says they share none: each matched
+    column in which the two sides have no value in common ("; world_size 2 vs 4")."""
+    said = []
+    for i, name in enumerate(MATCH_FIELDS):
+        a = {match_key(r, across_backends)[i] for r in baseline.rows}
+        b = {match_key(r, across_backends)[i] for r in new.rows}
+        if a and b and not a & b:
+            said.append(f"{name} {_values(a)} vs {_values(b)}")
+    return "; " + ", ".join(said) if said else ""
+
+
+def _values(values: set) -> str:
+    shown = sorted(map(str, values))
+    return printable(",".join(shown[:4]) + (",…" if len(shown) > 4 else ""))
 
 
 def _describe(key: tuple) -> str:
@@ -391,7 +408,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     common = [k for k in base_index if k in new_index]
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
-                         f"({len(baseline.rows)} and {len(new.rows)} rows): incomparable")
+                         f"({len(baseline.rows)} and {len(new.rows)} rows{_apart(baseline, new, across)}): incomparable")
     if len(common) > MAX_COMPARED_ROWS:
         raise UsageError(f"{baseline_name} and {new_name} share {len(common):,} rows; compare judges at most "
                          f"{MAX_COMPARED_ROWS:,} at once: compare the sweep in parts (a file per collective, or "

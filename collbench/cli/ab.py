@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import sys
 from pathlib import Path
@@ -103,29 +104,43 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
             raise UsageError(f"bad side label {label!r}: use letters, digits, '-', '_' or '.'")
     if labels[0] == labels[1]:
         raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label different names")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    prefix = prefix or str(Path("results") / f"ab-{stamp}")
-    paths = tuple(Path(f"{prefix}-{label}.json") for label in labels)
-    for path in paths:
-        if path.exists() and not force:
-            raise UsageError(f"output {path} exists; use --force to overwrite it")
     made = [ab.Side(label, ab.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
                     sides[f"{x}_python"] or sys.executable, sides[f"{x}_backend"])
             for x, label in zip("ab", labels)]
     for x, side in zip("ab", made):
         if side.python != sys.executable:
             ab.check_interpreter(side.python, f"--{x}-python")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    new_folder = None            # the default folder, made as a plain run makes it (and gone on bad input)
+    if prefix is None:
+        prefix = str(Path("results") / f"ab-{stamp}")
+        new_folder = None if Path("results").exists() else Path("results")
+    paths = tuple(Path(f"{prefix}-{label}.json") for label in labels)
+    for path in paths:
+        if path.exists() and not force:
+            raise UsageError(f"output {path} exists; use --force to overwrite it")
+    if new_folder is not None:
+        try:
+            new_folder.mkdir()
+        except OSError as exc:
+            raise UsageError(f"cannot make the folder {str(new_folder)!r}: {exc.strerror or exc}") from None
 
-    ctx = target.make_context(name, list(args[1:]) + ["-o", str(paths[0])] + (["--force"] if force else []))
     from collbench.cli.options import defaults_without
 
-    benches = target.benchmarks
-    opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
-    backends_of = []
-    for side in made:
-        side_opts = {**opts, "backend": side.backend or opts["backend"]}
-        build_plan(collectives, side_opts, [name] + args[1:], here)   # every bad input, once per side
-        backends_of.append(parse_backends(side_opts["backend"])[0])
+    try:
+        ctx = target.make_context(name, list(args[1:]) + ["-o", str(paths[0])] + (["--force"] if force else []))
+        benches = target.benchmarks
+        opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
+        backends_of = []
+        for side in made:
+            side_opts = {**opts, "backend": side.backend or opts["backend"]}
+            build_plan(collectives, side_opts, [name] + args[1:], here)   # every bad input, once per side
+            backends_of.append(parse_backends(side_opts["backend"])[0])
+    except BaseException:
+        if new_folder is not None:
+            with contextlib.suppress(OSError):        # only while it is empty
+                new_folder.rmdir()
+        raise
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()
     if not quiet:

@@ -193,7 +193,8 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
 
 @click.command("plot")
 @click.argument("files", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, metavar="FILE", help="Image to write: .png, .svg or .pdf.")
+@click.option("-o", "--output", metavar="FILE",
+              help="Image to write: .png, .svg or .pdf.  [default: results/plot-DATE-TIME.png]")
 @click.option("--force", is_flag=True, help="Overwrite an existing image.")
 @click.option("--label", "labels", multiple=True, metavar="TEXT", help=LABEL_HELP)
 def plot_command(files, output, force, labels) -> None:
@@ -208,9 +209,12 @@ def plot_command(files, output, force, labels) -> None:
     from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
     from collbench.results.links import placement
 
-    check_plot_path(output, force)
+    if output is not None:
+        check_plot_path(output, force)
     require_matplotlib()
     runs = load_runs(files, tuple(printable(label) for label in labels))
+    if output is None:            # beside a run's default files, in a folder made as a run makes it
+        output = default_plot_path()
     for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels(),
                                              where=placement(runs.loaded[0][1].metadata)):
         print(f"collbench: {note}", file=sys.stderr)
@@ -251,3 +255,19 @@ def register(group) -> None:
     """Add the result-file subcommands to the ``collbench`` group."""
     for command in (compare_command, report_command, plot_command, merge_command):
         group.add_command(command)
+
+
+def default_plot_path() -> str:
+    """results/plot-DATE-TIME.png, its folder made if need be (one line and exit 2 if it cannot)."""
+    import datetime
+    from pathlib import Path
+
+    from collbench.errors import UsageError
+
+    folder = Path("results")
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make the folder 'results' for the image: {exc.strerror or exc}; "
+                         f"name one with -o") from None
+    return str(folder / f"plot-{datetime.datetime.now():%Y%m%d-%H%M%S}.png")
