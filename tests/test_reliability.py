@@ -162,6 +162,37 @@ def test_killed_rank_ends_the_job_promptly(backend, run_dir, plugin_env):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("how,says,code", [
+    ("_exit-0", r"exited with code 0 without collbench choosing it \(a library or a plugin ended the process", 137),
+    ("exit-2", r"failed at allreduce on faulty-mpi at 64: a backend ended the process \(sys.exit\(2\)\)", 1),
+    ("exit-0", r"failed at allreduce on faulty-mpi at 64: a backend ended the process \(sys.exit\(0\)\)", 1),
+])
+def test_a_rank_a_plugin_ends_is_named_at_once(how, says, code, run_dir, plugin_env):
+    """os._exit(0) was taken for a clean end (and rank 0, left alone in its collective, named with
+    code 138); sys.exit in bind kept the job waiting for --timeout."""
+    start = time.monotonic()
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-shuffle", "--timeout", "60",
+                "-o", "x.json"], run_dir, env={**plugin_env, "FAULTY_EXIT": f"1:64:{how}"}, timeout=120)
+    assert time.monotonic() - start < 30
+    assert proc.returncode == code, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert len(said) == 1 and re.search(r"^collbench: rank 1 .*" + says, said[0]), proc.stderr
+    assert sorted(r.size_bytes for r in load_result(run_dir / "x.json").rows) == [8, 16, 32]
+
+
+@pytest.mark.mpi
+def test_sigterm_to_one_rank_names_that_rank(run_dir, plugin_env):
+    """MPICH's launcher tells the other ranks with a SIGUSR1, which is not their guardian's: they
+    wait for the coordinator, which names the rank the signal ended."""
+    proc = _slow_sweep("mpi", "term.json", run_dir, plugin_env)
+    os.kill(_rank_pid(1, "term.json"), signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    said = [line for line in err.splitlines() if line.startswith("collbench:")]
+    assert len(said) == 1 and re.search(r"^collbench: rank 1 \(pid \d+ on .*\) ended by SIGTERM with code 143 ", said[0]), err
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_hung_rank_is_aborted_by_timeout(backend, run_dir, plugin_env):
     if backend == "gloo":

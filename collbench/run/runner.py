@@ -18,7 +18,7 @@ from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
-from collbench.run import rounds
+from collbench.run import cpuload, rounds
 from collbench.launch.network import rendezvous
 from collbench.launch.liveness import signals, supervise
 from collbench.backends import backend_class, make_control
@@ -90,6 +90,13 @@ def run(plan: Plan, launcher: Launcher) -> int:
         supervise.abort_job(exc.exit_code)
     except UsageError:
         raise          # every rank meets the same bad input and exits 2 on its own
+    except SystemExit as exc:
+        # collbench's run never exits this way: a backend's library or plugin called sys.exit in
+        # the middle of it. Leaving quietly would keep the others waiting in their collective
+        # (and this rank in MPI's finalisation): end the whole job, naming this rank.
+        print(f"collbench: rank {launcher.rank} failed at {supervise.current_position() or 'start-up'}: a backend "
+              f"ended the process (sys.exit({exc.code!r}))", file=sys.stderr)
+        supervise.abort_job(1)
     except Exception as exc:
         if signals.stopping():      # a peer gone because the job is being stopped: the signal says it
             time.sleep(60)
@@ -242,7 +249,7 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
 def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):
     label = f"round {schedule.first}/{schedule.total_rounds} · " if schedule.total_rounds > 1 else ""
     out = Output(plan.output, collector, total_steps=sweep.steps * schedule.total_rounds,
-                 done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.last_round in schedule.own_rounds,
+                 done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.measures_last_round,
                  round_label=label, journal=journal, round_steps=sweep.steps)
     out.table_order = tuple(plan.collectives)
     return out
@@ -316,7 +323,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         watchdog.disarm()
         supervise.set_position("shutdown")
         completed = True
-        if is_rank0 and schedule.last_round in schedule.own_rounds:
+        if is_rank0 and schedule.measures_last_round:
             _warn_resolution(out, collector)
     finally:
         if completed:
@@ -345,7 +352,7 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
     is_rank0 = control.rank == 0
     order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle) if is_rank0 else None)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    meter = rounds.CpuMeter()
+    meter = cpuload.CpuMeter()
     control.barrier()
     meter.start()
     sweep.run(out, number, order, settings, schedule.total_rounds)
@@ -357,7 +364,7 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3),
                         "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES}, "rank_hosts": hosts,
-                        "load": rounds.round_load(reports, hosts),
+                        "load": cpuload.round_load(reports, hosts),
                         **({"ab_turn": turn} if turn is not None else {}),
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points],

@@ -8,6 +8,9 @@ FAULTY_CORRUPT=R           rank R sends its first three elements one too large: 
                            receives them holds data that really arrived wrong
 FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the sweep's size)
 FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
+FAULTY_EXIT=R:BYTES:HOW    rank R leaves as it binds its call at BYTES: HOW is ``exit-N``
+                           (``sys.exit(N)``, through Python's exit) or ``_exit-N`` (``os._exit(N)``,
+                           at once), as a library that ends the process would
 FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank that
                            unpacks or reduces slowly would: its own call ends late, the others' do not
 FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps them, as a leak or
@@ -26,6 +29,7 @@ its buffers as ``ODD_AXES`` says.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -99,6 +103,14 @@ class Faulty:
         if pause:
             time.sleep(pause)
         _hog(self.rank, "call")
+        leave = os.environ.get("FAULTY_EXIT")
+        if leave:
+            rank, size, how = leave.split(":")
+            if (int(rank), int(size)) == (self.rank, max(send_len, recv_len) * self._itemsize):
+                kind, code = how.rsplit("-", 1)
+                if kind == "_exit":
+                    os._exit(int(code))
+                sys.exit(int(code))
         bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, roles=roles)
         hang = os.environ.get("FAULTY_HANG")
         if hang:

@@ -23,6 +23,7 @@ Only the standard library is used: this runs in the guardian.
 from __future__ import annotations
 
 import selectors
+import signal
 import socket
 import threading
 import time
@@ -46,6 +47,15 @@ def rank_ranges(ranks) -> str:
             spans.append(str(start) if start == r else f"{start}-{r}")
             start = None
     return ",".join(spans)
+
+
+def _by_signal(code: int) -> str:
+    """" by SIGTERM" for 143, the code of a rank that a signal ended through collbench's own
+    handling of it; "" for other codes."""
+    try:
+        return f" by {signal.Signals(code - 128).name}" if code > 128 else ""
+    except ValueError:
+        return ""
 
 
 class _Peer:
@@ -181,7 +191,7 @@ class Coordinator:
         for rank, (deadline, code) in list(self._early.items()):
             if now >= deadline:
                 peer = self.peers[rank]
-                self.abort(code, f"{peer.name()} ended with code {code} while the other ranks went on")
+                self.abort(code, f"{peer.name()} ended{_by_signal(code)} with code {code} while the other ranks went on")
                 return
         lost_hosts = {p.host for p in self.peers.values() if not p.done and now - p.last_seen > LOST_AFTER}
         if not lost_hosts:

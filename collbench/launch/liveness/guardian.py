@@ -29,9 +29,10 @@ STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to spea
 JOB_EXIT_WAIT = 30.0
 #: Exit codes that collbench ends a rank with and a library can too: MPICH's fatal errors end the
 #: process with the error's class as its exit code (1 MPI_ERR_BUFFER, 2 MPI_ERR_COUNT, 15
-#: MPI_ERR_OTHER...), C libraries exit(1), Python exits 1 after a traceback. The rank tells its
-#: guardian the code it chose (``supervise.leaving``); one it did not choose is a crash.
-SHARED_EXIT_CODES = frozenset({1, 2})
+#: MPI_ERR_OTHER...), C libraries exit(1), Python exits 1 after a traceback, and a library or a
+#: plugin may end the process with 0 (``os._exit(0)``) in the middle of the run. The rank tells
+#: its guardian the code it chose (``supervise.leaving``); one it did not choose is a crash.
+SHARED_EXIT_CODES = frozenset({0, 1, 2})
 
 
 #: Less room than this free in /dev/shm is taken for the cause of a rank's failure in MPI's
@@ -185,7 +186,9 @@ class Guardian:
                     self._server is not None:
                 self._server.join(1.0)       # the rank's last word, its exit code, may still be in the channel
             if code in SHARED_EXIT_CODES and self.channel is not None and code != self.chosen_exit:
-                how += (" without collbench choosing it (a library ended the process: MPICH's fatal errors exit "
+                how += (" without collbench choosing it (a library or a plugin ended the process before the run's "
+                        "end)" if code == 0 else
+                        " without collbench choosing it (a library ended the process: MPICH's fatal errors exit "
                         "with the error's class, 1 for MPI_ERR_BUFFER, 2 for MPI_ERR_COUNT)")
                 crashed = True
             if crashed:              # not a code of collbench's: the job's code says a rank was lost

@@ -49,6 +49,12 @@ def handle_signals(rank: int) -> None:
     def wait() -> None:
         signum = signal.sigwait(wanted)
         _stopping.set()
+        while signum == signal.SIGUSR1 and supervise.has_guardian() and not supervise.asked_to_stop() \
+                and not supervise.guardian_died():
+            # Not the guardian's: MPICH's launcher tells the ranks that another process of the job
+            # ended (it does so when it leaves the clean-up to collbench). That process's guardian
+            # tells the coordinator, which names it and ends the job: this rank waits to be told.
+            signum = signal.sigwait(wanted)
         deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
         deadline.daemon = True
         deadline.start()

@@ -109,6 +109,11 @@ def guard_rank(launcher) -> None:
     Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
 
 
+def asked_to_stop() -> bool:
+    """This rank's guardian has asked it to stop (its SIGUSR1 follows)."""
+    return _position is not None and _position.asked_to_stop
+
+
 def guardian_died(seconds: float = 1.0) -> bool:
     """After a SIGUSR1 the guardian did not send (it asks in shared memory first): whether it
     was the news of the guardian's death (PR_SET_PDEATHSIG). That signal comes as the
