@@ -31,7 +31,8 @@ import numpy as np
 from collbench.backends import backend_class
 from collbench.backends._mpi import MpiControl, mpi_module
 from collbench.benchmarks.base import Roles
-from collbench.benchmarks.datatypes import OPS, dtype_of
+from collbench.benchmarks.dtypes import dtype_of
+from collbench.benchmarks.ops import OPS
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure.harness import TimingSettings, measure
 from collbench.measure.stats import median_ci

@@ -7,7 +7,7 @@ is drawn from (exp of the mean log median: what many more launches would settle 
 script draws sweeps of rows from several models of launch-to-launch variation and counts how
 often the interval covers the centre, for 3, 5 and 10 rounds, with a row's own rounds alone and
 moderated. It also checks the comparison built on
-the same statistics: how often ``runstats.estimate_change`` calls two sets of rounds from one model
+the same statistics: how often ``comparison.estimate_change`` calls two sets of rounds from one model
 different at the 5% level (it should be about 5%, or less).
 
 Models (log scale; every one adds within-round noise of sd 0.02 to each round's median):
@@ -35,7 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from collbench.measure.noise import noise_model  # noqa: E402
-from collbench.measure.runstats import estimate_change, summarize_rounds, within_spread  # noqa: E402
+from collbench.measure.comparison import estimate_change, within_spread  # noqa: E402
+from collbench.measure.runstats import summarize_rounds  # noqa: E402
 
 ROUNDS = (3, 5, 10)
 WITHIN = 0.02

@@ -6,7 +6,8 @@ import pytest
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES, NAMES, ORDER, get_benchmark
 from collbench.benchmarks.check import EXACT_LIMIT, Tables, _sum_op, expected, pattern, sum_stride
-from collbench.benchmarks.datatypes import NO_OP, OPS, dtype_of
+from collbench.benchmarks.dtypes import dtype_of
+from collbench.benchmarks.ops import NO_OP, OPS
 
 #: the reductions every dtype takes, numpy's ufuncs; tests/test_ops.py checks the others
 ARITHMETIC = ["sum", "max", "min", "prod"]
@@ -203,9 +204,9 @@ def test_who_takes_part_whose_clock_counts_and_what_a_sample_is(name, part_of, t
 def test_a_step_of_pairs_is_one_group_per_pair_each_timed_on_its_first_rank(name):
     bench, roles = BENCHMARKS[name], Roles(pairs=((0, 3), (4, 1)), window=8)
     if not bench.paired:         # a collective: one group of every rank, whatever the pairs say
-        assert bench.groups(roles) == 1 and {bench.group_of(r, roles) for r in range(6)} == {0}
+        assert bench.group_count(roles) == 1 and {bench.group_of(r, roles) for r in range(6)} == {0}
         return
-    assert bench.groups(roles) == 2
+    assert bench.group_count(roles) == 2
     assert [bench.group_of(r, roles) for r in range(6)] == [0, 1, None, 0, 1, None]
     assert {r for r in range(6) if bench.timed_on(r, roles)} == {0, 4}
     assert [bench.row_axes(roles, g)["pair"] for g in (0, 1)] == ["0-3", "4-1"]

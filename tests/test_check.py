@@ -9,7 +9,8 @@ from collbench.backends.devices import HostDevice
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.check import (CHUNK, EXACT_LIMIT, REDUCED, SHORTEST_TABLE, TOLERANCE_CHUNK, WORK_BYTES, Part,
                                         Tables, _pieces, expected, pattern)
-from collbench.benchmarks.datatypes import DTYPES, NO_OP, OPS, element_of, op_refusal
+from collbench.benchmarks.dtypes import DTYPES
+from collbench.benchmarks.ops import NO_OP, OPS, element_of, op_refusal
 from collbench.benchmarks.registry import BENCHMARKS
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from collbench.backends.devices import PAGE, HostDevice, TorchDevice
 from collbench.benchmarks.check import Tables, pattern
-from collbench.benchmarks.datatypes import dtype_of
+from collbench.benchmarks.dtypes import dtype_of
 
 
 def _values(rank, length, dtype="float32", n=2):

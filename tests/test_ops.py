@@ -9,7 +9,9 @@ import pytest
 
 from collbench.backends.devices import HostDevice
 from collbench.benchmarks.check import EXACT_LIMIT, pattern, sentinel
-from collbench.benchmarks.datatypes import DTYPES, NO_OP, OPS, PAIR_FIELDS, element_of, mpi_pair_type, op_refusal
+from collbench.backends._mpi import mpi_pair_type
+from collbench.benchmarks.dtypes import DTYPES, PAIR_FIELDS
+from collbench.benchmarks.ops import NO_OP, OPS, element_of, op_refusal
 from conftest import cli, load_json
 
 FAST = ["--iters", "3", "--warmup", "1", "--rounds", "1", "-q"]
@@ -244,7 +246,7 @@ def test_maxloc_on_gpu_buffers_is_refused_by_the_mpi_backend_before_any_rank_sta
     from collbench.backends.base import BackendOptions
     from collbench.backends.mpi import MpiBackend
     from collbench.benchmarks.registry import get_benchmark
-    from collbench.benchmarks.datatypes import dtype_of
+    from collbench.benchmarks.dtypes import dtype_of
 
     allreduce, f32 = get_benchmark("allreduce"), dtype_of("float32")
     cuda, host = BackendOptions(buffers="cuda"), BackendOptions(buffers="mpi")
@@ -258,7 +260,7 @@ def test_a_backend_that_does_not_declare_the_new_ops_is_not_handed_them():
     """A plugin written before land, avg or maxloc existed takes the four ops it knew."""
     from collbench.backends.base import Backend
     from collbench.benchmarks.registry import get_benchmark
-    from collbench.benchmarks.datatypes import dtype_of
+    from collbench.benchmarks.dtypes import dtype_of
 
     class Older(Backend):
         name = "older"

@@ -12,7 +12,7 @@ import time
 import pytest
 from pathlib import Path
 
-from collbench.run import rounds
+from collbench.run import cpuload, rounds
 from collbench.results.loader import load_result
 from conftest import cli, load_json, mpirun
 from test_reliability import _rank_pid, _start
@@ -247,28 +247,28 @@ def _report(wall, own, busy, cpus=2, tick=0.01):
 
 def test_round_load_counts_other_processes_beyond_idle_cores_and_tick_resolution():
     # 2 ranks on 2 cores for 2 s: the ranks used 3 s of CPU, the host 4 s: others took 0.5 core
-    load = rounds.round_load([_report(2.0, 1.5, 4.0), _report(2.0, 1.5, 4.0)], ["a", "a"])
+    load = cpuload.round_load([_report(2.0, 1.5, 4.0), _report(2.0, 1.5, 4.0)], ["a", "a"])
     assert load["busy"] and load["other_cpu_cores"] == pytest.approx(0.5)
     # the same share in a 50 ms round is within what whole ticks can tell apart
-    short = rounds.round_load([_report(0.05, 0.0375, 0.1), _report(0.05, 0.0375, 0.1)], ["a", "a"])
+    short = cpuload.round_load([_report(0.05, 0.0375, 0.1), _report(0.05, 0.0375, 0.1)], ["a", "a"])
     assert not short["busy"] and short["hosts"]["a"]["resolution_cores"] == pytest.approx(0.8)
     # 4 cores, 2 ranks: others may use the 2 idle cores before the ranks feel them
-    roomy = rounds.round_load([_report(2.0, 2.0, 7.0, cpus=4), _report(2.0, 2.0, 7.0, cpus=4)], ["a", "a"])
+    roomy = cpuload.round_load([_report(2.0, 2.0, 7.0, cpus=4), _report(2.0, 2.0, 7.0, cpus=4)], ["a", "a"])
     assert roomy["other_cpu_cores"] == pytest.approx(1.5) and not roomy["busy"]
-    crowded = rounds.round_load([_report(2.0, 2.0, 9.5, cpus=4), _report(2.0, 2.0, 9.5, cpus=4)], ["a", "a"])
+    crowded = cpuload.round_load([_report(2.0, 2.0, 9.5, cpus=4), _report(2.0, 2.0, 9.5, cpus=4)], ["a", "a"])
     assert crowded["busy"]
     # two hosts: each judged by its own ranks; unknown where /proc/stat was not readable
-    mixed = rounds.round_load([_report(2.0, 2.0, 4.0), _report(2.0, 2.0, None)], ["a", "b"])
+    mixed = cpuload.round_load([_report(2.0, 2.0, 4.0), _report(2.0, 2.0, None)], ["a", "b"])
     assert mixed["hosts"]["b"] == {"other_cpu_cores": None} and not mixed["busy"]
 
 
 def test_a_round_where_tasks_waited_for_a_cpu_is_busy_however_short():
     waited = {**_report(0.05, 0.09, 0.1), "cpu_wait_s": 0.04, "usable_cpus": 2}
-    assert rounds.round_load([waited, waited], ["a", "a"])["busy"]             # 80% of a 50 ms round
+    assert cpuload.round_load([waited, waited], ["a", "a"])["busy"]             # 80% of a 50 ms round
     calm = {**waited, "cpu_wait_s": 0.002}
-    assert not rounds.round_load([calm, calm], ["a", "a"])["busy"]
+    assert not cpuload.round_load([calm, calm], ["a", "a"])["busy"]
     pinned = {**waited, "usable_cpus": 1}       # taskset -c 0: the ranks wait for each other
-    assert not rounds.round_load([pinned, pinned], ["a", "a"])["busy"]
+    assert not cpuload.round_load([pinned, pinned], ["a", "a"])["busy"]
 
 
 def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):

@@ -9,8 +9,8 @@ from collbench.results.aggregate import build_row, moderate_rows, round_data, wo
 from collbench.measure.distributions import f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile, t_two_sided_p
 from collbench.measure import runstats
 from collbench.measure.noise import BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, noise_model
-from collbench.measure.runstats import (detectable_change, estimate_change, drift_between_runs, rounds_needed,
-                                       summarize_rounds, within_spread)
+from collbench.measure.comparison import detectable_change, estimate_change, rounds_needed, within_spread
+from collbench.measure.runstats import drift_between_runs, summarize_rounds
 from results_helpers import identity
 
 

@@ -7,14 +7,14 @@ The rules are documented for users in docs/compare.md; in short:
   window, pairs at once);
 * the unit of inference is the round (one launch), never the iterations of one launch: the
   change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
-  interval on the log medians (``runstats.estimate_change``) whose variance also carries the
+  interval on the log medians (``comparison.estimate_change``) whose variance also carries the
   drift of whole runs made at different times: assumed as a multiple of each row's modelled
   spread, or measured when a file merges three or more runs;
 * each row's spread of rounds is moderated by the trend of the rows' spreads against their time,
   per stratum (backend setup and timing: ``measure.noise``), as a file's rows are: a stable row
   among noisy ones keeps a narrow interval, and a noisy one stays wide;
 * every round counts, busy or not, except those whose median lies far above the row's fastest
-  (interference, ``runstats.clean_rounds``, judged against each side's own sweep): noise from
+  (interference, ``noise.clean_rounds``, judged against each side's own sweep): noise from
   a shared machine only adds time, so a busy machine still leaves the fast rounds to judge by;
 * slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
   so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
@@ -42,8 +42,8 @@ from collbench.analysis.runs import ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
                                     row_time)
-from collbench.measure.runstats import (Change, Spread, detectable_change, estimate_change, log_change,
-                                       paired_changes, rounds_needed, run_concentration, within_spread)
+from collbench.measure.comparison import (Change, Spread, detectable_change, estimate_change, log_change,
+                                         paired_changes, rounds_needed, run_concentration, within_spread)
 
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
 VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "unmeasured", "insufficient data")

@@ -7,8 +7,8 @@ surrounding spaces. A plugin that fails to import is unusable with a one-line re
 backend whose library is missing is.
 
 Here: ``base`` (the interface and the control channel), ``devices`` (where buffers live),
-``mpi``, ``mpi_pickle``, ``gloo``, ``nccl``, and what they share: ``_mpi`` (mpi4py, the MPI
-control channel), ``_torch`` (torch.distributed's set-up, the torch control channel),
+``mpi``, ``mpi_pickle``, ``gloo``, ``nccl``, and what they share: ``_mpi`` (mpi4py, MPI's
+names of reductions and pair types, the MPI control channel), ``_torch`` (torch.distributed's set-up, the torch control channel),
 ``torchdist`` (the torch backends' calls).
 
 May import: ``collbench.errors``, ``collbench.benchmarks``, ``collbench.launch`` (where the

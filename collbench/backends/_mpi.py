@@ -11,12 +11,29 @@ from typing import Any, Optional
 import numpy as np
 
 from collbench.backends.base import Control
+from collbench.benchmarks.dtypes import PAIR_FIELDS
 from collbench.errors import BackendUnavailable
 
 INSTALL_HINT = 'pip install "collbench[mpich]" (or pip install mpi4py mpich)'
 #: The reductions MPI defines, by collbench's name (mpi4py's is it upper-cased: MPI.SUM, MPI.MAXLOC);
 #: MPI has no average.
 MPI_OPS = ("sum", "max", "min", "prod", "land", "lor", "band", "bor", "maxloc", "minloc")
+#: MPI's predefined pair types (mpi4py's names; MPI_2INT is INT_INT), by the C type of the value
+#: (numpy's character code: float, double, int, long, short).
+MPI_PAIR_TYPES = {"f": "FLOAT_INT", "d": "DOUBLE_INT", "i": "INT_INT", "l": "LONG_INT", "h": "SHORT_INT"}
+
+
+def mpi_pair_type(numpy_type: np.dtype) -> Optional[str]:
+    """The name of MPI's predefined type for buffers of ``numpy_type`` when it is a value–index
+    pair (``collbench.benchmarks.dtypes.pair_dtype``; mpi4py cannot infer it from a structured
+    array), else None."""
+    if getattr(numpy_type, "names", None) != PAIR_FIELDS:       # a torch dtype has none
+        return None
+    value = numpy_type.fields[PAIR_FIELDS[0]][0]
+    for code, name in MPI_PAIR_TYPES.items():
+        if np.dtype(code) == value:
+            return name
+    return None
 
 
 def mpi_module():

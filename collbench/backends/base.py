@@ -18,7 +18,7 @@ from collbench.backends.devices import HostDevice
 if TYPE_CHECKING:
     from collbench.benchmarks.base import Benchmark, Roles
     from collbench.benchmarks.check import Tables
-    from collbench.benchmarks.datatypes import Dtype
+    from collbench.benchmarks.dtypes import Dtype
 
 
 class Control(ABC):

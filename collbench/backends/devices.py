@@ -101,7 +101,7 @@ class HostDevice:
         return raw[offset:offset + length * dtype.itemsize].view(dtype)
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
-        """``dtype``: a ``collbench.benchmarks.datatypes.Dtype`` that numpy has."""
+        """``dtype``: a ``collbench.benchmarks.dtypes.Dtype`` that numpy has."""
         send = self._aligned_zeros(max(send_len, 1), dtype.numpy)
         recv = send if in_place else self._aligned_zeros(max(recv_len, 1), dtype.numpy)
         return Buffers(send, recv, in_place)
@@ -184,7 +184,7 @@ class TorchDevice:
         self.kind = "cuda" if self.asynchronous else "torch"
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
-        """``dtype``: a ``collbench.benchmarks.datatypes.Dtype`` (bfloat16 included)."""
+        """``dtype``: a ``collbench.benchmarks.dtypes.Dtype`` (bfloat16 included)."""
         tdt = getattr(self.torch, dtype.name)
         send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
         recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from collbench.backends._mpi import MPI_OPS, MpiBase, cuda_aware, library_version
+from collbench.backends._mpi import MPI_OPS, MpiBase, cuda_aware, library_version, mpi_pair_type
 from collbench.backends.base import Backend, Bound, Control
 from collbench.backends.devices import MpiMemoryDevice, TorchDevice
 from collbench.benchmarks.base import COLLECTIVE, IN_PLACE, BufferCall
-from collbench.benchmarks.datatypes import DTYPES, element_of, mpi_pair_type, pair_dtype
+from collbench.benchmarks.dtypes import DTYPES, pair_dtype
+from collbench.benchmarks.ops import element_of
 from collbench.errors import BackendDeclined
 
 

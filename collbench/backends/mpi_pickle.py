@@ -16,7 +16,7 @@ import numpy as np
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 from collbench.benchmarks.base import ObjectCall
-from collbench.benchmarks.datatypes import OPS
+from collbench.benchmarks.ops import OPS
 from collbench.benchmarks.payloads import payload_of
 
 

@@ -308,7 +308,7 @@ class Benchmark:
         every rank taking part, or the rank that starts a pair's exchanges."""
         return rank == (roles.pair_of(rank) or (None,))[0] if self.paired else self.takes_part(rank, roles)
 
-    def groups(self, roles: Roles) -> int:
+    def group_count(self, roles: Roles) -> int:
         """How many measurements one call makes: one per pair measuring at once, or per group of
         a split, else one."""
         return len(roles.pairs) if self.paired else max(1, len(roles.groups))

@@ -51,7 +51,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from collbench.benchmarks.datatypes import NO_OP, Dtype, PAIR_FIELDS, dtype_of, op_of, pair_dtype
+from collbench.benchmarks.dtypes import PAIR_FIELDS, Dtype, dtype_of, pair_dtype
+from collbench.benchmarks.ops import NO_OP, op_of
 
 #: Largest integer a check value may reach: every integer up to it is exactly representable
 #: (floats: 2^(mantissa bits + 1)), and none is the sentinel the receive side is overwritten

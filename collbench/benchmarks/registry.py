@@ -14,7 +14,7 @@ from collbench import benchmarks as _package
 from collbench.benchmarks.base import COLLECTIVE, Benchmark
 from collbench.errors import UsageError
 
-_NOT_BENCHMARKS = {"base", "registry", "datatypes"}
+_NOT_BENCHMARKS = {"base", "registry", "dtypes", "ops"}
 
 
 def _discover() -> dict:

@@ -10,7 +10,7 @@ queued (device); the device timings ask the buffers' device for its clock and it
 What a benchmark declares (``collbench.benchmarks.base``) decides the loop's shape: a barrier
 before each sample, or none where the exchange paces its pair itself; which ranks' clocks make
 a sample (the maximum over them); what one call's time is divided by; how many measurements
-one call makes (``groups``: each pair of a step of ``collbench pairs`` is one, timed on its own
+one call makes (``group_count``: each pair of a step of ``collbench pairs`` is one, timed on its own
 first rank, and the stop rule waits for the least precise). Ranks that take no part run nothing
 timed: they join the stop rule's messages between batches, and their per-rank time is NaN, so
 that they are neither counted nor judged.
@@ -72,7 +72,7 @@ class TimingSettings:
 
 @dataclass(frozen=True)
 class Measurement:
-    """What one size produced, per group (``Benchmark.groups``): samples (µs, per message), the
+    """What one size produced, per group (``Benchmark.group_count``): samples (µs, per message), the
     per-iteration maxima over the group's timed ranks, on rank 0 only (empty elsewhere), and
     whether each reached the precision; every rank's mean (NaN for a rank that takes no part)."""
 
@@ -183,7 +183,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     timing = TIMINGS[settings.mode]
     taking_part = bench.takes_part(control.rank, roles)
     timed = bench.timed_on(control.rank, roles)
-    groups, group = bench.groups(roles), bench.group_of(control.rank, roles)
+    group_count, group = bench.group_count(roles), bench.group_of(control.rank, roles)
     per_call = bench.messages_per_call(roles)
     # an exchange that paces its pair (a reply, an acknowledgement) needs no barrier, and one
     # would put the barrier's exit skew into every sample; ranks outside the pair wait
@@ -207,9 +207,9 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     sample, held = _sampler(timing.name, bound, pace, sync, k, device, control, settings.warmup, taking_part)
 
     mine: list = []
-    maxima: list = [[] for _ in range(groups)]
+    maxima: list = [[] for _ in range(group_count)]
     batch = settings.iters if settings.iters else settings.min_iters
-    reached = [False] * groups
+    reached = [False] * group_count
     unheld = 0
     start = timer()
     while True:
@@ -217,13 +217,13 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             bound.run_blocking()
         before = len(mine)
         sample(batch, mine)
-        here = np.zeros((groups, len(mine) - before))     # a rank writes its own group's row
+        here = np.zeros((group_count, len(mine) - before))     # a rank writes its own group's row
         if timed:
             here[group] = np.asarray(mine[before:], dtype=np.float64) / per_call
         top = control.reduce_max(here.ravel())
         lengthen = False
         if is_rank0:
-            top = np.asarray(top).reshape(groups, -1)
+            top = np.asarray(top).reshape(group_count, -1)
             dropped = int((~np.isfinite(top)).any(axis=0).sum())   # a sample some rank's hold did not cover
             unheld += dropped
             lengthen = dropped > 0
@@ -269,7 +269,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             if is_rank0 and any(len(m) for m in samples) else None
         overall, compute = overlap(bound, pace=pace, sync=sync, control=control, device=device, pure_s=pure,
                                    iters=settings.iters or max(settings.min_iters, OVERLAP_SAMPLES),
-                                   max_time=settings.max_time / 2, groups=groups, group=group, timed=timed)
+                                   max_time=settings.max_time / 2, group_count=group_count, group=group, timed=timed)
     return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached), unheld,
                        overall, compute)
 
@@ -280,7 +280,7 @@ OVERLAP_SAMPLES = 50
 
 
 def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, device, pure_s: Optional[float],
-            iters: int, max_time: float, groups: int, group: Optional[int], timed: bool) -> tuple:
+            iters: int, max_time: float, group_count: int, group: Optional[int], timed: bool) -> tuple:
     """OSU's overlap of a non-blocking call (osu_iallreduce …): work from ``device.compute()`` that
     lasts at least the pure call's time (``pure_s``, rank 0's median of the samples; each rank
     calibrates its own) is put between ``start`` and ``complete``; the calibration and the samples
@@ -306,11 +306,11 @@ def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, d
         compute_here.append(work.seconds())
     out = []
     for values in (overall_here, compute_here):
-        here = np.zeros((groups, n))
+        here = np.zeros((group_count, n))
         if timed:
             here[group] = np.asarray(values, dtype=np.float64) * 1e6
         top = control.reduce_max(here.ravel())
-        out.append([row.tolist() for row in np.asarray(top).reshape(groups, -1)] if control.rank == 0 else [])
+        out.append([row.tolist() for row in np.asarray(top).reshape(group_count, -1)] if control.rank == 0 else [])
     return out[0], out[1]
 
 

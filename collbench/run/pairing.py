@@ -19,7 +19,6 @@ from typing import Optional
 from collbench.benchmarks.base import Roles
 
 METRICS = {"latency": "pingpong", "bw": "bw"}      # --metric: the benchmark that measures a pair
-SELECTIONS = ("all", "cross-host", "per-host")
 
 
 @dataclass(frozen=True)

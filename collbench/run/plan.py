@@ -20,7 +20,8 @@ from collbench.backends import BUILTIN_NAMES, PluginFault, asked_of, backend_cla
 from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.benchmarks.datatypes import NO_OP, dtype_of, op_of, op_refusal
+from collbench.benchmarks.dtypes import dtype_of
+from collbench.benchmarks.ops import NO_OP, op_of, op_refusal
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure import timings
 from collbench.measure.harness import TimingSettings

@@ -24,7 +24,7 @@ from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks import check
 from collbench.benchmarks.check import Tables, pattern
-from collbench.benchmarks.datatypes import NO_OP, element_of
+from collbench.benchmarks.ops import NO_OP, element_of
 from collbench.measure.sizes import format_size
 
 
@@ -163,7 +163,7 @@ class Sweep:
 
     def _element(self, coll: Benchmark):
         """What one element of ``coll``'s buffers is: the dtype, or a value–index pair for maxloc
-        and minloc (``datatypes.element_of``), whose itemsize makes the sizes."""
+        and minloc (``ops.element_of``), whose itemsize makes the sizes."""
         return element_of(self.plan.dtype, self.plan.op if coll.reduces else NO_OP)
 
     def _need(self, coll: Benchmark, backend, point: SizePoint, layouts: list):
@@ -296,7 +296,7 @@ class Sweep:
             bound = harness.IDLE if not coll.takes_part(rank, roles) else backend.bind(
                 buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name, roles=roles)
             groups = [coll.group_of(r, roles) for r in range(world)]
-            wrong = [0] * coll.groups(roles)
+            wrong = [0] * coll.group_count(roles)
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
                 with self.phase("check"):

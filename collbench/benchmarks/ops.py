@@ -1,6 +1,6 @@
-"""Element types and reduction operators: what a buffer's elements are, how numpy reduces two
-arrays with an operator (mpi-pickle's reductions), and MPI's value–index pair types. What each
-rank sends for the result check and what it must find: ``collbench.benchmarks.check``.
+"""Reduction operators: how numpy reduces two arrays with each (mpi-pickle's reductions), the
+dtypes each takes, and what one element of a buffer it reduces is (``element_of``: the dtype, or
+a value–index pair for maxloc and minloc). The element types: ``collbench.benchmarks.dtypes``.
 """
 
 from __future__ import annotations
@@ -10,70 +10,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from collbench.benchmarks.dtypes import DTYPES, PAIR_FIELDS, Dtype, dtype_of, pair_dtype
 from collbench.errors import UsageError
-
-
-@dataclass(frozen=True)
-class Dtype:
-    """An element type. ``numpy``: its numpy type, None where numpy has none (bfloat16: only
-    backends whose buffers are torch tensors take it); ``host``: the numpy type its values are
-    made in and read back as on the host (exact for the small integers of the check)."""
-
-    name: str
-    itemsize: int
-    numpy: Optional[np.dtype]
-    host: np.dtype
-
-    @property
-    def kind(self) -> str:
-        """numpy's kind letter: ``f`` (bfloat16 included), ``i``, ``u``, or ``V`` for a pair."""
-        return (self.numpy if self.numpy is not None else self.host).kind
-
-
-def _numpy(name: str) -> Dtype:
-    t = np.dtype(name)
-    return Dtype(name, t.itemsize, t, t)
-
-
-DTYPES = {
-    "float32": _numpy("float32"),
-    "float64": _numpy("float64"),
-    "float16": _numpy("float16"),
-    "bfloat16": Dtype("bfloat16", 2, None, np.dtype("float32")),
-    "int32": _numpy("int32"),
-    "int64": _numpy("int64"),
-    "int8": _numpy("int8"),
-    "uint8": _numpy("uint8"),
-}
 
 #: Non-reducing collectives carry data only; they use the ``none`` pattern.
 NO_OP = "none"
-
-
-#: The fields of a value–index pair (maxloc, minloc); the index is a C int, as in MPI's pair types.
-PAIR_FIELDS = ("value", "index")
-#: MPI's predefined pair types (mpi4py's names; MPI_2INT is INT_INT), by the C type of the value
-#: (numpy's character code: float, double, int, long, short).
-MPI_PAIR_TYPES = {"f": "FLOAT_INT", "d": "DOUBLE_INT", "i": "INT_INT", "l": "LONG_INT", "h": "SHORT_INT"}
-
-
-def pair_dtype(dtype: Dtype) -> np.dtype:
-    """A value–index pair of ``dtype`` laid out as C's struct {value; int index}: aligned, so
-    that {double, int} takes 16 bytes, MPI_DOUBLE_INT's extent."""
-    value = dtype.numpy if dtype.numpy is not None else np.dtype(np.float16)   # bfloat16's size and alignment
-    return np.dtype([(PAIR_FIELDS[0], value), (PAIR_FIELDS[1], np.intc)], align=True)
-
-
-def mpi_pair_type(numpy_type: np.dtype) -> Optional[str]:
-    """The name of MPI's predefined type for buffers of ``numpy_type`` when it is a value–index
-    pair (mpi4py cannot infer it from a structured array), else None."""
-    if getattr(numpy_type, "names", None) != PAIR_FIELDS:       # a torch dtype has none
-        return None
-    value = numpy_type.fields[PAIR_FIELDS[0]][0]
-    for code, name in MPI_PAIR_TYPES.items():
-        if np.dtype(code) == value:
-            return name
-    return None
 
 
 def _loc_combine(better: np.ufunc) -> Callable:
@@ -144,13 +85,6 @@ def element_of(dtype: str, op: str) -> Dtype:
 def op_refusal(op: str, dtype: str) -> Optional[str]:
     """None if ``op`` (or ``none``) takes ``dtype``, else why not, in one line."""
     return None if op == NO_OP else op_of(op).refusal(dtype_of(dtype))
-
-
-def dtype_of(name: str) -> Dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise UsageError(f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}") from None
 
 
 def op_of(name: str) -> Op:
