@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from collbench.errors import UsageError
 from collbench.launch import processes
 
 
@@ -50,6 +51,10 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated:
     MPICH is asked not to kill every rank first (its clean-up races the coordinator's line)."""
     cmd = [mpiexec, "-n", str(n)]
     flavour = mpiexec_flavour(mpiexec)
+    if flavour == "mpich":
+        problem = hydra_launcher_problem(mpiexec, env)
+        if problem:
+            raise UsageError(problem)
     if coordinated and flavour == "mpich":
         cmd.append("-disable-auto-cleanup")
     if flavour == "openmpi":
@@ -95,3 +100,43 @@ def remove_orphaned_topology_files(since: float) -> None:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+#: The variables by which MPICH's mpiexec (hydra) is told how to start its proxies on the hosts.
+HYDRA_LAUNCHER_VARIABLES = ("HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP")
+
+
+def hydra_launcher_problem(mpiexec: str, env: dict) -> Optional[str]:
+    """Why MPICH's mpiexec cannot start ranks with the launcher its environment names (None: it
+    can). It fails with its own stack for a launcher it lacks (exit 255), and waits forever when
+    its launcher cannot start the proxies: srun outside a Slurm allocation, or the "manual"
+    launcher, which waits for a person to start them."""
+    for variable in HYDRA_LAUNCHER_VARIABLES:
+        value = env.get(variable, "").strip()
+        if not value:
+            continue
+        setting = f"{variable}={value}"
+        available = _hydra_launchers(mpiexec)
+        if available and value not in available:
+            return (f"{setting}: MPICH's mpiexec has no such launcher (it has {', '.join(available)}); "
+                    f"unset {variable} or choose one of them")
+        if value == "slurm" and not env.get("SLURM_JOB_ID"):
+            return (f"{setting}: mpiexec would start the ranks through srun, but this is not inside a Slurm "
+                    f"allocation (no SLURM_JOB_ID); unset {variable}, or run collbench inside salloc or sbatch")
+        if value == "manual":
+            return (f"{setting}: mpiexec would wait for its proxies to be started by hand; collbench launches "
+                    f"its ranks itself: unset {variable}")
+    return None
+
+
+def _hydra_launchers(mpiexec: str) -> tuple:
+    """The launchers this MPICH's mpiexec has (``mpiexec -info``); () if it does not say."""
+    try:
+        out = subprocess.run([mpiexec, "-info"], capture_output=True, text=True, timeout=20,
+                             env={k: v for k, v in os.environ.items() if k not in HYDRA_LAUNCHER_VARIABLES})
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    for line in out.stdout.splitlines():
+        if line.strip().startswith("Launchers available:"):
+            return tuple(line.split(":", 1)[1].split())
+    return ()

@@ -20,7 +20,9 @@ class Relay:
     """Copies mpiexec's output to ours as it comes, leaving out what the launcher itself says
     about a job collbench has already explained (MPICH's "BAD TERMINATION" banner, which it
     prints on stdout and would corrupt ``-f json``; Ctrl-C chatter; MPI_Abort's line).
-    ``spoke``: a collbench line went by on stderr; ``said``: the last of them."""
+    ``spoke``: a collbench line went by on stderr; ``said``: the last of them; ``launcher_said``:
+    what MPICH's mpiexec said first of its own failure ("unrecognized launcher: bogus"), left
+    out of the output but kept for the line that says why the job ended."""
 
     NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED", b"This typically refers to a problem",
              b"Please see the FAQ page", b"[mpiexec@", b"[proxy:", b"Abort(", b"Assertion failed",
@@ -30,6 +32,7 @@ class Relay:
     def __init__(self, process: subprocess.Popen) -> None:
         self.spoke = False
         self.said: collections.deque = collections.deque(maxlen=64)
+        self.launcher_said = ""
         self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout), daemon=True),
                          threading.Thread(target=self._copy, args=(process.stderr, sys.stderr), daemon=True)]
         for t in self._threads:
@@ -61,6 +64,8 @@ class Relay:
         if text.startswith(b"collbench:"):
             self.spoke = True
             self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
+        elif text.startswith(b"[mpiexec@") and not self.launcher_said:   # [mpiexec@host] where (file:line): what
+            self.launcher_said = text.decode("utf-8", "replace").rsplit("): ", 1)[-1].strip()[:200]
         return text.startswith(self.NOISE)
 
     def saw(self, line: str) -> bool:

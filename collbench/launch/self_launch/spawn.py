@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from collbench import environment
-from collbench.errors import UsageError
+from collbench.errors import UsageError, printable
 from collbench.launch import notes, processes
 from collbench.launch.liveness.supervise import kept_after_rounds, saved_results_clause
 from collbench.launch.liveness.wire import EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
@@ -190,9 +190,10 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             if said and not relay.saw(said):       # its writer was killed before it could print it
                 print(said, file=sys.stderr, flush=True)
                 return code
-            print(f"collbench: mpiexec ended with code {code} before any rank could say why (its proxy was killed, "
-                  f"or it could not start the ranks); {saved_results_clause(files(), kept)}", file=sys.stderr,
-                  flush=True)
+            why = f": it said {printable(relay.launcher_said)!r}" if relay.launcher_said else \
+                " (its proxy was killed, or it could not start the ranks)"
+            print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}; "
+                  f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return code
         if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
             # mpiexec passes on a rank's death by signal N as exit code N
