@@ -100,6 +100,8 @@ CASES = [
      "not inside a Slurm allocation (no SLURM_JOB_ID)"),
     ("HYDRA_LAUNCHER=manual (a hang)", ["allreduce", *RUN], {"HYDRA_LAUNCHER": "manual"}, 2,
      "wait for its proxies to be started by hand"),
+    ("a stray PMI_PORT that nothing listens on", ["allreduce", *RUN],
+     {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_PORT": "127.0.0.1:1"}, 2, "nothing listens at that port on this host"),
     ("mpiexec's own failure is quoted", ["allreduce", *RUN], {"HYDRA_HOST_FILE": "/nonexistent"}, 255,
      "mpiexec ended with code 255 before any rank could say why: it said 'unable to open host file"),
     ("a stray PMI_RANK does not silence compare", ["compare", "nope.json", "none.json"], {"PMI_RANK": "1"}, 2,
@@ -129,6 +131,36 @@ def test_one_line_and_the_promised_exit_code(case, args, env, code, fragment, fi
     assert fragment in _one_line(proc.stderr)
     assert not (files / "a.json").exists(), "a refused run leaves nothing"
     assert not list(files.glob(".*.tmp"))
+
+
+def _limited(files: int = 0, size_kib: int = 0):
+    """For Popen: the child starts with ``ulimit -n files`` and ``ulimit -f size_kib``."""
+    import resource
+
+    def limit():
+        if files:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+        if size_kib:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size_kib * 1024, size_kib * 1024))
+    return limit
+
+
+@pytest.mark.parametrize("case,args,env,limits,fragments", [
+    ("a PMIx namespace of another job", ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1", "--no-save"],
+     {"PMIX_RANK": "0", "PMIX_NAMESPACE": "x"}, {}, ["rank 0", "during start-up", "MPI's start-up said '"]),
+    ("UCX_TLS=bogus", ["allreduce", *RUN], {"UCX_TLS": "bogus"}, {}, ["start-up", "UCX_TLS=bogus is set"]),
+    ("MPIR_CVAR_CH4_NETMOD=bogus", ["allreduce", *RUN], {"MPIR_CVAR_CH4_NETMOD": "bogus"}, {},
+     ["start-up", "MPIR_CVAR_CH4_NETMOD=bogus is set"]),
+    ("ulimit -f 1000", ["allreduce", *RUN], {}, {"size_kib": 1000}, ["ulimit -f is 1000 KiB"]),
+    ("ulimit -n 16", ["allreduce", *RUN], {}, {"files": 16}, ["ulimit -n is 16"]),
+])
+def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragments, files):
+    """MPI's error stack, UCX's, or an exit code alone, where one line naming the cause was due:
+    what the library said as it failed to start, the variables that tune it, a low limit."""
+    proc = _run(args, files, env, preexec_fn=_limited(**limits))
+    assert proc.returncode not in (0, 1, 2), proc.stderr
+    line = _one_line(proc.stderr)
+    assert line.startswith("collbench: ") and all(f in line for f in fragments), line
 
 
 def test_an_ascii_terminal_gets_ascii_not_a_traceback(files):

@@ -5,6 +5,7 @@ mpi4py is imported here, lazily, so that MPI is initialised only in ranks that u
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -13,6 +14,7 @@ import numpy as np
 from collbench.backends.base import Control
 from collbench.benchmarks.dtypes import PAIR_FIELDS
 from collbench.errors import BackendUnavailable
+from collbench.launch.liveness import supervise
 
 INSTALL_HINT = 'pip install "collbench[mpich]" (or pip install mpi4py mpich)'
 #: The reductions MPI defines, by collbench's name (mpi4py's is it upper-cased: MPI.SUM, MPI.MAXLOC);
@@ -37,8 +39,14 @@ def mpi_pair_type(numpy_type: np.dtype) -> Optional[str]:
 
 
 def mpi_module():
+    """mpi4py's MPI, initialised; what the library prints on stderr as it starts is kept for the
+    line that says why, should it end the rank there (``supervise.startup_output``)."""
     try:
-        from mpi4py import MPI
+        if "mpi4py.MPI" in sys.modules:
+            from mpi4py import MPI
+        else:
+            with supervise.startup_output():
+                from mpi4py import MPI
     except Exception as exc:  # mpi4py missing (ImportError), or no loadable libmpi (RuntimeError)
         raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
     return MPI

@@ -14,7 +14,10 @@ process it started dies by a signal, it SIGKILLs the others' process groups at o
   a rank printed its own), so that the launching process can print it if its writer was killed
   first;
 * ``said-first``: a rank's guardian said why its rank ended before the ranks could talk (no
-  coordinator picks one line then): the others, which ended of the same cause, say nothing.
+  coordinator picks one line then): the others, which ended of the same cause, say nothing;
+* ``startup-PID``: what the MPI library printed on stderr while it started in the rank whose
+  guardian is PID (``startup_output``), for the line about a start-up that failed. Under a
+  user's launcher it lives in the temporary folder, and the guardian removes it.
 
 Only the standard library is used (guardians and a rank's signal thread import this).
 """
@@ -22,6 +25,7 @@ Only the standard library is used (guardians and a rank's signal thread import t
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Optional
 
 from collbench import environment
+from collbench.errors import printable
 from collbench.launch import processes
 
 EARLY_END_PREFIX = "ended-before-joining-"
@@ -37,6 +42,7 @@ ORPHANED_PREFIX = "orphaned-"
 EXPLAINED = "explained"
 SAID_FIRST = "said-first"
 LAUNCHED = "launched"
+STARTUP_PREFIX = "startup-"
 
 
 def leave(name: str, text: str = "") -> None:
@@ -96,12 +102,67 @@ def orphaned(rank: int) -> None:
     leave(f"{ORPHANED_PREFIX}{rank}", f"{rank} {os.getpid()} {socket.gethostname()}")
 
 
+def startup_output(guardian: int) -> str:
+    """Where the rank whose guardian is ``guardian`` keeps what its MPI library prints while it
+    starts: the run's state folder under self-launch, else the temporary folder."""
+    state = os.environ.get(environment.STATE)
+    if state and os.path.isdir(state):
+        return os.path.join(state, f"{STARTUP_PREFIX}{guardian}")
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"collbench-{STARTUP_PREFIX}{guardian}")
+
+
+def startup_words(path: str) -> str:
+    """The cause a library gave, in what it printed while it started (``startup_output``): UCX's
+    error, or the last entry of MPICH's error stack that says something, or its PMI client's
+    complaint; "" when it said nothing."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if " UCX  ERROR " in line:
+            return "UCX: " + line.split(" UCX  ERROR ", 1)[1].strip()
+    for line in lines:
+        if line.startswith("[unset]:"):         # MPICH's PMI client, before its error stack
+            return line[len("[unset]:"):].strip()
+    stack = [line.split(":", 1)[1].strip() for line in lines
+             if re.match(r"^\w+\(\d+\)\.*\s*:", line) and line.split(":", 1)[1].strip()]
+    if stack:
+        return stack[-1]
+    return lines[-1] if lines else ""
+
+
+def startup_clause(words: str) -> str:
+    """" (MPI's start-up said '…'; UCX_TLS=bogus is set)" for a rank that failed in its start-up:
+    its library's words, and the variables that tune the library (a bad one fails it)."""
+    said = [f"MPI's start-up said {printable(words)!r}"] if words else []
+    settings = environment.library_settings(os.environ)
+    if settings:
+        said.append(f"{', '.join(printable(s) for s in settings[:4])} "
+                    f"{'is' if len(settings) == 1 else 'are'} set")
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def startup_said(state: Optional[str]) -> str:
+    """The first cause that a rank's MPI library gave in this launch's start-up (the launching
+    process's side: the guardians that would have said it may have been killed with their rank)."""
+    for note in sorted(Path(state).glob(f"{STARTUP_PREFIX}*")) if state else ():
+        words = startup_words(str(note))
+        if words:
+            return words
+    return ""
+
+
 # The launching process's side.
 
 def clear(state: str) -> None:
     """Before each launch: the notes of the one before go."""
     for note in Path(state).iterdir():
-        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED, SAID_FIRST)):
+        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED, SAID_FIRST,
+                                 STARTUP_PREFIX)):
             try:
                 note.unlink()
             except OSError:

@@ -109,6 +109,48 @@ def tree(pid: int) -> list:
     return found
 
 
+def listening(port: int) -> Optional[set]:
+    """The inodes of the sockets that listen on TCP ``port`` in this network namespace (the
+    kernel's tables), empty when none does; None when the tables cannot be read."""
+    found, read = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        read = True
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found if read else None
+
+
+#: Below these, a failure may well be the limit's doing (one socket per peer and MPI's own
+#: files; MPI's shared memory is a file of some megabytes): said beside it
+LOW_OPEN_FILES = 256
+LOW_FILE_SIZE = 1 << 30
+
+
+def low_limits() -> str:
+    """" (ulimit -n is 16; ulimit -f is 1000 KiB)" when this process's limits on open files or
+    on a file's size are low enough to explain a failure; "" otherwise."""
+    import resource
+
+    said = []
+    try:
+        files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        size = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (OSError, ValueError):
+        return ""
+    if files != resource.RLIM_INFINITY and files < LOW_OPEN_FILES:
+        said.append(f"ulimit -n is {files}")
+    if size != resource.RLIM_INFINITY and size < LOW_FILE_SIZE:
+        said.append(f"ulimit -f is {size // 1024} KiB")
+    return f" ({'; '.join(said)})" if said else ""
+
+
 def die_with_parent(signum: int) -> bool:
     """Have the kernel send this process ``signum`` when its parent (thread) ends
     (``PR_SET_PDEATHSIG``); False where that cannot be set."""

@@ -5,6 +5,7 @@ See ``supervise`` for the whole picture. Only the standard library is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -82,6 +83,7 @@ class Guardian:
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
+        self._startup_words: Optional[str] = None   # what its MPI library said as it failed to start
         self._server: Optional[threading.Thread] = None      # reads the rank's requests (``_serve_rank``)
         self._spoken = False                   # the rank's end was said (``_report``, ``_watch_launcher``)
         self._speaking = threading.Lock()
@@ -194,10 +196,23 @@ class Guardian:
             if crashed:              # not a code of collbench's: the job's code says a rank was lost
                 how += shared_memory_explained(0, in_startup=self.link is None)
                 code = EXIT_LOST
+        if crashed and self.link is None:       # before the rank joined: in its start-up
+            how += self._startup_said() + processes.low_limits()
         gone = self._launcher_gone()
         if gone:
             return f"{how} after {gone} ended under it (killed, or it failed)", EXIT_LOST, True
         return how, code, crashed
+
+    def _startup_said(self) -> str:
+        """" (MPI's start-up said '…'; UCX_TLS=bogus is set)" for a rank that died starting: what
+        its MPI library said (``supervise.startup_output``), and the variables that tune it."""
+        if self._startup_words is None:           # read once: the file is gone after
+            path = notes.startup_output(os.getpid())
+            self._startup_words = notes.startup_words(path)
+            if not os.environ.get(environment.STATE):      # the temporary folder's: ours to remove
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        return notes.startup_clause(self._startup_words)
 
     def _launcher_gone(self) -> str:
         """The launcher's process that started this guardian, named, once it has ended under it

@@ -23,6 +23,7 @@ Only the standard library is imported here: the guardian must stay small.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import mmap
 import os
 import secrets
@@ -35,7 +36,7 @@ import time
 from typing import Callable, Optional
 
 from collbench import environment
-from collbench.launch import processes
+from collbench.launch import notes, processes
 from collbench.launch.liveness import coordinator, wire
 from collbench.launch.liveness.wire import EVERY_SIZE, STOP_GRACE
 
@@ -107,6 +108,41 @@ def guard_rank(launcher) -> None:
         pair[1].close()
     from collbench.launch.liveness.guardian import Guardian
     Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
+
+
+@contextlib.contextmanager
+def startup_output():
+    """While a library starts in this rank (MPI_Init), what it prints on stderr goes to a file
+    its guardian reads should the rank die there (``notes.startup_output``), so that the line
+    about the failed start names the library's cause; it is copied to stderr once the library
+    has started. Without a guardian, stderr is left alone."""
+    if _guardian_pid is None:
+        yield
+        return
+    path = notes.startup_output(_guardian_pid)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        try:
+            with open(path, "rb") as fh:
+                said = fh.read()
+            os.unlink(path)
+        except OSError:
+            said = b""
+        if said:
+            os.write(2, said)
 
 
 def asked_to_stop() -> bool:

@@ -21,6 +21,7 @@ from typing import Mapping, Optional
 
 from collbench import environment
 from collbench.errors import UsageError
+from collbench.launch import processes
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,22 @@ def _pmi(env) -> Optional[Launcher]:
         return None
     if not _fd_open(env.get("PMI_FD")) and "PMI_PORT" not in env:
         raise _stray(env, present, "there is no open PMI_FD or PMI_PORT to reach a launcher through", _MPI_FIX)
+    if not _fd_open(env.get("PMI_FD")) and _nothing_listens(env["PMI_PORT"]):
+        raise _stray(env, present + ["PMI_PORT"], "nothing listens at that port on this host", _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("PMI_RANK",), ("PMI_SIZE",), _MPI_FIX)
     local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID") or 0
     return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local, True,
                     world_size_variable="PMI_SIZE", pmi="pmi")
+
+
+def _nothing_listens(address: str) -> bool:
+    """``address`` (PMI_PORT's host:port) is on this host, and no socket listens on its port
+    (a launcher's variable left from another job). Asked of the kernel's tables: a connection
+    to a launcher's real PMI port could be taken for a rank's."""
+    host, _, port = address.strip().rpartition(":")
+    if host not in ("localhost", "127.0.0.1", "::1", "[::1]") or not port.isdigit():
+        return False
+    return processes.listening(int(port)) == set()
 
 
 def _pmix(env) -> Optional[Launcher]:

@@ -63,28 +63,12 @@ def _is_terminal_device(target: str) -> bool:
     return target.startswith(("/dev/pts/", "/dev/tty")) or target == "/dev/console"
 
 
-def _listening_inodes(port: int) -> set:
-    """The socket inodes listening on TCP ``port`` on this host."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                found.add(fields[9])
-    return found
-
-
 def _srun(env: Mapping[str, str]) -> Optional[int]:
     """The pid of the srun that started this task, when it runs on this host."""
     port = env.get("SLURM_SRUN_COMM_PORT", "")
     if not port.isdigit():
         return None
-    inodes = {f"socket:[{i}]" for i in _listening_inodes(int(port))}
+    inodes = {f"socket:[{i}]" for i in processes.listening(int(port)) or ()}
     if not inodes:
         return None
     for entry in os.listdir("/proc"):

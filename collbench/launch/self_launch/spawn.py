@@ -156,10 +156,11 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         proxy_gone = next(((pid, name) for pid, name in proxies.items() if not processes.alive(pid)), None) \
             if relay is not None and not received and code not in JOB_EXIT_CODES and code >= 64 \
             and not relay.spoke else None
+        startup = _startup_clause(state)
         if proxy_gone is not None:
             pid, name = proxy_gone
             print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
-                  f"or it failed), and mpiexec with code {code}; the job is stopped; "
+                  f"or it failed), and mpiexec with code {code}{startup}{processes.low_limits()}; the job is stopped; "
                   f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return EXIT_LOST
         # A line noted but never seen: its writer was killed before mpiexec passed it on.
@@ -167,6 +168,10 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
         if early and not received:    # (ranks that ended starting because we passed a signal on: below)
             if lost_line:                # its writer's pipe was gone
                 print(said, file=sys.stderr, flush=True)
+            elif not said and not (relay is not None and relay.spoke):   # its writer was killed first
+                print(f"collbench: a rank ended during its start-up with code {early}{startup}"
+                      f"{processes.low_limits()}; the job is stopped; nothing was measured",
+                      file=sys.stderr, flush=True)
             return early
         if received:
             # Rank 0 got the signal from us and said so (noting it first), unless it was still
@@ -192,7 +197,8 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 return code
             why = f": it said {printable(relay.launcher_said)!r}" if relay.launcher_said else \
                 " (its proxy was killed, or it could not start the ranks)"
-            print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}; "
+            print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}{startup}"
+                  f"{processes.low_limits()}; "
                   f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
             return code
         if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
@@ -207,6 +213,12 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _startup_clause(state: Optional[str]) -> str:
+    """" (MPI's start-up said '…'; UCX_TLS=bogus is set)" after a launch that failed in a rank's
+    start-up (``notes.startup_clause``)."""
+    return notes.startup_clause(notes.startup_said(state))
 
 
 def _lost_rank(state: Optional[str], code: int) -> str:
