@@ -181,6 +181,22 @@ def test_a_rank_a_plugin_ends_is_named_at_once(how, says, code, run_dir, plugin_
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("at,saving,says", [
+    (8, ["-o", "w.json"], "; the job is stopped; w.json keeps no size yet (none had finished)"),
+    (64, ["-o", "w.json"], "; the job is stopped; w.json keeps every size finished before"),
+    (64, ["--no-save"], "; the job is stopped; nothing was saved"),
+])
+def test_the_line_about_an_early_end_says_what_the_files_keep(at, saving, says, run_dir, plugin_env):
+    """It said "keeps every size finished before" of a file with none, and "result files keep…"
+    under --no-save."""
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-shuffle", *saving],
+               run_dir, env={**plugin_env, "FAULTY_EXIT": f"1:{at}:_exit-3"}, timeout=120)
+    assert proc.returncode == 137, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert len(said) == 1 and said[0].startswith("collbench: rank 1 ") and said[0].endswith(says), proc.stderr
+
+
+@pytest.mark.mpi
 def test_sigterm_to_one_rank_names_that_rank(run_dir, plugin_env):
     """MPICH's launcher tells the other ranks with a SIGUSR1, which is not their guardian's: they
     wait for the coordinator, which names the rank the signal ended."""

@@ -156,6 +156,51 @@ def startup_said(state: Optional[str]) -> str:
     return ""
 
 
+# What the result files keep, said in a line about an early end.
+
+#: after an early end in a run's first launch, once a size finished
+EVERY_SIZE = "every size finished before"
+#: and before any did
+NO_SIZE_YET = "no size yet (none had finished)"
+
+
+def kept_after_rounds(number: int, measured: bool = True) -> str:
+    """What the files hold when a self-launched run ends in its launch ``number`` (``measured``:
+    a size of the first launch had finished)."""
+    if number <= 1:
+        return EVERY_SIZE if measured else NO_SIZE_YET
+    return f"{'round 1' if number == 2 else f'rounds 1-{number - 1}'} and what round {number} measured"
+
+
+def launch_files(state: Optional[str], number: int) -> tuple:
+    """(paths, what they keep) of a self-launched run, from its journal, when it ends in launch
+    ``number``: ([], "") when no launch has taken files up (``--no-save``, or still starting)."""
+    from collbench.results.journal import Journal
+
+    if not state:
+        return [], ""
+    try:
+        journal = Journal.open(state)
+        outputs = journal.of_type("outputs")
+        measured = bool(outputs) and number <= 1 and bool(journal.of_type("measure"))
+    except (OSError, ValueError):
+        return [], ""
+    return (list(outputs[0]["paths"]), kept_after_rounds(number, measured)) if outputs else ([], "")
+
+
+def files_clause(paths, kept: str) -> str:
+    """The end of a line about an early end: where what was measured is. Without ``paths`` (this
+    launch's rank 0 has not taken its files up, or cannot say), a self-launched run's earlier
+    launches' files, from its journal."""
+    paths = [str(p) for p in paths or ()]
+    if not paths:
+        paths, kept = launch_files(os.environ.get(environment.STATE), int(os.environ.get(environment.ROUND) or 1)
+                                   if (os.environ.get(environment.ROUND) or "1").isdigit() else 1)
+    if not paths:            # --no-save, or stopped before any file was claimed
+        return "nothing was saved"
+    return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} {kept}"
+
+
 # The launching process's side.
 
 def clear(state: str) -> None:

@@ -20,6 +20,7 @@ from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
 from collbench.run import cpuload, rounds
 from collbench.launch.network import rendezvous
+from collbench.launch import notes
 from collbench.launch.liveness import signals, supervise
 from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
@@ -310,7 +311,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         raise SharedUsageError(problem)
     if is_rank0:
         later = schedule.first if schedule.kind == rounds.KIND_LAUNCH else 1
-        supervise.set_result_files(out.paths, out.journal.folder, supervise.kept_after_rounds(later))
+        supervise.set_result_files(out.paths, out.journal.folder, notes.kept_after_rounds(later, measured=False))
         supervise.before_exit(out.save_now)      # an early end: the files are made whole
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(most_per_node):
         out.note(note)

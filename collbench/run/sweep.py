@@ -335,6 +335,7 @@ class Sweep:
                                             check=check, calls_per_sample=m.calls_per_sample,
                                             overall_us=m.overall_us[g] if m.overall_us else (),
                                             compute_us=m.compute_us[g] if m.compute_us else ()))
+                    supervise.size_finished()
             bound.release()               # a persistent request: before the next size binds its own
         bound = None                      # nothing calls into the buffers any more
         if buffers is not None:           # before the next block allocates its own

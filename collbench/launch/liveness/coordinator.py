@@ -30,8 +30,7 @@ import time
 from typing import Callable, Optional
 
 from collbench.launch import notes
-from collbench.launch.liveness.wire import (BEAT_S, EVERY_SIZE, EXIT_LOST, EXIT_TIMEOUT, LOST_AFTER, MessageReader,
-                                           send_message)
+from collbench.launch.liveness.wire import BEAT_S, EXIT_LOST, EXIT_TIMEOUT, LOST_AFTER, MessageReader, send_message
 
 EARLY_EXIT_GRACE = 5.0   # seconds the others get to follow a rank that left with an error
 
@@ -89,7 +88,7 @@ class Coordinator:
         self.finished = False
         self.aborted = False
         self.files: list = []            # rank 0's result files, to name in the line
-        self.kept = EVERY_SIZE           # and what they hold (supervise.kept_after_rounds)
+        self.kept = notes.EVERY_SIZE     # and what they hold (notes.kept_after_rounds)
         self._early: dict = {}           # rank -> (when to act, code): ranks that left with an error
         self._selector = selectors.DefaultSelector()
 
@@ -243,9 +242,7 @@ class Coordinator:
             if now - p.last_seen > 2 * BEAT_S:
                 p.settled = True
         if why:
-            files = ", ".join(self.files) or "result files"
-            notes.say(f"collbench: {why}; the job is stopped; {files} keep{'s' if len(self.files) == 1 else ''} "
-                      f"{self.kept}")
+            notes.say(f"collbench: {why}; the job is stopped; {notes.files_clause(self.files, self.kept)}")
         else:                               # the rank that asked printed why
             notes.leave(notes.EXPLAINED)
         if told is not None:

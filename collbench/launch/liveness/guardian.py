@@ -81,6 +81,8 @@ class Guardian:
         self.stop_code: Optional[int] = None
         self.oom = OomWatch()
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
+        self.files: list = []                  # and the files, and what they keep (``notes.files_clause``)
+        self.kept = notes.EVERY_SIZE
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
         self._startup_words: Optional[str] = None   # what its MPI library said as it failed to start
@@ -253,9 +255,7 @@ class Guardian:
             srun = " (srun does with --kill-on-bad-exit)" if environment.SLURM_STEP_ID in os.environ else ""
             return (f"the other ranks cannot be told, and wait for it until their start-up limit{limit} unless the "
                     f"launcher ends them{srun}")
-        if self.journal is None:              # rank 0 never took its files up: none was written
-            return "the job is stopped; nothing was measured"
-        return "the job is stopped; result files keep every size finished before"
+        return f"the job is stopped; {notes.files_clause(self.files, self.kept)}"
 
     def _serve_rank(self) -> None:
         """Requests from the rank: join the job (connect to the coordinator), report a timeout."""
@@ -267,6 +267,8 @@ class Guardian:
             for message in messages:
                 if message.get("t") == "files":
                     self.journal = message.get("journal")
+                    self.files = [str(p) for p in message.get("paths", [])]
+                    self.kept = str(message.get("kept") or self.kept)
                     if self.coordinator is not None:
                         self.coordinator.files = [str(p) for p in message.get("paths", [])]
                         self.coordinator.kept = str(message.get("kept") or self.coordinator.kept)

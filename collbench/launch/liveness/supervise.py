@@ -35,10 +35,9 @@ import threading
 import time
 from typing import Callable, Optional
 
-from collbench import environment
 from collbench.launch import notes, processes
 from collbench.launch.liveness import coordinator, wire
-from collbench.launch.liveness.wire import EVERY_SIZE, STOP_GRACE
+from collbench.launch.liveness.wire import STOP_GRACE
 
 _POSITION_BYTES = 512
 
@@ -234,22 +233,17 @@ def set_job_abort(abort: Optional[Callable[[int], None]]) -> None:
 
 _before_exit: list = []
 _result_files: list = []
-_kept = [EVERY_SIZE]            # what the files hold, said in a line about an early end
-
-
-def kept_after_rounds(number: int) -> str:
-    """What the files hold when a self-launched run ends in its launch ``number``."""
-    if number <= 1:
-        return EVERY_SIZE
-    return f"{'round 1' if number == 2 else f'rounds 1-{number - 1}'} and what round {number} measured"
+_kept = [notes.EVERY_SIZE]       # what the files hold, said in a line about an early end
+_journal: list = [None]          # the folder of the run's journal, for the guardian
 
 
 def set_result_files(paths, journal=None, kept: str = "") -> None:
     """The files this rank writes, so that a line about an early end can name them (also the
     coordinator's, which runs in this rank's guardian), and the folder of the run's journal,
     from which the guardian rebuilds them if this rank is killed outright; ``kept``: what they
-    hold then (``kept_after_rounds``), when not every size finished before."""
+    hold then (``notes.kept_after_rounds``)."""
     _result_files[:] = [str(p) for p in paths]
+    _journal[0] = journal
     if kept:
         _kept[0] = kept
     if _channel is not None and _result_files:
@@ -263,30 +257,16 @@ def forget_journal() -> None:
     set_result_files(_result_files, None)
 
 
-def _launch_files() -> tuple:
-    """(paths, what they keep) of a self-launched run whose rank 0 has not taken its files up
-    yet in this launch (it is starting): the earlier launches' files, from the run's journal."""
-    from collbench.results.journal import Journal
-
-    state = os.environ.get(environment.STATE)
-    if not state:
-        return [], ""
-    try:
-        outputs = Journal.open(state).of_type("outputs")
-        number = int(os.environ.get(environment.ROUND) or 1)
-    except (OSError, ValueError):
-        return [], ""
-    return (list(outputs[0]["paths"]), kept_after_rounds(number)) if outputs else ([], "")
+def size_finished() -> None:
+    """Rank 0 finished a size: the files keep it, should the run end early."""
+    if _kept[0] == notes.NO_SIZE_YET:
+        set_result_files(_result_files, _journal[0], notes.EVERY_SIZE)
 
 
 def saved_results_clause(paths=None, kept: str = "") -> str:
     """The end of a line about an early end: where what was measured is."""
-    if paths is None and not _result_files:
-        paths, kept = _launch_files()
-    paths = _result_files if paths is None else [str(p) for p in paths]
-    if not paths:            # --no-save, or stopped before any file was claimed
-        return "nothing was saved"
-    return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} {kept or _kept[0]}"
+    paths = _result_files if paths is None else paths
+    return notes.files_clause(paths, kept or _kept[0])
 
 
 def before_exit(callback: Callable[[], None]) -> None:

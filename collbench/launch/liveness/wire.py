@@ -26,9 +26,6 @@ RANK_EXIT_CODES = frozenset({0, 1, 2, EXIT_TIMEOUT, 129, 130, 143})
 #: Exit codes a job may end with by collbench's own doing: a rank's, and a lost rank's.
 JOB_EXIT_CODES = RANK_EXIT_CODES | {EXIT_LOST}
 
-#: What the result files hold after an early end, unless rank 0 says otherwise (a later round).
-EVERY_SIZE = "every size finished before"
-
 
 def send_message(sock: socket.socket, message: dict) -> bool:
     try:

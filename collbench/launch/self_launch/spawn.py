@@ -20,7 +20,6 @@ from typing import Callable, Optional
 from collbench import environment
 from collbench.errors import UsageError, printable
 from collbench.launch import notes, processes
-from collbench.launch.liveness.supervise import kept_after_rounds, saved_results_clause
 from collbench.launch.liveness.wire import EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
 from collbench.launch.network import rendezvous
 from collbench.launch.network.addresses import free_port
@@ -54,8 +53,8 @@ def _name(pid: int) -> str:
 LINGER_S = 15.0
 
 
-def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], list], state: str,
-                     kept: str = "", completed: Callable[[], bool] = lambda: False) -> int:
+def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], str], state: str,
+                     completed: Callable[[], bool] = lambda: False) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
@@ -161,7 +160,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
             pid, name = proxy_gone
             print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
                   f"or it failed), and mpiexec with code {code}{startup}{processes.low_limits()}; the job is stopped; "
-                  f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
+                  f"{saved()}", file=sys.stderr, flush=True)
             return EXIT_LOST
         # A line noted but never seen: its writer was killed before mpiexec passed it on.
         lost_line = relay is not None and bool(said) and not relay.saw(said)
@@ -180,14 +179,14 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 if sys.stderr.isatty():
                     sys.stderr.write(END_PROGRESS_LINE)
                 print(said if lost_line else f"collbench: interrupted by {signal.Signals(received[0]).name}; "
-                      f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
+                      f"{saved()}", file=sys.stderr, flush=True)
             return 128 + received[0]
         if relay is None:
             said = None
         if code < 0:
             if relay is not None and not relay.spoke:     # mpiexec itself killed: nobody else can say it
                 print(f"collbench: mpiexec (pid {procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
-                      f"the job is stopped; {saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
+                      f"the job is stopped; {saved()}", file=sys.stderr, flush=True)
             return 128 - code
         if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
             # mpiexec's own failure (255: it could not start the ranks, or one of its proxies died
@@ -199,12 +198,12 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], files: Callable[[], li
                 " (its proxy was killed, or it could not start the ranks)"
             print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}{startup}"
                   f"{processes.low_limits()}; "
-                  f"{saved_results_clause(files(), kept)}", file=sys.stderr, flush=True)
+                  f"{saved()}", file=sys.stderr, flush=True)
             return code
         if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
             # mpiexec passes on a rank's death by signal N as exit code N
             if said is None:
-                print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved_results_clause(files(), kept)}",
+                print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved()}",
                       file=sys.stderr, flush=True)
             elif said and not relay.saw(said):     # its writer was killed before it could print it
                 print(said, file=sys.stderr, flush=True)
@@ -353,7 +352,7 @@ class RoundLauncher:
         kept = "nothing measured" if completed == 0 else "round 1" if completed == 1 else f"rounds 1-{completed}"
         paths = _result_paths(self.state)
         print(f"collbench: interrupted by {signal.Signals(self.stopped_by[0]).name}; "
-              f"{saved_results_clause(paths, kept) if paths and completed else 'nothing was saved'}",
+              f"{notes.files_clause(paths, kept) if paths and completed else 'nothing was saved'}",
               file=sys.stderr, flush=True)
         return 128 + self.stopped_by[0]
 
@@ -371,8 +370,8 @@ class RoundLauncher:
         began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
-        code = _wait_forwarding(procs, relay, lambda: _result_paths(self.state), self.state, kept_after_rounds(number),
-                                lambda: self._completed(number))
+        code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number)),
+                                self.state, lambda: self._completed(number))
         for proc in procs:                    # the relay has read them to their end
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
@@ -394,7 +393,7 @@ class RoundLauncher:
             if number > 1 and paths and not (explained or interrupted):
                 # nobody said how it ended (the ranks say it with what the files keep)
                 print(f"collbench: stopped in round {number} of {self.rounds}; "
-                      f"{saved_results_clause(paths, kept_after_rounds(number))}", file=sys.stderr, flush=True)
+                      f"{notes.files_clause(*notes.launch_files(self.state, number))}", file=sys.stderr, flush=True)
             return code
         return None
 
