@@ -1,10 +1,28 @@
+"""``python -m collbench`` and the ``collbench`` command. Signals are taken first, before
+anything heavy is imported: a Ctrl-C while Python loads collbench, MPI or torch is one line,
+not a traceback."""
+
 import sys
 
-try:
-    from collbench.cli.app import main
-except MemoryError:          # a memory limit (ulimit -v) too low for Python to load collbench
-    sys.stderr.write("collbench: error: out of memory while starting (a limit such as ulimit -v is too low)\n")
-    sys.exit(2)
+from collbench.errors import Interrupted, interrupt_on_signals
+
+
+def main(argv=None) -> None:
+    interrupt_on_signals()
+    try:
+        from collbench.cli.app import main as run
+    except Interrupted as exc:      # while Python loads collbench
+        from collbench.cli.interrupt import interrupted
+        interrupted(exc.signum)
+    except MemoryError:          # a memory limit (ulimit -v) too low for Python to load collbench
+        sys.stderr.write("collbench: error: out of memory while starting (a limit such as ulimit -v is too low)\n")
+        sys.exit(2)
+    try:
+        run(argv)
+    except Interrupted as exc:      # where the command line's own handling does not reach
+        from collbench.cli.interrupt import interrupted
+        interrupted(exc.signum)
+
 
 if __name__ == "__main__":
     main()

@@ -54,3 +54,30 @@ def printable(text: str) -> str:
         return text
     return "".join(c if c.isprintable() else " " if c.isspace() else c.encode("unicode_escape").decode("ascii")
                    for c in text)
+
+
+class Interrupted(BaseException):
+    """SIGINT, SIGTERM or SIGHUP before the run's own handling of signals took over (while
+    Python imports collbench, or the plan is made), or after it: raised where the program is,
+    and said in one line by the command line. Not a KeyboardInterrupt, which click would turn
+    into a blank line and a silent exit."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def interrupt_on_signals() -> None:
+    """From now on SIGINT, SIGTERM and SIGHUP raise Interrupted, unless they are ignored (nohup's
+    SIGHUP); once one came, the others are ignored while the process says so and ends. The run
+    replaces this with its own handling while it measures."""
+    import signal
+
+    def interrupted(signum, _frame):
+        for other in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # a second Ctrl-C: the first is
+            signal.signal(other, signal.SIG_IGN)                         # being said already
+        raise Interrupted(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, interrupted)

@@ -244,6 +244,45 @@ def test_signal_on_launching_process(signum, code, backend, run_dir, plugin_env)
     assert subprocess.run(["pgrep", "-f", name], capture_output=True).returncode == 1, "ranks left behind"
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum`` (SigCgt in /proc)."""
+    try:
+        line = next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("signum,delay,group", [
+    (signal.SIGINT, 0.0, True), (signal.SIGINT, 0.1, True), (signal.SIGINT, 0.3, True), (signal.SIGINT, 0.6, True),
+    (signal.SIGINT, 1.0, True), (signal.SIGINT, 0.3, False), (signal.SIGINT, 0.8, False), (signal.SIGTERM, 0.3, True),
+    (signal.SIGTERM, 0.3, False), (signal.SIGHUP, 0.5, True),
+])
+def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_dir):
+    """While Python imports collbench, MPI or torch, or the ranks start: KeyboardInterrupt
+    tracebacks, Python's fatal init_import_site, blank lines with exit 130, or exit 143 and no line
+    were what a Ctrl-C or a SIGTERM got. From the moment collbench's code runs (it takes SIGTERM:
+    the kernel's record of caught signals says so), whenever it comes: one line, the signal's code.
+    (Before that moment the interpreter itself is starting, which no Python code can speak for.)"""
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-64K",
+                             "--rounds", "2", "-o", "s.json"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(delay)
+    if group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 128 + signum, err
+    assert len(lines) == 1 and lines[0].startswith(f"collbench: interrupted by {signal.Signals(signum).name}"), err
+
+
 @pytest.mark.mpi
 def test_sigint_reaches_ranks_blocked_in_mpi(run_dir, plugin_env):
     # Rank 1 hangs before 1K; rank 0 then waits inside an MPI call, where no Python signal

@@ -7,7 +7,7 @@ names (about 0.1 s for ``--help`` in all).
 
 from __future__ import annotations
 
-import os
+import signal
 import sys
 
 try:
@@ -16,7 +16,8 @@ try:
     from collbench import __version__
     from collbench.cli.options import BenchCommand, bench_options, defaults_without
     from collbench.benchmarks.registry import NAMES, ORDER
-    from collbench.errors import CollbenchError, printable
+    from collbench.cli.interrupt import interrupted
+    from collbench.errors import CollbenchError, Interrupted, printable
 except ImportError as _missing:        # numpy, click or rich missing or broken in this Python
     from collbench.cli.broken import refuse
 
@@ -219,8 +220,10 @@ def _main(argv) -> None:
     _argv[:] = sys.argv[1:] if argv is None else list(argv)
     try:
         cli.main(args=list(_argv), prog_name="collbench", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
+    except click.exceptions.Abort:       # Ctrl-C at a prompt, or a KeyboardInterrupt click caught
+        interrupted(signal.SIGINT)
+    except Interrupted as exc:
+        interrupted(exc.signum)
     except click.ClickException as exc:
         from collbench.launch.origin.launcher import detected_rank
 
@@ -231,12 +234,8 @@ def _main(argv) -> None:
         _report(exc)
         _end_job_from_here(exc)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:        # before the run's own handling (signals): a rank still starting
-        from collbench import environment
-
-        if not os.environ.get(environment.LAUNCHED):      # self-launched, the launching process says it
-            print("collbench: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt:        # SIGINT's own handler, where something put it back
+        interrupted(signal.SIGINT)
     except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
         print("collbench: error: out of memory (a limit such as ulimit -v may be too low)", file=sys.stderr)
         sys.exit(2)

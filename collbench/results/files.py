@@ -77,9 +77,19 @@ def _claim(path: Path) -> bool:
         return False
 
 
+#: the result files this process claimed (a line about an interruption says whether any was)
+claimed_here: list = []
+
+
 def claim(settings) -> list:
     """The run's result files, claimed now: the ``-o`` files, or a fresh JSON and CSV pair in
     the results folder. A ``-o`` file that appeared since the check is not overwritten."""
+    paths = _claim_all(settings)
+    claimed_here.extend(paths)
+    return paths
+
+
+def _claim_all(settings) -> list:
     if not settings.save:
         return []
     if not settings.outputs:

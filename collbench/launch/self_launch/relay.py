@@ -33,6 +33,9 @@ class Relay:
         self.spoke = False
         self.said: collections.deque = collections.deque(maxlen=64)
         self.launcher_said = ""
+        #: a signal is ending the job: only collbench's own lines go on (not the tracebacks of
+        #: ranks interrupted while Python started, nor the libraries' words as they die)
+        self.quiet = False
         self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout), daemon=True),
                          threading.Thread(target=self._copy, args=(process.stderr, sys.stderr), daemon=True)]
         for t in self._threads:
@@ -51,7 +54,7 @@ class Relay:
             held += chunk
             *lines, held = held.split(b"\n")
             keep = [line + b"\n" for line in lines if not self._noise(line)]
-            if held and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
+            if held and not self.quiet and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
                 keep.append(held)          # a partial line (a progress bar): pass it on now
                 held = b""
             if keep:
@@ -66,7 +69,7 @@ class Relay:
             self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
         elif text.startswith(b"[mpiexec@") and not self.launcher_said:   # [mpiexec@host] where (file:line): what
             self.launcher_said = text.decode("utf-8", "replace").rsplit("): ", 1)[-1].strip()[:200]
-        return text.startswith(self.NOISE)
+        return text.startswith(self.NOISE) or (self.quiet and not text.startswith(b"collbench:"))
 
     def saw(self, line: str) -> bool:
         """Whether ``line`` went by: whole, or the start of it, wrapped to a terminal's width by

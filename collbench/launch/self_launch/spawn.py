@@ -54,7 +54,7 @@ LINGER_S = 15.0
 
 
 def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], str], state: str,
-                     completed: Callable[[], bool] = lambda: False) -> int:
+                     completed: Callable[[], bool] = lambda: False, noted: list = ()) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
@@ -79,9 +79,13 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
 
     def forward(signum, _frame):
         received.append(signum)
+        if relay is not None:        # what the ranks print as they die of it is no news
+            relay.quiet = True
         stop_all(signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    if noted:                  # a signal that came as the launch started, before this took over
+        forward(noted[0], None)
     try:
         code = 0
         pending = list(procs)
@@ -371,7 +375,7 @@ class RoundLauncher:
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number)),
-                                self.state, lambda: self._completed(number))
+                                self.state, lambda: self._completed(number), self.stopped_by)
         for proc in procs:                    # the relay has read them to their end
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:

@@ -1,0 +1,26 @@
+"""The line a signal outside the run's own handling of signals gets (``errors.Interrupted``).
+
+Only the standard library and collbench's small modules: it may run while Python is still
+loading the rest of collbench.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def interrupted(signum: int) -> None:
+    """A signal outside the run's own handling of signals (``Interrupted``): one line, said once
+    for the job (by the self-launching process, or rank 0 under a user's launcher), and its exit
+    code. Before any result file was claimed, nothing was saved."""
+    from collbench import environment
+    from collbench.launch.origin.launcher import detected_rank
+    files = sys.modules.get("collbench.results.files")      # not loaded yet: nothing was claimed
+
+    if not os.environ.get(environment.LAUNCHED) and detected_rank() == 0:
+        saved = "" if files is not None and files.claimed_here else "; nothing was saved"
+        sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}{saved}\n")
+        sys.stderr.flush()
+    sys.exit(128 + signum)
