@@ -197,6 +197,27 @@ def test_the_line_about_an_early_end_says_what_the_files_keep(at, saving, says, 
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("how", ["same", "new"])
+def test_what_a_rank_starts_hears_signals_and_ends_with_it(how, run_dir, plugin_env):
+    """A plugin's helper (``sleep 1000``, in the rank's session or one of its own) inherited the
+    ranks' blocked signals (SigBlk HUP, INT, USR1, TERM) and outlived the run."""
+    from collbench.launch.processes import alive
+
+    folder = run_dir / "helpers"
+    folder.mkdir()
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-64", *FAST, "--no-save"], run_dir,
+               env={**plugin_env, "FAULTY_CHILD": f"{folder}:{how}"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    helpers = [path.read_text().split() for path in folder.iterdir()]
+    assert len(helpers) == 2
+    assert [int(blocked, 16) for _, blocked in helpers] == [0, 0]
+    deadline = time.monotonic() + 5
+    while any(alive(int(pid)) for pid, _ in helpers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(int(pid)) for pid, _ in helpers), helpers
+
+
+@pytest.mark.mpi
 def test_sigterm_to_one_rank_names_that_rank(run_dir, plugin_env):
     """MPICH's launcher tells the other ranks with a SIGUSR1, which is not their guardian's: they
     wait for the coordinator, which names the rank the signal ended."""

@@ -1,5 +1,6 @@
 """Processes as the kernel sees them (Linux /proc): whether one runs, its name, state, parent,
-start time and children, and a child's death signal. The only reader of ``/proc/<pid>/stat``.
+start time and children, a child's death signal, and orphans adopted and ended. The only reader
+of ``/proc/<pid>/stat``.
 
 Written here rather than taken from psutil: a guardian forks before anything is imported and
 keeps to the standard library, as do the stand-in and a rank's signal thread, and these few
@@ -8,6 +9,7 @@ fields are all they need; psutil would put a compiled dependency on every rank's
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Optional
 
@@ -151,12 +153,54 @@ def low_limits() -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
+def adopt_orphans() -> bool:
+    """Have the processes below this one that lose their parent come to this one, not to init
+    (``PR_SET_CHILD_SUBREAPER``): a guardian then ends what its rank started and left behind,
+    in a session of its own or not. False where that cannot be set."""
+    return _prctl(36, 1)
+
+
+def end_children(grace: float = 1.0) -> list:
+    """SIGTERM to this process's children, SIGKILL to those still there ``grace`` seconds later,
+    each reaped; returns the pids it found."""
+    import signal
+    import time
+
+    found = children(os.getpid())
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_reap(pid) is None for pid in found):
+        time.sleep(0.02)
+    for pid in found:
+        if _reap(pid) is None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+    return found
+
+
+def _reap(pid: int) -> Optional[int]:
+    """The status of child ``pid`` once it has ended (reaping it), None while it runs."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:          # reaped already, or not ours
+        return 0
+    return status if done else None
+
+
 def die_with_parent(signum: int) -> bool:
     """Have the kernel send this process ``signum`` when its parent (thread) ends
     (``PR_SET_PDEATHSIG``); False where that cannot be set."""
+    return _prctl(1, signum)          # PR_SET_PDEATHSIG
+
+
+def _prctl(option: int, value: int) -> bool:
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(1, signum, 0, 0, 0) == 0   # PR_SET_PDEATHSIG
+        return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False

@@ -8,6 +8,9 @@ FAULTY_CORRUPT=R           rank R sends its first three elements one too large: 
                            receives them holds data that really arrived wrong
 FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the sweep's size)
 FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
+FAULTY_CHILD=FOLDER:HOW     every rank starts ``sleep 1000`` as it sets up (HOW ``same`` or ``new``: in a
+                           session of its own) and leaves it running, as a plugin's helper would;
+                           FOLDER/RANK gets its pid and the signals it had blocked (SigBlk)
 FAULTY_EXIT=R:BYTES:HOW    rank R leaves as it binds its call at BYTES: HOW is ``exit-N``
                            (``sys.exit(N)``, through Python's exit) or ``_exit-N`` (``os._exit(N)``,
                            at once), as a library that ends the process would
@@ -29,8 +32,10 @@ its buffers as ``ODD_AXES`` says.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -83,6 +88,16 @@ def _hog(rank: int, when: str) -> None:
 
 class Faulty:
     """Mixed in before a real backend; every fault is off unless its variable is set."""
+
+    def setup(self, *, control) -> None:
+        super().setup(control=control)
+        child = os.environ.get("FAULTY_CHILD")
+        if child:
+            folder, how = child.rsplit(":", 1)
+            helper = subprocess.Popen(["sleep", "1000"], start_new_session=how == "new")
+            status = Path(f"/proc/{helper.pid}/status").read_text()
+            blocked = next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+            Path(folder, str(self.rank)).write_text(f"{helper.pid} {blocked}")
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         self._itemsize = dtype.itemsize

@@ -142,6 +142,7 @@ class Guardian:
     def run(self) -> None:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(s, self._forward)
+        processes.adopt_orphans()          # what the rank starts and leaves behind comes to us
         if self.channel is not None:
             self._server = threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True)
             self._server.start()
@@ -156,6 +157,7 @@ class Guardian:
                 break
             except InterruptedError:
                 continue
+        processes.end_children()           # what the rank started ends with it
         if self.link is None and self.size > 1:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)

@@ -32,29 +32,50 @@ def stopping() -> bool:
     return _stopping.wait(ECHO_GRACE if supervise.has_guardian() else 0)
 
 
+def _nothing(_signum, _frame) -> None:
+    """The Python-level handler: the thread of ``handle_signals`` acts on the signal."""
+
+
 def handle_signals(rank: int) -> None:
     """SIGINT, SIGTERM, SIGHUP and SIGUSR1 end this rank from a thread of their own, at once.
 
     A Python signal handler would only run once the main thread returns from the MPI or
-    torch call it is blocked in, which, when a peer is gone, is never. So the signals are
-    blocked here, before MPI, torch or the watchdog start threads (they inherit the mask), and
-    one thread waits for them: rank 0 says what happened, the others give it a moment (a
-    launcher kills every rank once one has exited), and the rank leaves without
-    MPI_Finalize, which could wait forever. What must be saved is saved first (``before_exit``),
-    under a deadline so that a stuck save cannot keep the rank alive.
+    torch call it is blocked in, which, when a peer is gone, is never. So the handlers here do
+    nothing, and the signal's number, which Python's own C handler writes to a pipe at once
+    (``signal.set_wakeup_fd``), wakes a thread of its own: rank 0 says what happened, the others
+    give it a moment (a launcher kills every rank once one has exited), and the rank leaves
+    without MPI_Finalize, which could wait forever. What must be saved is saved first
+    (``before_exit``), under a deadline so that a stuck save cannot keep the rank alive.
+
+    No signal is blocked, so the processes a rank starts (a plugin's helper) do not inherit a
+    mask that would make them deaf to SIGTERM; system calls the signals interrupt are restarted.
     """
-    wanted = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1}
-    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    for signum in wanted:
+        signal.signal(signum, _nothing)
+        signal.siginterrupt(signum, False)
+    signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+
+    def next_signal() -> int:
+        while True:
+            try:
+                data = os.read(woken, 1)
+            except InterruptedError:
+                continue
+            if data and data[0] in wanted:
+                return data[0]
 
     def wait() -> None:
-        signum = signal.sigwait(wanted)
+        signum = next_signal()
         _stopping.set()
         while signum == signal.SIGUSR1 and supervise.has_guardian() and not supervise.asked_to_stop() \
                 and not supervise.guardian_died():
             # Not the guardian's: MPICH's launcher tells the ranks that another process of the job
             # ended (it does so when it leaves the clean-up to collbench). That process's guardian
             # tells the coordinator, which names it and ends the job: this rank waits to be told.
-            signum = signal.sigwait(wanted)
+            signum = next_signal()
         deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
         deadline.daemon = True
         deadline.start()
