@@ -133,11 +133,14 @@ def test_one_line_and_the_promised_exit_code(case, args, env, code, fragment, fi
     assert not list(files.glob(".*.tmp"))
 
 
-def _limited(files: int = 0, size_kib: int = 0):
-    """For Popen: the child starts with ``ulimit -n files`` and ``ulimit -f size_kib``."""
+def _limited(files: int = 0, size_kib: int = 0, space_kib: int = 0):
+    """For Popen: the child starts with ``ulimit -n files``, ``ulimit -f size_kib`` and
+    ``ulimit -v space_kib``."""
     import resource
 
     def limit():
+        if space_kib:
+            resource.setrlimit(resource.RLIMIT_AS, (space_kib * 1024, space_kib * 1024))
         if files:
             resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
         if size_kib:
@@ -153,6 +156,7 @@ def _limited(files: int = 0, size_kib: int = 0):
      ["start-up", "MPIR_CVAR_CH4_NETMOD=bogus is set"]),
     ("ulimit -f 1000", ["allreduce", *RUN], {}, {"size_kib": 1000}, ["ulimit -f is 1000 KiB"]),
     ("ulimit -n 16", ["allreduce", *RUN], {}, {"files": 16}, ["ulimit -n is 16"]),
+    ("ulimit -v 400000", ["allreduce", *RUN], {}, {"space_kib": 400_000}, ["ulimit -v is 400000 KiB"]),
 ])
 def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragments, files):
     """MPI's error stack, UCX's, or an exit code alone, where one line naming the cause was due:
@@ -161,6 +165,15 @@ def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragment
     assert proc.returncode not in (0, 1, 2), proc.stderr
     line = _one_line(proc.stderr)
     assert line.startswith("collbench: ") and all(f in line for f in fragments), line
+
+
+def test_an_address_space_with_no_room_left_is_said_so(files):
+    """It said "needs about 0 MiB more ..., more than the 0 MiB its ulimit -v leaves"."""
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8-1K", "--iters", "3", "--rounds", "1", "--no-save"], files,
+                preexec_fn=_limited(space_kib=220_000))
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2 and "0 MiB" not in line, line
+    assert "KiB more address space in rank 0" in line and "its ulimit -v leaves no room" in line, line
 
 
 def test_an_ascii_terminal_gets_ascii_not_a_traceback(files):

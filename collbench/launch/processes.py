@@ -133,23 +133,27 @@ def listening(port: int) -> Optional[set]:
 #: files; MPI's shared memory is a file of some megabytes): said beside it
 LOW_OPEN_FILES = 256
 LOW_FILE_SIZE = 1 << 30
+LOW_ADDRESS_SPACE = 16 << 30          # MPI's transports map shared memory and buffers
 
 
 def low_limits() -> str:
-    """" (ulimit -n is 16; ulimit -f is 1000 KiB)" when this process's limits on open files or
-    on a file's size are low enough to explain a failure; "" otherwise."""
+    """" (ulimit -n is 16; ulimit -f is 1000 KiB)" when this process's limits on open files, a
+    file's size or its address space are low enough to explain a failure; "" otherwise."""
     import resource
 
     said = []
     try:
         files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         size = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        space = resource.getrlimit(resource.RLIMIT_AS)[0]
     except (OSError, ValueError):
         return ""
     if files != resource.RLIM_INFINITY and files < LOW_OPEN_FILES:
         said.append(f"ulimit -n is {files}")
     if size != resource.RLIM_INFINITY and size < LOW_FILE_SIZE:
         said.append(f"ulimit -f is {size // 1024} KiB")
+    if space != resource.RLIM_INFINITY and space < LOW_ADDRESS_SPACE:
+        said.append(f"ulimit -v is {space // 1024} KiB")
     return f" ({'; '.join(said)})" if said else ""
 
 

@@ -150,7 +150,9 @@ def is_large(collective: str, family: Optional[str], nominal: int, ranks_per_hos
 
 
 def _amount(n: int) -> str:
-    """Bytes as a person reads them: MiB under 1 GiB, two decimals under 10 GiB."""
+    """Bytes as a person reads them: KiB under 1 MiB, MiB under 1 GiB, two decimals under 10 GiB."""
+    if n < MiB:
+        return f"{max(n, 0) / 1024:.0f} KiB"
     if n < GiB:
         return f"{n / MiB:.0f} MiB"
     return f"{n / GiB:.2f} GiB" if n < 10 * GiB else f"{n / GiB:.1f} GiB"
@@ -159,9 +161,10 @@ def _amount(n: int) -> str:
 def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
     when = "now " if now else ""
     if short.rank is not None:
+        left = (f"more than the {_amount(short.budget)} its ulimit -v leaves{' now' if now else ''}"
+                if short.budget > 0 else f"and its ulimit -v leaves no room{' now' if now else ''} (raise it)")
         return (f"{where}: needs about {_amount(short.need)} more address space in rank {short.rank} on "
-                f"{short.host}, more than the {_amount(short.budget)} its ulimit -v leaves{' now' if now else ''}; "
-                "skipped, as its allocation would fail")
+                f"{short.host}, {left}; skipped, as its allocation would fail")
     return (f"{where}: needs about {_amount(short.need)} more on {short.host} ({short.ranks} "
             f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} {when}available "
             "there; skipped, as it would run out of memory")
