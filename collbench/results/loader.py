@@ -3,6 +3,10 @@ metadata of its first line where it has one.
 
 Version 1 files (before rounds) load as runs of one round: the row's samples become round 1.
 
+One schema reads both formats: JSON gives its values typed, a CSV's cells are read as the type
+their column has in ``records.Row`` (``COLUMN_TYPES``, which the JSON Schema is derived from too),
+never guessed from the cells; then the same code checks the values and makes the rows.
+
 A result file is read as something a stranger may have written: what is not a collbench result
 is refused in one line (``UsageError``), and reading costs bounded memory and time whatever the
 file holds.
@@ -16,9 +20,9 @@ file holds.
 * **What the values may be**: counts and sizes whole numbers from 0 to 1e15; figures numbers
   (null, or an empty CSV cell, where one could not be computed) never negative, never infinite,
   a time never beyond 1e15 µs nor, unless 0, below ``SMALLEST_TIME_US``; text where text goes,
-  numbers (not text) where numbers go in JSON; no key twice in one JSON object; a row's count of
-  rounds, its round medians and its round details in agreement. The byte-order mark some
-  editors write is skipped.
+  numbers (not text) where numbers go in JSON, and in a CSV numbers in ASCII digits only; no key
+  twice in one JSON object; a row's count of rounds, its round medians and its round details in
+  agreement. The byte-order mark some editors write is skipped.
 * **What is shown**: every text of the metadata and the notes (host names, library versions,
   run ids, keys) is made printable as it is read (``errors.printable``: a terminal's escape
   becomes a visible ``\\x1b``), so that nothing a file holds reaches a terminal raw, whichever
@@ -28,25 +32,20 @@ file holds.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
 import re
 import stat
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 from collbench.errors import UsageError, printable
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, LONGEST_TEXT, ROW_FIELDS, SCHEMA, SCHEMA_VERSION,
                                       WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version)
-
-_INT = {name for name, kind in COLUMN_TYPES.items() if kind == "int"}
-_STR = {name for name, kind in COLUMN_TYPES.items() if kind == "str"}
-_BOOL = {name for name, kind in COLUMN_TYPES.items() if kind == "bool"}
-#: Columns that hold a time in µs (the wide ones, CI ends, excepted: a wild round can put them anywhere).
-_TIMES = {name for name, kind in COLUMN_TYPES.items() if kind == "float" and name.startswith("time_us")
-          and name not in WIDE_FIELDS}
 
 #: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
 #: samples) is a few hundred MB, and a file is held twice while it is decoded.
@@ -68,7 +67,7 @@ SMALLEST_TIME_US = 1e-6
 _LONGEST_TEXT = LONGEST_TEXT          # one limit for what is written and read
 
 _CHUNK = 1 << 24
-#: Integers of more digits are read as the floats they overflow to (``_integer``).
+#: JSON integers of more digits are read as the floats they overflow to (``_integer``).
 _DIGITS = 100
 
 
@@ -166,24 +165,11 @@ def _count_values(data: bytearray, is_csv: bool, name: str) -> None:
                          f"than the {MAX_VALUES:,} collbench reads in bounded memory")
 
 
-# -- values ------------------------------------------------------------------------------------
+# -- values, as JSON types them ----------------------------------------------------------------
 
 
-def _number_text(v: str) -> float:
-    """A number written in a CSV cell: ASCII only (Python's float() also reads other scripts'
-    digits and underscores, "٢" and "5_000", which no collbench file holds)."""
-    if not v.isascii() or "_" in v:
-        raise ValueError("not a number")
-    try:
-        return float(v)
-    except ValueError:
-        raise ValueError("not a number") from None
-
-
-def _count(v, cells: bool = False) -> int:
-    """A count or a size: a whole number from 0 to 1e15 (in a CSV, also its text)."""
-    if isinstance(v, str) and cells:
-        v = _number_text(v)
+def _count(v) -> int:
+    """A count or a size: a whole number from 0 to 1e15."""
     if isinstance(v, float):
         if math.isinf(v):
             raise ValueError("out of range")
@@ -199,14 +185,11 @@ def _count(v, cells: bool = False) -> int:
     return v
 
 
-def _figure(v, cells: bool = False, *, limit: float = _LARGEST, smallest: float = 0.0) -> float:
-    """A figure: NaN where it is missing (null; an empty CSV cell), never negative, infinite nor
-    beyond ``limit`` (the statistics downstream would overflow), nor positive below ``smallest``.
-    In JSON a number; in a CSV (``cells``) also its text."""
-    if v is None or (cells and v == ""):
+def _figure(v, *, limit: float = _LARGEST, smallest: float = 0.0) -> float:
+    """A figure: NaN where it is missing (null), never negative, infinite nor beyond ``limit``
+    (the statistics downstream would overflow), nor positive below ``smallest``."""
+    if v is None:
         return math.nan
-    if isinstance(v, str) and cells:
-        v = _number_text(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError("not a number")
     try:
@@ -224,9 +207,10 @@ def _figure(v, cells: bool = False, *, limit: float = _LARGEST, smallest: float 
     return value if value else 0.0          # -0.0 is 0 (and a figure's float is kept, not copied)
 
 
-def _text(v, cells: bool) -> str:
-    if cells:                 # an empty CSV cell reads as missing (NaN), as pandas reads it
-        v = "" if isinstance(v, float) and math.isnan(v) else str(v)
+_time = partial(_figure, smallest=SMALLEST_TIME_US)
+
+
+def _text(v) -> str:
     if not isinstance(v, str):
         raise ValueError("not text")
     if len(v) > _LONGEST_TEXT:
@@ -236,25 +220,17 @@ def _text(v, cells: bool) -> str:
     return v
 
 
-def _check(v, cells: bool = False) -> str:
+def _check(v) -> str:
     """ok, skipped or wrong:N (N whole), or another short text a later version may write."""
-    text = _text(v, cells)
+    text = _text(v)
     if text.startswith("wrong:") and not (text[6:].isdigit() and text[6:].isascii() and len(text) < 26):
         raise ValueError("not wrong:N")
     return text
 
 
-def _flag(v, cells: bool = False) -> bool:
+def _flag(v) -> bool:
     if isinstance(v, bool):
         return v
-    if cells:
-        if isinstance(v, float) and math.isnan(v):
-            return False
-        text = str(v).strip().lower()
-        if text in ("true", "1", "1.0"):
-            return True
-        if text in ("false", "0", "0.0"):
-            return False
     raise ValueError("not true or false")
 
 
@@ -263,27 +239,81 @@ def _bad(where: str, v, name: str, exc: Exception) -> UsageError:
     return UsageError(f"{where}: bad value {_shown(v)} in column {name}{why}")
 
 
-def _medians(v, where: str, cells: bool) -> tuple:
-    """time_us_round_p50s: a JSON list, or the CSV's space-separated text."""
-    if cells and isinstance(v, str):
-        v = [text for text in v.strip().split(" ") if text]    # spaces: counted as values (_count_values)
-    elif cells and isinstance(v, (int, float)) and not isinstance(v, bool):   # one median, or an empty cell
-        v = [] if math.isnan(v) else [v]
+def _column_check(name: str, kind: str):
+    """What checks a value of row column ``name``, of type ``kind`` (``COLUMN_TYPES``)."""
+    if name == "check":
+        return _check
+    if kind == "float":
+        return partial(_figure, limit=math.inf if name in WIDE_FIELDS else _LARGEST,
+                       # a time in µs, the wide ones (CI ends) excepted: a wild round can put them anywhere
+                       smallest=SMALLEST_TIME_US if name.startswith("time_us") and name not in WIDE_FIELDS else 0.0)
+    return {"int": _count, "str": _text, "bool": _flag}[kind]
+
+
+#: The check of each row column but the round medians (``_medians``).
+_CHECKS = {name: _column_check(name, kind) for name, kind in COLUMN_TYPES.items() if kind != "tuple"}
+
+
+# -- CSV cells, read as the type of their column -----------------------------------------------
+
+
+class _Written(float):
+    """A figure read from a CSV cell: a float that an error message shows as the cell wrote it
+    (``'-1e9'``, not ``-1000000000.0``). A count's cell becomes a plain int (``_whole_cell``)."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+
+def _number_cell(text: str):
+    """The number a cell writes in ASCII (Python also reads other scripts' digits and underscores,
+    "٢" and "5_000", which no collbench file holds); None for an empty cell; else the text,
+    which its column's check refuses."""
+    if text.isascii() and "_" not in text:
+        try:
+            return _Written(text)
+        except ValueError:
+            return text or None
+    return text
+
+
+def _whole_cell(text: str):
+    """A count's cell: its number, an int where it is whole (float() reads digits in linear time,
+    int() in quadratic)."""
+    number = _number_cell(text)
+    if isinstance(number, float):
+        return int(number) if number.is_integer() else float(number)
+    return number
+
+
+_FLAGS = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False, "": False}
+#: A cell's text as the value JSON would give, by its column's type (``records.COLUMN_TYPES``): an
+#: empty flag is false, an empty text is empty, other empty cells are missing (null); the round
+#: medians are numbers separated by spaces (counted as values, ``_count_values``).
+_FROM_CELL = {"int": _whole_cell, "float": _number_cell, "str": str,
+              "bool": lambda text: _FLAGS.get(text.strip().lower(), text),
+              "tuple": lambda text: [_number_cell(x) for x in text.split(" ") if x] or None}
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+def _medians(v, where: str) -> tuple:
+    """time_us_round_p50s: a list of times."""
     if not isinstance(v, (list, tuple)):
         raise UsageError(f"{where}: time_us_round_p50s is not a list of numbers")
-    try:
-        return tuple(_figure(x, cells, smallest=SMALLEST_TIME_US) for x in v)
-    except ValueError as exc:
-        bad = next(x for x in v if not _fits(x, cells))
-        raise UsageError(f"{where}: bad value {_shown(bad)} in time_us_round_p50s: {exc}") from None
-
-
-def _fits(x, cells: bool) -> bool:
-    try:
-        _figure(x, cells, smallest=SMALLEST_TIME_US)
-    except ValueError:
-        return False
-    return True
+    medians = []
+    for x in v:
+        try:
+            medians.append(_time(x))
+        except ValueError as exc:
+            raise UsageError(f"{where}: bad value {_shown(x)} in time_us_round_p50s: {exc}") from None
+    return tuple(medians)
 
 
 #: Beyond the rank counts of the largest machines: a row's per-rank structures (a host per rank)
@@ -316,33 +346,25 @@ def _check_identity(values: dict, where: str) -> None:
                              f"{ranks} of the run")
 
 
-def _row(record: dict, where: str, cells: bool = False) -> Row:
-    """A row from a JSON object or a CSV line's typed cells (``cells``)."""
-    missing = [f for f in ROW_FIELDS if f not in record and f not in ADDED_LATER]
+def _missing_columns(names) -> list:
+    return [f for f in ROW_FIELDS if f not in names and f not in ADDED_LATER]
+
+
+def _row(record: dict, where: str) -> Row:
+    """A row from a JSON object, or from a CSV line's cells read as their columns' types."""
+    missing = _missing_columns(record)
     if missing:
         raise UsageError(f"{where}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     values = {}
-    for name in ROW_FIELDS:
-        if name == "time_us_round_p50s":
-            continue
+    for name, check in _CHECKS.items():
         v = record[name] if name in record else older_value(name, values)
         try:
-            if name in _INT:
-                values[name] = _count(v, cells)
-            elif name == "check":
-                values[name] = _check(v, cells)
-            elif name in _STR:
-                values[name] = _text(v, cells)
-            elif name in _BOOL:
-                values[name] = _flag(v, cells)
-            else:
-                values[name] = _figure(v, cells, limit=math.inf if name in WIDE_FIELDS else _LARGEST,
-                                       smallest=SMALLEST_TIME_US if name in _TIMES else 0.0)
+            values[name] = check(v)
         except (TypeError, ValueError) as exc:
             raise _bad(where, v, name, exc) from None
     _check_identity(values, where)
     medians = record.get("time_us_round_p50s")
-    values["time_us_round_p50s"] = _medians(medians, where, cells) if medians is not None else (values["time_us_p50"],)
+    values["time_us_round_p50s"] = _medians(medians, where) if medians is not None else (values["time_us_p50"],)
     if len(values["time_us_round_p50s"]) != values["rounds"]:
         raise UsageError(f"{where}: rounds says {values['rounds']} but time_us_round_p50s holds "
                          f"{len(values['time_us_round_p50s'])} medians")
@@ -358,7 +380,7 @@ def _numbers(v, where: str, name: str):
     if not isinstance(v, list):
         raise UsageError(f"{where}: {name} is not a list of numbers")
     try:
-        return tuple(_figure(x, smallest=SMALLEST_TIME_US) for x in v)
+        return tuple(_time(x) for x in v)
     except ValueError as exc:
         raise UsageError(f"{where}: {name} is not a list of non-negative times ({exc})") from None
 
@@ -526,64 +548,7 @@ def _load_json(path, text: str) -> RunResult:
     return result
 
 
-def _csv_metadata(path, cell) -> dict:
-    """The run metadata of a CSV's first row (its ``run_metadata`` cell), checked as the JSON's is."""
-    if not isinstance(cell, str):
-        raise UsageError(f"{path}: row 0: {CSV_METADATA_COLUMN} is not JSON text")
-    metadata = _checked_metadata(_parse(cell, f"{path}: row 0: {CSV_METADATA_COLUMN}"), path)
-    _schema_version(metadata.get("schema_version", SCHEMA_VERSION), path)
-    return metadata
-
-
-#: Cells read as missing (NaN), as ``pandas.read_csv`` reads them.
-_MISSING = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
-            "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
-
-
-_TRUE, _FALSE = ("True", "TRUE", "true"), ("False", "FALSE", "false")
-
-
-def _reads_as(kind, cell: str) -> bool:
-    """Whether the cell is a number of ``kind`` (int, float) as pandas reads numbers."""
-    if not cell.isascii() or "_" in cell:     # digits Python reads and pandas does not
-        return False
-    if kind is int and len(cell) > _DIGITS:   # read as a float, in linear time (``_integer``)
-        return False
-    try:
-        kind(cell)
-    except ValueError:
-        return False
-    return True
-
-
-class _ColumnType:
-    """How ``pandas.read_csv`` types a column, learned one cell at a time (``see``): missing
-    cells NaN, the others all True or False, all integers (floats when some are missing), all
-    numbers, or text."""
-
-    def __init__(self) -> None:
-        self.present = self.missing = False
-        self.flags = self.integers = self.numbers = True
-
-    def see(self, cell: str) -> None:
-        if cell in _MISSING:
-            self.missing = True
-            return
-        self.present = True
-        self.flags = self.flags and cell in _TRUE + _FALSE
-        self.integers = self.integers and _reads_as(int, cell)
-        self.numbers = self.numbers and (self.integers or _reads_as(float, cell))
-
-    def parser(self):
-        if self.present and self.flags:
-            parse = (lambda c: c in _TRUE)
-        elif not self.missing and self.integers:
-            parse = int
-        elif self.numbers:
-            parse = float
-        else:
-            parse = str
-        return lambda c: math.nan if c in _MISSING else parse(c)
+# -- CSV ---------------------------------------------------------------------------------------
 
 
 def _text_lines(text: str):
@@ -622,38 +587,41 @@ def _csv_header(path, header: list) -> dict:
     twice = sorted(name for name, n in Counter(header).items() if n > 1)
     if twice:
         raise UsageError(f"{path}: not a readable CSV (column {_cut(ascii(twice[0])[1:-1])} appears twice)")
-    missing = [f for f in ROW_FIELDS if f not in header and f not in ADDED_LATER]
+    missing = _missing_columns(header)
     if missing:               # said even when there is no row to read
         raise UsageError(f"{path}: not a collbench result (missing columns: {', '.join(missing[:4])})")
     return {name: i for i, name in enumerate(header)}
 
 
+def _cell(line: list, i: int) -> str:
+    return line[i] if i < len(line) else ""          # a short line: its last cells are empty
+
+
+def _csv_metadata(path, cell: str) -> dict:
+    """The run metadata of a CSV's first row (its ``run_metadata`` cell), checked as the JSON's is."""
+    if not cell:
+        raise UsageError(f"{path}: row 0: {CSV_METADATA_COLUMN} is not JSON text")
+    metadata = _checked_metadata(_parse(cell, f"{path}: row 0: {CSV_METADATA_COLUMN}"), path)
+    _schema_version(metadata.get("schema_version", SCHEMA_VERSION), path)
+    return metadata
+
+
 def _load_csv(path, text: str) -> RunResult:
-    """Rows from the CSV; run metadata from its first row where it has one (CSVs written before
-    it carry none). ``format: csv`` says the file holds rows only, no rounds. Read with the csv
-    module in two passes, neither of which keeps the lines: the first types each column as
-    pandas would (``_ColumnType``), the second makes the rows. Only the columns a row has are
-    typed (other columns, however many, are carried by no row); the metadata cell is text."""
+    """Rows from the CSV, read in one pass with the csv module (a line at a time; compare and
+    report read CSVs without importing pandas); run metadata from its first row where it has one
+    (CSVs written before it carry none). ``format: csv`` says the file holds rows only, no rounds.
+    Only the row's columns are read (other columns, however many, are carried by no row), each
+    cell as its column's type."""
     lines = _csv_lines(path, text)
     index = _csv_header(path, next(lines))
-    read = [(name, index[name]) for name in ROW_FIELDS if name in index]
-    types = {name: _ColumnType() for name, _ in read}
-    meta_at, metadata_cell = index.get(CSV_METADATA_COLUMN), None
-    for number, line in enumerate(lines):
-        for name, i in read:              # short lines: missing cells
-            types[name].see(line[i] if i < len(line) else "")
-        if number == 0 and meta_at is not None:
-            metadata_cell = line[meta_at] if meta_at < len(line) else ""
+    columns = [(name, index[name], _FROM_CELL[COLUMN_TYPES[name]]) for name in ROW_FIELDS if name in index]
+    first = next(lines, None)
     metadata = {}
-    if metadata_cell is not None:
-        metadata = _csv_metadata(path, None if metadata_cell in _MISSING else metadata_cell)
-    parsers = [(name, i, types[name].parser()) for name, i in read]
+    if first is not None and CSV_METADATA_COLUMN in index:
+        metadata = _csv_metadata(path, _cell(first, index[CSV_METADATA_COLUMN]))
     result = RunResult(metadata={**metadata, "source": str(path), "format": "csv"})
-    lines = _csv_lines(path, text)
-    next(lines)
-    for number, line in enumerate(lines):
-        record = {name: parse(line[i] if i < len(line) else "") for name, i, parse in parsers}
-        result.add(_row(record, f"{path} row {number}", cells=True))
+    for number, line in enumerate(itertools.chain([first] if first is not None else [], lines)):
+        result.add(_row({name: read(_cell(line, i)) for name, i, read in columns}, f"{path} row {number}"))
     return result
 
 
