@@ -2,15 +2,11 @@
 
 ``collbench.read_results(path_or_paths)`` reads result files into a pandas DataFrame
 (docs/python-api.md). It is imported on first use, so that ``import collbench``, and every run,
-leaves pandas out.
+leaves pandas out. Nothing else is imported here: ``python -m collbench`` takes its signals as
+soon as this package is loaded (``collbench.__main__``).
 """
 
-from typing import TYPE_CHECKING
-
 __version__ = "0.1.0"
-
-if TYPE_CHECKING:
-    from collbench.results.dataframe import read_results
 
 
 def __getattr__(name: str):

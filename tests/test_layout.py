@@ -35,7 +35,7 @@ THIRD_PARTY = {
     "measure": {"numpy"},
     "backends": {"numpy", "mpi4py", "torch"},
     "launch": set(),          # a guardian forks before anything heavy is imported
-    "results": {"numpy", "rich"},
+    "results": {"numpy", "rich", "pandas"},   # pandas: the Python API alone (read_results)
     "analysis": {"numpy", "rich", "matplotlib"},
     "run": {"numpy"},
     "cli": {"click", "rich", "mpi4py"},

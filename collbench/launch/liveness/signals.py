@@ -6,6 +6,7 @@ Only the standard library is imported here.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -57,6 +58,10 @@ def handle_signals(rank: int) -> None:
         signal.signal(signum, _nothing)
         signal.siginterrupt(signum, False)
     signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+    # Python puts the default actions back as it finalises, and a late signal would then kill a
+    # rank that is leaving well (MPICH's launcher sends SIGUSR1 as the first ranks leave): from
+    # the exit on, they wait, blocked, for a process that is about to end anyway.
+    atexit.register(signal.pthread_sigmask, signal.SIG_BLOCK, wanted)
 
     def next_signal() -> int:
         while True:
@@ -94,3 +99,11 @@ def handle_signals(rank: int) -> None:
         os._exit(128 + signum)
 
     threading.Thread(target=wait, name="collbench-signals", daemon=True).start()
+
+
+def leaving() -> None:
+    """This rank has measured everything and is leaving: a SIGUSR1 now (MPICH's launcher sends
+    one to the job's processes as the first of them leave, while this one may wait in
+    MPI_Finalize for the others) is no news, and must not kill it. The guardian's own "stop
+    now" is followed by SIGKILL after its grace, should it ever be needed."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
