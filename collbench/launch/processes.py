@@ -164,26 +164,32 @@ def adopt_orphans() -> bool:
     return _prctl(36, 1)
 
 
-def end_children(grace: float = 1.0) -> list:
-    """SIGTERM to this process's children, SIGKILL to those still there ``grace`` seconds later,
-    each reaped; returns the pids it found."""
+def end_children(spare: frozenset = frozenset(), grace: float = 1.0, patience: float = 3.0) -> list:
+    """End this process's children but ``spare`` (those it had before), and the orphans they
+    leave as they go (they come to this process: ``adopt_orphans``): SIGTERM, then SIGKILL to
+    those still there ``grace`` seconds later; each reaped, without waiting past ``patience``
+    seconds in all for one that cannot die (a process in the kernel's uninterruptible sleep).
+    Returns the pids it signalled."""
     import signal
     import time
 
-    found = children(os.getpid())
-    for pid in found:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_reap(pid) is None for pid in found):
+    signalled: dict = {}                 # pid -> when it was sent SIGTERM
+    start = time.monotonic()
+    while time.monotonic() - start < patience:
+        now = time.monotonic()
+        left = [pid for pid in children(os.getpid()) if pid not in spare and _reap(pid) is None]
+        if not left:
+            break
+        for pid in left:
+            if pid not in signalled:
+                signalled[pid] = now
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            elif now - signalled[pid] >= grace:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
-    for pid in found:
-        if _reap(pid) is None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, 0)
-    return found
+    return list(signalled)
 
 
 def _reap(pid: int) -> Optional[int]:

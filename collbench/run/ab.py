@@ -96,6 +96,8 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
                                            extra_env={**side.env, environment.AB: json.dumps(described)}))
+        for launcher in launchers[:-1]:     # the last one's handler notes the signals between launches
+            launcher.stopped_by = launchers[-1].stopped_by
         for number, first in enumerate(pair_orders(rounds, seed), 1):
             order = (first, 1 - first)
             if not quiet:
@@ -110,5 +112,5 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
                     return code
         return 1 if any(launcher.check_failed for launcher in launchers) else 0
     finally:
-        for launcher in launchers:
+        for launcher in reversed(launchers):       # each puts back the handler it found
             launcher.close()

@@ -139,9 +139,13 @@ class Guardian:
             timer.daemon = True
             timer.start()
 
-    def run(self) -> None:
+    def run(self, noted: tuple = ()) -> None:
+        """``noted``: the signals that came between the fork and now, passed on first."""
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(s, self._forward)
+        for s in noted:
+            self._forward(s, None)
+        spare = frozenset(processes.children(os.getpid())) - {self.child}   # ours before the rank
         processes.adopt_orphans()          # what the rank starts and leaves behind comes to us
         if self.channel is not None:
             self._server = threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True)
@@ -157,7 +161,8 @@ class Guardian:
                 break
             except InterruptedError:
                 continue
-        processes.end_children()           # what the rank started ends with it
+        processes.end_children(spare)      # what the rank started ends with it
+        self._startup_said()               # read once (and its file removed), whatever the end
         if self.link is None and self.size > 1:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
@@ -257,6 +262,8 @@ class Guardian:
             srun = " (srun does with --kill-on-bad-exit)" if environment.SLURM_STEP_ID in os.environ else ""
             return (f"the other ranks cannot be told, and wait for it until their start-up limit{limit} unless the "
                     f"launcher ends them{srun}")
+        if not self.files and self.rank != 0 and not os.environ.get(environment.STATE):
+            return "the job is stopped"          # rank 0's files: this guardian cannot know what they keep
         return f"the job is stopped; {notes.files_clause(self.files, self.kept)}"
 
     def _serve_rank(self) -> None:

@@ -33,8 +33,34 @@ def stopping() -> bool:
     return _stopping.wait(ECHO_GRACE if supervise.has_guardian() else 0)
 
 
-def _nothing(_signum, _frame) -> None:
-    """The Python-level handler: the thread of ``handle_signals`` acts on the signal."""
+_wake: list = []          # the write end of this rank's wakeup pipe, once handle_signals made it
+
+
+def _nothing(signum, _frame) -> None:
+    """The Python-level handler: the thread of ``handle_signals`` acts on the signal. It writes
+    the signal to the pipe too, should something have put another wakeup fd in ours' place (a
+    second word of one signal is no news to the thread)."""
+    if _wake:
+        try:
+            os.write(_wake[0], bytes([signum]))
+        except OSError:
+            pass
+
+
+def _forget_in_child() -> None:
+    """In a child forked without exec (a worker pool): the rank's pipe and handlers are not its."""
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_DFL)
+    for fd in _pipe:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _wake.clear()
+
+
+_pipe: list = []
 
 
 def handle_signals(rank: int) -> None:
@@ -54,6 +80,9 @@ def handle_signals(rank: int) -> None:
     wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
     woken, wake = os.pipe()
     os.set_blocking(wake, False)
+    _pipe[:] = [woken, wake]
+    _wake[:] = [wake]
+    os.register_at_fork(after_in_child=_forget_in_child)
     for signum in wanted:
         signal.signal(signum, _nothing)
         signal.siginterrupt(signum, False)

@@ -103,10 +103,14 @@ def guard_rank(launcher) -> None:
             _channel = pair[1]
             atexit.register(_channel.close)     # it lives as long as the rank, then goes quietly
         return
+    noted: list = []           # a signal before the guardian takes them: passed on when it does
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, lambda s, _frame: noted.append(s))
     if pair is not None:
         pair[1].close()
     from collbench.launch.liveness.guardian import Guardian
-    Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run()
+    Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run(tuple(noted))
 
 
 @contextlib.contextmanager
@@ -119,15 +123,22 @@ def startup_output():
         yield
         return
     path = notes.startup_output(_guardian_pid)
+    saved = None
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    except OSError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(fd, 2)
+        finally:
+            os.close(fd)
+    except OSError:               # no room for a descriptor, or the name taken: stderr stays as it is
+        if saved is not None:
+            os.close(saved)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(fd, 2)
-    os.close(fd)
     try:
         yield
     finally:

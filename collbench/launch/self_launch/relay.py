@@ -33,17 +33,18 @@ class Relay:
         self.spoke = False
         self.said: collections.deque = collections.deque(maxlen=64)
         self.launcher_said = ""
-        #: a signal is ending the job: only collbench's own lines go on (not the tracebacks of
-        #: ranks interrupted while Python started, nor the libraries' words as they die)
+        #: a signal is ending the job: the tracebacks of ranks it interrupted while Python started
+        #: (and Python's fatal start-up lines) are left out of stderr; every other line goes on
         self.quiet = False
-        self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout), daemon=True),
-                         threading.Thread(target=self._copy, args=(process.stderr, sys.stderr), daemon=True)]
+        self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout, False), daemon=True),
+                         threading.Thread(target=self._copy, args=(process.stderr, sys.stderr, True), daemon=True)]
         for t in self._threads:
             t.start()
 
-    def _copy(self, source, target) -> None:
+    def _copy(self, source, target, errors: bool) -> None:
         out = getattr(target, "buffer", target)
         held = b""
+        traceback = [False]          # inside a traceback block, while quiet
         while True:
             try:
                 chunk = os.read(source.fileno(), 65536)
@@ -53,23 +54,46 @@ class Relay:
                 break
             held += chunk
             *lines, held = held.split(b"\n")
-            keep = [line + b"\n" for line in lines if not self._noise(line)]
-            if held and not self.quiet and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
+            keep = [line + b"\n" for line in lines if not self._noise(line, errors and self._interrupted(line, traceback))]
+            if held and not (errors and self.quiet) and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
                 keep.append(held)          # a partial line (a progress bar): pass it on now
                 held = b""
             if keep:
                 self._write(out, b"".join(keep), target)
-        if held and not self._noise(held):
+        if held and not self._noise(held, errors and self._interrupted(held, traceback)):
             self._write(out, held, target)
 
-    def _noise(self, line: bytes) -> bool:
+    #: what Python prints of a process interrupted while it starts: a traceback, or a fatal error
+    _STARTING = (b"Fatal Python error:", b"Python runtime state:", b"KeyboardInterrupt", b"Current thread",
+                 b"Thread 0x")
+
+    def _interrupted(self, line: bytes, traceback: list) -> bool:
+        """While quiet: whether ``line`` belongs to what a rank interrupted as Python started
+        prints (``traceback``: this stream is inside a traceback's frames)."""
+        if not self.quiet:
+            return False
+        text = _CONTROLS.sub(b"", line)
+        if text.startswith(b"collbench:"):
+            traceback[0] = False
+            return False
+        if text.startswith(b"Traceback (most recent call last):"):
+            traceback[0] = True
+            return True
+        if traceback[0] and (text.startswith((b" ", b"\t")) or not text.strip()):
+            return True
+        if traceback[0]:              # the exception's own line ends the block
+            traceback[0] = False
+            return True
+        return text.startswith(self._STARTING)
+
+    def _noise(self, line: bytes, interrupted: bool = False) -> bool:
         text = _CONTROLS.sub(b"", line)        # what a terminal shows: a bar's erasing left out
         if text.startswith(b"collbench:"):
             self.spoke = True
             self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
         elif text.startswith(b"[mpiexec@") and not self.launcher_said:   # [mpiexec@host] where (file:line): what
             self.launcher_said = text.decode("utf-8", "replace").rsplit("): ", 1)[-1].strip()[:200]
-        return text.startswith(self.NOISE) or (self.quiet and not text.startswith(b"collbench:"))
+        return interrupted or text.startswith(self.NOISE)
 
     def saw(self, line: str) -> bool:
         """Whether ``line`` went by: whole, or the start of it, wrapped to a terminal's width by

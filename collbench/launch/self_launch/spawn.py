@@ -84,8 +84,11 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
         stop_all(signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    if noted:                  # a signal that came as the launch started, before this took over
-        forward(noted[0], None)
+    if noted:                  # a signal that came as the launch started, before this took over: the
+        received.append(noted[0])        # ranks may be starting Python, to which SIGINT means a
+        if relay is not None:            # traceback each; SIGTERM ends them quietly
+            relay.quiet = True
+        stop_all(signal.SIGTERM)
     try:
         code = 0
         pending = list(procs)
