@@ -4,7 +4,7 @@ not a traceback."""
 
 import sys
 
-from collbench.errors import Interrupted, interrupt_on_signals
+from collbench.errors import Interrupted, check_interrupted, interrupt_on_signals
 
 
 def main(argv=None) -> None:
@@ -18,6 +18,7 @@ def main(argv=None) -> None:
         sys.stderr.write("collbench: error: out of memory while starting (a limit such as ulimit -v is too low)\n")
         sys.exit(2)
     try:
+        check_interrupted()
         run(argv)
     except Interrupted as exc:      # where the command line's own handling does not reach
         from collbench.cli.interrupt import interrupted

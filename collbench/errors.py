@@ -67,6 +67,22 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+#: the signals Interrupted was raised for: C code that clears a pending exception (an import's
+#: fallback) can swallow it, and the places that go on to start work look here (``check_interrupted``)
+_interrupted_by: list = []
+
+
+def check_interrupted() -> None:
+    """Raise Interrupted again if a signal raised it before and something swallowed it."""
+    if _interrupted_by:
+        raise Interrupted(_interrupted_by[0])
+
+
+def interrupted_by() -> list:
+    """The signals that raised Interrupted in this process (a launch notes them as its own)."""
+    return list(_interrupted_by)
+
+
 def interrupt_on_signals() -> None:
     """From now on SIGINT, SIGTERM and SIGHUP raise Interrupted, unless they are ignored (nohup's
     SIGHUP); once one came, the others are ignored while the process says so and ends. The run
@@ -76,6 +92,7 @@ def interrupt_on_signals() -> None:
     def interrupted(signum, _frame):
         for other in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # a second Ctrl-C: the first is
             signal.signal(other, signal.SIG_IGN)                         # being said already
+        _interrupted_by.append(signum)
         raise Interrupted(signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

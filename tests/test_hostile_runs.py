@@ -347,7 +347,7 @@ def test_a_dev_shm_too_small_is_named_and_no_file_is_said_kept(tmp_path, sizes):
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
     assert proc.returncode != 0 and len(said) == 1, proc.stderr
     assert "SIGBUS" in said[0] and "MPI's shared memory (/dev/shm has" in said[0], said[0]
-    assert said[0].endswith("nothing was measured") and "keep" not in said[0]
+    assert said[0].endswith("nothing was saved") and "keep" not in said[0]
     assert not (tmp_path / "r.json").exists()
 
 

@@ -25,7 +25,8 @@ from collbench.launch.liveness import signals, supervise
 from collbench.backends import backend_class, make_control
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
-from collbench.errors import BackendDeclined, HostUsageError, SharedUsageError, UsageError, printable
+from collbench.errors import (BackendDeclined, HostUsageError, SharedUsageError, UsageError, check_interrupted,
+                             printable)
 from collbench.results.records import axes_problem
 from collbench.launch.origin.launcher import Launcher
 from collbench.launch.origin.pmi import mpi_start_problem, shared_memory_problem, world_mismatch
@@ -82,6 +83,7 @@ def setups_of(plan: Plan) -> tuple:
 
 def run(plan: Plan, launcher: Launcher) -> int:
     """Run the plan on this rank; returns the process exit code."""
+    check_interrupted()              # a signal whose Interrupted something swallowed: not lost
     signals.handle_signals(launcher.rank)
     try:
         return _run(plan, launcher)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from collbench import environment
-from collbench.errors import UsageError, printable
+from collbench.errors import UsageError, interrupted_by, printable
 from collbench.launch import notes, processes
 from collbench.launch.liveness.wire import EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
 from collbench.launch.network import rendezvous
@@ -350,6 +350,7 @@ class RoundLauncher:
         self.stopped_by: list = []
         self._handlers = {s: signal.signal(s, lambda signum, _frame: self.stopped_by.append(signum))
                           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        self.stopped_by.extend(interrupted_by())     # one that something swallowed before
 
     def stopped(self, completed: int) -> Optional[int]:
         """After ``completed`` rounds: the exit code of a signal that came between launches, said
