@@ -273,7 +273,8 @@ def test_a_rank_that_fails_in_start_up_says_the_others_wait_and_claims_no_files(
     print(proc.stderr)
     assert proc.returncode != 0
     assert len(lines) == 1, proc.stderr
-    assert "rank 1" in lines[0] and "exited with code 16 during start-up" in lines[0]
+    assert "rank 1" in lines[0] and "exited with code 16 (MPI's start-up said '" in lines[0] \
+        and ") during start-up" in lines[0]
     assert "the other ranks cannot be told" in lines[0] and "--kill-on-bad-exit" in lines[0]
     assert "keep" not in lines[0]
     assert not (tmp_path / "r.json").exists()

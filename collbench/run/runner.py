@@ -325,7 +325,6 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
                    first=number == schedule.first, setup_limit=startup_limit)
         watchdog.disarm()
         supervise.set_position("shutdown")
-        signals.leaving()
         completed = True
         if is_rank0 and schedule.measures_last_round:
             _warn_resolution(out, collector)

@@ -6,8 +6,8 @@ Only the standard library is imported here.
 
 from __future__ import annotations
 
-import atexit
 import os
+import select
 import signal
 import sys
 import threading
@@ -21,6 +21,8 @@ from collbench.launch.origin.terminal import END_PROGRESS_LINE, user_terminals
 
 
 _stopping = threading.Event()
+#: how often the signal thread looks for a pending SIGUSR1 (the guardian's "stop now")
+USR1_POLL_S = 0.05
 #: Seconds a rank in a job waits for word of a stop before it calls an error its own.
 ECHO_GRACE = 2.0
 
@@ -48,10 +50,12 @@ def _nothing(signum, _frame) -> None:
 
 
 def _forget_in_child() -> None:
-    """In a child forked without exec (a worker pool): the rank's pipe and handlers are not its."""
+    """In a child forked without exec (a worker pool): the rank's pipe, handlers and blocked
+    SIGUSR1 are not its."""
     signal.set_wakeup_fd(-1)
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     for fd in _pipe:
         try:
             os.close(fd)
@@ -74,10 +78,14 @@ def handle_signals(rank: int) -> None:
     without MPI_Finalize, which could wait forever. What must be saved is saved first
     (``before_exit``), under a deadline so that a stuck save cannot keep the rank alive.
 
-    No signal is blocked, so the processes a rank starts (a plugin's helper) do not inherit a
-    mask that would make them deaf to SIGTERM; system calls the signals interrupt are restarted.
+    SIGINT, SIGTERM and SIGHUP are not blocked, so the processes a rank starts (a plugin's
+    helper) do not inherit a mask that would make them deaf to them; system calls they
+    interrupt are restarted. SIGUSR1 alone stays blocked and is taken by ``sigtimedwait``: MPICH's
+    launcher sends it to the job's processes as one of them ends, at moments (MPI_Abort, the
+    interpreter's finalisation) when a handler of Python's no longer stands, and it killed ranks.
     """
-    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+    wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})   # before any thread: they inherit it
     woken, wake = os.pipe()
     os.set_blocking(wake, False)
     _pipe[:] = [woken, wake]
@@ -87,19 +95,18 @@ def handle_signals(rank: int) -> None:
         signal.signal(signum, _nothing)
         signal.siginterrupt(signum, False)
     signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
-    # Python puts the default actions back as it finalises, and a late signal would then kill a
-    # rank that is leaving well (MPICH's launcher sends SIGUSR1 as the first ranks leave): from
-    # the exit on, they wait, blocked, for a process that is about to end anyway.
-    atexit.register(signal.pthread_sigmask, signal.SIG_BLOCK, wanted)
 
     def next_signal() -> int:
         while True:
             try:
-                data = os.read(woken, 1)
+                ready = select.select([woken], [], [], USR1_POLL_S)[0]
+                data = os.read(woken, 1) if ready else b""
             except InterruptedError:
                 continue
             if data and data[0] in wanted:
                 return data[0]
+            if signal.sigtimedwait({signal.SIGUSR1}, 0) is not None:
+                return signal.SIGUSR1
 
     def wait() -> None:
         signum = next_signal()
@@ -129,10 +136,3 @@ def handle_signals(rank: int) -> None:
 
     threading.Thread(target=wait, name="collbench-signals", daemon=True).start()
 
-
-def leaving() -> None:
-    """This rank has measured everything and is leaving: a SIGUSR1 now (MPICH's launcher sends
-    one to the job's processes as the first of them leave, while this one may wait in
-    MPI_Finalize for the others) is no news, and must not kill it. The guardian's own "stop
-    now" is followed by SIGKILL after its grace, should it ever be needed."""
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -56,7 +56,8 @@ class Relay:
             *lines, held = held.split(b"\n")
             keep = [line + b"\n" for line in lines if not self._noise(line, errors and self._interrupted(line, traceback))]
             if held and not (errors and self.quiet) and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
-                keep.append(held)          # a partial line (a progress bar): pass it on now
+                self._noise(held)          # a partial line (a progress bar, or a line cut by the pipe):
+                keep.append(held)          # noted if it is collbench's, and passed on now
                 held = b""
             if keep:
                 self._write(out, b"".join(keep), target)
