@@ -194,8 +194,8 @@ def files_clause(paths, kept: str) -> str:
     launches' files, from its journal."""
     paths = [str(p) for p in paths or ()]
     if not paths:
-        paths, kept = launch_files(os.environ.get(environment.STATE), int(os.environ.get(environment.ROUND) or 1)
-                                   if (os.environ.get(environment.ROUND) or "1").isdigit() else 1)
+        number = os.environ.get(environment.ROUND, "")
+        paths, kept = launch_files(os.environ.get(environment.STATE), int(number) if number.isdigit() else 1)
     if not paths:            # --no-save, or stopped before any file was claimed
         return "nothing was saved"
     return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} {kept}"

@@ -35,16 +35,16 @@ def stopping() -> bool:
     return _stopping.wait(ECHO_GRACE if supervise.has_guardian() else 0)
 
 
-_wake: list = []          # the write end of this rank's wakeup pipe, once handle_signals made it
+_pipe: list = []          # this rank's wakeup pipe (read end, write end), once handle_signals made it
 
 
 def _nothing(signum, _frame) -> None:
     """The Python-level handler: the thread of ``handle_signals`` acts on the signal. It writes
     the signal to the pipe too, should something have put another wakeup fd in ours' place (a
     second word of one signal is no news to the thread)."""
-    if _wake:
+    if _pipe:
         try:
-            os.write(_wake[0], bytes([signum]))
+            os.write(_pipe[1], bytes([signum]))
         except OSError:
             pass
 
@@ -61,10 +61,8 @@ def _forget_in_child() -> None:
             os.close(fd)
         except OSError:
             pass
-    _wake.clear()
+    _pipe.clear()
 
-
-_pipe: list = []
 
 
 def handle_signals(rank: int) -> None:
@@ -89,7 +87,6 @@ def handle_signals(rank: int) -> None:
     woken, wake = os.pipe()
     os.set_blocking(wake, False)
     _pipe[:] = [woken, wake]
-    _wake[:] = [wake]
     os.register_at_fork(after_in_child=_forget_in_child)
     for signum in wanted:
         signal.signal(signum, _nothing)
