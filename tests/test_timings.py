@@ -152,3 +152,73 @@ def test_device_timing_with_the_stop_rule_counts_only_covered_samples():
                             mode="device", warmup=2, min_iters=10, max_time=0.2), device=StandInDevice(clock))
     assert m.unheld == 4 and len(m.samples_us[0]) >= 10 and np.isfinite(m.samples_us[0]).all()
     assert np.isfinite(m.rank_means_us[0])
+
+
+class FakeClock:
+    """The harness's timer, advanced only by calls (``seconds`` each): what the budget decides is
+    then exact, whatever the machine's load."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _slow_bound(clock, seconds, calls):
+    def run():
+        calls.append(1)
+        clock.now += seconds
+    return Bound(run=run, run_blocking=run, checked=lambda: None)
+
+
+def test_the_budget_bounds_warm_up_and_samples_of_a_slow_call_and_says_it_fell_short(monkeypatch):
+    """A call of 50 ms with a 0.2 s budget (a round's share of the default --max-time): the first
+    warm-up call, and a second, say how many more fit a third of the budget (one); then one
+    sample fits what is left, where --min-iters asks for 10. Before, the size took 1 + 5 + 10
+    calls (0.8 s, four times the budget)."""
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(harness, "timer", clock)
+    m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+                        settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
+    assert len(calls) == 1 + 3 + 1, len(calls)       # first call, warm-up, samples
+    assert len(m.samples_us[0]) == 1 and m.short
+    assert clock.now - 0.05 <= 0.2 + 1e-9             # past the first call: within the budget
+
+
+def test_a_fast_call_gets_its_whole_warm_up_and_min_iters_and_is_not_short(monkeypatch):
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(harness, "timer", clock)
+    m = harness.measure(_slow_bound(clock, 1e-6, calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+                        settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
+    assert len(calls) == 1 + 5 + 10 and len(m.samples_us[0]) == 10      # all alike: the CI is reached at once
+    assert not m.short and m.precision_reached == (True,)
+
+
+def test_fixed_iters_are_not_budgeted(monkeypatch):
+    """--iters N asks for N samples whatever they cost, after --warmup calls."""
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(harness, "timer", clock)
+    m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+                        settings=harness.TimingSettings(iters=12, warmup=5, max_time=0.2))
+    assert len(calls) == 1 + 5 + 12 and len(m.samples_us[0]) == 12 and not m.short
+
+
+def test_a_slow_first_warm_up_call_is_timed_again_before_the_warm_up_is_cut(monkeypatch):
+    """The first warm-up call after the check's can be slow (a first touch of the receive
+    buffer); a second one, fast, decides: the warm-up is then whole."""
+    durations = iter([0.1] + [1e-4] * 100)
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(harness, "timer", clock)
+
+    def run():
+        calls.append(1)
+        clock.now += next(durations)
+
+    m = harness.measure(Bound(run=run, run_blocking=run, checked=lambda: None), bench=get_benchmark("allreduce"),
+                        roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
+                        settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2), called=True)
+    assert len(calls) == 5 + 10 and not m.short          # the check's call stood for the first

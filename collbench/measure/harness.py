@@ -88,6 +88,8 @@ class Measurement:
     #: between (µs, the maximum over the timed ranks), and that compute's own (``overlap``)
     overall_us: list = ()
     compute_us: list = ()
+    #: adaptive: the budget (the round's share of --max-time) ran out before --min-iters samples
+    short: bool = False
 
 
 def _latency_loop(run: Callable, barrier: Callable, n: int, out: list) -> None:
@@ -154,16 +156,51 @@ def _queue_time(run: Callable, clock, barrier: Callable, n: int) -> float:
     return longest
 
 
-def _next_batch(n: int, rel: float, precision: float, elapsed: float, max_time: float) -> int:
-    """How many more iterations to run before deciding again."""
+def _next_batch(n: int, rel: float, precision: float, per_iter: float, left: float, min_iters: int) -> int:
+    """How many more iterations to run before deciding again: ``per_iter`` seconds each, ``left``
+    seconds of the budget to go; up to ``min_iters`` where time allows."""
     needed = n * (rel / precision) ** 2 if math.isfinite(rel) else 2 * n
     # At most double per round: the estimate from a few noisy samples can be wildly high,
     # and one huge batch would overshoot the precision target by orders of magnitude.
-    grow = min(max(int(needed) - n, n // 4, 1), n)
-    per_iter = elapsed / n if n else 0.0
+    grow = max(min(max(int(needed) - n, n // 4, 1), n), min_iters - n)
     if per_iter > 0:
-        grow = min(grow, max(1, int((max_time - elapsed) / per_iter) + 1))
-    return min(grow, MAX_SAMPLES - n)
+        grow = min(grow, max(1, int(left / per_iter) + 1))
+    return max(1, min(grow, MAX_SAMPLES - n))
+
+
+#: Where calls are slow, warm-up takes at most this share of a size's budget (``--max-time``, a
+#: round's share of it); the rest is the samples'.
+WARMUP_SHARE = 1 / 3
+
+
+def _first_batch(per_sample: float, left: float, min_iters: int) -> int:
+    """The samples to take before the stop rule first decides: ``min_iters``, or as many as
+    ``left`` seconds of the budget hold at ``per_sample`` seconds each (one at least)."""
+    if per_sample <= 0 or not math.isfinite(per_sample):
+        return min_iters
+    return max(1, min(min_iters, int(left / per_sample)))
+
+
+def _warmups_within(bound: Bound, pace: Callable, control: Control, timed: bool, warmups: int, share: float,
+                    warm: list) -> int:
+    """The warm-up calls still to make, of ``warmups``, for them all to take ``share`` seconds at most:
+    the first call or two, timed on every rank (a second where the first alone would not fit: the
+    first after the check's can be slow), say how long one takes on the slowest; their times go
+    to ``warm``. Every rank gets rank 0's answer."""
+    fastest = math.inf
+    for _ in range(2):
+        if not warmups:
+            break
+        _latency_loop(bound.run_blocking, pace, 1, warm)
+        warmups -= 1
+        longest = control.reduce_max(np.asarray([warm[-1] if timed else 0.0]))
+        fits = None
+        if control.rank == 0:
+            fastest = min(fastest, float(longest[0]))
+            fits = warmups * fastest <= share
+        if control.bcast(fits):
+            return warmups
+    return control.bcast(min(warmups, int(share / max(fastest, 1e-9))) if control.rank == 0 else None)
 
 
 def _nothing() -> None:
@@ -184,33 +221,45 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     taking_part = bench.takes_part(control.rank, roles)
     timed = bench.timed_on(control.rank, roles)
     group_count, group = bench.group_count(roles), bench.group_of(control.rank, roles)
-    per_call = bench.messages_per_call(roles)
+    per_call = bench.messages_per_call(roles.as_sent(group))     # a slow pair's window may be its own
     # an exchange that paces its pair (a reply, an acknowledgement) needs no barrier, and one
     # would put the barrier's exit skew into every sample; ranks outside the pair wait
     pace = _nothing if bench.self_paced else barrier
 
+    budgeted = not settings.iters        # adaptive: the budget bounds warm-up and samples
+    budget = settings.max_time
     first_call = 0.0
     if not called or not settings.warmup:
         t0 = timer()
         bound.run_blocking()                  # first call: connection and algorithm setup
         first_call = timer() - t0
+    begin = timer()                           # the budget counts from here: set-up is behind
     warm: list = []
-    _latency_loop(bound.run_blocking, pace, settings.warmup, warm)
+    warmups = settings.warmup
+    if budgeted:
+        warmups = _warmups_within(bound, pace, control, timed, warmups, budget * WARMUP_SHARE, warm)
+    _latency_loop(bound.run_blocking, pace, warmups, warm)
     estimate = float(np.median(warm)) if warm else first_call
     k = 1
-    if timing.batched:      # the slowest rank's estimate: an idle rank's says nothing
+    batch = settings.iters if settings.iters else settings.min_iters
+    if timing.batched or budgeted:      # the slowest rank's estimate: an idle rank's says nothing
         most = MAX_GRAPH_CALLS if timing.on_device else MAX_BATCH
         longest = control.reduce_max(np.asarray([estimate if timed else 0.0]))
-        k = control.bcast(max(1, min(most, int(THROUGHPUT_SAMPLE_S / max(float(longest[0]), 1e-9))))
-                          if is_rank0 else None)
+        if is_rank0:
+            slowest = float(longest[0])
+            if timing.batched:
+                k = max(1, min(most, int(THROUGHPUT_SAMPLE_S / max(slowest, 1e-9))))
+            if budgeted:
+                batch = _first_batch(slowest * k, budget - (timer() - begin), settings.min_iters)
+        k, batch = control.bcast((k, batch) if is_rank0 else None)
     holds = timing.name == "device"           # every rank then takes part in the hold's messages
     sample, held = _sampler(timing.name, bound, pace, sync, k, device, control, settings.warmup, taking_part)
 
     mine: list = []
     maxima: list = [[] for _ in range(group_count)]
-    batch = settings.iters if settings.iters else settings.min_iters
     reached = [False] * group_count
     unheld = 0
+    short = False
     start = timer()
     while True:
         if bench.self_paced:        # untimed: brings the pair back into step after the stop rule's messages
@@ -235,15 +284,19 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
         if is_rank0:
             rel = [relative_ci_halfwidth(np.asarray(m)) for m in maxima]
             reached = [r <= settings.precision for r in rel]
-            elapsed = timer() - start
             count = len(maxima[0])
             if settings.iters:         # device timing: the samples a hold did not cover, again
                 decision = max(0, settings.iters - count)
             else:
-                done = count >= settings.min_iters and (
-                    all(reached) or elapsed >= settings.max_time or count >= MAX_SAMPLES)
-                decision = 0 if done else _next_batch(count, max(rel), settings.precision, elapsed,
-                                                      settings.max_time)
+                # a budget is a budget: spent, it ends the size whatever the count (one at least);
+                # a row whose round took fewer than --min-iters says so
+                spent = timer() - begin
+                done = count >= MAX_SAMPLES or (count >= 1 and spent >= budget) or (
+                    count >= settings.min_iters and all(reached))
+                short = done and count < settings.min_iters
+                decision = 0 if done else _next_batch(count, max(rel), settings.precision,
+                                                      (timer() - start) / max(len(mine), 1),
+                                                      budget - spent, settings.min_iters)
             if holds:
                 decision = (decision, lengthen)
         decision = control.bcast(decision)
@@ -271,7 +324,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
                                    iters=settings.iters or max(settings.min_iters, OVERLAP_SAMPLES),
                                    max_time=settings.max_time / 2, group_count=group_count, group=group, timed=timed)
     return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached), unheld,
-                       overall, compute)
+                       overall, compute, short)
 
 
 #: The overlap's samples (with compute between start and complete) at most, unless --iters says;
