@@ -508,6 +508,52 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     assert not _nothing_left(hosts)
 
 
+def test_pairs_bandwidth_over_a_slow_link_keeps_to_its_budget(bridged_hosts, tmp_path):
+    """The same three hosts, node3's link slowed both ways to 200 Mbit/s, and ``pairs --metric bw
+    --cross-host --sizes 1M`` at its defaults (window 64, warm-up 5, --min-iters 10, --max-time 1,
+    five rounds): one window of 64 MiB takes 2.7 s there, 13 times a round's share of the budget.
+    The slow pairs' windows shrink (their rows say to what, and so do the notes), a round that
+    cannot take --min-iters samples says so, and node3 is still named. How long it takes is
+    benchmarks/pairs_budget.py's to judge (it runs this test); here the run must end well
+    within the time the whole default sweep took before (208 s a round)."""
+    hosts, switch, prefix = bridged_hosts
+    slow = hosts[2]
+    _slow_down(slow.netns, slow.iface, "200mbit")
+    _slow_down(switch, f"{prefix}-p3", "200mbit")
+    out = tmp_path / "p.json"
+    cmd = _mpiexec(hosts, tmp_path, (2, 1, 1), ["pairs", "-b", "mpi", "--metric", "bw", "--cross-host",
+                                                 "--sizes", "1M", "-o", out])
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp", "COLUMNS": "80"},
+                          capture_output=True, text=True, timeout=400)
+    took = time.monotonic() - started
+    print(proc.stdout)
+    print(f"pairs --metric bw over a 200 Mbit/s link, defaults: {took:.1f} s including launch")
+    assert proc.returncode == 0, proc.stderr
+    from collbench.results.links import placement, split
+    from collbench.results.loader import load_result
+
+    result = load_result(out)
+    assert result.metadata["settings"]["rounds"] == 5 and result.metadata["settings"]["window"] == 64
+    rows = {r.pair: r for r in result.rows}
+    assert set(rows) == {"0-2", "2-0", "0-3", "3-0", "1-2", "2-1", "1-3", "3-1", "2-3", "3-2"}, set(rows)
+    slowed = {pair for pair in rows if "3" in pair.split("-")}
+    for pair, row in rows.items():
+        assert row.window == 64 and row.rounds == 5 and row.check == "ok", row
+        # a window is kept the same in every round (0 in a round's record: the row's own)
+        assert {d.window or 64 for d in result.rounds[result.rows.index(row)]} == {row.window_used}, row
+    # 2.7 s a window at 200 Mbit/s: shrunk, to fewer messages than any pair of the other links
+    # (which may shrink too, where the ranks share two cores)
+    assert max(rows[p].window_used for p in slowed) < min(rows[p].window_used for p in set(rows) - slowed), \
+        {p: r.window_used for p, r in rows.items()}
+    maps, rest = split(result.rows, placement(result.metadata))
+    assert not rest and len(maps) == 1
+    assert [f.name for f in maps[0].findings if f.what == "host"] == ["node3"], maps[0].findings
+    assert "host node3" in proc.stdout and "window 64 shrunk to" in proc.stdout, proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
+    assert not _nothing_left(hosts)
+
+
 @pytest.mark.parametrize("split, groups", [("intra", [("node1", 2), ("node2", 2)]),
                                            ("inter", [("node1,node2", 2), ("node1,node2", 2)])])
 def test_split_within_and_across_hosts(hosts, tmp_path, split, groups):

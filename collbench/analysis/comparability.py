@@ -6,6 +6,7 @@ comparison cannot survive — no row in common — is an error raised by ``compa
 
 from __future__ import annotations
 
+from collbench.measure.sizes import format_size
 from collbench.results.records import RunResult
 
 # (label, path into the metadata dict)
@@ -75,6 +76,13 @@ def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_na
     if placement:
         pairs = ", ".join(f"{a} vs {b}" for a, b in placement)
         notes.append(f"ranks per node differ in matched rows ({pairs}): the ranks were placed differently")
+    windows = [(b, n) for b, n in matched if b.window_used != n.window_used]
+    if windows:
+        b, n = windows[0]
+        notes.append(f"{len(windows)} matched row(s) sent another window (window_used), a slow pair's shrunk to keep "
+                     f"to --max-time: {b.window_used} in {baseline_name}, {n.window_used} in {new_name} for "
+                     f"{b.collective}{' pair ' + b.pair if b.pair else ''} at {format_size(b.size_bytes)}"
+                     + (" and others" if len(windows) > 1 else ""))
     for name, side in ((baseline_name, 0), (new_name, 1)):
         wrong = sum(1 for pair in matched if not pair[side].check.startswith(("ok", "skipped")))
         if wrong:

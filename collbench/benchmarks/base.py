@@ -32,6 +32,7 @@ hold (``collbench.benchmarks.check``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, ClassVar, Optional
@@ -63,6 +64,17 @@ class Roles:
     #: the groups of a split that measure at once (``--split``: tuples of world ranks that
     #: partition the world); empty: every rank in one group. The root is each group's own.
     groups: tuple = ()
+    #: the window each pair sends, in the order of ``pairs``, where a slow pair's was shrunk to
+    #: keep to the budget (``collbench.run.sweep``); empty: every pair sends ``window``
+    windows: tuple = ()
+
+    def window_at(self, group: Optional[int]) -> int:
+        """The window pair number ``group`` sends (``window`` for a rank outside every pair)."""
+        return self.windows[group] if self.windows and group is not None else self.window
+
+    def as_sent(self, group: Optional[int]) -> "Roles":
+        """These roles as pair number ``group`` sees them: its own window for ``window``."""
+        return dataclasses.replace(self, window=self.window_at(group), windows=())
 
     def group_index(self, rank: int) -> int:
         """Which group of the split ``rank`` is in (0 without a split)."""
@@ -104,7 +116,9 @@ class Call:
 
     @property
     def window(self) -> int:
-        return self.roles.window
+        """The messages this rank's pair keeps in flight (``Roles.window_at``)."""
+        pair = self.roles.pair_of(self.rank)
+        return self.roles.window_at(None if pair is None else self.roles.pairs.index(pair))
 
     @property
     def right(self) -> int:

@@ -89,10 +89,11 @@ _OPTIONS = (
         help="Untimed iterations per size, after the first call.")),
     ("min_iters", click.option(
         "--min-iters", type=click.IntRange(min=1), default=10, show_default=True,
-        help="Fewest timed iterations in adaptive mode.")),
+        help="Fewest timed iterations in adaptive mode, where --max-time allows (the row says when not).")),
     ("max_time", click.option(
         "--max-time", type=params.MAX_TIME, default=1.0, show_default=True,
-        help="Seconds of timed work per size in adaptive mode, shared among the rounds.")),
+        help="Seconds per size in adaptive mode, shared among the rounds: warm-up and samples keep to it, a "
+             "slow pair's window shrinks to fit it.")),
     ("precision", click.option(
         "--precision", type=params.PRECISION, default=0.02, show_default=True,
         help="Stop when the median's 95% CI half-width is this fraction of the median.")),

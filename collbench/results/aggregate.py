@@ -34,15 +34,18 @@ def _median(values) -> float:
 
 
 def round_data(round_number: int, samples_us, rank_means_us=None, *, precision_reached: bool,
-               check: str, calls_per_sample: int = 1, overall_us=(), compute_us=()) -> RoundData:
+               check: str, calls_per_sample: int = 1, overall_us=(), compute_us=(), window: int = 0,
+               short: bool = False) -> RoundData:
     """One round's record for one row, its median and within-round CI computed from the samples
-    (and, for a call started and completed apart, the medians of its overlap samples)."""
+    (and, for a call started and completed apart, the medians of its overlap samples); ``window``:
+    the messages a slow pair sent per sample, where fewer than its row's; ``short``: the budget
+    ran out before --min-iters samples."""
     samples = np.asarray(samples_us, dtype=np.float64)
     s = summarize(samples)
     means = None if rank_means_us is None else tuple(float(m) for m in rank_means_us)
     return RoundData(round_number, s.n, s.p50, s.ci_low, s.ci_high, bool(precision_reached), check,
                      int(calls_per_sample), tuple(float(v) for v in samples), means,
-                     _median(overall_us), _median(compute_us))
+                     _median(overall_us), _median(compute_us), int(window), bool(short))
 
 
 def overlap_pct(overall_us: float, compute_us: float, pure_us: float) -> float:
@@ -96,7 +99,9 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         precision_reached=all(r.precision_reached for r in rounds), rounds=len(rounds),
         run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians),
         rounds_set_aside=set_aside, overall_us=overall, compute_us=compute,
-        overlap_pct=overlap_pct(overall, compute, p50))
+        overlap_pct=overlap_pct(overall, compute, p50),
+        window_used=min((r.window for r in rounds if r.window), default=identity.window),
+        rounds_short=sum(bool(r.short) for r in rounds))
 
 
 def noise_stratum(row) -> tuple:

@@ -63,6 +63,11 @@ class Collector:
         self._dirty = True
         return entry.row
 
+    def rounds_of(self, identity: RowIdentity) -> list:
+        """What earlier rounds measured for ``identity``: its RoundData (none yet: empty)."""
+        entry = self._entries.get(_key(identity))
+        return list(entry.rounds) if entry is not None else []
+
     @property
     def rows_held(self) -> int:
         return len(self._entries)

@@ -37,7 +37,8 @@ def _round_record(r) -> dict:
             "samples_us": [round(v, 4) for v in r.samples_us] if r.samples_us is not None else None,
             "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us] if r.rank_means_us is not None else None,
             **({"overall_us": _clean(r.overall_us), "compute_us": _clean(r.compute_us)}
-               if math.isfinite(r.overall_us) else {})}
+               if math.isfinite(r.overall_us) else {}),
+            **({"window": r.window} if r.window else {}), **({"short": True} if r.short else {})}
 
 
 @dataclass

@@ -320,7 +320,7 @@ def _medians(v, where: str) -> tuple:
 #: stay bounded.
 MOST_RANKS = 1 << 24
 #: Counts a row has at least one of.
-_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds", "group_size")
+_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds", "group_size", "window_used")
 
 
 def _check_identity(values: dict, where: str) -> None:
@@ -368,9 +368,9 @@ def _row(record: dict, where: str) -> Row:
     if len(values["time_us_round_p50s"]) != values["rounds"]:
         raise UsageError(f"{where}: rounds says {values['rounds']} but time_us_round_p50s holds "
                          f"{len(values['time_us_round_p50s'])} medians")
-    if values["rounds_set_aside"] > values["rounds"]:
-        raise UsageError(f"{where}: rounds_set_aside ({values['rounds_set_aside']}) is more than rounds "
-                         f"({values['rounds']})")
+    for name, most in (("rounds_set_aside", "rounds"), ("rounds_short", "rounds"), ("window_used", "window")):
+        if values[name] > values[most]:
+            raise UsageError(f"{where}: {name} ({values[name]}) is more than {most} ({values[most]})")
     return Row(**values)
 
 
@@ -399,7 +399,8 @@ def _round(d, where: str) -> RoundData:
                                  ("precision_reached", _flag, False), ("check", _check, "skipped"),
                                  ("calls_per_sample", lambda v: _count(v or 1), 1),
                                  ("overall_us", lambda v: _figure(v, limit=math.inf), None),
-                                 ("compute_us", lambda v: _figure(v, limit=math.inf), None)):
+                                 ("compute_us", lambda v: _figure(v, limit=math.inf), None),
+                                 ("window", _count, 0), ("short", _flag, False)):
         v = d.get(name, default)
         try:
             parsed[name] = parse(v)

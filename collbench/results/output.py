@@ -154,6 +154,11 @@ class Output:
         if self.progress:
             self.progress.advance()
 
+    def measured(self, identity) -> list:
+        """What the run's earlier rounds measured for a row (``Collector.rounds_of``)."""
+        with self._lock:
+            return self.collector.rounds_of(identity)
+
     def round_done(self, record: dict) -> None:
         """The round's own metadata (number, kind, order, load), kept in ``metadata["rounds"]``."""
         with self._lock:
@@ -291,6 +296,7 @@ class NullOutput:
     def note(self, text: str) -> None: ...
     def step(self, description: str) -> None: ...
     def add(self, identity, sort_key, data) -> None: ...
+    def measured(self, identity) -> list: return []
     def round_done(self, record: dict) -> None: ...
     def collective_done(self, collective: str, final_round: bool) -> None: ...
     def finish(self) -> None: ...

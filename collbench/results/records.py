@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
@@ -148,6 +148,12 @@ class Row:
                                "alone (time_us_p50); median over rounds (µs)", older=math.nan, since=6, default=math.nan)
     overlap_pct: float = column("how much of the call the compute hid, as OSU defines it: 100 * max(0, 1 - "
                                 "(overall_us - compute_us) / time_us_p50)", older=math.nan, since=6, default=math.nan)
+    window_used: int = column("messages in flight per sample as sent: window, or fewer (a power of two) where one "
+                              "window of a slow pair would have outlasted half its share of --max-time "
+                              "(bw, bibw; decided once per run)", older=lambda r: r["window"], since=7, default=1)
+    rounds_short: int = column("rounds whose share of --max-time ran out before --min-iters samples (a slow call "
+                               "or pair): their medians rest on fewer samples, as iterations says", older=0, since=7,
+                               default=0)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -272,6 +278,9 @@ class RoundData:
     overall_us: float = column("--api nonblocking, persistent: this round's median overall time (start, compute, "
                                "complete)", default=math.nan)
     compute_us: float = column("this round's median time of the compute inside overall_us", default=math.nan)
+    window: int = column("messages in flight per sample this round where fewer than the row's window (a slow pair's, "
+                         "shrunk); 0: the row's window", default=0)
+    short: bool = column("its share of --max-time ran out before --min-iters samples", default=False)
 
 
 @dataclass

@@ -278,6 +278,8 @@ def _notes(rows: list) -> tuple:
     if any(r.rounds_disagree for r in rows):
         notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
                      f"expects of rows like it at its time (its CI rests on its own rounds alone)")
+    notes += _budget_notes(rows, lambda r: f"{_size(r)} ({backend_label(r)})" if len({x.backend for x in rows}) > 1
+                           else _size(r))
     if any(not r.precision_reached for r in rows):
         notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
                      "--precision, or it had too few samples (under 6) for one")
@@ -288,6 +290,29 @@ def _notes(rows: list) -> tuple:
     elif checked:
         notes.append("every checked result: ok" if len(checked) < len(rows) else "every result checked: ok")
     return tuple(notes)
+
+
+def _listed(names: list, most: int = 6) -> str:
+    names = list(dict.fromkeys(names))
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _budget_notes(rows: list, name) -> list:
+    """What the budget (a round's share of --max-time) cut: windows shrunk for slow pairs, rows
+    with fewer than --min-iters samples in a round; ``name(row)``: how a note names a row."""
+    notes = []
+    shrunk: dict = {}
+    for r in rows:
+        if r.window_used < r.window:
+            shrunk.setdefault((r.window, r.window_used), []).append(name(r))
+    for (window, used), names in sorted(shrunk.items()):
+        notes.append(f"window {window} shrunk to {used} for {_listed(names)}: a whole window would have taken over "
+                     "half a round's share of --max-time")
+    short = [r for r in rows if r.rounds_short]
+    if short:
+        notes.append(f"fewer than --min-iters samples in a round for {_listed([name(r) for r in short])}: its share of "
+                     "--max-time ran out first (iterations says how many; a longer --max-time gives more)")
+    return notes
 
 
 def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = links.Placement()) -> list:
@@ -383,7 +408,8 @@ def link_tables(lmap: links.LinkMap) -> list:
         med = float(np.median(values))
         summary.append(f"{kind}: {len(pairs)} pair{'s' * (len(pairs) != 1)}, median {_fmt(lmap, med)} "
                        f"({_fmt(lmap, min(values))} to {_fmt(lmap, max(values))})")
-    notes = tuple(summary) + ((_host_legend(lmap),) if len({lmap.host(r) for r in ranks}) > 1 else ())
+    notes = tuple(summary) + ((_host_legend(lmap),) if len({lmap.host(r) for r in ranks}) > 1 else ()) \
+        + tuple(_budget_notes(list(lmap.rows.values()), lambda r: r.pair))
     tables = []
     if len(ranks) <= MATRIX_RANKS:
         lines = []

@@ -65,6 +65,24 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, li
     return points, [f"{coll.name}: {named} {'is' if len(small) == 1 else 'are'} {why}; skipped"]
 
 
+#: A window of a pair takes at most this share of a size's budget (``Sweep._as_sent``): the
+#: check's call, warm-up and samples then keep to the budget with room for a few samples.
+WINDOW_SHARE = 0.5
+#: Timed one-message exchanges that decide a pair's window (the fastest counts).
+PROBES = 3
+
+
+def fitting_window(window: int, per_message_s: float, most_s: float) -> int:
+    """``window``, if that many messages of ``per_message_s`` each take ``most_s`` at most; else
+    the largest power of two below it that does, one at least."""
+    if window * per_message_s <= most_s:
+        return window
+    fits = 1
+    while fits * 2 < window and fits * 2 * per_message_s <= most_s:
+        fits *= 2
+    return fits
+
+
 #: What a round's wall time goes to, as its record says (``Sweep.spent``): the timed calls with
 #: their warm-up and stop rule, writing the check pattern and checking results, and set-up
 #: (communicators, buffers, the memory guard's questions). The rest is output and the barriers
@@ -199,6 +217,40 @@ class Sweep:
             self.out.note(note)
         return note is None
 
+    def _as_sent(self, coll: Benchmark, roles: Roles, settings: harness.TimingSettings, bind, identity) -> Roles:
+        """``roles`` as the pairs send them at a size: where one window of a pair would take more than
+        WINDOW_SHARE of the budget (the round's share of --max-time), in adaptive mode, that pair's
+        window shrinks to the largest power of two that fits (one message at least), and its rows
+        say so. Decided once per run, so that its rounds measure the same thing: the first round
+        to measure a size times each pair's one-message exchange (after one that may open the
+        connection, the fastest of PROBES, on the slower rank of the pair), later ones keep what
+        it chose, as rank 0 finds in the rows (``identity(g)``: pair g's row). ``bind(roles)``:
+        the call at this size."""
+        if not coll.windowed or settings.iters or roles.window == 1:
+            return roles
+        control = self.control
+        chosen = None
+        if control.rank == 0:
+            earlier = [self.out.measured(identity(g)) for g in range(len(roles.pairs))]
+            if all(earlier):
+                chosen = tuple(rounds[0].window or roles.window for rounds in earlier)
+        chosen = control.bcast(chosen)
+        if chosen is None:
+            took = math.inf
+            probe = bind(dataclasses.replace(roles, window=1, windows=()))
+            probe.run_blocking()                 # may open the connection
+            for _ in range(PROBES):              # the fastest: a rank descheduled once does not decide
+                t0 = time.perf_counter()
+                probe.run_blocking()
+                took = min(took, time.perf_counter() - t0)
+            probe.release()
+            times = control.gather(took)
+            if control.rank == 0:
+                chosen = tuple(fitting_window(roles.window, max(times[a], times[b]), settings.max_time * WINDOW_SHARE)
+                               for a, b in roles.pairs)
+            chosen = control.bcast(chosen)
+        return roles if all(w == roles.window for w in chosen) else dataclasses.replace(roles, windows=chosen)
+
     def phase(self, name: str) -> _Phase:
         """``with sweep.phase("check"):`` counts the block's time as that phase's (``PHASES``)."""
         return _Phase(self.spent, name)
@@ -293,14 +345,28 @@ class Sweep:
             supervise.set_position(where)
             self.watchdog.arm(plan.timeout, where)
             self.out.step(where)
-            bound = harness.IDLE if not coll.takes_part(rank, roles) else backend.bind(
-                buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name, roles=roles)
+
+            def identity(g: int, timing: str, point=point) -> RowIdentity:
+                return RowIdentity(collective=coll.name, backend=backend.name, dtype=plan.dtype, op=op_name,
+                                   world_size=world, ranks_per_node=self.ranks_per_node, size_bytes=point.size_bytes,
+                                   per_rank_bytes=point.per_rank_bytes, count=point.elements, timing=timing,
+                                   bus_factor=coll.bus_factor(n), **coll.row_axes(roles, g),
+                                   **self._group_axes(roles, g), **backend.row_axes(), placement=placement)
+
+            def bind(sent: Roles, point=point):
+                return harness.IDLE if not coll.takes_part(rank, sent) else backend.bind(
+                    buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name,
+                    roles=sent)
+
+            with self.phase("setup"):
+                sent = self._as_sent(coll, roles, settings, bind, lambda g: identity(g, self.timings_of(backend_name)[0]))
+            bound = bind(sent)
             groups = [coll.group_of(r, roles) for r in range(world)]
             wrong = [0] * coll.group_count(roles)
             checked = plan.check and coll.moves_data      # a barrier carries nothing to check
             if checked:
                 with self.phase("check"):
-                    wrong_here = tables.count_wrong(bound.checked(), received(n, mine, roles, point.elements,
+                    wrong_here = tables.count_wrong(bound.checked(), received(n, mine, sent, point.elements,
                                                                               point.recv_len), point.recv_len)
                     by_rank = control.bcast(control.gather(wrong_here))
                 for r, g in enumerate(groups):
@@ -311,7 +377,7 @@ class Sweep:
                                          + (f" (round {round_number})" if self.total_rounds > 1 else ""))
             for i, timing in enumerate(self.timings_of(backend_name)):
                 with self.phase("timed"):   # the check's call stands for the first call of the first timing
-                    m = harness.measure(bound, bench=coll, roles=roles, barrier=backend.barrier,
+                    m = harness.measure(bound, bench=coll, roles=sent, barrier=backend.barrier,
                                         sync=backend.synchronize, control=control,
                                         settings=dataclasses.replace(settings, mode=timing), device=backend.device,
                                         called=checked and i == 0)
@@ -323,18 +389,14 @@ class Sweep:
                 means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
                 for g, samples in enumerate(m.samples_us):
                     check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
-                    identity = RowIdentity(collective=coll.name, backend=backend.name, dtype=plan.dtype, op=op_name,
-                                           world_size=world, ranks_per_node=self.ranks_per_node,
-                                           size_bytes=point.size_bytes, per_rank_bytes=point.per_rank_bytes,
-                                           count=point.elements, timing=timing, bus_factor=coll.bus_factor(n),
-                                           **coll.row_axes(roles, g), **self._group_axes(roles, g),
-                                           **backend.row_axes(), placement=placement)
                     own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
-                    self.out.add(identity, self._sort_key(coll, backend_name, point, roles, g, timing),
+                    window = sent.window_at(g)
+                    self.out.add(identity(g, timing), self._sort_key(coll, backend_name, point, roles, g, timing),
                                  round_data(round_number, samples, own, precision_reached=m.precision_reached[g],
                                             check=check, calls_per_sample=m.calls_per_sample,
                                             overall_us=m.overall_us[g] if m.overall_us else (),
-                                            compute_us=m.compute_us[g] if m.compute_us else ()))
+                                            compute_us=m.compute_us[g] if m.compute_us else (),
+                                            window=window if window != roles.window else 0, short=m.short))
                     supervise.size_finished()
             bound.release()               # a persistent request: before the next size binds its own
         bound = None                      # nothing calls into the buffers any more
