@@ -21,15 +21,17 @@ pytestmark = pytest.mark.mpi
 SLOW = ["bw", "--backend", "mpi", "--sizes", "8,16M", "--max-time", "0.1", "--rounds", "2", "--no-shuffle"]
 
 
-@pytest.mark.parametrize("window, per_message, most, expected", [
-    (64, 0.001, 0.1, 64),        # 64 ms: fits whole
-    (64, 0.042, 0.1, 2),         # 1 MiB at 200 Mbit/s: 2 fit in 100 ms
-    (64, 1.0, 0.1, 1),           # one message alone outlasts it: one still
-    (48, 0.003, 0.1, 32),        # not a power of two itself: the largest below that fits
-    (1, 5.0, 0.1, 1),
+@pytest.mark.parametrize("window, first, each, most, expected", [
+    (64, 0.001, 0.001, 0.1, 64),     # 64 ms: fits whole
+    (64, 0.042, 0.042, 0.1, 2),      # 1 MiB at 200 Mbit/s: 2 fit in 100 ms
+    (64, 1.0, 1.0, 0.1, 1),          # one message alone outlasts it: one still
+    (48, 0.003, 0.003, 0.1, 32),     # not a power of two itself: the largest below that fits
+    (64, 0.005, 0.00001, 0.1, 64),   # a long round trip, small messages: the round trip is paid once
+    (64, 0.05, 0.01, 0.1, 4),        # 50 ms for the first, 10 ms each next: 4 take 80 ms
+    (1, 5.0, 5.0, 0.1, 1),
 ])
-def test_a_window_shrinks_to_the_largest_power_of_two_that_fits(window, per_message, most, expected):
-    assert fitting_window(window, per_message, most) == expected
+def test_a_window_shrinks_to_the_largest_power_of_two_that_fits(window, first, each, most, expected):
+    assert fitting_window(window, first, each, most) == expected
 
 
 def _shrunk_rows(doc: dict) -> list:
@@ -135,3 +137,31 @@ def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
     assert proc.returncode in (0, 1), proc.stderr
     assert (f"1 matched row(s) sent another window (window_used), a slow pair's shrunk to keep to --max-time: 64 in "
             f"whole.json, {used} in w.json for bw pair 0-1 at 16M") in said, said
+
+
+@pytest.mark.parametrize("window, said", [(128, "sent windows of 128"), (3, "window_used says")])
+def test_a_file_whose_rounds_sent_other_windows_than_its_row_says_is_refused(run_dir, window, said):
+    doc = _written(run_dir)
+    (big,) = _shrunk_rows(doc)
+    big["round_details"][0]["window"] = window
+    (run_dir / "bad.json").write_text(json.dumps(doc))
+    proc = cli(["report", "bad.json"], run_dir)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
+
+
+def test_merging_runs_that_sent_other_windows_says_so(run_dir):
+    doc = _written(run_dir)
+    (big,) = _shrunk_rows(doc)
+    used = big["window_used"]
+    doc["metadata"]["run_id"] = "other"
+    big["window_used"] = 64
+    for d in big["round_details"]:
+        d.pop("window", None)
+    (run_dir / "whole.json").write_text(json.dumps(doc))
+    proc = cli(["merge", "w.json", "whole.json", "-o", "m.json"], run_dir)
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert f"1 row(s) sent other windows in some of the runs (bw pair 0-1 at 16777216 B: {used}, 64)" in said, said
+    merged = load_result(run_dir / "m.json")         # what merge writes, its loader reads
+    (row,) = [r for r in merged.rows if r.size_bytes == 16 << 20]
+    assert row.rounds == 2 and row.window_used == used

@@ -174,16 +174,16 @@ def _slow_bound(clock, seconds, calls):
 
 def test_the_budget_bounds_warm_up_and_samples_of_a_slow_call_and_says_it_fell_short(monkeypatch):
     """A call of 50 ms with a 0.2 s budget (a round's share of the default --max-time): the first
-    warm-up call, and a second, say how many more fit a third of the budget (one); then one
-    sample fits what is left, where --min-iters asks for 10. Before, the size took 1 + 5 + 10
-    calls (0.8 s, four times the budget)."""
+    warm-up call says that no more fit a third of the budget; then three samples fit what is
+    left, where --min-iters asks for 10, and a fourth would end past the budget. Before, the
+    size took 1 + 5 + 10 calls (0.8 s, four times the budget)."""
     clock, calls = FakeClock(), []
     monkeypatch.setattr(harness, "timer", clock)
     m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
                         barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
-    assert len(calls) == 1 + 3 + 1, len(calls)       # first call, warm-up, samples
-    assert len(m.samples_us[0]) == 1 and m.short
+    assert len(calls) == 1 + 1 + 3, len(calls)       # first call, warm-up, samples
+    assert len(m.samples_us[0]) == 3 and m.short
     assert clock.now - 0.05 <= 0.2 + 1e-9             # past the first call: within the budget
 
 
@@ -209,8 +209,9 @@ def test_fixed_iters_are_not_budgeted(monkeypatch):
 
 def test_a_slow_first_warm_up_call_is_timed_again_before_the_warm_up_is_cut(monkeypatch):
     """The first warm-up call after the check's can be slow (a first touch of the receive
-    buffer); a second one, fast, decides: the warm-up is then whole."""
-    durations = iter([0.1] + [1e-4] * 100)
+    buffer): 30 ms, where a third of the budget holds two such; a second one, fast, decides,
+    and the warm-up is whole."""
+    durations = iter([0.03] + [1e-4] * 100)
     clock, calls = FakeClock(), []
     monkeypatch.setattr(harness, "timer", clock)
 
@@ -222,3 +223,16 @@ def test_a_slow_first_warm_up_call_is_timed_again_before_the_warm_up_is_cut(monk
                         roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2), called=True)
     assert len(calls) == 5 + 10 and not m.short          # the check's call stood for the first
+
+
+@pytest.mark.parametrize("seconds", [0.004, 0.01, 0.03, 0.05, 0.07, 0.3])
+def test_warm_up_and_samples_together_keep_to_the_budget(monkeypatch, seconds):
+    """Past the first call (set-up), warm-up and samples end within the budget, or, where one
+    call alone outlasts it, take one warm-up call and one sample."""
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(harness, "timer", clock)
+    m = harness.measure(_slow_bound(clock, seconds, calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+                        settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
+    assert clock.now - seconds <= max(0.2, 2 * seconds) + 1e-9, (len(calls), len(m.samples_us[0]))
+    assert len(m.samples_us[0]) >= 1 and m.short == (len(m.samples_us[0]) < 10)

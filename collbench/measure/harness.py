@@ -164,7 +164,7 @@ def _next_batch(n: int, rel: float, precision: float, per_iter: float, left: flo
     # and one huge batch would overshoot the precision target by orders of magnitude.
     grow = max(min(max(int(needed) - n, n // 4, 1), n), min_iters - n)
     if per_iter > 0:
-        grow = min(grow, max(1, int(left / per_iter) + 1))
+        grow = min(grow, max(1, int(left / per_iter)))
     return max(1, min(grow, MAX_SAMPLES - n))
 
 
@@ -183,24 +183,27 @@ def _first_batch(per_sample: float, left: float, min_iters: int) -> int:
 
 def _warmups_within(bound: Bound, pace: Callable, control: Control, timed: bool, warmups: int, share: float,
                     warm: list) -> int:
-    """The warm-up calls still to make, of ``warmups``, for them all to take ``share`` seconds at most:
-    the first call or two, timed on every rank (a second where the first alone would not fit: the
-    first after the check's can be slow), say how long one takes on the slowest; their times go
-    to ``warm``. Every rank gets rank 0's answer."""
-    fastest = math.inf
-    for _ in range(2):
+    """The warm-up calls still to make, of ``warmups``, for all of them, those made here included,
+    to take ``share`` seconds at most: the first call, timed on every rank, says how long one
+    takes on the slowest; where only some of the rest fit, a second says it again (the first
+    after the check's can be slow). Their times go to ``warm``. Every rank gets rank 0's answer."""
+    used, fastest = 0.0, math.inf
+    for attempt in range(2):
         if not warmups:
-            break
+            return 0
         _latency_loop(bound.run_blocking, pace, 1, warm)
         warmups -= 1
         longest = control.reduce_max(np.asarray([warm[-1] if timed else 0.0]))
-        fits = None
+        answer = None
         if control.rank == 0:
+            used += float(longest[0])
             fastest = min(fastest, float(longest[0]))
-            fits = warmups * fastest <= share
-        if control.bcast(fits):
-            return warmups
-    return control.bcast(min(warmups, int(share / max(fastest, 1e-9))) if control.rank == 0 else None)
+            more = min(warmups, int(max(0.0, share - used) / max(fastest, 1e-9)))
+            answer = (more in (0, warmups) or attempt == 1, more)
+        settled, more = control.bcast(answer)
+        if settled:
+            return more
+    return 0
 
 
 def _nothing() -> None:
@@ -249,11 +252,12 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             slowest = float(longest[0])
             if timing.batched:
                 k = max(1, min(most, int(THROUGHPUT_SAMPLE_S / max(slowest, 1e-9))))
-            if budgeted:
-                batch = _first_batch(slowest * k, budget - (timer() - begin), settings.min_iters)
+            if budgeted:      # a self-paced pair's batch starts with a call that brings it back in step
+                batch = _first_batch(slowest * k, budget - (timer() - begin) - slowest * bench.self_paced,
+                                     settings.min_iters)
         k, batch = control.bcast((k, batch) if is_rank0 else None)
     holds = timing.name == "device"           # every rank then takes part in the hold's messages
-    sample, held = _sampler(timing.name, bound, pace, sync, k, device, control, settings.warmup, taking_part)
+    sample, held = _sampler(timing.name, bound, pace, sync, k, device, control, warmups, taking_part)
 
     mine: list = []
     maxima: list = [[] for _ in range(group_count)]
@@ -291,11 +295,12 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
                 # a budget is a budget: spent, it ends the size whatever the count (one at least);
                 # a row whose round took fewer than --min-iters says so
                 spent = timer() - begin
-                done = count >= MAX_SAMPLES or (count >= 1 and spent >= budget) or (
+                per_iter = (timer() - start) / max(len(mine), 1)
+                # a sample that cannot end within the budget is not begun
+                done = count >= MAX_SAMPLES or (count >= 1 and spent + per_iter > budget) or (
                     count >= settings.min_iters and all(reached))
                 short = done and count < settings.min_iters
-                decision = 0 if done else _next_batch(count, max(rel), settings.precision,
-                                                      (timer() - start) / max(len(mine), 1),
+                decision = 0 if done else _next_batch(count, max(rel), settings.precision, per_iter,
                                                       budget - spent, settings.min_iters)
             if holds:
                 decision = (decision, lengthen)

@@ -434,6 +434,10 @@ def _checked_rounds(row: Row, rounds: tuple, where: str) -> tuple:
         raise UsageError(f"{where}: round_details names round {Counter(numbers).most_common(1)[0][0]} twice")
     if len(rounds) != row.rounds:
         raise UsageError(f"{where}: rounds says {row.rounds} but round_details holds {len(rounds)} rounds")
+    sent = min((d.window for d in rounds if d.window), default=row.window)
+    if sent != row.window_used or any(d.window > row.window for d in rounds):
+        raise UsageError(f"{where}: window_used says {row.window_used} but round_details sent windows of "
+                         f"{', '.join(sorted({str(d.window or row.window) for d in rounds}))} (window {row.window})")
     for d, median in zip(sorted(rounds, key=lambda d: d.round), row.time_us_round_p50s):
         if d.time_us_p50 != median and not (math.isnan(d.time_us_p50) and math.isnan(median)):
             raise UsageError(f"{where}: round {d.round}'s median in round_details ({d.time_us_p50:g}) is not the "

@@ -66,19 +66,23 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, li
 
 
 #: A window of a pair takes at most this share of a size's budget (``Sweep._as_sent``): the
-#: check's call, warm-up and samples then keep to the budget with room for a few samples.
+#: check's call, warm-up and samples then keep to the budget with room for a sample or two.
 WINDOW_SHARE = 0.5
-#: Timed one-message exchanges that decide a pair's window (the fastest counts).
-PROBES = 3
+#: Timed exchanges of one message, and of two, that decide a pair's window (the fastest counts).
+PROBES = 2
 
 
-def fitting_window(window: int, per_message_s: float, most_s: float) -> int:
-    """``window``, if that many messages of ``per_message_s`` each take ``most_s`` at most; else
-    the largest power of two below it that does, one at least."""
-    if window * per_message_s <= most_s:
+def fitting_window(window: int, first_s: float, each_s: float, most_s: float) -> int:
+    """``window``, if a window of that many messages takes ``most_s`` at most, its first message
+    ``first_s`` (with the acknowledgement's round trip) and each other ``each_s``; else the
+    largest power of two below it that does, one at least."""
+    def took(n: int) -> float:
+        return first_s + (n - 1) * each_s
+
+    if took(window) <= most_s:
         return window
     fits = 1
-    while fits * 2 < window and fits * 2 * per_message_s <= most_s:
+    while fits * 2 < window and took(fits * 2) <= most_s:
         fits *= 2
     return fits
 
@@ -222,10 +226,11 @@ class Sweep:
         WINDOW_SHARE of the budget (the round's share of --max-time), in adaptive mode, that pair's
         window shrinks to the largest power of two that fits (one message at least), and its rows
         say so. Decided once per run, so that its rounds measure the same thing: the first round
-        to measure a size times each pair's one-message exchange (after one that may open the
-        connection, the fastest of PROBES, on the slower rank of the pair), later ones keep what
-        it chose, as rank 0 finds in the rows (``identity(g)``: pair g's row). ``bind(roles)``:
-        the call at this size."""
+        to measure a size times each pair's exchange of one message and of two (the fastest of
+        PROBES each, after one that may open the connection, on the slower rank of the pair: a
+        window costs the first message's time and the difference for each next), later ones keep
+        what it chose, as rank 0 finds in the rows (``identity(g)``: pair g's row).
+        ``bind(roles)``: the call at this size."""
         if not coll.windowed or settings.iters or roles.window == 1:
             return roles
         control = self.control
@@ -236,18 +241,26 @@ class Sweep:
                 chosen = tuple(rounds[0].window or roles.window for rounds in earlier)
         chosen = control.bcast(chosen)
         if chosen is None:
-            took = math.inf
-            probe = bind(dataclasses.replace(roles, window=1, windows=()))
-            probe.run_blocking()                 # may open the connection
-            for _ in range(PROBES):              # the fastest: a rank descheduled once does not decide
-                t0 = time.perf_counter()
-                probe.run_blocking()
-                took = min(took, time.perf_counter() - t0)
-            probe.release()
+            took = []
+            for messages in (1, 2):        # one message, then two: a window's first and each next
+                probe = bind(dataclasses.replace(roles, window=messages, windows=()))
+                if messages == 1:
+                    probe.run_blocking()     # may open the connection
+                fastest = math.inf           # a rank descheduled once does not decide
+                for _ in range(PROBES):
+                    t0 = time.perf_counter()
+                    probe.run_blocking()
+                    fastest = min(fastest, time.perf_counter() - t0)
+                probe.release()
+                took.append(fastest)
             times = control.gather(took)
             if control.rank == 0:
-                chosen = tuple(fitting_window(roles.window, max(times[a], times[b]), settings.max_time * WINDOW_SHARE)
-                               for a, b in roles.pairs)
+                chosen = []
+                for a, b in roles.pairs:
+                    one, two = (max(times[a][i], times[b][i]) for i in (0, 1))
+                    chosen.append(fitting_window(roles.window, one, max(two - one, 0.0),
+                                                 settings.max_time * WINDOW_SHARE))
+                chosen = tuple(chosen)
             chosen = control.bcast(chosen)
         return roles if all(w == roles.window for w in chosen) else dataclasses.replace(roles, windows=chosen)
 
@@ -358,8 +371,10 @@ class Sweep:
                     buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name,
                     roles=sent)
 
-            with self.phase("setup"):
-                sent = self._as_sent(coll, roles, settings, bind, lambda g: identity(g, self.timings_of(backend_name)[0]))
+            timings = self.timings_of(backend_name)
+            with self.phase("setup"):          # a block with no timing left only checks: nothing to budget
+                sent = self._as_sent(coll, roles, settings, bind, lambda g: identity(g, timings[0])) if timings \
+                    else roles
             bound = bind(sent)
             groups = [coll.group_of(r, roles) for r in range(world)]
             wrong = [0] * coll.group_count(roles)
@@ -375,7 +390,7 @@ class Sweep:
                 if sum(wrong):
                     self.failures.append(f"{where}: {sum(wrong)} wrong elements"
                                          + (f" (round {round_number})" if self.total_rounds > 1 else ""))
-            for i, timing in enumerate(self.timings_of(backend_name)):
+            for i, timing in enumerate(timings):
                 with self.phase("timed"):   # the check's call stands for the first call of the first timing
                     m = harness.measure(bound, bench=coll, roles=sent, barrier=backend.barrier,
                                         sync=backend.synchronize, control=control,
