@@ -468,22 +468,31 @@ def _slow_down(netns: str, iface: str, rate: str) -> None:
         "burst", "64kb", "latency", "100ms")
 
 
+def _pairs_bw_behind_a_slowed_node3(bridged_hosts, tmp_path, rate: str, args: list, timeout: float) -> tuple:
+    """``pairs --metric bw --cross-host ARGS`` under mpiexec on the three hosts (ranks 0-1 on
+    node1, 2 on node2, 3 on node3), node3's link slowed both ways to ``rate``, MPI over TCP (UCX
+    would reach across by shared memory); (the finished process, seconds it took)."""
+    hosts, switch, prefix = bridged_hosts
+    _slow_down(hosts[2].netns, hosts[2].iface, rate)
+    _slow_down(switch, f"{prefix}-p3", rate)
+    cmd = _mpiexec(hosts, tmp_path, (2, 1, 1), ["pairs", "--metric", "bw", "--cross-host", *args])
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp", "COLUMNS": "80"},
+                          capture_output=True, text=True, timeout=timeout)
+    print(proc.stdout)
+    return proc, time.monotonic() - started
+
+
 @needs_torch
 def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     """Three hosts on a bridge (ranks 0-1 on node1, 2 on node2, 3 on node3); node3's link is
     slowed both ways to 1 Gbit/s by a token bucket. ``pairs --metric bw --cross-host`` on mpi
     (over TCP: UCX would reach across by shared memory) and gloo names node3, not its pairs."""
-    hosts, switch, prefix = bridged_hosts
-    slow = hosts[2]
-    _slow_down(slow.netns, slow.iface, "1gbit")
-    _slow_down(switch, f"{prefix}-p3", "1gbit")
+    hosts = bridged_hosts[0]
     out = tmp_path / "p.json"
-    cmd = _mpiexec(hosts, tmp_path, (2, 1, 1), ["pairs", "--metric", "bw", "--cross-host", "-b", "mpi,gloo",
-                                                 "--sizes", "256K", "--window", "8", "--iters", "12", "--warmup", "2",
-                                                 "--rounds", "1", "--timeout", "120", "-o", out])
-    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp", "COLUMNS": "80"},
-                          capture_output=True, text=True, timeout=300)
-    print(proc.stdout)
+    proc, _ = _pairs_bw_behind_a_slowed_node3(bridged_hosts, tmp_path, "1gbit", [
+        "-b", "mpi,gloo", "--sizes", "256K", "--window", "8", "--iters", "12", "--warmup", "2", "--rounds", "1",
+        "--timeout", "120", "-o", out], timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["metadata"]["rank_hosts"] == ["node1", "node1", "node2", "node3"]
@@ -516,18 +525,10 @@ def test_pairs_bandwidth_over_a_slow_link_keeps_to_its_budget(bridged_hosts, tmp
     cannot take --min-iters samples says so, and node3 is still named. How long it takes is
     benchmarks/pairs_budget.py's to judge (it runs this test); here the run must end well
     within the time the whole default sweep took before (208 s a round)."""
-    hosts, switch, prefix = bridged_hosts
-    slow = hosts[2]
-    _slow_down(slow.netns, slow.iface, "200mbit")
-    _slow_down(switch, f"{prefix}-p3", "200mbit")
+    hosts = bridged_hosts[0]
     out = tmp_path / "p.json"
-    cmd = _mpiexec(hosts, tmp_path, (2, 1, 1), ["pairs", "-b", "mpi", "--metric", "bw", "--cross-host",
-                                                 "--sizes", "1M", "-o", out])
-    started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp", "COLUMNS": "80"},
-                          capture_output=True, text=True, timeout=400)
-    took = time.monotonic() - started
-    print(proc.stdout)
+    proc, took = _pairs_bw_behind_a_slowed_node3(bridged_hosts, tmp_path, "200mbit", [
+        "-b", "mpi", "--sizes", "1M", "-o", out], timeout=400)
     print(f"pairs --metric bw over a 200 Mbit/s link, defaults: {took:.1f} s including launch")
     assert proc.returncode == 0, proc.stderr
     from collbench.results.links import placement, split
