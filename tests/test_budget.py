@@ -15,10 +15,12 @@ from conftest import cli, load_json, mpirun
 
 pytestmark = pytest.mark.mpi
 
-#: A 16 MiB message takes milliseconds on any machine; a round's share of --max-time 0.1 over 2
-#: rounds is 50 ms, half of it 25 ms: a window of 64 such messages cannot stay whole, and one of
-#: 64 messages of 8 bytes (tens of µs each) always can.
-SLOW = ["bw", "--backend", "mpi", "--sizes", "8,16M", "--max-time", "0.1", "--rounds", "2", "--no-shuffle"]
+#: A 64 MiB message takes about 10 ms or more on any machine, beyond what a rank loses off a busy
+#: core; a round's share of --max-time 0.1 over 2 rounds is 50 ms, half of it 25 ms: a window
+#: of 64 such messages cannot stay whole, and one of 64 messages of 8 bytes (tens of µs each)
+#: always can.
+SLOW = ["bw", "--backend", "mpi", "--sizes", "8,64M", "--max-time", "0.1", "--rounds", "2", "--no-shuffle"]
+BIG = 64 << 20
 
 
 @pytest.mark.parametrize("window, first, each, most, expected", [
@@ -35,7 +37,7 @@ def test_a_window_shrinks_to_the_largest_power_of_two_that_fits(window, first, e
 
 
 def _shrunk_rows(doc: dict) -> list:
-    big = [r for r in doc["rows"] if r["size_bytes"] == 16 << 20]
+    big = [r for r in doc["rows"] if r["size_bytes"] == BIG]
     assert len(big) == 1
     return big
 
@@ -57,10 +59,10 @@ def test_a_self_launched_run_shrinks_a_slow_window_once_and_keeps_it_in_every_ro
     assert doc["metadata"]["settings"]["round_kind"] == "launch"
     _check_kept(doc)
     (row,) = _shrunk_rows(doc)
-    assert f"window 64 shrunk to {row['window_used']} for 16M" in proc.stdout, proc.stdout
+    assert f"window 64 shrunk to {row['window_used']} for 64M" in proc.stdout, proc.stdout
     assert all(len(line) <= 80 for line in proc.stdout.splitlines())
     csv = load_result(run_dir / "b.csv")          # the CSV keeps the row's columns
-    (big,) = [r for r in csv.rows if r.size_bytes == 16 << 20]
+    (big,) = [r for r in csv.rows if r.size_bytes == BIG]
     assert big.window_used == row["window_used"] and big.rounds_short == row["rounds_short"]
 
 
@@ -74,7 +76,7 @@ def test_rounds_inside_one_job_keep_the_window_the_first_chose(run_dir):
 
 def test_fixed_iters_send_the_whole_window(run_dir):
     """--iters asks for a count, not a budget: nothing shrinks."""
-    proc = cli(["bw", "-n", "2", "--backend", "mpi", "--sizes", "16M", "--iters", "2", "--warmup", "0",
+    proc = cli(["bw", "-n", "2", "--backend", "mpi", "--sizes", "64M", "--iters", "2", "--warmup", "0",
                 "--rounds", "1", "-o", "b.json", "-q"], run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     (row,) = load_json(run_dir / "b.json")["rows"]
@@ -136,7 +138,7 @@ def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode in (0, 1), proc.stderr
     assert (f"1 matched row(s) sent another window (window_used), a slow pair's shrunk to keep to --max-time: 64 in "
-            f"whole.json, {used} in w.json for bw pair 0-1 at 16M") in said, said
+            f"whole.json, {used} in w.json for bw pair 0-1 at 64M") in said, said
 
 
 @pytest.mark.parametrize("window, said", [(128, "sent windows of 128"), (3, "window_used says")])
@@ -161,7 +163,7 @@ def test_merging_runs_that_sent_other_windows_says_so(run_dir):
     proc = cli(["merge", "w.json", "whole.json", "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stderr.split())
-    assert f"1 row(s) sent other windows in some of the runs (bw pair 0-1 at 16777216 B: {used}, 64)" in said, said
+    assert f"1 row(s) sent other windows in some of the runs (bw pair 0-1 at 67108864 B: {used}, 64)" in said, said
     merged = load_result(run_dir / "m.json")         # what merge writes, its loader reads
-    (row,) = [r for r in merged.rows if r.size_bytes == 16 << 20]
+    (row,) = [r for r in merged.rows if r.size_bytes == BIG]
     assert row.rounds == 2 and row.window_used == used

@@ -68,8 +68,11 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, li
 #: A window of a pair takes at most this share of a size's budget (``Sweep._as_sent``): the
 #: check's call, warm-up and samples then keep to the budget with room for a sample or two.
 WINDOW_SHARE = 0.5
-#: Timed exchanges of one message, and of two, that decide a pair's window (the fastest counts).
+#: Timed exchanges of one message, and of a window of PROBE_WINDOW (or fewer, as asked), that
+#: decide a pair's window (the fastest of PROBES counts): the difference over PROBE_WINDOW - 1
+#: messages is what each next one costs, a rank's few milliseconds off the core divided by three.
 PROBES = 2
+PROBE_WINDOW = 4
 
 
 def fitting_window(window: int, first_s: float, each_s: float, most_s: float) -> int:
@@ -226,9 +229,10 @@ class Sweep:
         WINDOW_SHARE of the budget (the round's share of --max-time), in adaptive mode, that pair's
         window shrinks to the largest power of two that fits (one message at least), and its rows
         say so. Decided once per run, so that its rounds measure the same thing: the first round
-        to measure a size times each pair's exchange of one message and of two (the fastest of
-        PROBES each, after one that may open the connection, on the slower rank of the pair: a
-        window costs the first message's time and the difference for each next), later ones keep
+        to measure a size times each pair's exchange of one message and of PROBE_WINDOW (the
+        fastest of PROBES each, after one that may open the connection, on the slower rank of the
+        pair: a window costs the first message's time and, for each next, the difference over the
+        messages between), later ones keep
         what it chose, as rank 0 finds in the rows (``identity(g)``: pair g's row).
         ``bind(roles)``: the call at this size."""
         if not coll.windowed or settings.iters or roles.window == 1:
@@ -242,7 +246,8 @@ class Sweep:
         chosen = control.bcast(chosen)
         if chosen is None:
             took = []
-            for messages in (1, 2):        # one message, then two: a window's first and each next
+            several = min(PROBE_WINDOW, roles.window)
+            for messages in (1, several):  # a window's first message, and each next: the difference
                 probe = bind(dataclasses.replace(roles, window=messages, windows=()))
                 if messages == 1:
                     probe.run_blocking()     # may open the connection
@@ -257,8 +262,8 @@ class Sweep:
             if control.rank == 0:
                 chosen = []
                 for a, b in roles.pairs:
-                    one, two = (max(times[a][i], times[b][i]) for i in (0, 1))
-                    chosen.append(fitting_window(roles.window, one, max(two - one, 0.0),
+                    one, more = (max(times[a][i], times[b][i]) for i in (0, 1))
+                    chosen.append(fitting_window(roles.window, one, max(more - one, 0.0) / (several - 1),
                                                  settings.max_time * WINDOW_SHARE))
                 chosen = tuple(chosen)
             chosen = control.bcast(chosen)
