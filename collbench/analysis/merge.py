@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from collbench.results.aggregate import build_row, moderate_rows
-from collbench.results.records import RowIdentity, RunResult, backend_label
+from collbench.results.records import RowIdentity, RunResult, backend_label, windows_sent
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.analysis.comparability import metadata_warnings
 from collbench.errors import UsageError
@@ -85,14 +85,15 @@ def merge_runs(named: list) -> tuple:
     for row, data in rows.values():
         data.sort(key=lambda d: d.round)
         merged.add(build_row(RowIdentity.of(row, _bus_factor(row)), data), tuple(data))
-        if len({d.window or row.window for d in data}) > 1:
-            mixed.append(row)
+        sent = windows_sent(data, row.window)
+        if len(sent) > 1:
+            mixed.append((row, sent))
     if mixed:       # one run shrank a slow pair's window, another did not, or to another size
-        first = mixed[0]
+        first, sent = mixed[0]
         warnings.append(f"{len(mixed)} row(s) sent other windows in some of the runs ({first.collective}"
                         f"{' pair ' + first.pair if first.pair else ''} at {first.size_bytes} B: "
-                        f"{', '.join(str(w) for w in sorted({d.window or first.window for d in rows[first.key()][1]}))}"
-                        "): their rounds mix windows, and window_used gives the smallest")
+                        f"{', '.join(map(str, sorted(sent)))}): their rounds mix windows, and window_used gives "
+                        "the smallest")
     merged.rows[:] = moderate_rows(merged.rows)
     merged.notes.extend(note for _, result in named for note in result.notes if note not in merged.notes)
     shared = set.intersection(*({r.key() for r in result.rows} for _, result in named))

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths
+from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths, windows_sent
 from collbench.measure.noise import NoiseModel, noise_model
 from collbench.measure.runstats import summarize_rounds
 from collbench.measure.stats import summarize
@@ -100,7 +100,7 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         run_to_run_cv=across.cv, rounds_disagree=across.disagree, time_us_round_p50s=tuple(medians),
         rounds_set_aside=set_aside, overall_us=overall, compute_us=compute,
         overlap_pct=overlap_pct(overall, compute, p50),
-        window_used=min((r.window for r in rounds if r.window), default=identity.window),
+        window_used=min(windows_sent(rounds, identity.window)),
         rounds_short=sum(bool(r.short) for r in rounds))
 
 

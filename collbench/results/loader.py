@@ -45,7 +45,8 @@ from pathlib import Path
 from collbench.errors import UsageError, printable
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, LONGEST_TEXT, ROW_FIELDS, SCHEMA, SCHEMA_VERSION,
-                                      WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version)
+                                      WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version,
+                                      windows_sent)
 
 #: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
 #: samples) is a few hundred MB, and a file is held twice while it is decoded.
@@ -434,10 +435,10 @@ def _checked_rounds(row: Row, rounds: tuple, where: str) -> tuple:
         raise UsageError(f"{where}: round_details names round {Counter(numbers).most_common(1)[0][0]} twice")
     if len(rounds) != row.rounds:
         raise UsageError(f"{where}: rounds says {row.rounds} but round_details holds {len(rounds)} rounds")
-    sent = min((d.window for d in rounds if d.window), default=row.window)
-    if sent != row.window_used or any(d.window > row.window for d in rounds):
+    sent = windows_sent(rounds, row.window)
+    if min(sent) != row.window_used or max(sent) > row.window:
         raise UsageError(f"{where}: window_used says {row.window_used} but round_details sent windows of "
-                         f"{', '.join(sorted({str(d.window or row.window) for d in rounds}))} (window {row.window})")
+                         f"{', '.join(map(str, sorted(sent)))} (window {row.window})")
     for d, median in zip(sorted(rounds, key=lambda d: d.round), row.time_us_round_p50s):
         if d.time_us_p50 != median and not (math.isnan(d.time_us_p50) and math.isnan(median)):
             raise UsageError(f"{where}: round {d.round}'s median in round_details ({d.time_us_p50:g}) is not the "

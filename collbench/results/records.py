@@ -283,6 +283,11 @@ class RoundData:
     short: bool = column("its share of --max-time ran out before --min-iters samples", default=False)
 
 
+def windows_sent(rounds, window: int) -> set:
+    """The windows a row's rounds sent (``RoundData.window``, 0 standing for the row's ``window``)."""
+    return {d.window or window for d in rounds}
+
+
 @dataclass
 class RunResult:
     """A run: metadata, rows in file order, and per row what each round measured."""

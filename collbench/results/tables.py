@@ -278,8 +278,8 @@ def _notes(rows: list) -> tuple:
     if any(r.rounds_disagree for r in rows):
         notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
                      f"expects of rows like it at its time (its CI rests on its own rounds alone)")
-    notes += _budget_notes(rows, lambda r: f"{_size(r)} ({backend_label(r)})" if len({x.backend for x in rows}) > 1
-                           else _size(r))
+    several = len({r.backend for r in rows}) > 1
+    notes += _budget_notes(rows, lambda r: f"{_size(r)} ({backend_label(r)})" if several else _size(r))
     if any(not r.precision_reached for r in rows):
         notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
                      "--precision, or it had too few samples (under 6) for one")

@@ -90,6 +90,26 @@ def fitting_window(window: int, first_s: float, each_s: float, most_s: float) ->
     return fits
 
 
+def _probe(bind, roles: Roles, several: int) -> tuple:
+    """This rank's time for its pair's exchange of one message and of a window of ``several``,
+    the fastest of PROBES each (a rank descheduled once does not decide), after one exchange that
+    may open the connection: a window costs the first, and for each next message the difference
+    over the ``several`` - 1 between. ``bind(roles)``: the call at the size."""
+    took = []
+    for messages in (1, several):
+        probe = bind(dataclasses.replace(roles, window=messages, windows=()))
+        if messages == 1:
+            probe.run_blocking()
+        fastest = math.inf
+        for _ in range(PROBES):
+            t0 = time.perf_counter()
+            probe.run_blocking()
+            fastest = min(fastest, time.perf_counter() - t0)
+        probe.release()
+        took.append(fastest)
+    return tuple(took)
+
+
 #: What a round's wall time goes to, as its record says (``Sweep.spent``): the timed calls with
 #: their warm-up and stop rule, writing the check pattern and checking results, and set-up
 #: (communicators, buffers, the memory guard's questions). The rest is output and the barriers
@@ -225,16 +245,13 @@ class Sweep:
         return note is None
 
     def _as_sent(self, coll: Benchmark, roles: Roles, settings: harness.TimingSettings, bind, identity) -> Roles:
-        """``roles`` as the pairs send them at a size: where one window of a pair would take more than
-        WINDOW_SHARE of the budget (the round's share of --max-time), in adaptive mode, that pair's
-        window shrinks to the largest power of two that fits (one message at least), and its rows
-        say so. Decided once per run, so that its rounds measure the same thing: the first round
-        to measure a size times each pair's exchange of one message and of PROBE_WINDOW (the
-        fastest of PROBES each, after one that may open the connection, on the slower rank of the
-        pair: a window costs the first message's time and, for each next, the difference over the
-        messages between), later ones keep
-        what it chose, as rank 0 finds in the rows (``identity(g)``: pair g's row).
-        ``bind(roles)``: the call at this size."""
+        """``roles`` as the pairs send them at a size: where one window of a pair would take more
+        than WINDOW_SHARE of the budget (the round's share of --max-time), in adaptive mode, that
+        pair's window shrinks to the largest power of two that fits (one message at least), and
+        its rows say so. Decided once per run, so that its rounds measure the same thing: the
+        first round to measure a size probes every pair (``_probe``), later ones keep what it
+        chose, as rank 0 finds in the rows (``identity(g)``: pair g's row). ``bind(roles)``: the
+        call at this size."""
         if not coll.windowed or settings.iters or roles.window == 1:
             return roles
         control = self.control
@@ -245,23 +262,11 @@ class Sweep:
                 chosen = tuple(rounds[0].window or roles.window for rounds in earlier)
         chosen = control.bcast(chosen)
         if chosen is None:
-            took = []
             several = min(PROBE_WINDOW, roles.window)
-            for messages in (1, several):  # a window's first message, and each next: the difference
-                probe = bind(dataclasses.replace(roles, window=messages, windows=()))
-                if messages == 1:
-                    probe.run_blocking()     # may open the connection
-                fastest = math.inf           # a rank descheduled once does not decide
-                for _ in range(PROBES):
-                    t0 = time.perf_counter()
-                    probe.run_blocking()
-                    fastest = min(fastest, time.perf_counter() - t0)
-                probe.release()
-                took.append(fastest)
-            times = control.gather(took)
+            times = control.gather(_probe(bind, roles, several))
             if control.rank == 0:
                 chosen = []
-                for a, b in roles.pairs:
+                for a, b in roles.pairs:       # each pair on its slower rank
                     one, more = (max(times[a][i], times[b][i]) for i in (0, 1))
                     chosen.append(fitting_window(roles.window, one, max(more - one, 0.0) / (several - 1),
                                                  settings.max_time * WINDOW_SHARE))
