@@ -181,6 +181,22 @@ def test_a_rank_a_plugin_ends_is_named_at_once(how, says, code, run_dir, plugin_
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_library_error_of_several_lines_is_named_by_its_first_and_where_it_happened(n, run_dir, plugin_env):
+    """On a GPU, torch's CUDA error came out as "rank 0 failed at start-up: AcceleratorError:
+    Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.": its last line of
+    advice, and start-up for a one-rank run (no guardian keeps its position) in mid-sweep."""
+    proc = cli(["allreduce", "-n", str(n), "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-shuffle",
+                "-o", "x.json"], run_dir, env={**plugin_env, "FAULTY_EXIT": f"{n - 1}:64:raise-0"}, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert said and said[0] == (f"collbench: rank {n - 1} failed at allreduce on faulty-mpi at 64: RuntimeError: "
+                                "CUDA error: operation not permitted when stream is capturing"), proc.stderr
+    assert "TORCH_USE_CUDA_DSA" not in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(r.size_bytes for r in load_result(run_dir / "x.json").rows) == [8, 16, 32]
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("at,saving,says", [
     (8, ["-o", "w.json"], "; the job is stopped; w.json keeps no size yet (none had finished)"),
     (64, ["-o", "w.json"], "; the job is stopped; w.json keeps every size finished before"),

@@ -105,9 +105,11 @@ def run(plan: Plan, launcher: Launcher) -> int:
             time.sleep(60)
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job.
-        text = str(exc).strip().splitlines()
+        # the first line says what: torch's CUDA errors add lines of advice (CUDA_LAUNCH_BLOCKING,
+        # TORCH_USE_CUDA_DSA), and its C++ errors a stack
+        text = [line for line in str(exc).strip().splitlines() if line.strip()]
         print(f"collbench: rank {launcher.rank} failed at {supervise.current_position() or 'start-up'}: "
-              f"{type(exc).__name__}: {text[-1] if text else ''}", file=sys.stderr)
+              f"{type(exc).__name__}: {text[0].strip() if text else ''}", file=sys.stderr)
         if plan.verbose:
             import traceback
             traceback.print_exc()

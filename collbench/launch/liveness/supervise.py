@@ -311,8 +311,15 @@ def abort_job(code: int) -> None:
     os._exit(code)
 
 
+#: What this rank is doing, as ``set_position`` last said, for a rank without a guardian.
+_here = ""
+
+
 def set_position(what: str) -> None:
-    """Record what this rank is doing, for the guardian's report if it dies."""
+    """Record what this rank is doing, for the guardian's report if it dies, and for this rank's
+    own line if it fails."""
+    global _here
+    _here = what
     if _position is not None:
         _position.write(what)
 
@@ -324,7 +331,7 @@ def rank_label() -> str:
 
 def current_position() -> str:
     """What this rank is doing now, as last recorded by ``set_position`` ("" before that)."""
-    return _position.read() if _position is not None else ""
+    return _position.read() if _position is not None else _here
 
 
 def has_guardian() -> bool:
