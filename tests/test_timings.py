@@ -96,8 +96,8 @@ class StandInClock:
 
 
 class StandInDevice:
-    def __init__(self, clock):
-        self._clock, self.captured, self.replays = clock, [], 0
+    def __init__(self, clock, empty=False):
+        self._clock, self.captured, self.replays, self.empty = clock, [], 0, empty
 
     def clock(self):
         return self._clock
@@ -109,7 +109,7 @@ class StandInDevice:
             self.replays += 1
             for _ in range(calls):
                 run()
-        return replay
+        return replay, self.empty
 
 
 def _bound(counter):
@@ -236,3 +236,86 @@ def test_warm_up_and_samples_together_keep_to_the_budget(monkeypatch, seconds):
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
     assert clock.now - seconds <= max(0.2, 2 * seconds) + 1e-9, (len(calls), len(m.samples_us[0]))
     assert len(m.samples_us[0]) >= 1 and m.short == (len(m.samples_us[0]) < 10)
+
+
+def test_a_graph_holds_more_calls_where_the_host_is_slow_to_issue_them(monkeypatch):
+    """The graph's calls: as many as make a replay of ~5 ms by the host's time per call, up to
+    MAX_GRAPH_CALLS. A graph of ~20 small calls (the throughput timing's 1 ms) left the replay's
+    own launch in each call's time: 1.48 µs against nccl-tests -G's 1.03 µs at 1 KiB on an H100."""
+    for host_s, graph_k, throughput_k in ((40e-6, harness.MAX_GRAPH_CALLS, (24, 25)), (2e-3, 2, (1,)), (0.01, 1, (1,))):
+        ks = []
+        for mode in ("graph", "throughput"):
+            clock, calls = FakeClock(), []
+            monkeypatch.setattr(harness, "timer", clock)
+            device = StandInDevice(StandInClock(seconds=1e-6))
+            m = harness.measure(_slow_bound(clock, host_s, calls), bench=get_benchmark("allgather"), roles=Roles(),
+                                barrier=lambda: None, sync=lambda: None, control=OneRank(),
+                                settings=harness.TimingSettings(mode=mode, iters=3, warmup=2), device=device)
+            ks.append(m.calls_per_sample)
+        assert ks[0] == graph_k and ks[1] in throughput_k, (host_s, ks)      # 25 by the figures, 24 by a float's
+
+
+def test_a_capture_that_recorded_no_gpu_work_is_said_in_the_measurement():
+    """NCCL queues nothing for an in-place collective on one rank: torch warns of an empty graph,
+    which collbench says in a note instead (the sweep), the samples kept."""
+    calls, clock = [], StandInClock(seconds=1e-6)
+    device = StandInDevice(clock, empty=True)
+    m = harness.measure(_bound(calls), bench=get_benchmark("bcast"), roles=Roles(), barrier=lambda: None,
+                        sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                            mode="graph", iters=4, warmup=1), device=device)
+    assert m.idle_gpu and len(m.samples_us[0]) == 4
+    plain = harness.measure(_bound(calls), bench=get_benchmark("bcast"), roles=Roles(), barrier=lambda: None,
+                            sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                                mode="graph", iters=4, warmup=1), device=StandInDevice(clock))
+    assert not plain.idle_gpu
+
+
+@pytest.mark.parametrize("iters", [12, None])
+def test_device_timing_of_a_call_no_hold_covers_ends_without_samples(iters):
+    """A call that waits on the host (torch's barrier synchronises its stream) ends every hold
+    before it is queued: the hold doubles to its longest, then the size ends with no sample,
+    where it looped for ever (--iters) or until --timeout."""
+    clock = StandInClock(seconds=5e-6, early=10 ** 9)
+    m = harness.measure(_bound([]), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+                        sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                            mode="device", iters=iters, warmup=2, min_iters=10, max_time=0.2),
+                        device=StandInDevice(clock))
+    assert len(m.samples_us[0]) == 0 and m.unheld > harness.HOLD_TRIES
+    assert clock.hold_s == harness.MAX_HOLD_S and clock.closed
+
+
+def test_a_barrier_takes_the_host_timings_only_where_a_setup_times_on_the_gpu():
+    from collbench.backends.base import BackendOptions, Setup
+    from collbench.run.plan import _off_device
+
+    nccl = [Setup("nccl", BackendOptions(), "nccl")]
+    notes = _off_device(("latency", "graph", "device"), ("allreduce", "barrier"), nccl, frozenset())
+    assert notes == ["barrier: --timing graph, device not taken: torch's barrier waits on the host for the GPU, "
+                     "so it can neither be captured in a CUDA graph nor timed on the GPU's clock"]
+    assert _off_device(("latency", "graph"), ("allreduce",), nccl, frozenset()) == []
+    assert _off_device(("latency", "graph"), ("barrier",), nccl, frozenset({("nccl", "graph")})) == []
+    assert _off_device(("latency", "graph"), ("barrier",), nccl, frozenset()) == [
+        "barrier: --timing graph not taken: torch's barrier waits on the host for the GPU, so it can neither be "
+        "captured in a CUDA graph nor timed on the GPU's clock"]
+    with pytest.raises(UsageError, match=r"^barrier with --timing graph: torch's barrier .* use --timing latency or "
+                                         r"throughput$"):
+        _off_device(("graph",), ("barrier",), nccl, frozenset())
+
+
+def test_the_overhead_is_taken_from_the_faster_of_graph_and_device():
+    """At 1 GiB an H100's NCCL copy replayed from a graph took 889 µs, one eager call on the
+    device's clock 714 µs, and throughput 751 µs: the overhead was -138 µs (-18%) against the
+    graph; against the library's faster time it is 37 µs."""
+    from results_helpers import row_with_rounds
+
+    from collbench.results.tables import timing_tables
+
+    figures = {"latency": (42.6, 745.8), "throughput": (30.6, 751.2), "graph": (1.48, 889.2), "device": (3.26, 714.4)}
+    rows = [row_with_rounds([[t] * 8] * 3, collective="allgather", backend="nccl", world_size=1, size_bytes=size,
+                            timing=timing)[0]
+            for timing, times in figures.items() for size, t in zip((1024, 1 << 30), times)]
+    [table] = timing_tables(rows)
+    lines = {cells[0]: dict(zip(table.headers, cells)) for cells in table.cells}
+    assert (lines["1K"]["overhead µs"], lines["1K"]["of eager"]) == ("29.12", "95%")     # less graph, the faster
+    assert (lines["1G"]["overhead µs"], lines["1G"]["of eager"]) == ("36.80", "5%")      # less device, the faster
+    assert any("the faster of graph and device" in note for note in table.notes)

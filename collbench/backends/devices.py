@@ -18,6 +18,7 @@ library accepts its arrays (mpi4py takes CUDA arrays from a CUDA-aware MPI) coul
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -26,6 +27,8 @@ import numpy as np
 from collbench.benchmarks.check import sentinel
 
 PAGE = 4096
+#: What torch warns when a CUDA graph's capture recorded nothing.
+EMPTY_GRAPH = "CUDA Graph is empty"
 
 
 @dataclass
@@ -237,7 +240,9 @@ class TorchDevice:
         return CudaCompute(CudaClock(self.torch, self.device)) if self.asynchronous else HostCompute()
 
     def capture(self, run, calls: int):
-        """``calls`` calls of ``run`` captured once in a CUDA graph; returns what replays them.
+        """``calls`` calls of ``run`` captured once in a CUDA graph; returns what replays them, and
+        whether the capture recorded no GPU work (NCCL queues nothing for an in-place collective
+        on one rank; torch then warns of an empty graph, which here is no mistake to report).
         As torch asks: a few calls on a side stream first, so that the library's lazy set-up
         (NCCL's, the caching allocator's) is not captured."""
         torch = self.torch
@@ -250,11 +255,19 @@ class TorchDevice:
         current.wait_stream(side)
         self.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                run()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    run()
         self.synchronize()
-        return graph.replay
+        empty = False
+        for warning in said:
+            if EMPTY_GRAPH in str(warning.message):
+                empty = True
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return graph.replay, empty
 
     def free_memory(self) -> Optional[int]:
         if not self.asynchronous:

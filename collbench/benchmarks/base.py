@@ -285,6 +285,9 @@ class Benchmark:
     #: alltoall), rather than one object
     gathers_objects: ClassVar[bool] = False
     moves_data: ClassVar[bool] = True  # False for barrier: one row, no sizes
+    #: why its calls cannot be timed on a GPU's own clock (``--timing graph, device``), or "": they
+    #: can where the backend queues them on a stream
+    not_on_device: ClassVar[str] = ""
     #: the apis (``--api``, APIS) its calls can be issued with
     apis: ClassVar[tuple] = APIS
     min_ranks: ClassVar[int] = 1

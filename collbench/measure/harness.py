@@ -49,8 +49,12 @@ def timer_resolution() -> float:
 #: A throughput sample is this many back-to-back calls' worth of time (at most MAX_BATCH calls).
 THROUGHPUT_SAMPLE_S = 1e-3
 MAX_BATCH = 1000
-#: A CUDA graph captures at most this many calls (nccl-tests' -G takes 1 to a few tens).
+#: A CUDA graph captures at most this many calls (nccl-tests' -G replays a graph of its -n, 20 by
+#: default, 50 in its docs' examples), as many as make a replay of about GRAPH_SAMPLE_S by the
+#: host's time per call, which is far above the graph's where the dispatch dominates: small
+#: messages get the most calls, and a replay's own launch is a small share of each.
 MAX_GRAPH_CALLS = 100
+GRAPH_SAMPLE_S = 5e-3
 MAX_SAMPLES = 1_000_000
 #: device timing: the stream is held at least this long, and this many times the longest time a
 #: rank took to queue the events and the call during warm-up; a sample whose hold ended before
@@ -58,6 +62,9 @@ MAX_SAMPLES = 1_000_000
 MIN_HOLD_S = 50e-6
 HOLD_MARGIN = 4.0
 MAX_HOLD_S = 0.05
+#: device timing: after this many batches in a row of which no sample was covered (the hold has
+#: reached MAX_HOLD_S by then), the size ends without samples: its call waits on the host.
+HOLD_TRIES = 12
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,9 @@ class Measurement:
     compute_us: list = ()
     #: adaptive: the budget (the round's share of --max-time) ran out before --min-iters samples
     short: bool = False
+    #: graph timing: the capture recorded no work on the GPU (NCCL does nothing for an in-place
+    #: collective on one rank): a sample is a replay's own time
+    idle_gpu: bool = False
 
 
 def _latency_loop(run: Callable, barrier: Callable, n: int, out: list) -> None:
@@ -251,18 +261,20 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
         if is_rank0:
             slowest = float(longest[0])
             if timing.batched:
-                k = max(1, min(most, int(THROUGHPUT_SAMPLE_S / max(slowest, 1e-9))))
+                sample_s = GRAPH_SAMPLE_S if timing.on_device else THROUGHPUT_SAMPLE_S
+                k = max(1, min(most, int(sample_s / max(slowest, 1e-9))))
             if budgeted:      # a self-paced pair's batch starts with a call that brings it back in step
                 batch = _first_batch(slowest * k, budget - (timer() - begin) - slowest * bench.self_paced,
                                      settings.min_iters)
         k, batch = control.bcast((k, batch) if is_rank0 else None)
     holds = timing.name == "device"           # every rank then takes part in the hold's messages
-    sample, held = _sampler(timing.name, bound, pace, sync, k, device, control, warmups, taking_part)
+    sample, held, idle_gpu = _sampler(timing.name, bound, pace, sync, k, device, control, warmups, taking_part)
 
     mine: list = []
     maxima: list = [[] for _ in range(group_count)]
     reached = [False] * group_count
     unheld = 0
+    uncovered = 0             # device timing: batches in a row of which no sample was covered
     short = False
     start = timer()
     while True:
@@ -280,6 +292,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             dropped = int((~np.isfinite(top)).any(axis=0).sum())   # a sample some rank's hold did not cover
             unheld += dropped
             lengthen = dropped > 0
+            uncovered = uncovered + 1 if dropped and dropped == top.shape[1] else 0
             for g, row in enumerate(top):
                 maxima[g].extend(row[np.isfinite(row)].tolist())
         if settings.iters and not holds:
@@ -289,7 +302,9 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             rel = [relative_ci_halfwidth(np.asarray(m)) for m in maxima]
             reached = [r <= settings.precision for r in rel]
             count = len(maxima[0])
-            if settings.iters:         # device timing: the samples a hold did not cover, again
+            if uncovered > HOLD_TRIES:   # no hold covers the call: it waits on the host (nothing to time)
+                decision = 0
+            elif settings.iters:         # device timing: the samples a hold did not cover, again
                 decision = max(0, settings.iters - count)
             else:
                 # a budget is a budget: spent, it ends the size whatever the count (one at least);
@@ -329,7 +344,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
                                    iters=settings.iters or max(settings.min_iters, OVERLAP_SAMPLES),
                                    max_time=settings.max_time / 2, group_count=group_count, group=group, timed=timed)
     return Measurement(samples, rank_means, len(mine), k, tuple(bool(r) for r in reached), unheld,
-                       overall, compute, short)
+                       overall, compute, short, idle_gpu)
 
 
 #: The overlap's samples (with compute between start and complete) at most, unless --iters says;
@@ -386,16 +401,17 @@ def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, d
 def _sampler(mode: str, bound: Bound, pace: Callable, sync: Callable, k: int, device, control: Control,
              warmup: int, taking_part: bool) -> tuple:
     """(sample(n, out): n samples of ``mode`` appended to ``out``, the device clock that holds the
-    stream for device timing, else None). A rank outside a pair times nothing: it only waits."""
-    idle = (lambda n, out: _latency_loop(bound.run_blocking, pace, n, out)), None
+    stream for device timing, else None, whether a graph's capture recorded no GPU work). A rank
+    outside a pair times nothing: it only waits."""
+    idle = (lambda n, out: _latency_loop(bound.run_blocking, pace, n, out)), None, False
     if mode == "latency" or (not taking_part and mode != "device"):
         return idle
     if mode == "throughput":
-        return (lambda n, out: _throughput_loop(bound.run, sync, pace, n, k, out)), None
+        return (lambda n, out: _throughput_loop(bound.run, sync, pace, n, k, out)), None, False
     clock = device.clock() if taking_part else None
     if mode == "graph":
-        replay = device.capture(bound.run, k)
-        return (lambda n, out: _graph_loop(replay, clock, pace, n, k, out)), None
+        replay, empty = device.capture(bound.run, k)
+        return (lambda n, out: _graph_loop(replay, clock, pace, n, k, out)), None, empty
     # device: every rank holds its stream equally long, or the collective would wait inside the
     # interval for the rank whose hold ends last
     queued = _queue_time(bound.run, clock, pace, warmup) if taking_part else 0.0
@@ -405,4 +421,4 @@ def _sampler(mode: str, bound: Bound, pace: Callable, sync: Callable, k: int, de
     if not taking_part:
         return idle
     clock.hold_for(hold, MAX_HOLD_S)
-    return (lambda n, out: _held_loop(bound.run, clock, pace, n, out)), clock
+    return (lambda n, out: _held_loop(bound.run, clock, pace, n, out)), clock, False

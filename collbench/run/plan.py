@@ -60,6 +60,22 @@ def _untimed(modes: tuple, setups: list) -> tuple[frozenset, list]:
     return frozenset(pairs), notes
 
 
+def _off_device(modes: tuple, collectives, setups: list, untimed: frozenset) -> list:
+    """A note for each collective whose calls cannot be timed on a GPU's own clock (barrier) where
+    the run asks a setup for a device timing: it takes the host's timings only. An error where
+    it is the only collective and no host timing is asked."""
+    notes = []
+    for cname in collectives:
+        why = get_benchmark(cname).not_on_device
+        asked = [m for m in modes if timings.on_device(m) and any((s.key, m) not in untimed for s in setups)]
+        if not why or not asked:
+            continue
+        if len(collectives) == 1 and all(timings.on_device(m) for m in modes):
+            raise UsageError(f"{cname} with --timing {','.join(asked)}: {why}; use --timing latency or throughput")
+        notes.append(f"{cname}: --timing {', '.join(asked)} not taken: {why}")
+    return notes
+
+
 def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list]:
     """The (collective, backend setup's key) pairs that cannot run with this dtype and op (the
     op's own dtypes first, then the backend's, then its setup's options), found before any rank
@@ -199,7 +215,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     notes += more
     modes = timings.timing_modes(_choices(opts["timing"]))
     untimed, more = _untimed(modes, setups)
-    notes += more
+    notes += more + _off_device(modes, collectives, setups, untimed)
     if opts["output"] and opts["no_save"]:
         raise UsageError("--output and --no-save contradict each other; give one")
     if opts["iters"] is not None and opts["min_iters"] > opts["iters"] and "--min-iters" in argv:

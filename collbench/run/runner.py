@@ -18,6 +18,7 @@ from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
+from collbench.measure.timings import on_device
 from collbench.run import cpuload, rounds
 from collbench.launch.network import rendezvous
 from collbench.launch import notes
@@ -393,8 +394,20 @@ def _crowded(ranks_on_a_host: int) -> list:
             f"on the cores, so the times include waiting for one (oversubscribed)"]
 
 
+#: What CUDA's documentation gives as the resolution of the time between two events.
+EVENT_RESOLUTION_US = 0.5
+
+
 def _warn_resolution(out, collector: Collector) -> None:
+    """A note of the medians under ten times what their clock resolves: the host's timer for the
+    host's timings; CUDA events' half microsecond over the calls a sample holds for a GPU's."""
     limit = 10 * collector.metadata["settings"]["timer_resolution_s"] * 1e6
-    low = [r for r in collector.run_result().rows if r.time_us_p50 < limit]
+    rows = collector.run_result().rows
+    low = [r for r in rows if not on_device(r.timing) and r.time_us_p50 < limit]
     if low:
         out.note(f"{len(low)} median(s) are under 10x the timer resolution ({limit:.3f} µs); treat them with care")
+    coarse = [r for r in rows if on_device(r.timing) and r.time_us_p50 < 10 * EVENT_RESOLUTION_US / min(
+        (d.calls_per_sample for d in collector.rounds_of(r)), default=1)]
+    if coarse:
+        out.note(f"{len(coarse)} median(s) timed on the GPU are under 10x what CUDA events resolve "
+                 f"({EVENT_RESOLUTION_US} µs a sample, over the calls a graph replays); treat them with care")

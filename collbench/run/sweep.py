@@ -26,6 +26,7 @@ from collbench.benchmarks import check
 from collbench.benchmarks.check import Tables, pattern
 from collbench.benchmarks.ops import NO_OP, element_of
 from collbench.measure.sizes import format_size
+from collbench.measure.timings import on_device
 
 
 @dataclass(frozen=True)
@@ -281,11 +282,14 @@ class Sweep:
     @property
     def steps(self) -> int:
         """Measurements in one round."""
-        return sum(len(points) * len(self.timings_of(b)) for (_, b), points in self.points.items()) * len(self.layouts)
+        return sum(len(points) * len(self.timings_of(b, get_benchmark(c))) for (c, b), points in self.points.items()) \
+            * len(self.layouts)
 
-    def timings_of(self, backend: str) -> list:
-        """The timings the plan measures on ``backend`` (a setup's key): those it can time."""
-        return [t for t in self.plan.timing_modes if (backend, t) not in self.plan.untimed]
+    def timings_of(self, backend: str, coll: Benchmark) -> list:
+        """The timings the plan measures of ``coll`` on ``backend`` (a setup's key): those it can
+        time (a barrier: not on the GPU's clock)."""
+        return [t for t in self.plan.timing_modes if (backend, t) not in self.plan.untimed
+                and not (coll.not_on_device and on_device(t))]
 
     def blocks(self) -> list:
         """(collective, backend, layout, number of sizes) in plan order: what ``rounds.order``
@@ -381,7 +385,7 @@ class Sweep:
                     buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name,
                     roles=sent)
 
-            timings = self.timings_of(backend_name)
+            timings = self.timings_of(backend_name, coll)
             with self.phase("setup"):          # a block with no timing left only checks: nothing to budget
                 sent = self._as_sent(coll, roles, settings, bind, lambda g: identity(g, timings[0])) if timings \
                     else roles
@@ -407,6 +411,14 @@ class Sweep:
                                         settings=dataclasses.replace(settings, mode=timing), device=backend.device,
                                         called=checked and i == 0)
                 if rank != 0:
+                    continue
+                if m.idle_gpu:
+                    self.out.note(f"{coll.name} on {backend_name}, graph timing: the captured calls put no work on the "
+                                  "GPU (NCCL does nothing for an in-place collective on one rank), so its time is "
+                                  "an empty graph's replay")
+                if not any(len(x) for x in m.samples_us):
+                    self.out.note(f"{where}, {timing} timing: not timed, as no hold on the stream, however long, "
+                                  "covered the call: it waits on the host")
                     continue
                 if m.unheld:
                     self.out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the "
