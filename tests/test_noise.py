@@ -216,9 +216,9 @@ def test_a_five_round_run_decides_every_bandwidth_row_and_sees_a_ten_percent_slo
     assert not any(r.verdict == "slower" for r in c.rows if r.field("size_bytes") < M64)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32, open: on the GPU the overhead-bound rows' rounds fall in two "
-                                       "states per launch, and the interference set-aside compares one run's fast "
-                                       "state with another's slow one")
+@pytest.mark.xfail(strict=True, reason="issue 32, open: on the GPU host the overhead-bound rows' rounds fall in "
+                                       "two states lasting seconds, and the interference set-aside compares one "
+                                       "run's fast state with another's slow one")
 def test_two_sessions_of_the_same_code_on_the_gpu_call_nothing_slower():
     """nccl-all-2.json and nccl-all-3.json: the same code, the same sweep, on one H100 nine
     minutes apart. bcast's rounds drew only the slow state (33-42 µs) in one and mostly the
