@@ -13,8 +13,14 @@ The files are those of ``../shared/data/h100`` (copies, samples cut to 8 per rou
   and samples scaled): the rows called slower there, and any row below 64M called slower;
 * ``compare cb-ar-1.json cb-ar-2.json``: verdicts and what the rows can detect.
 
+* with ``--runs``: over ten runs of the same sweep on the H100 (2026-11-27: ``nccl-all-2.json``
+  and ``-3.json`` from two sessions, ``benchmarks/data/h100-runs/run-*.json`` back to back in a
+  third, five rounds each), how often one run's 95% CI holds another run's p50, by kind of row,
+  and what ``compare`` says of every ordered pair (an A/A test: the code is the same).
+
     python benchmarks/noise_h100.py                    # the code of this tree
     python benchmarks/noise_h100.py --repo /tmp/before # the code of another tree (before/after)
+    python benchmarks/noise_h100.py --runs             # run to run, ten H100 runs
 """
 
 from __future__ import annotations
@@ -78,13 +84,65 @@ def _big(c, verdict: str) -> str:
             f"{b} of {len(big)} in all ({b / len(big):.0%})")
 
 
+def _kind(collective: str, size: int) -> str:
+    if collective in IN_PLACE:
+        return "in place at one rank (torch's overhead alone)"
+    if collective == "barrier":
+        return "barrier"
+    return "bandwidth-bound (out of place, >= 64M)" if size >= M64 else "out of place, < 64M (torch's overhead)"
+
+
+def run_to_run(paths: list, threshold: float) -> None:
+    """Every ordered pair of runs: does the first's CI hold the second's p50, per kind of row; and
+    what compare calls (rows slower or faster: false alarms, the code being the same)."""
+    from collbench.analysis.compare import compare_runs
+    from collbench.results.aggregate import moderate_rows
+    from collbench.results.loader import load_result
+
+    results = [load_result(p) for p in paths]
+    rows = [{(r.collective, r.size_bytes, r.timing): r for r in moderate_rows(x.rows)} for x in results]
+    held: Counter = Counter()
+    pairs: Counter = Counter()
+    for a, mine in enumerate(rows):
+        for b, theirs in enumerate(rows):
+            if a == b:
+                continue
+            for key, row in mine.items():
+                if key in theirs:
+                    kind = _kind(key[0], key[1])
+                    pairs[kind] += 1
+                    held[kind] += row.time_us_ci_low <= theirs[key].time_us_p50 <= row.time_us_ci_high
+    print(f"{len(paths)} runs: one run's 95% CI holds another's p50")
+    for kind in sorted(pairs):
+        print(f"  {kind:<46} {held[kind]:>5}/{pairs[kind]:<5} {held[kind] / pairs[kind]:.0%}")
+    total, flagged, exits = 0, Counter(), 0
+    for a, base in enumerate(results):
+        for b, new in enumerate(results):
+            if a == b:
+                continue
+            c = compare_runs(base, new, threshold=threshold)
+            total += len(c.rows)
+            flagged.update(r.verdict for r in c.rows if r.verdict in ("slower", "faster"))
+            exits += c.regression
+    n = len(results) * (len(results) - 1)
+    print(f"compare of every ordered pair at {threshold:.0%} (A/A): rows slower {flagged['slower']}, faster "
+          f"{flagged['faster']} of {total} ({(flagged['slower'] + flagged['faster']) / total:.2%}); comparisons "
+          f"exiting 1: {exits}/{n}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(HERE / "tests" / "data" / "h100"), help="folder of the H100 files")
     parser.add_argument("--repo", default=str(HERE), help="the collbench tree whose code to run")
     parser.add_argument("--threshold", type=float, default=0.05)
+    parser.add_argument("--runs", action="store_true", help="run to run over the ten H100 runs of 2026-11-27")
     args = parser.parse_args()
     sys.path.insert(0, args.repo)
+    if args.runs:
+        here = Path(args.data)
+        run_to_run([here / "nccl-all-2.json", here / "nccl-all-3.json",
+                    *sorted((HERE / "benchmarks" / "data" / "h100-runs").glob("run-*.json"))], args.threshold)
+        return 0
     from collbench.analysis.compare import compare_runs
     from collbench.results.aggregate import moderate_rows
     from collbench.results.loader import load_result
