@@ -414,8 +414,8 @@ class Sweep:
                     continue
                 if m.idle_gpu:
                     self.out.note(f"{coll.name} on {backend_name}, graph timing: the captured calls put no work on the "
-                                  "GPU (NCCL does nothing for an in-place collective on one rank), so its time is "
-                                  "an empty graph's replay")
+                                  "GPU (as NCCL's in-place collectives on one rank do), so its time is an empty "
+                                  "graph's replay")
                 if not any(len(x) for x in m.samples_us):
                     self.out.note(f"{where}, {timing} timing: not timed, as no hold on the stream, however long, "
                                   "covered the call: it waits on the host")
