@@ -196,6 +196,17 @@ def test_a_library_error_of_several_lines_is_named_by_its_first_and_where_it_hap
     assert sorted(r.size_bytes for r in load_result(run_dir / "x.json").rows) == [8, 16, 32]
 
 
+def test_a_library_error_that_says_its_cause_last_keeps_it(run_dir, plugin_env):
+    """torch's NCCL errors open with where and close with why ("Cuda failure 'out of memory'"):
+    the line keeps both."""
+    proc = cli(["allreduce", "-n", "1", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-save"], run_dir,
+               env={**plugin_env, "FAULTY_EXIT": "0:64:raise-1"}, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
+    assert said and said[0].startswith("collbench: rank 0 failed at allreduce on faulty-mpi at 64: RuntimeError: NCCL "
+                                       "error in: ") and said[0].endswith(" … Cuda failure 'out of memory'"), said
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("at,saving,says", [
     (8, ["-o", "w.json"], "; the job is stopped; w.json keeps no size yet (none had finished)"),

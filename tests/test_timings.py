@@ -3,6 +3,9 @@ need a GPU: here, their refusal on backends that cannot time on one, and the loo
 with a stand-in for the GPU's clock (the real one runs in tests/test_torch_backends.py where a
 CUDA device is visible)."""
 
+import contextlib
+import warnings
+
 import numpy as np
 import pytest
 
@@ -255,6 +258,21 @@ def test_a_graph_holds_more_calls_where_the_host_is_slow_to_issue_them(monkeypat
         assert ks[0] == graph_k and ks[1] in throughput_k, (host_s, ks)      # 25 by the figures, 24 by a float's
 
 
+def test_a_device_whose_capture_returns_the_replay_alone_still_times_graphs():
+    """A plugin's device written before capture's second answer (whether the capture was empty)
+    returns the replay alone: it keeps working."""
+    calls, clock = [], StandInClock(seconds=2e-3)
+
+    class OlderDevice(StandInDevice):
+        def capture(self, run, calls):
+            return super().capture(run, calls)[0]
+
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+                        sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
+                            mode="graph", iters=3, warmup=1), device=OlderDevice(clock))
+    assert len(m.samples_us[0]) == 3 and not m.idle_gpu
+
+
 def test_a_capture_that_recorded_no_gpu_work_is_said_in_the_measurement():
     """NCCL queues nothing for an in-place collective on one rank: torch warns of an empty graph,
     which collbench says in a note instead (the sweep), the samples kept."""
@@ -280,7 +298,7 @@ def test_device_timing_of_a_call_no_hold_covers_ends_without_samples(iters):
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="device", iters=iters, warmup=2, min_iters=10, max_time=0.2),
                         device=StandInDevice(clock))
-    assert len(m.samples_us[0]) == 0 and m.unheld > harness.HOLD_TRIES
+    assert len(m.samples_us[0]) == 0 and m.unheld >= harness.HOLD_TRIES
     assert clock.hold_s == harness.MAX_HOLD_S and clock.closed
 
 
@@ -319,3 +337,71 @@ def test_the_overhead_is_taken_from_the_faster_of_graph_and_device():
     assert (lines["1K"]["overhead µs"], lines["1K"]["of eager"]) == ("29.12", "95%")     # less graph, the faster
     assert (lines["1G"]["overhead µs"], lines["1G"]["of eager"]) == ("36.80", "5%")      # less device, the faster
     assert any("the faster of graph and device" in note for note in table.notes)
+
+
+class _FakeCuda:
+    """As much of torch.cuda as TorchDevice.capture uses, its graph context warning as torch does."""
+
+    def __init__(self, warns):
+        self.warns, self.capturing = warns, False
+        outer = self
+
+        class Stream:
+            def __init__(self, device=None):
+                pass
+
+            def wait_stream(self, other):
+                pass
+
+        class Graph:
+            def replay(self):
+                pass
+
+        class Capturing:
+            def __init__(self, graph):
+                outer.capturing = True
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                outer.capturing = False
+                for message, category in outer.warns:
+                    warnings.warn(message, category)
+                return False
+
+        self.Stream, self.CUDAGraph, self.graph = Stream, Graph, Capturing
+
+    def current_stream(self, device=None):
+        return self.Stream()
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        yield
+
+    def synchronize(self, device=None):
+        pass
+
+
+@pytest.mark.parametrize("warns,empty", [
+    ([("The CUDA Graph is empty. This usually means that the graph was attempted to be captured on wrong device "
+       "or stream.", UserWarning)], True),
+    ([("something else the library said", RuntimeWarning)], False),
+    ([], False),
+])
+def test_torch_devices_capture_tells_an_empty_graph_and_passes_other_warnings_on(warns, empty):
+    """torch warns of an empty capture ("captured on wrong device or stream"), which for NCCL's
+    in-place collectives at one rank is no mistake: capture says so instead, and lets any other
+    warning through."""
+    from types import SimpleNamespace
+
+    from collbench.backends.devices import TorchDevice
+
+    cuda = _FakeCuda(warns)
+    device = TorchDevice(SimpleNamespace(cuda=cuda), SimpleNamespace(type="cuda"))
+    calls = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        replay, was_empty = device.capture(lambda: calls.append(cuda.capturing), 4)
+    assert was_empty is empty and calls == [False] * 3 + [True] * 4 and callable(replay)
+    assert [str(w.message) for w in seen] == ([] if empty else [m for m, _ in warns])

@@ -302,7 +302,7 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
             rel = [relative_ci_halfwidth(np.asarray(m)) for m in maxima]
             reached = [r <= settings.precision for r in rel]
             count = len(maxima[0])
-            if uncovered > HOLD_TRIES:   # no hold covers the call: it waits on the host (nothing to time)
+            if uncovered >= HOLD_TRIES:  # no hold covers the call: it waits on the host (nothing to time)
                 decision = 0
             elif settings.iters:         # device timing: the samples a hold did not cover, again
                 decision = max(0, settings.iters - count)
@@ -410,7 +410,9 @@ def _sampler(mode: str, bound: Bound, pace: Callable, sync: Callable, k: int, de
         return (lambda n, out: _throughput_loop(bound.run, sync, pace, n, k, out)), None, False
     clock = device.clock() if taking_part else None
     if mode == "graph":
-        replay, empty = device.capture(bound.run, k)
+        captured = device.capture(bound.run, k)
+        # (replay, empty); a plugin's device written before the second answer returns the replay alone
+        replay, empty = (captured, False) if callable(captured) else captured
         return (lambda n, out: _graph_loop(replay, clock, pace, n, k, out)), None, empty
     # device: every rank holds its stream equally long, or the collective would wait inside the
     # interval for the rank whose hold ends last

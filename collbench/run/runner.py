@@ -106,15 +106,29 @@ def run(plan: Plan, launcher: Launcher) -> int:
             time.sleep(60)
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job.
-        # the first line says what: torch's CUDA errors add lines of advice (CUDA_LAUNCH_BLOCKING,
-        # TORCH_USE_CUDA_DSA), and its C++ errors a stack
-        text = [line for line in str(exc).strip().splitlines() if line.strip()]
         print(f"collbench: rank {launcher.rank} failed at {supervise.current_position() or 'start-up'}: "
-              f"{type(exc).__name__}: {text[0].strip() if text else ''}", file=sys.stderr)
+              f"{type(exc).__name__}: {_said(exc)}", file=sys.stderr)
         if plan.verbose:
             import traceback
             traceback.print_exc()
         supervise.abort_job(1)
+
+
+#: Lines of a library's error that are advice or a stack, not its cause (torch's CUDA errors end
+#: with the first two, its C++ errors carry the others).
+_ADVICE = ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA", "might be asynchronously reported", "Exception raised from",
+           "frame #")
+
+
+def _said(exc: BaseException) -> str:
+    """A library's error in one line: its first line, and its last where that says something
+    more (torch's NCCL errors put the cause last: "… unhandled cuda error …" then "Cuda failure
+    'out of memory'"), advice and stacks left out."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    told = [line for line in lines[1:] if not any(word in line for word in _ADVICE)]
+    return lines[0] if not told or told[-1] == lines[0] else f"{lines[0]} … {told[-1]}"
 
 
 def _run(plan: Plan, launcher: Launcher) -> int:

@@ -413,18 +413,20 @@ class Sweep:
                 if rank != 0:
                     continue
                 if m.idle_gpu:
-                    self.out.note(f"{coll.name} on {backend_name}, graph timing: the captured calls put no work on the "
-                                  "GPU (as NCCL's in-place collectives on one rank do), so its time is an empty "
-                                  "graph's replay")
-                if not any(len(x) for x in m.samples_us):
-                    self.out.note(f"{where}, {timing} timing: not timed, as no hold on the stream, however long, "
-                                  "covered the call: it waits on the host")
-                    continue
+                    self.out.note(f"{coll.name} on {backend_name}, {placement}, graph timing: the captured calls put "
+                                  "no work on the GPU (as NCCL's in-place collectives on one rank do), so its time is "
+                                  "an empty graph's replay")
+                if not all(len(x) for x in m.samples_us):
+                    self.out.note(f"{where}, {timing} timing: not timed{' for some pairs' if len(m.samples_us) > 1 else ''}"
+                                  ", as no hold on the stream, up to 50 ms, covered the call: it waits on the host, "
+                                  "or takes longer to queue")
                 if m.unheld:
                     self.out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the "
                                   "stream ended before their call was queued; the hold was lengthened")
                 means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
                 for g, samples in enumerate(m.samples_us):
+                    if not len(samples):            # device timing that no hold covered: no row
+                        continue
                     check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
                     own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
                     window = sent.window_at(g)

@@ -13,8 +13,9 @@ FAULTY_CHILD=FOLDER:HOW     every rank starts ``sleep 1000`` as it sets up (HOW 
                            FOLDER/RANK gets its pid and the signals it had blocked (SigBlk)
 FAULTY_EXIT=R:BYTES:HOW    rank R leaves as it binds its call at BYTES: HOW is ``exit-N``
                            (``sys.exit(N)``, through Python's exit) or ``_exit-N`` (``os._exit(N)``,
-                           at once), as a library that ends the process would; ``raise-0``: raises
-                           an error of three lines, as torch's CUDA errors are
+                           at once), as a library that ends the process would; ``raise-0`` and
+                           ``raise-1`` raise an error of several lines, as torch's CUDA and NCCL
+                           errors are
 FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank that
                            unpacks or reduces slowly would: its own call ends late, the others' do not
 FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps them, as a leak or
@@ -126,10 +127,15 @@ class Faulty:
                 kind, code = how.rsplit("-", 1)
                 if kind == "_exit":
                     os._exit(int(code))
-                if kind == "raise":          # a library's error of several lines, as torch's CUDA errors are
+                if kind == "raise" and code == "0":      # a library's error of several lines: torch's CUDA errors
                     raise RuntimeError("CUDA error: operation not permitted when stream is capturing\n"
                                        "CUDA kernel errors might be asynchronously reported at some other API call\n"
                                        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+                if kind == "raise":                      # torch's NCCL errors, which say the cause last
+                    raise RuntimeError("NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled "
+                                       "cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.9\n"
+                                       "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+                                       "Cuda failure 'out of memory'")
                 sys.exit(int(code))
         bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, roles=roles)
         hang = os.environ.get("FAULTY_HANG")
