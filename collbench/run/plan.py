@@ -64,11 +64,11 @@ def _off_device(modes: tuple, collectives, setups: list, untimed: frozenset) -> 
     """A note for each collective whose calls cannot be timed on a GPU's own clock (barrier) where
     the run asks a setup for a device timing: it takes the host's timings only. An error where
     it is the only collective and no host timing is asked."""
+    asked = [m for m in modes if timings.on_device(m) and any((s.key, m) not in untimed for s in setups)]
     notes = []
-    for cname in collectives:
+    for cname in collectives if asked else ():
         why = get_benchmark(cname).not_on_device
-        asked = [m for m in modes if timings.on_device(m) and any((s.key, m) not in untimed for s in setups)]
-        if not why or not asked:
+        if not why:
             continue
         if len(collectives) == 1 and all(timings.on_device(m) for m in modes):
             raise UsageError(f"{cname} with --timing {','.join(asked)}: {why}; use --timing latency or throughput")

@@ -128,7 +128,7 @@ def _said(exc: BaseException) -> str:
     if not lines:
         return ""
     told = [line for line in lines[1:] if not any(word in line for word in _ADVICE)]
-    return lines[0] if not told or told[-1] == lines[0] else f"{lines[0]} … {told[-1]}"
+    return printable(lines[0] if not told or told[-1] == lines[0] else f"{lines[0]} … {told[-1]}")
 
 
 def _run(plan: Plan, launcher: Launcher) -> int:

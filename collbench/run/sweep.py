@@ -418,9 +418,9 @@ class Sweep:
                                   "an empty graph's replay")
                 if not all(len(x) for x in m.samples_us):
                     self.out.note(f"{where}, {timing} timing: not timed{' for some pairs' if len(m.samples_us) > 1 else ''}"
-                                  ", as no hold on the stream, up to 50 ms, covered the call: it waits on the host, "
-                                  "or takes longer to queue")
-                if m.unheld:
+                                  f", as no hold on the stream, up to {harness.MAX_HOLD_S * 1e3:.0f} ms, covered the "
+                                  "call: it waits on the host, or takes longer to queue")
+                elif m.unheld:
                     self.out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the "
                                   "stream ended before their call was queued; the hold was lengthened")
                 means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
