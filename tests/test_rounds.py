@@ -3,6 +3,7 @@ shuffled order and its seed, busy rounds, failures in a later round, and compare
 
 import glob
 import json
+import math
 import os
 import signal
 import subprocess
@@ -219,6 +220,39 @@ def test_compare_on_recorded_real_runs(new, code, verdicts, run_dir):
     assert {r["verdict"] for r in json.loads(proc.stdout)["rows"]} == verdicts
 
 
+def _without_cpu_share(src: Path, dst: Path) -> None:
+    data = json.loads(src.read_text())
+    for record in data["metadata"]["rounds"]:
+        for host in record["load"]["hosts"].values():
+            host.pop("cpu_share")
+    dst.write_text(json.dumps(data))
+
+
+def test_a_slowdown_the_cpu_the_ranks_lacked_explains_is_not_blamed_on_the_code(run_dir):
+    """Real runs of test_a_busy_host_is_recorded_and_compare_does_not_trust_it beside two
+    `yes` loops (tests/data/gate/README.md): the busy side's ranks used 8-9% of their cores
+    against the other side's 81-90%, and four 64K rows were 1.9-2.4x slower. Without the
+    ranks' share of their cores (a file of an older collbench) the gate blamed the code."""
+    args = ["compare", str(GATE_DATA / "starved-quiet.json"), "--format", "json"]
+    proc = cli(args + [str(GATE_DATA / "starved-busy.json")], run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    starved = [r for r in rows if "got less CPU" in r["reason"]]
+    assert len(starved) == 4 and all(r["verdict"] == "inconclusive" and r["change_ci_low"] > 0.5 for r in starved)
+    _without_cpu_share(GATE_DATA / "starved-busy.json", run_dir / "old.json")
+    before = cli(args + [str(run_dir / "old.json")], run_dir)
+    assert before.returncode == 1 and "slower" in {r["verdict"] for r in json.loads(before.stdout)["rows"]}
+
+
+def test_a_slowdown_beside_a_neighbour_that_left_the_ranks_their_cores_is_called(run_dir):
+    """Real runs with the ranks' share of their cores: both ranks pinned to one core (taskset
+    -c 0) beside two `yes` loops used 96-100% of it: busy, not starved; 1.7-4.6x slower."""
+    proc = cli(["compare", str(GATE_DATA / "share-quiet.json"), str(GATE_DATA / "share-loaded-pinned.json"),
+                "--threshold", "10%", "--format", "json"], run_dir)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert {r["verdict"] for r in json.loads(proc.stdout)["rows"]} == {"slower"}
+
+
 def test_a_merged_run_in_a_slow_state_of_the_machine_is_set_aside(run_dir):
     """Real quiet runs of `all -n 2 --sizes 8-1M --rounds 10` (their allreduce rows): one in ten
     was 20-35% slower on every row, with no CPU meter showing why. Merged into a baseline, it
@@ -269,6 +303,36 @@ def test_a_round_where_tasks_waited_for_a_cpu_is_busy_however_short():
     assert not cpuload.round_load([calm, calm], ["a", "a"])["busy"]
     pinned = {**waited, "usable_cpus": 1}       # taskset -c 0: the ranks wait for each other
     assert not cpuload.round_load([pinned, pinned], ["a", "a"])["busy"]
+
+
+def test_round_load_says_what_share_of_their_usable_cores_the_ranks_used():
+    # each rank bound to its own core: 2 usable; the ranks used 1.5 of them
+    own = [{**_report(2.0, 1.5, 4.0), "cpu_set": "1"}, {**_report(2.0, 1.5, 4.0), "cpu_set": "2"}]
+    host = cpuload.round_load(own, ["a", "a"])["hosts"]["a"]
+    assert host["usable_cpus"] == 2 and host["cpu_share"] == pytest.approx(0.75)
+    # taskset -c 0: both ranks on one core, which they used whole
+    shared = [{**_report(2.0, 1.0, 3.0), "cpu_set": "1"}, {**_report(2.0, 1.0, 3.0), "cpu_set": "1"}]
+    host = cpuload.round_load(shared, ["a", "a"])["hosts"]["a"]
+    assert host["usable_cpus"] == 1 and host["cpu_share"] == pytest.approx(1.0)
+    # a rank that did not say (a file of an older collbench): no share
+    assert "cpu_share" not in cpuload.round_load([own[0], _report(2.0, 1.5, 4.0)], ["a", "a"])["hosts"]["a"]
+
+
+def test_a_side_whose_ranks_lacked_cpu_on_a_busy_machine_is_starved():
+    from collbench.analysis.compare import starvation
+    from collbench.analysis.runs import SideRounds
+
+    def side(share, busy=1.0, ranks=2):
+        return SideRounds([[1.0]], 0, busy, 0.0, {1: 1.0}, 0.0, ("",), share, ranks)
+
+    # beside two loops MPI's ranks used 75% of their cores against 98%: starved by a quarter;
+    # a collective waits for both ranks, so up to (0.98 / 0.75)^2 = 1.7x may be the machine's
+    which, explained = starvation((side(0.98, busy=0.0), side(0.75)))
+    assert which == 1 and math.exp(explained) == pytest.approx((0.98 / 0.75) ** 2)
+    assert starvation((side(0.75), side(0.98, busy=0.0)))[0] == 0
+    assert starvation((side(0.98, busy=0.0), side(0.90))) == ()          # within 15%
+    assert starvation((side(0.98, busy=0.0), side(0.75, busy=0.4))) == ()  # mostly quiet rounds
+    assert starvation((side(math.nan, busy=0.0), side(0.5))) == ()      # an older file: unknown
 
 
 def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):

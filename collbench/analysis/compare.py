@@ -16,6 +16,8 @@ The rules are documented for users in docs/compare.md; in short:
 * every round counts, busy or not, except those whose median lies far above the row's fastest
   (interference, ``noise.clean_rounds``, judged against each side's own sweep): noise from
   a shared machine only adds time, so a busy machine still leaves the fast rounds to judge by;
+* a side whose ranks got clearly less of their cores than the other side's while the machine
+  was busy (``starved``) is not called slower by a change that the CPU they lacked can explain;
 * slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
   so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
   95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs);
@@ -57,6 +59,26 @@ POWER = 0.8
 #: VM, so 10,000 rows (the most sizes one sweep measures) take 1.3 GB and 17-35 s in all
 #: (benchmarks/README.md, "Large result files").
 MAX_COMPARED_ROWS = 10_000
+#: A side whose ranks, on a busy machine, used this much less of their usable cores than the
+#: other side's (``cpuload``'s ``cpu_share``) is starved: beside two CPU-bound loops on the 2-core
+#: VM MPI's polling ranks used 70-80% of their cores against 97-99% in a quiet run, and rows were
+#: 2-15% slower; with the ranks pausing between sizes, under 10%, and rows up to 2.5× slower.
+STARVED_DEFICIT = 0.15
+
+
+def starvation(sides: tuple) -> tuple:
+    """(which side was starved, 0 or 1, and the log slowdown the CPU it lacked can explain) of
+    one row's two sides (runs.SideRounds); () where neither was. A side starved to a share f of
+    the other side's CPU may run 1/f times slower on every rank, and a collective waits for each
+    of the ranks on a host: up to f to the power of minus the ranks per host."""
+    for i in (0, 1):
+        mine, other = sides[i], sides[1 - i]
+        if mine.busy_share < 0.5 or not (math.isfinite(mine.cpu_share) and math.isfinite(other.cpu_share)):
+            continue
+        f = min(1.0, mine.cpu_share / other.cpu_share)
+        if 1.0 - f > STARVED_DEFICIT:
+            return i, -max(mine.ranks_per_host, 1) * math.log(f)
+    return ()
 
 
 @dataclass(frozen=True)
@@ -255,6 +277,7 @@ class _Pending:
     drift_sd: float = math.nan      # the drift of whole runs the row carries (sd)
     drift_var: float = 0.0          # the drift's share of the estimate's variance
     state_var: float = 0.0          # taken as known: a state of the machine moves each row by a share of its own
+    starved: tuple = ()             # (side, log slowdown it can explain) where one side's ranks lacked CPU (starvation)
 
     @property
     def time(self) -> float:
@@ -301,7 +324,15 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason = ""
-    if significant and beyond:
+    starved = p.starved and (c.ci_low < p.starved[1] if p.starved[0] == 1 else c.ci_high > -p.starved[1])
+    if significant and beyond and starved and (c.ci_low > 0) == (p.starved[0] == 1):
+        verdict = "inconclusive"
+        name = "new" if p.starved[0] == 1 else "baseline"
+        factor = math.exp(min(p.starved[1], 700.0))
+        reason = (f"the {name} run's ranks got less CPU than the other's while other processes were busy: a "
+                  f"slowdown of up to {'over 100' if factor > 100 else f'{factor:.2g}'}× may be the machine's; "
+                  f"measure again on a quiet one, or both sides in one job (collbench ab)")
+    elif significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
     elif low >= -threshold and high <= threshold:
         verdict = "same"
@@ -451,7 +482,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
                                 sides[1].runs if comparable else [], busy_var, block_var,
                                 sum(side.fast_gap ** 2 for side in sides), pairs, noise_stratum(baseline.rows[b]),
-                                kept_floor))
+                                kept_floor, starved=() if one_job else starvation(sides)))
     if len(unmeasured_base) == len(common):
         raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
                          f"and a round median to judge by (a broken baseline?): incomparable")

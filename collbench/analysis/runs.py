@@ -48,6 +48,21 @@ def busy_rounds(result: RunResult) -> dict:
     return out
 
 
+def cpu_shares(result: RunResult) -> dict:
+    """Round number -> (the smallest share of their usable cores that a host's ranks used, the
+    most ranks on one host), for rounds whose every host recorded it (``cpuload.round_load``)."""
+    out = {}
+    for record in _round_records(result):
+        load = record.get("load") if isinstance(record, dict) and isinstance(record.get("load"), dict) else {}
+        hosts = load.get("hosts") if isinstance(load.get("hosts"), dict) else {}
+        shares = [(h.get("cpu_share"), h.get("ranks")) for h in hosts.values() if isinstance(h, dict)]
+        if shares and isinstance(record.get("round"), int) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                for pair in shares for v in pair):
+            out[record["round"]] = (float(min(v for v, _ in shares)), int(max(r for _, r in shares)))
+    return out
+
+
 def run_ids(result: RunResult) -> dict:
     """Round number -> the run it belongs to (rounds of one invocation share one; files merged
     from several runs keep theirs). Rounds without a record belong to one unnamed run."""
@@ -68,6 +83,9 @@ class SideRounds:
     floor_var: float        # how far below its counted mean each run's fastest round lay, squared and
                             # weighted as one run's drift is (``_floor_gap``)
     run_keys: tuple = ()    # the run id of each group in ``runs``
+    cpu_share: float = math.nan   # the median over counted rounds of the share of their usable cores
+                                  # the ranks used (``cpu_shares``); nan where a round did not record it
+    ranks_per_host: int = 0       # the most ranks one host had in those rounds
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,7 @@ class FileRounds:
     priors: tuple                  # per row: its noise.SpreadPrior, or None without a model
     ids: dict                      # round number -> run id
     busy: dict                     # round number -> other processes' CPU cores, busy rounds only
+    shares: dict                   # round number -> (share of usable cores the ranks used, ranks per host)
     slow: dict                     # run id -> log distance of its sweep above the fastest run's
     kept_spread: float = math.nan  # with runs set aside: how far the kept runs' sweeps spread (their
                                    # drift), in units of each row's clean spread (``runstats.slow_runs``)
@@ -89,7 +108,7 @@ class FileRounds:
         model = file_noise(result.rows)
         priors = tuple(model.noise(r.time_us_round_p50s, noise_stratum(r)) if model is not None else None
                        for r in result.rows)
-        every = cls(result, priors, run_ids(result), busy_rounds(result), {})
+        every = cls(result, priors, run_ids(result), busy_rounds(result), cpu_shares(result), {})
         rows = [every.row(i) for i in range(len(result.rows))]
         keys = list(dict.fromkeys(k for side in rows for k in side.run_keys))
         aligned = [[dict(zip(side.run_keys, side.runs)).get(k, []) for k in keys] for side in rows]
@@ -135,9 +154,13 @@ class FileRounds:
             per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, self.priors[i])))
         total = len(by_round)
         weighted = [(k / total) ** 2 for k, _, _ in per_run]
+        shares = [self.shares.get(n) for n in by_round]
+        known = bool(shares) and all(s is not None for s in shares)
         return SideRounds(runs, positive - total, busy_counted / total if total else 0.0,
                           math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))), by_round,
-                          sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys))
+                          sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys),
+                          float(np.median([s for s, _ in shares])) if known else math.nan,
+                          max(r for _, r in shares) if known else 0)
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:

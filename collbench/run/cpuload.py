@@ -3,8 +3,11 @@
 Each rank meters its round (``CpuMeter``): its own CPU time, the whole host's busy and steal
 time from /proc/stat, and how long tasks waited for a CPU (Linux pressure stall information).
 Rank 0 sums them up per host (``round_load``): a round during which other processes wanted more
-than the cores the ranks left idle is marked busy, and ``collbench compare`` does not trust its
-numbers for a verdict.
+than the cores the ranks left idle is marked busy, and ``collbench compare`` weighs its numbers
+with that in mind. Each host's ``cpu_share`` says how much of the cores its ranks could use
+(their affinity, at most one each) they did use: beside a neighbour that takes their cores it
+falls, and compare does not blame the code for a slowdown that the CPU the ranks lacked can
+explain (``analysis.compare``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,27 @@ def _cpu_pressure() -> Optional[float]:
         return None
 
 
+def _affinity() -> set:
+    """The cores this process may run on (empty where the platform does not say)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set()
+
+
+def _usable(reports: list) -> Optional[int]:
+    """How many cores the ranks of one host may use between them: the union of their masks
+    (``cpu_set``, hexadecimal: each rank bound to its own core, or all sharing one), None where
+    a rank did not say."""
+    mask = 0
+    for report in reports:
+        try:
+            mask |= int(report["cpu_set"], 16)
+        except (KeyError, TypeError, ValueError):
+            return None
+    return bin(mask).count("1") or None
+
+
 class CpuMeter:
     """What this rank and its whole host spent on the CPU during a round, and how long tasks
     waited for a CPU (which, unlike /proc/stat's ticks, a round of 50 ms can still tell)."""
@@ -60,9 +84,11 @@ class CpuMeter:
     def stop(self) -> dict:
         host = _host_cpu()
         pressure = _cpu_pressure()
+        cores = _affinity()
         report = {"wall_s": time.monotonic() - self._wall, "own_cpu_s": time.process_time() - self._own,
                   "host_busy_s": None, "host_steal_s": None, "cpus": os.cpu_count() or 1,
-                  "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                  "usable_cpus": len(cores) or None,
+                  "cpu_set": format(sum(1 << c for c in cores), "x") if cores else None,
                   "cpu_wait_s": pressure - self._pressure if pressure is not None and self._pressure is not None
                   else None}
         if host is not None and self._host is not None:
@@ -77,9 +103,10 @@ def round_load(reports: list, hosts: list) -> dict:
     used on average, and whether that was more than the ranks' idle cores (busy)."""
     per_host: dict = {}
     for rank, (report, host) in enumerate(zip(reports, hosts)):
-        entry = per_host.setdefault(host, {"ranks": 0, "own_cpu_s": 0.0, "reader": report})
+        entry = per_host.setdefault(host, {"ranks": 0, "own_cpu_s": 0.0, "reader": report, "reports": []})
         entry["ranks"] += 1
         entry["own_cpu_s"] += report["own_cpu_s"]
+        entry["reports"].append(report)
     summary = {}
     busy = False
     worst = 0.0
@@ -98,7 +125,8 @@ def round_load(reports: list, hosts: list) -> dict:
         # use (taskset): a neighbour, however short the round.
         waited = reader.get("cpu_wait_s")
         wait_share = waited / reader["wall_s"] if waited is not None else None
-        usable = reader.get("usable_cpus") or reader["cpus"]
+        joined = _usable(entry["reports"])
+        usable = joined or reader.get("usable_cpus") or reader["cpus"]
         if wait_share is not None and entry["ranks"] <= usable and wait_share > BUSY_WAIT_SHARE:
             host_busy = True
         busy = busy or host_busy
@@ -106,5 +134,8 @@ def round_load(reports: list, hosts: list) -> dict:
         summary[host] = {"other_cpu_cores": round(other, 3),
                          "cpu_wait_share": round(wait_share, 3) if wait_share is not None else None, "steal_cores": round(reader["host_steal_s"] / reader["wall_s"], 3),
                          "own_cpu_cores": round(entry["own_cpu_s"] / reader["wall_s"], 3), "cpus": reader["cpus"],
-                         "ranks": entry["ranks"], "resolution_cores": round(resolution, 3), "busy": host_busy}
+                         "ranks": entry["ranks"], "resolution_cores": round(resolution, 3), "busy": host_busy,
+                         **({"usable_cpus": joined,
+                             "cpu_share": round(entry["own_cpu_s"] / reader["wall_s"] / min(entry["ranks"], joined), 3)}
+                            if joined else {})}
     return {"busy": busy, "other_cpu_cores": round(worst, 3), "hosts": summary}
