@@ -213,6 +213,19 @@ def test_max_t_is_never_stricter_than_needed():
         max_t_adjust([1.0, 2.0], [1.0, 1.0], [4, 4], [0.5, 0.5], 2).adjusted          # seeded
 
 
+def test_max_t_steps_down_past_rows_already_shown_to_have_changed():
+    """Westfall & Young's step-down: the row with the largest |t| is held to the whole family,
+    each next row only to the rows left, and no row's p-value falls below a larger |t|'s."""
+    p_one = 2 * (1 - 0.5 * (1 + math.erf(2.5 / math.sqrt(2))))          # 0.0124
+    changed = max_t_adjust([20.0] * 39 + [2.5], [1.0] * 40, [math.inf] * 40, [0.0] * 40, math.inf)
+    assert changed.adjusted[-1] == pytest.approx(p_one, rel=0.1)        # single-step: 0.39
+    alone = max_t_adjust([2.5] + [0.0] * 39, [1.0] * 40, [math.inf] * 40, [0.0] * 40, math.inf)
+    assert alone.adjusted[0] == pytest.approx(1 - (1 - p_one) ** 40, rel=0.05)    # the first step
+    mixed = max_t_adjust([2.0, 3.0, 0.5, 2.9], [1.0, 1.0, 1.0, 4.0], [4, 9, 9, 3], [0.2] * 4, 5)
+    by_t = [p for _, p in sorted(zip([2.0, 3.0, 0.5, 2.9], mixed.adjusted), reverse=True)]
+    assert by_t == sorted(by_t)
+
+
 def test_missing_and_new_rows():
     new = dict(SERIES)
     gone, added = ("allreduce", "mpi", 65536), ("allreduce", "mpi", 1 << 20)
