@@ -239,6 +239,7 @@ def test_a_slowdown_the_cpu_the_ranks_lacked_explains_is_not_blamed_on_the_code(
     rows = json.loads(proc.stdout)["rows"]
     starved = [r for r in rows if "got less CPU" in r["reason"]]
     assert len(starved) == 4 and all(r["verdict"] == "inconclusive" and r["change_ci_low"] > 0.5 for r in starved)
+    assert "(starved); 4 row(s) slower by no more than the CPU they lacked can explain" in proc.stderr
     _without_cpu_share(GATE_DATA / "starved-busy.json", run_dir / "old.json")
     before = cli(args + [str(run_dir / "old.json")], run_dir)
     assert before.returncode == 1 and "slower" in {r["verdict"] for r in json.loads(before.stdout)["rows"]}

@@ -359,6 +359,20 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                          c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd)
 
 
+def _starved_warnings(pending: list, decided: dict, names: tuple) -> list:
+    """One line per side whose starved ranks kept rows from being called (``starvation``): the
+    table's ``why`` column says it per row, but a terminal of 80 columns does not show it."""
+    kept: dict = {}
+    for p in pending:
+        if p.starved and "got less CPU" in decided[p.key].reason:
+            kept.setdefault(p.starved[0], []).append(math.exp(min(p.starved[1], 700.0)))
+    return [f"{names[side]}: on a busy machine its ranks got clearly less of their cores than {names[1 - side]}'s "
+            f"(starved); {len(factors)} row(s) {'slower' if side == 1 else 'faster'} by no more than the CPU they "
+            f"lacked can explain (up to {'over 100' if min(factors) > 100 else f'{min(factors):.2g}'}×) are "
+            f"inconclusive: measure again on a quiet machine, or both sides in one job (collbench ab)"
+            for side, factors in sorted(kept.items())]
+
+
 def _machine_state(pending: list, drift: tuple, source: str, units: list) -> tuple:
     """The drift of a stored baseline, judged with the state of the machine in mind: (pending
     rows with their drift and state terms, drift df, description).
@@ -542,6 +556,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                         f"they judge nothing (unmeasured, which fails the gate unless --allow-missing)")
     warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
+    warnings += _starved_warnings(pending, by_key, (baseline_name, new_name))
     drifts = [p.drift_sd for p in tested]
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
                       float(np.median(drifts)) if drifts else math.nan, drift_source, allow_missing,
