@@ -60,9 +60,10 @@ POWER = 0.8
 #: (benchmarks/README.md, "Large result files").
 MAX_COMPARED_ROWS = 10_000
 #: A side whose ranks, on a busy machine, used this much less of their usable cores than the
-#: other side's (``cpuload``'s ``cpu_share``) is starved: beside two CPU-bound loops on the 2-core
-#: VM MPI's polling ranks used 70-80% of their cores against 97-99% in a quiet run, and rows were
-#: 2-15% slower; with the ranks pausing between sizes, under 10%, and rows up to 2.5× slower.
+#: other side's (``cpuload``'s ``cpu_share``) is starved: beside CPU-bound loops on the 2-core VM
+#: MPI's polling ranks used 62-91% of their cores against 85-99% alone, and without this rule 85
+#: of 200 A/A comparisons beside one loop exited 1; with the ranks pausing between sizes, under
+#: 10%, and rows up to 2.4× slower (benchmarks/README.md, "Starved ranks and step-down max-T").
 STARVED_DEFICIT = 0.15
 
 
