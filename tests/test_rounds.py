@@ -298,11 +298,11 @@ def test_round_load_counts_other_processes_beyond_idle_cores_and_tick_resolution
 
 
 def test_a_round_where_tasks_waited_for_a_cpu_is_busy_however_short():
-    waited = {**_report(0.05, 0.09, 0.1), "cpu_wait_s": 0.04, "usable_cpus": 2}
+    waited = {**_report(0.05, 0.09, 0.1), "cpu_wait_s": 0.04, "cpu_set": "3"}
     assert cpuload.round_load([waited, waited], ["a", "a"])["busy"]             # 80% of a 50 ms round
     calm = {**waited, "cpu_wait_s": 0.002}
     assert not cpuload.round_load([calm, calm], ["a", "a"])["busy"]
-    pinned = {**waited, "usable_cpus": 1}       # taskset -c 0: the ranks wait for each other
+    pinned = {**waited, "cpu_set": "1"}       # taskset -c 0: the ranks wait for each other
     assert not cpuload.round_load([pinned, pinned], ["a", "a"])["busy"]
 
 
@@ -320,8 +320,7 @@ def test_round_load_says_what_share_of_their_usable_cores_the_ranks_used():
 
 
 def test_a_side_whose_ranks_lacked_cpu_on_a_busy_machine_is_starved():
-    from collbench.analysis.compare import starvation
-    from collbench.analysis.runs import SideRounds
+    from collbench.analysis.runs import SideRounds, starvation
 
     def side(share, busy=1.0, ranks=2):
         return SideRounds([[1.0]], 0, busy, 0.0, {1: 1.0}, 0.0, ("",), share, ranks)

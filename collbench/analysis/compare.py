@@ -40,7 +40,8 @@ from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
-from collbench.analysis.runs import ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, round_warnings
+from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
+                                     round_warnings, starvation)
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
                                     row_time)
@@ -59,29 +60,6 @@ POWER = 0.8
 #: VM, so 10,000 rows (the most sizes one sweep measures) take 1.3 GB and 17-35 s in all
 #: (benchmarks/README.md, "Large result files").
 MAX_COMPARED_ROWS = 10_000
-#: A side whose ranks, on a busy machine, used this much less of their usable cores than the
-#: other side's (``cpuload``'s ``cpu_share``) is starved: beside CPU-bound loops on the 2-core VM
-#: MPI's polling ranks used 62-91% of their cores against 85-99% alone, and without this rule 85
-#: of 200 A/A comparisons beside one loop exited 1; with the ranks pausing between sizes, under
-#: 10%, and rows up to 2.4× slower (benchmarks/README.md, "Starved ranks and step-down max-T").
-STARVED_DEFICIT = 0.15
-
-
-def starvation(sides: tuple) -> tuple:
-    """(which side was starved, 0 or 1, and the log slowdown the CPU it lacked can explain) of
-    one row's two sides (runs.SideRounds); () where neither was. A side starved to a share f of
-    the other side's CPU may run 1/f times slower on every rank, and a collective waits for each
-    of the ranks on a host: up to f to the power of minus the ranks per host."""
-    for i in (0, 1):
-        mine, other = sides[i], sides[1 - i]
-        if mine.busy_share < 0.5 or not (math.isfinite(mine.cpu_share) and math.isfinite(other.cpu_share)):
-            continue
-        f = min(1.0, mine.cpu_share / other.cpu_share)
-        if 1.0 - f > STARVED_DEFICIT:
-            return i, -max(mine.ranks_per_host, 1) * math.log(f)
-    return ()
-
-
 @dataclass(frozen=True)
 class RowComparison:
     key: tuple                      # values of MATCH_FIELDS
@@ -325,13 +303,10 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason = ""
-    starved = p.starved and (c.ci_low < p.starved[1] if p.starved[0] == 1 else c.ci_high > -p.starved[1])
-    if significant and beyond and starved and (c.ci_low > 0) == (p.starved[0] == 1):
+    if significant and beyond and _starvation_explains(p):
         verdict = "inconclusive"
-        name = "new" if p.starved[0] == 1 else "baseline"
-        factor = math.exp(min(p.starved[1], 700.0))
-        reason = (f"the {name} run's ranks got less CPU than the other's while other processes were busy: a "
-                  f"slowdown of up to {'over 100' if factor > 100 else f'{factor:.2g}'}× may be the machine's; "
+        reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
+                  f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
                   f"measure again on a quiet one, or both sides in one job (collbench ab)")
     elif significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
@@ -360,18 +335,32 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                          c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd)
 
 
+#: The words of a row that starved ranks kept from a verdict, which its warning counts.
+STARVED_WHY = "got less CPU than the other's"
+
+
+def _starvation_explains(p: _Pending) -> bool:
+    """Whether the change lies the way a starved side (``p.starved``) pushes it, and its CI does
+    not clear what the CPU those ranks lacked can explain."""
+    if not p.starved:
+        return False
+    side, explained = p.starved
+    c = p.change
+    return 0 < c.ci_low < explained if side == 1 else -explained < c.ci_high < 0
+
+
 def _starved_warnings(pending: list, decided: dict, names: tuple) -> list:
-    """One line per side whose starved ranks kept rows from being called (``starvation``): the
-    table's ``why`` column says it per row, but a terminal of 80 columns does not show it."""
+    """One line per side whose starved ranks kept rows from being called: the table's ``why``
+    column says it per row, but a terminal of 80 columns does not show it."""
     kept: dict = {}
     for p in pending:
-        if p.starved and "got less CPU" in decided[p.key].reason:
-            kept.setdefault(p.starved[0], []).append(math.exp(min(p.starved[1], 700.0)))
+        if p.starved and STARVED_WHY in decided[p.key].reason:
+            kept.setdefault(p.starved[0], []).append(p.starved)
     return [f"{names[side]}: on a busy machine its ranks got clearly less of their cores than {names[1 - side]}'s "
-            f"(starved); {len(factors)} row(s) {'slower' if side == 1 else 'faster'} by no more than the CPU they "
-            f"lacked can explain (up to {'over 100' if min(factors) > 100 else f'{min(factors):.2g}'}×) are "
-            f"inconclusive: measure again on a quiet machine, or both sides in one job (collbench ab)"
-            for side, factors in sorted(kept.items())]
+            f"(starved); {len(rows)} row(s) {'slower' if side == 1 else 'faster'} by no more than the CPU they "
+            f"lacked can explain (up to {explained_by(min(rows, key=lambda s: s[1]))}) are inconclusive: measure "
+            f"again on a quiet machine, or both sides in one job (collbench ab)"
+            for side, rows in sorted(kept.items())]
 
 
 def _machine_state(pending: list, drift: tuple, source: str, units: list) -> tuple:

@@ -29,6 +29,33 @@ ASSUMED_LOG_SD = 0.25
 #: to each side's busy share of the counted rounds; the two sides of one interleaved job share
 #: the machine and do not.
 BUSY_LOG_SD = 0.06
+#: A side whose ranks, on a busy machine, used this much less of their usable cores than the
+#: other side's (``cpuload``'s ``cpu_share``) is starved: beside CPU-bound loops on the 2-core VM
+#: MPI's polling ranks used 62-91% of their cores against 85-99% alone, and without this rule 85
+#: of 200 A/A comparisons beside one loop exited 1; with the ranks pausing between sizes, under
+#: 10%, and rows up to 2.4× slower (benchmarks/README.md, "Starved ranks and step-down max-T").
+STARVED_DEFICIT = 0.15
+
+
+def starvation(sides: tuple) -> tuple:
+    """(which side was starved, 0 or 1, and the log slowdown the CPU it lacked can explain) of
+    one row's two sides (``SideRounds``); () where neither was. A side starved to a share f of
+    the other side's CPU may run 1/f times slower on every rank, and a collective waits for each
+    of the ranks on a host: up to f to the power of minus the ranks per host."""
+    for i in (0, 1):
+        mine, other = sides[i], sides[1 - i]
+        if mine.busy_share < 0.5 or not (math.isfinite(mine.cpu_share) and math.isfinite(other.cpu_share)):
+            continue
+        f = min(1.0, mine.cpu_share / other.cpu_share)
+        if 1.0 - f > STARVED_DEFICIT:
+            return i, -max(mine.ranks_per_host, 1) * math.log(f)
+    return ()
+
+
+def explained_by(starved: tuple) -> str:
+    """The slowdown a starved side's lacking CPU can explain (``starvation``), as a factor."""
+    factor = math.exp(min(starved[1], 700.0))
+    return "over 100×" if factor > 100 else f"{factor:.2g}×"
 
 
 def _round_records(result: RunResult) -> list:

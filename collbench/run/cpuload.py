@@ -87,7 +87,6 @@ class CpuMeter:
         cores = _affinity()
         report = {"wall_s": time.monotonic() - self._wall, "own_cpu_s": time.process_time() - self._own,
                   "host_busy_s": None, "host_steal_s": None, "cpus": os.cpu_count() or 1,
-                  "usable_cpus": len(cores) or None,
                   "cpu_set": format(sum(1 << c for c in cores), "x") if cores else None,
                   "cpu_wait_s": pressure - self._pressure if pressure is not None and self._pressure is not None
                   else None}
@@ -126,7 +125,7 @@ def round_load(reports: list, hosts: list) -> dict:
         waited = reader.get("cpu_wait_s")
         wait_share = waited / reader["wall_s"] if waited is not None else None
         joined = _usable(entry["reports"])
-        usable = joined or reader.get("usable_cpus") or reader["cpus"]
+        usable = joined or reader["cpus"]
         if wait_share is not None and entry["ranks"] <= usable and wait_share > BUSY_WAIT_SHARE:
             host_busy = True
         busy = busy or host_busy
