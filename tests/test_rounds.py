@@ -336,14 +336,17 @@ def test_a_side_whose_ranks_lacked_cpu_on_a_busy_machine_is_starved():
 
 
 def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):
-    from collbench.measure.noise import noise_model
+    from collbench.measure.noise import MIN_ROWS_FOR_PRIOR, noise_model
     from collbench.measure.runstats import summarize_rounds
 
     proc = cli(["all", "-n", "2", "--sizes", "8,1K,64K", *QUICK, "--rounds", "3", "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_result(run_dir / "m.json").rows
     prior = noise_model(r.time_us_round_p50s for r in rows)
-    assert prior is not None and len(rows) == 25 and prior.rows >= 22     # rows with two counted rounds
+    # The model is fitted on the rows that kept two rounds within their window; how many did
+    # depends on the machine's load (CI saw 21 of 25 beside its neighbours), so only that there
+    # were enough for a model at all is asserted here.
+    assert len(rows) == 25 and prior is not None and prior.rows >= MIN_ROWS_FOR_PRIOR
     for r in rows:
         pooled = summarize_rounds(r.time_us_round_p50s, prior=prior)
         assert (r.time_us_ci_low, r.time_us_ci_high) == pytest.approx((pooled.ci_low, pooled.ci_high), rel=1e-9)
