@@ -18,7 +18,7 @@ interleaved, so that drift of the machine hits every kind alike. Then, over many
   grown over several runs is) against one other quiet run: how many rows ``compare`` calls
   slower or faster, and how many comparisons would exit 1;
 * **A/A beside a neighbour**: the same baseline against a neighbour run;
-* **power, real**: against a pinned run: the share of rows called slower;
+* **power, real**: against a pinned run: the share of rows called slower, and of comparisons exiting 1;
 * **power, synthetic**: against a quiet run whose round medians are all multiplied by
   1 + shift (``--shifts``, by default +5, 10, 20, 50 and 100%; labelled synthetic): the share of rows called slower, overall and among the
   rows whose spread lets this comparison see that shift (``detectable`` at most the shift).
@@ -208,7 +208,8 @@ def analyse(folder: Path, args) -> None:
         if power:
             extra = (f"; among rows able to see it ({seen / max(1, args.splits):.0f} of {rows_total} per comparison): "
                      f"{seen_slower / max(1, seen):.1%}" if gate is not None else "")
-            print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}")
+            print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}; comparisons exiting 1 "
+                  f"{exits}/{args.splits}")
         else:
             measured = sum(1 for _, source in drifts if source.startswith("measured"))
             print(f"{label:<42} rows flagged {flagged / rows:6.2%}   same {same / rows:6.1%}   "

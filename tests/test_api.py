@@ -86,7 +86,9 @@ def test_the_overlap_of_a_library_whose_progress_is_known(kind, low, high, run_d
                env={**plugin_env, "TIMED_LIBRARY": f"{kind}:0.02"})
     assert proc.returncode == 0, proc.stderr
     (row,) = load_json(run_dir / "o.json")["rows"]
-    assert row["time_us_p50"] >= 20_000 and row["compute_us"] >= row["time_us_p50"]
+    # the compute is calibrated to the call and lengthened once if a busy moment cut it short; a
+    # second busy moment may still leave it a little short of the median call
+    assert row["time_us_p50"] >= 20_000 and row["compute_us"] >= 0.9 * row["time_us_p50"]
     assert low <= row["overlap_pct"] <= high, row
 
 

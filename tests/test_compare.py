@@ -163,6 +163,48 @@ def test_interference_is_set_aside_whether_or_not_the_meter_saw_it():
     assert any("2 of 6 round(s) ran while other processes used" in w and "set aside" in w for w in busy.warnings)
 
 
+def _slowed(result: RunResult, factor: float, rounds, keys) -> RunResult:
+    """``result`` with the round medians of ``rounds`` (numbers) multiplied by ``factor`` in the
+    rows of ``keys`` ((collective, backend, size))."""
+    for i, (row, data) in enumerate(zip(result.rows, result.rounds)):
+        if (row.collective, row.backend, row.size_bytes) not in keys:
+            continue
+        slowed = [dataclasses.replace(d, time_us_p50=d.time_us_p50 * (factor if d.round in rounds else 1))
+                  for d in data]
+        result.rounds[i] = tuple(slowed)
+        result.rows[i] = dataclasses.replace(row, time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
+    return result
+
+
+def test_a_side_in_a_state_the_other_was_seen_in_is_not_called():
+    """In four rows of ten the baseline ran 1.5x slower in 2 of its 6 rounds, set aside as
+    interference; the new run ran 1.5x slower in all of its rounds there. A state of the machine
+    that held two rounds of one run may have held the whole of the next: inconclusive, and
+    said. 3x lies beyond what the baseline was seen to do and is called; so is 1.5x where the
+    baseline showed it once in ten rounds."""
+    keys = {k for k in SERIES if k[2] in (64, 8192)}
+
+    def mine(c):
+        return [r for r in c.rows if (r.field("collective"), r.field("backend"), r.field("size_bytes")) in keys]
+
+    base = _slowed(run_of(SERIES, seed=1, rounds=6), 1.5, {2, 5}, keys)
+    state = compare_runs(base, run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 1.5)), threshold=0.05)
+    held = mine(state)
+    assert len(held) == 4 and not state.regression
+    assert all(r.verdict == "inconclusive" and "baseline run's own rounds ran this slow in 2 of its 6 rounds"
+               in r.reason for r in held)
+    assert {r.verdict for r in state.rows if r not in held} == {"same"}
+    assert "4 row(s) slower in new are inconclusive: baseline's own rounds ran as slow" in "\n".join(state.warnings)
+    backwards = compare_runs(run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 1.5)), base, threshold=0.05)
+    assert all(r.verdict == "inconclusive" and "new run's own rounds ran this slow" in r.reason
+               for r in mine(backwards))
+    beyond = compare_runs(base, run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 3.0)), threshold=0.05)
+    assert [r.verdict for r in mine(beyond)] == ["slower"] * 4
+    rare = _slowed(run_of(SERIES, seed=1, rounds=10), 1.5, {4}, keys)
+    once = compare_runs(rare, run_of(SERIES, seed=2, rounds=10, scale=dict.fromkeys(keys, 1.5)), threshold=0.05)
+    assert [r.verdict for r in mine(once)] == ["slower"] * 4
+
+
 def test_a_busy_side_is_judged_with_what_a_busy_machine_may_do():
     """Every round busy: a 3x slowdown is still called (no neighbour does that alone); one
     backend's rows 12% slower are not on a busy machine, and are on a quiet one."""

@@ -117,22 +117,23 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
 def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
     out = tmp_path / "r.json"
     args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo", "--sizes", "8,1M",
-            "--iters", "3000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "30",
+            "--iters", "3000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "45",
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # three gloo ranks beside two busy loops on 2 cores took 10-20 s for the 3000 calls of 8 B
-        # (past a --timeout of 12 s in 2 of 5 tries); 1M takes longer, so it is still running then
+        # (past a --timeout of 12 s in 2 of 5 tries): 45 s leaves room for a busier CI machine; 1M
+        # takes longer, so it is still running then
         wait_for_rows(out, seconds=300, job=job)
         victim = _rank_process(_marker(tmp_path), 1, "RANK")
         os.kill(victim, signal.SIGSTOP)
-        _, stderr = job.communicate(timeout=60)
+        _, stderr = job.communicate(timeout=90)
     finally:
         job.kill()
     lines = _collbench_lines(stderr)
     assert job.returncode == 124, stderr
     assert len(lines) == 1, stderr
-    assert "did not finish within 30 s" in lines[0]
+    assert "did not finish within 45 s" in lines[0]
     assert "rank 1 on" in lines[0] and "stopped (SIGSTOP" in lines[0], lines[0]
     assert "ranks 0,2 on" in lines[0] and "still in allreduce on gloo at 1M" in lines[0], lines[0]
     assert not _collbench_pids(_marker(tmp_path))

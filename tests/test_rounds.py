@@ -195,12 +195,15 @@ def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir, plugin_e
     loads = [r["load"] for r in load_json(run_dir / "busy.json")["metadata"]["rounds"]]
     assert all(load["busy"] and load["other_cpu_cores"] > 0.25 for load in loads), loads
     compared = cli(["compare", "quiet.json", "busy.json"], run_dir, env=plugin_env)
-    assert compared.returncode == 0, compared.stdout
+    assert compared.returncode in (0, 1), compared.stdout + compared.stderr
     assert "3 of 3 round(s) ran while other processes used" in compared.stderr
-    # the gate does not blame the code for the busy host; "faster" rows may stand where the
-    # "quiet" side itself ran beside other work (seen once in a full suite beside two busy loops
-    # and a second test run: 4 of 17 rows faster)
-    assert compared.stdout.startswith("no regression: 0 slower,")
+    # The gate does not blame the code for the busy host — given a quiet baseline. On a shared
+    # CI machine the "quiet" side may itself have run beside other work; its ranks then lacked
+    # CPU too, and the busy side's deficit against it explains less than its slowdown ("faster"
+    # rows were seen that way once: 4 of 17). What the gate decides on recorded runs of both
+    # kinds is asserted above (starved-quiet/-busy, and the gate's recorded files).
+    quiet_was_busy = any(r["load"]["busy"] for r in load_json(run_dir / "quiet.json")["metadata"]["rounds"])
+    assert compared.stdout.startswith("no regression: 0 slower,") or quiet_was_busy, compared.stdout
 
 
 GATE_DATA = Path(__file__).resolve().parent / "data" / "gate"
@@ -231,8 +234,10 @@ def _without_cpu_share(src: Path, dst: Path) -> None:
 def test_a_slowdown_the_cpu_the_ranks_lacked_explains_is_not_blamed_on_the_code(run_dir):
     """Real runs of test_a_busy_host_is_recorded_and_compare_does_not_trust_it beside two
     `yes` loops (tests/data/gate/README.md): the busy side's ranks used 8-9% of their cores
-    against the other side's 81-90%, and four 64K rows were 1.9-2.4x slower. Without the
-    ranks' share of their cores (a file of an older collbench) the gate blamed the code."""
+    against the other side's 81-90%, and four 64K rows were 1.9-2.4x slower. The "quiet" side
+    too ran beside the loops in its third round, which it set aside as interference at the
+    busy side's level: without the ranks' share of their cores (a file of an older collbench)
+    that round is what keeps the gate from blaming the code (it did, before either rule)."""
     args = ["compare", str(GATE_DATA / "starved-quiet.json"), "--format", "json"]
     proc = cli(args + [str(GATE_DATA / "starved-busy.json")], run_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -241,8 +246,11 @@ def test_a_slowdown_the_cpu_the_ranks_lacked_explains_is_not_blamed_on_the_code(
     assert len(starved) == 4 and all(r["verdict"] == "inconclusive" and r["change_ci_low"] > 0.5 for r in starved)
     assert "(starved); 4 row(s) slower by no more than the CPU they lacked can explain" in proc.stderr
     _without_cpu_share(GATE_DATA / "starved-busy.json", run_dir / "old.json")
-    before = cli(args + [str(run_dir / "old.json")], run_dir)
-    assert before.returncode == 1 and "slower" in {r["verdict"] for r in json.loads(before.stdout)["rows"]}
+    older = cli(args + [str(run_dir / "old.json")], run_dir)
+    assert older.returncode == 0, older.stdout + older.stderr
+    held = [r for r in json.loads(older.stdout)["rows"] if "own rounds ran this slow" in r["reason"]]
+    assert [(r["collective"], r["size_bytes"]) for r in held] == [(r["collective"], r["size_bytes"]) for r in starved]
+    assert all("baseline run's own rounds ran this slow in 1 of its 3 rounds" in r["reason"] for r in held)
 
 
 def test_a_slowdown_beside_a_neighbour_that_left_the_ranks_their_cores_is_called(run_dir):

@@ -279,8 +279,29 @@ def test_a_row_left_with_one_round_by_interference_gets_the_sweeps_interval():
     s = summarize_rounds([10.0, 30.0, 90.0], prior=prior)      # no two rounds agree: the fastest counts
     assert s.rounds == 1 and s.set_aside == 2 and s.center == 10.0
     half = t_quantile(0.975, 4.0) * 0.02 * math.sqrt(1 + BETWEEN_RUNS_FACTOR ** 2)
-    assert (s.ci_low, s.ci_high) == pytest.approx((10.0 * math.exp(-half), 10.0 * math.exp(half)))
+    assert s.ci_low == pytest.approx(10.0 * math.exp(-half))
+    assert s.ci_high == pytest.approx(90.0)   # a third of the rounds ran there: the next run may (a state)
+    ten = summarize_rounds([10.0] + [90.0] * 9, prior=prior)          # nine rounds agree: they count
+    nine = summarize_rounds([10.0, 10.1] + [10.0 * 1.6 ** k for k in range(2, 10)], prior=prior)
+    assert ten.center == pytest.approx(90.0) and nine.center == pytest.approx(10.05, rel=1e-3)
     assert math.isnan(summarize_rounds([10.0]).ci_low)                  # alone, one round says nothing
+
+
+def test_a_ci_reaches_up_to_a_state_a_fifth_of_the_rounds_ran_in():
+    """Rounds set aside above the counted ones in a fifth of a row's rounds or more are a state
+    of the machine its next run may settle in (the ten H100 runs: the CIs of the overhead-bound
+    rows held what the other runs settled on for 70% of rows, 96% with this). Fewer are
+    interference, and the CI is the counted rounds' alone."""
+    prior = SpreadPrior(log_sd=0.01, df=4.0, rows=20, window_sd=0.01)
+    clean = [10.0, 10.1, 10.05, 9.95, 10.02, 10.08, 9.97, 10.03]
+    alone = summarize_rounds(clean, prior=prior)
+    once = summarize_rounds(clean + [15.0], prior=prior)                 # 1 of 9: interference
+    twice = summarize_rounds(clean + [15.0, 14.0], prior=prior)          # 2 of 10: a state
+    assert once.set_aside == 1 and once.ci_high == pytest.approx(alone.ci_high, rel=0.01)
+    assert twice.set_aside == 2 and twice.ci_high == pytest.approx(14.0)               # the slowest level a fifth reached
+    assert twice.ci_low == pytest.approx(alone.ci_low, rel=0.01) and twice.center == pytest.approx(alone.center)
+    thrice = summarize_rounds(clean + [15.0, 14.0, 16.0], prior=prior)   # a fifth of 11 is 2.2: three must reach it
+    assert thrice.ci_high == pytest.approx(14.0)
 
 
 def _runs_of(levels, rows=10, rounds=5, sd=0.01, seed=3):

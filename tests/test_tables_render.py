@@ -205,3 +205,29 @@ def test_a_bar_in_a_cell_is_escaped_in_markdown_not_a_column():
     text = to_markdown(TableModel("t", ("backend", "p50 µs"), (("my|mpi", "3.0"),), (), (0, 0)))
     assert "| my\\|mpi | 3.0 |" in text
     assert all(line.replace("\\|", "").count("|") == 3 for line in text.splitlines() if line.startswith("|"))
+
+
+def test_a_ci_that_reaches_up_to_a_state_is_shown_lopsided_and_said():
+    """A row whose rounds ran 1.5x slower in 2 of 5, set aside: its CI reaches up to them
+    (noise.state_level), the side-by-side CI column shows its two sides, and a note says why."""
+    import dataclasses
+
+    from collbench.results.aggregate import moderate_rows
+
+    rows = _rows("allreduce", ("mpi", "gloo"))
+    slowed = []
+    for r in rows:
+        medians = list(r.time_us_round_p50s)
+        if r.backend == "gloo" and r.size_bytes == 1024:
+            medians[1] *= 1.5
+            medians[3] *= 1.5
+        slowed.append(dataclasses.replace(r, time_us_round_p50s=tuple(medians)))
+    rows = moderate_rows(slowed)
+    [state] = [r for r in rows if r.backend == "gloo" and r.size_bytes == 1024]
+    assert state.rounds_set_aside == 2 and state.time_us_ci_high > 1.4 * state.time_us_p50
+    (table,) = build_tables(rows)
+    text = _render(table, 200)
+    assert "…+" in text and text.count("…+") == 1
+    assert "reaches up to where a fifth or more of the row's rounds ran" in " ".join(text.split())
+    (even,) = build_tables(moderate_rows(_rows("allreduce", ("mpi", "gloo"))))
+    assert "…+" not in _render(even, 200) and "reaches up to" not in _render(even, 200)

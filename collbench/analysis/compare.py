@@ -41,6 +41,7 @@ from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
+                                     state_reach,
                                      round_warnings, starvation)
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
@@ -257,6 +258,8 @@ class _Pending:
     drift_var: float = 0.0          # the drift's share of the estimate's variance
     state_var: float = 0.0          # taken as known: a state of the machine moves each row by a share of its own
     starved: tuple = ()             # (side, log slowdown it can explain) where one side's ranks lacked CPU (starvation)
+    reached: tuple = ((), ())       # (new slower, new faster): how often the other side's set-aside rounds ran
+                                    # that slow, (rounds, of rounds), or () (state_reach)
 
     @property
     def time(self) -> float:
@@ -308,6 +311,12 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
                   f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
                   f"measure again on a quiet one, or both sides in one job (collbench ab)")
+    elif significant and beyond and p.reached[0 if c.estimate > 0 else 1]:
+        verdict = "inconclusive"
+        k, n = p.reached[0 if c.estimate > 0 else 1]
+        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {k} of its {n} rounds (set "
+                  f"aside as interference): a state of the machine that lasted the other's whole run can do "
+                  f"this; measure both sides in one job (collbench ab)")
     elif significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
     elif low >= -threshold and high <= threshold:
@@ -335,6 +344,9 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
                          c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd)
 
 
+#: The words of a row that the other side's own slow rounds kept from a verdict (its warning counts them).
+STATE_WHY = "own rounds ran this slow"
+
 #: The words of a row that starved ranks kept from a verdict, which its warning counts.
 STARVED_WHY = "got less CPU than the other's"
 
@@ -361,6 +373,16 @@ def _starved_warnings(pending: list, decided: dict, names: tuple) -> list:
             f"lacked can explain (up to {explained_by(min(rows, key=lambda s: s[1]))}) are inconclusive: measure "
             f"again on a quiet machine, or both sides in one job (collbench ab)"
             for side, rows in sorted(kept.items())]
+
+
+def _state_warnings(pending: list, decided: dict, names: tuple) -> list:
+    """One line per direction of the rows that the other side's own slow rounds kept from a
+    verdict (``state_reach``): the ``why`` column is not shown at 80 columns."""
+    held = Counter(p.change.estimate > 0 for p in pending if STATE_WHY in decided[p.key].reason)
+    return [f"{held[slower]} row(s) {'slower' if slower else 'faster'} in {names[1] if slower else names[0]} are "
+            f"inconclusive: {names[0] if slower else names[1]}'s own rounds ran as slow, set aside as interference "
+            f"(a state of the machine that can last a run); measure both sides in one job (collbench ab)"
+            for slower in (True, False) if held[slower]]
 
 
 def _machine_state(pending: list, drift: tuple, source: str, units: list) -> tuple:
@@ -486,7 +508,8 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
                                 sides[1].runs if comparable else [], busy_var, block_var,
                                 sum(side.fast_gap ** 2 for side in sides), pairs, noise_stratum(baseline.rows[b]),
-                                kept_floor, starved=() if one_job else starvation(sides)))
+                                kept_floor, starved=() if one_job else starvation(sides),
+                                reached=((), ()) if one_job else state_reach(sides)))
     if len(unmeasured_base) == len(common):
         raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
                          f"and a round median to judge by (a broken baseline?): incomparable")
@@ -547,6 +570,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
     warnings += _starved_warnings(pending, by_key, (baseline_name, new_name))
+    warnings += _state_warnings(pending, by_key, (baseline_name, new_name))
     drifts = [p.drift_sd for p in tested]
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
                       float(np.median(drifts)) if drifts else math.nan, drift_source, allow_missing,

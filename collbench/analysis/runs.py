@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
-from collbench.measure.noise import DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest
+from collbench.measure.noise import (DRIFT_FACTOR, STATE_SEEN_SHARE, SpreadPrior, clean_rounds, expected_fastest,
+                                    interference_window, set_aside_above)
 from collbench.measure.runstats import drift_between_runs, row_clean_sd, slow_runs
 from collbench.results.aggregate import file_noise, noise_stratum
 from collbench.results.records import RunResult
@@ -50,6 +51,21 @@ def starvation(sides: tuple) -> tuple:
         if 1.0 - f > STARVED_DEFICIT:
             return i, -max(mine.ranks_per_host, 1) * math.log(f)
     return ()
+
+
+def state_reach(sides: tuple) -> tuple:
+    """Per direction — (new slower, new faster) — how often the faster side's own rounds ran as
+    slow as the slower side's fastest counted round: (rounds of the faster side set aside above
+    its counted ones that reached that round, within the row's interference window; the faster
+    side's rounds), or () where they are fewer than STATE_SEEN_SHARE of them. Noise only adds
+    time, so the slower side's own time lies at or below its fastest round; a state of the
+    machine that held the faster side there in some of its rounds may have held the slower side
+    there in all of its own."""
+    def reached(level: float, side: SideRounds) -> tuple:
+        k = sum(level <= r for r in side.reach)
+        return (k, side.positive) if k and k >= STATE_SEEN_SHARE * side.positive - 1e-9 else ()
+    base, new = sides
+    return reached(new.fastest, base), reached(base.fastest, new)
 
 
 def explained_by(starved: tuple) -> str:
@@ -113,6 +129,11 @@ class SideRounds:
     cpu_share: float = math.nan   # the median over counted rounds of the share of their usable cores
                                   # the ranks used (``cpu_shares``); nan where a round did not record it
     ranks_per_host: int = 0       # the most ranks one host had in those rounds
+    fastest: float = math.nan     # log of the fastest counted round
+    reach: tuple = ()             # per round set aside above its run's counted ones, its log plus the row's
+                                  # interference window: how slow a state of the machine was seen to hold
+                                  # this row (``state_reach``)
+    positive: int = 0             # its rounds with a median, counted or not
 
 
 @dataclass(frozen=True)
@@ -162,6 +183,7 @@ class FileRounds:
         for number, median in zip(self.result.round_numbers(i), row.time_us_round_p50s):
             grouped.setdefault(self.ids.get(number, ""), []).append((number, median))
         runs, keys, by_round, per_run = [], [], {}, []      # per_run: (counted rounds, fast gap, floor gap)
+        above = []                                          # logs of rounds set aside above their run's counted ones
         busy_counted = positive = 0
         for key, entries in grouped.items():
             medians = [m for _, m in entries]
@@ -173,6 +195,7 @@ class FileRounds:
             if not counted:
                 continue
             runs.append([m for _, m in counted])
+            above += list(set_aside_above(medians, keep))
             keys.append(key)
             by_round.update(counted)
             busy_counted += sum(n in self.busy for n, _ in counted)
@@ -187,7 +210,9 @@ class FileRounds:
                           math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))), by_round,
                           sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys),
                           float(np.median([s for s, _ in shares])) if known else math.nan,
-                          max(r for _, r in shares) if known else 0)
+                          max(r for _, r in shares) if known else 0,
+                          math.log(min(by_round.values())) if by_round else math.nan,
+                          tuple(a + interference_window(clean_sd) for a in above), positive)
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:

@@ -70,6 +70,16 @@ INTERFERENCE_WIDTH = 5.0
 #: The clean spread is never taken as smaller than this (a window of 2.5%): rounds that agree to
 #: the timer's last digit must not make every ordinary difference interference.
 MIN_CLEAN_SD = 0.005
+#: Rounds set aside above a row's counted ones are interference — or a state of the machine that
+#: a whole run may spend in. Where at least this share of a row's rounds ran at a level, that
+#: level is one its next run may settle on (``state_level``): a row's CI reaches up to it, and
+#: compare does not blame the code for a side that ran there (``analysis.runs.state_reach``).
+#: On ten runs of one H100 the overhead-bound rows' CIs held what the other nine settled on for
+#: 70% of rows without it and 96% with it, and two sessions there no longer call bcast 20-87%
+#: slower. The share trades power for it: with any one set-aside round taken as a state, the CPU
+#: calibration's pinned runs had 72.8% of rows called slower (90.3% without the rule); with a
+#: fifth, 82.9% (benchmarks/README.md, "States the other side was seen in").
+STATE_SEEN_SHARE = 0.2
 #: A row's rounds spread beyond its trend (‡, ``RoundsSummary.disagree``) when their variance
 #: exceeds the trend's by more than the F distribution of the two allows at this level: about one
 #: row in a hundred of a file the model describes.
@@ -137,6 +147,25 @@ def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
     confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
     anchor = ordered[confirmed[0]] if len(confirmed) else ordered[0]
     return ok & (logs <= anchor + window) & (logs >= anchor - window)
+
+
+def set_aside_above(medians: Sequence[float], keep: np.ndarray) -> np.ndarray:
+    """The logs of the rounds of ``medians`` set aside above the slowest counted one (``keep``:
+    ``clean_rounds``' answer), slowest first."""
+    x = positive([m if k else math.nan for m, k in zip(medians, keep)])
+    if not len(x):
+        return np.zeros(0)
+    top = x.max()
+    return np.sort(np.log(positive([m for m, k in zip(medians, keep) if not k and m is not None and
+                                    math.isfinite(m) and m > top])))[::-1]
+
+
+def state_level(above: np.ndarray, rounds: int) -> float:
+    """The slowest level (log) that rounds set aside above the counted ones (``above``, slowest
+    first) reached in at least STATE_SEEN_SHARE of a row's ``rounds``: the k-th slowest of them,
+    k = ⌈share × rounds⌉; nan where fewer were set aside."""
+    k = max(1, math.ceil(STATE_SEEN_SHARE * rounds - 1e-9))
+    return float(above[k - 1]) if len(above) >= k else math.nan
 
 
 @dataclass(frozen=True)

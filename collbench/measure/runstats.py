@@ -28,7 +28,8 @@ import numpy as np
 
 from collbench.measure.distributions import t_quantile
 from collbench.measure.noise import (BETWEEN_RUNS_FACTOR, INTERFERENCE_WIDTH, MIN_CLEAN_SD, MIN_ROWS_FOR_PRIOR,
-                                    NoiseModel, SpreadPrior, clean_rounds, moderated, positive)
+                                    NoiseModel, SpreadPrior, clean_rounds, moderated, positive, set_aside_above,
+                                    state_level)
 
 CONFIDENCE = 0.95
 
@@ -48,7 +49,7 @@ class RoundsSummary:
     rounds: int          # rounds counted (those set aside as interference are not)
     center: float        # geometric mean of the counted round medians; the median itself for one round
     ci_low: float        # 95% CI of the centre from the spread of the rounds; nan under 2 rounds
-    ci_high: float
+    ci_high: float       # (up to the level a state of the machine held a fifth of the rounds at: noise.state_level)
     cv: float            # standard deviation / mean of the counted round medians; nan under 2 rounds
     log_sd: float        # standard deviation of their logs; nan under 2 rounds
     disagree: bool       # their spread lies beyond what the row's trend allows (noise.moderated): ‡
@@ -63,7 +64,9 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
     moderated variance ((R-1)·sd² + d0·s0²) / (R-1+d0) and t with R-1+d0 degrees of freedom —
     or, where the rounds spread beyond what the trend allows (``disagree``), their own variance
     and R-1 — and carries the spread between whole runs (BETWEEN_RUNS_FACTOR × s0): it is meant
-    to hold what the next run measures."""
+    to hold what the next run measures. Where a fifth of the rounds or more were set aside at a
+    level (a state of the machine: ``noise.state_level``), the next run may settle there, and
+    the CI reaches up to it."""
     if isinstance(prior, NoiseModel):
         prior = prior.noise(medians, stratum)
     nan = math.nan
@@ -77,12 +80,13 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
     logs = np.log(x)
     center = float(np.exp(logs.mean()))
     with_prior = prior is not None and math.isfinite(prior.log_sd)
+    state = state_level(set_aside_above(values, keep), len(positive(values)))
     if n == 1:
         if not with_prior:
             return RoundsSummary(1, float(x[0]), nan, nan, nan, nan, False, set_aside)
         # Interference left one round: the row's trend still says how far it may lie.
         half = t_quantile(0.5 + confidence / 2, prior.df) * prior.log_sd * math.sqrt(1.0 + BETWEEN_RUNS_FACTOR ** 2)
-        return RoundsSummary(1, float(x[0]), float(x[0] * math.exp(-half)), float(x[0] * math.exp(half)),
+        return RoundsSummary(1, float(x[0]), float(x[0] * math.exp(-half)), _reaching(x[0] * math.exp(half), state),
                              nan, nan, False, set_aside)
     sd = float(logs.std(ddof=1))
     var, df = sd * sd, float(n - 1)
@@ -93,8 +97,13 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
         between = (BETWEEN_RUNS_FACTOR * prior.log_sd) ** 2
     half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(var / n + between)
     cv = float(x.std(ddof=1) / x.mean())
-    return RoundsSummary(n, center, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)),
+    return RoundsSummary(n, center, float(np.exp(logs.mean() - half)), _reaching(np.exp(logs.mean() + half), state),
                          cv, sd, disagree, set_aside)
+
+
+def _reaching(high: float, state: float) -> float:
+    """A CI's upper end, raised to a state's level (log; nan: none) where that lies above it."""
+    return float(max(high, math.exp(state))) if math.isfinite(state) else float(high)
 
 
 def within_run_squares(groups) -> tuple:

@@ -62,10 +62,24 @@ def _ci(row: Row) -> str:
     return f"{format_us(row.time_us_ci_low)}–{format_us(row.time_us_ci_high)}{_mark(row)}"
 
 
+def _lopsided(row: Row) -> bool:
+    """Whether the row's CI reaches up to a state of the machine (``noise.state_level``): its
+    upper side clearly longer than its lower (a CI of the rounds alone is even on the log scale)."""
+    if not (row.time_us_p50 > 0 and row.time_us_ci_low > 0 and row.time_us_ci_high > 0):
+        return False
+    below, above = math.log(row.time_us_p50 / row.time_us_ci_low), math.log(row.time_us_ci_high / row.time_us_p50)
+    return above > 1.25 * below and above - below >= 0.01
+
+
 def _ci_pct(row: Row) -> str:
+    """The CI relative to the median: ±x%, or -a…+b% where it reaches up to a state."""
     if math.isnan(row.time_us_ci_low) or not row.time_us_p50:
         return "-"
-    return f"±{(row.time_us_ci_high - row.time_us_ci_low) / 2 / row.time_us_p50 * 100:.1f}%{_mark(row)}"
+    below = (row.time_us_p50 - row.time_us_ci_low) / row.time_us_p50 * 100
+    above = (row.time_us_ci_high - row.time_us_p50) / row.time_us_p50 * 100
+    if _lopsided(row):
+        return f"-{below:.{0 if below >= 10 else 1}f}…+{above:.{0 if above >= 10 else 1}f}%{_mark(row)}"
+    return f"±{(above + below) / 2:.1f}%{_mark(row)}"
 
 
 def _cv(row: Row) -> str:
@@ -269,6 +283,9 @@ def _notes(rows: list) -> tuple:
                      f"standard deviation / mean of the round medians)")
         if aside:                         # this table's own: the note above is said once for all
             notes.append(f"{aside} round median(s) far above their row's fastest set aside as interference")
+        if any(_lopsided(r) for r in rows):      # said once for all tables, as the note above
+            notes.append("a CI far longer above its p50 than below reaches up to where a fifth or more of the row's "
+                         "rounds ran, set aside: a state of the machine that the next run may settle in")
     else:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")
