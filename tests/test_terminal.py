@@ -152,3 +152,27 @@ def test_a_progress_label_too_long_keeps_the_size_being_measured():
     assert shorten(label, 30) == "1/5 · allreduce on mpi-p… at 8"
     assert all(shorten(label, room).endswith(" at 8") and len(shorten(label, room)) <= room for room in range(12, 40))
     assert len(shorten(label, 8)) <= 8
+
+
+def test_the_bar_ends_each_round_even_where_a_size_gave_no_row():
+    """A size skipped for memory or past the time budget adds no row; the round's end still
+    brings the bar to it, so that the next round starts from its own beginning."""
+    import io
+
+    from rich.console import Console
+
+    from collbench.results.progress import ProgressBar
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=80)
+    bar = ProgressBar(console, total=8, done=0, steps=4, rounds_left=1, earlier_rounds=[])
+    try:
+        for _ in range(3):                 # one of the round's four sizes gave no row
+            bar.advance()
+        bar.round_done(1.0)
+        assert bar.progress.tasks[0].completed == 4
+        for _ in range(4):
+            bar.advance()
+        bar.round_done(1.0)
+        assert bar.progress.tasks[0].completed == 8
+    finally:
+        bar.stop()

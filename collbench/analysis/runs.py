@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
-from collbench.measure.noise import (DRIFT_FACTOR, STATE_SEEN_SHARE, SpreadPrior, clean_rounds, expected_fastest,
-                                    interference_window, set_aside_above)
+from collbench.measure.noise import (DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest, interference_window,
+                                    set_aside_above, state_level)
 from collbench.measure.runstats import drift_between_runs, row_clean_sd, slow_runs
 from collbench.results.aggregate import file_noise, noise_stratum
 from collbench.results.records import RunResult
@@ -57,13 +57,14 @@ def state_reach(sides: tuple) -> tuple:
     """Per direction — (new slower, new faster) — how often the faster side's own rounds ran as
     slow as the slower side's fastest counted round: (rounds of the faster side set aside above
     its counted ones that reached that round, within the row's interference window; the faster
-    side's rounds), or () where they are fewer than STATE_SEEN_SHARE of them. Noise only adds
+    side's rounds), or () where they are fewer than ``noise.state_level`` asks. Noise only adds
     time, so the slower side's own time lies at or below its fastest round; a state of the
     machine that held the faster side there in some of its rounds may have held the slower side
     there in all of its own."""
     def reached(level: float, side: SideRounds) -> tuple:
-        k = sum(level <= r for r in side.reach)
-        return (k, side.positive) if k and k >= STATE_SEEN_SHARE * side.positive - 1e-9 else ()
+        if not level <= state_level(np.asarray(side.reach), side.positive):
+            return ()
+        return sum(level <= r for r in side.reach), side.positive
     base, new = sides
     return reached(new.fastest, base), reached(base.fastest, new)
 
@@ -130,9 +131,9 @@ class SideRounds:
                                   # the ranks used (``cpu_shares``); nan where a round did not record it
     ranks_per_host: int = 0       # the most ranks one host had in those rounds
     fastest: float = math.nan     # log of the fastest counted round
-    reach: tuple = ()             # per round set aside above its run's counted ones, its log plus the row's
-                                  # interference window: how slow a state of the machine was seen to hold
-                                  # this row (``state_reach``)
+    reach: tuple = ()             # per round set aside above its run's counted ones, slowest first, its log
+                                  # plus the row's interference window: how slow a state of the machine was
+                                  # seen to hold this row (``state_reach``)
     positive: int = 0             # its rounds with a median, counted or not
 
 
@@ -212,7 +213,8 @@ class FileRounds:
                           float(np.median([s for s, _ in shares])) if known else math.nan,
                           max(r for _, r in shares) if known else 0,
                           math.log(min(by_round.values())) if by_round else math.nan,
-                          tuple(a + interference_window(clean_sd) for a in above), positive)
+                          tuple(sorted((a + interference_window(clean_sd) for a in above), reverse=True)),
+                          positive)
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:

@@ -134,8 +134,14 @@ class ProgressBar:
         self.progress.update(self.task, advance=1, **fields)
 
     def round_done(self, seconds: float) -> None:
+        """The round's end: the bar goes to the end of the round even where a size gave no row
+        (skipped for memory, or past the time budget)."""
         self.estimate.next_round(seconds)
-        self.progress.update(self.task, left=_clock(self.estimate.seconds_left()))
+        steps = self.estimate.steps
+        (task,) = [t for t in self.progress.tasks if t.id == self.task]
+        end = min(-(-int(task.completed) // steps) * steps, int(task.total or 0))
+        self.progress.update(self.task, completed=max(end, int(task.completed)),
+                             left=_clock(self.estimate.seconds_left()))
 
     def stop(self) -> None:
         self.progress.stop()
