@@ -98,3 +98,24 @@ def interrupt_on_signals() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, interrupted)
+    _quiet_when_swallowed()
+
+
+def _quiet_when_swallowed() -> None:
+    """Where Python cannot raise an exception — a weak reference's callback, such as the lock of
+    a module being imported, or a ``__del__`` — it prints "Exception ignored in …" and goes on.
+    An Interrupted lost so is recorded (``_interrupted_by``) and raised again by
+    ``check_interrupted``; the report of it would be a second line, so it is left out. Every
+    other such report is printed as Python prints it."""
+    import sys
+
+    if getattr(sys.unraisablehook, "collbench", False):
+        return
+    default = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            default(unraisable)
+
+    hook.collbench = True
+    sys.unraisablehook = hook
