@@ -372,7 +372,8 @@ def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path)
             print("raised again:", exc.signum)
     """))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                          preexec_fn=_default_signals)     # a job started in the background ignores SIGINT
     assert proc.stdout.strip() == f"raised again: {int(signal.SIGINT)}", proc.stdout + proc.stderr
     assert "Interrupted" not in proc.stderr and "ZeroDivisionError" in proc.stderr, proc.stderr
 

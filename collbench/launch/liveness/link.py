@@ -44,6 +44,12 @@ def connect(candidates: list, port: int, hello: dict) -> tuple:
     raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried) + ")")
 
 
+#: How long a guardian waits, once rank 0's end of its line closed, before it says so: a
+#: launcher ending the job after a rank died kills every process, rank 0's guardian first
+#: (seen under a user's mpiexec on a loaded machine: a second line, "lost contact with rank 0").
+CLOSED_GRACE_S = 1.0
+
+
 class Link:
     """A guardian's connection to the coordinator, once its rank has joined the job."""
 
@@ -72,7 +78,7 @@ class Link:
             early = []
             now = time.monotonic()
             if messages is None:
-                self._lost("its connection closed")
+                self._lost("its connection closed", closed=True)
                 return
             for message in messages:
                 last_heard = now
@@ -96,10 +102,17 @@ class Link:
                 last_beat = now
                 self.send({"t": "beat", "where": self.where(), "state": processes.state(self.child)})
 
-    def _lost(self, how: str) -> None:
+    def _lost(self, how: str, closed: bool = False) -> None:
         if self.ended:
             return
         self.ended = True
+        if closed:
+            # A launcher ending the job (mpiexec after a rank died) kills rank 0's guardian and
+            # then this one a moment later: a closed line is news only if this guardian
+            # outlives that moment, and is not already stopping.
+            deadline = time.monotonic() + CLOSED_GRACE_S
+            while time.monotonic() < deadline and not self.ending():
+                time.sleep(0.05)
         here = socket.gethostname()
         mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank) and r != 0]
         if self.ending():          # told to stop from outside (Ctrl-C reached every process): no news
