@@ -41,8 +41,7 @@ from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
-                                     state_reach,
-                                     round_warnings, starvation)
+                                     round_warnings, starvation, state_reach)
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
                                     row_time)
@@ -306,17 +305,17 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason = ""
+    reached = p.reached[0 if c.estimate > 0 else 1]       # the other side's slow rounds, in the change's direction
     if significant and beyond and _starvation_explains(p):
         verdict = "inconclusive"
         reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
                   f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
                   f"measure again on a quiet one, or both sides in one job (collbench ab)")
-    elif significant and beyond and p.reached[0 if c.estimate > 0 else 1]:
+    elif significant and beyond and reached:
         verdict = "inconclusive"
-        k, n = p.reached[0 if c.estimate > 0 else 1]
-        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {k} of its {n} rounds (set "
-                  f"aside as interference): a state of the machine that lasted the other's whole run can do "
-                  f"this; measure both sides in one job (collbench ab)")
+        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} of its "
+                  f"{reached[1]} rounds (set aside as interference): a state of the machine that lasted the "
+                  f"other's whole run can do this; measure both sides in one job (collbench ab)")
     elif significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
     elif low >= -threshold and high <= threshold:

@@ -152,12 +152,11 @@ def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
 def set_aside_above(medians: Sequence[float], keep: np.ndarray) -> np.ndarray:
     """The logs of the rounds of ``medians`` set aside above the slowest counted one (``keep``:
     ``clean_rounds``' answer), slowest first."""
-    x = positive([m if k else math.nan for m, k in zip(medians, keep)])
-    if not len(x):
+    counted = positive([m for m, k in zip(medians, keep) if k])
+    aside = positive([m for m, k in zip(medians, keep) if not k])
+    if not len(counted):
         return np.zeros(0)
-    top = x.max()
-    return np.sort(np.log(positive([m for m, k in zip(medians, keep) if not k and m is not None and
-                                    math.isfinite(m) and m > top])))[::-1]
+    return np.sort(np.log(aside[aside > counted.max()]))[::-1]
 
 
 def state_level(above: np.ndarray, rounds: int) -> float:
