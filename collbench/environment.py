@@ -24,6 +24,12 @@ STATE = "COLLBENCH_STATE"
 #: Which round this launch is (1-based), and how many rounds the run has.
 ROUND = "COLLBENCH_ROUND"
 ROUNDS = "COLLBENCH_ROUNDS"
+#: The MPI thread level this launch initialises MPI at (``--thread-level``, one of a comma
+#: list: each launch of a self-launched run is at one level).
+THREAD_LEVEL = "COLLBENCH_THREAD_LEVEL"
+#: mpi4py's own variable for the thread level it asks MPI_Init_thread for; collbench takes it as
+#: the user's choice where --thread-level is not given.
+MPI4PY_THREAD_LEVEL = "MPI4PY_RC_THREAD_LEVEL"
 #: The seed of the run's shuffled order, the same in every launch of a run.
 SEED = "COLLBENCH_SEED"
 #: A side of an interleaved A/B job (``collbench ab``): the job, the side and what sets it

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from collbench.results.aggregate import build_row, round_data
-from collbench.results.records import Row, RowIdentity, RunResult, with_older
+from collbench.results.records import MPI_BACKENDS, USUAL_THREAD_LEVEL, Row, RowIdentity, RunResult, with_older
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.results.exporters import exporter_for, write_atomic
@@ -26,10 +26,11 @@ def metadata(**overrides) -> dict:
 
 
 def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2, dtype="float32", op="sum",
-             timing="latency", pair=(0, 1), window=64) -> RowIdentity:
+             timing="latency", pair=(0, 1), window=64, thread_level=None) -> RowIdentity:
     coll = get_benchmark(collective)
     per_rank = size_bytes if coll.size_is_per_rank else size_bytes // world_size
-    return RowIdentity(**with_older(dict(
+    level = thread_level if thread_level is not None else USUAL_THREAD_LEVEL if backend in MPI_BACKENDS else ""
+    return RowIdentity(**with_older(dict(thread_level=level,
         collective=collective, backend=backend, dtype=dtype, op=op if coll.reduces else "none",
         world_size=world_size, ranks_per_node=world_size, size_bytes=size_bytes, per_rank_bytes=per_rank,
         count=size_bytes // 4, timing=timing, bus_factor=coll.bus_factor(world_size),

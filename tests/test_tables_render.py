@@ -155,8 +155,8 @@ def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path
 
 
 def test_titles_name_a_root_other_than_0_for_rooted_collectives_only():
-    assert build_tables(_rows("bcast"), root=1)[0].title == "bcast · float32 · root 1 · 2 ranks · latency · mpi"
-    assert build_tables(_rows("bcast"), root=0)[0].title == "bcast · float32 · 2 ranks · latency · mpi"
+    assert build_tables(_rows("bcast"), root=1)[0].title == "bcast · float32 · root 1 · 2 ranks · latency · mpi · thread single"
+    assert build_tables(_rows("bcast"), root=0)[0].title == "bcast · float32 · 2 ranks · latency · mpi · thread single"
     assert "root" not in build_tables(_rows("allreduce"), root=1)[0].title
 
 
@@ -196,8 +196,8 @@ def test_two_pairs_of_one_benchmark_are_two_tables_named_by_their_pair_and_windo
     rows = [row_from_samples([5.0, 5.1, 5.2], collective="bw", pair=pair, window=16, size_bytes=size)
             for pair in ((0, 1), (2, 0)) for size in (8, 1024)]
     titles = [t.title for t in build_tables(rows)]
-    assert titles == ["bw · float32 · 2 ranks · latency · pair 0-1 · window 16 · mpi",
-                      "bw · float32 · 2 ranks · latency · pair 2-0 · window 16 · mpi"]
+    assert titles == ["bw · float32 · 2 ranks · latency · pair 0-1 · window 16 · mpi · thread single",
+                      "bw · float32 · 2 ranks · latency · pair 2-0 · window 16 · mpi · thread single"]
 
 
 def test_a_bar_in_a_cell_is_escaped_in_markdown_not_a_column():

@@ -7,7 +7,7 @@ comparison cannot survive — no row in common — is an error raised by ``compa
 from __future__ import annotations
 
 from collbench.measure.sizes import format_size
-from collbench.results.records import RunResult
+from collbench.results.records import ASSUMED_SETUP, RunResult
 
 # (label, path into the metadata dict)
 CHECKED_METADATA = (
@@ -43,11 +43,39 @@ def _csv_without_metadata(result: RunResult) -> bool:
         all(_lookup(result.metadata, path) is None for _, path in CHECKED_METADATA)
 
 
+def binding(result: RunResult) -> str:
+    """How the ranks were bound, from each round's record of their affinities (``cpu_sets``):
+    "one core each", "free on N cores", "all on one core"...; "" where the file does not say."""
+    said = []
+    for record in result.metadata.get("rounds") or []:
+        sets = record.get("cpu_sets") if isinstance(record, dict) else None
+        try:
+            masks = [int(text, 16) for text in sets or ()]
+        except (TypeError, ValueError):
+            continue
+        if not masks:
+            continue
+        counts = [bin(m).count("1") for m in masks]
+        if len(set(masks)) == 1:
+            word = "all on one core" if counts[0] == 1 else f"free on {counts[0]} cores"
+        elif all(c == 1 for c in counts) and len(set(masks)) == len(masks):
+            word = "one core each"
+        else:
+            word = "bound to sets of cores"
+        said.append(word)
+    if not said:
+        return "unbound (assumed)" if ASSUMED_SETUP in result.notes else ""
+    return ", ".join(dict.fromkeys(said))
+
+
 def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str) -> list:
     notes = [f"{name} is a CSV without run metadata: host and library were not checked"
              for name, result in ((baseline_name, baseline), (new_name, new)) if _csv_without_metadata(result)]
     if notes:
         return notes
+    bound = binding(baseline), binding(new)
+    if all(bound) and bound[0] != bound[1]:
+        notes.append(f"ranks were bound differently: {bound[0]} in {baseline_name}, {bound[1]} in {new_name}")
     for label, path in CHECKED_METADATA:
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
         if a is None or b is None:       # e.g. torch is only recorded by runs that used it

@@ -39,7 +39,7 @@ import numpy as np
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
-from collbench.results.records import MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
+from collbench.results.records import ASSUMED_SETUP, MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
 from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
                                      round_warnings, starvation, state_reach)
 from collbench.analysis.significance import max_t_adjust
@@ -177,26 +177,45 @@ def parse_threshold(text) -> float:
     return value
 
 
-def match_key(row: Row, across_backends: bool = False) -> tuple:
+def match_key(row: Row, across_backends: bool = False, across_levels: bool = False) -> tuple:
     """The row's values of MATCH_FIELDS; ``across_backends``: the backend and what belongs to it
     (its buffers, its payload) left blank (two files of one backend each, compared with each
-    other: collbench ab --a-backend/--b-backend)."""
-    return tuple("*" if across_backends and name in _BACKEND_FIELDS else getattr(row, name) for name in MATCH_FIELDS)
+    other: collbench ab --a-backend/--b-backend); ``across_levels``: the MPI thread level left
+    blank."""
+    return tuple("*" if (across_backends and name in _BACKEND_FIELDS) or (across_levels and name == "thread_level")
+                 else getattr(row, name) for name in MATCH_FIELDS)
 
 
-_BACKEND_FIELDS = ("backend",) + PER_BACKEND
+def levels_apart(baseline: RunResult, new: RunResult, across_backends: bool = False) -> tuple:
+    """(the baseline's thread levels, the new run's) where some rows of the two would match but
+    for their MPI thread level; ((), ()) where none would."""
+    keys = {match_key(r, across_backends) for r in new.rows}
+    blank = {match_key(r, across_backends, True): r.thread_level for r in new.rows}
+    base, other = set(), set()
+    for row in baseline.rows:
+        loose = match_key(row, across_backends, True)
+        if match_key(row, across_backends) not in keys and loose in blank:
+            base.add(row.thread_level)
+            other.add(blank[loose])
+    return tuple(sorted(base)), tuple(sorted(other))
+
+
+#: what belongs to a backend's setup, the thread level apart (levels are matched on their own)
+_BACKEND_FIELDS = ("backend",) + tuple(name for name in PER_BACKEND if name != "thread_level")
 
 
 def _one_backend_each(baseline: RunResult, new: RunResult) -> bool:
-    """Each file measured one backend setup, and not the same one."""
-    a, b = {backend_label(r) for r in baseline.rows}, {backend_label(r) for r in new.rows}
+    """Each file measured one backend setup, and not the same one (the thread level aside)."""
+    def setups(result: RunResult) -> set:
+        return {tuple(getattr(r, name) for name in _BACKEND_FIELDS) for r in result.rows}
+    a, b = setups(baseline), setups(new)
     return len(a) == 1 and len(b) == 1 and a != b
 
 
-def _index(result: RunResult, name: str, across_backends: bool = False) -> dict:
+def _index(result: RunResult, name: str, across_backends: bool = False, across_levels: bool = False) -> dict:
     index = {}
     for i, row in enumerate(result.rows):
-        key = match_key(row, across_backends)
+        key = match_key(row, across_backends, across_levels)
         if key in index:
             raise UsageError(f"{name}: two rows for {_describe(key)}; compare files of one run each")
         index[key] = i
@@ -213,6 +232,12 @@ def _apart(baseline: RunResult, new: RunResult, across_backends: bool) -> str:
         if a and b and not a & b:
             said.append(f"{name} {_values(a)} vs {_values(b)}")
     return "; " + ", ".join(said) if said else ""
+
+
+def _assumed(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str) -> str:
+    """" (assumed for NAME: it predates their record)" where a file's levels were assumed."""
+    names = [name for name, result in ((baseline_name, baseline), (new_name, new)) if ASSUMED_SETUP in result.notes]
+    return f" (assumed for {' and '.join(names)}: written before levels were recorded)" if names else ""
 
 
 def _values(values: set) -> str:
@@ -451,16 +476,24 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                  threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                  baseline_name: str = "baseline", new_name: str = "new",
                  assumed_log_sd: float = ASSUMED_LOG_SD, allow_missing: bool = False,
-                 fail_on_inconclusive: bool = False) -> Comparison:
+                 fail_on_inconclusive: bool = False, across_levels: bool = False) -> Comparison:
     """Match the rows of two runs and give each a verdict; UsageError when nothing matches, or
     when more than MAX_COMPARED_ROWS do. ``allow_missing``: rows the new run lacks or cannot
     measure do not fail the gate (``Comparison.passed``); ``fail_on_inconclusive``: rows it
-    cannot decide do."""
+    cannot decide do. Rows that differ only in their MPI thread level are refused (UsageError)
+    unless ``across_levels``: the level alone moves MPICH's times 2-3x."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     across = _one_backend_each(baseline, new)
-    base_index = _index(baseline, baseline_name, across)
-    new_index = _index(new, new_name, across)
+    levels = levels_apart(baseline, new, across)
+    if levels[0] and not across_levels:
+        raise UsageError(f"{baseline_name} ran MPI at thread level {'/'.join(levels[0])} and {new_name} at "
+                         f"{'/'.join(levels[1])}{_assumed(baseline, new, baseline_name, new_name)}: the level alone "
+                         "moves MPI's times 2-3x, so no verdict is called across levels; --across-levels "
+                         "compares them anyway")
+    across_levels = bool(levels[0])
+    base_index = _index(baseline, baseline_name, across, across_levels)
+    new_index = _index(new, new_name, across, across_levels)
     common = [k for k in base_index if k in new_index]
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
@@ -563,6 +596,9 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     if across:
         warnings.insert(0, f"{baseline_name} measured {baseline.rows[0].backend} and {new_name} "
                            f"{new.rows[0].backend}: rows are matched across the two backends")
+    if across_levels:
+        warnings.insert(0, f"{baseline_name} ran MPI at thread level {'/'.join(levels[0])} and {new_name} at "
+                           f"{'/'.join(levels[1])}: rows are matched across the levels")
     if unmeasured_base:
         warnings.append(f"{len(unmeasured_base)} row(s) of {baseline_name} have no median time or no round median: "
                         f"they judge nothing (unmeasured, which fails the gate unless --allow-missing)")

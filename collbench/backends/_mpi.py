@@ -160,6 +160,12 @@ class MpiControl(Control):
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
 
+    @property
+    def thread_level(self) -> str:
+        """The MPI thread level the library gave (``threads.provided``)."""
+        from collbench.backends.threads import provided
+        return provided(self._MPI)
+
     def barrier(self) -> None:
         self.comm.Barrier()
 
@@ -193,6 +199,9 @@ class MpiBase:
         return mpi_unavailable_reason()
 
     groups: tuple = ()
+
+    def row_axes(self) -> dict:
+        return {**super().row_axes(), "thread_level": self.options.thread_level}
 
     def setup(self, *, control: Control) -> None:
         self.MPI = mpi_module()

@@ -51,13 +51,15 @@ class BackendOptions:
     ``init_method`` (gloo, nccl: env://, tcp://HOST:PORT, file:///PATH), ``api`` (how a call is
     issued: blocking; nonblocking, started and then waited for; persistent, set up once and
     started each time: ``collbench.benchmarks.base.APIS``), ``placement`` (out-of-place or
-    in-place, where a collective has that form: ``Benchmark.placements``)."""
+    in-place, where a collective has that form: ``Benchmark.placements``), ``thread_level`` (the
+MPI backends: the thread level MPI is initialised at, ``collbench.backends.threads``)."""
 
     buffers: str = "numpy"
     payload: str = "array"
     init_method: str = "env://"
     api: str = "blocking"
     placement: str = "out-of-place"
+    thread_level: str = "single"
 
 
 @dataclass(frozen=True)
@@ -246,8 +248,10 @@ class Backend(ABC):
     def row_axes(self) -> dict:
         """The row columns this backend decides (``collbench.results.records``): what its buffers
         are (its device's kind), the object its messages are (mpi-pickle's payload), how its
-        ranks met (the torch backends' init method), how its calls were issued (``--api``)."""
-        return {"buffers": self.device.kind, "payload": "", "init_method": "", "api": self.options.api}
+        ranks met (the torch backends' init method), how its calls were issued (``--api``), the
+        MPI thread level it ran at (the MPI backends)."""
+        return {"buffers": self.device.kind, "payload": "", "init_method": "", "api": self.options.api,
+                "thread_level": ""}
 
     def close(self) -> None: ...
 

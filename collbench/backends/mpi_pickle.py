@@ -42,7 +42,7 @@ def _pickle_limit(MPI) -> Optional[int]:
 class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
     family = "object"
-    takes_options = ("payload", "api", "placement")
+    takes_options = ("payload", "api", "placement", "thread_level")
 
     def setup(self, *, control: Control) -> None:
         super().setup(control=control)

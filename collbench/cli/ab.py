@@ -134,8 +134,12 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         backends_of = []
         for side in made:
             side_opts = {**opts, "backend": side.backend or opts["backend"]}
-            build_plan(collectives, side_opts, [name] + args[1:], here)   # every bad input, once per side
+            plan = build_plan(collectives, side_opts, [name] + args[1:], here)   # every bad input, once per side
             backends_of.append(parse_backends(side_opts["backend"])[0])
+            if len(plan.thread_levels) > 1:
+                raise UsageError(f"--thread-level {','.join(plan.thread_levels)}: ab measures one setup a side; give "
+                                 "each side its level (--a-env MPI4PY_RC_THREAD_LEVEL=single --b-env "
+                                 "MPI4PY_RC_THREAD_LEVEL=multiple)")
     except BaseException:
         if new_folder is not None:
             with contextlib.suppress(OSError):        # only while it is empty
@@ -146,14 +150,15 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     if not quiet:
         print(f"collbench ab: {opts['rounds']} pair{'s' * (opts['rounds'] != 1)} of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
               f"B ({labels[1]}): {made[1].describe()}; seed {seed}", file=sys.stderr, flush=True)
-    code = ab.run_interleaved(tuple(made), [name] + args[1:], paths, n=n,
+    code = ab.run_interleaved(tuple(made), [name] + args[1:], paths, n=n, bind=plan.bind,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
                               rounds=opts["rounds"], seed=seed, quiet=quiet, verbose=verbose)
     if code not in (0, 1):
         sys.exit(code)
     comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), metric=metric, threshold=threshold_value,
                               alpha=alpha, baseline_name=labels[0], new_name=labels[1],
-                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive)
+                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
+                              across_levels=True)     # sides may differ in level on purpose
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)

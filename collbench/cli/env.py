@@ -38,6 +38,7 @@ def environment_report() -> dict:
         "mpiexec": f"{mpiexec} ({mpiexec_flavour(mpiexec)})" if mpiexec else "not found",
         "mpi4py": _version("mpi4py"),
         "MPI library": _mpi_library(),
+        "MPI thread level": _thread_level(),
         "numpy": _version("numpy"),
         "torch": _version("torch"),
         "cpus": str(os.cpu_count()),
@@ -58,6 +59,32 @@ def environment_report() -> dict:
     except UsageError as exc:       # what every run on gloo or nccl would refuse at once
         found["rendezvous"] = f"{exc} (runs on torch backends are refused until then)"
     return {**info, **found}
+
+
+_LEVEL_PROBE = ("import mpi4py; mpi4py.rc.thread_level = 'multiple'\n"
+                "from mpi4py import MPI; from collbench.backends.threads import provided; print(provided(MPI))")
+
+
+def _thread_level() -> str:
+    """The level runs ask for, and the highest the library gives (asked of a one-rank job of its
+    own: a singleton MPI_Init_thread)."""
+    from collbench.backends.threads import DEFAULT, user_default
+    try:
+        asked = user_default()
+    except UsageError as exc:
+        return str(exc)
+    why = "collbench's default" if asked == DEFAULT and not os.environ.get("MPI4PY_RC_THREAD_LEVEL") \
+        else "MPI4PY_RC_THREAD_LEVEL"
+    if importlib.util.find_spec("mpi4py") is None:
+        return f"{asked} asked ({why}; --thread-level chooses)"
+    import subprocess
+    import sys
+    try:
+        probe = subprocess.run([sys.executable, "-c", _LEVEL_PROBE], capture_output=True, text=True, timeout=60)
+        most = probe.stdout.split()[-1] if probe.returncode == 0 and probe.stdout.split() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        most = "unknown"
+    return f"{asked} asked ({why}; --thread-level chooses); the library gives up to {most}"
 
 
 def _mpi_library() -> str:

@@ -81,6 +81,15 @@ _OPTIONS = (
         "--placement", type=params.Choices(("out-of-place", "in-place")), default="out-of-place", show_default=True,
         help="Where each collective's result goes: a receive buffer of its own, or in place of its input "
              "(MPI.IN_PLACE); a comma list measures both side by side, as nccl-tests prints them.")),
+    ("thread_level", click.option(
+        "--thread-level", default=None, metavar="LEVEL",
+        help="MPI thread level the ranks initialise MPI at (mpi, mpi-pickle): single, funneled, serialized or "
+             "multiple; a comma list measures each side by side, each launch at one level [default: single, or "
+             "MPI4PY_RC_THREAD_LEVEL].")),
+    ("bind", click.option(
+        "--bind", type=click.Choice(("none", "core")), default=None,
+        help="How collbench's own launch binds its ranks: none (free to move), core (one core each) [default: "
+             "none]; under your launcher, bind with it (mpiexec -bind-to core, srun --cpu-bind=cores).")),
     ("iters", click.option(
         "--iters", type=int, default=None, callback=_positive_int("--iters"),
         help="Fixed timed iterations per size and round [default: adaptive].")),

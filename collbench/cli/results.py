@@ -113,7 +113,10 @@ FAIL_ON_INCONCLUSIVE_HELP = ("Fail (exit 1) when any row is inconclusive: a gate
               show_default=True, help="table, markdown (fits a CI job summary) or json.")
 @click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP)
 @click.option("--fail-on-inconclusive", is_flag=True, help=FAIL_ON_INCONCLUSIVE_HELP)
-def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing, fail_on_inconclusive) -> None:
+@click.option("--across-levels", is_flag=True,
+              help="Match rows whose MPI thread levels differ (refused by default: the level alone moves the times).")
+def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing, fail_on_inconclusive,
+                    across_levels) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
     A row is slower only when the change of its per-round medians is beyond the threshold and
@@ -133,7 +136,8 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing,
     threshold_value = parse_threshold(threshold)
     comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
                               threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new,
-                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive)
+                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
+                              across_levels=across_levels)
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)

@@ -19,6 +19,12 @@ def _shallow(record) -> dict:
     return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
+def _tuples(value):
+    """A sort key with its lists (as a journal read back gives them) as tuples, so that keys
+    made in this launch and in an earlier one compare."""
+    return tuple(map(_tuples, value)) if isinstance(value, (list, tuple)) else value
+
+
 def _key(identity: RowIdentity) -> tuple:
     return tuple(getattr(identity, name) for name in KEY_FIELDS)
 
@@ -56,7 +62,7 @@ class Collector:
         return self.result.notes
 
     def add(self, identity: RowIdentity, sort_key: tuple, data: RoundData) -> Row:
-        entry = self._entries.setdefault(_key(identity), _Entry(identity, tuple(sort_key)))
+        entry = self._entries.setdefault(_key(identity), _Entry(identity, _tuples(sort_key)))
         entry.rounds = [d for d in entry.rounds if d.round != data.round] + [data]
         entry.row = build_row(identity, entry.rounds)
         entry.moderated = None

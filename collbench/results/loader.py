@@ -44,8 +44,8 @@ from pathlib import Path
 
 from collbench.errors import UsageError, printable
 from collbench.results.exporters import CSV_METADATA_COLUMN
-from collbench.results.records import (ADDED_LATER, COLUMN_TYPES, LONGEST_TEXT, ROW_FIELDS, SCHEMA, SCHEMA_VERSION,
-                                      WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version,
+from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES, LONGEST_TEXT,
+                                      MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version,
                                       windows_sent)
 
 #: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
@@ -551,7 +551,7 @@ def _load_json(path, text: str) -> RunResult:
                 raise UsageError(f"{where}: round_details is not a list")
             rounds = _checked_rounds(row, tuple(_round(d, where) for d in details), where)
         result.add(row, rounds)
-    return result
+    return _assumed(result, version < ADDED_IN["thread_level"])
 
 
 # -- CSV ---------------------------------------------------------------------------------------
@@ -628,6 +628,13 @@ def _load_csv(path, text: str) -> RunResult:
     result = RunResult(metadata={**metadata, "source": str(path), "format": "csv"})
     for number, line in enumerate(itertools.chain([first] if first is not None else [], lines)):
         result.add(_row({name: read(_cell(line, i)) for name, i, read in columns}, f"{path} row {number}"))
+    return _assumed(result, "thread_level" not in index)
+
+
+def _assumed(result: RunResult, predates: bool) -> RunResult:
+    """``result``, with a note where its MPI rows' thread level and binding were assumed."""
+    if predates and any(r.backend in MPI_BACKENDS for r in result.rows):
+        result.notes.append(ASSUMED_SETUP)
     return result
 
 

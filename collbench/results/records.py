@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
@@ -30,6 +30,18 @@ def column(doc: str, *, identity: bool = False, matched: bool = False, older=MIS
     usual one), as ``setup_words`` gathers them."""
     return field(default=default, metadata={"doc": doc, "identity": identity, "matched": matched,
                                             "older": older, "since": since, "wide": wide, "said": said})
+
+
+#: The built-in backends that call MPI, and the thread level their rows in a file written before
+#: levels were recorded ran at (mpi4py's default, which collbench then always took).
+MPI_BACKENDS = ("mpi", "mpi-pickle")
+MPI_LEVEL_BEFORE = "multiple"
+#: The thread level runs ask for unless told (``collbench.backends.threads.DEFAULT``; tests keep
+#: the two the same): a label names a row's level only where it is another.
+USUAL_THREAD_LEVEL = "single"
+#: What a result file written before levels and binding were recorded is read as, said once.
+ASSUMED_SETUP = ("written before collbench recorded MPI thread levels and binding: its MPI rows are read "
+                 f"as thread level {MPI_LEVEL_BEFORE} (mpi4py's default) and its ranks as unbound (assumed)")
 
 
 def usual_buffers(backend: str) -> str:
@@ -154,6 +166,13 @@ class Row:
     rounds_short: int = column("rounds whose share of --max-time ran out before --min-iters samples (a slow call "
                                "or pair): their medians rest on fewer samples, as iterations says", older=0, since=7,
                                default=0)
+    thread_level: str = column("the MPI thread level the ranks asked MPI_Init_thread for (--thread-level): single, "
+                               "funneled, serialized or multiple (what the library gave is in each round's "
+                               "record, thread_level_provided); empty for backends that do not use MPI",
+                               identity=True, matched=True, since=8, default="",
+                               older=lambda r: MPI_LEVEL_BEFORE if r["backend"] in MPI_BACKENDS else "",
+                               said=lambda r: f"thread {r['thread_level']}"
+                               if r["thread_level"] not in ("", USUAL_THREAD_LEVEL) else "")
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -178,7 +197,7 @@ _SAID = tuple((f.name, f.metadata["said"]) for f in fields(Row) if f.metadata["s
 SAID_FIELDS = tuple(name for name, _ in _SAID)
 #: Identity columns that belong to a backend's line rather than to a setup (several backends
 #: side by side differ in them): a table's or a figure's backend label names them.
-PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement")
+PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement", "thread_level")
 SETUP_SAID = tuple(name for name in SAID_FIELDS if name not in PER_BACKEND)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.results import links
-from collbench.results.records import Row, backend_label, setup_words
+from collbench.results.records import USUAL_THREAD_LEVEL, Row, backend_label, setup_words
 from collbench.measure.sizes import format_size
 
 
@@ -119,6 +119,13 @@ def root_text(collective: str, root: int) -> str:
     return f"root {root}" if root and known is not None and known.rooted else ""
 
 
+def level_word(rows: list) -> str:
+    """" · thread single" where the table's MPI rows ran at the usual thread level (another
+    level is in the backend's label), else ""."""
+    levels = {r.thread_level for r in rows if r.thread_level}
+    return f" · thread {USUAL_THREAD_LEVEL}" if levels == {USUAL_THREAD_LEVEL} else ""
+
+
 def _title(rows: list, root: int) -> str:
     row = rows[0]
     op = "" if row.op == "none" else f" {row.op}"
@@ -201,7 +208,7 @@ def _single(title: str, rows: list) -> TableModel:
     if sized:
         columns.append(("check", 1, lambda r: r.check))
     label = backend_label(rows[0])
-    return _columns(columns, rows, f"{title} · {label}", _summary(rows, [label]) + split_note + _notes(rows))
+    return _columns(columns, rows, f"{title} · {label}{level_word(rows)}", _summary(rows, [label]) + split_note + _notes(rows))
 
 
 def _multi(title: str, rows: list, backends: list) -> TableModel:
@@ -346,7 +353,8 @@ def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = li
     for group in groups.values():
         backends = list(dict.fromkeys(backend_label(r) for r in group))
         title = _title(group, root)
-        tables.append(_single(title, group) if len(backends) == 1 else _multi(title, group, backends))
+        tables.append(_single(title, group) if len(backends) == 1 else
+                      _multi(title + level_word(group), group, backends))
     return tables + timing_tables(rows)
 
 

@@ -81,7 +81,7 @@ def pair_orders(pairs: int, seed: int) -> list:
 
 
 def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: tuple, rounds: int, seed: int,
-                    quiet: bool, verbose: bool) -> int:
+                    quiet: bool, verbose: bool, bind: str = "none") -> int:
     """Measure ``argv`` (a measuring command, without outputs) once per side and round, in
     pairs, writing side i's rows to ``paths[i]``; returns 0, or the exit code that stopped it
     (a failed result check, exit 1, lets the pairs go on, as in an ordinary run)."""
@@ -95,7 +95,7 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
-                                           extra_env={**side.env, environment.AB: json.dumps(described)}))
+                                           extra_env={**side.env, environment.AB: json.dumps(described)}, bind=bind))
         for launcher in launchers[:-1]:     # the last one's handler notes the signals between launches
             launcher.stopped_by = launchers[-1].stopped_by
         for number, first in enumerate(pair_orders(rounds, seed), 1):

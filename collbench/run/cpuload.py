@@ -50,7 +50,7 @@ def _cpu_pressure() -> Optional[float]:
         return None
 
 
-def _affinity() -> set:
+def affinity() -> set:
     """The cores this process may run on (empty where the platform does not say)."""
     try:
         return set(os.sched_getaffinity(0))
@@ -84,7 +84,7 @@ class CpuMeter:
     def stop(self) -> dict:
         host = _host_cpu()
         pressure = _cpu_pressure()
-        cores = _affinity()
+        cores = affinity()
         report = {"wall_s": time.monotonic() - self._wall, "own_cpu_s": time.process_time() - self._own,
                   "host_busy_s": None, "host_steal_s": None, "cpus": os.cpu_count() or 1,
                   "cpu_set": format(sum(1 << c for c in cores), "x") if cores else None,

@@ -16,7 +16,9 @@ from collbench.launch.origin import launcher as launch
 from collbench.launch.network import rendezvous
 from collbench.launch.self_launch import spawn
 from collbench.launch.origin.terminal import user_terminals
-from collbench.backends import BUILTIN_NAMES, PluginFault, asked_of, backend_class, parse_backends, self_launch_ranks, uses_mpi
+from collbench.backends import (BUILTIN_NAMES, PluginFault, asked_of, backend_class, names, parse_backends,
+                                self_launch_ranks, uses_mpi)
+from collbench.backends import threads
 from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
@@ -175,11 +177,51 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
     return kept, notes
 
 
+def _ours(launcher: launch.Launcher) -> bool:
+    """Whether collbench launches (or launched) these ranks itself."""
+    return launcher.name == "none" or bool(launcher.self_launched)
+
+
+def _refuse_levels_without_mpi(opts: dict) -> None:
+    """--thread-level with only backends that do not use MPI named (gloo, nccl) is refused
+    before their usability is asked (nccl without a GPU would say that instead)."""
+    named = [b.strip() for b in str(opts["backend"]).split(",") if b.strip()]
+    if opts.get("thread_level") is None or not named or "all" in named or any(b not in names() for b in named):
+        return
+    if not any(uses_mpi(b) for b in named):
+        raise UsageError(f"--thread-level is for the MPI backends (mpi, mpi-pickle); {', '.join(named)} "
+                         f"{'has' if len(named) == 1 else 'have'} no MPI thread level")
+
+
+def _thread_levels(opts: dict, backends: list, launcher: launch.Launcher) -> tuple:
+    """The MPI thread levels the run measures at (``--thread-level``), in the order given."""
+    given = opts.get("thread_level")
+    levels = threads.parse_levels(given)
+    if given is not None and not any(uses_mpi(b) for b in backends):     # --backend all found no MPI
+        raise UsageError(f"--thread-level is for the MPI backends (mpi, mpi-pickle); {', '.join(backends)} "
+                         f"{'has' if len(backends) == 1 else 'have'} no MPI thread level")
+    if len(levels) > 1 and not _ours(launcher):
+        raise UsageError(f"--thread-level {','.join(levels)}: MPI starts at one level per launch and {launcher.name} "
+                         "launched these ranks once; give one level, or let collbench launch its ranks (no "
+                         "launcher) to measure several")
+    return levels
+
+
+def _bind(opts: dict, launcher: launch.Launcher) -> str:
+    """How collbench's own launch binds its ranks (``--bind``); under a user's launcher, what
+    that launcher did is recorded and nothing is changed, so --bind is refused there."""
+    bind = opts.get("bind")
+    if bind is not None and not _ours(launcher):
+        raise UsageError(f"--bind is for collbench's own launch; {launcher.name} placed these ranks: bind with it "
+                         "(mpiexec -bind-to core, srun --cpu-bind=cores)")
+    return bind or "none"
+
+
 def _setup_key(name: str, options: BackendOptions, takes: tuple) -> str:
     """How a setup is named: as the rows it measures are labelled (``records.backend_label``)."""
     row = {"backend": name, "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
            "payload": options.payload if "payload" in takes else "", "api": options.api,
-           "placement": options.placement}
+           "placement": options.placement, "thread_level": options.thread_level if "thread_level" in takes else ""}
     return backend_label(row)
 
 
@@ -195,6 +237,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"])
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
+    _refuse_levels_without_mpi(opts)
     backends, notes = parse_backends(opts["backend"])
     if launcher.name in ("torchrun", "env") and not launcher.shares_mpi_world:
         mpi_here = [b for b in backends if uses_mpi(b)]
@@ -208,7 +251,9 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if not all(uses_mpi(b) for b in backends):
         rendezvous.check_variables(os.environ)
         rendezvous.check_init_method(opts.get("init_method", "env://"), here=launcher.name == "none")
-    setups, more = _setups(backends, opts)
+    levels = _thread_levels(opts, backends, launcher)
+    bind = _bind(opts, launcher)
+    setups, more = _setups(backends, {**opts, "thread_level": levels})
     notes += more
     backends = list(dict.fromkeys(setup.name for setup in setups))
     unsupported, more = _unsupported(collectives, setups, opts)
@@ -232,7 +277,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                 dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=modes, untimed=untimed,
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
-                shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split)
+                shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split,
+                thread_levels=levels if any(uses_mpi(b) for b in backends) else (), bind=bind)
 
 
 def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:
@@ -259,7 +305,8 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
             # The files are claimed before the first launch: a run started beside this one with
             # the same -o is refused now, not after it has measured (results.files).
             return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
-                                     seed=seed, claim=lambda: claim(plan.output))
+                                     seed=seed, claim=lambda: claim(plan.output), levels=plan.thread_levels,
+                                     bind=plan.bind)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
         raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
                          f"started by {launcher.name}; drop -n under a launcher")

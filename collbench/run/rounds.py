@@ -57,6 +57,7 @@ class Schedule:
     seed: int
     shuffle: bool
     state: Optional[Path] = None   # self-launched rounds: the folder the parent made
+    levels: int = 1                # MPI thread levels measured: a self-launched row's rounds are total / levels
 
     @property
     def first(self) -> int:
@@ -69,18 +70,20 @@ class Schedule:
         return self.total_rounds in self.own_rounds
 
     def budget_share(self) -> float:
-        """Each round gets this share of the per-size --max-time."""
-        return 1.0 / self.total_rounds
+        """Each round gets this share of the per-size --max-time: of a row's rounds, which with
+        several thread levels self-launched are a launch at each level (``spawn.level_order``)."""
+        per_row = self.total_rounds // self.levels if self.kind == KIND_LAUNCH else self.total_rounds
+        return 1.0 / max(1, per_row)
 
 
-def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.environ) -> Schedule:
+def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.environ, levels: int = 1) -> Schedule:
     """The schedule of this process: one round of a self-launched run (from the environment the
     parent set) or every round, in-job. ``seed`` None: the parent's, or one chosen now (rank 0's
     choice is broadcast by the caller)."""
     if env.get(environment.LAUNCHED) and env.get(environment.ROUND) and env.get(environment.STATE):
         total = int(env.get(environment.ROUNDS, rounds))
         return Schedule(total, (int(env[environment.ROUND]),), KIND_LAUNCH, int(env[environment.SEED]), shuffle,
-                        Path(env[environment.STATE]))
+                        Path(env[environment.STATE]), levels)
     return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB, seed if seed is not None else new_seed(), shuffle)
 
 

@@ -23,7 +23,8 @@ from collbench.run import cpuload, rounds
 from collbench.launch.network import rendezvous
 from collbench.launch import notes
 from collbench.launch.liveness import signals, supervise
-from collbench.backends import backend_class, make_control
+from collbench import environment
+from collbench.backends import backend_class, make_control, threads
 from collbench.results.collector import Collector
 from collbench.results.journal import Journal
 from collbench.errors import (BackendDeclined, HostUsageError, SharedUsageError, UsageError, check_interrupted,
@@ -75,6 +76,9 @@ class Plan:
     #: empty: each of ``backends`` with the usual options
     setups: tuple = ()
     split: Optional[Split] = None          # --split, --split-mask: groups measuring at once
+    #: --thread-level: the MPI thread levels measured, each launch at one (empty: no MPI backend)
+    thread_levels: tuple = ()
+    bind: str = "none"            # --bind: how collbench's own launch binds its ranks
 
 
 def setups_of(plan: Plan) -> tuple:
@@ -144,8 +148,16 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
         raise SharedUsageError(problem)
+    plan, level = at_launch_level(plan)
+    if level:
+        threads.ask_for(level)
     control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)   # one init method
-    supervise.set_job_abort(control.abort)
+    provided = getattr(control, "thread_level", "") if level else ""
+    if provided and provided != level:
+        plan = dataclasses.replace(plan, notes=plan.notes + (f"MPI was asked for thread level {level} and gave "
+                                                             f"{provided}",))
+    # below MULTIPLE only the main thread calls MPI: a helper thread's abort ends its process
+    supervise.set_job_abort(threads.abort_from_any_thread(control.abort, provided or "multiple"))
     if launcher.world_size_variable and launcher.world_size != control.size:
         raise world_mismatch(launcher, control.size)
     supervise.set_position("start-up (joining the other ranks, after MPI or torch initialisation)")
@@ -157,7 +169,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     problem = roles_problem(plan, control.size)
     if problem:
         raise SharedUsageError(problem)
-    schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle)
+    schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle, levels=len(plan.thread_levels) or 1)
     if schedule.kind == rounds.KIND_IN_JOB:        # rank 0's seed for everyone
         schedule = dataclasses.replace(schedule, seed=control.bcast(schedule.seed if control.rank == 0 else None))
     resuming = schedule.first > 1
@@ -169,7 +181,10 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         raise SharedUsageError(problem)
     backends: dict = {}
     try:
-        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule)
+        launch = {"thread_level": level, "thread_level_provided": provided,
+                  "bind": plan.bind if _ours(launcher) else "launcher"} if level else \
+            {"bind": plan.bind if _ours(launcher) else "launcher"}
+        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule, launch)
     finally:
         for backend in backends.values():
             backend.close()
@@ -181,7 +196,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
 #: collectives called, their buffers, their order and how long they run
 _AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes", "untimed",
-           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split")
+           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split", "thread_levels")
 
 
 def plan_fingerprint(plan: Plan) -> dict:
@@ -256,6 +271,7 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
                 **({"pairs": dataclasses.asdict(plan.pairing)} if plan.pairing else {}),
                 "backends": list(backends), "timeout_s": plan.timeout,      # the setups measured, by key
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
+                "thread_levels": list(plan.thread_levels), "bind": plan.bind,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
@@ -275,8 +291,33 @@ def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: round
     return out
 
 
+def _ours(launcher: Launcher) -> bool:
+    return launcher.name == "none" or bool(launcher.self_launched)
+
+
+def at_launch_level(plan: Plan) -> tuple:
+    """(the plan as this launch measures it, the MPI thread level it initialises MPI at): the
+    level of a self-launched launch (``COLLBENCH_THREAD_LEVEL``), else the plan's one level;
+    with several, the MPI setups of that level, and the others at the first level's launches
+    only. ("" where no backend uses MPI.)"""
+    if not plan.thread_levels:
+        return plan, ""
+    level = os.environ.get(environment.THREAD_LEVEL, "")
+    level = level if level in plan.thread_levels else plan.thread_levels[0]
+    if len(plan.thread_levels) == 1:
+        return plan, level
+
+    def here(setup: Setup) -> bool:
+        if "thread_level" in backend_class(setup.name).takes_options:
+            return setup.options.thread_level == level
+        return level == plan.thread_levels[0]
+
+    kept = tuple(s for s in setups_of(plan) if here(s))
+    return dataclasses.replace(plan, setups=kept, backends=tuple(dict.fromkeys(s.name for s in kept))), level
+
+
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
-             schedule: rounds.Schedule) -> int:
+             schedule: rounds.Schedule, launch: dict) -> int:
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     if plan.split is not None:
         problem = plan.split.problem(list(launcher.hosts))
@@ -332,14 +373,16 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         later = schedule.first if schedule.kind == rounds.KIND_LAUNCH else 1
         supervise.set_result_files(out.paths, out.journal.folder, notes.kept_after_rounds(later, measured=False))
         supervise.before_exit(out.save_now)      # an early end: the files are made whole
-    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + _crowded(most_per_node):
+    cpu_sets = control.gather(sorted(cpuload.affinity()))
+    crowded = _crowded(list(launcher.hosts), cpu_sets, launch.get("thread_level_provided", "")) if is_rank0 else []
+    for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + crowded:
         out.note(note)
     settings = dataclasses.replace(plan.timing_settings, max_time=plan.timing_settings.max_time * schedule.budget_share())
     completed = False
     try:
         for number in schedule.own_rounds:
             _round(control, backends, sweep, out, schedule, number, settings, list(launcher.hosts),
-                   first=number == schedule.first, setup_limit=startup_limit)
+                   first=number == schedule.first, setup_limit=startup_limit, launch=launch)
         watchdog.disarm()
         supervise.set_position("shutdown")
         completed = True
@@ -357,7 +400,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
 
 
 def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule, number: int,
-           settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float) -> None:
+           settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float, launch: dict) -> None:
     """Measure round ``number``: fresh communicators (after the first round of this process),
     the round's order from rank 0, and the CPU the host spent on others meanwhile."""
     wall = time.monotonic()
@@ -384,7 +427,8 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3),
                         "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES}, "rank_hosts": hosts,
-                        "load": cpuload.round_load(reports, hosts),
+                        "load": cpuload.round_load(reports, hosts), **launch,
+                        "cpu_sets": [report.get("cpu_set") for report in reports],
                         **({"ab_turn": turn} if turn is not None else {}),
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points],
@@ -398,14 +442,24 @@ def _pairs_of(sweep: Sweep, block: rounds.Block) -> dict:
     return {"pairs": ["%d-%d" % pair for pair in sweep.layouts[block.layout].pairs]}
 
 
-def _crowded(ranks_on_a_host: int) -> list:
-    """A note when one host runs more ranks than it has CPUs: they take turns on the cores, and
-    the times include that waiting."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if ranks_on_a_host <= cpus:
+def _crowded(hosts: list, cpu_sets: list, level: str) -> list:
+    """A note when one host runs more ranks than the CPUs they may use between them (the union
+    of their affinities): they take turns on the cores, and the times include that waiting; at
+    MPI_THREAD_SINGLE a rank waiting on MPICH spins without yielding its core, so the rank it
+    waits for may get the core only at the next scheduler slice (8 ms per 8 B call seen)."""
+    per_host: dict = {}
+    for host, cores in zip(hosts, cpu_sets):
+        entry = per_host.setdefault(host, [0, set()])
+        entry[0] += 1
+        entry[1].update(cores or ())
+    worst = max(per_host.values(), key=lambda e: e[0] / max(1, len(e[1])))
+    ranks, cpus = worst[0], len(worst[1]) or (os.cpu_count() or 1)
+    if ranks <= cpus:
         return []
-    return [f"{ranks_on_a_host} ranks share a host with {cpus} CPU{'s' if cpus > 1 else ''}: they take turns "
-            f"on the cores, so the times include waiting for one (oversubscribed)"]
+    spin = (" at thread level single, a waiting rank spins on its core: a call may take a scheduler slice "
+            "(ms); --thread-level multiple yields" if level == "single" else "")
+    return [f"{ranks} ranks share {cpus} CPU{'s' if cpus > 1 else ''} on a host: they take turns on the cores, so "
+            f"the times include waiting for one (oversubscribed){';' + spin if spin else ''}"]
 
 
 #: What CUDA's documentation gives as the resolution of the time between two events.

@@ -44,13 +44,20 @@ def mpiexec_flavour(mpiexec: str) -> str:
     return "unknown"
 
 
-def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated: bool = False) -> list:
+def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated: bool = False,
+                    bind: str = "none") -> list:
     """The launch command for n ranks; Open MPI gets what it needs as root or oversubscribed.
 
     ``coordinated``: collbench's coordinator ends the job when a rank dies, and says where; so
-    MPICH is asked not to kill every rank first (its clean-up races the coordinator's line)."""
+    MPICH is asked not to kill every rank first (its clean-up races the coordinator's line).
+    ``bind``: none leaves the ranks free to move (Hydra's default; Open MPI binds to cores
+    unless told), core binds each to one core of its own."""
     cmd = [mpiexec, "-n", str(n)]
     flavour = mpiexec_flavour(mpiexec)
+    if flavour == "mpich":
+        cmd += ["-bind-to", bind]
+    elif flavour == "openmpi":
+        cmd += ["--bind-to", bind]
     if flavour == "mpich":
         problem = hydra_launcher_problem(mpiexec, env)
         if problem:

@@ -8,6 +8,7 @@ with a TCP rendezvous on 127.0.0.1 for runs that use torch backends only.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -264,12 +265,17 @@ def _signal_name(number: int) -> str:
         return "unknown"
 
 
-def _die_with_parent(signum: int):
-    """For Popen: the child gets ``signum`` when this process dies, however it dies."""
-    return lambda: processes.die_with_parent(signum)
+def _die_with_parent(signum: int, core: Optional[int] = None):
+    """For Popen: the child gets ``signum`` when this process dies, however it dies; bound to
+    ``core`` where one is given (``--bind core`` for local ranks)."""
+    def prepare() -> None:
+        processes.die_with_parent(signum)
+        if core is not None:
+            os.sched_setaffinity(0, {core})
+    return prepare
 
 
-def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tuple:
+def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool, bind: str = "none") -> tuple:
     """Start one launch of n ranks; returns the processes to wait for, and the relay of
     mpiexec's output (None for local processes, which write straight to ours)."""
     if use_mpi:
@@ -278,7 +284,7 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
         env[environment.LAUNCHED] = "mpi"
-        cmd = mpiexec_command(mpiexec, n, base, env, coordinated=True)
+        cmd = mpiexec_command(mpiexec, n, base, env, coordinated=True, bind=bind)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
         process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -289,8 +295,10 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool) -> tu
         print(f"collbench: launching {n} local processes: " + " ".join(base)
               + f" (rendezvous {env[environment.MASTER_ADDR]}:{env[environment.MASTER_PORT]})",
               file=sys.stderr, flush=True)
+    cores = sorted(os.sched_getaffinity(0)) if bind == "core" else []
     return [subprocess.Popen(base, env={**env, environment.RANK: str(r), environment.LOCAL_RANK: str(r)},
-                             preexec_fn=_die_with_parent(signal.SIGTERM)) for r in range(n)], None
+                             preexec_fn=_die_with_parent(signal.SIGTERM, cores[r % len(cores)] if cores else None))
+            for r in range(n)], None
 
 
 @dataclass
@@ -308,6 +316,7 @@ class RoundLauncher:
     seed: int
     python: str = sys.executable
     extra_env: dict = field(default_factory=dict)
+    bind: str = "none"                 # --bind: how each launch binds its ranks
     #: claims the run's result files (``results.files.claim``), once the stand-in watches the
     #: state folder: a run killed at once then leaves no empty file behind
     claim: Callable[[], list] = list
@@ -376,7 +385,7 @@ class RoundLauncher:
             env[environment.MASTER_ADDR] = env.get(environment.MASTER_ADDR, "127.0.0.1")
             env[environment.MASTER_PORT] = self.user_port or str(free_port())
         began = time.time()
-        procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose)
+        procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose, bind=self.bind)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number)),
                                 self.state, lambda: self._completed(number), self.stopped_by)
@@ -443,21 +452,36 @@ def _remove_made_since(path: Optional[str], began: float) -> None:
         pass
 
 
-def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0,
-                claim: Callable[[], list] = list) -> int:
-    """Run ``python -m collbench ARGV`` as n ranks, once per round, and return their exit code.
+def level_order(rounds: int, levels: tuple, seed: int) -> list:
+    """The MPI thread level of each launch: every round once at each level, the levels of a
+    round in an order drawn from the seed (so that neither always goes first)."""
+    out = []
+    for number in range(rounds):
+        turn = list(levels)
+        random.Random(f"{seed}-{number}").shuffle(turn)
+        out += turn
+    return out
 
-    Every round is a launch of its own (new processes, communicators and buffers). A round
+
+def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int = 1, seed: int = 0,
+                claim: Callable[[], list] = list, levels: tuple = (), bind: str = "none") -> int:
+    """Run ``python -m collbench ARGV`` as n ranks, once per round and MPI thread level, and
+    return their exit code.
+
+    Every round is a launch of its own (new processes, communicators and buffers), one for each
+    of ``levels`` (``--thread-level``), each launch numbered as a round of its own. A round
     whose result check failed (exit 1 after completing) does not stop the rounds after it; any
     other failure does.
     """
-    launcher = RoundLauncher(n, list(argv), use_mpi, rounds, seed, claim=claim)
+    order = level_order(rounds, levels, seed) if levels else [""] * rounds
+    launcher = RoundLauncher(n, list(argv), use_mpi, len(order), seed, claim=claim, bind=bind)
     try:
-        for number in range(1, rounds + 1):
-            code = launcher.launch(number, verbose=verbose and number == 1)
+        for number, level in enumerate(order, 1):
+            code = launcher.launch(number, verbose=verbose and number == 1,
+                                   env={environment.THREAD_LEVEL: level} if level else None)
             if code is not None:
                 return code
-        stopped = launcher.stopped(rounds)        # after the last launch, before this process ends
+        stopped = launcher.stopped(len(order))        # after the last launch, before this process ends
         return stopped if stopped is not None else 1 if launcher.check_failed else 0
     finally:
         launcher.close()
