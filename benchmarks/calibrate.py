@@ -5,7 +5,7 @@ It runs one sweep (by default the CI recipe's: ``collbench all -n 2 --sizes 8-1M
 
 * ``quiet``     — 2×N runs on the machine as it is;
 * ``pinned``    — runs under ``taskset -c 0``: both ranks on one core, a real, large slowdown;
-* ``neighbour`` — runs beside a CPU-heavy neighbour (one busy-looping process);
+* ``neighbour`` — runs beside a CPU-heavy neighbour (``--hogs`` busy-looping processes, one by default);
 * ``pinned-neighbour`` — ``taskset -c 0`` beside the neighbour: the slowdown on a busy machine;
 * with ``--ab N``, N jobs of ``collbench ab`` of each kind: A/A (``spin-mpi`` with
   ``SPIN_FRACTION=0`` on both sides) and +``--spin`` (side B's every call spins for that
@@ -56,7 +56,7 @@ from collbench.results.loader import load_result  # noqa: E402
 from collbench.analysis.merge import merge_runs  # noqa: E402
 from collbench.results.records import RunResult  # noqa: E402
 
-SHIFTS = "5%,10%,20%,50%,100%"
+SHIFTS = "5%,10%,20%,25%,50%,100%"
 
 
 AB_KINDS = ("ab-quiet-aa", "ab-quiet-spin", "ab-neighbour-aa", "ab-neighbour-spin")
@@ -99,12 +99,13 @@ def _collect(folder: Path, args) -> dict:
         if not kind.startswith("ab-") and _complete(path, args.rounds):
             print(f"[{i}/{len(kinds)}] {path.name}: kept from an earlier collection into this folder", flush=True)
             continue
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if "neighbour" in kind else None
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(args.hogs if "neighbour" in kind else 0)]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         finally:
-            if hog is not None:
+            for hog in hogs:
                 hog.kill()
                 hog.wait()
         wall = time.monotonic() - start
@@ -238,6 +239,7 @@ def main() -> int:
     parser.add_argument("--pinned", type=int, default=4)
     parser.add_argument("--neighbour", type=int, default=4)
     parser.add_argument("--pinned-neighbour", type=int, default=2, help="taskset -c 0 runs beside the neighbour")
+    parser.add_argument("--hogs", type=int, default=1, help="busy loops the neighbour runs [default: 1]")
     parser.add_argument("--ab", type=int, default=0, metavar="N",
                         help="N collbench ab jobs of each kind (A/A and --spin, quiet and beside the neighbour)")
     parser.add_argument("--spin", type=float, default=0.25, help="side B's slowdown in the spin jobs [default: 0.25]")

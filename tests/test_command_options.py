@@ -13,7 +13,7 @@ from collbench.benchmarks.registry import NAMES, ORDER
 
 COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
           "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
-          "--format", "--timeout", "--verbose", "--help", "--init-method", "--api"}
+          "--format", "--timeout", "--verbose", "--help", "--init-method", "--api", "--thread-level", "--bind"}
 DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement"}
 SPLIT = {"--split", "--split-mask"}
 EXPECTED = {

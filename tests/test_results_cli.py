@@ -279,11 +279,11 @@ def test_report_shows_runs_of_one_setup_side_by_side(files, tmp_path):
     proc = run_cli(["report", files["base"], files["slow"], "-f", "markdown"], tmp_path)
     assert proc.returncode == 0 and "replaced" not in proc.stderr, proc.stderr
     text = proc.stdout
-    assert "## allreduce · float32 sum · 2 ranks · latency · mpi\n" in text
-    assert "## allreduce · float32 sum · 2 ranks · latency · mpi-pickle\n" in text
+    assert "## allreduce · float32 sum · 2 ranks · latency · mpi · thread single\n" in text
+    assert "## allreduce · float32 sum · 2 ranks · latency · mpi-pickle · thread single\n" in text
     assert "| size | base.json p50 µs | base.json CI |" in text and "| slow.json p50 µs | slow.json CI |" in text
-    for title in ("allreduce · float32 sum · 2 ranks · latency · mpi", "allreduce · float32 sum · 2 ranks · latency · "
-                  "mpi-pickle"):
+    for title in ("allreduce · float32 sum · 2 ranks · latency · mpi · thread single",
+                  "allreduce · float32 sum · 2 ranks · latency · mpi-pickle · thread single"):
         rows = _table(text, title)
         assert len(rows) == 5
         assert all(2.7 < float(row[-1].rstrip("×")) < 3.3 for row in rows)     # slow against base: about 3×

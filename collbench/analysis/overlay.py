@@ -24,7 +24,7 @@ from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
 from collbench.results.records import backend_label, root_rank
 from collbench.results import links
-from collbench.results.tables import TableModel, build_tables, format_us, link_tables, setup_text
+from collbench.results.tables import TableModel, build_tables, format_us, level_word, link_tables, setup_text
 
 DIFF_NOTES = (
     "change: of the later run's median time against the first run's (positive: slower); apart: the two rows' 95% "
@@ -134,9 +134,11 @@ def run_tables(runs: Runs) -> list:
             table = build_tables(rows, roots[label])[0]
             tables.append(dataclasses.replace(table, title=f"{table.title} · {label}"))
         else:
-            table = build_tables([dataclasses.replace(r, backend=label) for label, rows in by_run.items()
-                                  for r in rows], roots[next(iter(by_run))])[0]
-            tables.append(dataclasses.replace(table, title=f"{table.title} · {key[-1]}"))
+            rows = [dataclasses.replace(r, backend=label) for label, rows in by_run.items() for r in rows]
+            table = build_tables(rows, roots[next(iter(by_run))])[0]
+            level = level_word(rows)            # the backend's, said after it
+            title = table.title[:len(table.title) - len(level)] if level else table.title
+            tables.append(dataclasses.replace(table, title=f"{title} · {key[-1]}{level}"))
     return tables
 
 
