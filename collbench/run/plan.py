@@ -177,11 +177,6 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
     return kept, notes
 
 
-def _ours(launcher: launch.Launcher) -> bool:
-    """Whether collbench launches (or launched) these ranks itself."""
-    return launcher.name == "none" or bool(launcher.self_launched)
-
-
 def _refuse_levels_without_mpi(opts: dict) -> None:
     """--thread-level with only backends that do not use MPI named (gloo, nccl) is refused
     before their usability is asked (nccl without a GPU would say that instead)."""
@@ -200,7 +195,7 @@ def _thread_levels(opts: dict, backends: list, launcher: launch.Launcher) -> tup
     if given is not None and not any(uses_mpi(b) for b in backends):     # --backend all found no MPI
         raise UsageError(f"--thread-level is for the MPI backends (mpi, mpi-pickle); {', '.join(backends)} "
                          f"{'has' if len(backends) == 1 else 'have'} no MPI thread level")
-    if len(levels) > 1 and not _ours(launcher):
+    if len(levels) > 1 and not launcher.by_collbench:
         raise UsageError(f"--thread-level {','.join(levels)}: MPI starts at one level per launch and {launcher.name} "
                          "launched these ranks once; give one level, or let collbench launch its ranks (no "
                          "launcher) to measure several")
@@ -211,7 +206,7 @@ def _bind(opts: dict, launcher: launch.Launcher) -> str:
     """How collbench's own launch binds its ranks (``--bind``); under a user's launcher, what
     that launcher did is recorded and nothing is changed, so --bind is refused there."""
     bind = opts.get("bind")
-    if bind is not None and not _ours(launcher):
+    if bind is not None and not launcher.by_collbench:
         raise UsageError(f"--bind is for collbench's own launch; {launcher.name} placed these ranks: bind with it "
                          "(mpiexec -bind-to core, srun --cpu-bind=cores)")
     return bind or "none"

@@ -181,9 +181,8 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         raise SharedUsageError(problem)
     backends: dict = {}
     try:
-        launch = {"thread_level": level, "thread_level_provided": provided,
-                  "bind": plan.bind if _ours(launcher) else "launcher"} if level else \
-            {"bind": plan.bind if _ours(launcher) else "launcher"}
+        bind = plan.bind if launcher.by_collbench else "launcher"
+        launch = {"thread_level": level, "thread_level_provided": provided, "bind": bind} if level else {"bind": bind}
         code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule, launch)
     finally:
         for backend in backends.values():
@@ -289,10 +288,6 @@ def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: round
                  round_label=label, journal=journal, round_steps=sweep.steps)
     out.table_order = tuple(plan.collectives)
     return out
-
-
-def _ours(launcher: Launcher) -> bool:
-    return launcher.name == "none" or bool(launcher.self_launched)
 
 
 def at_launch_level(plan: Plan) -> tuple:

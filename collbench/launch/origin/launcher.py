@@ -46,6 +46,11 @@ class Launcher:
     def with_hosts(self, hosts) -> "Launcher":
         return dataclasses.replace(self, hosts=tuple(hosts))
 
+    @property
+    def by_collbench(self) -> bool:
+        """Whether collbench launches (or launched) these ranks itself, rather than a user's launcher."""
+        return self.name == "none" or bool(self.self_launched)
+
 
 class StrayLauncherVariables(UsageError):
     """Launcher variables that do not describe a launch this process is part of."""
