@@ -23,7 +23,7 @@ from collbench.errors import UsageError
 #: MPI's thread levels, weakest first, by the names mpi4py's ``rc.thread_level`` takes.
 LEVELS = ("single", "funneled", "serialized", "multiple")
 #: The level asked for unless --thread-level (or mpi4py's own variable) says otherwise: the
-#: level of MPI_Init, IMB and OSU, and on MPICH the faster and steadier one (methodology.md).
+#: level of MPI_Init, IMB and OSU, and on MPICH the faster one at small sizes (methodology.md).
 DEFAULT = "single"
 #: What a file written before levels were recorded ran at: mpi4py's default.
 ASSUMED_BEFORE = "multiple"
