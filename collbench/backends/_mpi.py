@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from collbench.backends import threads
 from collbench.backends.base import Control
 from collbench.benchmarks.dtypes import PAIR_FIELDS
 from collbench.errors import BackendUnavailable
@@ -46,6 +47,7 @@ def mpi_module():
             from mpi4py import MPI
         else:
             with supervise.startup_output():
+                threads.tell_mpi4py()
                 from mpi4py import MPI
     except Exception as exc:  # mpi4py missing (ImportError), or no loadable libmpi (RuntimeError)
         raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
@@ -163,8 +165,7 @@ class MpiControl(Control):
     @property
     def thread_level(self) -> str:
         """The MPI thread level the library gave (``threads.provided``)."""
-        from collbench.backends.threads import provided
-        return provided(self._MPI)
+        return threads.provided(self._MPI)
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -54,11 +54,24 @@ def parse_levels(text: Optional[str]) -> tuple:
     return tuple(dict.fromkeys(levels))
 
 
+#: The level this process asks MPI for, once ``ask_for`` has said it; mpi4py is told when MPI
+#: is imported (``_mpi.mpi_module``), where what a broken library prints is kept for the line
+#: that says why the rank ended.
+asked: Optional[str] = None
+
+
 def ask_for(level: str) -> None:
-    """Have mpi4py initialise MPI at ``level`` (before MPI is imported; once it is, the level is
-    what it is, and ``provided`` says which)."""
-    import mpi4py
-    mpi4py.rc.thread_level = level
+    """Have MPI initialised at ``level`` (before MPI is imported; once it is, the level is what
+    it is, and ``provided`` says which)."""
+    global asked
+    asked = level
+
+
+def tell_mpi4py() -> None:
+    """Set mpi4py's thread level to the one asked for, if any (just before MPI is imported)."""
+    if asked is not None:
+        import mpi4py
+        mpi4py.rc.thread_level = asked
 
 
 def provided(MPI) -> str:
