@@ -69,14 +69,18 @@ def _cv(medians: list) -> float:
     return statistics.stdev(medians) / statistics.mean(medians) if len(medians) > 1 else float("nan")
 
 
+def _collected(folder: Path):
+    """(job, its rows) for each job whose file is in ``folder``."""
+    for job in JOBS:
+        path = folder / f"{job}.json"
+        if path.exists():
+            yield job, _rows(path)
+
+
 def analyse(folder: Path, slow: float) -> None:
     print(f"rows whose rounds sat in a slow state (a fifth of them or more above {slow:g}x the row's fastest)")
     print(f"{'job':12} {'level':9} {'rows':>5} {'two-level':>10} {'median cv':>10} {'p50 single/multiple':>20}")
-    for job in JOBS:
-        path = folder / f"{job}.json"
-        if not path.exists():
-            continue
-        rows = _rows(path)
+    for job, rows in _collected(folder):
         ratios = []
         for (coll, size, level), medians in rows.items():
             other = rows.get((coll, size, "multiple"))
@@ -90,11 +94,7 @@ def analyse(folder: Path, slow: float) -> None:
             print(f"{job:12} {level:9} {len(mine):5d} {two:10d} {cv:10.1%} {ratio if level == 'single' else '':>20}")
     print()
     print("the rows named as two-level: share of rounds in a slow state, single / multiple")
-    for job in JOBS:
-        path = folder / f"{job}.json"
-        if not path.exists():
-            continue
-        rows = _rows(path)
+    for job, rows in _collected(folder):
         cells = []
         for coll, sizes in NAMED:
             for size in sizes:
