@@ -103,3 +103,20 @@ def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, ho
             os.kill(pid, signal.SIGKILL)
     assert not left, f"left running after {how} to the self-launching process: {left}"
     assert json.loads(out.read_text())["rows"]
+
+
+@pytest.mark.parametrize("cpus,ranks", [("1", 2), ("0,1", 3)])
+def test_bind_core_under_open_mpi_stays_within_the_cpus_given(tmp_path, cpus, ranks):
+    """Open MPI binds over the whole machine unless given a PE list; more ranks than CPUs need
+    overload-allowed, which collbench asks for."""
+    if (os.cpu_count() or 1) != 2:
+        pytest.skip("written for a 2-CPU machine")
+    proc = subprocess.run(["taskset", "-c", cpus, OMPI_PYTHON, "-m", "collbench", "allreduce", "-n", str(ranks),
+                           "--sizes", "8", "--rounds", "1", "--iters", "10", "--bind", "core", "--thread-level",
+                           "multiple", "-q", "-o", "b.json"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    (record,) = load_result(tmp_path / "b.json").metadata["rounds"]
+    masks = [int(m, 16) for m in record["cpu_sets"]]
+    allowed = sum(1 << int(c) for c in cpus.split(","))
+    assert all(m & allowed == m and bin(m).count("1") == 1 for m in masks), masks

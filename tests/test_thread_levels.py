@@ -161,6 +161,20 @@ def test_oversubscribed_at_single_says_that_a_waiting_rank_spins(tmp_path):
     assert "2 ranks share 1 CPU on a host" in proc.stderr and "a waiting rank spins on its core" in proc.stderr
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_bind_core_binds_within_the_cpus_collbench_was_given(tmp_path, ranks):
+    """The launcher binds over the whole machine unless told which CPUs it may use: under
+    ``taskset -c 1``, no rank may land on CPU 0."""
+    if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
+        pytest.skip("needs taskset and two CPUs")
+    proc = subprocess.run(["taskset", "-c", "1", sys.executable, "-m", "collbench", "allreduce", "-n", str(ranks),
+                           "--sizes", "8", "--rounds", "1", "--bind", "core", "--thread-level", "multiple",
+                           "-o", "t.json", *QUICK], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    (record,) = load_json(tmp_path / "t.json")["metadata"]["rounds"]
+    assert _masks(record) == [0b10] * ranks
+
+
 # -- compare: rows match on their level --------------------------------------------------------------
 
 

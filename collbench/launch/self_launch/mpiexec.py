@@ -44,6 +44,29 @@ def mpiexec_flavour(mpiexec: str) -> str:
     return "unknown"
 
 
+def _binding(flavour: str, n: int, bind: str) -> list:
+    """The launcher's binding flags. Both launchers bind over the whole machine, whatever CPUs
+    collbench itself was given (``taskset -c 1 mpiexec -bind-to core`` puts a rank on CPU 0), so
+    where collbench runs on fewer CPUs than the machine has, ``core`` binds round the ones it has."""
+    if flavour not in ("mpich", "openmpi"):
+        return []
+    if bind != "core":
+        return ["-bind-to" if flavour == "mpich" else "--bind-to", bind]
+    machine = os.cpu_count() or 1
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(machine))
+    narrowed, cpus = len(allowed) < machine, ",".join(str(c) for c in allowed)
+    if flavour == "mpich":
+        return ["-bind-to", f"user:{cpus}" if narrowed else "core"]
+    crowded = n > len(allowed)
+    if narrowed and n > machine:
+        # Open MPI 5.0 fails with "Out of resource" mapping more ranks than the machine has CPUs onto a PE list.
+        raise UsageError(f"Open MPI cannot bind {n} ranks to cores within CPUs {cpus}: use --bind none, or fewer ranks")
+    overload = ["--bind-to", "core:overload-allowed" if crowded else "core"]
+    if narrowed:
+        return ["--map-by", f"pe-list={cpus}:ordered" + (":oversubscribe" if crowded else "")] + overload
+    return (["--map-by", "core:oversubscribe"] if crowded else []) + overload
+
+
 def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated: bool = False,
                     bind: str = "none") -> list:
     """The launch command for n ranks; Open MPI gets what it needs as root or oversubscribed.
@@ -54,10 +77,7 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated:
     unless told), core binds each to one core of its own."""
     cmd = [mpiexec, "-n", str(n)]
     flavour = mpiexec_flavour(mpiexec)
-    if flavour == "mpich":
-        cmd += ["-bind-to", bind]
-    elif flavour == "openmpi":
-        cmd += ["--bind-to", bind]
+    cmd += _binding(flavour, n, bind)
     if flavour == "mpich":
         problem = hydra_launcher_problem(mpiexec, env)
         if problem:
@@ -65,7 +85,7 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated:
     if coordinated and flavour == "mpich":
         cmd.append("-disable-auto-cleanup")
     if flavour == "openmpi":
-        if n > (os.cpu_count() or 1):
+        if n > (os.cpu_count() or 1) and "--map-by" not in cmd:
             cmd.append("--oversubscribe")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
