@@ -46,6 +46,9 @@ def test_each_level_is_a_launch_of_its_own_and_its_rows_say_it(every_level):
     # MPICH gives every level it is asked for
     assert all(r["thread_level_provided"] == r["thread_level"] for r in records)
     assert doc["metadata"]["settings"]["thread_levels"] == list(LEVELS)
+    # the settings list the setups of every level, not only the first launch's
+    assert sorted(doc["metadata"]["settings"]["backends"]) == sorted(
+        "mpi" if level == "single" else f"mpi (thread {level})" for level in LEVELS)
     # a row's rounds are the launches at its level
     for row in rows:
         at_level = {r["round"] for r in records if r["thread_level"] == row["thread_level"]}

@@ -148,7 +148,10 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     problem = mpi_start_problem(launcher)
     if problem:                      # every rank of the launch finds the same
         raise SharedUsageError(problem)
+    every_setup = [s.key for s in setups_of(plan)]
     plan, level = at_launch_level(plan)
+    # the setups the other levels' launches measure, listed in the settings with this launch's
+    elsewhere = [key for key in every_setup if key not in {s.key for s in setups_of(plan)}]
     if level:
         threads.ask_for(level)
     control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)   # one init method
@@ -183,7 +186,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     try:
         bind = plan.bind if launcher.by_collbench else "launcher"
         launch = {"thread_level": level, "thread_level_provided": provided, "bind": bind} if level else {"bind": bind}
-        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule, launch)
+        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule, launch, elsewhere)
     finally:
         for backend in backends.values():
             backend.close()
@@ -258,7 +261,8 @@ def _output_problem(settings) -> Optional[str]:
     return None
 
 
-def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.Schedule) -> dict:
+def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Schedule, backends: dict) -> dict:
+    """The run's metadata; ``keys``: every setup the run measures, at this launch's level and the others'."""
     hosts = list(launcher.hosts)
     versions = {}
     for backend in backends.values():
@@ -268,7 +272,7 @@ def _metadata(plan: Plan, launcher: Launcher, backends: dict, schedule: rounds.S
                 "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
                 "root": plan.roles.root, "pair": list(plan.roles.pairs[0]), "window": plan.roles.window,
                 **({"pairs": dataclasses.asdict(plan.pairing)} if plan.pairing else {}),
-                "backends": list(backends), "timeout_s": plan.timeout,      # the setups measured, by key
+                "backends": keys, "timeout_s": plan.timeout,      # the setups measured, by key
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
                 "thread_levels": list(plan.thread_levels), "bind": plan.bind,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
@@ -312,7 +316,7 @@ def at_launch_level(plan: Plan) -> tuple:
 
 
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
-             schedule: rounds.Schedule, launch: dict) -> int:
+             schedule: rounds.Schedule, launch: dict, elsewhere: list) -> int:
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     if plan.split is not None:
         problem = plan.split.problem(list(launcher.hosts))
@@ -351,7 +355,8 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     collector = None
     if is_rank0:
         earlier = journal.of_type("run") if journal is not None else []
-        collector = Collector(earlier[0]["metadata"] if earlier else _metadata(plan, launcher, backends, schedule))
+        collector = Collector(earlier[0]["metadata"] if earlier else
+                              _metadata(plan, launcher, [*backends, *elsewhere], schedule, backends))
     sweep = Sweep(plan, control, backends, most_per_node, watchdog, list(launcher.hosts))
     if not sweep.steps:
         raise SharedUsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
