@@ -78,26 +78,41 @@ def _complete(path: Path, rounds: int) -> bool:
         return False
 
 
+def _variants(args) -> dict:
+    """``--variant NAME=ARGS``: each a folder of its own, its runs interleaved with the others'."""
+    variants = {}
+    for text in args.variant or ():
+        name, _, extra = text.partition("=")
+        if not name or "/" in name:
+            raise SystemExit(f"--variant wants NAME=ARGS, got {text!r}")
+        variants[name] = extra.split()
+    return variants or {"": []}
+
+
 def _collect(folder: Path, args) -> dict:
     """Run the sweeps; returns wall seconds per kind."""
     kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour + \
         ["pinned-neighbour"] * args.pinned_neighbour + [k for k in AB_KINDS for _ in range(args.ab)]
-    random.Random(args.seed).shuffle(kinds)
+    variants = _variants(args)
+    jobs = [(variant, kind) for variant in variants for kind in kinds]
+    random.Random(args.seed).shuffle(jobs)
     counters: dict = {}
     walls: dict = {}
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "COLLBENCH_LAUNCHED")}
-    for i, kind in enumerate(kinds, 1):
-        counters[kind] = counters.get(kind, 0) + 1
-        path = folder / f"{kind}-{counters[kind]:02d}.json"
-        cmd = [sys.executable, "-m", "collbench", *args.command.split(), "--rounds", str(args.rounds), "-q",
-               "--force", "-o", str(path)]
+    for i, (variant, kind) in enumerate(jobs, 1):
+        counters[variant, kind] = counters.get((variant, kind), 0) + 1
+        where = folder / variant
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / f"{kind}-{counters[variant, kind]:02d}.json"
+        cmd = [sys.executable, "-m", "collbench", *args.command.split(), *variants[variant], "--rounds",
+               str(args.rounds), "-q", "--force", "-o", str(path)]
         if kind.startswith("ab-"):
-            path = folder / f"{kind}-{counters[kind]:02d}"
+            path = where / f"{kind}-{counters[variant, kind]:02d}"
             cmd = _ab_command(kind, path, args)
         if kind.startswith("pinned"):
             cmd = ["taskset", "-c", "0"] + cmd
         if not kind.startswith("ab-") and _complete(path, args.rounds):
-            print(f"[{i}/{len(kinds)}] {path.name}: kept from an earlier collection into this folder", flush=True)
+            print(f"[{i}/{len(jobs)}] {path.relative_to(folder)}: kept from an earlier collection", flush=True)
             continue
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 for _ in range(args.hogs if "neighbour" in kind else 0)]
@@ -109,10 +124,10 @@ def _collect(folder: Path, args) -> dict:
                 hog.kill()
                 hog.wait()
         wall = time.monotonic() - start
-        walls.setdefault(kind, []).append(wall)
+        walls.setdefault(f"{variant} {kind}".strip(), []).append(wall)
         status = "ok" if proc.returncode == 0 or (kind.startswith("ab-") and proc.returncode == 1) else \
             f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
-        print(f"[{i}/{len(kinds)}] {path.name}: {wall:.1f} s, {status}", flush=True)
+        print(f"[{i}/{len(jobs)}] {path.relative_to(folder)}: {wall:.1f} s, {status}", flush=True)
     return walls
 
 
@@ -164,9 +179,36 @@ def _analyse_ab(folder: Path, args, options: dict) -> None:
               f"jobs exiting 1 {exits}/{len(jobs)}")
 
 
+def at_level(result: RunResult, level: str) -> RunResult:
+    """The rows of ``result`` at one MPI thread level, with the rounds (launches) at that level."""
+    meta = dict(result.metadata)
+    meta["rounds"] = [r for r in meta.get("rounds", []) if r.get("thread_level", level) == level]
+    out = RunResult(metadata=meta)
+    for row, data in zip(result.rows, result.rounds):
+        if row.thread_level == level:
+            out.add(row, data)
+    return out
+
+
 def analyse(folder: Path, args) -> None:
-    files = {kind: sorted(folder.glob(f"{kind}-[0-9]*.json")) for kind in ("quiet", "pinned", "neighbour", "pinned-neighbour")}
-    runs = {kind: [load_result(p) for p in paths] for kind, paths in files.items()}
+    """Each variant's folder in turn, and in each, each MPI thread level its files hold."""
+    variants = sorted(p for p in folder.iterdir() if p.is_dir() and any(p.glob("quiet-*.json")))
+    for where in variants or [folder]:
+        files = {kind: sorted(where.glob(f"{kind}-[0-9]*.json"))
+                 for kind in ("quiet", "pinned", "neighbour", "pinned-neighbour")}
+        runs = {kind: [load_result(p) for p in paths] for kind, paths in files.items()}
+        levels = sorted({row.thread_level for res in runs["quiet"] for row in res.rows})
+        for level in levels:
+            name = " · ".join(x for x in (where.name if variants else "", f"thread {level}" if level else "") if x)
+            if name:
+                print(f"\n===== {name} =====")
+            analyse_runs({k: [at_level(r, level) for r in v] for k, v in runs.items()} if len(levels) > 1 else runs,
+                         args)
+        if not variants:
+            _analyse_ab(folder, args, dict(threshold=parse_threshold(args.threshold), alpha=args.alpha))
+
+
+def analyse_runs(runs: dict, args) -> None:
     quiet = runs["quiet"]
     if len(quiet) < args.baseline_runs + args.new_runs:
         raise SystemExit(f"need at least {args.baseline_runs + args.new_runs} quiet runs, found {len(quiet)}")
@@ -174,7 +216,7 @@ def analyse(folder: Path, args) -> None:
     options = dict(threshold=threshold, alpha=args.alpha)
     rows_total = len(quiet[0].rows)
     print(f"\n{len(quiet)} quiet, {len(runs['pinned'])} pinned, {len(runs['neighbour'])} neighbour runs of "
-          f"{rows_total} rows, {quiet[0].metadata.get('settings', {}).get('rounds')} rounds each; baseline = "
+          f"{rows_total} rows, {len(quiet[0].metadata.get('rounds', []))} rounds each; baseline = "
           f"{args.baseline_runs} quiet run(s) merged, new = {args.new_runs} run(s) merged; threshold "
           f"{args.threshold}, alpha {args.alpha}; {args.splits} random splits per line")
     spread = [r.run_to_run_cv for r in merge(quiet).rows if np.isfinite(r.run_to_run_cv)]
@@ -228,7 +270,6 @@ def analyse(folder: Path, args) -> None:
     for shift in (parse_threshold(s) for s in args.shifts.split(",")):
         trials(lambda other, s=shift: shifted(other, 1 + s), f"power: +{shift:.0%} (synthetic)", power=True,
                gate=shift)
-    _analyse_ab(folder, args, options)
 
 
 def main() -> int:
@@ -251,6 +292,9 @@ def main() -> int:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", help="folder for the result files; sweeps whose file is already there are kept, so an interrupted collection goes on [default: a new temporary folder]")
+    parser.add_argument("--variant", action="append", metavar="NAME=ARGS",
+                        help="a variant of the command (e.g. bound='--bind core'), its runs in DIR/NAME, interleaved "
+                             "with the other variants'; repeat for each")
     parser.add_argument("--analyse", metavar="DIR", help="only analyse the files collected earlier in DIR")
     args = parser.parse_args()
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; load average before: "
