@@ -136,7 +136,7 @@ def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
     (run_dir / "whole.json").write_text(json.dumps(doc))
     proc = cli(["compare", "whole.json", "w.json"], run_dir, env={"COLUMNS": "200"})
     said = " ".join((proc.stdout + proc.stderr).split())
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr
     assert (f"1 matched row(s) sent another window (window_used), a slow pair's shrunk to keep to --max-time: 64 in "
             f"whole.json, {used} in w.json for bw pair 0-1 at 64M") in said, said
 

@@ -379,7 +379,7 @@ def test_renderers_carry_verdicts_intervals_and_warnings():
     assert "> **Warning:** hostnames differs" in markdown
     doc = json.loads(to_json(c))
     assert doc["regression"] is True and doc["summary"]["slower"] == len(SERIES)
-    assert doc["schema_version"] == 2 and doc["multiple_comparisons"] == "max-T"
+    assert doc["schema_version"] == 3 and doc["multiple_comparisons"] == "max-T"
     first = doc["rows"][0]
     assert first["verdict"] == "slower" and first["rounds_baseline"] == 5 and first["change_ci_low"] > 0
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from collbench.analysis.compare import compare_runs
-from collbench.analysis.compare_render import first_line, to_json, to_summary_markdown
+from collbench.analysis.compare_render import detection_line, first_line, to_json, to_summary_markdown
 from collbench.analysis.report import gate_sensitivity, sensitivity_table
 from collbench.measure.noise import (MIN_ROWS_FOR_PRIOR, fit_trend, fit_trends, machine_state, moderated,
                                     noise_model)
@@ -190,7 +190,9 @@ def test_compare_of_the_sweep_with_itself_calls_the_stable_rows_same(nccl):
     assert len(bandwidth) == 15 and len(big) == 24
     assert sum(r.verdict == "same" for r in bandwidth) >= 12
     assert {r.verdict for r in c.rows} <= {"same", "inconclusive"}
-    assert first_line(c).startswith("no regression: 0 slower, 0 faster") and "detects changes of" in first_line(c)
+    # 14 of 89 rows decided at 5%: the gate says it could not see the rest rather than pass them
+    assert first_line(c).startswith("UNDECIDED: decided 14 of 89 rows, 80% needed; 0 slower, 0 faster")
+    assert "detects changes of" in first_line(c) and c.status == 3
 
 
 def test_a_ten_percent_slowdown_of_the_large_rows_is_called_there_only(nccl, tmp_path):
@@ -260,7 +262,7 @@ def test_report_and_compare_give_one_answer_to_what_can_be_detected(nccl):
     expected = [r.detectable if r.noise != "assumed" else math.nan for r in itself.rows]   # one round: none
     assert [d for _, d in found] == pytest.approx(expected, nan_ok=True)
     table = sensitivity_table([("nccl-all.json", nccl)], 0.05, 0.05)
-    assert any(first_line(itself).split("; ", 1)[1] in note for note in table.notes)
+    assert any(detection_line(itself) in note for note in table.notes)
 
 
 # --- the CLI: first line, --fail-on-inconclusive ----------------------------------------------
@@ -273,12 +275,13 @@ def _compare(*args):
 def test_the_first_line_says_what_the_comparison_can_detect():
     base = H100 / "nccl-all.json"
     table = _compare(base, base)
-    assert table.returncode == 0, table.stderr
-    first = table.stdout.splitlines()[0]
-    assert first.startswith("no regression: 0 slower, 0 faster, ") and "detects changes of " in first
-    assert "at 80% power" in first and first.endswith("threshold 5%")
+    assert table.returncode == 3, table.stderr           # 14 of 89 rows decided at 5%
+    first, why = table.stdout.splitlines()[:2]
+    assert first.startswith("UNDECIDED: decided 14 of 89 rows, 80% needed; 0 slower, 0 faster, ")
+    assert "detects changes of " in first and "at 80% power" in first and first.endswith("threshold 5%")
+    assert why.startswith("undecided rows, why: ")
     markdown = _compare(base, base, "--format", "markdown").stdout.splitlines()[0]
-    assert markdown.startswith("## collbench compare: no regression · detects changes of ")
+    assert markdown.startswith("## collbench compare: UNDECIDED · detects changes of ")
     doc = json.loads(_compare(base, base, "--format", "json").stdout)
     assert doc["detects"]["line"] in first and doc["detects"]["power"] == 0.8
     assert doc["detects"]["within_threshold"]["rows"] + doc["detects"]["beyond_threshold"]["rows"] == 89
@@ -289,7 +292,8 @@ def test_fail_on_inconclusive_fails_a_gate_that_cannot_decide():
     decided = _compare(base, again, "--threshold", "10%", "--fail-on-inconclusive")
     assert decided.returncode == 0, decided.stdout + decided.stderr               # every row the same
     nccl = H100 / "nccl-all.json"
-    assert _compare(nccl, nccl).returncode == 0                                   # inconclusive rows pass
+    assert _compare(nccl, nccl).returncode == 3                                   # too few rows decided
+    assert _compare(nccl, nccl, "--min-decided", "0%").returncode == 0            # passed blind, as asked
     undecided = _compare(nccl, nccl, "--fail-on-inconclusive")
     assert undecided.returncode == 1 and undecided.stdout.startswith("UNDECIDED: 0 slower")
     doc = json.loads(_compare(nccl, nccl, "--fail-on-inconclusive", "-f", "json").stdout)

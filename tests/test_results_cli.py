@@ -103,7 +103,9 @@ def test_json_output_and_metadata_warning(files, tmp_path):
 
 
 def test_threshold_changes_the_verdict(files, tmp_path):
-    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "250%"], tmp_path).returncode == 0
+    # beyond what it can tell: not a regression; undecided where too few rows are the same
+    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "250%"], tmp_path).returncode in (0, 3)
+    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "10%"], tmp_path).returncode == 1
 
 
 @pytest.mark.parametrize("content", ["garbage, not a result\n", ""])
@@ -184,7 +186,7 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     assert second.returncode == 0, second.stderr
 
     gate = run_cli(["compare", "base.json", "new.json", "--format", "markdown"], tmp_path)
-    assert gate.returncode in (0, 1), gate.stderr       # a noisy machine may really differ
+    assert gate.returncode in (0, 1, 3), gate.stderr       # a noisy machine may really differ
     assert gate.stdout.startswith("## collbench compare: ")
     assert ("REGRESSION" in gate.stdout.splitlines()[0]) == (gate.returncode == 1)
     loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"], tmp_path)

@@ -195,7 +195,7 @@ def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir, plugin_e
     loads = [r["load"] for r in load_json(run_dir / "busy.json")["metadata"]["rounds"]]
     assert all(load["busy"] and load["other_cpu_cores"] > 0.25 for load in loads), loads
     compared = cli(["compare", "quiet.json", "busy.json"], run_dir, env=plugin_env)
-    assert compared.returncode in (0, 1), compared.stdout + compared.stderr
+    assert compared.returncode in (0, 1, 3), compared.stdout + compared.stderr
     assert "3 of 3 round(s) ran while other processes used" in compared.stderr
     # The gate does not blame the code for the busy host — given a quiet baseline. On a shared
     # CI machine the "quiet" side may itself have run beside other work; its ranks then lacked
@@ -203,20 +203,22 @@ def test_a_busy_host_is_recorded_and_compare_does_not_trust_it(run_dir, plugin_e
     # rows were seen that way once: 4 of 17). What the gate decides on recorded runs of both
     # kinds is asserted above (starved-quiet/-busy, and the gate's recorded files).
     quiet_was_busy = any(r["load"]["busy"] for r in load_json(run_dir / "quiet.json")["metadata"]["rounds"])
-    assert compared.stdout.startswith("no regression: 0 slower,") or quiet_was_busy, compared.stdout
+    assert compared.stdout.startswith(("no regression: 0 slower,", "UNDECIDED: decided ")) or quiet_was_busy, \
+        compared.stdout
 
 
 GATE_DATA = Path(__file__).resolve().parent / "data" / "gate"
 
 
-@pytest.mark.parametrize("new, code, verdicts", [("quiet-again", 0, {"same"}), ("loaded", 0, {"inconclusive"}),
+@pytest.mark.parametrize("new, code, verdicts", [("quiet-again", 0, {"same"}), ("loaded", 3, {"inconclusive"}),
                                                   ("pinned", 1, {"slower"}), ("loaded-pinned", 1, {"slower"})])
 def test_compare_on_recorded_real_runs(new, code, verdicts, run_dir):
     """Real runs of `allreduce -n 2 --sizes 8-128K:x4 --max-time 0.5 --rounds 5` on the 2-core VM
     (tests/data/gate/README.md): quiet again, beside two busy loops (every round busy, rows
     2-15% slower), both ranks on one core (taskset -c 0: 1.5-3x slower), and pinned beside the
-    loops. The gate calls the quiet run the same, passes the loaded one without blaming the code,
-    and fails both pinned ones, the busy one included."""
+    loops. The gate calls the quiet run the same, does not blame the code for the loaded one
+    (undecided, exit 3: it could not see through the loops), and fails both pinned ones, the
+    busy one included."""
     proc = cli(["compare", str(GATE_DATA / "quiet.json"), str(GATE_DATA / f"{new}.json"), "--threshold", "10%",
                 "--format", "json"], run_dir)
     assert proc.returncode == code, proc.stdout + proc.stderr
@@ -240,14 +242,14 @@ def test_a_slowdown_the_cpu_the_ranks_lacked_explains_is_not_blamed_on_the_code(
     that round is what keeps the gate from blaming the code (it did, before either rule)."""
     args = ["compare", str(GATE_DATA / "starved-quiet.json"), "--format", "json"]
     proc = cli(args + [str(GATE_DATA / "starved-busy.json")], run_dir)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 3, proc.stdout + proc.stderr          # undecided, not blamed on the code
     rows = json.loads(proc.stdout)["rows"]
     starved = [r for r in rows if "got less CPU" in r["reason"]]
     assert len(starved) == 4 and all(r["verdict"] == "inconclusive" and r["change_ci_low"] > 0.5 for r in starved)
     assert "(starved); 4 row(s) slower by no more than the CPU they lacked can explain" in proc.stderr
     _without_cpu_share(GATE_DATA / "starved-busy.json", run_dir / "old.json")
     older = cli(args + [str(run_dir / "old.json")], run_dir)
-    assert older.returncode == 0, older.stdout + older.stderr
+    assert older.returncode == 3, older.stdout + older.stderr
     held = [r for r in json.loads(older.stdout)["rows"] if "own rounds ran this slow" in r["reason"]]
     assert [(r["collective"], r["size_bytes"]) for r in held] == [(r["collective"], r["size_bytes"]) for r in starved]
     assert all("baseline run's own rounds ran this slow in 1 of its 3 rounds" in r["reason"] for r in held)
@@ -281,7 +283,7 @@ def test_a_merged_run_in_a_slow_state_of_the_machine_is_set_aside(run_dir):
     assert cli(["merge", *parts, "-o", str(clean)], run_dir).returncode == 0
     proc = cli(["compare", str(clean), str(GATE_DATA / "slow-state-slow.json"), "--threshold", "10%",
                 "--format", "json"], run_dir)
-    assert proc.returncode == 0 and {r["verdict"] for r in json.loads(proc.stdout)["rows"]} == {"inconclusive"}
+    assert proc.returncode == 3 and {r["verdict"] for r in json.loads(proc.stdout)["rows"]} == {"inconclusive"}
 
 
 def _report(wall, own, busy, cpus=2, tick=0.01):

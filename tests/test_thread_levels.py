@@ -235,7 +235,7 @@ def test_an_old_file_is_read_as_multiple_and_unbound_and_says_it_was_assumed(und
     assert f"{old} ran MPI at thread level multiple and {folder / 'free.json'} at single (assumed for {old}: " \
            "written before levels were recorded)" in refused.stderr
     asked = cli(["compare", str(old), str(folder / "free.json"), "--allow-missing", "--across-levels"], folder)
-    assert asked.returncode in (0, 1) and "rows are matched across the levels" in asked.stderr
+    assert asked.returncode in (0, 1, 3) and "rows are matched across the levels" in asked.stderr
     assert "ranks were bound differently: unbound (assumed) in" in asked.stderr
 
 

@@ -54,6 +54,25 @@ VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "unmea
 UNJUDGED = ("missing", "unmeasured")
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
+#: The share of the rows both files have that a comparison must decide (same, slower or faster)
+#: for its gate to pass: below it the answer is UNDECIDED, exit status 3 (``--min-decided``).
+#: An A/A pair measured in one job on a busy 2-core runner decided 133 of 145 rows (92%); two
+#: stored runs of it decided none (../shared/data/busy-runner/), and then passed a 2.5x slowdown.
+DEFAULT_MIN_DECIDED = 0.8
+#: The exit status of a gate that could not decide enough rows.
+UNDECIDED_STATUS = 3
+#: Why a row was left inconclusive, in words for the line that counts them (``RowComparison.cause``).
+CAUSES = {
+    "state": "the other side's own rounds ran as slow (a state of the machine)",
+    "starved": "a side's ranks got less CPU than the other's",
+    "drift": "the drift between runs hides a change this size",
+    "busy": "a busy machine may shift a row this much",
+    "floor": "rounds spread far above their fastest",
+    "lone": "a lone round ran far faster than the rest",
+    "family": "beyond the threshold alone, not with every row tested",
+    "rounds": "too few rounds",
+    "data": "no round medians",
+}
 POWER = 0.8
 #: The most rows one comparison judges. Its max-T adjustment simulates every row together
 #: (``significance.DRAWS`` draws, in chunks of 2,000): about 100 KB and 2-3 ms per row on the 2-core
@@ -80,6 +99,7 @@ class RowComparison:
     verdict: str                    # one of VERDICTS
     reason: str = ""                # why a row is inconclusive, or what limited it
     drift_sd: float = math.nan      # the drift of whole runs this row carries (sd of log medians)
+    cause: str = ""                 # why it is inconclusive, a key of CAUSES
 
     @property
     def backend(self) -> str:
@@ -116,6 +136,7 @@ class Comparison:
     drift_source: str = ""          # "assumed" or "measured over N runs"
     allow_missing: bool = False     # rows the new run lacks or cannot measure do not fail the gate
     fail_on_inconclusive: bool = False   # an inconclusive row fails the gate
+    min_decided: float = DEFAULT_MIN_DECIDED   # the share of compared rows the gate must decide
 
     @property
     def lower_is_better(self) -> bool:
@@ -146,6 +167,31 @@ class Comparison:
         inconclusive when ``fail_on_inconclusive``."""
         return (not self.regression and (self.allow_missing or not self.unjudged)
                 and not (self.fail_on_inconclusive and self.undecided))
+
+    @property
+    def compared(self) -> list:
+        """The rows both files have with something to judge by (not new, missing or unmeasured)."""
+        return [r for r in self.rows if r.verdict not in ("new",) + UNJUDGED]
+
+    @property
+    def decided(self) -> int:
+        return sum(r.verdict in ("slower", "faster", "same") for r in self.compared)
+
+    @property
+    def blind(self) -> bool:
+        """Whether the gate would pass without having decided enough of the rows (``min_decided``)."""
+        compared = len(self.compared)
+        return self.passed and compared > 0 and self.decided < self.min_decided * compared - 1e-9
+
+    @property
+    def status(self) -> int:
+        """The exit status: 0 passed, 1 failed, UNDECIDED_STATUS passed blind."""
+        return 1 if not self.passed else UNDECIDED_STATUS if self.blind else 0
+
+    def causes(self) -> dict:
+        """Cause -> rows left undecided by it, most first."""
+        counted = Counter(r.cause or "rounds" for r in self.compared if r.verdict not in ("slower", "faster", "same"))
+        return dict(counted.most_common())
 
     def detection(self) -> tuple:
         """(detectable changes of the rows the threshold can gate, of the others): what this
@@ -320,7 +366,8 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     c = p.change
     if c is None or not (math.isfinite(base_value) and math.isfinite(new_value)):
         return RowComparison(p.key, p.base, p.new, base_value, new_value, math.nan, math.nan, math.nan, None, None,
-                             0, 0, "", math.nan, None, "insufficient data", "no round medians to compare")
+                             0, 0, "", math.nan, None, "insufficient data", "no round medians to compare",
+                             cause="data")
     ratio, low, high = _metric_change(c, lower_is_better)
     detect = detectable_change(c.se, c.df, critical, POWER)
     # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
@@ -329,15 +376,15 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=fixed)
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
-    reason = ""
+    reason, cause = "", ""
     reached = p.reached[0 if c.estimate > 0 else 1]       # the other side's slow rounds, in the change's direction
     if significant and beyond and _starvation_explains(p):
-        verdict = "inconclusive"
+        verdict, cause = "inconclusive", "starved"
         reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
                   f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
                   f"measure again on a quiet one, or both sides in one job (collbench ab)")
     elif significant and beyond and reached:
-        verdict = "inconclusive"
+        verdict, cause = "inconclusive", "state"
         reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} of its "
                   f"{reached[1]} rounds (set aside as interference): a state of the machine that lasted the "
                   f"other's whole run can do this; measure both sides in one job (collbench ab)")
@@ -346,11 +393,15 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
     elif low >= -threshold and high <= threshold:
         verdict = "same"
     else:
-        verdict = "inconclusive"
+        verdict, cause = "inconclusive", "rounds"
         if low > threshold or high < -threshold:
+            cause = "family"
             reason = ("beyond the threshold at 95% for this row alone, not with every row tested at once: "
                       + ("measure more rounds" if p.pairs else "measure both sides in one job (collbench ab)"))
         elif needed is None:
+            cause = ("busy" if p.busy_var > max(p.drift_var, p.gap_var) else
+                     "floor" if p.block_var > max(p.drift_var, p.gap_var) else
+                     "lone" if p.gap_var > p.drift_var else "drift" if p.drift_var > 0 else "rounds")
             reason = ("a busy machine may shift a row this much on its own: measure again on a quiet one, "
                       "or both sides in one job (collbench ab)" if p.busy_var > max(p.drift_var, p.gap_var) else
                       "its rounds spread far above its fastest (a state of the machine that outlasted "
@@ -365,7 +416,7 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         else:
             reason = f"needs about {needed} rounds per side"
     return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
-                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd)
+                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd, cause)
 
 
 #: The words of a row that the other side's own slow rounds kept from a verdict (its warning counts them).
@@ -397,6 +448,18 @@ def _starved_warnings(pending: list, decided: dict, names: tuple) -> list:
             f"lacked can explain (up to {explained_by(min(rows, key=lambda s: s[1]))}) are inconclusive: measure "
             f"again on a quiet machine, or both sides in one job (collbench ab)"
             for side, rows in sorted(kept.items())]
+
+
+def _shared_runner(files: tuple, names: tuple) -> list:
+    """Where two runs made at different times met a busy machine in most of their rounds: the
+    case where a stored baseline decides little, said once (each file's busy rounds are said
+    on their own line)."""
+    shares = [len(f.busy) / max(1, len(f.result.metadata.get("rounds") or [])) for f in files]
+    if max(shares) < 0.5:
+        return []
+    return [f"{names[0]} and {names[1]} were measured at different times, "
+            f"{' and '.join(f'{s:.0%}' for s in shares)} of their rounds on a busy machine: a shared runner, "
+            f"where a stored baseline decides little; measure both versions in one job (collbench ab)"]
 
 
 def _state_warnings(pending: list, decided: dict, names: tuple) -> list:
@@ -476,12 +539,15 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                  threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA,
                  baseline_name: str = "baseline", new_name: str = "new",
                  assumed_log_sd: float = ASSUMED_LOG_SD, allow_missing: bool = False,
-                 fail_on_inconclusive: bool = False, across_levels: bool = False) -> Comparison:
+                 fail_on_inconclusive: bool = False, across_levels: bool = False,
+                 min_decided: float = DEFAULT_MIN_DECIDED) -> Comparison:
     """Match the rows of two runs and give each a verdict; UsageError when nothing matches, or
     when more than MAX_COMPARED_ROWS do. ``allow_missing``: rows the new run lacks or cannot
     measure do not fail the gate (``Comparison.passed``); ``fail_on_inconclusive``: rows it
-    cannot decide do. Rows that differ only in their MPI thread level are refused (UsageError)
-    unless ``across_levels``: the level alone moves MPICH's times 2-3x."""
+    cannot decide do; with fewer than ``min_decided`` of the compared rows decided, a gate that
+    would pass is UNDECIDED (``Comparison.status``). Rows that differ only in their MPI thread
+    level are refused (UsageError) unless ``across_levels``: the level alone moves MPICH's
+    times 2-3x."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     across = _one_backend_each(baseline, new)
@@ -604,9 +670,11 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                         f"they judge nothing (unmeasured, which fails the gate unless --allow-missing)")
     warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
                                {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
+    if not one_job:
+        warnings += _shared_runner(files, (baseline_name, new_name))
     warnings += _starved_warnings(pending, by_key, (baseline_name, new_name))
     warnings += _state_warnings(pending, by_key, (baseline_name, new_name))
     drifts = [p.drift_sd for p in tested]
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
                       float(np.median(drifts)) if drifts else math.nan, drift_source, allow_missing,
-                      fail_on_inconclusive)
+                      fail_on_inconclusive, min_decided)

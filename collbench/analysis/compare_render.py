@@ -6,13 +6,13 @@ import dataclasses
 import json
 import math
 
-from collbench.analysis.compare import MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
+from collbench.analysis.compare import CAUSES, MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
 from collbench.measure.sizes import format_size
 from collbench.results.records import SAID_FIELDS, setup_words
 from collbench.results.tables import TableModel, rank_count_text, to_markdown
 
 COMPARISON_SCHEMA = "collbench.comparison"
-COMPARISON_SCHEMA_VERSION = 2
+COMPARISON_SCHEMA_VERSION = 3     # 3: status, decided, each row's cause
 
 _CONFIG = (("dtype", "dtype"), ("op", "op"), ("world_size", "ranks"), ("timing", "timing"))
 _METRIC_LABEL = {"time_us_p50": "p50 µs", "busbw_gbps": "busbw GB/s"}
@@ -66,13 +66,31 @@ def _where(r: RowComparison) -> str:
 
 def outcome(c: Comparison) -> str:
     """REGRESSION (a row slower), INCOMPLETE (rows the new run lacks or could not measure, not
-    allowed), UNDECIDED (rows it could not decide, with --fail-on-inconclusive) or no
-    regression: the gate's answer, as the first word of every output."""
+    allowed), UNDECIDED (too few rows decided, or any undecided with --fail-on-inconclusive) or
+    no regression: the gate's answer, as the first word of every output."""
     if c.regression:
         return "REGRESSION"
     if c.unjudged and not c.allow_missing:
         return "INCOMPLETE"
-    return "UNDECIDED" if not c.passed else "no regression"
+    return "UNDECIDED" if not c.passed or c.blind else "no regression"
+
+
+def decided_text(c: Comparison) -> str:
+    """"decided 0 of 145 rows, 80% needed": how much of the comparison the gate could see."""
+    return f"decided {c.decided} of {len(c.compared)} rows, {c.min_decided:.0%} needed"
+
+
+def undecided_line(c: Comparison) -> str:
+    """Why rows were left undecided, counted (the ``why`` column is the first to go at 80
+    columns), and what would decide them; empty when every compared row was decided."""
+    causes = c.causes()
+    if not causes:
+        return ""
+    counted = "; ".join(f"{n} {CAUSES.get(cause, cause)}" for cause, n in causes.items())
+    advice = ("measure both sides in one job (collbench ab)" if set(causes) & {"state", "starved", "drift", "busy",
+                                                                               "floor", "family"}
+              else "measure more rounds")
+    return f"undecided rows, why: {counted}; {advice}"
 
 
 def _percent_digits(v: float) -> str:
@@ -111,7 +129,8 @@ def detection_line(c: Comparison) -> str:
 def first_line(c: Comparison) -> str:
     """The first line of every output: the gate's answer, the verdict counts and what the
     comparison can detect."""
-    return f"{outcome(c)}: {summary_line(c)}; {detection_line(c)}"
+    decided = f"{decided_text(c)}; " if c.blind else ""
+    return f"{outcome(c)}: {decided}{summary_line(c)}; {detection_line(c)}"
 
 
 def unjudged_line(c: Comparison, limit: int = 6) -> str:
@@ -255,7 +274,10 @@ def _bold_verdicts(table: TableModel, keep, verdict_column: int) -> TableModel:
 def to_summary_markdown(c: Comparison) -> str:
     """A GitHub job summary: heading, verdict counts, warnings, the rows that are not "same",
     then every row in a collapsed block."""
-    lines = [f"## collbench compare: {outcome(c)} · {detection_line(c)}", "", f"**{summary_line(c)}**", ""]
+    lines = [f"## collbench compare: {outcome(c)} · {detection_line(c)}", "",
+             f"**{summary_line(c)}**" + (f" · {decided_text(c)}" if c.blind else ""), ""]
+    if undecided_line(c):
+        lines += [f"> **{'Undecided' if c.blind else 'Not decided'}:** {undecided_line(c)}", ""]
     if c.unjudged:
         lines += [f"> **{'Not judged' if c.allow_missing else 'Failed'}:** {unjudged_line(c, limit=20)}", ""]
     lines += [f"> **Warning:** {w}" for w in c.warnings]
@@ -295,7 +317,8 @@ def to_json(c: Comparison) -> str:
                       change_ci_high=_number(r.change_high), p_value=r.p_value, p_adjusted=r.p_adjusted,
                       rounds_baseline=r.rounds_baseline, rounds_new=r.rounds_new, noise=r.noise or None,
                       detectable_change=_number(r.detectable), rounds_needed=r.rounds_needed,
-                      drift_sd=_number(r.drift_sd), verdict=r.verdict, reason=r.reason or None)
+                      drift_sd=_number(r.drift_sd), verdict=r.verdict, reason=r.reason or None,
+                      cause=r.cause or None)
         if any(row is not None and math.isfinite(row.overlap_pct) for row in (r.baseline, r.new)):
             record.update(overlap_pct_baseline=_number(_overlap_of(r.baseline)), overlap_pct_new=_number(_overlap_of(r.new)))
         rows.append(record)
@@ -303,7 +326,9 @@ def to_json(c: Comparison) -> str:
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
            "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
            "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
-           "passed": c.passed, "allow_missing": c.allow_missing, "fail_on_inconclusive": c.fail_on_inconclusive,
+           "passed": c.passed, "status": c.status, "decided": {"rows": c.decided, "of": len(c.compared),
+                                                                 "needed": c.min_decided, "why_not": c.causes()},
+           "allow_missing": c.allow_missing, "fail_on_inconclusive": c.fail_on_inconclusive,
            "detects": _detects(c),
            "unjudged": [f"{_where(r)} ({r.verdict})" for r in c.unjudged],
            "drift_sd": _number(c.drift_sd), "drift_source": c.drift_source or None,

@@ -51,11 +51,13 @@ def _side_options(letter: str):
               help="Let rows that B lacks or could not measure pass; without it they fail, as in compare.")
 @click.option("--fail-on-inconclusive", is_flag=True,
               help="Fail (exit 1) when any row is inconclusive, as in compare.")
+@click.option("--min-decided", type=params.SHARE, default="80%", show_default=True,
+              help="The share of rows that must be decided to pass; below it, exit 3 (undecided), as in compare.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines; the comparison only.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the launch commands.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing, fail_on_inconclusive,
-               quiet, verbose, **sides) -> None:
+               min_decided, quiet, verbose, **sides) -> None:
     """Measure two setups of COMMAND in alternating rounds of one job, then compare B with A.
 
     COMMAND is a measuring command as you would type it after `collbench`, without -o:
@@ -67,7 +69,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     \b
     Exit status: 0 no regression (B is not slower than A), 1 regression (or rows B could
     not measure, unless --allow-missing, or rows not decided, with --fail-on-inconclusive),
-    2 bad input; the
+    2 bad input, 3 undecided (fewer rows decided than --min-decided); the
     result files are ordinary runs that compare, report and plot read.
     How it is judged: docs/compare.md, "A/B in one job".
     """
@@ -158,7 +160,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), metric=metric, threshold=threshold_value,
                               alpha=alpha, baseline_name=labels[0], new_name=labels[1],
                               allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
-                              across_levels=True)     # sides may differ in level on purpose
+                              across_levels=True, min_decided=min_decided)   # sides may differ in level on purpose
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)
@@ -167,3 +169,5 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     sys.stdout.flush()
     if not comparison.passed or code == 1:
         sys.exit(1)
+    if comparison.status:
+        sys.exit(comparison.status)

@@ -55,6 +55,31 @@ PRECISION = Bounded(1e-4, 1, high_open=True)
 ALPHA = Bounded(0, 1, low_open=True, high_open=True)
 
 
+class Share(click.ParamType):
+    """A share from 0 to 1, written as a percentage (80%) or a fraction (0.8)."""
+
+    name = "share"
+
+    def convert(self, value, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a share like 80% or 0.8", param, ctx)
+        if not (math.isfinite(number) and 0.0 <= number <= 1.0):
+            self.fail(f"{value!r} is not a share from 0% to 100%", param, ctx)
+        return number
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "SHARE"
+
+
+#: compare --min-decided.
+SHARE = Share()
+
+
 class Pair(click.ParamType):
     """Two distinct ranks, ``A,B``."""
 

@@ -36,14 +36,14 @@ def print_tables(tables) -> None:
 
 
 def _compare_table(comparison) -> None:
-    from collbench.analysis.compare_render import comparison_tables, first_line
+    from collbench.analysis.compare_render import comparison_tables, first_line, undecided_line
 
     console = _console()
-    line = first_line(comparison)
+    lines = [line for line in (first_line(comparison), undecided_line(comparison)) if line]
     if console.is_terminal:              # wrapped between words, as the tables are fitted
         import textwrap
-        line = textwrap.fill(line, width=console.width, break_on_hyphens=False)
-    print(line)
+        lines = [textwrap.fill(line, width=console.width, break_on_hyphens=False) for line in lines]
+    print("\n".join(lines))
     files = f"{comparison.baseline_name} → {comparison.new_name}"
     if console.is_terminal and len(files) > console.width:       # long paths: one a line
         files = f"baseline: {comparison.baseline_name}\nnew:      {comparison.new_name}"
@@ -98,6 +98,8 @@ ALLOW_MISSING_HELP = ("Let rows of the baseline that the new run lacks (missing)
                       "no value, no round median) pass; they are still named. Without it they fail the gate.")
 FAIL_ON_INCONCLUSIVE_HELP = ("Fail (exit 1) when any row is inconclusive: a gate that must decide every row rather "
                              "than pass what it cannot see.")
+MIN_DECIDED_HELP = ("The share of the compared rows that must be decided (same, slower or faster) for the gate to "
+                    "pass; below it, exit 3 (undecided). 0% passes whatever it could not see.")
 
 
 @click.command("compare")
@@ -113,21 +115,24 @@ FAIL_ON_INCONCLUSIVE_HELP = ("Fail (exit 1) when any row is inconclusive: a gate
               show_default=True, help="table, markdown (fits a CI job summary) or json.")
 @click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP)
 @click.option("--fail-on-inconclusive", is_flag=True, help=FAIL_ON_INCONCLUSIVE_HELP)
+@click.option("--min-decided", type=params.SHARE, default="80%", show_default=True, help=MIN_DECIDED_HELP)
 @click.option("--across-levels", is_flag=True,
               help="Match rows whose MPI thread levels differ (refused by default: the level alone moves the times).")
 def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing, fail_on_inconclusive,
-                    across_levels) -> None:
+                    min_decided, across_levels) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
     A row is slower only when the change of its per-round medians is beyond the threshold and
-    significant with every row adjusted together; inconclusive rows (too few rounds, too
-    much drift) do not fail unless --fail-on-inconclusive. A row of BASELINE that NEW lacks or
-    could not measure fails, unless --allow-missing. The first line says what the comparison
-    can detect. BASELINE or NEW may be - (standard input).
+    significant with every row adjusted together. A gate that decided too few rows (under
+    --min-decided) says UNDECIDED and exits 3, with the reasons counted: it never passes what
+    it could not see. A row of BASELINE that NEW lacks or could not measure fails, unless
+    --allow-missing. The first line says what the comparison can detect. BASELINE or NEW may
+    be - (standard input).
 
     \b
     Exit status: 0 no regression, 1 regression, rows not measured or (with
-    --fail-on-inconclusive) rows not decided, 2 unreadable or incomparable input.
+    --fail-on-inconclusive) rows not decided, 2 unreadable or incomparable input,
+    3 undecided (fewer rows decided than --min-decided).
     Statistics, verdicts and the multiple-comparison control: docs/compare.md.
     """
     from collbench.analysis.compare import compare_runs, parse_threshold
@@ -137,13 +142,13 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing,
     comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
                               threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new,
                               allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
-                              across_levels=across_levels)
+                              across_levels=across_levels, min_decided=min_decided)
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)
     sys.stdout.flush()
-    if not comparison.passed:
-        sys.exit(1)
+    if comparison.status:
+        sys.exit(comparison.status)
 
 
 LABEL_HELP = ("The label of each file's run in tables and legends, in the order of FILES (repeat it, one per file); "

@@ -1,0 +1,80 @@
+"""The CI gate on a busy shared runner: it never passes what it could not see.
+
+The five runs of tests/data/busy-runner/ (README there) were made by following the CI recipe on
+a 2-core VM while other jobs used 0.2-1.5 cores: three baselines, the same code again, and both
+ranks on one core (a 2.5x slowdown). Read back through the real command line.
+"""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import cli
+
+DATA = Path(__file__).parent / "data" / "busy-runner"
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    """The five runs unpacked, and the three baselines merged as the recipe merges them."""
+    folder = tmp_path_factory.mktemp("busy-runner")
+    for packed in DATA.glob("*.json.gz"):
+        with gzip.open(packed, "rb") as source, open(folder / packed.name[:-3], "wb") as out:
+            shutil.copyfileobj(source, out)
+    proc = cli(["merge", "base-1.json", "base-2.json", "base-3.json", "-o", "baseline.json"], folder)
+    assert proc.returncode == 0, proc.stderr
+    return folder
+
+
+def _compare(folder, new, *extra):
+    return cli(["compare", "baseline.json", new, "--threshold", "10%", *extra], folder, timeout=300)
+
+
+@pytest.mark.parametrize("new", ["new.json", "pinned.json"])
+def test_a_gate_that_decided_too_few_rows_says_undecided_and_exits_3(runner, new):
+    proc = _compare(runner, new)
+    assert proc.returncode == 3, proc.stderr
+    first, why = proc.stdout.splitlines()[:2]
+    assert first.startswith("UNDECIDED: decided ") and "80% needed" in first
+    # the reasons counted, on a line of their own (the why column is the first to go at 80 columns)
+    assert why.startswith("undecided rows, why: ") and "collbench ab" in why
+
+
+def test_the_undecided_gate_says_so_in_json_with_each_rows_cause(runner):
+    proc = _compare(runner, "new.json", "-f", "json")
+    assert proc.returncode == 3, proc.stderr
+    doc = json.loads(proc.stdout)
+    decided = doc["decided"]
+    assert doc["status"] == 3 and doc["passed"] is True and decided["needed"] == 0.8
+    assert decided["rows"] < 0.8 * decided["of"]
+    assert sum(decided["why_not"].values()) == decided["of"] - decided["rows"]
+    assert all(r["cause"] for r in doc["rows"] if r["verdict"] == "inconclusive")
+
+
+def test_min_decided_zero_asks_for_the_old_gate(runner):
+    proc = _compare(runner, "new.json", "--min-decided", "0%")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("no regression: ")
+
+
+def test_two_quiet_runs_decide_every_row_and_pass(tmp_path):
+    """tests/data/gate: two runs of a quiet machine, minutes apart, at a threshold they can see."""
+    gate = Path(__file__).parent / "data" / "gate"
+    proc = cli(["compare", str(gate / "quiet.json"), str(gate / "quiet-again.json"), "--threshold", "10%"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("no regression: ") and "undecided rows" not in proc.stdout
+
+
+@pytest.mark.parametrize("bad", ["120%", "-1", "most", "nan"])
+def test_a_bad_min_decided_is_one_line_and_exit_2(runner, bad):
+    proc = _compare(runner, "new.json", "--min-decided", bad)
+    assert proc.returncode == 2 and "--min-decided" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_compare_says_when_two_runs_met_a_busy_machine_and_points_to_ab(runner):
+    proc = _compare(runner, "new.json")
+    assert ("baseline.json and new.json were measured at different times, 97% and 90% of their rounds on a busy "
+            "machine") in proc.stderr and "measure both versions in one job (collbench ab)" in proc.stderr
