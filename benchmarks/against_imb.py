@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -92,8 +93,10 @@ def bare(level: str) -> float:
 def report(runs: dict, levels: list) -> None:
     for level in levels:
         print(f"\nthread level {level}: collbench median / IMB fastest (t_max), latency and throughput timings")
-        print(f"{'collective':11} {'size':>7} {'IMB µs':>9} {'cb lat µs':>10} {'ratio':>6} {'cb thr µs':>10} {'ratio':>6}")
+        print(f"{'collective':11} {'size':>7} {'IMB µs':>9} {'cb lat µs':>10} {'ratio':>6} {'cb thr µs':>10} {'ratio':>6}"
+              f" {'IMB med.':>9} {'lat/med.':>8}")
         big = {"latency": [], "throughput": []}
+        even = []        # collbench's median latency against IMB's median run: like against like
         for collective, _, _ in COLLECTIVES:
             sizes = sorted({s for (c, s) in runs["imb", level][0] if c == collective})
             for size in sizes:
@@ -108,12 +111,20 @@ def report(runs: dict, levels: list) -> None:
                     cells += [f"{median:.2f}", f"{median / fastest:.2f}"]
                     if size >= 65536:
                         big[timing].append(median / fastest)
+                middle = statistics.median(r[collective, size] for r in runs["imb", level] if (collective, size) in r)
+                mine = [r["latency", size] for r in runs[collective, level] if ("latency", size) in r]
+                like = statistics.median(mine) / middle if mine else math.nan
+                if size >= 65536 and mine:
+                    even.append(like)
                 print(f"{collective:11} {size:7d} {fastest:9.2f} {cells[0]:>10} {cells[1]:>6} {cells[2]:>10} "
-                      f"{cells[3]:>6}")
+                      f"{cells[3]:>6} {middle:9.2f} {like:8.2f}")
         for timing, ratios in big.items():
             if ratios:
                 print(f"  >= 64 KiB, {timing}: ratio {min(ratios):.2f}-{max(ratios):.2f} (median "
                       f"{statistics.median(ratios):.2f}) over {len(ratios)} rows")
+        if even:
+            print(f"  >= 64 KiB, latency against IMB's median run: ratio {min(even):.2f}-{max(even):.2f} (median "
+                  f"{statistics.median(even):.2f})")
         gaps = runs["bare", level]
         print(f"  8-byte Allreduce: bare mpi4py loop {statistics.median(gaps):.2f} µs a call "
               f"({min(gaps):.2f}-{max(gaps):.2f}); IMB {min(r['allreduce', 8] for r in runs['imb', level]):.2f} µs")
@@ -126,6 +137,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="collbench's rounds per run")
     parser.add_argument("--max-time", type=float, default=0.5, help="collbench's --max-time")
+    parser.add_argument("--save", metavar="FILE", help="write every repetition's figures as JSON")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="collbench-imb-"))
     source = Path(args.imb).expanduser()
@@ -140,6 +152,10 @@ def main() -> int:
             runs.setdefault(("bare", level), []).append(bare(level))
             print(f"repetition {rep + 1}/{args.reps}, {level}: done", file=sys.stderr, flush=True)
     report(runs, levels)
+    if args.save:
+        Path(args.save).write_text(json.dumps([[list(k), [{" ".join(map(str, c)): t for c, t in r.items()}
+                                                          if isinstance(r, dict) else r for r in v]]
+                                               for k, v in runs.items()]))
     shutil.rmtree(folder, ignore_errors=True)
     return 0
 

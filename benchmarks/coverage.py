@@ -103,14 +103,20 @@ def coverage(model, rounds: int, trials: int, rng) -> tuple:
     return own / total, moderated / total, alarms / (4 * max(1, trials // SWEEP_ROWS))
 
 
-def empirical(files: list, rounds: int, trials: int, rng) -> tuple:
-    """The same over every row of real files at once: each row's round medians, pooled over the
-    files, resampled with replacement; a simulated sweep draws every row."""
+def _rows(path, level) -> list:
+    """The rows of a result file; with ``level``, those at that MPI thread level only."""
     from collbench.results.loader import load_result
 
+    rows = load_result(path).rows
+    return rows if level is None else [r for r in rows if r.thread_level == level]
+
+
+def empirical(files: list, rounds: int, trials: int, rng, level=None) -> tuple:
+    """The same over every row of real files at once: each row's round medians, pooled over the
+    files, resampled with replacement; a simulated sweep draws every row."""
     pools: dict = {}
     for path in files:
-        for row in load_result(path).rows:
+        for row in _rows(path, level):
             pools.setdefault(row.key(), []).extend(row.time_us_round_p50s)
     logs = [np.log(np.asarray(v, dtype=np.float64)) for v in pools.values() if len(v) >= 2 * rounds]
     if not logs:
@@ -125,7 +131,7 @@ def empirical(files: list, rounds: int, trials: int, rng) -> tuple:
     return own / total, moderated / total, alarms / total, len(logs)
 
 
-def next_runs(files: list) -> tuple:
+def next_runs(files: list, level=None) -> tuple:
     """The printed CI of each real run, as collbench writes it now (the rows rebuilt from their
     round medians: interference set aside, moderated by the run's noise model, the spread between
     runs added), against what the other runs settle on for the row (the geometric mean of their
@@ -135,11 +141,10 @@ def next_runs(files: list) -> tuple:
     from collbench.measure.runstats import CONFIDENCE, summarize_rounds
     from collbench.measure.distributions import t_quantile
     from collbench.results.aggregate import file_noise, noise_stratum
-    from collbench.results.loader import load_result
 
     runs = []
     for path in files:
-        rows = load_result(path).rows
+        rows = _rows(path, level)
         model = file_noise(rows)
         runs.append({r.key(): (summarize_rounds(r.time_us_round_p50s, prior=model, stratum=noise_stratum(r)),
                                model.noise(r.time_us_round_p50s, noise_stratum(r))) for r in rows})
@@ -164,6 +169,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=4000, help="simulated runs per model and round count")
     parser.add_argument("--files", nargs="*", default=[], help="result files for the empirical model")
+    parser.add_argument("--level", help="only the files' rows at this MPI thread level (--thread-level)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
@@ -176,10 +182,10 @@ def main() -> int:
         print(f"{name:<22}" + "".join(f"{o:>10.3f} {m:>6.3f} {a:>6.3f}" for o, m, a in cells))
     if args.files:
         trials = max(20, args.trials // 100)
-        cells = [empirical(args.files, r, trials, rng) for r in ROUNDS]
+        cells = [empirical(args.files, r, trials, rng, args.level) for r in ROUNDS]
         label = f"empirical ({cells[0][3]} rows)"
         print(f"{label:<22}" + "".join(f"{o:>10.3f} {m:>6.3f} {a:>6.3f}" for o, m, a, _ in cells))
-        held, held_drift, total = next_runs(args.files)
+        held, held_drift, total = next_runs(args.files, args.level)
         print(f"next runs: each file's printed CI holds what the other files settle on for {held:.3f} of "
               f"{total} rows; the CI of the rounds alone (without the spread between runs), {held_drift:.3f}")
     print("own: the interval from a row's own rounds; moder.: moderated by the file's noise model "
