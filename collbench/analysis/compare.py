@@ -607,7 +607,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                                 sides[1].runs if comparable else [], busy_var, block_var,
                                 sum(side.fast_gap ** 2 for side in sides), pairs, noise_stratum(baseline.rows[b]),
                                 kept_floor, starved=() if one_job else starvation(sides),
-                                reached=((), ()) if one_job else state_reach(sides)))
+                                reached=((), ()) if one_job else state_reach(sides, alpha)))
     if len(unmeasured_base) == len(common):
         raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
                          f"and a round median to judge by (a broken baseline?): incomparable")

@@ -14,7 +14,7 @@ import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
 from collbench.measure.noise import (DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest, interference_window,
-                                    set_aside_above, state_level)
+                                    set_aside_above)
 from collbench.measure.runstats import drift_between_runs, row_clean_sd, slow_runs
 from collbench.results.aggregate import file_noise, noise_stratum
 from collbench.results.records import RunResult
@@ -53,20 +53,65 @@ def starvation(sides: tuple) -> tuple:
     return ()
 
 
-def state_reach(sides: tuple) -> tuple:
-    """Per direction — (new slower, new faster) — how often the faster side's own rounds ran as
-    slow as the slower side's fastest counted round: (rounds of the faster side set aside above
-    its counted ones that reached that round, within the row's interference window; the faster
-    side's rounds), or () where they are fewer than ``noise.state_level`` asks. Noise only adds
-    time, so the slower side's own time lies at or below its fastest round; a state of the
-    machine that held the faster side there in some of its rounds may have held the slower side
-    there in all of its own."""
-    def reached(level: float, side: SideRounds) -> tuple:
-        if not level <= state_level(np.asarray(side.reach), side.positive):
+#: How alike a row's runs are in the share of their rounds a state of the machine holds, before
+#: the runs say (the intra-class correlation of a beta-binomial; 0: every run alike, 1: each run
+#: wholly in the state or out of it), and the weight of that guess in runs. Set on the files that
+#: made and broke the rule before it (benchmarks/README.md, "Evidence, not presence"): two H100
+#: runs of one code, bcast slow in 1-2 of one run's 5 rounds and in all 5 of the other's, must not
+#: be called a change (p 0.08-0.18 at 0.5); a merged CPU baseline that ran slow in 2-5 rounds of
+#: each of its runs against both ranks on one core in all 10 must be (p 0.002-0.02).
+STATE_RUN_LIKENESS = 0.5
+STATE_LIKENESS_WEIGHT = 1.0
+_MIN_LIKENESS = 0.02
+
+
+def _lbeta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def state_evidence(faster: list, slower: list) -> float:
+    """How likely, were nothing changed, the slower side's runs would each lie in a state of the
+    machine throughout (``slower``: its rounds per run), given how often the faster side's runs
+    were seen there (``faster``: per run, whether each round reached it). Each run's share of
+    rounds in the state is drawn from one beta distribution: its mean from every round of the
+    faster side, its spread between runs from the faster side's runs, moderated towards
+    STATE_RUN_LIKENESS (one run alone cannot tell a state that comes and goes from one that holds
+    whole runs). A small value is evidence of a change; a large one leaves the state as an
+    explanation."""
+    k, n, r = sum(map(sum, faster)), sum(map(len, faster)), len(faster)
+    mean = (k + 0.5) / (n + 1.0)
+    likeness = STATE_RUN_LIKENESS
+    if r >= 2 and n > r:
+        shares = [sum(run) / len(run) for run in faster]
+        spread = float(np.var(shares, ddof=1))
+        per_run = n / r
+        found = (spread / (mean * (1.0 - mean)) - 1.0 / per_run) / (1.0 - 1.0 / per_run)
+        found = min(max(found, _MIN_LIKENESS), 0.99)
+        likeness = (STATE_RUN_LIKENESS * STATE_LIKENESS_WEIGHT + found * (r - 1)) / (STATE_LIKENESS_WEIGHT + r - 1)
+    total = (1.0 - likeness) / likeness
+    a, b = mean * total, (1.0 - mean) * total
+    return math.exp(sum(_lbeta(a + m, b) - _lbeta(a, b) for m in slower if m > 0))
+
+
+def state_reach(sides: tuple, alpha: float) -> tuple:
+    """Per direction — (new slower, new faster) — whether a state of the machine can explain
+    the change: (the faster side's rounds that ran as slow as the slower side's fastest counted
+    round, within the row's interference window; the faster side's rounds), or () where none did
+    or where how often they did is itself evidence of a change (``state_evidence`` below
+    ``alpha``). Noise only adds time, so the slower side's own time lies at or below its fastest
+    round; a state of the machine that held the faster side there in some of its rounds may have
+    held the slower side there in all of its own — but not if the faster side's runs visited it
+    seldom and the slower side's stayed there throughout."""
+    def reached(level: float, slower: SideRounds, faster: SideRounds) -> tuple:
+        seen = [[r >= level for r in run] for run in faster.reach_runs if run]
+        k = sum(map(sum, seen))
+        if not math.isfinite(level) or k == 0:
             return ()
-        return sum(level <= r for r in side.reach), side.positive
+        if state_evidence(seen, [len(run) for run in slower.reach_runs]) < alpha:
+            return ()
+        return k, faster.positive
     base, new = sides
-    return reached(new.fastest, base), reached(base.fastest, new)
+    return reached(new.fastest, new, base), reached(base.fastest, base, new)
 
 
 def explained_by(starved: tuple) -> str:
@@ -135,6 +180,8 @@ class SideRounds:
                                   # plus the row's interference window: how slow a state of the machine was
                                   # seen to hold this row (``state_reach``)
     positive: int = 0             # its rounds with a median, counted or not
+    reach_runs: tuple = ()        # per run, a slow run set aside among them, how slow each of its rounds ran: its log,
+                                  # plus the interference window where it was set aside above (``state_reach``)
 
 
 @dataclass(frozen=True)
@@ -186,12 +233,19 @@ class FileRounds:
         runs, keys, by_round, per_run = [], [], {}, []      # per_run: (counted rounds, fast gap, floor gap)
         above = []                                          # logs of rounds set aside above their run's counted ones
         busy_counted = positive = 0
+        window = interference_window(clean_sd)
+        reach_runs = []                                     # per run: how slow each round ran (state_reach)
         for key, entries in grouped.items():
             medians = [m for _, m in entries]
             positive += sum(1 for m in medians if m is not None and math.isfinite(m) and m > 0)
             if key in self.slow:
+                reach_runs.append(tuple(math.log(m) + window for m in medians
+                                        if m is not None and math.isfinite(m) and m > 0))
                 continue
             keep = clean_rounds(medians, clean_sd)
+            top = max((m for m, k in zip(medians, keep) if k), default=math.inf)
+            reach_runs.append(tuple(math.log(m) + (window if not k and m > top else 0.0)
+                                    for m, k in zip(medians, keep) if m is not None and math.isfinite(m) and m > 0))
             counted = [(n, m) for (n, m), k in zip(entries, keep) if k]
             if not counted:
                 continue
@@ -214,7 +268,7 @@ class FileRounds:
                           max(r for _, r in shares) if known else 0,
                           math.log(min(by_round.values())) if by_round else math.nan,
                           tuple(sorted((a + interference_window(clean_sd) for a in above), reverse=True)),
-                          positive)
+                          positive, tuple(reach_runs))
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:
