@@ -73,7 +73,9 @@ def _complete(path: Path, rounds: int) -> bool:
     """Whether ``path`` holds a finished sweep of ``rounds`` rounds (an interrupted one keeps the
     rounds it finished, and is run again)."""
     try:
-        return len(json.loads(path.read_text())["metadata"]["rounds"]) == rounds
+        metadata = json.loads(path.read_text())["metadata"]
+        # a run of several thread levels launches each round once per level
+        return len(metadata["rounds"]) == metadata["settings"]["rounds"] >= rounds
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
