@@ -212,7 +212,7 @@ def test_a_file_of_several_levels_compares_each_with_its_own_level(every_level, 
     _, doc = every_level
     path = tmp_path / "levels.json"
     path.write_text(json.dumps(doc))
-    proc = cli(["compare", str(path), str(path), "--threshold", "1000%"], tmp_path)
+    proc = cli(["compare", str(path), str(path), "--threshold", "1000%", "--min-decided", "0%"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "thread level" not in proc.stderr
 
