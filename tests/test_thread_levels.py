@@ -153,15 +153,19 @@ def test_ab_takes_a_level_a_side(tmp_path):
     assert proc.returncode == 2 and "ab measures one setup a side; give each side its level" in proc.stderr
 
 
-def test_oversubscribed_at_single_says_that_a_waiting_rank_spins(tmp_path):
+@pytest.mark.parametrize("level", ["single", "funneled", "serialized", "multiple"])
+def test_oversubscribed_below_multiple_says_that_a_waiting_rank_spins(tmp_path, level):
+    """Both ranks on one core: MPICH's waiting rank spins below MULTIPLE (2.7-8 ms an 8-byte
+    call seen), and yields at it."""
     if shutil.which("taskset") is None:
         pytest.skip("no taskset")
     env = {**os.environ}
     proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
-                           "8", "--rounds", "1", "--iters", "3", "--warmup", "0", "--no-save"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180)
+                           "8", "--rounds", "1", "--iters", "3", "--warmup", "0", "--no-save", "--thread-level", level],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    assert "2 ranks share 1 CPU on a host" in proc.stderr and "a waiting rank spins on its core" in proc.stderr
+    assert "2 ranks share 1 CPU on a host" in proc.stderr
+    assert (f"at thread level {level}, a waiting rank spins on its core" in proc.stderr) == (level != "multiple")
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
