@@ -11,13 +11,16 @@ fewer rounds.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
+
+import numpy as np
 
 from collbench.results.aggregate import build_row, moderate_rows
 from collbench.results.records import RowIdentity, RunResult, backend_label, windows_sent
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.analysis.comparability import metadata_warnings
-from collbench.errors import UsageError
+from collbench.errors import UsageError, printable
 
 
 def _bus_factor(row) -> float:
@@ -96,8 +99,38 @@ def merge_runs(named: list) -> tuple:
                         "the smallest")
     merged.rows[:] = moderate_rows(merged.rows)
     merged.notes.extend(note for _, result in named for note in result.notes if note not in merged.notes)
+    warnings += _runs_apart(named, merged)
     shared = set.intersection(*({r.key() for r in result.rows} for _, result in named))
     if not shared:           # runs of two sweeps: the file is their union, no row has more rounds
         warnings.append("the files share no row (another sweep, collective or backend): the merged file holds "
                         "each file's rows with their own rounds only")
     return merged, warnings
+
+
+#: A merged run whose rounds spread this many times more than the other runs' (the median over
+#: rows of each file's run-to-run cv) is said to have run in a noisy period: on the busy runner
+#: (tests/data/busy-runner) base-3 spread 27-50% against the others' 9-12%.
+NOISY_RUN_FACTOR = 2.0
+
+
+def _runs_apart(named: list, merged: RunResult) -> list:
+    """What a merged baseline should know of its runs: one set aside by compare as a slow state
+    of the machine (``runs.FileRounds``), and one whose rounds spread far more than the others'."""
+    from collbench.analysis.runs import FileRounds
+
+    names = {str(r.metadata.get("run_id") or Path(name).name): name for name, r in named}
+    out = []
+    for run_id, distance in FileRounds.of(merged).slow.items():
+        out.append(f"{printable(names.get(run_id, run_id))}: its sweep lay {math.expm1(distance):+.0%} above the "
+                   "fastest run's on most rows, a state of the machine that outlasted its launches; compare sets "
+                   "it aside")
+    spreads = {name: float(np.median(cvs)) for name, cvs in
+               ((name, [r.run_to_run_cv for r in result.rows if math.isfinite(r.run_to_run_cv)]) for name, result in named)
+               if cvs}
+    for name, spread in spreads.items():
+        others = [v for k, v in spreads.items() if k != name]
+        if len(others) >= 2 and spread > NOISY_RUN_FACTOR * float(np.median(others)) and spread > 0.1:
+            out.append(f"{printable(name)}: its rounds spread {spread:.0%} from launch to launch (median over rows) "
+                       f"against {float(np.median(others)):.0%} in the other runs: it ran in a noisy period, and "
+                       f"can hide a change from compare; measure it again, or leave it out")
+    return out

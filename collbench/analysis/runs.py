@@ -198,6 +198,8 @@ class FileRounds:
     slow: dict                     # run id -> log distance of its sweep above the fastest run's
     kept_spread: float = math.nan  # with runs set aside: how far the kept runs' sweeps spread (their
                                    # drift), in units of each row's clean spread (``runstats.slow_runs``)
+    noisy: dict = dataclasses.field(default_factory=dict)   # run id -> its rounds' spread, for runs of a merged
+                                   # file that ran in a noisy period (``noisy_runs``): set aside
 
     @classmethod
     def of(cls, result: RunResult) -> "FileRounds":
@@ -210,6 +212,9 @@ class FileRounds:
         aligned = [[dict(zip(side.run_keys, side.runs)).get(k, []) for k in keys] for side in rows]
         distance, kept = slow_runs(aligned, [row_clean_sd(p) for p in priors]) if keys else ([], math.nan)
         slow = {k: float(d) for k, d in zip(keys, distance) if d > 0}
+        noisy = noisy_runs(result, every.ids, [row_clean_sd(p) for p in priors])
+        if noisy:
+            every = dataclasses.replace(every, noisy=noisy)
         return dataclasses.replace(every, slow=slow, kept_spread=kept) if slow else every
 
     @property
@@ -238,6 +243,8 @@ class FileRounds:
         for key, entries in grouped.items():
             medians = [m for _, m in entries]
             positive += sum(1 for m in medians if m is not None and math.isfinite(m) and m > 0)
+            if key in self.noisy:
+                continue
             if key in self.slow:
                 reach_runs.append(tuple(math.log(m) + window for m in medians
                                         if m is not None and math.isfinite(m) and m > 0))
@@ -269,6 +276,36 @@ class FileRounds:
                           math.log(min(by_round.values())) if by_round else math.nan,
                           tuple(sorted((a + interference_window(clean_sd) for a in above), reverse=True)),
                           positive, tuple(reach_runs))
+
+
+#: A run of a merged file that had more than NOISY_RUN_SHARE of its rounds set aside as
+#: interference (the median over rows), and more than NOISY_RUN_FACTOR times the other runs'
+#: share, ran in a noisy period: on the busy runner (tests/data/busy-runner) base-3 lost 60% of
+#: its rounds against the others' 20-30%, and its rounds at a pinned run's level let a 2.5x
+#: slowdown pass as a state of the machine on 34 of 145 rows.
+NOISY_RUN_SHARE = 0.5
+NOISY_RUN_FACTOR = 2.0
+
+
+def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
+    """Run id -> the share of its rounds set aside as interference (the median over rows), for
+    the runs of a file merged from three or more that lost most of their rounds, and over
+    NOISY_RUN_FACTOR times the other runs' share: a run in a noisy period says little of the
+    code, and its slow rounds would excuse any slowdown as a state of the machine."""
+    shares: dict = {}
+    for i, row in enumerate(result.rows):
+        grouped: dict = {}
+        for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
+            grouped.setdefault(ids.get(number, ""), []).append(median)
+        for key, medians in grouped.items():
+            shares.setdefault(key, []).append(1.0 - float(np.mean(clean_rounds(medians, clean_sds[i]))))
+    medians = {k: float(np.median(v)) for k, v in shares.items()}
+    out = {}
+    for key, share in medians.items():
+        others = [v for k, v in medians.items() if k != key]
+        if len(others) >= 2 and share > max(NOISY_RUN_SHARE, NOISY_RUN_FACTOR * float(np.median(others))):
+            out[key] = share
+    return out
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:
@@ -324,6 +361,12 @@ def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,
             notes.append(f"{name}: {len(side.slow)} of {side.runs} merged runs lay far above the fastest run on "
                          f"most rows ({above}) and {'was' if one else 'were'} set aside as interference: a state "
                          f"of the machine that outlasted {'its' if one else 'their'} launches")
+        if side.noisy:
+            lost = ", ".join(f"{v:.0%}" for v in side.noisy.values())
+            notes.append(f"{name}: {len(side.noisy)} of {side.runs} merged runs ran in a noisy period ({lost} of "
+                         f"their rounds set aside as interference, over {NOISY_RUN_FACTOR:g}x the other runs' share) "
+                         f"and {'was' if len(side.noisy) == 1 else 'were'} left out: merge a run measured again "
+                         f"instead")
         if side.busy:
             rounds_total = len(_round_records(side.result))
             worst = max((v for v in side.busy.values() if isinstance(v, (int, float))), default=math.nan)
