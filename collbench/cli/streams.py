@@ -155,7 +155,8 @@ def asked_for(what: str) -> None:
 
 def outcome(code: int) -> int:
     """The exit code once standard output is flushed: what could not be written there that the
-    user asked for is one line on stderr, and exit 2 in place of 0."""
+    user asked for is one line on stderr, and exit 2 in place of 0 or of 3 (a gate undecided:
+    its answer is in the lost output too); a regression's 1 stands."""
     out = sys.stdout
     if not isinstance(out, SafeStream):
         return code
@@ -168,7 +169,7 @@ def outcome(code: int) -> int:
     else:
         return code
     print(f"collbench: error: {problem}", file=sys.stderr)
-    return code or 2
+    return 2 if code in (0, 3) else code
 
 
 def _reopen_closed() -> None:
