@@ -171,6 +171,7 @@ def _analyse_ab(folder: Path, args, options: dict) -> None:
         for a in jobs:
             c = compare_runs(load_result(a), load_result(Path(str(a)[:-len("a.json")] + "b.json")), **options)
             exits += c.regression
+            undecided += c.status == 3
             flagged += c.counts["slower"] + c.counts["faster"]
             slower += c.counts["slower"]
             same += c.counts["same"]
@@ -235,13 +236,14 @@ def analyse_runs(runs: dict, args) -> None:
               + (f"; beside the neighbour median {np.median(busy):.2f} min {np.min(busy):.2f}" if busy else ""))
 
     def trials(make_new, label: str, power: bool = False, gate: float = None) -> None:
-        exits = flagged = slower = rows = seen = seen_slower = same = 0
+        exits = flagged = slower = rows = seen = seen_slower = same = undecided = 0
         drifts = []
         for _ in range(args.splits):
             baseline, other = _split(quiet, args.baseline_runs, args.new_runs, rng)
             c = compare_runs(baseline, make_new(other), **options)
             drifts.append((c.drift_sd, c.drift_source.split(":")[0]))
             exits += c.regression
+            undecided += c.status == 3
             flagged += c.counts["slower"] + c.counts["faster"]
             slower += c.counts["slower"]
             same += c.counts["same"]
@@ -258,7 +260,7 @@ def analyse_runs(runs: dict, args) -> None:
         else:
             measured = sum(1 for _, source in drifts if source.startswith("measured"))
             print(f"{label:<42} rows flagged {flagged / rows:6.2%}   same {same / rows:6.1%}   "
-                  f"comparisons exiting 1 {exits}/{args.splits}   "
+                  f"comparisons exiting 1 {exits}/{args.splits}, 3 (undecided) {undecided}/{args.splits}   "
                   f"(drift used: median ±{np.median([d for d, _ in drifts]):.1%}, measured in {measured})")
 
     trials(lambda other: other, "A/A, quiet")
