@@ -14,8 +14,6 @@ import dataclasses
 import math
 from pathlib import Path
 
-import numpy as np
-
 from collbench.results.aggregate import build_row, moderate_rows
 from collbench.results.records import RowIdentity, RunResult, backend_label, windows_sent
 from collbench.benchmarks.registry import BENCHMARKS
@@ -107,30 +105,18 @@ def merge_runs(named: list) -> tuple:
     return merged, warnings
 
 
-#: A merged run whose rounds spread this many times more than the other runs' (the median over
-#: rows of each file's run-to-run cv) is said to have run in a noisy period: on the busy runner
-#: (tests/data/busy-runner) base-3 spread 27-50% against the others' 9-12%.
-NOISY_RUN_FACTOR = 2.0
-
-
 def _runs_apart(named: list, merged: RunResult) -> list:
-    """What a merged baseline should know of its runs: one set aside by compare as a slow state
-    of the machine (``runs.FileRounds``), and one whose rounds spread far more than the others'."""
-    from collbench.analysis.runs import FileRounds
+    """What a merged baseline should know of its runs, by the rules compare reads it with
+    (``runs.FileRounds``): a run set aside as a slow state of the machine, and a run left out
+    as noisy."""
+    from collbench.analysis.runs import NOISY_RUN_FACTOR, FileRounds
 
     names = {str(r.metadata.get("run_id") or Path(name).name): name for name, r in named}
-    out = []
-    for run_id, distance in FileRounds.of(merged).slow.items():
-        out.append(f"{printable(names.get(run_id, run_id))}: its sweep lay {math.expm1(distance):+.0%} above the "
-                   "fastest run's on most rows, a state of the machine that outlasted its launches; compare sets "
-                   "it aside")
-    spreads = {name: float(np.median(cvs)) for name, cvs in
-               ((name, [r.run_to_run_cv for r in result.rows if math.isfinite(r.run_to_run_cv)]) for name, result in named)
-               if cvs}
-    for name, spread in spreads.items():
-        others = [v for k, v in spreads.items() if k != name]
-        if len(others) >= 2 and spread > NOISY_RUN_FACTOR * float(np.median(others)) and spread > 0.1:
-            out.append(f"{printable(name)}: its rounds spread {spread:.0%} from launch to launch (median over rows) "
-                       f"against {float(np.median(others)):.0%} in the other runs: it ran in a noisy period, and "
-                       f"can hide a change from compare; measure it again, or leave it out")
+    rounds = FileRounds.of(merged)
+    out = [f"{printable(names.get(run_id, run_id))}: its sweep lay {math.expm1(distance):+.0%} above the fastest "
+           "run's on most rows, a state of the machine that outlasted its launches; compare sets it aside"
+           for run_id, distance in rounds.slow.items()]
+    out += [f"{printable(names.get(run_id, run_id))}: it lost {share:.0%} of its rounds as interference (the median "
+            f"over rows), over {NOISY_RUN_FACTOR:g}x the other runs' share: it ran in a noisy period, and compare "
+            "leaves it out; measure it again" for run_id, share in rounds.noisy.items()]
     return out

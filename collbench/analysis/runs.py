@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collbench.measure.distributions import chi2_quantile
-from collbench.measure.noise import (DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest, interference_window,
-                                    set_aside_above)
+from collbench.measure.noise import DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest, interference_window
 from collbench.measure.runstats import drift_between_runs, row_clean_sd, slow_runs
 from collbench.results.aggregate import file_noise, noise_stratum
 from collbench.results.records import RunResult
@@ -176,9 +175,6 @@ class SideRounds:
                                   # the ranks used (``cpu_shares``); nan where a round did not record it
     ranks_per_host: int = 0       # the most ranks one host had in those rounds
     fastest: float = math.nan     # log of the fastest counted round
-    reach: tuple = ()             # per round set aside above its run's counted ones, slowest first, its log
-                                  # plus the row's interference window: how slow a state of the machine was
-                                  # seen to hold this row (``state_reach``)
     positive: int = 0             # its rounds with a median, counted or not
     reach_runs: tuple = ()        # per run, a slow run set aside among them, how slow each of its rounds ran: its log,
                                   # plus the interference window where it was set aside above (``state_reach``)
@@ -236,32 +232,29 @@ class FileRounds:
         for number, median in zip(self.result.round_numbers(i), row.time_us_round_p50s):
             grouped.setdefault(self.ids.get(number, ""), []).append((number, median))
         runs, keys, by_round, per_run = [], [], {}, []      # per_run: (counted rounds, fast gap, floor gap)
-        above = []                                          # logs of rounds set aside above their run's counted ones
         busy_counted = positive = 0
         window = interference_window(clean_sd)
         reach_runs = []                                     # per run: how slow each round ran (state_reach)
         for key, entries in grouped.items():
             medians = [m for _, m in entries]
-            positive += sum(1 for m in medians if m is not None and math.isfinite(m) and m > 0)
+            positive += sum(map(_measured, medians))
             if key in self.noisy:
                 continue
             if key in self.slow:
-                reach_runs.append(tuple(math.log(m) + window for m in medians
-                                        if m is not None and math.isfinite(m) and m > 0))
+                reach_runs.append(tuple(math.log(m) + window for m in medians if _measured(m)))
                 continue
             keep = clean_rounds(medians, clean_sd)
             top = max((m for m, k in zip(medians, keep) if k), default=math.inf)
             reach_runs.append(tuple(math.log(m) + (window if not k and m > top else 0.0)
-                                    for m, k in zip(medians, keep) if m is not None and math.isfinite(m) and m > 0))
+                                    for m, k in zip(medians, keep) if _measured(m)))
             counted = [(n, m) for (n, m), k in zip(entries, keep) if k]
             if not counted:
                 continue
             runs.append([m for _, m in counted])
-            above += list(set_aside_above(medians, keep))
             keys.append(key)
             by_round.update(counted)
             busy_counted += sum(n in self.busy for n, _ in counted)
-            fastest = math.log(min(m for m in medians if m is not None and math.isfinite(m) and m > 0))
+            fastest = math.log(min(m for m in medians if _measured(m)))
             logs = np.log([m for _, m in counted])
             per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, self.priors[i])))
         total = len(by_round)
@@ -273,9 +266,7 @@ class FileRounds:
                           sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys),
                           float(np.median([s for s, _ in shares])) if known else math.nan,
                           max(r for _, r in shares) if known else 0,
-                          math.log(min(by_round.values())) if by_round else math.nan,
-                          tuple(sorted((a + interference_window(clean_sd) for a in above), reverse=True)),
-                          positive, tuple(reach_runs))
+                          math.log(min(by_round.values())) if by_round else math.nan, positive, tuple(reach_runs))
 
 
 #: A run of a merged file that had more than NOISY_RUN_SHARE of its rounds set aside as
@@ -306,6 +297,11 @@ def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
         if len(others) >= 2 and share > max(NOISY_RUN_SHARE, NOISY_RUN_FACTOR * float(np.median(others))):
             out[key] = share
     return out
+
+
+def _measured(median) -> bool:
+    """Whether a round median is a time (not missing, not nan, above 0)."""
+    return median is not None and math.isfinite(median) and median > 0
 
 
 def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:
