@@ -8,8 +8,9 @@ It runs one sweep (by default the CI recipe's: ``collbench all -n 2 --sizes 8-1M
 * ``neighbour`` — runs beside a CPU-heavy neighbour (``--hogs`` busy-looping processes, one by default);
 * ``pinned-neighbour`` — ``taskset -c 0`` beside the neighbour: the slowdown on a busy machine;
 * with ``--ab N``, N jobs of ``collbench ab`` of each kind: A/A (``spin-mpi`` with
-  ``SPIN_FRACTION=0`` on both sides) and +``--spin`` (side B's every call spins for that
-  fraction of its own time: a real slowdown that meets the same interference), each quiet and
+  ``SPIN_FRACTION=0`` on both sides), +``--spin`` (side B's every call spins for that
+  fraction of its own time: a real slowdown that meets the same interference) and pinned
+  (side B's ranks started under ``taskset -c 0``, through ``--b-python``), each quiet and
   beside the neighbour. They need the plugin: ``pip install -e benchmarks/probe_plugin``.
 
 interleaved, so that drift of the machine hits every kind alike. Then, over many random splits:
@@ -59,14 +60,24 @@ from collbench.results.records import RunResult  # noqa: E402
 SHIFTS = "5%,10%,20%,25%,50%,100%"
 
 
-AB_KINDS = ("ab-quiet-aa", "ab-quiet-spin", "ab-neighbour-aa", "ab-neighbour-spin")
+AB_KINDS = tuple(f"ab-{where}-{what}" for where in ("quiet", "neighbour") for what in ("aa", "spin", "pinned"))
+
+
+def _pinned_python(folder: Path) -> Path:
+    """An interpreter that starts its process on CPU 0: side B of a pinned ``ab`` job."""
+    wrapper = folder / "python-on-cpu0"
+    wrapper.write_text(f'#!/bin/sh\nexec taskset -c 0 {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def _ab_command(kind: str, path: Path, args) -> list:
-    spin = "0" if kind.endswith("-aa") else str(args.spin)
+    spin = str(args.spin) if kind.endswith("-spin") else "0"
+    side_b = ["--b-python", str(_pinned_python(path.parent))] if kind.endswith("-pinned") else []
     command = args.command.split()
     return [sys.executable, "-m", "collbench", "ab", "--a-env", "SPIN_FRACTION=0", "--b-env", f"SPIN_FRACTION={spin}",
-            "-o", str(path), "--force", "-q", "--", *command, "--backend", "spin-mpi", "--rounds", str(args.rounds)]
+            *side_b, "-o", str(path), "--force", "-q", "--threshold", args.threshold, "--", *command,
+            "--backend", "spin-mpi", "--rounds", str(args.rounds)]
 
 
 def _complete(path: Path, rounds: int) -> bool:
@@ -101,6 +112,8 @@ def _collect(folder: Path, args) -> dict:
     counters: dict = {}
     walls: dict = {}
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "COLLBENCH_LAUNCHED")}
+    # side B of a pinned ab job runs a wrapper, beside which there is no mpiexec: find this one's
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     for i, (variant, kind) in enumerate(jobs, 1):
         counters[variant, kind] = counters.get((variant, kind), 0) + 1
         where = folder / variant
@@ -127,7 +140,7 @@ def _collect(folder: Path, args) -> dict:
                 hog.wait()
         wall = time.monotonic() - start
         walls.setdefault(f"{variant} {kind}".strip(), []).append(wall)
-        status = "ok" if proc.returncode == 0 or (kind.startswith("ab-") and proc.returncode == 1) else \
+        status = "ok" if proc.returncode == 0 or (kind.startswith("ab-") and proc.returncode in (1, 3)) else \
             f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
         print(f"[{i}/{len(jobs)}] {path.relative_to(folder)}: {wall:.1f} s, {status}", flush=True)
     return walls
@@ -167,7 +180,7 @@ def _analyse_ab(folder: Path, args, options: dict) -> None:
         jobs = sorted(folder.glob(f"{kind}-*-a.json"))
         if not jobs:
             continue
-        exits = flagged = slower = same = rows = 0
+        exits = undecided = flagged = slower = same = rows = 0
         for a in jobs:
             c = compare_runs(load_result(a), load_result(Path(str(a)[:-len("a.json")] + "b.json")), **options)
             exits += c.regression
@@ -176,10 +189,11 @@ def _analyse_ab(folder: Path, args, options: dict) -> None:
             slower += c.counts["slower"]
             same += c.counts["same"]
             rows += len(c.rows)
-        what = "rows called slower" if kind.endswith("spin") else "rows flagged"
-        value = slower if kind.endswith("spin") else flagged
+        power = not kind.endswith("-aa")
+        what = "rows called slower" if power else "rows flagged"
+        value = slower if power else flagged
         print(f"{kind + ' (collbench ab, pairs)':<42} {what} {value / rows:6.1%}   same {same / rows:6.1%}   "
-              f"jobs exiting 1 {exits}/{len(jobs)}")
+              f"jobs exiting 1 {exits}/{len(jobs)}, 3 (undecided) {undecided}/{len(jobs)}")
 
 
 def at_level(result: RunResult, level: str) -> RunResult:
@@ -195,7 +209,7 @@ def at_level(result: RunResult, level: str) -> RunResult:
 
 def analyse(folder: Path, args) -> None:
     """Each variant's folder in turn, and in each, each MPI thread level its files hold."""
-    variants = sorted(p for p in folder.iterdir() if p.is_dir() and any(p.glob("quiet-*.json")))
+    variants = sorted(p for p in folder.iterdir() if p.is_dir() and any(p.glob("*.json")))
     for where in variants or [folder]:
         files = {kind: sorted(where.glob(f"{kind}-[0-9]*.json"))
                  for kind in ("quiet", "pinned", "neighbour", "pinned-neighbour")}
@@ -207,12 +221,13 @@ def analyse(folder: Path, args) -> None:
                 print(f"\n===== {name} =====")
             analyse_runs({k: [at_level(r, level) for r in v] for k, v in runs.items()} if len(levels) > 1 else runs,
                          args)
-        if not variants:
-            _analyse_ab(folder, args, dict(threshold=parse_threshold(args.threshold), alpha=args.alpha))
+        _analyse_ab(where, args, dict(threshold=parse_threshold(args.threshold), alpha=args.alpha))
 
 
 def analyse_runs(runs: dict, args) -> None:
     quiet = runs["quiet"]
+    if not quiet:
+        return  # an ab-only collection
     if len(quiet) < args.baseline_runs + args.new_runs:
         raise SystemExit(f"need at least {args.baseline_runs + args.new_runs} quiet runs, found {len(quiet)}")
     threshold, rng = parse_threshold(args.threshold), random.Random(args.seed)
@@ -274,6 +289,9 @@ def analyse_runs(runs: dict, args) -> None:
     for shift in (parse_threshold(s) for s in args.shifts.split(",")):
         trials(lambda other, s=shift: shifted(other, 1 + s), f"power: +{shift:.0%} (synthetic)", power=True,
                gate=shift)
+        if runs["neighbour"]:
+            trials(lambda other, s=shift: shifted(_draw(runs["neighbour"], args.new_runs, rng), 1 + s),
+                   f"power: +{shift:.0%} beside the neighbour (synth.)", power=True, gate=shift)
 
 
 def main() -> int:
