@@ -190,14 +190,16 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     assert gate.stdout.startswith("## collbench compare: ")
     assert ("REGRESSION" in gate.stdout.splitlines()[0]) == (gate.returncode == 1)
     loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"], tmp_path)
-    assert loose.returncode == 0
+    # 0, or 3 where a loaded machine spread the rounds beyond what even 1000% can gate (8 B at 9 ms)
+    assert loose.returncode in (0, 3) and "Traceback" not in loose.stderr, loose.stderr
     doc = json.loads(loose.stdout)
+    assert doc["status"] == loose.returncode
     # every round counts, busy or not, less those far above their row's fastest (interference)
     assert len(doc["rows"]) == 10 and all(1 <= r["rounds_baseline"] <= 5 and 1 <= r["rounds_new"] <= 5
                                           for r in doc["rows"])
     assert [w for w in doc["warnings"] if "busy" not in w and "interference" not in w] == []
     csv_gate = run_cli(["compare", "base.csv", "new.json", "--threshold", "1000%"], tmp_path)
-    assert csv_gate.returncode == 0
+    assert csv_gate.returncode in (0, 3) and "Traceback" not in csv_gate.stderr
 
     report = run_cli(["report", "base.json", "--format", "markdown"], tmp_path)
     assert report.returncode == 0 and "| allreduce | mpi | float32 sum, 2 ranks, latency |" in report.stdout

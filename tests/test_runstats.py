@@ -91,29 +91,31 @@ def test_run_to_run_ci_covers_the_true_centre_about_95_percent(rounds):
 
 
 @pytest.mark.parametrize("rounds", [5, 10])
-def test_moderated_interval_covers_when_launches_fall_into_modes(rounds):
-    """Short seeded sweeps of 40 rows where one launch in four is 35% slower (interference): a
-    row's own rounds mix the modes and miss the undisturbed time; with the sweep's clean spread
-    the slow rounds are set aside and the interval covers the undisturbed time near 95%. (With 3
-    rounds, two slow ones outvote the fast one 16% of the time: coverage 0.79.)"""
+def test_a_rows_centre_is_its_own_and_the_model_shapes_only_its_interval(rounds):
+    """Short seeded sweeps of 40 rows where one launch in four is 35% slower (interference, 15
+    spreads up): the file's noise model moves no row's centre, only its interval, which still
+    covers the undisturbed time in over 90% of rows. With 10 rounds a row's own rounds set most
+    slow ones aside (the centre 2% above the undisturbed time, against 7.5% with every round);
+    with 5 they cannot tell 15 spreads from their own spread, and keep them."""
     rng = np.random.default_rng(100 + rounds)
     slow = math.log(1.35)
     centre = 50.0
-    own = pooled = total = 0
-    bias_own, bias_pooled = [], []
+    pooled = total = same = 0
+    bias = []
     for _ in range(60):
         sweep = [50.0 * np.exp(np.where(rng.random(rounds) < 0.25, slow, 0.0) + rng.normal(0, 0.02, rounds))
                  for _ in range(40)]
         prior = noise_model(sweep)
         for medians in sweep:
             s, m = summarize_rounds(medians), summarize_rounds(medians, prior=prior)
-            own += s.ci_low <= centre <= s.ci_high
+            same += s.center == m.center and s.set_aside == m.set_aside
             pooled += m.ci_low <= centre <= m.ci_high
-            bias_own.append(math.log(s.center / centre))
-            bias_pooled.append(math.log(m.center / centre))
+            bias.append(math.log(m.center / centre))
             total += 1
+    assert same == total
     assert pooled / total > 0.9
-    assert abs(np.mean(bias_pooled)) < 0.01 < np.mean(bias_own)      # the slow rounds moved only the own
+    if rounds == 10:
+        assert np.mean(bias) < 0.03 < 0.25 * slow
 
 
 def _change(a, b, drift=0.0, assumed=0.3):
@@ -274,16 +276,19 @@ def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchange
     assert collector.run_result().rows == moderate_rows([r for r in collector.run_result().rows])
 
 
-def test_a_row_left_with_one_round_by_interference_gets_the_sweeps_interval():
+def test_which_rounds_count_is_the_rows_own_and_one_round_gets_the_sweeps_interval():
     prior = SpreadPrior(log_sd=0.02, df=4.0, rows=20, window_sd=0.02)
-    s = summarize_rounds([10.0, 30.0, 90.0], prior=prior)      # no two rounds agree: the fastest counts
-    assert s.rounds == 1 and s.set_aside == 2 and s.center == 10.0
-    half = t_quantile(0.975, 4.0) * 0.02 * math.sqrt(1 + BETWEEN_RUNS_FACTOR ** 2)
-    assert s.ci_low == pytest.approx(10.0 * math.exp(-half))
-    assert s.ci_high == pytest.approx(90.0)   # a third of the rounds ran there: the next run may (a state)
+    few = summarize_rounds([10.0, 30.0, 90.0], prior=prior)      # three rounds cannot tell interference
+    assert few.rounds == 3 and few.set_aside == 0 and few.center == pytest.approx(30.0)
+    assert few.ci_low < 10.0 and few.ci_high > 90.0
     ten = summarize_rounds([10.0] + [90.0] * 9, prior=prior)          # nine rounds agree: they count
-    nine = summarize_rounds([10.0, 10.1] + [10.0 * 1.6 ** k for k in range(2, 10)], prior=prior)
-    assert ten.center == pytest.approx(90.0) and nine.center == pytest.approx(10.05, rel=1e-3)
+    assert ten.center == pytest.approx(90.0) and ten.set_aside == 1
+    spike = summarize_rounds([10.0, 10.1, 10.05, 9.95, 10.02, 90.0], prior=prior)
+    assert spike.set_aside == 1 and spike.center == pytest.approx(10.02, rel=1e-3)
+    assert summarize_rounds([10.0, 10.1, 10.05, 9.95, 10.02, 90.0]).center == spike.center   # no model: the same
+    one = summarize_rounds([10.0, None, math.nan], prior=prior)       # one measured round
+    half = t_quantile(0.975, 4.0) * 0.02 * math.sqrt(1 + BETWEEN_RUNS_FACTOR ** 2)
+    assert one.rounds == 1 and one.ci_low == pytest.approx(10.0 * math.exp(-half))
     assert math.isnan(summarize_rounds([10.0]).ci_low)                  # alone, one round says nothing
 
 

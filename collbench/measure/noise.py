@@ -130,23 +130,81 @@ def interference_window(clean_sd: float) -> float:
     return INTERFERENCE_WIDTH * max(clean_sd, MIN_CLEAN_SD) if math.isfinite(clean_sd) else math.nan
 
 
+def _within(medians: Sequence[float], window: float) -> np.ndarray:
+    """Which of ``medians`` lie within ``window`` (log) of the fastest round that another round
+    confirms (a boolean per median); nan window: every positive median."""
+    x = np.asarray([v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in medians],
+                   dtype=np.float64)
+    ok = np.isfinite(x)
+    if ok.sum() < 2 or not math.isfinite(window):
+        return ok
+    logs = np.log(np.where(ok, x, 1.0))
+    ordered = np.sort(logs[ok])
+    confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
+    anchor = ordered[confirmed[0]] if len(confirmed) else ordered[0]
+    return ok & (logs <= anchor + window) & (logs >= anchor - window)
+
+
 def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
     """Which of ``medians`` count (a boolean per median): those within a window of
     INTERFERENCE_WIDTH × ``clean_sd`` above the fastest round that another round confirms —
     a lone round far faster than all others is a freak, not the machine at its best — and
     not below it by more than the window. Non-positive or missing medians never count;
-    ``clean_sd`` nan: every positive median counts."""
-    x = np.asarray([v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in medians],
-                   dtype=np.float64)
-    ok = np.isfinite(x)
-    if ok.sum() < 2 or not math.isfinite(clean_sd):
-        return ok
-    logs = np.log(np.where(ok, x, 1.0))
-    window = interference_window(clean_sd)
-    ordered = np.sort(logs[ok])
-    confirmed = np.nonzero(ordered[1:] - ordered[:-1] <= window)[0]
-    anchor = ordered[confirmed[0]] if len(confirmed) else ordered[0]
-    return ok & (logs <= anchor + window) & (logs >= anchor - window)
+    ``clean_sd`` nan: every positive median counts. The rule for whole runs' rounds judged in
+    a file's units (``analysis.runs``); a row's own rounds: ``own_rounds``."""
+    return _within(medians, interference_window(clean_sd))
+
+
+#: A row needs this many rounds before any is set aside: with fewer, its own rounds cannot tell
+#: interference from its ordinary spread, and every round counts.
+MIN_ROUNDS_TO_SET_ASIDE = 4
+#: A row's own window is OWN_WIDTH + OWN_WIDTH_FEW / (n − 3) spreads of its n rounds' lower half:
+#: wide enough that a row of ordinary lognormal rounds loses one in about 1% of rows (simulated,
+#: 20,000 rows for each n: 0.2% at 4 rounds, 1.5% at 5, 0.6% at 10 and 20), since its spread is
+#: estimated from its own few rounds; it sets aside a round 20 spreads up in 67% of rows of 5
+#: rounds and all rows of 10 (benchmarks/README.md, "A row's number is its own").
+OWN_WIDTH = 6.5
+OWN_WIDTH_FEW = 19.0
+
+
+def own_scale(logs: np.ndarray) -> float:
+    """The spread of a row's rounds (logs) from the fastest to the one just past the middle, as a
+    normal sd: what interference hitting fewer than half of the rounds cannot move. nan under
+    MIN_ROUNDS_TO_SET_ASIDE rounds."""
+    n = len(logs)
+    if n < MIN_ROUNDS_TO_SET_ASIDE:
+        return math.nan
+    x = np.sort(logs)
+    half = n // 2 + 1
+    return float((x[half - 1] - x[0]) / (_blom(half, n) - _blom(1, n)))
+
+
+def _own_width(logs: np.ndarray) -> float:
+    scale = own_scale(logs)
+    if not math.isfinite(scale):
+        return math.nan
+    return max((OWN_WIDTH + OWN_WIDTH_FEW / (len(logs) - 3)) * scale, interference_window(MIN_CLEAN_SD))
+
+
+def own_window(medians: Sequence[float]) -> float:
+    """How far (log) above its confirmed fastest round a row's round may lie and still count,
+    from the row's own rounds and fixed constants alone (nan: every round counts). A lone round
+    far faster than all the others would widen its own window; one further below the next than
+    the others' window is judged by the others' spread."""
+    logs = np.sort(np.log(positive(medians)))
+    width = _own_width(logs)
+    if len(logs) > MIN_ROUNDS_TO_SET_ASIDE and math.isfinite(width):
+        rest = _own_width(logs[1:])
+        if math.isfinite(rest) and logs[1] - logs[0] > rest:
+            return rest
+    return width
+
+
+def own_rounds(medians: Sequence[float]) -> np.ndarray:
+    """Which of a row's round medians count (a boolean per median), decided by its own rounds:
+    those within ``own_window`` of the fastest round another confirms. Neither the other rows of
+    its file nor a merge moves it, so neither moves the row's p50."""
+    return _within(medians, own_window(medians))
 
 
 def set_aside_above(medians: Sequence[float], keep: np.ndarray) -> np.ndarray:
@@ -278,7 +336,7 @@ def noise_model(rows_medians, strata=None) -> Optional[NoiseModel]:
     variances = []
     for g, t, stratum in zip(logs, times, strata):
         var = window.variance(t, stratum)
-        kept = g[clean_rounds(np.exp(g), max(math.sqrt(var), MIN_CLEAN_SD) if math.isfinite(var) else math.nan)]
+        kept = g[own_rounds(np.exp(g))]
         variances.append(float(kept.var(ddof=1)) if len(kept) >= 2 else math.nan)
     spread = fit_trends(strata, times, variances)
     if spread.pooled is None:

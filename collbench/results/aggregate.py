@@ -3,10 +3,11 @@
 * One round: the median of its samples and that median's order-statistics CI, as before
   rounds existed.
 * Several rounds: ``time_us_p50`` is the geometric mean of the round medians, rounds set aside
-  as interference left out, and its CI comes from their spread (``runstats.summarize_rounds``),
-  moderated by the file's noise model (``measure.noise``) by ``moderate_rows`` once the rows of
-  a run are known (the model also decides how far above its fastest round a round is
-  interference, and whether a row's rounds disagree); mean, min, percentiles and max are over
+  as interference left out — which ones, by the row's own rounds alone (``noise.own_rounds``),
+  so that no other row, merge or sweep moves it — and its CI comes from their spread
+  (``runstats.summarize_rounds``), moderated by the file's noise model (``measure.noise``) by
+  ``moderate_rows`` once the rows of a run are known (the model shapes only the interval and
+  whether a row's rounds disagree, ‡); mean, min, percentiles and max are over
   the samples of every round; the check is the worst round's; ``precision_reached`` only if
   every round reached it.
 
