@@ -105,7 +105,8 @@ def _variants(args) -> dict:
 def _collect(folder: Path, args) -> dict:
     """Run the sweeps; returns wall seconds per kind."""
     kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour + \
-        ["pinned-neighbour"] * args.pinned_neighbour + [k for k in AB_KINDS for _ in range(args.ab)]
+        ["pinned-neighbour"] * args.pinned_neighbour + \
+        [k for k in AB_KINDS if k.rsplit("-", 1)[1] in args.ab_kinds.split(",") for _ in range(args.ab)]
     variants = _variants(args)
     jobs = [(variant, kind) for variant in variants for kind in kinds]
     random.Random(args.seed).shuffle(jobs)
@@ -305,6 +306,8 @@ def main() -> int:
     parser.add_argument("--hogs", type=int, default=1, help="busy loops the neighbour runs [default: 1]")
     parser.add_argument("--ab", type=int, default=0, metavar="N",
                         help="N collbench ab jobs of each kind (A/A and --spin, quiet and beside the neighbour)")
+    parser.add_argument("--ab-kinds", default="aa,spin,pinned",
+                        help="which ab jobs --ab runs: aa, spin, pinned [default: %(default)s]")
     parser.add_argument("--spin", type=float, default=0.25, help="side B's slowdown in the spin jobs [default: 0.25]")
     parser.add_argument("--baseline-runs", type=int, default=3, help="quiet runs merged into one baseline")
     parser.add_argument("--new-runs", type=int, default=1, help="runs merged into the new side")
