@@ -111,3 +111,22 @@ def test_compare_says_when_two_runs_met_a_busy_machine_and_points_to_ab(runner):
     proc = _compare(runner, "new.json")
     assert ("baseline.json and new.json were measured at different times, 97% and 90% of their rounds on a busy "
             "machine") in proc.stderr and "measure both versions in one job (collbench ab)" in proc.stderr
+
+
+def test_report_and_compare_give_one_figure_for_what_a_baseline_detects(runner):
+    """The same baseline: report said 421-3163% (it read the noisy run that compare leaves out)
+    where compare against a like run said 40.8-161%. report now asks compare about one more run
+    like the last one compare keeps, so the two agree where the other side is like it."""
+    import re
+
+    def ranges(text):
+        m = re.search(r"detects changes of ([\d.]+)–([\d.]+)%", text)
+        return float(m.group(1)), float(m.group(2))
+
+    report = cli(["report", "baseline.json", "--threshold", "10%"], runner, timeout=300)
+    assert report.returncode == 0, report.stderr
+    low, high = ranges(report.stdout)
+    again = cli(["compare", "baseline.json", "base-2.json", "--threshold", "10%"], runner, timeout=300)
+    other_low, other_high = ranges(again.stdout)
+    assert low < 100 and high < 200                      # it was 421-3163%
+    assert 0.5 < low / other_low < 2 and 0.5 < high / other_high < 2

@@ -99,13 +99,13 @@ def fit_table(fits, run_labels=()) -> TableModel:
 def next_run(result):
     """The run a comparison against ``result`` as the baseline expects next: one more run like its
     last — the file itself for one run; for a file merged from several (``collbench merge``), the
-    rounds of its last run that compare keeps (not one set aside as a slow state)."""
+    rounds of its last run that compare keeps (not one set aside as a slow state or as noisy)."""
     ids = run_ids(result)
     runs = list(dict.fromkeys(ids.values()))
     if len(runs) < 2:
         return result
-    slow = FileRounds.of(result).slow
-    kept = [run for run in runs if run not in slow] or runs
+    rounds = FileRounds.of(result)
+    kept = [run for run in runs if run not in rounds.slow and run not in rounds.noisy] or runs
     last = {number for number, run in ids.items() if run == kept[-1]}
     records = [r for r in result.metadata.get("rounds", []) if isinstance(r, dict) and r.get("round") in last]
     out = RunResult(metadata={**result.metadata, "rounds": records, "run_id": kept[-1]})
