@@ -231,3 +231,21 @@ def test_a_ci_that_reaches_up_to_a_state_is_shown_lopsided_and_said():
     assert "reaches up to where a fifth or more of the row's rounds ran" in " ".join(text.split())
     (even,) = build_tables(moderate_rows(_rows("allreduce", ("mpi", "gloo"))))
     assert "…+" not in _render(even, 200) and "reaches up to" not in _render(even, 200)
+
+
+def test_an_interval_a_hundred_times_its_p50_is_said_in_words(tmp_path):
+    """A run on the busy runner printed allreduce 32 B at 3.96 µs with a 95% CI of 3.59-1299.6 µs;
+    the table now says what that means for a reader."""
+    import gzip
+    from pathlib import Path
+
+    from conftest import cli
+
+    packed = Path(__file__).parent / "data" / "busy-runner" / "base-2.json.gz"
+    (tmp_path / "base-2.json").write_bytes(gzip.decompress(packed.read_bytes()))
+    proc = cli(["report", "base-2.json"], tmp_path, env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "not a figure to quote" in line]
+    assert any(line.startswith("32: the 95% CI spans 100× its p50 or more (their rounds ran 3.80–3794.1 µs)")
+               for line in said), said
+    assert any(line.startswith("barrier: ") for line in said)

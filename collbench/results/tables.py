@@ -71,6 +71,29 @@ def _lopsided(row: Row) -> bool:
     return above > 1.25 * below and above - below >= 0.01
 
 
+#: A CI whose ends lie this many times its p50 apart from it says only that the next run may land
+#: anywhere in a wide range: the table says so in words (a first run on a busy VM printed allreduce
+#: 16 B at 3.88 µs, 95% CI 3.56-606.2 µs).
+WIDE_CI = 100.0
+
+
+def _wide(row: Row) -> bool:
+    """Whether the row's CI reaches WIDE_CI times its p50 above it or below it."""
+    p50, low, high = row.time_us_p50, row.time_us_ci_low, row.time_us_ci_high
+    return p50 > 0 and low > 0 and high > 0 and (high >= WIDE_CI * p50 or low * WIDE_CI <= p50)
+
+
+def _wide_note(rows: list, name) -> list:
+    wide = [r for r in rows if _wide(r)]
+    if not wide:
+        return []
+    rounds = [m for r in wide for m in r.time_us_round_p50s if m and m > 0]
+    ran = f" (their rounds ran {format_us(min(rounds))}–{format_us(max(rounds))} µs)" if rounds else ""
+    return [f"{_listed([name(r) for r in wide])}: the 95% CI spans {WIDE_CI:g}× its p50 or more{ran}, so the next "
+            "run may land anywhere in it and the p50 is not a figure to quote; measure again with more rounds or "
+            "on a quieter machine"]
+
+
 def _ci_pct(row: Row) -> str:
     """The CI relative to the median: ±x%, or -a…+b% where it reaches up to a state."""
     if math.isnan(row.time_us_ci_low) or not row.time_us_p50:
@@ -303,6 +326,8 @@ def _notes(rows: list) -> tuple:
         notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
                      f"expects of rows like it at its time (its CI rests on its own rounds alone)")
     several = len({r.backend for r in rows}) > 1
+    notes += _wide_note(rows, lambda r: (f"{_size(r)} ({backend_label(r)})" if several else _size(r))
+                        if r.size_bytes else r.collective)
     notes += _budget_notes(rows, lambda r: f"{_size(r)} ({backend_label(r)})" if several else _size(r))
     if any(not r.precision_reached for r in rows):
         notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
