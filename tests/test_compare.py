@@ -205,19 +205,20 @@ def test_a_side_in_a_state_the_other_was_seen_in_is_not_called():
     assert [r.verdict for r in mine(once)] == ["slower"] * 4
 
 
-def test_a_busy_side_is_judged_with_what_a_busy_machine_may_do():
-    """Every round busy: a 3x slowdown is still called (no neighbour does that alone); one
-    backend's rows 12% slower are not on a busy machine, and are on a quiet one."""
+def test_a_busy_side_is_judged_as_a_quiet_one_row_by_row():
+    """Every round busy: a 3x slowdown is called, and so are one backend's rows 12% slower, as on
+    a quiet machine. A busy machine moves the whole sweep (the state term); the term a busy row
+    used to carry on its own went when no collection showed a neighbour moving one row alone
+    (benchmarks/README.md: the busy-runner A/A, 115 rows same and none flagged without it)."""
     c = compare_runs(run_of(SERIES, seed=1), _busy(run_of(SERIES, seed=2, scale=3.0), {1, 2, 3, 4, 5}))
     assert set(verdicts(c)) == {"slower"} and c.regression
     series = sweep(backends=("mpi", "mpi-pickle", "gloo"))
     moved = {k: 1.12 for k in series if k[1] == "gloo"}
     mild = compare_runs(run_of(series, seed=1), _busy(run_of(series, seed=2, scale=moved), {1, 2, 3, 4, 5}))
-    assert not mild.regression
-    assert all(r.verdict == "inconclusive" and "busy machine" in r.reason
-               for r in mild.rows if r.field("backend") == "gloo")
     quiet = compare_runs(run_of(series, seed=1), run_of(series, seed=2, scale=moved))
-    assert {r.verdict for r in quiet.rows if r.field("backend") == "gloo"} == {"slower"}    # seen on a quiet machine
+    for c in (mild, quiet):
+        assert {r.verdict for r in c.rows if r.field("backend") == "gloo"} == {"slower"}
+        assert {r.verdict for r in c.rows if r.field("backend") != "gloo"} <= {"same", "inconclusive"}
 
 
 def test_many_rows_are_adjusted_together():

@@ -40,7 +40,7 @@ from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import ASSUMED_SETUP, MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
-from collbench.analysis.runs import (ASSUMED_LOG_SD, BUSY_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
+from collbench.analysis.runs import (ASSUMED_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
                                      round_warnings, starvation, state_reach)
 from collbench.analysis.significance import max_t_adjust
 from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
@@ -66,11 +66,11 @@ CAUSES = {
     "state": "the other side's own rounds ran as slow (a state of the machine)",
     "starved": "a side's ranks got less CPU than the other's",
     "drift": "the drift between runs hides a change this size",
-    "busy": "a busy machine may shift a row this much",
     "floor": "rounds spread far above their fastest",
     "lone": "a lone round ran far faster than the rest",
     "family": "beyond the threshold alone, not with every row tested",
     "rounds": "too few rounds",
+    "pairs": "most pairs set aside as interference",
     "data": "no round medians",
 }
 POWER = 0.8
@@ -317,10 +317,11 @@ class _Pending:
     new: Row
     base_runs: list                 # counted round medians grouped by run
     new_runs: list
-    busy_var: float = 0.0           # taken as known: what busy rounds may have added on their own,
-    block_var: float = 0.0          # how far below the counted rounds each side's fastest lay (runs.SideRounds.floor_var),
+    block_var: float = 0.0          # taken as known: how far below the counted rounds each side's fastest lay
+                                    # (runs.SideRounds.floor_var),
     gap_var: float = 0.0            # and the doubt a lone fast round casts (runs.SideRounds.fast_gap)
     pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
+    paired_rounds: int = 0          # and the pairs both sides measured, counted or not
     stratum: tuple = ()             # the row's noise stratum (aggregate.noise_stratum)
     kept_floor: float = 0.0         # the drift the runs kept beside a merged file's slow runs show
     change: Optional[Change] = None
@@ -343,7 +344,7 @@ class _Pending:
 
     @property
     def known_var(self) -> float:
-        return self.busy_var + self.block_var + self.gap_var + self.state_var
+        return self.block_var + self.gap_var + self.state_var
 
 
 def _expm1(x: float) -> float:
@@ -383,6 +384,10 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
         reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
                   f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
                   f"measure again on a quiet one, or both sides in one job (collbench ab)")
+    elif significant and beyond and 2 * len(p.pairs) < p.paired_rounds:
+        verdict, cause = "inconclusive", "pairs"
+        reason = (f"only {len(p.pairs)} of its {p.paired_rounds} pairs counted, the others set aside as "
+                  "interference: too few to call; measure again on a quieter machine, or more rounds")
     elif significant and beyond and reached:
         verdict, cause = "inconclusive", "state"
         reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} of its "
@@ -399,12 +404,9 @@ def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float,
             reason = ("beyond the threshold at 95% for this row alone, not with every row tested at once: "
                       + ("measure more rounds" if p.pairs else "measure both sides in one job (collbench ab)"))
         elif needed is None:
-            cause = ("busy" if p.busy_var > max(p.drift_var, p.gap_var) else
-                     "floor" if p.block_var > max(p.drift_var, p.gap_var) else
+            cause = ("floor" if p.block_var > max(p.drift_var, p.gap_var) else
                      "lone" if p.gap_var > p.drift_var else "drift" if p.drift_var > 0 else "rounds")
-            reason = ("a busy machine may shift a row this much on its own: measure again on a quiet one, "
-                      "or both sides in one job (collbench ab)" if p.busy_var > max(p.drift_var, p.gap_var) else
-                      "its rounds spread far above its fastest (a state of the machine that outlasted "
+            reason = ("its rounds spread far above its fastest (a state of the machine that outlasted "
                       "launches?): measure both sides in one job (collbench ab), or merge more runs into the "
                       "baseline" if p.block_var > max(p.drift_var, p.gap_var) else
                       "a lone round ran far faster than those counted: which is the row's own time is "
@@ -597,15 +599,15 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                                             0, 0, "", math.nan, None, "unmeasured", f"{new_name} has {lacks}")
             continue
         comparable = _metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0
-        busy_var = 0.0 if one_job else BUSY_LOG_SD ** 2 * sum(side.busy_share ** 2 for side in sides)
         block_var = 0.0 if one_job else sum(side.floor_var for side in sides)
         pairs = tuple((sides[0].by_round[r], sides[1].by_round[r]) for r in sorted(sides[0].by_round)
                       if r in sides[1].by_round) if one_job and comparable else ()
         kept_floor = max((f.kept_spread * max(f.clean_sd(i), MIN_CLEAN_SD) for f, i in zip(files, (b, n))
                           if f.slow and math.isfinite(f.kept_spread) and math.isfinite(f.clean_sd(i))), default=0.0)
         pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
-                                sides[1].runs if comparable else [], busy_var, block_var,
-                                sum(side.fast_gap ** 2 for side in sides), pairs, noise_stratum(baseline.rows[b]),
+                                sides[1].runs if comparable else [], block_var,
+                                sum(side.fast_gap ** 2 for side in sides), pairs,
+                                min(side.positive for side in sides) if pairs else 0, noise_stratum(baseline.rows[b]),
                                 kept_floor, starved=() if one_job else starvation(sides),
                                 reached=((), ()) if one_job else state_reach(sides, alpha)))
     if len(unmeasured_base) == len(common):

@@ -87,9 +87,13 @@ def undecided_line(c: Comparison) -> str:
     if not causes:
         return ""
     counted = "; ".join(f"{n} {CAUSES.get(cause, cause)}" for cause, n in causes.items())
-    advice = ("measure both sides in one job (collbench ab)" if set(causes) & {"state", "starved", "drift", "busy",
-                                                                               "floor", "family"}
-              else "measure more rounds")
+    if c.drift_source.startswith("none: both sides took turns"):        # already one job
+        advice = ("measure again on a quieter machine, or more rounds" if "pairs" in causes
+                  else "measure more rounds")
+    elif set(causes) & {"state", "starved", "drift", "floor", "family"}:
+        advice = "measure both sides in one job (collbench ab)"
+    else:
+        advice = "measure more rounds"
     return f"undecided rows, why: {counted}; {advice}"
 
 

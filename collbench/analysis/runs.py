@@ -22,13 +22,6 @@ from collbench.results.records import RunResult
 #: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
 #: one-round comparison flags only changes far beyond what launches alone do there.
 ASSUMED_LOG_SD = 0.25
-#: What a busy machine may do to one row on its own, beyond the rounds it visibly spoils and
-#: beyond the whole sweep's shift (a state: ``noise.machine_state``) (sd of log medians): beside a CPU-heavy
-#: neighbour rows lay 0.02-0.1 from their sweep's whole shift (benchmarks/README.md, "the
-#: machine's state"). A comparison whose sides were not equally busy carries it, in proportion
-#: to each side's busy share of the counted rounds; the two sides of one interleaved job share
-#: the machine and do not.
-BUSY_LOG_SD = 0.06
 #: A side whose ranks, on a busy machine, used this much less of their usable cores than the
 #: other side's (``cpuload``'s ``cpu_share``) is starved: beside CPU-bound loops on the 2-core VM
 #: MPI's polling ranks used 62-91% of their cores against 85-99% alone, and without this rule 85
