@@ -13,11 +13,21 @@ Sizes follow each tool's meaning: IMB's Alltoall #bytes is what a rank sends to 
 collbench's alltoall size what it sends in all (nccl-tests), so IMB's B is collbench's 2B on 2
 ranks. IMB's figure is t_max (the slowest rank's mean time per call); a repetition's IMB run is
 taken at its fastest over the repetitions, collbench's at its median.
+
+A row whose launches fall into modes far apart (bcast of 512 KiB-2 MiB at single: one tool's
+launches 55-554 µs, the other's 128-659 µs) has no ratio to speak of: which modes each tool's few
+launches drew decides it. Such rows (a tool's launches spreading over MANY_MODED× or more) are
+judged as distributions instead: the two tools' launches, each a sample, are not told apart by
+an exact rank-sum test (p ≥ 0.05), and their ranges overlap. ``--analyse FILE`` reads a
+``--save``d campaign again.
+
+    python benchmarks/against_imb.py --analyse campaign.json
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import shutil
@@ -130,15 +140,84 @@ def report(runs: dict, levels: list) -> None:
               f"({min(gaps):.2f}-{max(gaps):.2f}); IMB {min(r['allreduce', 8] for r in runs['imb', level]):.2f} µs")
 
 
+#: A row whose launches, in either tool, spread this far (slowest over fastest) is many-moded.
+MANY_MODED = 2.0
+
+
+def rank_sum_p(a: list, b: list) -> float:
+    """Exact two-sided p of the rank-sum (Mann-Whitney) statistic: how often a split of the
+    pooled values into groups of len(a) and len(b) lies as far from the middle as this one."""
+    pooled = sorted(a + b)
+    rank = {v: statistics.mean(i + 1 for i, w in enumerate(pooled) if w == v) for v in pooled}
+    ranks = [rank[v] for v in pooled]
+    observed = sum(rank[v] for v in a)
+    middle = len(a) * (len(pooled) + 1) / 2
+    splits = list(itertools.combinations(range(len(pooled)), len(a)))
+    far = sum(abs(sum(ranks[i] for i in split) - middle) >= abs(observed - middle) - 1e-9 for split in splits)
+    return far / len(splits)
+
+
+def distributions(runs: dict, levels: list) -> None:
+    """Rows of 64 KiB and more whose launches are many-moded, judged as two samples of launches."""
+    for level in levels:
+        agree = total = 0
+        print(f"\nthread level {level}: many-moded rows (a tool's launches spread {MANY_MODED:g}x or more), "
+              f"latency timing, launches as samples")
+        for collective, _, _ in COLLECTIVES:
+            sizes = sorted({s for (c, s) in runs["imb", level][0] if c == collective and s >= 65536})
+            for size in sizes:
+                theirs = [r[collective, size] for r in runs["imb", level] if (collective, size) in r]
+                mine = [r["latency", size] for r in runs[collective, level] if ("latency", size) in r]
+                if not theirs or not mine or max(max(theirs) / min(theirs), max(mine) / min(mine)) < MANY_MODED:
+                    continue
+                p = rank_sum_p(mine, theirs)
+                overlap = min(mine) <= max(theirs) and min(theirs) <= max(mine)
+                total += 1
+                agree += p >= 0.05 and overlap
+                print(f"  {collective:9} {size:8d}  IMB {min(theirs):7.1f}-{max(theirs):7.1f} µs   collbench "
+                      f"{min(mine):7.1f}-{max(mine):7.1f} µs   rank-sum p {p:.2f}   "
+                      f"{'one distribution' if p >= 0.05 and overlap else 'told apart'}")
+        print(f"  {agree} of {total} many-moded rows: the two tools' launches are not told apart")
+        steady = []
+        for collective, _, _ in COLLECTIVES:
+            for size in sorted({s for (c, s) in runs["imb", level][0] if c == collective and s >= 65536}):
+                theirs = [r[collective, size] for r in runs["imb", level] if (collective, size) in r]
+                mine = [r["latency", size] for r in runs[collective, level] if ("latency", size) in r]
+                if theirs and mine and max(max(theirs) / min(theirs), max(mine) / min(mine)) < MANY_MODED:
+                    steady.append(statistics.median(mine) / min(theirs))
+        if steady:
+            print(f"  the other {len(steady)} rows (steady launches in both): collbench's median / IMB's fastest "
+                  f"{min(steady):.2f}-{max(steady):.2f} (median {statistics.median(steady):.2f}); within 0.9-1.1: "
+                  f"{sum(0.9 <= r <= 1.1 for r in steady)}")
+
+
+def _load(path: Path) -> dict:
+    """A --save'd campaign, as main() holds it."""
+    runs = {}
+    for key, values in json.loads(path.read_text()):
+        runs[tuple(key)] = [{(lambda a, b: (a, int(b)))(*k.split(" ")): t for k, t in v.items()}
+                            if isinstance(v, dict) else v for v in values]
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--imb", required=True, help="an intel/mpi-benchmarks source tree, or a built IMB-MPI1")
+    parser.add_argument("--imb", help="an intel/mpi-benchmarks source tree, or a built IMB-MPI1")
+    parser.add_argument("--analyse", metavar="FILE", help="only analyse a campaign written earlier with --save")
     parser.add_argument("--levels", default="single,multiple")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="collbench's rounds per run")
     parser.add_argument("--max-time", type=float, default=0.5, help="collbench's --max-time")
     parser.add_argument("--save", metavar="FILE", help="write every repetition's figures as JSON")
     args = parser.parse_args()
+    if args.analyse:
+        runs = _load(Path(args.analyse))
+        levels = [k[1] for k in runs if k[0] == "imb"]
+        report(runs, levels)
+        distributions(runs, levels)
+        return 0
+    if not args.imb:
+        parser.error("--imb is required unless --analyse")
     folder = Path(tempfile.mkdtemp(prefix="collbench-imb-"))
     source = Path(args.imb).expanduser()
     binary = build(source, folder) if source.is_dir() else source
@@ -152,6 +231,7 @@ def main() -> int:
             runs.setdefault(("bare", level), []).append(bare(level))
             print(f"repetition {rep + 1}/{args.reps}, {level}: done", file=sys.stderr, flush=True)
     report(runs, levels)
+    distributions(runs, levels)
     if args.save:
         Path(args.save).write_text(json.dumps([[list(k), [{" ".join(map(str, c)): t for c, t in r.items()}
                                                           if isinstance(r, dict) else r for r in v]]
