@@ -334,8 +334,7 @@ def noise_model(rows_medians, strata=None) -> Optional[NoiseModel]:
     logs = [np.log(x) for x in rows]
     window = fit_trends(strata, times, [lower_half_scale(g) ** 2 for g in logs])
     variances = []
-    for g, t, stratum in zip(logs, times, strata):
-        var = window.variance(t, stratum)
+    for g in logs:
         kept = g[own_rounds(np.exp(g))]
         variances.append(float(kept.var(ddof=1)) if len(kept) >= 2 else math.nan)
     spread = fit_trends(strata, times, variances)

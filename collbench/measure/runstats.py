@@ -28,10 +28,12 @@ import numpy as np
 
 from collbench.measure.distributions import t_quantile
 from collbench.measure.noise import (BETWEEN_RUNS_FACTOR, INTERFERENCE_WIDTH, MIN_CLEAN_SD, MIN_ROWS_FOR_PRIOR,
-                                    NoiseModel, SpreadPrior, clean_rounds, moderated, own_rounds, positive, set_aside_above,
-                                    state_level)
+                                    NoiseModel, SpreadPrior, clean_rounds, moderated, own_rounds, positive,
+                                    set_aside_above, state_level)
 
 CONFIDENCE = 0.95
+#: The largest log an interval's end is given: a wild spread makes a huge end, not an overflow.
+_LARGEST_LOG = 700.0
 
 
 def row_clean_sd(prior: Optional[SpreadPrior]) -> float:
@@ -60,14 +62,14 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
     """Statistics of one row across rounds. Its centre, the rounds it counts and the rounds it
     sets aside as interference are its own (``noise.own_rounds``): no other row, merge or sweep
     moves them. ``prior``: the row's SpreadPrior, or its file's NoiseModel (read at these medians
-    in ``stratum``), which shapes only the interval and ‡: the interval's spread is that of the
-    counted rounds within the model's window (``noise.clean_rounds``), moderated
-    ((R-1)·sd² + d0·s0²) / (R-1+d0) with t on R-1+d0 degrees of freedom — or, where they spread
-    beyond what the trend allows (``disagree``, ‡), their own variance and R-1 — and carries the
+    in ``stratum``), which shapes only the interval and ‡: the counted rounds' variance is
+    moderated ((R-1)·sd² + d0·s0²) / (R-1+d0) with t on R-1+d0 degrees of freedom — or, where it
+    lies beyond what the trend allows, their own variance and R-1 — and the interval carries the
     spread between whole runs (BETWEEN_RUNS_FACTOR × s0): it is meant to hold what the next run
-    measures. Where a fifth of the rounds or more lay above that window at a level (a state of
-    the machine: ``noise.state_level``), the next run may settle there, and the CI reaches up to
-    it."""
+    measures. ‡ (``disagree``) judges the counted rounds within the model's window
+    (``noise.clean_rounds``); where a fifth of the rounds or more lay above that window at a
+    level (a state of the machine: ``noise.state_level``), the next run may settle there, and
+    the CI reaches up to it."""
     if isinstance(prior, NoiseModel):
         prior = prior.noise(medians, stratum)
     nan = math.nan
@@ -105,12 +107,9 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
                                                  prior.log_sd ** 2, prior.df).beyond
     half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(var / n + between)
     cv = float(x.std(ddof=1) / x.mean())
-    top = min(float(logs.mean() + half), _LARGEST_LOG)          # a wild spread: a huge end, not an overflow
+    top = min(float(logs.mean() + half), _LARGEST_LOG)
     return RoundsSummary(n, center, float(np.exp(logs.mean() - half)), _reaching(math.exp(top), state),
                          cv, sd, bool(disagree), set_aside)
-
-
-_LARGEST_LOG = 700.0
 
 
 def _reaching(high: float, state: float) -> float:

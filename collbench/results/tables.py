@@ -326,9 +326,12 @@ def _notes(rows: list) -> tuple:
         notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
                      f"expects of rows like it at its time (its CI rests on its own rounds alone)")
     several = len({r.backend for r in rows}) > 1
-    notes += _wide_note(rows, lambda r: (f"{_size(r)} ({backend_label(r)})" if several else _size(r))
-                        if r.size_bytes else r.collective)
-    notes += _budget_notes(rows, lambda r: f"{_size(r)} ({backend_label(r)})" if several else _size(r))
+
+    def name(r: Row) -> str:
+        return f"{_size(r)} ({backend_label(r)})" if several else _size(r)
+
+    notes += _wide_note(rows, lambda r: name(r) if r.size_bytes else r.collective)
+    notes += _budget_notes(rows, name)
     if any(not r.precision_reached for r in rows):
         notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
                      "--precision, or it had too few samples (under 6) for one")
