@@ -15,7 +15,7 @@ def main(argv=None) -> None:
         from collbench.cli.interrupt import interrupted
         interrupted(exc.signum)
     except MemoryError:          # a memory limit (ulimit -v) too low for Python to load collbench
-        sys.stderr.write("collbench: error: out of memory while starting (a limit such as ulimit -v is too low)\n")
+        sys.stderr.write(f"collbench: error: out of memory while starting ({_address_limit()})\n")
         sys.exit(2)
     try:
         check_interrupted()
@@ -23,6 +23,17 @@ def main(argv=None) -> None:
     except Interrupted as exc:      # where the command line's own handling does not reach
         from collbench.cli.interrupt import interrupted
         interrupted(exc.signum)
+
+
+def _address_limit() -> str:
+    """The limit that most likely ran out, read without importing anything (no room for that)."""
+    try:
+        with open("/proc/self/limits", encoding="ascii") as fh:
+            line = next((row for row in fh if row.startswith("Max address space")), "")
+        soft = line.split()[3]
+    except (OSError, MemoryError, IndexError):
+        soft = ""
+    return f"ulimit -v is {int(soft) // 1024} KiB: raise it" if soft.isdigit() else "a limit such as ulimit -v is too low"
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ mpi4py is imported here, lazily, so that MPI is initialised only in ranks that u
 
 from __future__ import annotations
 
+import socket
 import sys
 from functools import lru_cache
 from typing import Any, Optional
@@ -14,7 +15,8 @@ import numpy as np
 from collbench.backends import threads
 from collbench.backends.base import Control
 from collbench.benchmarks.dtypes import PAIR_FIELDS
-from collbench.errors import BackendUnavailable
+from collbench.errors import BackendUnavailable, HostUsageError
+from collbench.launch import processes
 from collbench.launch.liveness import supervise
 
 INSTALL_HINT = 'pip install "collbench[mpich]" (or pip install mpi4py mpich)'
@@ -50,6 +52,11 @@ def mpi_module():
                 threads.tell_mpi4py()
                 from mpi4py import MPI
     except Exception as exc:  # mpi4py missing (ImportError), or no loadable libmpi (RuntimeError)
+        limits = processes.low_limits()
+        if "ulimit -v" in limits and any(s in str(exc) for s in ("failed to map segment", "Cannot allocate memory")):
+            # every rank of the host has the same limit: the first says it, not each
+            raise HostUsageError(f"MPI's library cannot be loaded on {socket.gethostname()}: the address space ran "
+                                 f"out{limits}; raise the limit") from None
         raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
     return MPI
 

@@ -215,8 +215,10 @@ def main(argv=None) -> None:
 
 def _main(argv) -> None:
     from collbench.cli import streams
+    from collbench.launch import processes
 
     streams.make_safe()          # closed, unencodable or broken output never changes the outcome
+    processes.stay_small()       # before any thread: ulimit -v bounds the address space, not memory
     _argv[:] = sys.argv[1:] if argv is None else list(argv)
     try:
         cli.main(args=list(_argv), prog_name="collbench", standalone_mode=False)
@@ -237,7 +239,9 @@ def _main(argv) -> None:
     except KeyboardInterrupt:        # SIGINT's own handler, where something put it back
         interrupted(signal.SIGINT)
     except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
-        print("collbench: error: out of memory (a limit such as ulimit -v may be too low)", file=sys.stderr)
+        limits = processes.low_limits()
+        print(f"collbench: error: out of memory{limits or ' (a limit such as ulimit -v may be too low)'}",
+              file=sys.stderr)
         sys.exit(2)
     except RuntimeError as exc:
         if "can't start new thread" not in str(exc):

@@ -150,7 +150,10 @@ def is_large(collective: str, family: Optional[str], nominal: int, ranks_per_hos
 
 
 def _amount(n: int) -> str:
-    """Bytes as a person reads them: KiB under 1 MiB, MiB under 1 GiB, two decimals under 10 GiB."""
+    """Bytes as a person reads them: bytes under 1 KiB, KiB under 1 MiB, MiB under 1 GiB, two
+    decimals under 10 GiB."""
+    if n < 1024:
+        return f"{max(n, 0)} bytes"
     if n < MiB:
         return f"{max(n, 0) / 1024:.0f} KiB"
     if n < GiB:

@@ -147,14 +147,14 @@ class Guardian:
             self._forward(s, None)
         spare = frozenset(processes.children(os.getpid())) - {self.child}   # ours before the rank
         processes.adopt_orphans()          # what the rank starts and leaves behind comes to us
+        processes.stay_small(arenas=1)
         if self.channel is not None:
-            self._server = threading.Thread(target=self._serve_rank, name="collbench-guardian", daemon=True)
-            self._server.start()
+            self._server = self._thread(self._serve_rank, name="collbench-guardian")
         parent = os.environ.get(environment.PARENT_PID, "")
         if parent.isdigit():
-            threading.Thread(target=self._watch_parent, args=(int(parent),), daemon=True).start()
+            self._thread(self._watch_parent, int(parent))
         if self.launcher is not None:
-            threading.Thread(target=self._watch_launcher, daemon=True).start()
+            self._thread(self._watch_launcher)
         while True:
             try:
                 _, status = os.waitpid(self.child, 0)
@@ -283,7 +283,7 @@ class Guardian:
                         self.coordinator.kept = str(message.get("kept") or self.coordinator.kept)
                 elif message.get("t") == "startup":
                     self.startup_limit = float(message.get("limit", 0))
-                    threading.Thread(target=self._watch_startup, args=(self.startup_limit,), daemon=True).start()
+                    self._thread(self._watch_startup, self.startup_limit)
                 elif message.get("t") == "join":
                     send_message(self.channel, self._join(message))
                 elif message.get("t") == "exit":
@@ -295,6 +295,23 @@ class Guardian:
                     stopping = self.stop_code is not None        # the job is ending already
                     taken = stopping or (self.link is not None and not self.link.ended and self.link.send(message))
                     send_message(self.channel, {"t": "taken" if taken else "refused"})
+
+    def _thread(self, target, *args, name: Optional[str] = None) -> threading.Thread:
+        """Start a watching thread. Where a limit (``ulimit -v``, ``ulimit -u``) leaves no room
+        for one, the guardian cannot watch its rank: it ends the rank and says why, once for the
+        job, rather than die and leave the other ranks waiting for this one in MPI's start-up."""
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            self._signal(signal.SIGKILL)
+            limits = processes.low_limits() or " (ulimit -v, ulimit -u)"
+            notes.say_first(f"collbench: rank {self.rank} (on {socket.gethostname()}) cannot start a thread to watch "
+                            f"it: a limit on memory or processes{limits} is too low; the job is stopped; "
+                            f"{notes.files_clause(self.files, self.kept)}")
+            notes.leave(f"{notes.EARLY_END_PREFIX}{self.rank}", "2")
+            os._exit(2)
+        return thread
 
     def _watch_startup(self, limit: float) -> None:
         """The rank's own watchdog cannot fire while MPI_Init holds the interpreter (waiting for

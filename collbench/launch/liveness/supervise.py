@@ -141,7 +141,14 @@ def startup_output():
         return
     try:
         yield
-    finally:
+    except BaseException:
+        # The library failed to start: what it said stays in the file, for the one line that
+        # says why (the guardian's or the launcher's), rather than on the terminal beside it
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        raise
+    else:
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
