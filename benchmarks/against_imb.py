@@ -84,14 +84,17 @@ def imb(binary: Path, level: str) -> dict:
 
 
 def collbench(collective: str, level: str, folder: Path, args) -> dict:
-    """(timing, size) -> median µs, from one collbench run at ``level``."""
+    """(timing, size) -> median µs, and ("<timing>-mean", size) -> mean µs, from one collbench
+    run at ``level``."""
     path = folder / f"cb-{collective}-{level}.json"
     cmd = [sys.executable, "-m", "collbench", collective, "-n", "2", "--sizes", SIZES, "--thread-level", level,
            "--timing", "latency,throughput", "--rounds", str(args.rounds), "--max-time", str(args.max_time), "-q",
            "--force", "-o", str(path)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
     rows = json.loads(path.read_text())["rows"]
-    return {(r["timing"], r["size_bytes"]): r["time_us_p50"] for r in rows}
+    times = {(r["timing"], r["size_bytes"]): r["time_us_p50"] for r in rows}
+    times.update({(f"{r['timing']}-mean", r["size_bytes"]): r["time_us_mean"] for r in rows})
+    return times
 
 
 def bare(level: str) -> float:
@@ -191,6 +194,33 @@ def distributions(runs: dict, levels: list) -> None:
                   f"{sum(0.9 <= r <= 1.1 for r in steady)}")
 
 
+def like_for_like(runs: dict, levels: list) -> None:
+    """IMB's figure is a mean: each call timed alone, a barrier between calls, the sum over the
+    calls divided by their number, the slowest rank's taken (t_max). collbench's latency timing
+    times calls the same way; its mean over the iterations, not its median, is the like figure.
+    Launch against launch: the median over launches of each tool, and their fastest."""
+    for level in levels:
+        rows = []
+        for collective, _, _ in COLLECTIVES:
+            for size in sorted({s for (c, s) in runs["imb", level][0] if c == collective and s >= 65536}):
+                theirs = [r[collective, size] for r in runs["imb", level] if (collective, size) in r]
+                mine = [r["latency-mean", size] for r in runs[collective, level] if ("latency-mean", size) in r]
+                if theirs and mine:
+                    rows.append((collective, size, statistics.median(mine) / statistics.median(theirs),
+                                 min(mine) / min(theirs)))
+        if not rows:
+            print(f"\nthread level {level}: no collbench means in this campaign (saved before they were)")
+            continue
+        print(f"\nthread level {level}: like for like, collbench's mean latency / IMB's t_max (>= 64 KiB)")
+        print(f"  {'collective':9} {'size':>8} {'median/median':>13} {'fastest/fastest':>15}")
+        for collective, size, middle, fastest in rows:
+            print(f"  {collective:9} {size:8d} {middle:13.2f} {fastest:15.2f}")
+        for label, i in (("median launch / median launch", 2), ("fastest launch / fastest launch", 3)):
+            ratios = [row[i] for row in rows]
+            print(f"  {label}: {min(ratios):.2f}-{max(ratios):.2f} (median {statistics.median(ratios):.2f}); within "
+                  f"0.9-1.1: {sum(0.9 <= r <= 1.1 for r in ratios)} of {len(ratios)}")
+
+
 def _load(path: Path) -> dict:
     """A --save'd campaign, as main() holds it."""
     runs = {}
@@ -215,6 +245,7 @@ def main() -> int:
         levels = [k[1] for k in runs if k[0] == "imb"]
         report(runs, levels)
         distributions(runs, levels)
+        like_for_like(runs, levels)
         return 0
     if not args.imb:
         parser.error("--imb is required unless --analyse")
@@ -232,6 +263,7 @@ def main() -> int:
             print(f"repetition {rep + 1}/{args.reps}, {level}: done", file=sys.stderr, flush=True)
     report(runs, levels)
     distributions(runs, levels)
+    like_for_like(runs, levels)
     if args.save:
         Path(args.save).write_text(json.dumps([[list(k), [{" ".join(map(str, c)): t for c, t in r.items()}
                                                           if isinstance(r, dict) else r for r in v]]
