@@ -35,7 +35,7 @@ from collbench.benchmarks.dtypes import dtype_of
 from collbench.benchmarks.ops import OPS
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure.harness import TimingSettings, measure
-from collbench.measure.stats import median_ci
+from collbench.stats.samples import median_ci
 
 FLOAT32 = dtype_of("float32")
 MIN_BLOCK, MAX_BLOCK = 20, 5000     # samples per block

@@ -1,7 +1,7 @@
 """Coverage of collbench's run-to-run confidence interval, by simulation.
 
-A row's run-to-run CI (``collbench.measure.runstats.summarize_rounds``) is a Student t interval on the
-logs of its per-round medians, moderated by the file's noise model (``measure.noise.noise_model``:
+A row's run-to-run CI (``collbench.stats.rounds.summarize_rounds``) is a Student t interval on the
+logs of its per-round medians, moderated by the file's noise model (``stats.noise.noise_model``:
 the trend of the rows' spreads against their time, per stratum); its target is the centre of the distribution a round's median
 is drawn from (exp of the mean log median: what many more launches would settle on). This
 script draws sweeps of rows from several models of launch-to-launch variation and counts how
@@ -34,9 +34,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench.measure.noise import noise_model  # noqa: E402
-from collbench.measure.comparison import estimate_change, within_spread  # noqa: E402
-from collbench.measure.runstats import summarize_rounds  # noqa: E402
+from collbench.stats.noise import noise_model  # noqa: E402
+from collbench.stats.change import estimate_change, within_spread  # noqa: E402
+from collbench.stats.rounds import summarize_rounds  # noqa: E402
+from collbench.stats.calibration import BETWEEN_RUNS_FACTOR, CONFIDENCE
 
 ROUNDS = (3, 5, 10)
 WITHIN = 0.02
@@ -137,9 +138,9 @@ def next_runs(files: list, level=None) -> tuple:
     runs added), against what the other runs settle on for the row (the geometric mean of their
     rows' centres): the share of rows whose CI holds it, and that share for the CI of the rounds
     alone."""
-    from collbench.measure.noise import BETWEEN_RUNS_FACTOR
-    from collbench.measure.runstats import CONFIDENCE, summarize_rounds
-    from collbench.measure.distributions import t_quantile
+    
+    from collbench.stats.rounds import summarize_rounds
+    from collbench.stats.distributions import t_quantile
     from collbench.results.aggregate import file_noise, noise_stratum
 
     runs = []

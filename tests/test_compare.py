@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from collbench.analysis.compare import compare_runs, parse_threshold
-from collbench.analysis.runs import ASSUMED_LOG_SD
+
 from collbench.analysis.compare_render import comparison_table, summary_line, to_json, to_summary_markdown
 from collbench.errors import UsageError
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
-from collbench.analysis.significance import max_t_adjust
+from collbench.stats.family import max_t_adjust
 from results_helpers import metadata, row_with_rounds, run_of, sweep
+from collbench.stats.calibration import ASSUMED_LOG_SD
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
 V1_EXAMPLE = Path(__file__).resolve().parent / "data" / "v1-allreduce-mpi-vs-pickle.json"
@@ -112,7 +113,7 @@ def test_change_within_the_threshold_is_same_and_significant_beyond_it_is_slower
 
 def test_a_uniform_shift_may_be_the_machines_state():
     """Every row 12% slower, in separate runs: a state of a shared machine does that
-    (noise.STATE_LOG_SHIFT), so it is not called, and the rows say what would settle it; 3x is
+    (calibration.STATE_LOG_SHIFT), so it is not called, and the rows say what would settle it; 3x is
     beyond any state and is called. A stored baseline cannot tell the two apart below that."""
     base = run_of(SERIES, seed=1, n=200, rounds=10, launch_sd=0.002)
     state = compare_runs(base, run_of(SERIES, seed=2, n=200, rounds=10, launch_sd=0.002, scale=1.12), threshold=0.05)
@@ -324,7 +325,6 @@ def test_no_common_rows_is_incomparable():
         compare_runs(run_of(SERIES), other)
     with pytest.raises(UsageError, match="incomparable"):
         compare_runs(RunResult(metadata=metadata()), RunResult(metadata=metadata()))
-
 
 
 def test_no_common_rows_names_what_keeps_them_apart():

@@ -20,17 +20,19 @@ PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()
 #: what each package may import of collbench besides itself and ``collbench.errors`` (as its
 #: ``__init__`` docstring says); a name covers its submodules
 MAY_IMPORT = {
+    "stats": set(),
     "benchmarks": set(),
-    "measure": {"benchmarks", "backends.base"},
+    "measure": {"benchmarks", "backends.base", "stats"},
     "backends": {"benchmarks", "launch", "results.records"},
     "launch": {"results.journal", "results.recover"},
-    "results": {"measure", "benchmarks.registry"},
-    "analysis": {"measure", "results", "benchmarks"},
-    "run": {"measure", "benchmarks", "backends", "launch", "results"},
-    "cli": {"run", "analysis", "results", "measure", "benchmarks", "backends", "launch"},
+    "results": {"stats", "measure", "benchmarks.registry"},
+    "analysis": {"stats", "measure", "results", "benchmarks"},
+    "run": {"stats", "measure", "benchmarks", "backends", "launch", "results"},
+    "cli": {"run", "analysis", "results", "stats", "measure", "benchmarks", "backends", "launch"},
 }
 #: third-party modules a package may import at all (the standard library always)
 THIRD_PARTY = {
+    "stats": {"numpy"},
     "benchmarks": {"numpy"},
     "measure": {"numpy"},
     "backends": {"numpy", "mpi4py", "torch"},

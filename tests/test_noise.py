@@ -1,4 +1,4 @@
-"""The noise model (collbench.measure.noise): per stratum, with a trend against the row's time.
+"""The noise model (collbench.stats.noise): per stratum, with a trend against the row's time.
 
 Synthetic sweeps with known answers, then the real H100 files of issue 32 (tests/data/h100),
 where overhead-bound rows that spread 5-40% from round to round sit beside bandwidth-bound
@@ -16,12 +16,12 @@ import pytest
 from collbench.analysis.compare import compare_runs
 from collbench.analysis.compare_render import detection_line, first_line, to_json, to_summary_markdown
 from collbench.analysis.report import gate_sensitivity, sensitivity_table
-from collbench.measure.noise import (MIN_ROWS_FOR_PRIOR, fit_trend, fit_trends, machine_state, moderated,
-                                    noise_model)
+from collbench.stats.noise import fit_trend, fit_trends, machine_state, moderated, noise_model
 from collbench.results.aggregate import build_row, moderate_rows, round_data
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
 from results_helpers import identity, metadata
+from collbench.stats.calibration import MIN_ROWS_FOR_PRIOR
 
 DATA = Path(__file__).resolve().parent / "data"
 H100 = DATA / "h100"

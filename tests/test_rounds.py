@@ -17,6 +17,7 @@ from collbench.run import cpuload, rounds
 from collbench.results.loader import load_result
 from conftest import cli, load_json, mpirun
 from test_reliability import _rank_pid, _start
+from collbench.stats.calibration import MIN_ROWS_FOR_PRIOR
 
 pytestmark = pytest.mark.mpi
 
@@ -330,7 +331,8 @@ def test_round_load_says_what_share_of_their_usable_cores_the_ranks_used():
 
 
 def test_a_side_whose_ranks_lacked_cpu_on_a_busy_machine_is_starved():
-    from collbench.analysis.runs import SideRounds, starvation
+    from collbench.analysis.runs import SideRounds
+    from collbench.stats.holds import starvation
 
     def side(share, busy=1.0, ranks=2):
         return SideRounds([[1.0]], 0, busy, 0.0, {1: 1.0}, 0.0, ("",), share, ranks)
@@ -346,8 +348,8 @@ def test_a_side_whose_ranks_lacked_cpu_on_a_busy_machine_is_starved():
 
 
 def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):
-    from collbench.measure.noise import MIN_ROWS_FOR_PRIOR, noise_model
-    from collbench.measure.runstats import summarize_rounds
+    from collbench.stats.noise import noise_model
+    from collbench.stats.rounds import summarize_rounds
 
     proc = cli(["all", "-n", "2", "--sizes", "8,1K,64K", *QUICK, "--rounds", "3", "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr

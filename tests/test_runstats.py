@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
-from collbench.measure.distributions import f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile, t_two_sided_p
-from collbench.measure import runstats
-from collbench.measure.noise import BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF, SpreadPrior, noise_model
-from collbench.measure.comparison import detectable_change, estimate_change, rounds_needed, within_spread
-from collbench.measure.runstats import drift_between_runs, summarize_rounds
+from collbench.stats.distributions import f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile, t_two_sided_p
+from collbench.stats import runs as runstats
+from collbench.stats.noise import SpreadPrior, noise_model
+from collbench.stats.change import detectable_change, estimate_change, rounds_needed, within_spread
+from collbench.stats.rounds import summarize_rounds
+from collbench.stats.runs import drift_between_runs
 from results_helpers import identity
+from collbench.stats.calibration import BETWEEN_RUNS_FACTOR, MIN_ROWS_FOR_PRIOR, PRIOR_DF
 
 
 @pytest.mark.parametrize("df", [0.7, 1, 2, 3.5, 4, 9, 30, 250, 5000])

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from collbench.measure.stats import median_ci, median_ci_indices, relative_ci_halfwidth, summarize
+from collbench.stats.samples import median_ci, median_ci_indices, relative_ci_halfwidth, summarize
 
 
 @pytest.mark.parametrize("n,ranks", [

@@ -7,11 +7,11 @@ The rules are documented for users in docs/compare.md; in short:
   window, pairs at once);
 * the unit of inference is the round (one launch), never the iterations of one launch: the
   change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
-  interval on the log medians (``comparison.estimate_change``) whose variance also carries the
+  interval on the log medians (``stats.change.estimate_change``) whose variance also carries the
   drift of whole runs made at different times: assumed as a multiple of each row's modelled
   spread, or measured when a file merges three or more runs;
 * each row's spread of rounds is moderated by the trend of the rows' spreads against their time,
-  per stratum (backend setup and timing: ``measure.noise``), as a file's rows are: a stable row
+  per stratum (backend setup and timing: ``stats.noise``), as a file's rows are: a stable row
   among noisy ones keeps a narrow interval, and a noisy one stays wide;
 * every round counts, busy or not, except those whose median lies far above the row's fastest
   (interference, ``noise.clean_rounds``, judged against each side's own sweep): noise from
@@ -24,6 +24,10 @@ The rules are documented for users in docs/compare.md; in short:
 * a row of the baseline that the new run lacks (missing) or has without a value or a round
   median to judge (unmeasured) fails the gate unless it is allowed (``allow_missing``): a run
   that broke must not pass for want of data.
+
+Each row's verdict is worked out in ``stats.verdict`` (its terms, and every constant that sets
+them, in ``stats.calibration``); this module matches the rows, gathers each one's evidence from
+the two files (``analysis.runs``), and lays the verdicts out with the gate's answer.
 """
 
 from __future__ import annotations
@@ -40,45 +44,25 @@ from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError, printable
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import ASSUMED_SETUP, MATCH_FIELDS, PER_BACKEND, Row, RunResult, backend_label
-from collbench.analysis.runs import (ASSUMED_LOG_SD, FileRounds, ab_job, estimate_drift, explained_by,
-                                     round_warnings, starvation, state_reach)
-from collbench.analysis.significance import max_t_adjust
-from collbench.measure.noise import (MIN_CLEAN_SD, MIN_LOG_SD, STATE_ROW_SHARE, fit_trends, machine_state, moderated,
-                                    row_time)
-from collbench.measure.comparison import (Change, Spread, detectable_change, estimate_change, log_change,
-                                         paired_changes, rounds_needed, run_concentration, within_spread)
+from collbench.analysis.runs import FileRounds, ab_job, round_warnings
+from collbench.stats.calibration import (ASSUMED_LOG_SD, DEFAULT_ALPHA, DEFAULT_MIN_DECIDED, DEFAULT_THRESHOLD,
+                                         MIN_CLEAN_SD)
+from collbench.stats.holds import explained_by, starvation, state_reach
+from collbench.stats.verdict import STARVED_WHY, STATE_WHY, Evidence, judge
 
 METRICS = {"time_us_p50": True, "busbw_gbps": False}   # metric -> lower is better
 VERDICTS = ("slower", "faster", "same", "inconclusive", "new", "missing", "unmeasured", "insufficient data")
 #: Rows of the baseline the new run cannot be judged on: they fail the gate unless allowed.
 UNJUDGED = ("missing", "unmeasured")
-DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.05
-#: The share of the rows both files have that a comparison must decide (same, slower or faster)
-#: for its gate to pass: below it the answer is UNDECIDED, exit status 3 (``--min-decided``).
-#: An A/A pair measured in one job on a busy 2-core runner decided 133 of 145 rows (92%); two
-#: stored runs of it decided none (../shared/data/busy-runner/), and then passed a 2.5x slowdown.
-DEFAULT_MIN_DECIDED = 0.8
 #: The exit status of a gate that could not decide enough rows.
 UNDECIDED_STATUS = 3
-#: Why a row was left inconclusive, in words for the line that counts them (``RowComparison.cause``).
-CAUSES = {
-    "state": "the other side's own rounds ran as slow (a state of the machine)",
-    "starved": "a side's ranks got less CPU than the other's",
-    "drift": "the drift between runs hides a change this size",
-    "floor": "rounds spread far above their fastest",
-    "lone": "a lone round ran far faster than the rest",
-    "family": "beyond the threshold alone, not with every row tested",
-    "rounds": "too few rounds",
-    "pairs": "most pairs set aside as interference",
-    "data": "no round medians",
-}
-POWER = 0.8
 #: The most rows one comparison judges. Its max-T adjustment simulates every row together
-#: (``significance.DRAWS`` draws, in chunks of 2,000): about 100 KB and 2-3 ms per row on the 2-core
+#: (``calibration.DRAWS`` draws, in chunks of 2,000): about 100 KB and 2-3 ms per row on the 2-core
 #: VM, so 10,000 rows (the most sizes one sweep measures) take 1.3 GB and 17-35 s in all
 #: (benchmarks/README.md, "Large result files").
 MAX_COMPARED_ROWS = 10_000
+
+
 @dataclass(frozen=True)
 class RowComparison:
     key: tuple                      # values of MATCH_FIELDS
@@ -90,11 +74,11 @@ class RowComparison:
     change_low: float               # 95% CI of the relative change of the metric
     change_high: float
     p_value: Optional[float]        # two-sided, against no change
-    p_adjusted: Optional[float]     # max-T adjusted over every row tested (significance.max_t_adjust)
+    p_adjusted: Optional[float]     # max-T adjusted over every row tested (stats.family.max_t_adjust)
     rounds_baseline: int            # rounds counted on each side (interference set aside)
     rounds_new: int
     noise: str                      # where the run-to-run spread came from: both, baseline, new, assumed
-    detectable: float               # change this comparison detects with 80% power, rows adjusted together
+    detectable: float               # change this comparison detects with POWER, rows adjusted together
     rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
     verdict: str                    # one of VERDICTS
     reason: str = ""                # why a row is inconclusive, or what limited it
@@ -310,134 +294,6 @@ def _lacks(row: Row, side, metric: str) -> str:
     return "" if side.runs else "no round median"
 
 
-@dataclass(frozen=True)
-class _Pending:
-    key: tuple
-    base: Row
-    new: Row
-    base_runs: list                 # counted round medians grouped by run
-    new_runs: list
-    block_var: float = 0.0          # taken as known: how far below the counted rounds each side's fastest lay
-                                    # (runs.SideRounds.floor_var),
-    gap_var: float = 0.0            # and the doubt a lone fast round casts (runs.SideRounds.fast_gap)
-    pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
-    paired_rounds: int = 0          # and the pairs both sides measured, counted or not
-    stratum: tuple = ()             # the row's noise stratum (aggregate.noise_stratum)
-    kept_floor: float = 0.0         # the drift the runs kept beside a merged file's slow runs show
-    change: Optional[Change] = None
-    drift_sd: float = math.nan      # the drift of whole runs the row carries (sd)
-    drift_var: float = 0.0          # the drift's share of the estimate's variance
-    state_var: float = 0.0          # taken as known: a state of the machine moves each row by a share of its own
-    starved: tuple = ()             # (side, log slowdown it can explain) where one side's ranks lacked CPU (starvation)
-    reached: tuple = ((), ())       # (new slower, new faster): how often the other side's set-aside rounds ran
-                                    # that slow, (rounds, of rounds), or () (state_reach)
-
-    @property
-    def time(self) -> float:
-        """The time the row's trend is read at: the median of both sides' counted round medians."""
-        return row_time([m for side in (self.base_runs, self.new_runs) for run in side for m in run])
-
-    @property
-    def concentration(self) -> float:
-        """One run's share of the estimate's drift, both sides together."""
-        return run_concentration(self.base_runs) + run_concentration(self.new_runs)
-
-    @property
-    def known_var(self) -> float:
-        return self.block_var + self.gap_var + self.state_var
-
-
-def _expm1(x: float) -> float:
-    """exp(x) - 1, infinite where it does not fit a float (a CI of rounds a million-fold apart)."""
-    return math.expm1(x) if x < 709.0 else math.inf
-
-
-def _metric_change(c: Change, lower_is_better: bool) -> tuple:
-    """(ratio, CI low, CI high) of the metric's relative change from the log change of times."""
-    if lower_is_better:
-        return c.ratio, _expm1(c.ci_low), _expm1(c.ci_high)
-    return 1.0 / c.ratio, _expm1(-c.ci_high), _expm1(-c.ci_low)
-
-
-def _decide(p: _Pending, p_adj: Optional[float], threshold: float, alpha: float, metric: str,
-            critical: float) -> RowComparison:
-    """The verdict of one row from its change, its adjusted p-value and the threshold."""
-    lower_is_better = METRICS[metric]
-    base_value, new_value = _metric(p.base, metric), _metric(p.new, metric)
-    c = p.change
-    if c is None or not (math.isfinite(base_value) and math.isfinite(new_value)):
-        return RowComparison(p.key, p.base, p.new, base_value, new_value, math.nan, math.nan, math.nan, None, None,
-                             0, 0, "", math.nan, None, "insufficient data", "no round medians to compare",
-                             cause="data")
-    ratio, low, high = _metric_change(c, lower_is_better)
-    detect = detectable_change(c.se, c.df, critical, POWER)
-    # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
-    fixed = p.drift_var + p.known_var               # what more rounds in the same runs do not average out
-    within_sd = math.sqrt(max(c.se ** 2 - fixed, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
-    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=fixed)
-    beyond = abs(ratio - 1.0) > threshold
-    significant = p_adj is not None and p_adj < alpha
-    reason, cause = "", ""
-    reached = p.reached[0 if c.estimate > 0 else 1]       # the other side's slow rounds, in the change's direction
-    if significant and beyond and _starvation_explains(p):
-        verdict, cause = "inconclusive", "starved"
-        reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
-                  f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
-                  f"measure again on a quiet one, or both sides in one job (collbench ab)")
-    elif significant and beyond and 2 * len(p.pairs) < p.paired_rounds:
-        verdict, cause = "inconclusive", "pairs"
-        reason = (f"only {len(p.pairs)} of its {p.paired_rounds} pairs counted, the others set aside as "
-                  "interference: too few to call; measure again on a quieter machine, or more rounds")
-    elif significant and beyond and reached:
-        verdict, cause = "inconclusive", "state"
-        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} of its "
-                  f"{reached[1]} rounds (set aside as interference): a state of the machine that lasted the "
-                  f"other's whole run can do this; measure both sides in one job (collbench ab)")
-    elif significant and beyond:
-        verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
-    elif low >= -threshold and high <= threshold:
-        verdict = "same"
-    else:
-        verdict, cause = "inconclusive", "rounds"
-        if low > threshold or high < -threshold:
-            cause = "family"
-            reason = ("beyond the threshold at 95% for this row alone, not with every row tested at once: "
-                      + ("measure more rounds" if p.pairs else "measure both sides in one job (collbench ab)"))
-        elif needed is None:
-            cause = ("floor" if p.block_var > max(p.drift_var, p.gap_var) else
-                     "lone" if p.gap_var > p.drift_var else "drift" if p.drift_var > 0 else "rounds")
-            reason = ("its rounds spread far above its fastest (a state of the machine that outlasted "
-                      "launches?): measure both sides in one job (collbench ab), or merge more runs into the "
-                      "baseline" if p.block_var > max(p.drift_var, p.gap_var) else
-                      "a lone round ran far faster than those counted: which is the row's own time is "
-                      "uncertain; measure more rounds" if p.gap_var > p.drift_var else
-                      "the drift between runs (or the machine's state) hides a change this size: measure both "
-                      "sides in one job (collbench ab), or merge runs from other times into the baseline"
-                      if p.drift_var > 0 else
-                      "more than 1000 rounds per side would be needed")
-        else:
-            reason = f"needs about {needed} rounds per side"
-    return RowComparison(p.key, p.base, p.new, base_value, new_value, ratio, low, high, c.p_value, p_adj,
-                         c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason, p.drift_sd, cause)
-
-
-#: The words of a row that the other side's own slow rounds kept from a verdict (its warning counts them).
-STATE_WHY = "own rounds ran this slow"
-
-#: The words of a row that starved ranks kept from a verdict, which its warning counts.
-STARVED_WHY = "got less CPU than the other's"
-
-
-def _starvation_explains(p: _Pending) -> bool:
-    """Whether the change lies the way a starved side (``p.starved``) pushes it, and its CI does
-    not clear what the CPU those ranks lacked can explain."""
-    if not p.starved:
-        return False
-    side, explained = p.starved
-    c = p.change
-    return 0 < c.ci_low < explained if side == 1 else -explained < c.ci_high < 0
-
-
 def _starved_warnings(pending: list, decided: dict, names: tuple) -> list:
     """One line per side whose starved ranks kept rows from being called: the table's ``why``
     column says it per row, but a terminal of 80 columns does not show it."""
@@ -472,69 +328,6 @@ def _state_warnings(pending: list, decided: dict, names: tuple) -> list:
             f"inconclusive: {names[0] if slower else names[1]}'s own rounds ran as slow, set aside as interference "
             f"(a state of the machine that can last a run); measure both sides in one job (collbench ab)"
             for slower in (True, False) if held[slower]]
-
-
-def _machine_state(pending: list, drift: tuple, source: str, units: list) -> tuple:
-    """The drift of a stored baseline, judged with the state of the machine in mind: (pending
-    rows with their drift and state terms, drift df, description).
-
-    A shared machine moves between states that outlast launches: a hidden neighbour, a clock,
-    a host's other guests. Every row then moves by a common factor, and each row by a share of
-    it of its own (``STATE_ROW_SHARE``). A baseline merged from runs that met one state cannot
-    see how far the next state lies, so the two sides' whole shift, per stratum and in units of
-    each row's modelled spread (``noise.machine_state``), is one more observation of each row's
-    drift: a uniform change smaller than a few times that can be the machine, and only one
-    interleaved job (``collbench ab``) settles it; one beyond it is called, and so is a change
-    confined to some rows, which does not move the median. Runs of a merged file set aside as a
-    slow state (``FileRounds.slow``) leave the spread of the kept runs as a floor of the drift
-    (two runs measure it poorly)."""
-    (rows_drift, df), measured = drift, source.startswith("measured")
-    states = machine_state([log_change(p.base_runs, p.new_runs) for p in pending], units,
-                           [p.stratum for p in pending])
-    kept_source = "the spread of the runs kept beside those set aside"
-    out, by_state, by_kept, keeps_measured = [], [], False, False
-    for p, sd, (state, whole) in zip(pending, rows_drift, states):
-        seen = state / math.sqrt(p.concentration) if p.concentration > 0 else 0.0
-        if p.kept_floor > max(sd, seen):
-            sd, by_kept = p.kept_floor, True
-        elif seen > sd:
-            sd = seen
-            by_state.append((abs(whole), whole, p.stratum))
-        else:
-            keeps_measured = keeps_measured or measured
-        out.append(dataclasses.replace(p, drift_sd=sd, state_var=(STATE_ROW_SHARE * state) ** 2))
-    if by_state:
-        _, whole, stratum = max(by_state)
-        strata = {p.stratum for p in pending}
-        where = f" ({stratum[0]}, {stratum[1]})" if len(strata) > 1 else ""
-        source = f"the two sides differ as a whole by {math.expm1(whole):+.0%}{where}, as a state of the machine can"
-    elif by_kept:
-        source = kept_source
-    return out, df if keeps_measured else math.inf, source
-
-
-def _time_spreads(pending: list, spreads: dict, assumed_log_sd: float) -> tuple:
-    """(each row's spread moderated by the trend, each row's modelled spread): the rows' spreads
-    of rounds within a run (both sides') fitted per stratum against their time (``noise``), the
-    trend's value at each row, and each measured spread moderated by it (limma-trend, as a
-    file's rows are). Too few rows for a trend: the median of the measured spreads for every
-    row, unmoderated, or ``assumed_log_sd`` where no row has rounds to measure one."""
-    raw = [spreads[p.key] for p in pending]
-    times = [p.time for p in pending]
-    measured = [w.log_sd ** 2 if w.source != "assumed" else math.nan for w in raw]
-    trends = fit_trends([p.stratum for p in pending], times, measured)
-    known = [v for v in measured if math.isfinite(v)]
-    flat = math.sqrt(float(np.median(known))) if known else assumed_log_sd
-    units, out = [], {}
-    for p, w, t in zip(pending, raw, times):
-        prior = trends.variance(t, p.stratum)
-        units.append(max(math.sqrt(prior) if math.isfinite(prior) else flat, MIN_LOG_SD))
-        if w.source == "assumed":
-            out[p.key] = w
-            continue
-        m = moderated(max(w.log_sd, MIN_LOG_SD) ** 2, w.df, prior)
-        out[p.key] = Spread(math.sqrt(m.variance), m.df, w.source)
-    return out, units
 
 
 def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_p50",
@@ -604,7 +397,8 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                       if r in sides[1].by_round) if one_job and comparable else ()
         kept_floor = max((f.kept_spread * max(f.clean_sd(i), MIN_CLEAN_SD) for f, i in zip(files, (b, n))
                           if f.slow and math.isfinite(f.kept_spread) and math.isfinite(f.clean_sd(i))), default=0.0)
-        pending.append(_Pending(key, baseline.rows[b], new.rows[n], sides[0].runs if comparable else [],
+        pending.append(Evidence(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
+                                _metric(new.rows[n], metric), METRICS[metric], sides[0].runs if comparable else [],
                                 sides[1].runs if comparable else [], block_var,
                                 sum(side.fast_gap ** 2 for side in sides), pairs,
                                 min(side.positive for side in sides) if pairs else 0, noise_stratum(baseline.rows[b]),
@@ -613,40 +407,10 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     if len(unmeasured_base) == len(common):
         raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
                          f"and a round median to judge by (a broken baseline?): incomparable")
-    raw = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
-    spreads, units = _time_spreads(pending, raw, assumed_log_sd)
-    if one_job:
-        drift_df, drift_source = math.inf, "none: both sides took turns in one job"
-        pending = [dataclasses.replace(p, drift_sd=0.0) for p in pending]
-    else:
-        drift, drift_source = estimate_drift(units, [[p.base_runs for p in pending], [p.new_runs for p in pending]])
-        pending, drift_df, drift_source = _machine_state(pending, drift, drift_source, units)
-    # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
-    paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
-                                                               [p.known_var for p in pending],
-                                                               strata=[p.stratum for p in pending])))
-    own_var = {}                     # per row: (the variance its own rounds give the estimate, its df)
-    for i, p in enumerate(pending):
-        estimate = paired[p.key]
-        if estimate is not None:
-            own_var[p.key] = (estimate.se ** 2 - p.known_var, estimate.df)
-        else:
-            estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=(p.drift_sd, drift_df),
-                                       known_var=p.known_var)
-            if estimate is not None:
-                w = spreads[p.key]
-                own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new),
-                                  w.df)
-        if estimate is not None:
-            concentration = 0.0 if one_job else p.concentration
-            pending[i] = dataclasses.replace(p, change=estimate, drift_var=p.drift_sd ** 2 * concentration)
-    tested = [p for p in pending if p.change is not None]
-    family = max_t_adjust(
-        [p.change.estimate / p.change.se for p in tested],
-        [own_var[p.key][0] for p in tested], [own_var[p.key][1] for p in tested],
-        [p.drift_var for p in tested], drift_df, known_var=[p.known_var for p in tested], alpha=alpha)
-    adjusted = dict(zip((p.key for p in tested), family.adjusted))
-    by_key = {p.key: _decide(p, adjusted.get(p.key), threshold, alpha, metric, family.critical) for p in pending}
+    judged = judge(pending, one_job=one_job, threshold=threshold, alpha=alpha, assumed_log_sd=assumed_log_sd)
+    pending = judged.evidence
+    by_key = {p.key: RowComparison(p.key, p.base, p.new, p.base_value, p.new_value,
+                                   *dataclasses.astuple(judged.verdicts[p.key])) for p in pending}
     rows = []
     nan = math.nan
     for key, i in base_index.items():
@@ -676,7 +440,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         warnings += _shared_runner(files, (baseline_name, new_name))
     warnings += _starved_warnings(pending, by_key, (baseline_name, new_name))
     warnings += _state_warnings(pending, by_key, (baseline_name, new_name))
-    drifts = [p.drift_sd for p in tested]
-    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), len(tested),
-                      float(np.median(drifts)) if drifts else math.nan, drift_source, allow_missing,
+    drifts = [p.drift_sd for p in pending if p.change is not None]
+    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), judged.tested,
+                      float(np.median(drifts)) if drifts else math.nan, judged.drift_source, allow_missing,
                       fail_on_inconclusive, min_decided)

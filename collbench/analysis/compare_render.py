@@ -6,10 +6,12 @@ import dataclasses
 import json
 import math
 
-from collbench.analysis.compare import CAUSES, MATCH_FIELDS, POWER, VERDICTS, Comparison, RowComparison
+from collbench.analysis.compare import MATCH_FIELDS, VERDICTS, Comparison, RowComparison
 from collbench.measure.sizes import format_size
 from collbench.results.records import SAID_FIELDS, setup_words
 from collbench.results.tables import TableModel, rank_count_text, to_markdown
+from collbench.stats.calibration import POWER
+from collbench.stats.verdict import CAUSES
 
 COMPARISON_SCHEMA = "collbench.comparison"
 COMPARISON_SCHEMA_VERSION = 3     # 3: status, decided, each row's cause

@@ -1,7 +1,7 @@
 """``collbench merge``: several runs of one sweep as one file, their rounds side by side.
 
 A baseline made of runs taken at different times is what lets ``compare`` see how far whole
-runs drift on a machine (``runstats.drift_between_runs``), and gives each row more rounds.
+runs drift on a machine (``stats.runs.drift_between_runs``), and gives each row more rounds.
 Rounds are renumbered one file after the other; each keeps the ``run_id`` of the run it
 came from (files without one, version 1 files among them, get one named after the file), and
 its busy flag. Rows are rebuilt from their rounds; a row missing from some files simply has
@@ -19,6 +19,7 @@ from collbench.results.records import RowIdentity, RunResult, backend_label, win
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.analysis.comparability import metadata_warnings
 from collbench.errors import UsageError, printable
+from collbench.stats.calibration import NOISY_RUN_FACTOR
 
 
 def _bus_factor(row) -> float:
@@ -109,7 +110,7 @@ def _runs_apart(named: list, merged: RunResult) -> list:
     """What a merged baseline should know of its runs, by the rules compare reads it with
     (``runs.FileRounds``): a run set aside as a slow state of the machine, and a run left out
     as noisy."""
-    from collbench.analysis.runs import NOISY_RUN_FACTOR, FileRounds
+    from collbench.analysis.runs import FileRounds
 
     names = {str(r.metadata.get("run_id") or Path(name).name): name for name, r in named}
     rounds = FileRounds.of(merged)

@@ -1,6 +1,6 @@
 """The runs and rounds inside a result file, as compare and report need them: which rounds ran
 on a busy host, which run each round came from, the file's noise model and each row's prior
-from it (``measure.noise``), each row's counted round medians grouped by run (interference set
+from it (``stats.noise``), each row's counted round medians grouped by run (interference set
 aside, ``noise.clean_rounds``), and the drift of whole runs (assumed as a multiple of each
 row's modelled spread, or measured over merged runs)."""
 
@@ -12,104 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collbench.measure.distributions import chi2_quantile
-from collbench.measure.noise import DRIFT_FACTOR, SpreadPrior, clean_rounds, expected_fastest, interference_window
-from collbench.measure.runstats import drift_between_runs, row_clean_sd, slow_runs
 from collbench.results.aggregate import file_noise, noise_stratum
 from collbench.results.records import RunResult
-
-#: Run-to-run spread (sd of log round medians) assumed when neither file has two rounds of a
-#: row: about the largest seen per row on a noisy 2-core VM (benchmarks/README.md), so that a
-#: one-round comparison flags only changes far beyond what launches alone do there.
-ASSUMED_LOG_SD = 0.25
-#: A side whose ranks, on a busy machine, used this much less of their usable cores than the
-#: other side's (``cpuload``'s ``cpu_share``) is starved: beside CPU-bound loops on the 2-core VM
-#: MPI's polling ranks used 62-91% of their cores against 85-99% alone, and without this rule 85
-#: of 200 A/A comparisons beside one loop exited 1; with the ranks pausing between sizes, under
-#: 10%, and rows up to 2.4× slower (benchmarks/README.md, "Starved ranks and step-down max-T").
-STARVED_DEFICIT = 0.15
-
-
-def starvation(sides: tuple) -> tuple:
-    """(which side was starved, 0 or 1, and the log slowdown the CPU it lacked can explain) of
-    one row's two sides (``SideRounds``); () where neither was. A side starved to a share f of
-    the other side's CPU may run 1/f times slower on every rank, and a collective waits for each
-    of the ranks on a host: up to f to the power of minus the ranks per host."""
-    for i in (0, 1):
-        mine, other = sides[i], sides[1 - i]
-        if mine.busy_share < 0.5 or not (math.isfinite(mine.cpu_share) and math.isfinite(other.cpu_share)):
-            continue
-        f = min(1.0, mine.cpu_share / other.cpu_share)
-        if 1.0 - f > STARVED_DEFICIT:
-            return i, -max(mine.ranks_per_host, 1) * math.log(f)
-    return ()
-
-
-#: How alike a row's runs are in the share of their rounds a state of the machine holds, before
-#: the runs say (the intra-class correlation of a beta-binomial; 0: every run alike, 1: each run
-#: wholly in the state or out of it), and the weight of that guess in runs. Set on the files that
-#: made and broke the rule before it (benchmarks/README.md, "Evidence, not presence"): two H100
-#: runs of one code, bcast slow in 1-2 of one run's 5 rounds and in all 5 of the other's, must not
-#: be called a change (p 0.08-0.18 at 0.5); a merged CPU baseline that ran slow in 2-5 rounds of
-#: each of its runs against both ranks on one core in all 10 must be (p 0.002-0.02).
-STATE_RUN_LIKENESS = 0.5
-STATE_LIKENESS_WEIGHT = 1.0
-_MIN_LIKENESS = 0.02
-
-
-def _lbeta(a: float, b: float) -> float:
-    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-
-
-def state_evidence(faster: list, slower: list) -> float:
-    """How likely, were nothing changed, the slower side's runs would each lie in a state of the
-    machine throughout (``slower``: its rounds per run), given how often the faster side's runs
-    were seen there (``faster``: per run, whether each round reached it). Each run's share of
-    rounds in the state is drawn from one beta distribution: its mean from every round of the
-    faster side, its spread between runs from the faster side's runs, moderated towards
-    STATE_RUN_LIKENESS (one run alone cannot tell a state that comes and goes from one that holds
-    whole runs). A small value is evidence of a change; a large one leaves the state as an
-    explanation."""
-    k, n, r = sum(map(sum, faster)), sum(map(len, faster)), len(faster)
-    mean = (k + 0.5) / (n + 1.0)
-    likeness = STATE_RUN_LIKENESS
-    if r >= 2 and n > r:
-        shares = [sum(run) / len(run) for run in faster]
-        spread = float(np.var(shares, ddof=1))
-        per_run = n / r
-        found = (spread / (mean * (1.0 - mean)) - 1.0 / per_run) / (1.0 - 1.0 / per_run)
-        found = min(max(found, _MIN_LIKENESS), 0.99)
-        likeness = (STATE_RUN_LIKENESS * STATE_LIKENESS_WEIGHT + found * (r - 1)) / (STATE_LIKENESS_WEIGHT + r - 1)
-    total = (1.0 - likeness) / likeness
-    a, b = mean * total, (1.0 - mean) * total
-    return math.exp(sum(_lbeta(a + m, b) - _lbeta(a, b) for m in slower if m > 0))
-
-
-def state_reach(sides: tuple, alpha: float) -> tuple:
-    """Per direction — (new slower, new faster) — whether a state of the machine can explain
-    the change: (the faster side's rounds that ran as slow as the slower side's fastest counted
-    round, within the row's interference window; the faster side's rounds), or () where none did
-    or where how often they did is itself evidence of a change (``state_evidence`` below
-    ``alpha``). Noise only adds time, so the slower side's own time lies at or below its fastest
-    round; a state of the machine that held the faster side there in some of its rounds may have
-    held the slower side there in all of its own — but not if the faster side's runs visited it
-    seldom and the slower side's stayed there throughout."""
-    def reached(level: float, slower: SideRounds, faster: SideRounds) -> tuple:
-        seen = [[r >= level for r in run] for run in faster.reach_runs if run]
-        k = sum(map(sum, seen))
-        if not math.isfinite(level) or k == 0:
-            return ()
-        if state_evidence(seen, [len(run) for run in slower.reach_runs]) < alpha:
-            return ()
-        return k, faster.positive
-    base, new = sides
-    return reached(new.fastest, new, base), reached(base.fastest, base, new)
-
-
-def explained_by(starved: tuple) -> str:
-    """The slowdown a starved side's lacking CPU can explain (``starvation``), as a factor."""
-    factor = math.exp(min(starved[1], 700.0))
-    return "over 100×" if factor > 100 else f"{factor:.2g}×"
+from collbench.stats.calibration import ASSUMED_LOG_SD, NOISY_RUN_FACTOR, NOISY_RUN_SHARE
+from collbench.stats.noise import clean_rounds, interference_window
+from collbench.stats.rounds import row_clean_sd
+from collbench.stats.runs import floor_gap, slow_runs
 
 
 def _round_records(result: RunResult) -> list:
@@ -162,7 +70,7 @@ class SideRounds:
                             # which of the two is the row's own time is uncertain by that much
     by_round: dict          # round number -> counted median
     floor_var: float        # how far below its counted mean each run's fastest round lay, squared and
-                            # weighted as one run's drift is (``_floor_gap``)
+                            # weighted as one run's drift is (``stats.runs.floor_gap``)
     run_keys: tuple = ()    # the run id of each group in ``runs``
     cpu_share: float = math.nan   # the median over counted rounds of the share of their usable cores
                                   # the ranks used (``cpu_shares``); nan where a round did not record it
@@ -177,7 +85,7 @@ class SideRounds:
 class FileRounds:
     """A file's rounds as a comparison or a report reads them, worked out once per file: each
     row's prior from the file's noise model, which run and which busy host each round had, and
-    the runs of a merged file set aside as interference (``runstats.slow_runs``)."""
+    the runs of a merged file set aside as interference (``stats.runs.slow_runs``)."""
 
     result: RunResult
     priors: tuple                  # per row: its noise.SpreadPrior, or None without a model
@@ -186,7 +94,7 @@ class FileRounds:
     shares: dict                   # round number -> (share of usable cores the ranks used, ranks per host)
     slow: dict                     # run id -> log distance of its sweep above the fastest run's
     kept_spread: float = math.nan  # with runs set aside: how far the kept runs' sweeps spread (their
-                                   # drift), in units of each row's clean spread (``runstats.slow_runs``)
+                                   # drift), in units of each row's clean spread (``stats.runs.slow_runs``)
     noisy: dict = dataclasses.field(default_factory=dict)   # run id -> its rounds' spread, for runs of a merged
                                    # file that ran in a noisy period (``noisy_runs``): set aside
 
@@ -249,7 +157,9 @@ class FileRounds:
             busy_counted += sum(n in self.busy for n, _ in counted)
             fastest = math.log(min(m for m in medians if _measured(m)))
             logs = np.log([m for _, m in counted])
-            per_run.append((len(logs), float(logs.min()) - fastest, _floor_gap(logs, fastest, self.priors[i])))
+            prior = self.priors[i]
+            per_run.append((len(logs), float(logs.min()) - fastest,
+                            floor_gap(logs, fastest, prior.log_sd if prior is not None else math.nan)))
         total = len(by_round)
         weighted = [(k / total) ** 2 for k, _, _ in per_run]
         shares = [self.shares.get(n) for n in by_round]
@@ -260,15 +170,6 @@ class FileRounds:
                           float(np.median([s for s, _ in shares])) if known else math.nan,
                           max(r for _, r in shares) if known else 0,
                           math.log(min(by_round.values())) if by_round else math.nan, positive, tuple(reach_runs))
-
-
-#: A run of a merged file that had more than NOISY_RUN_SHARE of its rounds set aside as
-#: interference (the median over rows), and more than NOISY_RUN_FACTOR times the other runs'
-#: share, ran in a noisy period: on the busy runner (tests/data/busy-runner) base-3 lost 60% of
-#: its rounds against the others' 20-30%, and its rounds at a pinned run's level let a 2.5x
-#: slowdown pass as a state of the machine on 34 of 145 rows.
-NOISY_RUN_SHARE = 0.5
-NOISY_RUN_FACTOR = 2.0
 
 
 def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
@@ -297,42 +198,10 @@ def _measured(median) -> bool:
     return median is not None and math.isfinite(median) and median > 0
 
 
-def _floor_gap(logs: np.ndarray, fastest: float, prior: SpreadPrior) -> float:
-    """Noise only adds time, so a row's own time may lie as low as a run's fastest round rather
-    than at the mean of those counted: how far the fastest lies below that mean beyond what the
-    row's modelled spread (or, without a model, the counted rounds' own) puts there. Squared and
-    weighted by the run's share of the side's counted rounds squared (all of it for a side of
-    one run), it is what keeps a stored baseline honest about states of the machine that
-    outlast launches: on the calibration VM a quiet run now and then has one collective 25-35%
-    slower in nine launches of ten, and only the tenth shows what it could do. Two sides of
-    one interleaved job share such states pair by pair and do not need it."""
-    sd = prior.log_sd if prior is not None and math.isfinite(prior.log_sd) else \
-        float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
-    return max(0.0, float(logs.mean()) - fastest + sd * expected_fastest(len(logs)))
-
-
 def ab_job(result: RunResult) -> str:
     """The interleaved A/B job a file is one side of (``collbench ab``); "" for an ordinary run."""
     ab = result.metadata.get("ab")
     return str(ab.get("job", "")) if isinstance(ab, dict) else ""
-
-
-def estimate_drift(units: list, sides: list) -> tuple:
-    """((per-row sd, df), description) of the drift of whole runs: DRIFT_FACTOR times each row's
-    modelled spread of rounds within a run (``units``), or the multiple of it that a side merged
-    from enough runs measured, whichever is larger. ``sides``: per side, every row's rounds
-    grouped by run, in the order of ``units``. One machine-wide factor, felt by each row in
-    proportion to its noise."""
-    best = ((DRIFT_FACTOR, math.inf), f"assumed: {DRIFT_FACTOR:g} × each row's modelled spread of rounds")
-    for rows in sides:
-        found = drift_between_runs(rows, units)
-        # A side of several runs that drifted clearly more than assumed (beyond the 95th
-        # percentile of what the assumption allows for that many runs) overrules it.
-        if found is not None and found[0] ** 2 > DRIFT_FACTOR ** 2 * chi2_quantile(0.95, found[1]) / found[1] \
-                and found[0] > best[0][0]:
-            best = (found, f"measured over {int(found[1]) + 1} runs")
-    (factor, df), source = best
-    return ([factor * u for u in units], df), source
 
 
 def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,

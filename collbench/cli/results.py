@@ -14,6 +14,7 @@ from collbench.cli.streams import asked_for
 from collbench.errors import printable
 
 from collbench.cli import params
+from collbench.stats.calibration import DEFAULT_ALPHA
 
 def _console():
     from rich.console import Console
@@ -181,7 +182,7 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
     table says, per row, the smallest change a comparison of its rounds would detect, and
     whether rows are too noisy to gate on at --threshold.
     """
-    from collbench.analysis.compare import DEFAULT_ALPHA, parse_threshold
+    from collbench.analysis.compare import parse_threshold
     from collbench.analysis.report import build_report, per_rank_view, report_tables
     from collbench.errors import UsageError
 

@@ -1,6 +1,6 @@
 """The measurement loop for one (benchmark, backend, size): warm-up, check, timed iterations,
 stop rule and cross-rank reduction, for every kind of benchmark. It talks to backends only
-through ``Bound`` and ``Control``; statistics come from ``collbench.measure.stats``.
+through ``Bound`` and ``Control``; statistics come from ``collbench.stats.samples``.
 
 The timing (``collbench.measure.timings``) decides what a sample is: one call timed on the host
 (latency), k back-to-back calls (throughput), a replay of k calls captured in a CUDA graph
@@ -27,7 +27,7 @@ import numpy as np
 
 from collbench.backends.base import Bound, Control
 from collbench.benchmarks.base import Benchmark, Roles
-from collbench.measure.stats import relative_ci_halfwidth
+from collbench.stats.samples import relative_ci_halfwidth
 from collbench.measure.timings import TIMINGS
 
 timer = time.perf_counter

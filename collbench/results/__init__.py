@@ -10,7 +10,7 @@ built from their rounds), ``loader`` (reading files of every schema version), ``
 journal when rank 0 could not write them), ``ranks`` (each row's slowest and outlier ranks,
 from its rounds' per-rank times).
 
-May import: ``collbench.errors``, ``collbench.measure`` (statistics, sizes),
+May import: ``collbench.errors``, ``collbench.stats``, ``collbench.measure`` (sizes),
 ``collbench.benchmarks.registry``, numpy, rich; pandas in ``dataframe`` alone, which nothing on
 the measuring path imports.
 """

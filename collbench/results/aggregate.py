@@ -5,7 +5,7 @@
 * Several rounds: ``time_us_p50`` is the geometric mean of the round medians, rounds set aside
   as interference left out — which ones, by the row's own rounds alone (``noise.own_rounds``),
   so that no other row, merge or sweep moves it — and its CI comes from their spread
-  (``runstats.summarize_rounds``), moderated by the file's noise model (``measure.noise``) by
+  (``runstats.summarize_rounds``), moderated by the file's noise model (``stats.noise``) by
   ``moderate_rows`` once the rows of a run are known (the model shapes only the interval and
   whether a row's rounds disagree, ‡); mean, min, percentiles and max are over
   the samples of every round; the check is the worst round's; ``precision_reached`` only if
@@ -24,9 +24,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths, windows_sent
-from collbench.measure.noise import NoiseModel, noise_model
-from collbench.measure.runstats import summarize_rounds
-from collbench.measure.stats import summarize
+from collbench.stats.noise import NoiseModel, noise_model
+from collbench.stats.rounds import summarize_rounds
+from collbench.stats.samples import summarize
 
 
 def _median(values) -> float:
@@ -106,7 +106,7 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
 
 
 def noise_stratum(row) -> tuple:
-    """The stratum of a row's noise (``measure.noise``): its backend setup and its timing. Rows of
+    """The stratum of a row's noise (``stats.noise``): its backend setup and its timing. Rows of
     one stratum meet the same machine through the same code path; a trend against their time
     covers what their sizes change."""
     return backend_label(row), row.timing

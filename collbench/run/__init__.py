@@ -7,6 +7,6 @@ shuffled order), ``cpuload`` (how much CPU other processes took during a round: 
 groups of ``--split`` that measure at once), ``pairing`` (which pairs ``collbench pairs``
 measures, and which at once), ``ab`` (the two sides of ``collbench ab``, launched in turns).
 
-May import: every package below it: ``measure``, ``benchmarks``, ``backends``, ``launch``,
+May import: every package below it: ``stats``, ``measure``, ``benchmarks``, ``backends``, ``launch``,
 ``results``, and ``collbench.errors``, numpy; never mpi4py or torch itself (the backends do).
 """

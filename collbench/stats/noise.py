@@ -32,58 +32,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from collbench.measure.distributions import f_quantile, normal_quantile
+from collbench.stats.distributions import f_quantile, normal_quantile
+from collbench.stats.calibration import (DISAGREE_LEVEL, INTERFERENCE_WIDTH, MIN_CLEAN_SD, MIN_LOG_SD,
+                                         MIN_ROUNDS_TO_SET_ASIDE, MIN_ROWS_FOR_PRIOR, OWN_WIDTH, OWN_WIDTH_FEW,
+                                         PRIOR_DF, STATE_LOG_SHIFT, STATE_SEEN_SHARE)
 
-#: The smallest spread (sd of log medians) a row is taken to have: identical round medians (a
-#: rounded file, a synthetic test) must not make every difference significant.
-MIN_LOG_SD = 0.001
-#: Weight of the trend's prior, in degrees of freedom, against a row's own spread (a moderated t,
-#: as in limma): a few rounds that happen to agree cannot promise more than rows like it allow.
-#: Calibrated by benchmarks/coverage.py.
-PRIOR_DF = 4.0
-#: Rows with two or more rounds a stratum needs for a trend of its own; the file needs as many
-#: for any.
-MIN_ROWS_FOR_PRIOR = 8
-#: A row's CI within a sweep also carries the spread between whole runs, taken as this many times
-#: the row's modelled spread: the rounds of one run agree more closely than runs do (a machine
-#: state outlasts a launch). On ten quiet runs of the calibration VM the CIs from the rounds alone
-#: held what the other nine runs settled on for 25% of 1450 rows; with this term, for 96%
-#: (benchmarks/coverage.py, "next runs").
-BETWEEN_RUNS_FACTOR = 1.5
-#: Whole runs made minutes apart move together by this fraction of each row's modelled spread of
-#: rounds, unless a file merged from three or more runs measures more. Calibrated on a shared
-#: 2-core VM, where it measured about 0.6 (benchmarks/README.md).
-DRIFT_FACTOR = 0.75
-#: How far a state of the machine may move a whole sweep (log): states that outlast launches moved
-#: every row by +11…+18% on a quiet VM and +4…+21% beside a CPU-heavy neighbour
-#: (benchmarks/README.md). A stored baseline's comparison reads the two sides' whole shift, up to
-#: this, as possibly the machine's.
-STATE_LOG_SHIFT = 0.15
-#: How unevenly such a state moves the rows: each by a share of its own, of this sd relative to the
-#: whole shift (0.33-0.46 measured: allreduce and barrier more, bcast and gather less).
-STATE_ROW_SHARE = 0.45
-#: A round more than this many clean spreads above the row's fastest round is set aside as
-#: interference. Ten clean rounds span about 3 spreads (with 5, 0.4% of ordinary lognormal rounds
-#: are set aside; with 4, 2-4%); what a neighbour adds is 10-100 of them on a quiet machine's scale
-#: (benchmarks/README.md, "the estimator").
-INTERFERENCE_WIDTH = 5.0
-#: The clean spread is never taken as smaller than this (a window of 2.5%): rounds that agree to
-#: the timer's last digit must not make every ordinary difference interference.
-MIN_CLEAN_SD = 0.005
-#: Rounds set aside above a row's counted ones are interference — or a state of the machine that
-#: a whole run may spend in. Where at least this share of a row's rounds ran at a level, that
-#: level is one its next run may settle on (``state_level``): a row's CI reaches up to it, and
-#: compare does not blame the code for a side that ran there (``analysis.runs.state_reach``).
-#: On ten runs of one H100 the overhead-bound rows' CIs held what the other nine settled on for
-#: 70% of rows without it and 96% with it, and two sessions there no longer call bcast 20-87%
-#: slower. The share trades power for it: with any one set-aside round taken as a state, the CPU
-#: calibration's pinned runs had 72.8% of rows called slower (90.3% without the rule); with a
-#: fifth, 82.9% (benchmarks/README.md, "States the other side was seen in").
-STATE_SEEN_SHARE = 0.2
-#: A row's rounds spread beyond its trend (‡, ``RoundsSummary.disagree``) when their variance
-#: exceeds the trend's by more than the F distribution of the two allows at this level: about one
-#: row in a hundred of a file the model describes.
-DISAGREE_LEVEL = 0.01
 
 #: The shapes the trend is fitted over: w = 0 (flat), 1 (absolute jitter only) and between them
 #: evenly in log(w / (1 − w)), from an absolute jitter felt only by rows 10⁴ times shorter than the
@@ -153,18 +106,6 @@ def clean_rounds(medians: Sequence[float], clean_sd: float) -> np.ndarray:
     ``clean_sd`` nan: every positive median counts. The rule for whole runs' rounds judged in
     a file's units (``analysis.runs``); a row's own rounds: ``own_rounds``."""
     return _within(medians, interference_window(clean_sd))
-
-
-#: A row needs this many rounds before any is set aside: with fewer, its own rounds cannot tell
-#: interference from its ordinary spread, and every round counts.
-MIN_ROUNDS_TO_SET_ASIDE = 4
-#: A row's own window is OWN_WIDTH + OWN_WIDTH_FEW / (n − 3) spreads of its n rounds' lower half:
-#: wide enough that a row of ordinary lognormal rounds loses one in about 1% of rows (simulated,
-#: 20,000 rows for each n: 0.2% at 4 rounds, 1.5% at 5, 0.6% at 10 and 20), since its spread is
-#: estimated from its own few rounds; it sets aside a round 20 spreads up in 67% of rows of 5
-#: rounds and all rows of 10 (benchmarks/README.md, "A row's number is its own").
-OWN_WIDTH = 6.5
-OWN_WIDTH_FEW = 19.0
 
 
 def own_scale(logs: np.ndarray) -> float:

@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from collbench.stats.calibration import DRAWS
 
-DRAWS = 20_000
 CHUNK = 2_000
 #: At most this many values (draws × rows, float64) in one array of the simulation: the draws go
 #: in chunks of CHUNK, fewer when the rows are many, so that its memory is bounded (a few arrays of

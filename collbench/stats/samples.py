@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from collbench.measure.distributions import normal_quantile
+from collbench.stats.distributions import normal_quantile
+from collbench.stats.calibration import CONFIDENCE
 
-CONFIDENCE = 0.95
 _EXACT_BINOMIAL_MAX_N = 1000
 
 

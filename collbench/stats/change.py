@@ -4,7 +4,7 @@ of rounds): pure functions on the log scale, as ``runstats`` (no MPI).
 * ``within_spread`` and ``estimate_change`` — the change between two sets of runs of round
   medians (ratio of geometric means) with its CI and p-value. Two kinds of noise: the rounds of
   one run spread around the run's mean, and whole runs made at different times drift together
-  (``runstats.drift_between_runs``). Rounds average out the first only; the second needs
+  (``stats.runs.drift_between_runs``). Rounds average out the first only; the second needs
   separate runs.
 * ``paired_changes`` — the same for the pairs of one interleaved job.
 * ``detectable_change`` and ``rounds_needed`` — what a given spread lets a comparison see.
@@ -18,9 +18,10 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.measure.distributions import t_quantile, t_two_sided_p
-from collbench.measure.noise import MIN_LOG_SD, fit_trends, moderated
-from collbench.measure.runstats import CONFIDENCE, log_runs, within_run_squares
+from collbench.stats.distributions import t_quantile, t_two_sided_p
+from collbench.stats.noise import fit_trends, moderated
+from collbench.stats.runs import log_runs, within_run_squares
+from collbench.stats.calibration import CONFIDENCE, MIN_LOG_SD
 
 
 @dataclass(frozen=True)
