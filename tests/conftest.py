@@ -11,6 +11,36 @@ from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
 FAST = ["--iters", "10", "--warmup", "1", "--rounds", "1"]   # one round: tests of rounds say so
 
 
+def pytest_configure(config):
+    """``pytest -m "not live"``: the tests that run in this process alone. A test is live when
+    it starts a process (real ranks, a launcher, the command line in a subprocess, pip): rather
+    than a list kept by hand, any attempt to start one skips the test there, fixtures of a wider
+    scope included, so a new test is sorted by what it does."""
+    config.addinivalue_line("markers", "live: starts a process (skipped as soon as it tries under -m 'not live')")
+    if "not live" in (config.getoption("markexpr", "") or ""):
+        _processes_skip()
+        # a line per live test skipped would bury the answer: they are counted at the end instead
+        config.option.reportchars = (config.option.reportchars or "").replace("a", "fEX").replace("s", "")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    live = [r for r in terminalreporter.stats.get("skipped", []) if "live: it starts a process" in str(r.longrepr)]
+    if live:
+        terminalreporter.write_line(f"{len(live)} live tests skipped where they started a process (run the whole suite "
+                                    "for them)")
+
+
+def _processes_skip() -> None:
+    import multiprocessing.context
+
+    def live(*_args, **_kwargs):
+        pytest.skip("live: it starts a process", allow_module_level=True)
+
+    subprocess.Popen._execute_child = live
+    os.fork = os.posix_spawn = os.posix_spawnp = os.system = live
+    multiprocessing.context.BaseContext.Process = live
+
+
 def cli(args, cwd, *, timeout=120, env=None, input=None):
     """Run ``python -m collbench ARGS`` for real; returns the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
