@@ -21,6 +21,20 @@ def test_readme_quick_start_runs_all_on_embedded_mpich():
     assert '".[mpich]"' in first and "collbench all -n 2" in first
 
 
+def test_the_readme_stays_a_front_page_and_its_links_lead_somewhere():
+    """It had grown to 13.8 KB; the rest belongs in docs/."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) < 12 * 1024
+    for target, anchor in re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", readme):
+        text = (ROOT / target).read_text()
+        if anchor:
+            headings = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+                        for h in re.findall(r"^#+ (.*)$", text, re.M)}
+            assert anchor in headings, f"{target}#{anchor}"
+
+
 def _recipe_commands(recipe: str) -> list:
     """docs/ci-recipe.md's recipe: the baseline's commands, then the GitHub Actions job's, in order
     (a YAML step's ``run: `` taken off)."""
