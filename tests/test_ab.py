@@ -29,12 +29,23 @@ SERIES = sweep(sizes=(8, 64, 512, 4096, 32768), backends=("mpi", "mpi-pickle"))
     (["--a-label", "a/b", "--", "allreduce"], "bad side label"),
     (["--b-python", "/nonexistent/python", "--", "allreduce"], "--b-python /nonexistent/python"),
     (["--", "allreduce", "--sizes", "1X"], "size"),
+    (["--", "pairs", "--pair", "0,1"], "--pair"),
+    (["--", "pairs", "--window", "4"], "--window applies to --metric bw only"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says, run_dir):
     proc = cli(["ab", *args], run_dir)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_pairs_runs_as_any_measuring_command(run_dir):
+    """ab -- pairs -n 2 failed with AttributeError in parse_sizes, and KeyError 'pair' with --sizes."""
+    proc = cli(["ab", "-o", "pp", "--", "pairs", "-n", "2", "--sizes", "8", "--rounds", "2", "--iters", "20"], run_dir)
+    assert proc.returncode in (0, 3), proc.stderr
+    assert "Traceback" not in proc.stderr
+    rows = [load_result(run_dir / f"pp-{side}.json").rows for side in "ab"]
+    assert [r.pair for r in rows[0]] == [r.pair for r in rows[1]] == ["0-1"]
 
 
 def test_bad_input_leaves_no_results_folder_behind(run_dir):

@@ -133,6 +133,9 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         ctx = target.make_context(name, list(args[1:]) + ["-o", str(paths[0])] + (["--force"] if force else []))
         benches = target.benchmarks
         opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
+        if hasattr(target, "plan_options"):            # pairs: its own options make the plan's
+            opts = target.plan_options(ctx)
+            collectives = (opts["pairing"].benchmark,)
         backends_of = []
         for side in made:
             side_opts = {**opts, "backend": side.backend or opts["backend"]}

@@ -147,21 +147,29 @@ def _pairs_command():
         and hosts that lie far from the median of comparable pairs (same host, across hosts);
         collbench plot draws it as a heat map.
         """
+        opts = plan_options(ctx)
+        _bench((opts["pairing"].benchmark,), **opts)
+
+    def plan_options(ctx) -> dict:
+        """The measuring options of a parsed ``pairs`` command line (``collbench ab`` reads them too)."""
         from collbench.errors import UsageError
         from collbench.run.pairing import Pairing
 
+        opts = dict(ctx.params)
+        metric, sizes = opts.pop("metric"), opts.pop("sizes")
+        cross_host, per_host, serial = opts.pop("cross_host"), opts.pop("per_host"), opts.pop("serial")
         window_given = ctx.get_parameter_source("window") is not click.core.ParameterSource.DEFAULT
         if metric == "latency" and window_given:
             raise UsageError("--window applies to --metric bw only (pingpong sends one message at a time)")
         select = "per-host" if per_host else "cross-host" if cross_host else "all"
         pairing = Pairing(metric=metric, select=select, serial=serial)
-        opts = {**defaults_without(benches, leave_out=own), **opts,
+        return {**defaults_without(benches, leave_out=own), **opts,
                 "sizes": sizes if sizes is not None else ("8" if metric == "latency" else "1M"), "pairing": pairing}
-        _bench((pairing.benchmark,), **opts)
 
     made = cli.command("pairs", cls=BenchCommand)(pairs_command)
     made.benchmarks = tuple(benches)
     made.refused = {"pair": "it measures every pair (--cross-host and --per-host choose which)"}
+    made.plan_options = plan_options
     return made
 
 
