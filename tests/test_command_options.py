@@ -160,3 +160,18 @@ def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(t
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("collbench: error: -n 100000: 100000 ranks on this host would need about ")
     assert "fit here" in line and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kind, text", [("whole", "٢"), ("whole", "５"), ("whole", "1_0"), ("number", "٠.٥"),
+                                        ("number", "1_0.5"), ("share", "٥٠%"), ("share", "0.5_0")])
+def test_numbers_are_spelled_one_way_everywhere(kind, text):
+    """-n ٢, --rounds ٢, --max-time ٠.٥ and 1_0 ran, while --sizes and CSV cells refused them."""
+    import click
+
+    from collbench.cli import params
+
+    kinds = {"whole": params.Whole(min=1), "number": params.MAX_TIME, "share": params.SHARE}
+    with pytest.raises(click.BadParameter) as info:
+        kinds[kind].convert(text, None, None)
+    assert "digits 0-9" in str(info.value)
+    assert kinds[kind].convert({"whole": "12", "number": "0.5", "share": "50%"}[kind], None, None) > 0

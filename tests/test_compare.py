@@ -48,7 +48,7 @@ def test_parse_threshold(text, value):
     assert parse_threshold(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["5", "abc", "-1%", "nan", "%", "inf"])
+@pytest.mark.parametrize("text", ["5", "abc", "-1%", "nan", "%", "inf", "٥%", "５%", "1_0%", "1e308%", "1001%"])
 def test_parse_threshold_rejects(text):
     with pytest.raises(UsageError) as info:
         parse_threshold(text)

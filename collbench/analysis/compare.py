@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
@@ -193,15 +194,23 @@ class Comparison:
                 and r.detectable > self.threshold]
 
 
+#: A number as --sizes and the CSV loader read one: ASCII digits, no "_".
+_PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+#: The largest --threshold: a change of more than 10x either way is beyond any gate's question.
+MAX_THRESHOLD = 10.0
+
+
 def parse_threshold(text) -> float:
     """``5%`` or ``0.05`` -> 0.05. A bare number of 1 or more is ambiguous and refused."""
     raw = str(text).strip()
-    try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise UsageError(f"bad --threshold {raw!r}: expected a percentage like 5% or a fraction like 0.05") from None
+    if not _PLAIN_NUMBER.fullmatch(raw[:-1] if raw.endswith("%") else raw):     # "٥%", "1_0%": not here
+        raise UsageError(f"bad --threshold {printable(raw)!r}: expected a percentage like 5% or a fraction like 0.05, "
+                         "in the digits 0-9")
+    value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"bad --threshold {raw!r}: must be a non-negative percentage like 5%")
+    if value > MAX_THRESHOLD:
+        raise UsageError(f"bad --threshold {raw!r}: over {MAX_THRESHOLD:.0%} no change could fail the gate")
     if value >= 1 and not raw.endswith("%"):
         raise UsageError(f"bad --threshold {raw!r}: ambiguous; write {raw}% or {value / 100:g}")
     return value

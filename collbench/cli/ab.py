@@ -43,7 +43,7 @@ def _side_options(letter: str):
               show_default=True, help="Median time or bus bandwidth.")
 @click.option("--alpha", type=params.ALPHA, default=0.05, show_default=True,
               help="Family-wise significance level (max-T over the rows).")
-@click.option("--seed", type=click.IntRange(min=0, max=2**31 - 1), default=None,
+@click.option("--seed", type=params.Whole(min=0, max=2**31 - 1), default=None,
               help="Seed of the pair order and of the sizes' order [default: random, recorded].")
 @click.option("-f", "--format", "fmt", type=click.Choice(("table", "markdown", "json")), default="table",
               show_default=True, help="How the comparison is printed.")

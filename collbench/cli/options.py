@@ -38,7 +38,7 @@ _OPTIONS = (
         "-s", "--sizes", default="8-1M", show_default=True,
         help="Sizes: 1K-1G (powers of 2), 8-1M:x4, 1K-64K:+8K, 8,1K,1M; K/M/G are 1024-based.")),
     ("nprocs", click.option(
-        "-n", "--np", "nprocs", type=int, default=None,
+        "-n", "--np", "nprocs", type=params.Whole(), default=None,
         help="Ranks to launch when no launcher is used [default: GPUs for nccl, else min(cpus, 4), at least 2].")),
     ("dtype", click.option(
         "-d", "--dtype", default="float32", show_default=True,
@@ -46,12 +46,12 @@ _OPTIONS = (
     ("op", click.option("--op", default="sum", show_default=True,
                         help="Reduction: sum, max, min, prod; land, lor, band, bor (integer dtypes); maxloc, minloc "
                              "(mpi, mpi-pickle); avg (gloo, nccl).")),
-    ("root", click.option("--root", type=int, default=0, show_default=True, help="Root rank.")),
+    ("root", click.option("--root", type=params.Whole(), default=0, show_default=True, help="Root rank.")),
     ("pair", click.option(
         "--pair", type=params.PAIR, default=(0, 1), show_default=True,
         help="The two ranks that exchange messages; the first starts each exchange and is timed.")),
     ("window", click.option(
-        "--window", type=click.IntRange(min=1, max=MAX_WINDOW), default=64, show_default=True,
+        "--window", type=params.Whole(min=1, max=MAX_WINDOW), default=64, show_default=True,
         help="Messages in flight per sample, closed by one acknowledgement (OSU's window).")),
     ("split", click.option(
         "--split", type=params.SPLIT, default=None,
@@ -91,13 +91,13 @@ _OPTIONS = (
         help="How collbench's own launch binds its ranks: none (free to move), core (one core each) [default: "
              "none]; under your launcher, bind with it (mpiexec -bind-to core, srun --cpu-bind=cores).")),
     ("iters", click.option(
-        "--iters", type=int, default=None, callback=_positive_int("--iters"),
+        "--iters", type=params.Whole(), default=None, callback=_positive_int("--iters"),
         help="Fixed timed iterations per size and round [default: adaptive].")),
     ("warmup", click.option(
-        "--warmup", type=click.IntRange(min=0), default=5, show_default=True,
+        "--warmup", type=params.Whole(min=0), default=5, show_default=True,
         help="Untimed iterations per size, after the first call.")),
     ("min_iters", click.option(
-        "--min-iters", type=click.IntRange(min=1), default=10, show_default=True,
+        "--min-iters", type=params.Whole(min=1), default=10, show_default=True,
         help="Fewest timed iterations in adaptive mode, where --max-time allows (the row says when not).")),
     ("max_time", click.option(
         "--max-time", type=params.MAX_TIME, default=1.0, show_default=True,
@@ -107,11 +107,11 @@ _OPTIONS = (
         "--precision", type=params.PRECISION, default=0.02, show_default=True,
         help="Stop when the median's 95% CI half-width is this fraction of the median.")),
     ("rounds", click.option(
-        "--rounds", type=click.IntRange(min=1, max=MAX_ROUNDS), default=DEFAULT_ROUNDS, show_default=True,
+        "--rounds", type=params.Whole(min=1, max=MAX_ROUNDS), default=DEFAULT_ROUNDS, show_default=True,
         help="Measure the whole sweep this many times: fresh launches when collbench starts the ranks, "
              "fresh communicators and buffers under your launcher.")),
     ("seed", click.option(
-        "--seed", type=click.IntRange(min=0, max=2**31 - 1), default=None,
+        "--seed", type=params.Whole(min=0, max=2**31 - 1), default=None,
         help="Seed of the shuffled measurement order [default: random, recorded].")),
     ("shuffle", click.option(
         "--shuffle/--no-shuffle", default=True, show_default=True,

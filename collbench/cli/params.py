@@ -8,9 +8,38 @@ finite and inside stated bounds, or the command stops with one line naming the o
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 import click
+
+#: Numbers as --sizes and the CSV loader read them: ASCII digits, no "_" between them. Python's
+#: int() and float() also take "٢", "５" and "1_0", which --rounds, --threshold and the others took
+#: while --sizes refused them: one spelling everywhere.
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def spelled_apart(text: str, *, whole: bool = False) -> bool:
+    """Whether ``text`` is a number Python reads but collbench does not: digits other than
+    ASCII's, or "_" between them (``inf`` and ``nan`` are refused elsewhere, as not finite)."""
+    text = text.strip()
+    if (_INTEGER if whole else _DECIMAL).fullmatch(text):
+        return False
+    try:
+        int(text) if whole else float(text)
+    except ValueError:
+        return False
+    return not (not whole and text.lower().lstrip("+-") in ("inf", "infinity", "nan"))
+
+
+class Whole(click.IntRange):
+    """click's IntRange, in ASCII digits only."""
+
+    def convert(self, value, param: Optional[click.Parameter], ctx: Optional[click.Context]):
+        if isinstance(value, str) and spelled_apart(value, whole=True):
+            self.fail(f"{value!r}: write it in the digits 0-9, without '_'", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 class Bounded(click.ParamType):
@@ -26,6 +55,8 @@ class Bounded(click.ParamType):
         if isinstance(value, float) and math.isfinite(value):
             number = value
         else:
+            if spelled_apart(str(value)):
+                self.fail(f"{value!r}: write it in the digits 0-9, without '_'", param, ctx)
             try:
                 number = float(str(value).strip())
             except ValueError:
@@ -64,6 +95,8 @@ class Share(click.ParamType):
         if isinstance(value, float):
             return value
         text = str(value).strip()
+        if spelled_apart(text[:-1] if text.endswith("%") else text):
+            self.fail(f"{value!r}: write it in the digits 0-9, without '_'", param, ctx)
         try:
             number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
         except ValueError:
