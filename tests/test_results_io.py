@@ -343,3 +343,17 @@ def test_the_published_schema_is_the_one_the_rows_declare_and_files_follow_it(tm
     del broken["rows"][1]["backend"]
     assert _violations(broken, published) == ["$.rows[0].size_bytes: -8 below 0", "$.rows[1]: lacks backend"]
     assert json.loads(run_cli(["schema"], tmp_path).stdout) == published
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_a_file_holding_a_row_twice_is_refused_by_every_command_alike(tmp_path, suffix):
+    """report and plot printed the row twice ("mean over 3 sizes" for 2); compare and export
+    refused: now the loader, which every command reads through, refuses it."""
+    from collbench.results.loader import load_result
+    from results_helpers import run_of, sweep, write
+
+    doubled = run_of(sweep(sizes=(8, 64)), rounds=2)
+    doubled.add(doubled.rows[0], doubled.rounds[0])
+    path = write(doubled, tmp_path / f"dup{suffix}")
+    with pytest.raises(UsageError, match=r"dup\.(json|csv): two rows for allreduce mpi 8 B latency"):
+        load_result(path)

@@ -45,8 +45,8 @@ from pathlib import Path
 from collbench.errors import UsageError, printable
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES, LONGEST_TEXT,
-                                      MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row, RunResult, older_value, tidy_library_version,
-                                      windows_sent)
+                                      MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row,
+                                      RunResult, backend_label, older_value, tidy_library_version, windows_sent)
 
 #: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
 #: samples) is a few hundred MB, and a file is held twice while it is decoded.
@@ -662,6 +662,17 @@ def load_result(path) -> RunResult:
     del data
     if _BLANK.match(text):
         raise UsageError(f"{name}: empty file")
-    if is_csv:
-        return _load_csv(name, text)
-    return _load_json(name, text)
+    result = _load_csv(name, text) if is_csv else _load_json(name, text)
+    _one_row_each(name, result)
+    return result
+
+
+def _one_row_each(name: str, result: RunResult) -> None:
+    """A run measures each row once: a file holding one twice (an edit, a bad merge) is refused
+    by every command alike (report printed the row twice and averaged over it, compare refused)."""
+    seen: set = set()
+    for row in result.rows:
+        if row.key() in seen:
+            raise UsageError(f"{name}: two rows for {row.collective} {backend_label(row)} {row.size_bytes} B "
+                             f"{row.timing}; a file holds one run, each row once")
+        seen.add(row.key())
