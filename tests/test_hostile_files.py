@@ -87,6 +87,16 @@ def _medians(value):
     return _each_row(change)
 
 
+def _no_time(value, rows=lambda row: True):
+    """The rows' p50 and every round median set to ``value``: a row that measured nothing (a p50
+    that its finite round medians contradict is a corrupt file, refused: test_results_io)."""
+    def change(row):
+        if rows(row):
+            row["time_us_p50"] = value
+            _medians(value)({"rows": [row]})
+    return _each_row(change)
+
+
 # --- what is not a result file ------------------------------------------------------------------
 
 READERS = [("compare (new)", lambda f: ["compare", "good.json", f]),
@@ -411,7 +421,7 @@ def test_the_round_medians_of_a_csv_count_among_its_values(files, monkeypatch):
 
 
 def test_minus_zero_is_zero_and_a_zero_median_cannot_be_judged(files):
-    path = _broken(files, "zero.json", _each_row(lambda r: r.__setitem__("time_us_p50", -0.0)))
+    path = _broken(files, "zero.json", _no_time(-0.0))
     run = load_result(path)
     assert all(r.time_us_p50 == 0.0 and math.copysign(1, r.time_us_p50) == 1 for r in run.rows)
     assert {r.verdict for r in compare_runs(load_result(files / "good.json"), run).rows} == {"unmeasured"}
@@ -422,7 +432,7 @@ def test_minus_zero_is_zero_and_a_zero_median_cannot_be_judged(files):
 def test_a_new_run_without_median_times_fails_the_gate_and_names_its_rows(files):
     """Every time_us_p50 null (how JSON writes an uncomputable number): compare said
     "insufficient data" and passed the gate."""
-    new = load_result(_broken(files, "null.json", _each_row(lambda r: r.__setitem__("time_us_p50", None))))
+    new = load_result(_broken(files, "null.json", _no_time(None)))
     c = compare_runs(load_result(files / "good.json"), new, baseline_name="good.json", new_name="null.json")
     assert {r.verdict for r in c.rows} == {"unmeasured"} and not c.passed and not c.regression
     assert outcome(c) == "INCOMPLETE"
@@ -455,7 +465,7 @@ def test_null_round_medians_and_missing_rows_fail_the_gate_too(files):
 def test_a_baseline_whose_medians_are_null_cannot_open_the_gate(files):
     """Null medians in the baseline's rows that regressed: compare said "insufficient data" and
     exit 0 against a run three times slower."""
-    half = _each_row(lambda r: r.__setitem__("time_us_p50", None) if r["size_bytes"] >= 1024 else None)
+    half = _no_time(None, lambda r: r["size_bytes"] >= 1024)
     base = load_result(_broken(files, "halfnull.json", half))
     slow = run_of(SERIES, seed=2, scale=3.0)
     c = compare_runs(base, slow, baseline_name="halfnull.json", new_name="slow.json")
@@ -469,7 +479,7 @@ def test_a_baseline_whose_medians_are_null_cannot_open_the_gate(files):
 
 
 def test_a_baseline_with_nothing_to_judge_by_is_incomparable(files):
-    empty = load_result(_broken(files, "nullbase.json", _each_row(lambda r: r.__setitem__("time_us_p50", None))))
+    empty = load_result(_broken(files, "nullbase.json", _no_time(None)))
     with pytest.raises(UsageError, match="none of the 10 rows it shares with new has a median time"):
         compare_runs(empty, load_result(files / "good.json"))
 
@@ -494,7 +504,7 @@ def _cli_wired() -> bool:
 
 @pytest.mark.skipif(not _cli_wired(), reason="compare --allow-missing is not wired in collbench/cli/results.py yet")
 @pytest.mark.parametrize("name, change", [
-    ("null.json", _each_row(lambda r: r.__setitem__("time_us_p50", None))),
+    ("null.json", _no_time(None)),
     ("nullmedians.json", _medians(None)),
 ])
 def test_the_cli_gate_fails_a_run_it_cannot_judge_unless_allowed(files, name, change):
@@ -536,7 +546,8 @@ def _pairs_file(path: Path, pairs, *, ranks: int, sizes=(8,), host: str = "node"
     for size in sizes:
         row = row_from_samples([5.0] * 8, collective="pingpong", size_bytes=size, world_size=ranks, pair=(0, 1))
         for a, b in pairs:
-            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=5.0 + (7 * a + 3 * b) % 11 / 10))
+            p50 = 5.0 + (7 * a + 3 * b) % 11 / 10
+            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=p50, time_us_round_p50s=(p50,)))
     return write(run, path)
 
 

@@ -357,3 +357,23 @@ def test_a_file_holding_a_row_twice_is_refused_by_every_command_alike(tmp_path, 
     path = write(doubled, tmp_path / f"dup{suffix}")
     with pytest.raises(UsageError, match=r"dup\.(json|csv): two rows for allreduce mpi 8 B latency"):
         load_result(path)
+
+
+@pytest.mark.parametrize("p50", [99999.0, float("nan")])
+def test_a_p50_its_rounds_contradict_is_a_corrupt_file(tmp_path, p50):
+    """A p50 of 99999 where the rounds give 145.7 was shown, exported and compared as "+0.0%";
+    a nan p50 beside finite rounds was read as a row not measured (exit 1), not as corrupt (2)."""
+    import dataclasses
+    import json
+
+    from collbench.results.loader import load_result
+    from results_helpers import run_of, sweep, write
+
+    path = write(run_of(sweep(sizes=(8, 64)), rounds=3), tmp_path / "r.json")
+    assert load_result(path).rows[0].time_us_p50 > 0
+    doc = json.loads(path.read_text())
+    doc["rows"][1]["time_us_p50"] = p50
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its p50 .* lies outside its round "
+                                         r"medians .*: the file is corrupt"):
+        load_result(path)

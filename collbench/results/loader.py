@@ -663,16 +663,30 @@ def load_result(path) -> RunResult:
     if _BLANK.match(text):
         raise UsageError(f"{name}: empty file")
     result = _load_csv(name, text) if is_csv else _load_json(name, text)
-    _one_row_each(name, result)
+    _rows_hold_together(name, result)
     return result
 
 
-def _one_row_each(name: str, result: RunResult) -> None:
-    """A run measures each row once: a file holding one twice (an edit, a bad merge) is refused
-    by every command alike (report printed the row twice and averaged over it, compare refused)."""
+#: How far a row's p50 may lie outside the range of its round medians: what the files' rounding
+#: of the two allows (every rule collbench has used takes a mean of some of those medians).
+_ROUNDING = 0.01
+
+
+def _rows_hold_together(name: str, result: RunResult) -> None:
+    """A run measures each row once, and a row's p50 is a mean of some of its round medians. A
+    file holding a row twice (an edit, a bad merge) was printed twice by report and averaged over;
+    a p50 of 99999 where the rounds give 145.7 was shown, exported and compared as "+0.0%"; a
+    nan p50 beside finite rounds was taken for a row not measured. Every command refuses them."""
     seen: set = set()
     for row in result.rows:
+        what = f"{row.collective} {backend_label(row)} {row.size_bytes} B {row.timing}"
         if row.key() in seen:
-            raise UsageError(f"{name}: two rows for {row.collective} {backend_label(row)} {row.size_bytes} B "
-                             f"{row.timing}; a file holds one run, each row once")
+            raise UsageError(f"{name}: two rows for {what}; a file holds one run, each row once")
         seen.add(row.key())
+        medians = [m for m in row.time_us_round_p50s if m is not None and math.isfinite(m) and m > 0]
+        if not medians:
+            continue
+        p50 = row.time_us_p50
+        if not (math.isfinite(p50) and min(medians) * (1 - _ROUNDING) <= p50 <= max(medians) * (1 + _ROUNDING)):
+            raise UsageError(f"{name}: {what}: its p50 {p50:g} µs lies outside its round medians "
+                             f"({min(medians):g}-{max(medians):g} µs): the file is corrupt")
