@@ -542,3 +542,17 @@ def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path, 
     assert not list(private.iterdir()), "no state folder left behind"
     assert not _processes_naming(str(private)), "the stand-in ends once the folder is gone"
     assert json.loads(out.read_text())["rows"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_what_mpi_prints_as_it_starts_never_reaches_the_results_on_stdout(files, fmt):
+    """UCX writes its warnings on stdout: `UCX_NET_DEVICES=bogus0 ... -q -f json > x.json` exited 0
+    and x.json began with "[…] UCX WARN network device 'bogus0' is not available"."""
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8,1K", "--rounds", "1", "--no-save", "-q", "-f", fmt], files,
+                {"UCX_NET_DEVICES": "bogus0"})
+    assert proc.returncode == 0, proc.stderr
+    assert "UCX  WARN" not in proc.stdout and "UCX  WARN" in proc.stderr and "bogus0" in proc.stderr
+    if fmt == "json":
+        assert json.loads(proc.stdout)["rows"]
+    else:
+        assert proc.stdout.splitlines()[0].startswith(("collective", "#"))

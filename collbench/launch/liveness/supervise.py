@@ -115,28 +115,31 @@ def guard_rank(launcher) -> None:
 
 @contextlib.contextmanager
 def startup_output():
-    """While a library starts in this rank (MPI_Init), what it prints on stderr goes to a file
-    its guardian reads should the rank die there (``notes.startup_output``), so that the line
-    about the failed start names the library's cause; it is copied to stderr once the library
-    has started. Without a guardian, stderr is left alone."""
+    """While a library starts in this rank (MPI_Init), what it prints on stdout or stderr goes to
+    a file its guardian reads should the rank die there (``notes.startup_output``), so that the
+    line about the failed start names the library's cause; once the library has started it is
+    copied to stderr. stdout is collbench's own: UCX writes its warnings there ("network device
+    'bogus0' is not available"), and `-f json > x.json` began with them. Without a guardian,
+    both are left alone."""
     if _guardian_pid is None:
         yield
         return
     path = notes.startup_output(_guardian_pid)
-    saved = None
+    saved: list = []
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
+            sys.stdout.flush()
             sys.stderr.flush()
-            saved = os.dup(2)
-            os.dup2(fd, 2)
+            for target in (1, 2):
+                saved.append(os.dup(target))
+                os.dup2(fd, target)
         finally:
             os.close(fd)
-    except OSError:               # no room for a descriptor, or the name taken: stderr stays as it is
-        if saved is not None:
-            os.close(saved)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    except OSError:               # no room for a descriptor, or the name taken: both stay as they are
+        _restore(saved)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         yield
         return
     try:
@@ -144,22 +147,29 @@ def startup_output():
     except BaseException:
         # The library failed to start: what it said stays in the file, for the one line that
         # says why (the guardian's or the launcher's), rather than on the terminal beside it
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        _restore(saved)
         raise
-    else:
+    _restore(saved)
+    try:
+        with open(path, "rb") as fh:
+            said = fh.read()
+        os.unlink(path)
+    except OSError:
+        said = b""
+    if said:
+        os.write(2, said)
+
+
+def _restore(saved: list) -> None:
+    """stdout and stderr back as they were (``saved``: their copies, in that order), the copies
+    closed."""
+    with contextlib.suppress(ValueError, OSError):
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        try:
-            with open(path, "rb") as fh:
-                said = fh.read()
-            os.unlink(path)
-        except OSError:
-            said = b""
-        if said:
-            os.write(2, said)
+    for target, copy in zip((1, 2), saved):
+        with contextlib.suppress(OSError):
+            os.dup2(copy, target)
+        os.close(copy)
 
 
 def asked_to_stop() -> bool:
