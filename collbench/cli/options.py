@@ -11,19 +11,12 @@ import click
 
 from collbench.cli import params
 from collbench.measure import timings
+from collbench.measure.harness import MAX_SAMPLES
 from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
 #: --window: beyond this many requests in flight, MPI libraries and gloo queue them anyway
 MAX_WINDOW = 4096
 FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
-
-
-def _positive_int(name):
-    def check(ctx, param, value):
-        if value is not None and value < 1:
-            raise click.BadParameter(f"must be at least 1, got {value}", param_hint=name)
-        return value
-    return check
 
 
 # The options of a measuring command; those a collective has no use for are left off its
@@ -91,8 +84,9 @@ _OPTIONS = (
         help="How collbench's own launch binds its ranks: none (free to move), core (one core each) [default: "
              "none]; under your launcher, bind with it (mpiexec -bind-to core, srun --cpu-bind=cores).")),
     ("iters", click.option(
-        "--iters", type=params.Whole(), default=None, callback=_positive_int("--iters"),
-        help="Fixed timed iterations per size and round [default: adaptive].")),
+        "--iters", type=params.Whole(min=1, max=MAX_SAMPLES), default=None,
+        help=f"Fixed timed iterations per size and round, at most {MAX_SAMPLES:,} (each one's time is kept) "
+             "[default: adaptive].")),
     ("warmup", click.option(
         "--warmup", type=params.Whole(min=0), default=5, show_default=True,
         help="Untimed iterations per size, after the first call.")),
