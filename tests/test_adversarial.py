@@ -556,3 +556,28 @@ def test_what_mpi_prints_as_it_starts_never_reaches_the_results_on_stdout(files,
         assert json.loads(proc.stdout)["rows"]
     else:
         assert proc.stdout.splitlines()[0].startswith(("collective", "#"))
+
+
+def test_two_runs_writing_one_file_at_once_the_second_is_refused(files, tmp_path):
+    """Both exited 0 and said "wrote same.json", which held one run; with -o s.json -o s.csv
+    against -o s.csv, the JSON and the CSV came from different runs."""
+    first = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-1M", "--rounds",
+                              "3", "-o", "s.json", "-o", "s.csv", "--force", "-q"], cwd=tmp_path, env=_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / ".s.csv.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = _run(["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1", "-o", "s.csv", "--force", "-q"],
+                      tmp_path)
+        assert second.returncode == 2, second.stderr
+        line = _one_line(second.stderr)
+        assert f"'s.csv' is being written by another collbench run (pid {first.pid})" in line, line
+    finally:
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    from collbench.results.loader import load_result
+
+    both = [load_result(tmp_path / name) for name in ("s.json", "s.csv")]       # one run's, whole
+    assert both[0].metadata["run_id"] == both[1].metadata["run_id"] and len(both[0].rows) == len(both[1].rows) == 18
+    assert not list(tmp_path.glob(".*.lock"))

@@ -62,6 +62,10 @@ def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
     left = tmp_path / "r.json"
     # Either the launch had begun writing it (rows or none, it is then a whole file) or it is gone.
     assert not left.exists() or json.loads(left.read_text())["schema"] == "collbench.result"
+    lock = tmp_path / ".r.json.lock"            # the dead run's hold on its file goes with its state
+    while lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not lock.exists()
 
 
 @pytest.mark.parametrize("backend", ["mpi", pytest.param("gloo", marks=pytest.mark.torch)])

@@ -377,3 +377,20 @@ def test_a_p50_its_rounds_contradict_is_a_corrupt_file(tmp_path, p50):
     with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its p50 .* lies outside its round "
                                          r"medians .*: the file is corrupt"):
         load_result(path)
+
+
+def test_an_output_another_run_holds_is_refused_and_its_lock_goes_with_the_run(tmp_path):
+    """Two runs with -o same.json --force at once both said "wrote same.json"; the file held one."""
+    from collbench.results import files
+
+    path = tmp_path / "same.json"
+    files._lock(path)
+    try:
+        with pytest.raises(UsageError, match=r"same\.json' is being written by another collbench run \(pid \d+\)"):
+            files._lock(path)          # another open of the lock, as another process's would be
+        assert (tmp_path / ".same.json.lock").exists()
+    finally:
+        files._unlock()
+    assert not (tmp_path / ".same.json.lock").exists()
+    files._lock(path)                  # free again
+    files._unlock()

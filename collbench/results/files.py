@@ -68,6 +68,68 @@ def check_output_settings(settings) -> None:
             raise UsageError(f"--results-dir {settings.results_dir!r} is not writable")
 
 
+#: the locks this process holds on its ``-o`` files, for as long as it lives: (lock file, descriptor)
+_locks: list = []
+
+
+def _lock(path: Path) -> None:
+    """Hold ``path`` for this run: a lock on a file beside it (``.NAME.lock``: the file itself is
+    replaced whole at each write), taken without waiting and released when this process ends,
+    however it ends. Two runs with the same ``-o`` and ``--force`` both said "wrote" and the file
+    held one of them; with ``-o a.json -o a.csv`` against ``-o a.csv`` the two files came from
+    different runs. Now the second is refused."""
+    import atexit
+    import fcntl
+
+    lock = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner = os.pread(fd, 16, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        by = f" (pid {owner})" if owner.isdigit() else ""
+        raise UsageError(f"output {str(path)!r} is being written by another collbench run{by}: wait for it to "
+                         "end, or give another -o") from None
+    if not _locks:
+        atexit.register(_unlock)
+    _locks.append((lock, fd))
+    try:                                  # who holds it, for the line that refuses another run
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+    except OSError:                       # a full disk: the lock holds without it
+        pass
+
+
+def _unlock() -> None:
+    while _locks:
+        lock, fd = _locks.pop()
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def release_stale_lock(path: Path) -> None:
+    """The lock beside ``path`` removed, if no process holds it: what a run killed outright
+    (SIGKILL) leaves, for whoever finishes its files (``recover``)."""
+    import fcntl
+
+    lock = Path(path).with_name(f".{Path(path).name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.unlink()
+    except OSError:
+        pass                              # held: another run's, live
+    finally:
+        os.close(fd)
+
+
 def _claim(path: Path) -> bool:
     """Create ``path`` if nobody has: another run starting at the same moment gets False."""
     try:
@@ -97,6 +159,7 @@ def _claim_all(settings) -> list:
     paths, created = [Path(p) for p in settings.outputs], []
     try:
         for path in paths:
+            _lock(path)
             if _claim(path):
                 created.append(path)
             elif not settings.force:
@@ -104,6 +167,7 @@ def _claim_all(settings) -> list:
     except (UsageError, OSError) as exc:
         for done in created:             # only what this run created: never a file --force kept
             done.unlink(missing_ok=True)
+        _unlock()
         if isinstance(exc, OSError):
             raise UsageError(f"cannot create {str(path)!r}: {exc.strerror or exc}") from None
         raise

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from collbench.results.collector import Collector
 from collbench.results.exporters import remove_partial
-from collbench.results.files import OutputFailed, ResultFiles
-from collbench.results.journal import Journal, release_claims, restore
+from collbench.results.files import OutputFailed, ResultFiles, release_stale_lock
+from collbench.results.journal import Journal, claimed, release_claims, restore
 
 
 def stale_temporaries(paths) -> list:
@@ -34,6 +34,9 @@ def rebuild(folder, *, remove: bool = False) -> list:
     (its owner, the self-launching process, is gone)."""
     journal = Journal.open(folder)
     journal.owned = remove
+    if remove:                            # the run's owner is gone: so is its hold on the files
+        for path in claimed(journal) or []:
+            release_stale_lock(path)
     runs = journal.of_type("run")
     if not runs:
         release_claims(journal)
