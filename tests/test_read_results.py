@@ -171,7 +171,8 @@ def test_a_row_without_a_median_loads_from_the_csv_the_exporter_writes(runs, tmp
 @pytest.mark.parametrize("name, value, message", [
     ("size_bytes", -8, "bad value -8 in column size_bytes: negative"),
     ("world_size", 0, "bad value 0 in column world_size: less than 1"),
-    ("check", "wrong:x", "bad value 'wrong:x' in column check: not wrong:N"),
+    ("check", "wrong:x", "bad value 'wrong:x' in column check: not ok, skipped or wrong:N"),
+    ("check", "bogus", "bad value 'bogus' in column check: not ok, skipped or wrong:N"),
     ("pair", "0-7", "bad value '0-7' in column pair: not A-B, two ranks of the 2 of the run"),
 ])
 def test_json_and_csv_refuse_a_bad_value_in_the_same_words(runs, tmp_path, name, value, message):
