@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
@@ -43,6 +42,7 @@ import numpy as np
 
 from collbench.analysis.comparability import comparability_warnings
 from collbench.errors import UsageError, printable
+from collbench.measure.sizes import DECIMAL_NUMBER
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import ASSUMED_SETUP, MATCH_FIELDS, Row, RunResult, backend_label
 from collbench.analysis.runs import FileRounds, ab_job, round_warnings
@@ -194,8 +194,6 @@ class Comparison:
                 and r.detectable > self.threshold]
 
 
-#: A number as --sizes and the CSV loader read one: ASCII digits, no "_".
-_PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 #: The largest --threshold: a change of more than 10x either way is beyond any gate's question.
 MAX_THRESHOLD = 10.0
 
@@ -203,7 +201,7 @@ MAX_THRESHOLD = 10.0
 def parse_threshold(text) -> float:
     """``5%`` or ``0.05`` -> 0.05. A bare number of 1 or more is ambiguous and refused."""
     raw = str(text).strip()
-    if not _PLAIN_NUMBER.fullmatch(raw[:-1] if raw.endswith("%") else raw):     # "٥%", "1_0%": not here
+    if not DECIMAL_NUMBER.fullmatch(raw[:-1] if raw.endswith("%") else raw):     # "٥%", "1_0%": not here
         raise UsageError(f"bad --threshold {printable(raw)!r}: expected a percentage like 5% or a fraction like 0.05, "
                          "in the digits 0-9")
     value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)

@@ -8,29 +8,25 @@ finite and inside stated bounds, or the command stops with one line naming the o
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 import click
 
-#: Numbers as --sizes and the CSV loader read them: ASCII digits, no "_" between them. Python's
-#: int() and float() also take "٢", "５" and "1_0", which --rounds, --threshold and the others took
-#: while --sizes refused them: one spelling everywhere.
-_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+from collbench.measure.sizes import DECIMAL_NUMBER, WHOLE_NUMBER
+
 
 
 def spelled_apart(text: str, *, whole: bool = False) -> bool:
     """Whether ``text`` is a number Python reads but collbench does not: digits other than
     ASCII's, or "_" between them (``inf`` and ``nan`` are refused elsewhere, as not finite)."""
     text = text.strip()
-    if (_INTEGER if whole else _DECIMAL).fullmatch(text):
+    if (WHOLE_NUMBER if whole else DECIMAL_NUMBER).fullmatch(text):
         return False
     try:
         int(text) if whole else float(text)
     except ValueError:
         return False
-    return not (not whole and text.lower().lstrip("+-") in ("inf", "infinity", "nan"))
+    return whole or text.lower().lstrip("+-") not in ("inf", "infinity", "nan")
 
 
 class Whole(click.IntRange):

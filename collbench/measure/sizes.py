@@ -27,6 +27,10 @@ MAX_SIZE_COUNT = 10_000
 
 #: ASCII digits only: Python's \d and int() also take other scripts' digits and underscores
 #: ("٨" is 8, "8_0" is 80), which no size is written with
+#: A number as collbench reads one everywhere (options, --threshold, --sizes, CSV cells): ASCII
+#: digits, no "_" between them, though Python's int() and float() also take "٢", "５" and "1_0".
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+DECIMAL_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 _QUANTITY = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$", re.ASCII)
 _ALLOWED = "bytes with an optional unit B, K, M, G, T (or KiB, MiB, GiB, TiB)"
 
