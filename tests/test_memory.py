@@ -110,6 +110,16 @@ def test_skip_note_says_out_of_memory():
                     "now available there; skipped, as it would run out of memory")
 
 
+def test_a_ranks_own_address_space_note_names_its_amounts():
+    """It once said "needs about 0 MiB more ..., more than the 0 MiB its ulimit -v leaves"."""
+    none_left = memory.skip_note("allreduce on mpi at 1K", Shortfall("vm", 215, 0, 1, rank=0))
+    assert none_left == ("allreduce on mpi at 1K: needs about 215 bytes more address space in rank 0 on vm, and "
+                         "its ulimit -v leaves no room (raise it); skipped, as its allocation would fail")
+    some_left = memory.skip_note("allreduce on mpi at 256M", Shortfall("vm", 934 * MiB, 70 * MiB, 1, rank=1), now=True)
+    assert "needs about 934 MiB more address space in rank 1 on vm, more than the 70 MiB its ulimit -v leaves now;" \
+        in some_left
+
+
 def test_user_limit(monkeypatch):
     monkeypatch.delenv(environment.MEMORY_LIMIT, raising=False)
     assert memory.user_limit() is None

@@ -345,6 +345,49 @@ def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_d
     assert len(lines) == 1 and lines[0].startswith(f"collbench: interrupted by {signal.Signals(signum).name}"), err
 
 
+def test_interleaved_tracebacks_of_interrupted_ranks_are_left_out_whole(tmp_path):
+    """Two ranks interrupted while Python starts print their tracebacks through one launcher,
+    line by line in turn: one's exception line came amid the other's frames, and the frames
+    after it reached the terminal (seen once in CI beside "collbench: interrupted by SIGINT").
+    While a signal ends the job only collbench's own lines go on; without one, every line."""
+    ranks = tmp_path / "ranks.py"
+    ranks.write_text(textwrap.dedent("""
+        import collections, sys, traceback
+        def fail(chained):
+            try:
+                try:
+                    collections.namedtuple("Row", ["a", "b"], defaults=eval("1/0"))
+                except ZeroDivisionError:
+                    if chained:
+                        raise KeyboardInterrupt
+                    raise
+            except BaseException:
+                return traceback.format_exc().splitlines()
+        one, two = fail(True), fail(False)
+        for i in range(max(len(one), len(two))):
+            for lines in (one, two):
+                if i < len(lines):
+                    sys.stderr.write(lines[i] + "\\n")
+                    sys.stderr.flush()
+        sys.stderr.write("collbench: interrupted by SIGINT\\n")
+    """))
+    relay = tmp_path / "relay.py"
+    relay.write_text(textwrap.dedent(f"""
+        import subprocess, sys
+        from collbench.launch.self_launch.relay import Relay
+        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        relay = Relay(proc)
+        relay.quiet = sys.argv[1] == "quiet"
+        proc.wait()
+        relay.join()
+    """))
+    quiet = subprocess.run([sys.executable, str(relay), "quiet"], capture_output=True, text=True, timeout=60)
+    assert quiet.stderr == "collbench: interrupted by SIGINT\n", quiet.stderr
+    loud = subprocess.run([sys.executable, str(relay), "loud"], capture_output=True, text=True, timeout=60)
+    assert loud.stderr.count("Traceback (most recent call last):") == 3 and "KeyboardInterrupt" in loud.stderr
+    assert loud.stderr.endswith("collbench: interrupted by SIGINT\n")
+
+
 def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path):
     """A Ctrl-C that lands in a weak reference's callback (the lock of a module being imported:
     seen once in a full suite) cannot be raised there: Python printed "Exception ignored in …"

@@ -247,7 +247,10 @@ def _main(argv) -> None:
     except KeyboardInterrupt:        # SIGINT's own handler, where something put it back
         interrupted(signal.SIGINT)
     except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
-        limits = processes.low_limits()
+        try:
+            limits = processes.low_limits()
+        except (MemoryError, ImportError):      # no room left even for that
+            limits = ""
         print(f"collbench: error: out of memory{limits or ' (a limit such as ulimit -v may be too low)'}",
               file=sys.stderr)
         sys.exit(2)

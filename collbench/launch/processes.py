@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource          # loaded now: under a low ulimit -v there may be no room to map it later
 from typing import Optional
 
 #: a watching thread's stack: ample for collbench's own threads, an eighth of the usual 8 MiB
@@ -142,8 +143,6 @@ LOW_ADDRESS_SPACE = 16 << 30          # MPI's transports map shared memory and b
 def low_limits() -> str:
     """" (ulimit -n is 16; ulimit -f is 1000 KiB)" when this process's limits on open files, a
     file's size or its address space are low enough to explain a failure; "" otherwise."""
-    import resource
-
     said = []
     try:
         files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -14,6 +14,9 @@ import threading
 
 #: carriage returns and terminal control sequences (cursor, erase) at the start of a line
 _CONTROLS = re.compile(rb"^(?:\r|\x1b\[[0-9;?]*[A-Za-z])*")
+#: the line that ends a traceback, or joins two: "KeyboardInterrupt", "mpi4py.MPI.Exception: …"
+_EXCEPTION = re.compile(rb"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Interrupted|Exit)\b"
+                        rb"|During handling of the above exception|The above exception was)")
 
 
 class Relay:
@@ -70,19 +73,19 @@ class Relay:
 
     def _interrupted(self, line: bytes, traceback: list) -> bool:
         """While quiet: whether ``line`` belongs to what a rank interrupted as Python started
-        prints (``traceback``: this stream is inside a traceback's frames)."""
+        prints (``traceback``: this stream is inside a traceback). Two ranks' tracebacks come
+        interleaved through one launcher, so a frame's line is known by its indent, not by the
+        block it is in; the line after frames is the exception's own."""
         if not self.quiet:
             return False
         text = _CONTROLS.sub(b"", line)
         if text.startswith(b"collbench:"):
             traceback[0] = False
             return False
-        if text.startswith(b"Traceback (most recent call last):"):
+        if text.startswith((b"Traceback (most recent call last):", b" ", b"\t")) or not text.strip():
             traceback[0] = True
             return True
-        if traceback[0] and (text.startswith((b" ", b"\t")) or not text.strip()):
-            return True
-        if traceback[0]:              # the exception's own line ends the block
+        if traceback[0] or _EXCEPTION.match(text):     # the exception's own line ends the block
             traceback[0] = False
             return True
         return text.startswith(self._STARTING)
