@@ -263,6 +263,27 @@ def test_sigterm_to_one_rank_names_that_rank(run_dir, plugin_env):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_sigterm_to_rank_0_alone_ends_the_job_at_once(backend, run_dir, plugin_env):
+    """Rank 0 said "interrupted by SIGTERM" and left; rank 1, inside a collective that waited
+    for it, spun at 100% CPU until --timeout (300 s), then a second line and exit 124."""
+    proc = _slow_sweep(backend, "term0.json", run_dir, plugin_env)
+    os.kill(_rank_pid(0, "term0.json"), signal.SIGTERM)
+    start = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)          # the job ends with its parent
+            proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert time.monotonic() - start < 30, err
+    said = [line for line in err.splitlines() if line.startswith("collbench:")]
+    assert len(said) == 1 and said[0].startswith("collbench: interrupted by SIGTERM; term0.json keeps"), err
+    assert 1 <= len(load_result(run_dir / "term0.json").rows) < 18
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_hung_rank_is_aborted_by_timeout(backend, run_dir, plugin_env):
     if backend == "gloo":
         pytest.importorskip("torch")

@@ -175,6 +175,11 @@ class Coordinator:
         elif kind == "bye":
             peer.done = True
             code = int(message.get("code", 0))
+            if peer.rank == 0 and code not in (0, 1):
+                # rank 0 left before the end and said why (a signal sent to it alone, an error
+                # of its own): the others may be inside a collective that waits for it, forever
+                self.abort(code, None, told=peer)
+                return
             if peer.rank != 0 and code not in (0, 1):    # the others may be on their way out too
                 self._early[peer.rank] = (time.monotonic() + EARLY_EXIT_GRACE, code)
             if peer.rank == 0:          # rank 0 ended on its own terms: so does the job

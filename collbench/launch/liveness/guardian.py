@@ -251,6 +251,8 @@ class Guardian:
                     self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
         elif link is not None:
             link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
+            if self.coordinator is not None and self.coordinator.aborted:   # rank 0 left early: the
+                self.coordinator.wait_for_peers(STOP_GRACE + 2.0)           # others are being stopped
         os._exit(code)
 
     def _aftermath(self) -> str:
