@@ -28,19 +28,26 @@ def judge(a, b, thr=0.10):
     out = {"same": 0, "slower": 0, "faster": 0, "inc": 0}
     for ra in a.rows:
         rb = next((r for r in b.rows if r.key() == ra.key()), None)
-        if rb is None: continue
+        if rb is None:
+            continue
         ka, kb = floor_stats(ra.time_us_round_p50s), floor_stats(rb.time_us_round_p50s)
-        if len(ka) < 2 or len(kb) < 2: out["inc"] += 1; continue
+        if len(ka) < 2 or len(kb) < 2:
+            out["inc"] += 1
+            continue
         d = kb.mean() - ka.mean()
         va, vb = ka.var(ddof=1) / len(ka), kb.var(ddof=1) / len(kb)
         se = math.sqrt(max(va + vb, 1e-8))
         df = (va + vb) ** 2 / (va ** 2 / (len(ka) - 1) + vb ** 2 / (len(kb) - 1) + 1e-30)
         h = t_quantile(0.975, max(df, 1)) * se
         lo, hi = math.expm1(d - h), math.expm1(d + h)
-        if lo > thr: out["slower"] += 1
-        elif hi < -thr: out["faster"] += 1
-        elif lo >= -thr and hi <= thr: out["same"] += 1
-        else: out["inc"] += 1
+        if lo > thr:
+            out["slower"] += 1
+        elif hi < -thr:
+            out["faster"] += 1
+        elif lo >= -thr and hi <= thr:
+            out["same"] += 1
+        else:
+            out["inc"] += 1
     return out
 
 if len(sys.argv) < 2:

@@ -84,7 +84,7 @@ def test_bad_input_under_mpiexec_is_one_line_exit_2(args, fragment, run_dir):
     (run_dir / "existing.json").write_text("{}")
     proc = mpirun(2, args, run_dir, timeout=60)
     assert proc.returncode == 2
-    lines = [l for l in proc.stderr.splitlines() if l.startswith("collbench")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("collbench")]
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -328,7 +328,7 @@ def _default_signals() -> None:
 def _catches(pid: int, signum: int) -> bool:
     """Whether process ``pid`` has a handler of its own for ``signum`` (SigCgt in /proc)."""
     try:
-        line = next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("SigCgt:"))
+        line = next(row for row in Path(f"/proc/{pid}/status").read_text().splitlines() if row.startswith("SigCgt:"))
     except (OSError, StopIteration):
         return False
     return bool(int(line.split()[1], 16) >> (signum - 1) & 1)

@@ -363,7 +363,6 @@ def test_a_file_holding_a_row_twice_is_refused_by_every_command_alike(tmp_path, 
 def test_a_p50_its_rounds_contradict_is_a_corrupt_file(tmp_path, p50):
     """A p50 of 99999 where the rounds give 145.7 was shown, exported and compared as "+0.0%";
     a nan p50 beside finite rounds was read as a row not measured (exit 1), not as corrupt (2)."""
-    import dataclasses
     import json
 
     from collbench.results.loader import load_result

@@ -236,7 +236,7 @@ class Backend(ABC):
         are the group's, while ``barrier`` stays over every rank, so that the groups start each
         sample together. A backend that cannot make groups raises ``errors.BackendDeclined``."""
         from collbench.errors import BackendDeclined
-        raise BackendDeclined(f"it makes no groups (--split)")
+        raise BackendDeclined("it makes no groups (--split)")
 
     def renew(self) -> None:
         """Replace the communicator (process group) by a fresh one: each in-job round measures

@@ -58,7 +58,10 @@ def _priorities(table: TableModel) -> tuple:
 
 def without(table: TableModel, dropped: set) -> TableModel:
     keep = [i for i in range(len(table.headers)) if i not in dropped]
-    pick = (lambda values: tuple(values[i] for i in keep))
+
+    def pick(values) -> tuple:
+        return tuple(values[i] for i in keep)
+
     return TableModel(table.title, pick(table.headers), tuple(pick(line) for line in table.cells), table.notes,
                       pick(table.priorities) if table.priorities else (),
                       tuple(keep.index(i) for i in table.wrapped if i in keep))

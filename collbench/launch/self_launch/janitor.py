@@ -127,7 +127,10 @@ def _finish(state: str) -> int:
     # The guardians see the death and stop their ranks, saving what they must; what has not
     # ended after that (a stopped guardian, mpiexec and its proxies waiting for it) is killed.
     launched = notes.launched_pids(state)
-    everything = lambda: [pid for root in launched for pid in processes.tree(root)] + launch_processes(state)
+
+    def everything() -> list:
+        return [pid for root in launched for pid in processes.tree(root)] + launch_processes(state)
+
     deadline = time.monotonic() + LAUNCH_END_WAIT
     while any(processes.alive(pid) for pid in everything()) and time.monotonic() < deadline:
         time.sleep(0.1)
