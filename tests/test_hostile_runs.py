@@ -268,14 +268,15 @@ def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running
     assert json.loads((tmp_path / "r.json").read_text())["rows"]
 
 
-def _mpmd(tmp_path, other: list, timeout: float = 150) -> subprocess.CompletedProcess:
-    """mpiexec -n 2 collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part differs."""
+def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> subprocess.CompletedProcess:
+    """mpiexec -n 2 collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part differs
+    (``limit``: more options of collbench's part, such as its --timeout)."""
     from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
-    first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1", "--no-save"]
+    first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1", "--no-save", *limit]
     return subprocess.run([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -305,11 +306,20 @@ def test_ranks_started_with_another_command_are_named_before_anything_is_measure
 @pytest.mark.mpi
 @pytest.mark.parametrize("other", [["true"], ["sleep", "1000"]])
 def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_path, other):
+    """With --timeout 5 it took 58 s, as without: the limit on joining was 45 s whatever the
+    --timeout. A shorter --timeout now shortens it, to 15 s at the least."""
     start = time.monotonic()
-    proc = _mpmd(tmp_path, other)
-    assert time.monotonic() - start < 90 and proc.returncode != 0
+    proc = _mpmd(tmp_path, other, limit=("--timeout", "5"))
+    assert time.monotonic() - start < 60 and proc.returncode != 0, proc.stderr     # the launcher says the code
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert said and all("was still in start-up" in line and "after 45 s" in line for line in said), proc.stderr
+    assert said and all("was still in start-up" in line and "after 15 s" in line for line in said), proc.stderr
+
+
+def test_the_limit_on_joining_follows_a_short_timeout():
+    from collbench.run.runner import JOIN_FLOOR, JOIN_TIMEOUT, join_limit
+
+    assert join_limit(0) == 0 and join_limit(300) == JOIN_TIMEOUT == 45
+    assert join_limit(5) == JOIN_FLOOR == 15 and join_limit(30) == 30
 
 
 def _with_own_dev_shm(tmp_path, mount_options: str, args: list) -> subprocess.CompletedProcess:

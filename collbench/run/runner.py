@@ -46,8 +46,16 @@ STARTUP_TIMEOUT = 120.0
 #: Seconds every rank has to join the job (MPI's start-up and collbench's channel, before any
 #: backend): a rank that never starts, or a command that is not collbench in an MPMD launch, is
 #: named this soon rather than after the whole start-up limit (a few seconds are usual, tens
-#: on a loaded host).
+#: on a loaded host). A shorter --timeout shortens it, to no less than JOIN_FLOOR: joining
+#: includes Python's imports and MPI's start-up of every rank, which took up to 10 s beside
+#: two busy loops, and a --timeout of 3 s meant for one size must not fail them.
 JOIN_TIMEOUT = 45.0
+JOIN_FLOOR = 15.0
+
+
+def join_limit(timeout: float) -> float:
+    """The seconds every rank has to join the job under ``--timeout`` (0: no limit)."""
+    return min(JOIN_TIMEOUT, max(timeout, JOIN_FLOOR)) if timeout else 0.0
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     supervise.set_position("start-up (MPI or torch initialisation)")
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
-    supervise.watch_startup(min(startup_limit, JOIN_TIMEOUT) if startup_limit else 0)
+    supervise.watch_startup(join_limit(plan.timeout))
     problem = shared_memory_problem(launcher)
     if problem:                      # every rank of this host finds the same; other hosts may not
         raise HostUsageError(problem)
