@@ -10,7 +10,8 @@ from collbench.errors import UsageError
 from collbench.results.exporters import MarkdownExporter
 from collbench.results.loader import load_result
 from collbench.results.ranks import RANK_FIELDS
-from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row, tidy_library_version
+from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row
+from collbench.versions import tidy_library_version
 from results_helpers import metadata, one_line_error, row_from_samples, run_cli, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))

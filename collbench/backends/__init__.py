@@ -11,9 +11,10 @@ Here: ``base`` (the interface and the control channel), ``devices`` (where buffe
 names of reductions and pair types, the MPI control channel), ``_torch`` (torch.distributed's set-up, the torch control channel),
 ``torchdist`` (the torch backends' calls).
 
-May import: ``collbench.errors``, ``collbench.benchmarks``, ``collbench.launch`` (where the
-rank is, rendezvous), ``collbench.results.records`` (the MPI library's name), numpy; mpi4py and
-torch only inside the functions that set a backend up.
+May import: ``collbench.errors``, ``collbench.versions``, ``collbench.benchmarks``,
+``collbench.measure`` (the bound call and the control channel a backend makes),
+``collbench.launch`` (where the rank is, rendezvous), numpy; mpi4py and torch only inside the
+functions that set a backend up.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def mpi_unavailable_reason() -> Optional[str]:
 
 
 def library_version() -> str:
-    from collbench.results.records import tidy_library_version
+    from collbench.versions import tidy_library_version
 
     return tidy_library_version(mpi_module().Get_library_version())
 

@@ -96,7 +96,7 @@ def _mpi_library() -> str:
         mpi4py.rc.initialize = False
         from mpi4py import MPI
 
-        from collbench.results.records import tidy_library_version
+        from collbench.versions import tidy_library_version
         return tidy_library_version(MPI.Get_library_version())
     except Exception as exc:  # libmpi missing or broken: say so, do not crash
         return f"unusable ({exc.__class__.__name__}: {str(exc).strip().splitlines()[0]})"

@@ -1,9 +1,10 @@
 """Taking numbers and summarising them.
 
-``harness`` (the timed loop of one size), ``timings`` (what a sample is: latency, throughput,
+``calls`` (what the harness drives: a bound call, the control channel), ``harness`` (the
+timed loop of one size), ``timings`` (what a sample is: latency, throughput,
 graph, device), ``sizes`` (parsing and printing sizes), ``memory`` (what fits). The statistics
 of what is taken are ``collbench.stats``.
 
-May import: ``collbench.errors``, ``collbench.benchmarks`` and ``collbench.backends.base``
-(the harness drives a bound call), ``collbench.stats``, numpy. Nothing here imports mpi4py or torch.
+May import: ``collbench.errors``, ``collbench.benchmarks``, ``collbench.stats``, numpy.
+Nothing here imports mpi4py or torch.
 """

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from collbench.backends.base import Bound, Control
+from collbench.measure.calls import Bound, Control
 from collbench.benchmarks.base import Benchmark, Roles
 from collbench.stats.samples import relative_ci_halfwidth
 from collbench.measure.timings import TIMINGS

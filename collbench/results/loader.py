@@ -43,10 +43,11 @@ from functools import partial
 from pathlib import Path
 
 from collbench.errors import UsageError, printable
+from collbench.versions import tidy_library_version
 from collbench.results.exporters import CSV_METADATA_COLUMN
 from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES, LONGEST_TEXT,
                                       MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row,
-                                      RunResult, backend_label, older_value, tidy_library_version, windows_sent)
+                                      RunResult, backend_label, older_value, windows_sent)
 
 #: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
 #: samples) is a few hundred MB, and a file is held twice while it is decoded.

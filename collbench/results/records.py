@@ -336,12 +336,3 @@ def root_rank(metadata: dict) -> int:
     settings = metadata.get("settings") if isinstance(metadata, dict) else None
     root = settings.get("root") if isinstance(settings, dict) else None
     return root if isinstance(root, int) and not isinstance(root, bool) and root >= 0 else 0
-
-
-def tidy_library_version(text: str) -> str:
-    """The MPI library's name and version from what it says of itself: "MPICH Version:      5.0.2"
-    (and more lines) becomes "MPICH 5.0.2"; "Open MPI v5.0.7, package: ..." becomes "Open MPI v5.0.7"."""
-    lines = str(text).strip().splitlines()
-    first = " ".join(lines[0].split()) if lines else ""
-    first = first.split(",")[0].strip()
-    return first.replace(" Version: ", " ").replace(" version: ", " ")
