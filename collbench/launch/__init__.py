@@ -21,8 +21,8 @@ Each room imports only those below it: ``origin`` ← ``liveness`` ← ``network
 ``self_launch``, all of them ``processes`` and ``notes``, and no module imports one that imports
 it back (``tests/test_layout.py``).
 
-May import: ``collbench.errors``, ``collbench.environment``, ``collbench.results.journal`` and,
-after a launch that failed, ``collbench.results.recover``, the standard library. Nothing here
-imports numpy, mpi4py or torch (the recovery after a failed launch does, in the self-launching
-process, or in a process of its own for a guardian or the stand-in).
+May import: ``collbench.errors``, ``collbench.environment``, the standard library. Nothing here
+imports numpy, mpi4py or torch. The run's ``journal`` is here: the launching process, the
+guardians and the stand-in read it; the result files are rebuilt from it by
+``python -m collbench.results.recover``, in a process of its own.
 """

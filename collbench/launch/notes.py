@@ -175,7 +175,7 @@ def kept_after_rounds(number: int, measured: bool = True) -> str:
 def launch_files(state: Optional[str], number: int) -> tuple:
     """(paths, what they keep) of a self-launched run, from its journal, when it ends in launch
     ``number``: ([], "") when no launch has taken files up (``--no-save``, or still starting)."""
-    from collbench.results.journal import Journal
+    from collbench.launch.journal import Journal
 
     if not state:
         return [], ""

@@ -14,7 +14,7 @@ from typing import Optional
 from collbench.errors import printable
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
-from collbench.results.journal import Journal, claimed, restore
+from collbench.launch.journal import Journal, claimed, restore
 from collbench.results.links import placement
 from collbench.results.records import root_rank
 from collbench.results.render import output_width, print_table

@@ -16,7 +16,7 @@ from pathlib import Path
 from collbench.results.collector import Collector
 from collbench.results.exporters import remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, release_stale_lock
-from collbench.results.journal import Journal, claimed, release_claims, restore
+from collbench.launch.journal import Journal, claimed, release_claims, restore
 
 
 def stale_temporaries(paths) -> list:

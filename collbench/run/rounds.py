@@ -3,7 +3,7 @@
 * **Schedule.** Self-launched runs make every round a launch of its own: the parent starts the
   ranks once per round and tells them which round they are (``COLLBENCH_ROUND``) and where the
   earlier rounds left their data (``COLLBENCH_STATE``, a folder with the run's journal,
-  ``collbench.results.journal``). Under a user's launcher the rounds run inside the job, each
+  ``collbench.launch.journal``). Under a user's launcher the rounds run inside the job, each
   on freshly duplicated communicators and freshly allocated buffers. The result file records which kind of rounds it holds.
 * **Order.** Within a round the collectives are shuffled, then the backends of each collective,
   then the sizes of each (collective, backend) block, from a generator seeded with

@@ -26,7 +26,7 @@ from collbench.launch.liveness import signals, supervise
 from collbench import environment
 from collbench.backends import backend_class, make_control, threads
 from collbench.results.collector import Collector
-from collbench.results.journal import Journal
+from collbench.launch.journal import Journal
 from collbench.errors import (BackendDeclined, HostUsageError, SharedUsageError, UsageError, check_interrupted,
                              printable)
 from collbench.results.records import axes_problem

@@ -10,7 +10,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Optional
 
 from collbench import environment
 from collbench.launch import notes, processes
+from collbench.launch.journal import rebuild
 from collbench.launch.liveness import coordinator
 from collbench.launch.liveness.link import Link, connect, hello_message
 from collbench.launch.liveness.oom import OomWatch
@@ -59,16 +59,6 @@ def shared_memory_explained(sig: int, folder: str = "/dev/shm", *, in_startup: b
     free_text = f"{free / (1 << 20):.1f} MiB" if free >= 1 << 20 else f"{free // 1024} KiB"
     return (f", most likely for MPI's shared memory ({folder} has {free_text} free of "
             f"{fs.f_blocks * fs.f_frsize / (1 << 20):.1f} MiB; give it more room, e.g. docker --shm-size)")
-
-
-def rebuild_files(journal: str, seconds: float = 120.0) -> None:
-    """Rewrite the result files from the run's journal, in a process of its own (the guardian
-    imports no more than the standard library); it says in one line if it cannot."""
-    try:
-        subprocess.run([sys.executable, "-m", "collbench.results.recover", journal], stdin=subprocess.DEVNULL,
-                       timeout=seconds)
-    except (OSError, subprocess.SubprocessError):
-        pass
 
 
 class Guardian:
@@ -167,7 +157,7 @@ class Guardian:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
         if self.journal and ended_early and os.path.isdir(self.journal) and not self._parent_gone():
-            rebuild_files(self.journal)            # it may not have saved everything it measured
+            rebuild(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None:
             # After the job's abort every guardian leaves at once, rank 0's first: MPICH's launcher
             # ends the job's processes the moment one exits with an error, and reports the job as

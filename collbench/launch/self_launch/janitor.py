@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from collbench.launch import notes, processes
+from collbench.launch.journal import rebuild
 from collbench.launch.liveness.wire import STOP_GRACE
 
 #: how long the stand-in waits for the last launch's processes to end before it kills them:
@@ -139,9 +140,7 @@ def _finish(state: str) -> int:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    from collbench.results.recover import main as recover
-
-    return recover([state, "--remove"])
+    return rebuild(state, remove=True)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Callable, Optional
 from collbench import environment
 from collbench.errors import UsageError, interrupted_by, printable
 from collbench.launch import notes, processes
+from collbench.launch.journal import Journal, rebuild, release_claims
 from collbench.launch.liveness.wire import EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
 from collbench.launch.network import rendezvous
 from collbench.launch.network.addresses import free_port
@@ -28,7 +29,6 @@ from collbench.launch.origin.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch.self_launch.janitor import Janitor
 from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command, remove_orphaned_topology_files
 from collbench.launch.self_launch.relay import Relay
-from collbench.results.journal import Journal, release_claims
 
 
 #: Seconds the ranks get to end after SIGTERM before SIGKILL.
@@ -250,14 +250,6 @@ def _result_paths(state: str) -> list:
         return []
 
 
-def _rebuild(state: str) -> None:
-    """After a launch that ended abnormally: the result files hold everything the journal does,
-    even if rank 0 and its guardian were killed before they could write it."""
-    from collbench.results.recover import main as recover
-
-    recover([state])
-
-
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -347,7 +339,7 @@ class RoundLauncher:
         except BaseException:
             self.close()
             raise
-        if claimed:                # rank 0 of the first launch takes them up (results.journal)
+        if claimed:                # rank 0 of the first launch takes them up (launch.journal)
             journal = Journal(Path(self.state))
             journal.append({"type": "claimed", "paths": [str(p) for p in claimed]})
             journal.close()
@@ -397,8 +389,8 @@ class RoundLauncher:
         if self.use_mpi:
             remove_orphaned_topology_files(began)
         completed = self._completed(number)
-        if code not in (0, 1, 2):
-            _rebuild(self.state)
+        if code not in (0, 1, 2):     # the files hold all the journal does, rank 0 killed or not
+            rebuild(self.state, python=self.python)
         if code == 1 and completed:
             self.check_failed = True
             return None

@@ -1,7 +1,7 @@
 """The run's journal: every measurement, note and round appended as one JSON line as it
 happens, so that the cost of keeping a size safe does not grow with the sizes before it.
 
-The result files are rewritten from the collector on a schedule (``files``); the journal is
+The result files are rewritten from the collector on a schedule (``results.files``); the journal is
 what holds everything in between. It lives in a folder of its own: the self-launching parent's
 (its launches, one per round, append to it in turn, and each rank 0 reads the earlier rounds
 back), or, under a user's launcher, one rank 0 makes and removes when the run ends. If rank 0
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -110,3 +112,16 @@ def restore(journal: Journal, collector) -> Optional[list]:
         collector.metadata.setdefault("rounds", []).append(entry["record"])
     collector.round_ended()
     return [Path(p) for p in outputs[0]["paths"]]
+
+
+def rebuild(folder, *, remove: bool = False, python: str = sys.executable, seconds: float = 120.0) -> int:
+    """Rewrite the result files from the journal in ``folder`` (and, with ``remove``, take the
+    folder away), in a process of its own: ``python -m collbench.results.recover``, the
+    results' writer, which needs numpy where the guardian, the stand-in and this room import
+    only the standard library. It says in one line if it cannot; returns its exit code (2 when
+    it could not run)."""
+    try:
+        return subprocess.run([python, "-m", "collbench.results.recover", str(folder), *(["--remove"] if remove else [])],
+                              stdin=subprocess.DEVNULL, timeout=seconds).returncode
+    except (OSError, subprocess.SubprocessError):
+        return 2
