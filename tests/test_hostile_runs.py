@@ -148,6 +148,10 @@ def _tree_of(pid: int) -> list:
     return process_tree(pid)
 
 
+def _everyone() -> list:
+    return [int(pid) for pid in os.listdir("/proc") if pid.isdigit()]
+
+
 def _named(pids, name: str) -> list:
     found = []
     for pid in pids:
@@ -266,6 +270,39 @@ def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running
         time.sleep(0.5)
     assert not left, [open(f"/proc/{pid}/cmdline").read()[:80] for pid in left if os.path.exists(f"/proc/{pid}")]
     assert json.loads((tmp_path / "r.json").read_text())["rows"]
+
+
+@pytest.mark.mpi
+def test_a_run_whose_stand_in_was_killed_too_is_finished_by_the_next_run(tmp_path):
+    """SIGKILL to the stand-in, then to the launching process: the state folder, with the
+    journal of what was measured, stayed in $TMPDIR for good. The next self-launched run's
+    stand-in finishes it: the files rebuilt, the folder and the file's lock gone."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**_env(), "TMPDIR": str(temp)}
+    run = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-16M", "--iters",
+                            "2000", "--rounds", "1", "-q", "-o", "r.json"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_rows(tmp_path / "r.json")
+    stand_in = _named(_everyone(), f"self_launch.janitor\0{run.pid}\0")
+    assert len(stand_in) == 1
+    os.kill(stand_in[0], signal.SIGKILL)
+    time.sleep(0.2)
+    run.kill()
+    run.wait(timeout=10)
+    deadline = time.monotonic() + 30                  # its ranks end with it
+    while _named(_everyone(), "r.json") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p.name for p in temp.iterdir() if p.name.startswith("collbench-rounds-")], "the folder stayed"
+    kept = json.loads((tmp_path / "r.json").read_text())["rows"]
+    later = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--rounds", "1",
+                            "-q", "--no-save"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert later.returncode == 0, later.stderr
+    deadline = time.monotonic() + 30
+    while list(temp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not list(temp.iterdir()) and not list(tmp_path.glob(".r.json.*"))
+    assert len(json.loads((tmp_path / "r.json").read_text())["rows"]) >= len(kept)
 
 
 def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> subprocess.CompletedProcess:

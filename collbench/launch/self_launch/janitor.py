@@ -7,7 +7,8 @@ small process of its own session (so that neither the launcher's clean-up nor a 
 job's process group reaches it). It waits for that process to end; if the state folder is there,
 it waits for the processes of the last launch to end (their guardians may still be writing), then
 rebuilds the result files from the journal and removes the folder. A process that ends normally
-removes the folder itself and ends its stand-in (``Janitor.close``).
+removes the folder itself and ends its stand-in (``Janitor.close``). Should the stand-in die as
+well (SIGKILL to both), the next self-launched run's stand-in finishes the folder as it starts.
 
 Being there from the start is the point: a guardian that noticed the death could be SIGKILLed by
 mpiexec's clean-up before it acted, and between two rounds there is no guardian at all. So the
@@ -20,6 +21,7 @@ Only the standard library is imported until the rebuild.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import secrets
@@ -40,12 +42,19 @@ from collbench.launch.liveness.wire import STOP_GRACE
 #: how long the stand-in waits for the last launch's processes to end before it kills them:
 #: a guardian's grace for its rank to save what it must (supervise.STOP_GRACE), and a margin
 LAUNCH_END_WAIT = STOP_GRACE + 4.0
+#: the state folder's note of the process that made it: "PID START" (its start, epoch seconds)
+OWNER = "owner"
+#: every stand-in's prefix begins so (``Janitor``)
+ROUNDS_PREFIX = "collbench-rounds-"
+#: a folder with no owner note this old is an orphan (its maker died between making it and
+#: writing the note, or an older collbench made it)
+UNOWNED_AFTER_S = 600.0
 
 
 class Janitor:
     """The stand-in for the calling process, for the state folder it makes (``folder``)."""
 
-    def __init__(self, prefix: str = "collbench-rounds-") -> None:
+    def __init__(self, prefix: str = ROUNDS_PREFIX) -> None:
         self.prefix = os.path.join(tempfile.gettempdir(), f"{prefix}{secrets.token_hex(8)}-")
         try:
             self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.self_launch.janitor",
@@ -56,8 +65,13 @@ class Janitor:
             self.process = None
 
     def folder(self) -> str:
-        """A new private folder that the stand-in finishes should this process die."""
-        return tempfile.mkdtemp(prefix=os.path.basename(self.prefix), dir=os.path.dirname(self.prefix))
+        """A new private folder that the stand-in finishes should this process die. It names
+        its owner (this process), so that should the stand-in die too, the next run's stand-in
+        finishes it (``orphaned``)."""
+        made = tempfile.mkdtemp(prefix=os.path.basename(self.prefix), dir=os.path.dirname(self.prefix))
+        with contextlib.suppress(OSError):
+            Path(made, OWNER).write_text(f"{os.getpid()} {processes.started_at(os.getpid()) or 0:.2f}")
+        return made
 
     def close(self) -> None:
         """The folder is gone (or about to be, by the caller): the stand-in is not needed."""
@@ -113,9 +127,44 @@ def folders(prefix: str) -> list:
     return found
 
 
+def _owner_gone(state: str) -> bool:
+    """Whether the process that made the state folder ``state`` has ended (its pid gone, or
+    taken by a process that started later)."""
+    try:
+        pid, start = Path(state, OWNER).read_text().split()
+        pid, start = int(pid), float(start)
+    except (OSError, ValueError):
+        try:
+            return time.time() - os.lstat(state).st_mtime > UNOWNED_AFTER_S
+        except OSError:
+            return False
+    now = processes.started_at(pid)
+    return not processes.alive(pid) or (now is not None and start > 0 and abs(now - start) > 1.0)
+
+
+def orphaned(own_prefix: str) -> list:
+    """State folders of this user whose maker and whose stand-in both died (SIGKILL to one,
+    then the other): nobody else would finish them. Each is taken by renaming it, so that two
+    stand-ins starting at once never both finish one."""
+    taken = []
+    for state in folders(os.path.join(os.path.dirname(own_prefix), ROUNDS_PREFIX)):
+        if state.startswith(own_prefix) or not _owner_gone(state):
+            continue
+        claimed = os.path.join(os.path.dirname(state), f"collbench-orphan-{secrets.token_hex(8)}")
+        try:
+            os.rename(state, claimed)
+        except OSError:            # another stand-in took it first, or it went
+            continue
+        taken.append(claimed)
+    return taken
+
+
 def main(argv: list) -> int:
-    """``PARENT_PID PREFIX``: finishes the state folder named PREFIX… once PARENT_PID is gone."""
+    """``PARENT_PID PREFIX``: finishes the state folder named PREFIX… once PARENT_PID is gone;
+    first, the folders of runs whose stand-in died with them (``orphaned``)."""
     parent, prefix = int(argv[0]), argv[1]
+    for state in orphaned(prefix):    # its launch's processes ended with their parent; the pids
+        rebuild(state, remove=True)    # its notes name may be others' by now, and are left alone
     _wait_for_death(parent)
     code = 0
     for state in folders(prefix):
