@@ -167,6 +167,20 @@ def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragment
     assert line.startswith("collbench: ") and all(f in line for f in fragments), line
 
 
+@pytest.mark.parametrize("variable,value,cause", [
+    ("GLOO_SOCKET_IFNAME", "bogus0", "Unable to find address for: bogus0"),
+    ("GLOO_DEVICE_TRANSPORT", "bogus", "unsupported gloo device"),
+])
+def test_a_gloo_start_up_that_every_rank_fails_is_one_line_and_exit_2(variable, value, cause, files):
+    """Each rank said its own line, then a summary line, and the job exited 1, the code of a
+    failed result check."""
+    pytest.importorskip("torch")
+    proc = _run(["allreduce", "--backend", "gloo", *RUN], files, {variable: value})
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    assert line.startswith("collbench: rank ") and "failed at start-up" in line and cause in line, line
+
+
 def test_an_address_space_too_small_to_load_mpi_is_said_so(files):
     """Two ranks each said "MPI is not usable here (...failed to map segment...); install it",
     and below that the guardian could not start a thread and left the other rank waiting 45 s in

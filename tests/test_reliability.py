@@ -250,10 +250,12 @@ def test_what_a_rank_starts_hears_signals_and_ends_with_it(how, run_dir, plugin_
 
 
 @pytest.mark.mpi
-def test_sigterm_to_one_rank_names_that_rank(run_dir, plugin_env):
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_sigterm_to_one_rank_names_that_rank(backend, run_dir, plugin_env):
     """MPICH's launcher tells the other ranks with a SIGUSR1, which is not their guardian's: they
-    wait for the coordinator, which names the rank the signal ended."""
-    proc = _slow_sweep("mpi", "term.json", run_dir, plugin_env)
+    wait for the coordinator, which names the rank the signal ended. Under gloo, rank 0 said
+    "Connection reset by peer ... GLHF!" and a line on SIGTERM, which only rank 1 had got."""
+    proc = _slow_sweep(backend, "term.json", run_dir, plugin_env)
     os.kill(_rank_pid(1, "term.json"), signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err

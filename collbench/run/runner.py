@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import re
 import sys
 import time
 import uuid
@@ -94,6 +95,11 @@ def setups_of(plan: Plan) -> tuple:
     return plan.setups or tuple(Setup(name, BackendOptions(), name) for name in plan.backends)
 
 
+#: what gloo (and torch's stores) say when a peer's connection went: the peer's end, not this
+#: rank's failure, most likely
+_PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused", re.IGNORECASE)
+
+
 def run(plan: Plan, launcher: Launcher) -> int:
     """Run the plan on this rank; returns the process exit code."""
     check_interrupted()              # a signal whose Interrupted something swallowed: not lost
@@ -114,16 +120,18 @@ def run(plan: Plan, launcher: Launcher) -> int:
               f"ended the process (sys.exit({exc.code!r}))", file=sys.stderr)
         supervise.abort_job(1)
     except Exception as exc:
-        if signals.stopping():      # a peer gone because the job is being stopped: the signal says it
-            time.sleep(60)
+        if signals.stopping(peer_lost=_PEER_LOST.search(str(exc)) is not None):
+            time.sleep(60)          # a peer gone because the job is being stopped: the signal says it
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
-        # the others would wait for this one forever, so end the whole job.
-        print(f"collbench: rank {launcher.rank} failed at {supervise.current_position() or 'start-up'}: "
-              f"{type(exc).__name__}: {_said(exc)}", file=sys.stderr)
+        # the others would wait for this one forever, so end the whole job. Every rank may meet
+        # the same (GLOO_SOCKET_IFNAME naming no interface): the job says the first. One in the
+        # start-up is the environment's (exit 2); later, a library's (1).
+        where = supervise.current_position() or "start-up"
+        notes.say_first(f"collbench: rank {launcher.rank} failed at {where}: {type(exc).__name__}: {_said(exc)}")
         if plan.verbose:
             import traceback
             traceback.print_exc()
-        supervise.abort_job(1)
+        supervise.abort_job(2 if where.startswith("start-up") else 1)
 
 
 #: Lines of a library's error that are advice or a stack, not its cause (torch's CUDA errors end

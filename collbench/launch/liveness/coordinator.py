@@ -30,9 +30,9 @@ import time
 from typing import Callable, Optional
 
 from collbench.launch import notes
-from collbench.launch.liveness.wire import BEAT_S, EXIT_LOST, EXIT_TIMEOUT, LOST_AFTER, MessageReader, send_message
+from collbench.launch.liveness.wire import (BEAT_S, EARLY_EXIT_GRACE, EXIT_LOST, EXIT_TIMEOUT, LOST_AFTER, MessageReader,
+                                           send_message)
 
-EARLY_EXIT_GRACE = 5.0   # seconds the others get to follow a rank that left with an error
 
 
 def rank_ranges(ranks) -> str:

@@ -16,7 +16,7 @@ import time
 from collbench.launch import notes
 from collbench.launch.liveness import supervise
 from collbench.launch.liveness.supervise import saved_results_clause
-from collbench.launch.liveness.wire import STOP_GRACE
+from collbench.launch.liveness.wire import EARLY_EXIT_GRACE, STOP_GRACE
 from collbench.launch.origin.terminal import END_PROGRESS_LINE, user_terminals
 
 
@@ -27,12 +27,16 @@ USR1_POLL_S = 0.05
 ECHO_GRACE = 2.0
 
 
-def stopping() -> bool:
+def stopping(peer_lost: bool = False) -> bool:
     """A signal is ending this rank, or is about to: errors the main thread meets now are its
     echo, not news. gloo sees a peer's death at once (its connections are reset), while the
     coordinator's word of it takes a moment more, from another host perhaps; so a rank in a
-    job gives that word ``ECHO_GRACE`` seconds to come."""
-    return _stopping.wait(ECHO_GRACE if supervise.has_guardian() else 0)
+    job gives that word ``ECHO_GRACE`` seconds to come. ``peer_lost``: the error says a peer
+    went (a connection reset): one that a signal ended on its own is named by the coordinator
+    once the others had ``EARLY_EXIT_GRACE`` to follow it, so the word may take that long."""
+    if not supervise.has_guardian():
+        return _stopping.is_set()
+    return _stopping.wait(EARLY_EXIT_GRACE + ECHO_GRACE if peer_lost else ECHO_GRACE)
 
 
 _pipe: list = []          # this rank's wakeup pipe (read end, write end), once handle_signals made it

@@ -15,6 +15,7 @@ BEAT_S = 1.0
 LOST_AFTER = 6.0          # seconds of silence before a peer counts as lost
 CONNECT_TIMEOUT = 3.0
 STOP_GRACE = 3.0          # seconds a rank told to stop gets before SIGKILL
+EARLY_EXIT_GRACE = 5.0    # seconds the others get to follow a rank that left with an error
 
 #: A size ran past ``--timeout``.
 EXIT_TIMEOUT = 124

@@ -22,7 +22,7 @@ from collbench import environment
 from collbench.errors import UsageError, interrupted_by, printable
 from collbench.launch import notes, processes
 from collbench.launch.journal import Journal, rebuild, release_claims
-from collbench.launch.liveness.wire import EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
+from collbench.launch.liveness.wire import EARLY_EXIT_GRACE, EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
 from collbench.launch.network import rendezvous
 from collbench.launch.network.addresses import free_port
 from collbench.launch.origin.terminal import END_PROGRESS_LINE, mark_terminals
@@ -149,8 +149,11 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
                 if rc != 0 and code == 0:
                     code = rc
                     # Do not leave the others hanging; but the job's coordinator usually ends it
-                    # first, and better: it names the rank's position and host.
-                    stop_at = time.monotonic() + COORDINATOR_GRACE
+                    # first, and better: it names the rank's position and host. A rank that a
+                    # signal of its own ended is named once the others had EARLY_EXIT_GRACE to
+                    # follow it (a signal to the whole job ends them all).
+                    signalled = rc - 128 in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+                    stop_at = time.monotonic() + COORDINATOR_GRACE + (EARLY_EXIT_GRACE if signalled else 0)
         if relay is not None:
             relay.join()
         if ended and not received:
