@@ -276,7 +276,9 @@ def _report(exc: CollbenchError) -> None:
     from collbench.launch.origin.launcher import detected_rank
 
     if not exc.every_rank or detected_rank(on_host=exc.per_host) == 0:
-        print(f"collbench: error: {one_line(exc)}", file=sys.stderr)
+        from collbench.launch import notes
+
+        notes.say(f"collbench: error: {one_line(exc)}")       # noted: the launching process says no more
     else:
         # Leave after rank 0, which says it: a launcher such as torchrun stops every rank
         # as soon as one exits, and rank 0 must not be stopped before it has spoken.

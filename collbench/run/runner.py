@@ -22,7 +22,7 @@ from collbench.measure import harness
 from collbench.measure.timings import on_device
 from collbench.run import cpuload, rounds
 from collbench.launch.network import rendezvous
-from collbench.launch import notes
+from collbench.launch import notes, processes
 from collbench.launch.liveness import signals, supervise
 from collbench import environment
 from collbench.backends import backend_class, make_control, threads
@@ -158,7 +158,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
     supervise.watch_startup(join_limit(plan.timeout))
-    problem = shared_memory_problem(launcher)
+    problem = shared_memory_problem(launcher) or processes.open_files_problem(launcher.world_size)
     if problem:                      # every rank of this host finds the same; other hosts may not
         raise HostUsageError(problem)
     problem = mpi_start_problem(launcher)

@@ -325,6 +325,9 @@ class RoundLauncher:
         env.update(self.extra_env)
         env[environment.PARENT_PID] = str(os.getpid())      # the ranks end when this process does, however it ends
         mark_terminals(env)             # the ranks write through the launcher's pipes
+        problem = processes.open_files_problem(self.n)     # mpiexec needs them too: it failed first
+        if problem:
+            raise UsageError(problem)
         if self.use_mpi and find_mpiexec(self.python) is None:
             raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
                              'pip install "collbench[mpich]", or start collbench under your own launcher')
