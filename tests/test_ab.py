@@ -141,3 +141,49 @@ def test_force_overwrites_an_earlier_jobs_files_and_without_it_they_are_kept(run
     refused = cli(["ab", "-q", *job], run_dir)
     assert refused.returncode == 2 and "exists; use --force" in refused.stderr
     assert [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"] == again
+
+
+def _second_turn_started() -> bool:
+    """A process of the second side of a pair runs (its environment says turn 1)."""
+    import os
+    from pathlib import Path
+
+    from collbench import environment
+
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if f"{environment.AB_TURN}=1".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.mpi
+def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir):
+    """SIGINT while side b measured pair 1, after side a had finished it: "interrupted by SIGINT;
+    nothing was saved" and "no pair was completed", while the other side's file held its round."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", "sig", "--", "allreduce", "-n", "2",
+                             "--sizes", "8-64K", "--rounds", "2"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    first = []
+    while not first and time.monotonic() < deadline and proc.poll() is None:
+        if _second_turn_started():            # the first side's launch has ended: its round is whole
+            first = [side for side in "ab" if (run_dir / f"sig-{side}.json").exists()]
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    said = [line for line in err.splitlines() if line.startswith("collbench") and "pair 1/" not in line][1:]
+    assert len(said) == 2 and said[0].startswith("collbench: interrupted by SIGINT; ") and \
+        "nothing was saved" not in said[0], err
+    assert said[1].startswith("collbench ab: stopped in pair 1 of 2 (") and \
+        said[1].endswith(f"; sig-{first[0]}.json keeps {first[0]}'s round 1"), err

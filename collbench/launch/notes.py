@@ -188,17 +188,30 @@ def launch_files(state: Optional[str], number: int) -> tuple:
     return (list(outputs[0]["paths"]), kept_after_rounds(number, measured)) if outputs else ([], "")
 
 
-def files_clause(paths, kept: str) -> str:
+def files_clause(paths, kept: str, side: str = "") -> str:
     """The end of a line about an early end: where what was measured is. Without ``paths`` (this
     launch's rank 0 has not taken its files up, or cannot say), a self-launched run's earlier
-    launches' files, from its journal."""
+    launches' files, from its journal. ``side``: the label of the side of ``collbench ab`` this
+    run measures (a rank finds it in its environment): the other side's files are not its own."""
     paths = [str(p) for p in paths or ()]
     if not paths:
         number = os.environ.get(environment.ROUND, "")
         paths, kept = launch_files(os.environ.get(environment.STATE), int(number) if number.isdigit() else 1)
     if not paths:            # --no-save, or stopped before any file was claimed
-        return "nothing was saved"
+        side = side or _ab_side()
+        return f"nothing of {side} was saved" if side else "nothing was saved"
     return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} {kept}"
+
+
+def _ab_side() -> str:
+    """The label of the side of ``collbench ab`` this rank measures; "" outside ab."""
+    import json
+
+    try:
+        described = json.loads(os.environ.get(environment.AB, ""))
+        return printable(str(described.get("label", ""))) if isinstance(described, dict) else ""
+    except ValueError:
+        return ""
 
 
 # The launching process's side.

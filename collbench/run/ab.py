@@ -95,7 +95,8 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
-                                           extra_env={**side.env, environment.AB: json.dumps(described)}, bind=bind))
+                                           extra_env={**side.env, environment.AB: json.dumps(described)}, bind=bind,
+                                           side=side.label))
         for launcher in launchers[:-1]:     # the last one's handler notes the signals between launches
             launcher.stopped_by = launchers[-1].stopped_by
         for number, first in enumerate(pair_orders(rounds, seed), 1):
@@ -107,6 +108,10 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
                 code = launchers[i].launch(number, verbose=verbose and number == 1, env={environment.AB_TURN: str(turn)})
                 if code is not None:
                     kept = f"{paths[0]} and {paths[1]} keep the pairs before it" if number > 1 else "no pair was completed"
+                    if turn == 1:          # the side before it finished its round of this pair
+                        done = sides[order[0]].label
+                        kept += f"; {paths[order[0]]} keeps {done}'s round {number} too" if number > 1 else \
+                            f"; {paths[order[0]]} keeps {done}'s round 1"
                     print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[i].label}); {kept}",
                           file=sys.stderr, flush=True)
                     return code

@@ -312,6 +312,7 @@ class RoundLauncher:
     python: str = sys.executable
     extra_env: dict = field(default_factory=dict)
     bind: str = "none"                 # --bind: how each launch binds its ranks
+    side: str = ""                     # under ab: the label of the side it measures
     #: claims the run's result files (``results.files.claim``), once the stand-in watches the
     #: state folder: a run killed at once then leaves no empty file behind
     claim: Callable[[], list] = list
@@ -367,7 +368,7 @@ class RoundLauncher:
         kept = "nothing measured" if completed == 0 else "round 1" if completed == 1 else f"rounds 1-{completed}"
         paths = _result_paths(self.state)
         print(f"collbench: interrupted by {signal.Signals(self.stopped_by[0]).name}; "
-              f"{notes.files_clause(paths, kept) if paths and completed else 'nothing was saved'}",
+              f"{notes.files_clause(paths, kept, self.side) if paths and completed else self._nothing()}",
               file=sys.stderr, flush=True)
         return 128 + self.stopped_by[0]
 
@@ -385,7 +386,7 @@ class RoundLauncher:
         began = time.time()
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose, bind=self.bind)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
-        code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number)),
+        code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number), self.side),
                                 self.state, lambda: self._completed(number), self.stopped_by)
         for proc in procs:                    # the relay has read them to their end
             for pipe in (proc.stdout, proc.stderr):
@@ -411,6 +412,9 @@ class RoundLauncher:
                       f"{notes.files_clause(*notes.launch_files(self.state, number))}", file=sys.stderr, flush=True)
             return code
         return None
+
+    def _nothing(self) -> str:
+        return f"nothing of {self.side} was saved" if self.side else "nothing was saved"
 
     def _completed(self, number: int) -> bool:
         """Whether rank 0 recorded round ``number`` as complete in the run's journal."""
