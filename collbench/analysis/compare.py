@@ -355,6 +355,39 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     times 2-3x."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
+    names = (baseline_name, new_name)
+    match = _match(baseline, new, names, across_levels)
+    # The two sides of one interleaved job (collbench ab) took turns on the machine over the same
+    # minutes: whatever moved it moved both alike, so neither drift nor busy shifts enter.
+    one_job = bool(ab_job(baseline)) and ab_job(baseline) == ab_job(new)
+    found = _gather(baseline, new, match, metric, names, one_job, alpha)
+    judged = judge(found.pending, one_job=one_job, threshold=threshold, alpha=alpha, assumed_log_sd=assumed_log_sd)
+    pending = judged.evidence
+    by_key = {p.key: RowComparison(p.key, p.base, p.new, p.base_value, p.new_value,
+                                   *dataclasses.astuple(judged.verdicts[p.key])) for p in pending}
+    rows = _all_rows(baseline, new, match, metric, new_name, by_key, found.unmeasured)
+    warnings = _warnings(baseline, new, match, names, found, pending, by_key, one_job, assumed_log_sd)
+    drifts = [p.drift_sd for p in pending if p.change is not None]
+    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), judged.tested,
+                      float(np.median(drifts)) if drifts else math.nan, judged.drift_source, allow_missing,
+                      fail_on_inconclusive, min_decided)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Match:
+    """How two runs' rows pair up: across two backends, across thread levels (``levels``: each
+    side's), each side's index by key, and the keys both hold."""
+    across: bool
+    levels: tuple
+    base_index: dict
+    new_index: dict
+    common: list
+
+
+def _match(baseline: RunResult, new: RunResult, names: tuple, across_levels: bool) -> _Match:
+    """The rows both runs hold, keyed alike; UsageError where none, too many, or only across
+    thread levels without ``across_levels``."""
+    baseline_name, new_name = names
     across = _one_backend_each(baseline, new)
     levels = levels_apart(baseline, new, across)
     if levels[0] and not across_levels:
@@ -362,9 +395,8 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                          f"{'/'.join(levels[1])}{_assumed(baseline, new, baseline_name, new_name)}: the level alone "
                          "moves MPI's times 2-3x, so no verdict is called across levels; --across-levels "
                          "compares them anyway")
-    across_levels = bool(levels[0])
-    base_index = _index(baseline, baseline_name, across, across_levels)
-    new_index = _index(new, new_name, across, across_levels)
+    base_index = _index(baseline, baseline_name, across, bool(levels[0]))
+    new_index = _index(new, new_name, across, bool(levels[0]))
     common = [k for k in base_index if k in new_index]
     if not common:
         raise UsageError(f"{baseline_name} and {new_name} have no row in common "
@@ -373,84 +405,111 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
         raise UsageError(f"{baseline_name} and {new_name} share {len(common):,} rows; compare judges at most "
                          f"{MAX_COMPARED_ROWS:,} at once: compare the sweep in parts (a file per collective, or "
                          f"per range of sizes)")
-    files = (FileRounds.of(baseline), FileRounds.of(new))
-    # The two sides of one interleaved job (collbench ab) took turns on the machine over the same
-    # minutes: whatever moved it moved both alike, so neither drift nor busy shifts enter.
-    one_job = bool(ab_job(baseline)) and ab_job(baseline) == ab_job(new)
-    set_aside = {baseline_name: [0, 0], new_name: [0, 0]}
-    pending, unmeasured, unmeasured_base = [], {}, []
-    for key in common:
-        b, n = base_index[key], new_index[key]
+    return _Match(across, levels, base_index, new_index, common)
+
+
+@dataclasses.dataclass
+class _Found:
+    """What the shared rows hold before any verdict: the evidence of the rows to judge, the
+    rows a side cannot judge (``unmeasured``; the baseline's keys apart), each side's rounds set
+    aside, and ``files``: each side's rounds as a file."""
+    files: tuple
+    pending: list = dataclasses.field(default_factory=list)
+    unmeasured: dict = dataclasses.field(default_factory=dict)
+    unmeasured_base: list = dataclasses.field(default_factory=list)
+    set_aside: dict = dataclasses.field(default_factory=dict)
+
+
+def _gather(baseline: RunResult, new: RunResult, match: _Match, metric: str, names: tuple, one_job: bool,
+            alpha: float) -> _Found:
+    """Each shared row's evidence, or why a side cannot judge it."""
+    baseline_name, new_name = names
+    found = _Found((FileRounds.of(baseline), FileRounds.of(new)), set_aside={name: [0, 0] for name in names})
+    files = found.files
+    for key in match.common:
+        b, n = match.base_index[key], match.new_index[key]
         sides = (files[0].row(b), files[1].row(n))
-        for name, side in zip((baseline_name, new_name), sides):
-            set_aside[name][0] += side.set_aside
-            set_aside[name][1] += side.set_aside + sum(len(g) for g in side.runs)
+        for name, side in zip(names, sides):
+            found.set_aside[name][0] += side.set_aside
+            found.set_aside[name][1] += side.set_aside + sum(len(g) for g in side.runs)
         applies = metric == "time_us_p50" or bool(baseline.rows[b].size_bytes)   # no bandwidth of a barrier
         base_lacks = _lacks(baseline.rows[b], sides[0], "time_us_p50") or (
             _lacks(baseline.rows[b], sides[0], metric) if applies else "")
-        if base_lacks:
+        lacks = "" if base_lacks else _lacks(new.rows[n], sides[1], metric)
+        if base_lacks or (lacks and not _lacks(baseline.rows[b], sides[0], metric)):
             # a baseline that cannot judge a row must not pass it: the gate fails as for NEW's
-            unmeasured_base.append(key)
-            unmeasured[key] = RowComparison(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
-                                            _metric(new.rows[n], metric), math.nan, math.nan, math.nan, None, None,
-                                            0, 0, "", math.nan, None, "unmeasured", f"{baseline_name} has {base_lacks}")
+            if base_lacks:
+                found.unmeasured_base.append(key)
+            found.unmeasured[key] = RowComparison(
+                key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric), _metric(new.rows[n], metric),
+                math.nan, math.nan, math.nan, None, None, 0, 0, "", math.nan, None, "unmeasured",
+                f"{baseline_name} has {base_lacks}" if base_lacks else f"{new_name} has {lacks}")
             continue
-        lacks = _lacks(new.rows[n], sides[1], metric)
-        if lacks and not _lacks(baseline.rows[b], sides[0], metric):
-            unmeasured[key] = RowComparison(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
-                                            _metric(new.rows[n], metric), math.nan, math.nan, math.nan, None, None,
-                                            0, 0, "", math.nan, None, "unmeasured", f"{new_name} has {lacks}")
-            continue
-        comparable = _metric(baseline.rows[b], metric) > 0 and _metric(new.rows[n], metric) > 0
-        block_var = 0.0 if one_job else sum(side.floor_var for side in sides)
-        pairs = tuple((sides[0].by_round[r], sides[1].by_round[r]) for r in sorted(sides[0].by_round)
-                      if r in sides[1].by_round) if one_job and comparable else ()
-        kept_floor = max((f.kept_spread * max(f.clean_sd(i), MIN_CLEAN_SD) for f, i in zip(files, (b, n))
-                          if f.slow and math.isfinite(f.kept_spread) and math.isfinite(f.clean_sd(i))), default=0.0)
-        pending.append(Evidence(key, baseline.rows[b], new.rows[n], _metric(baseline.rows[b], metric),
-                                _metric(new.rows[n], metric), METRICS[metric], sides[0].runs if comparable else [],
-                                sides[1].runs if comparable else [], block_var,
-                                sum(side.fast_gap ** 2 for side in sides), pairs,
-                                min(side.positive for side in sides) if pairs else 0, noise_stratum(baseline.rows[b]),
-                                kept_floor, starved=() if one_job else starvation(sides),
-                                reached=((), ()) if one_job else state_reach(sides, alpha)))
-    if len(unmeasured_base) == len(common):
-        raise UsageError(f"{baseline_name}: none of the {len(common)} rows it shares with {new_name} has a median time "
-                         f"and a round median to judge by (a broken baseline?): incomparable")
-    judged = judge(pending, one_job=one_job, threshold=threshold, alpha=alpha, assumed_log_sd=assumed_log_sd)
-    pending = judged.evidence
-    by_key = {p.key: RowComparison(p.key, p.base, p.new, p.base_value, p.new_value,
-                                   *dataclasses.astuple(judged.verdicts[p.key])) for p in pending}
-    rows = []
+        found.pending.append(_evidence(key, baseline.rows[b], new.rows[n], sides, files, (b, n), metric, one_job,
+                                       alpha))
+    if len(found.unmeasured_base) == len(match.common):
+        raise UsageError(f"{baseline_name}: none of the {len(match.common)} rows it shares with {new_name} has a "
+                         "median time and a round median to judge by (a broken baseline?): incomparable")
+    return found
+
+
+def _evidence(key, base_row, new_row, sides: tuple, files: tuple, where: tuple, metric: str, one_job: bool,
+              alpha: float) -> Evidence:
+    """What one shared row, measured by both sides, gives the verdict."""
+    comparable = _metric(base_row, metric) > 0 and _metric(new_row, metric) > 0
+    block_var = 0.0 if one_job else sum(side.floor_var for side in sides)
+    pairs = tuple((sides[0].by_round[r], sides[1].by_round[r]) for r in sorted(sides[0].by_round)
+                  if r in sides[1].by_round) if one_job and comparable else ()
+    kept_floor = max((f.kept_spread * max(f.clean_sd(i), MIN_CLEAN_SD) for f, i in zip(files, where)
+                      if f.slow and math.isfinite(f.kept_spread) and math.isfinite(f.clean_sd(i))), default=0.0)
+    return Evidence(key, base_row, new_row, _metric(base_row, metric), _metric(new_row, metric), METRICS[metric],
+                    sides[0].runs if comparable else [], sides[1].runs if comparable else [], block_var,
+                    sum(side.fast_gap ** 2 for side in sides), pairs,
+                    min(side.positive for side in sides) if pairs else 0, noise_stratum(base_row),
+                    kept_floor, starved=() if one_job else starvation(sides),
+                    reached=((), ()) if one_job else state_reach(sides, alpha))
+
+
+def _all_rows(baseline: RunResult, new: RunResult, match: _Match, metric: str, new_name: str, by_key: dict,
+              unmeasured: dict) -> list:
+    """Every row of either run, in the baseline's order, then the new run's own: judged,
+    unmeasured, missing from the new run, or new."""
     nan = math.nan
-    for key, i in base_index.items():
+    rows = []
+    for key, i in match.base_index.items():
         row = baseline.rows[i]
         rows.append(by_key.get(key) or unmeasured.get(key) or RowComparison(
             key, row, None, _metric(row, metric), nan, nan, nan, nan, None, None, 0, 0, "", nan, None, "missing",
             f"{new_name} lacks it"))
-    for key, i in new_index.items():
-        if key not in base_index:
+    for key, i in match.new_index.items():
+        if key not in match.base_index:
             row = new.rows[i]
             rows.append(RowComparison(key, None, row, nan, _metric(row, metric), nan, nan, nan, None, None, 0, 0,
                                       "", nan, None, "new"))
+    return rows
+
+
+def _warnings(baseline: RunResult, new: RunResult, match: _Match, names: tuple, found: _Found, pending: list,
+              by_key: dict, one_job: bool, assumed_log_sd: float) -> list:
+    """What a reader of the verdicts should know: what the runs differ in, what was matched
+    across, rows that judge nothing, and what the rounds and the machine's states did."""
+    baseline_name, new_name = names
+    levels = match.levels
     warnings = comparability_warnings(baseline, new, baseline_name, new_name,
-                                      [(r.baseline, r.new) for r in [*by_key.values(), *unmeasured.values()]])
-    if across:
+                                      [(r.baseline, r.new) for r in [*by_key.values(), *found.unmeasured.values()]])
+    if match.across:
         warnings.insert(0, f"{baseline_name} measured {baseline.rows[0].backend} and {new_name} "
                            f"{new.rows[0].backend}: rows are matched across the two backends")
-    if across_levels:
+    if levels[0]:
         warnings.insert(0, f"{baseline_name} ran MPI at thread level {'/'.join(levels[0])} and {new_name} at "
                            f"{'/'.join(levels[1])}: rows are matched across the levels")
-    if unmeasured_base:
-        warnings.append(f"{len(unmeasured_base)} row(s) of {baseline_name} have no median time or no round median: "
-                        f"they judge nothing (unmeasured, which fails the gate unless --allow-missing)")
-    warnings += round_warnings(files, (baseline_name, new_name), by_key.values(),
-                               {name: tuple(v) for name, v in set_aside.items()}, assumed_log_sd)
+    if found.unmeasured_base:
+        warnings.append(f"{len(found.unmeasured_base)} row(s) of {baseline_name} have no median time or no round "
+                        "median: they judge nothing (unmeasured, which fails the gate unless --allow-missing)")
+    warnings += round_warnings(found.files, names, by_key.values(),
+                               {name: tuple(v) for name, v in found.set_aside.items()}, assumed_log_sd)
     if not one_job:
-        warnings += _shared_runner(files, (baseline_name, new_name))
-    warnings += _starved_warnings(pending, by_key, (baseline_name, new_name))
-    warnings += _state_warnings(pending, by_key, (baseline_name, new_name))
-    drifts = [p.drift_sd for p in pending if p.change is not None]
-    return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), judged.tested,
-                      float(np.median(drifts)) if drifts else math.nan, judged.drift_source, allow_missing,
-                      fail_on_inconclusive, min_decided)
+        warnings += _shared_runner(found.files, names)
+    warnings += _starved_warnings(pending, by_key, names)
+    warnings += _state_warnings(pending, by_key, names)
+    return warnings
