@@ -143,8 +143,9 @@ def test_force_overwrites_an_earlier_jobs_files_and_without_it_they_are_kept(run
     assert [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"] == again
 
 
-def _second_turn_started() -> bool:
-    """A process of the second side of a pair runs (its environment says turn 1)."""
+def _second_turn_started(prefix: str) -> bool:
+    """A process of the second side of a pair of the ab job writing ``prefix``-*.json runs (its
+    environment says turn 1)."""
     import os
     from pathlib import Path
 
@@ -152,7 +153,8 @@ def _second_turn_started() -> bool:
 
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if f"{environment.AB_TURN}=1".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if prefix.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                    f"{environment.AB_TURN}=1".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 return True
         except OSError:
             continue
@@ -170,14 +172,15 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
     import time
 
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", "sig", "--", "allreduce", "-n", "2",
+    prefix = f"sig{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--", "allreduce", "-n", "2",
                              "--sizes", "8-64K", "--rounds", "2"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     first = []
     while not first and time.monotonic() < deadline and proc.poll() is None:
-        if _second_turn_started():            # the first side's launch has ended: its round is whole
-            first = [side for side in "ab" if (run_dir / f"sig-{side}.json").exists()]
+        if _second_turn_started(prefix):      # the first side's launch has ended: its round is whole
+            first = [side for side in "ab" if (run_dir / f"{prefix}-{side}.json").exists()]
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -186,4 +189,4 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
     assert len(said) == 2 and said[0].startswith("collbench: interrupted by SIGINT; ") and \
         "nothing was saved" not in said[0], err
     assert said[1].startswith("collbench ab: stopped in pair 1 of 2 (") and \
-        said[1].endswith(f"; sig-{first[0]}.json keeps {first[0]}'s round 1"), err
+        said[1].endswith(f"; {prefix}-{first[0]}.json keeps {first[0]}'s round 1"), err

@@ -77,9 +77,9 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     from collbench.cli.results import COMPARE_FORMATS, _warn
     from collbench.errors import UsageError
     from collbench.launch.origin import launcher as launch
-    from collbench.backends import parse_backends, uses_mpi
+    from collbench.backends import uses_mpi
     from collbench.run import ab
-    from collbench.run.plan import build_plan, default_nprocs
+    from collbench.run.plan import default_nprocs
     from collbench.run.rounds import new_seed
     from collbench.results.loader import load_result
 
@@ -87,64 +87,11 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     here = launch.detect()
     if here.name != "none":
         raise UsageError("collbench ab launches its ranks itself, round by round: run it outside mpiexec/srun")
-    args = list(command)
-    if args and args[0] == "--":
-        args = args[1:]
-    name = args[0] if args else ""
-    context = click.get_current_context()
-    group = context.find_root().command          # the collbench group, which holds the command
-    target = group.get_command(context, name) if name and isinstance(group, click.Group) else None
-    if target is None or not getattr(target, "benchmarks", ()):
-        raise UsageError(f"ab needs a measuring command (a benchmark such as allreduce or pingpong, or all) after its options, got {name!r}")
-    for arg in args[1:]:
-        flag = arg.split("=", 1)[0]
-        if flag in _OWNED:
-            raise UsageError(f"{flag} in the measured command: {_OWNED[flag]}")
-    labels = (sides["a_label"], sides["b_label"])
-    for label in labels:
-        if not label or not all(c.isalnum() or c in "-_." for c in label):
-            raise UsageError(f"bad side label {label!r}: use letters, digits, '-', '_' or '.'")
-    if labels[0] == labels[1]:
-        raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label different names")
-    made = [ab.Side(label, ab.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
-                    sides[f"{x}_python"] or sys.executable, sides[f"{x}_backend"])
-            for x, label in zip("ab", labels)]
-    for x, side in zip("ab", made):
-        if side.python != sys.executable:
-            ab.check_interpreter(side.python, f"--{x}-python")
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    new_folder = None            # the default folder, made as a plain run makes it (and gone on bad input)
-    if prefix is None:
-        prefix = str(Path("results") / f"ab-{stamp}")
-        new_folder = None if Path("results").exists() else Path("results")
-    paths = tuple(Path(f"{prefix}-{label}.json") for label in labels)
-    for path in paths:
-        if path.exists() and not force:
-            raise UsageError(f"output {path} exists; use --force to overwrite it")
-    if new_folder is not None:
-        try:
-            new_folder.mkdir()
-        except OSError as exc:
-            raise UsageError(f"cannot make the folder {str(new_folder)!r}: {exc.strerror or exc}") from None
-
-    from collbench.cli.options import defaults_without
-
+    name, args, target = _measuring_command(command)
+    labels, made = _sides(sides)
+    paths, new_folder = _outputs(prefix, labels, force)
     try:
-        ctx = target.make_context(name, list(args[1:]) + ["-o", str(paths[0])] + (["--force"] if force else []))
-        benches = target.benchmarks
-        opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
-        if hasattr(target, "plan_options"):            # pairs: its own options make the plan's
-            opts = target.plan_options(ctx)
-            collectives = (opts["pairing"].benchmark,)
-        backends_of = []
-        for side in made:
-            side_opts = {**opts, "backend": side.backend or opts["backend"]}
-            plan = build_plan(collectives, side_opts, [name] + args[1:], here)   # every bad input, once per side
-            backends_of.append(parse_backends(side_opts["backend"])[0])
-            if len(plan.thread_levels) > 1:
-                raise UsageError(f"--thread-level {','.join(plan.thread_levels)}: ab measures one setup a side; give "
-                                 "each side its level (--a-env MPI4PY_RC_THREAD_LEVEL=single --b-env "
-                                 "MPI4PY_RC_THREAD_LEVEL=multiple)")
+        opts, backends_of, plan = _plans(target, name, args, paths, force, made, here)
     except BaseException:
         if new_folder is not None:
             with contextlib.suppress(OSError):        # only while it is empty
@@ -155,7 +102,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     if not quiet:
         print(f"collbench ab: {opts['rounds']} pair{'s' * (opts['rounds'] != 1)} of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
               f"B ({labels[1]}): {made[1].describe()}; seed {seed}", file=sys.stderr, flush=True)
-    code = ab.run_interleaved(tuple(made), [name] + args[1:], paths, n=n, bind=plan.bind,
+    code = ab.run_interleaved(tuple(made), [name] + args, paths, n=n, bind=plan.bind,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
                               rounds=opts["rounds"], seed=seed, quiet=quiet, verbose=verbose)
     if code not in (0, 1):
@@ -174,3 +121,92 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         sys.exit(1)
     if comparison.status:
         sys.exit(comparison.status)
+
+
+def _measuring_command(command) -> tuple:
+    """(its name, its arguments, its click command) of the measuring command ab was given;
+    UsageError where it is not one, or sets what ab owns."""
+    from collbench.errors import UsageError
+
+    args = list(command)
+    if args and args[0] == "--":
+        args = args[1:]
+    name = args[0] if args else ""
+    context = click.get_current_context()
+    group = context.find_root().command          # the collbench group, which holds the command
+    target = group.get_command(context, name) if name and isinstance(group, click.Group) else None
+    if target is None or not getattr(target, "benchmarks", ()):
+        raise UsageError(f"ab needs a measuring command (a benchmark such as allreduce or pingpong, or all) after its options, got {name!r}")
+    for arg in args[1:]:
+        flag = arg.split("=", 1)[0]
+        if flag in _OWNED:
+            raise UsageError(f"{flag} in the measured command: {_OWNED[flag]}")
+    return name, args[1:], target
+
+
+def _sides(sides: dict) -> tuple:
+    """(the two labels, the two ``ab.Side``) from the --a-*/--b-* options, checked."""
+    from collbench.errors import UsageError
+    from collbench.run import ab
+
+    labels = (sides["a_label"], sides["b_label"])
+    for label in labels:
+        if not label or not all(c.isalnum() or c in "-_." for c in label):
+            raise UsageError(f"bad side label {label!r}: use letters, digits, '-', '_' or '.'")
+    if labels[0] == labels[1]:
+        raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label different names")
+    made = [ab.Side(label, ab.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
+                    sides[f"{x}_python"] or sys.executable, sides[f"{x}_backend"])
+            for x, label in zip("ab", labels)]
+    for x, side in zip("ab", made):
+        if side.python != sys.executable:
+            ab.check_interpreter(side.python, f"--{x}-python")
+    return labels, made
+
+
+def _outputs(prefix, labels: tuple, force: bool) -> tuple:
+    """(each side's result file, the default folder made for them or None): PREFIX-LABEL.json,
+    refused where one exists without --force."""
+    from collbench.errors import UsageError
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    new_folder = None            # the default folder, made as a plain run makes it (and gone on bad input)
+    if prefix is None:
+        prefix = str(Path("results") / f"ab-{stamp}")
+        new_folder = None if Path("results").exists() else Path("results")
+    paths = tuple(Path(f"{prefix}-{label}.json") for label in labels)
+    for path in paths:
+        if path.exists() and not force:
+            raise UsageError(f"output {path} exists; use --force to overwrite it")
+    if new_folder is not None:
+        try:
+            new_folder.mkdir()
+        except OSError as exc:
+            raise UsageError(f"cannot make the folder {str(new_folder)!r}: {exc.strerror or exc}") from None
+    return paths, new_folder
+
+
+def _plans(target, name: str, args: list, paths: tuple, force: bool, made: list, here) -> tuple:
+    """(the command's options, each side's backends, the last side's plan): every bad input of
+    the measured command, found once per side before anything is launched."""
+    from collbench.backends import parse_backends
+    from collbench.cli.options import defaults_without
+    from collbench.errors import UsageError
+    from collbench.run.plan import build_plan
+
+    ctx = target.make_context(name, list(args) + ["-o", str(paths[0])] + (["--force"] if force else []))
+    benches = target.benchmarks
+    opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
+    if hasattr(target, "plan_options"):            # pairs: its own options make the plan's
+        opts = target.plan_options(ctx)
+        collectives = (opts["pairing"].benchmark,)
+    backends_of = []
+    for side in made:
+        side_opts = {**opts, "backend": side.backend or opts["backend"]}
+        plan = build_plan(collectives, side_opts, [name] + list(args), here)   # every bad input, once per side
+        backends_of.append(parse_backends(side_opts["backend"])[0])
+        if len(plan.thread_levels) > 1:
+            raise UsageError(f"--thread-level {','.join(plan.thread_levels)}: ab measures one setup a side; give "
+                             "each side its level (--a-env MPI4PY_RC_THREAD_LEVEL=single --b-env "
+                             "MPI4PY_RC_THREAD_LEVEL=multiple)")
+    return opts, backends_of, plan
