@@ -334,37 +334,7 @@ def at_launch_level(plan: Plan) -> tuple:
 def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
              schedule: rounds.Schedule, launch: dict, elsewhere: list) -> int:
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
-    if plan.split is not None:
-        problem = plan.split.problem(list(launcher.hosts))
-        if problem:
-            raise SharedUsageError(problem)
-        plan = dataclasses.replace(plan, roles=dataclasses.replace(plan.roles, groups=plan.split.groups(list(launcher.hosts))))
-        problem = roles_problem(plan, len(plan.roles.groups[0]))     # the root is each group's
-        if problem:
-            raise SharedUsageError(problem.replace("world", "group") + f" ({plan.split.option_text})")
-    declined, kept = [], []
-    for setup in setups_of(plan):
-        where = f"set-up of backend {setup.key}"
-        supervise.set_position(where)
-        watchdog.arm(startup_limit, where)
-        backend = backend_class(setup.name)()
-        backend.options = setup.options
-        try:
-            backend.setup(control=control)
-            if plan.roles.groups:
-                backend.split(plan.roles.groups)
-            problem = axes_problem(backend.row_axes())   # what it writes, its own loader must read
-            if problem:
-                raise BackendDeclined(f"its row_axes() gave {printable(problem)}")
-        except BackendDeclined as exc:       # every rank finds the same: the run goes on without it
-            declined.append(f"skipping backend {setup.key}: {exc}")
-            continue
-        backends[setup.key] = backend
-        kept.append(setup)
-    if not backends:
-        raise SharedUsageError("nothing to measure: " + "; ".join(declined))
-    plan = dataclasses.replace(plan, backends=tuple(dict.fromkeys(s.name for s in kept)), setups=tuple(kept),
-                               notes=plan.notes + tuple(declined))
+    plan = _set_up(_split(plan, launcher), control, backends, watchdog, startup_limit)
     most_per_node = ranks_per_node(launcher.hosts)
     is_rank0 = control.rank == 0
     journal = Journal.open(schedule.state) if is_rank0 and schedule.state is not None else None
@@ -413,6 +383,49 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         for failure in sweep.failures:
             print(f"collbench: CHECK FAILED: {failure}", file=sys.stderr)
     return 1 if sweep.failures else 0
+
+
+def _split(plan: Plan, launcher: Launcher) -> Plan:
+    """The plan with its groups (``--split``) made from the job's hosts; the plan as it was
+    without one. SharedUsageError where the split or its roots do not fit."""
+    if plan.split is None:
+        return plan
+    problem = plan.split.problem(list(launcher.hosts))
+    if problem:
+        raise SharedUsageError(problem)
+    plan = dataclasses.replace(plan, roles=dataclasses.replace(plan.roles, groups=plan.split.groups(list(launcher.hosts))))
+    problem = roles_problem(plan, len(plan.roles.groups[0]))     # the root is each group's
+    if problem:
+        raise SharedUsageError(problem.replace("world", "group") + f" ({plan.split.option_text})")
+    return plan
+
+
+def _set_up(plan: Plan, control, backends: dict, watchdog, startup_limit: float) -> Plan:
+    """Set every backend of the plan up (into ``backends``, by key); the plan without those that
+    declined, with a note for each. SharedUsageError when every one declined."""
+    declined, kept = [], []
+    for setup in setups_of(plan):
+        where = f"set-up of backend {setup.key}"
+        supervise.set_position(where)
+        watchdog.arm(startup_limit, where)
+        backend = backend_class(setup.name)()
+        backend.options = setup.options
+        try:
+            backend.setup(control=control)
+            if plan.roles.groups:
+                backend.split(plan.roles.groups)
+            problem = axes_problem(backend.row_axes())   # what it writes, its own loader must read
+            if problem:
+                raise BackendDeclined(f"its row_axes() gave {printable(problem)}")
+        except BackendDeclined as exc:       # every rank finds the same: the run goes on without it
+            declined.append(f"skipping backend {setup.key}: {exc}")
+            continue
+        backends[setup.key] = backend
+        kept.append(setup)
+    if not backends:
+        raise SharedUsageError("nothing to measure: " + "; ".join(declined))
+    return dataclasses.replace(plan, backends=tuple(dict.fromkeys(s.name for s in kept)), setups=tuple(kept),
+                               notes=plan.notes + tuple(declined))
 
 
 def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule, number: int,
