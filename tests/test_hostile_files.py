@@ -172,6 +172,32 @@ def test_an_unreadable_file_is_refused(files):
     _refused(["compare", "good.json", path], files, "cannot read (permission denied)")
 
 
+WRITERS = [("export", lambda out: ["export", "good.json", "--to", "bencher", "-o", out, "--force"]),
+           ("merge", lambda out: ["merge", "base.json", "good.json", "-o", out, "--force"]),
+           ("a run", lambda out: ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-q",
+                                  "-o", out, "--force"])]
+
+
+@pytest.mark.parametrize("kind, fragment", [("device", "a character device"), ("fifo", "a pipe (FIFO)")])
+@pytest.mark.parametrize("writer, args", WRITERS, ids=[w for w, _ in WRITERS])
+def test_an_output_that_is_a_device_or_a_fifo_is_refused_and_left_as_it_is(files, kind, fragment, writer, args):
+    """export -o /dev/null --force said "wrote" and renamed a regular file over /dev/null (as root:
+    the machine's own); a FIFO was replaced the same way. A copy of /dev/null's device stands in."""
+    path = files / f"out-{kind}-{writer.replace(' ', '-')}.json"
+    if kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    else:
+        os.mkfifo(path)
+    try:
+        _refused(args(path.name), files, f"is {fragment}: collbench writes a result whole")
+        mode = os.stat(path).st_mode
+        assert (stat.S_ISCHR(mode) if kind == "device" else stat.S_ISFIFO(mode)), "replaced"
+    finally:
+        path.unlink()
+
+
 def test_a_fifo_refused_is_not_left_open_nor_waited_on(files):
     """The reader never opens the FIFO: a writer started after it still waits for a reader."""
     path = _special("fifo", files)

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,12 +237,34 @@ def remove_partial() -> None:
             pass
 
 
+#: what a path that is not a regular file is, as a line says it
+NOT_FILES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def refuse_special(path) -> None:
+    """Refuse an output that exists and is not a regular file (a device such as /dev/null, a
+    FIFO, a socket): a result is written to a temporary file and renamed over the output, which
+    would put a file in the device's place (as root, /dev/null itself). --force does not change
+    that."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:                     # not there (or a dangling link): a file will be made
+        return
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"output {str(path)!r} is a directory; give a file name")
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in NOT_FILES if test(mode)), "not a regular file")
+        raise UsageError(f"output {str(path)!r} is {kind}: collbench writes a result whole and renames it into "
+                         "place, which would replace it; give a file name (--no-save keeps no file)")
+
+
 def check_writable_path(path, force: bool) -> Path:
     """Refuse, before anything is measured or drawn, a path we could not or must not write: a
-    folder, a file that exists (without ``force``), a folder missing or not writable."""
+    folder, a device or a FIFO (``refuse_special``), a file that exists (without ``force``), a
+    folder missing or not writable."""
     path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"output {str(path)!r} is a directory; give a file name")
+    refuse_special(path)
     if path.exists() and not force:
         raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
     parent = path.parent if str(path.parent) else Path(".")

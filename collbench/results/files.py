@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from collbench.errors import UsageError
-from collbench.results.exporters import exporter_for, remove_partial, write_atomic
+from collbench.results.exporters import exporter_for, refuse_special, remove_partial, write_atomic
 
 EVERY_SIZE_ROWS = 500
 SAVE_SHARE = 0.05
@@ -159,6 +159,7 @@ def _claim_all(settings) -> list:
     paths, created = [Path(p) for p in settings.outputs], []
     try:
         for path in paths:
+            refuse_special(path)
             _lock(path)
             if _claim(path):
                 created.append(path)

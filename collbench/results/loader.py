@@ -44,7 +44,7 @@ from pathlib import Path
 
 from collbench.errors import UsageError, printable
 from collbench.versions import tidy_library_version
-from collbench.results.exporters import CSV_METADATA_COLUMN
+from collbench.results.exporters import CSV_METADATA_COLUMN, NOT_FILES
 from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES, LONGEST_TEXT,
                                       MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row,
                                       RunResult, backend_label, older_value, windows_sent)
@@ -85,12 +85,8 @@ def _shown(v) -> str:
 
 # -- reading the bytes -------------------------------------------------------------------------
 
-_NOT_FILES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def _check_regular(name: str, mode: int) -> None:
-    for test, kind in _NOT_FILES:
+    for test, kind in NOT_FILES:
         if test(mode):
             hint = "; to read a stream, pipe it in and give - as the file" if test is stat.S_ISFIFO else ""
             raise UsageError(f"{name}: not a result file but {kind}{hint}")
