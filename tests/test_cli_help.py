@@ -19,6 +19,7 @@ def test_every_subcommand_has_help(name, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"Usage: collbench {name}")
     assert "Traceback" not in proc.stderr
+    assert "None]" not in proc.stdout          # -n's help said "[x<=None]"
 
 
 def test_version(tmp_path):

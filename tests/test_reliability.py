@@ -37,6 +37,7 @@ BAD_INPUTS = [
     (["allreduce", "--iters", "0"], "'--iters': 0 is not in the range 1<=x<=1000000"),
     (["allreduce", "--iters", "1000000000000"], "'--iters': 1000000000000 is not in the range"),
     (["allreduce", "--warmup", "-1"], "--warmup"),
+    (["allreduce", "--warmup", "99999999999999999999"], "'--warmup': 99999999999999999999 is not in the range"),
     (["allreduce", "--precision", "0"], "--precision"),
     (["allreduce", "--max-time", "-1"], "--max-time"),
     (["allreduce", "--timeout", "-1"], "--timeout"),

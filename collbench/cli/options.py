@@ -88,8 +88,8 @@ _OPTIONS = (
         help=f"Fixed timed iterations per size and round, at most {MAX_SAMPLES:,} (each one's time is kept) "
              "[default: adaptive].")),
     ("warmup", click.option(
-        "--warmup", type=params.Whole(min=0), default=5, show_default=True,
-        help="Untimed iterations per size, after the first call.")),
+        "--warmup", type=params.Whole(min=0, max=MAX_SAMPLES), default=5, show_default=True,
+        help=f"Untimed iterations per size, after the first call, at most {MAX_SAMPLES:,}.")),
     ("min_iters", click.option(
         "--min-iters", type=params.Whole(min=1), default=10, show_default=True,
         help="Fewest timed iterations in adaptive mode, where --max-time allows (the row says when not).")),

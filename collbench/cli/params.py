@@ -37,6 +37,11 @@ class Whole(click.IntRange):
             self.fail(f"{value!r}: write it in the digits 0-9, without '_'", param, ctx)
         return super().convert(value, param, ctx)
 
+    def _describe_range(self) -> str:
+        """click's "[1<=x<=1000]" in the help; nothing for a whole number with no bound of its own
+        (click said "[x<=None]")."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
 
 class Bounded(click.ParamType):
     """A finite float in [low, high] (``low_open``: low itself excluded)."""
