@@ -573,7 +573,8 @@ def _pairs_file(path: Path, pairs, *, ranks: int, sizes=(8,), host: str = "node"
         row = row_from_samples([5.0] * 8, collective="pingpong", size_bytes=size, world_size=ranks, pair=(0, 1))
         for a, b in pairs:
             p50 = 5.0 + (7 * a + 3 * b) % 11 / 10
-            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=p50, time_us_round_p50s=(p50,)))
+            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=p50, time_us_round_p50s=(p50,),
+                                        time_us_ci_low=p50, time_us_ci_high=p50))
     return write(run, path)
 
 

@@ -379,6 +379,24 @@ def test_a_p50_its_rounds_contradict_is_a_corrupt_file(tmp_path, p50):
         load_result(path)
 
 
+@pytest.mark.parametrize("field, value", [("time_us_ci_low", 1e6), ("time_us_ci_high", 1e-3)])
+def test_a_confidence_interval_that_misses_its_p50_is_a_corrupt_file(tmp_path, field, value):
+    """An adversary set time_us_ci_low to 1e6 (above both the p50 and ci_high): report, export
+    and read_results took the file, and compare judged it."""
+    import json
+
+    from collbench.results.loader import load_result
+    from results_helpers import run_of, sweep, write
+
+    path = write(run_of(sweep(sizes=(8, 64)), rounds=3), tmp_path / "r.json")
+    doc = json.loads(path.read_text())
+    doc["rows"][1][field] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its 95% CI .* does not hold its p50 "
+                                         r".*: the file is corrupt"):
+        load_result(path)
+
+
 def test_an_output_another_run_holds_is_refused_and_its_lock_goes_with_the_run(tmp_path):
     """Two runs with -o same.json --force at once both said "wrote same.json"; the file held one."""
     from collbench.results import files

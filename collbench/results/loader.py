@@ -691,3 +691,8 @@ def _rows_hold_together(name: str, result: RunResult) -> None:
         if not (math.isfinite(p50) and min(medians) * (1 - _ROUNDING) <= p50 <= max(medians) * (1 + _ROUNDING)):
             raise UsageError(f"{name}: {what}: its p50 {p50:g} µs lies outside its round medians "
                              f"({min(medians):g}-{max(medians):g} µs): the file is corrupt")
+        low, high = row.time_us_ci_low, row.time_us_ci_high
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (low, high)) and not (
+                low <= p50 * (1 + _ROUNDING) and high >= p50 * (1 - _ROUNDING)):
+            raise UsageError(f"{name}: {what}: its 95% CI {low:g}-{high:g} µs does not hold its p50 {p50:g} µs: "
+                             "the file is corrupt")
