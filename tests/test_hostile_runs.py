@@ -471,3 +471,29 @@ def test_a_rank_ended_by_a_library_with_code_2_is_not_taken_for_bad_input(tmp_pa
     assert proc.returncode == 137, proc.stderr
     assert len(said) == 1 and said[0].startswith("collbench: rank 0 (pid "), proc.stderr
     assert "exited with code 2 without collbench choosing it (a library ended the process" in said[0]
+
+
+def test_a_state_folder_is_an_orphan_only_once_its_owner_is_surely_gone(tmp_path):
+    """On this host, by its owner's pid and start; a folder another host (or a container with
+    processes of its own) made, which shares this temporary folder, only once it has been left
+    unchanged for UNOWNED_AFTER_S: its pid means nothing here."""
+    from collbench.launch import processes
+    from collbench.launch.self_launch import janitor
+
+    def folder(name: str, owner: str, age: float = 0.0) -> str:
+        path = tmp_path / name
+        path.mkdir()
+        (path / janitor.OWNER).write_text(owner)
+        if age:
+            then = time.time() - age
+            for p in (path / janitor.OWNER, path):
+                os.utime(p, (then, then))
+        return str(path)
+
+    me = f"{os.getpid()} {processes.started_at(os.getpid()):.2f} {socket.gethostname()}"
+    assert not janitor._owner_gone(folder("mine", me))
+    assert janitor._owner_gone(folder("reused", f"{os.getpid()} 1000.00 {socket.gethostname()}"))
+    assert janitor._owner_gone(folder("dead", f"999999999 1000.00 {socket.gethostname()}"))
+    assert not janitor._owner_gone(folder("elsewhere", "999999999 1000.00 another-host"))
+    assert janitor._owner_gone(folder("elsewhere-old", "999999999 1000.00 another-host", janitor.UNOWNED_AFTER_S + 60))
+    assert not janitor._owner_gone(folder("older-collbench", "123 45.00"))

@@ -42,12 +42,14 @@ from collbench.launch.liveness.wire import STOP_GRACE
 #: how long the stand-in waits for the last launch's processes to end before it kills them:
 #: a guardian's grace for its rank to save what it must (supervise.STOP_GRACE), and a margin
 LAUNCH_END_WAIT = STOP_GRACE + 4.0
-#: the state folder's note of the process that made it: "PID START" (its start, epoch seconds)
+#: the state folder's note of the process that made it: "PID START HOST" (its start, epoch seconds)
 OWNER = "owner"
 #: every stand-in's prefix begins so (``Janitor``)
 ROUNDS_PREFIX = "collbench-rounds-"
-#: a folder with no owner note this old is an orphan (its maker died between making it and
-#: writing the note, or an older collbench made it)
+#: a folder unchanged this long whose owner this host cannot see is an orphan: its maker died
+#: between making it and writing the note, an older collbench made it, or another host (or a
+#: container, in a process namespace of its own) that shares this temporary folder did. A live
+#: run appends to its journal at every size, which --timeout (300 s by default) bounds.
 UNOWNED_AFTER_S = 600.0
 
 
@@ -70,7 +72,8 @@ class Janitor:
         finishes it (``orphaned``)."""
         made = tempfile.mkdtemp(prefix=os.path.basename(self.prefix), dir=os.path.dirname(self.prefix))
         with contextlib.suppress(OSError):
-            Path(made, OWNER).write_text(f"{os.getpid()} {processes.started_at(os.getpid()) or 0:.2f}")
+            Path(made, OWNER).write_text(f"{os.getpid()} {processes.started_at(os.getpid()) or 0:.2f} "
+                                         f"{socket.gethostname()}")
         return made
 
     def close(self) -> None:
@@ -129,17 +132,27 @@ def folders(prefix: str) -> list:
 
 def _owner_gone(state: str) -> bool:
     """Whether the process that made the state folder ``state`` has ended (its pid gone, or
-    taken by a process that started later)."""
+    taken by a process that started later). An owner this host cannot see (no note, or another
+    host's) has ended once the folder has been left unchanged for ``UNOWNED_AFTER_S``."""
     try:
-        pid, start = Path(state, OWNER).read_text().split()
+        pid, start, host = Path(state, OWNER).read_text().split()
         pid, start = int(pid), float(start)
     except (OSError, ValueError):
-        try:
-            return time.time() - os.lstat(state).st_mtime > UNOWNED_AFTER_S
-        except OSError:
-            return False
+        pid, start, host = 0, 0.0, ""
+    if host != socket.gethostname():
+        return _unchanged_for(state) > UNOWNED_AFTER_S
     now = processes.started_at(pid)
     return not processes.alive(pid) or (now is not None and start > 0 and abs(now - start) > 1.0)
+
+
+def _unchanged_for(state: str) -> float:
+    """Seconds since anything in the folder ``state`` last changed (0 when it cannot be read)."""
+    try:
+        latest = max([os.lstat(state).st_mtime] + [entry.stat(follow_symlinks=False).st_mtime
+                                                     for entry in os.scandir(state)])
+    except OSError:
+        return 0.0
+    return time.time() - latest
 
 
 def orphaned(own_prefix: str) -> list:
