@@ -203,15 +203,20 @@ def files_clause(paths, kept: str, side: str = "") -> str:
     return f"{', '.join(paths)} keep{'s' if len(paths) == 1 else ''} {kept}"
 
 
-def _ab_side() -> str:
-    """The label of the side of ``collbench ab`` this rank measures; "" outside ab."""
+def ab_side(env=os.environ) -> Optional[dict]:
+    """This launch's side of an A/B job, as ``collbench ab`` described it; None outside one."""
     import json
 
     try:
-        described = json.loads(os.environ.get(environment.AB, ""))
-        return printable(str(described.get("label", ""))) if isinstance(described, dict) else ""
+        side = json.loads(env.get(environment.AB, ""))
     except ValueError:
-        return ""
+        return None
+    return side if isinstance(side, dict) else None
+
+
+def _ab_side() -> str:
+    """The label of the side of ``collbench ab`` this rank measures; "" outside ab."""
+    return printable(str((ab_side() or {}).get("label", "")))
 
 
 # The launching process's side.

@@ -29,17 +29,6 @@ DEFAULT_ROUNDS = 5
 MAX_ROUNDS = 1000
 
 
-def ab_side(env=os.environ) -> Optional[dict]:
-    """This launch's side of an A/B job, as ``collbench ab`` described it; None outside one."""
-    import json
-
-    try:
-        side = json.loads(env.get(environment.AB, ""))
-    except ValueError:
-        return None
-    return side if isinstance(side, dict) else None
-
-
 def ab_turn(env=os.environ) -> Optional[int]:
     value = env.get(environment.AB_TURN, "")
     return int(value) if value in ("0", "1") else None

@@ -295,7 +295,7 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
     metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
-    side = rounds.ab_side()
+    side = notes.ab_side()
     if side is not None:
         metadata["ab"] = side
     return metadata
