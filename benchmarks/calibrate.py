@@ -71,12 +71,13 @@ def _pinned_python(folder: Path) -> Path:
     return wrapper
 
 
-def _ab_command(kind: str, path: Path, args) -> list:
+def _ab_command(kind: str, path: Path, args, extra: list = ()) -> list:
+    """An ab job of ``kind``; ``extra``: its variant's arguments, which are ab's own options."""
     spin = str(args.spin) if kind.endswith("-spin") else "0"
     side_b = ["--b-python", str(_pinned_python(path.parent))] if kind.endswith("-pinned") else []
     command = args.command.split()
     return [sys.executable, "-m", "collbench", "ab", "--a-env", "SPIN_FRACTION=0", "--b-env", f"SPIN_FRACTION={spin}",
-            *side_b, "-o", str(path), "--force", "-q", "--threshold", args.threshold, "--", *command,
+            *side_b, *extra, "-o", str(path), "--force", "-q", "--threshold", args.threshold, "--", *command,
             "--backend", "spin-mpi", "--rounds", str(args.rounds)]
 
 
@@ -124,7 +125,7 @@ def _collect(folder: Path, args) -> dict:
                str(args.rounds), "-q", "--force", "-o", str(path)]
         if kind.startswith("ab-"):
             path = where / f"{kind}-{counters[variant, kind]:02d}"
-            cmd = _ab_command(kind, path, args)
+            cmd = _ab_command(kind, path, args, variants[variant])
         if kind.startswith("pinned"):
             cmd = ["taskset", "-c", "0"] + cmd
         if not kind.startswith("ab-") and _complete(path, args.rounds):
@@ -319,7 +320,8 @@ def main() -> int:
     parser.add_argument("--out", help="folder for the result files; sweeps whose file is already there are kept, so an interrupted collection goes on [default: a new temporary folder]")
     parser.add_argument("--variant", action="append", metavar="NAME=ARGS",
                         help="a variant of the command (e.g. bound='--bind core'), its runs in DIR/NAME, interleaved "
-                             "with the other variants'; repeat for each")
+                             "with the other variants'; repeat for each. For ab jobs ARGS are ab's own options "
+                             "(e.g. launch='--turns launch')")
     parser.add_argument("--analyse", metavar="DIR", help="only analyse the files collected earlier in DIR")
     args = parser.parse_args()
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; load average before: "

@@ -37,6 +37,9 @@ SEED = "COLLBENCH_SEED"
 AB = "COLLBENCH_AB"
 #: Which turn of its pair an A/B launch is ("0" or "1").
 AB_TURN = "COLLBENCH_AB_TURN"
+#: The Unix socket of an A/B pair's referee, when its two launches take turns size by size
+#: (``run.turns``); AB_TURN is then "row".
+AB_TURNS = "COLLBENCH_AB_TURNS"
 #: "1" when the self-launching process's stdout (stderr) is a person's terminal: a rank's own
 #: streams are the launcher's pipes.
 STDOUT_TTY = "COLLBENCH_STDOUT_TTY"

@@ -70,7 +70,8 @@ def test_assignments_and_pair_orders():
 
 
 def test_a_real_job_interleaves_the_sides_and_compare_judges_the_pairs(run_dir):
-    proc = cli(["ab", "--b-env", "COLLBENCH_AB_TEST=1", "--b-label", "other", "-o", "job", "--seed", "11", "--",
+    proc = cli(["ab", "--b-env", "COLLBENCH_AB_TEST=1", "--b-label", "other", "-o", "job", "--seed", "11",
+                "--turns", "launch", "--",
                 "allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "20", "--warmup", "1", "--rounds", "4"],
                run_dir, timeout=300)
     assert proc.returncode in (0, 1, 3), proc.stderr
@@ -173,7 +174,8 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
 
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
     prefix = f"sig{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--", "allreduce", "-n", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--turns", "launch", "--",
+                             "allreduce", "-n", "2",
                              "--sizes", "8-64K", "--rounds", "2"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60

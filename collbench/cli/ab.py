@@ -53,11 +53,14 @@ def _side_options(letter: str):
               help="Fail (exit 1) when any row is inconclusive, as in compare.")
 @click.option("--min-decided", type=params.SHARE, default="80%", show_default=True,
               help="The share of rows that must be decided to pass; below it, exit 3 (undecided), as in compare.")
+@click.option("--turns", type=click.Choice(("size", "launch")), default="size", show_default=True,
+              help="How a pair's two launches take turns: at once, size by size (what moves the machine "
+                   "in a second moves both), or one launch after the other.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines; the comparison only.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the launch commands.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing, fail_on_inconclusive,
-               min_decided, quiet, verbose, **sides) -> None:
+               min_decided, turns, quiet, verbose, **sides) -> None:
     """Measure two setups of COMMAND in alternating rounds of one job, then compare B with A.
 
     COMMAND is a measuring command as you would type it after `collbench`, without -o:
@@ -102,9 +105,13 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     if not quiet:
         print(f"collbench ab: {opts['rounds']} pair{'s' * (opts['rounds'] != 1)} of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
               f"B ({labels[1]}): {made[1].describe()}; seed {seed}", file=sys.stderr, flush=True)
+    why_not = ab.why_not_at_once(args, tuple(made)) if turns == "size" else ""
+    if why_not:
+        turns = "launch"
+        print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr, flush=True)
     code = ab.run_interleaved(tuple(made), [name] + args, paths, n=n, bind=plan.bind,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
-                              rounds=opts["rounds"], seed=seed, quiet=quiet, verbose=verbose)
+                              rounds=opts["rounds"], seed=seed, quiet=quiet, verbose=verbose, turns=turns)
     if code not in (0, 1):
         sys.exit(code)
     comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), metric=metric, threshold=threshold_value,

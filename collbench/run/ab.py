@@ -17,9 +17,13 @@ installed in it; its ``mpiexec`` is the one beside that interpreter), or by its 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Optional
@@ -28,6 +32,7 @@ from collbench import __version__
 from collbench.errors import UsageError
 from collbench.launch.self_launch.spawn import RoundLauncher
 from collbench import environment
+from collbench.run import turns
 
 
 @dataclass(frozen=True)
@@ -80,42 +85,115 @@ def pair_orders(pairs: int, seed: int) -> list:
     return [rng.randrange(2) for _ in range(pairs)]
 
 
+def why_not_at_once(argv: list, sides: tuple) -> str:
+    """Why the two launches of a pair cannot run at once ("" when they can): a rendezvous the
+    user fixed (``--init-method``, ``MASTER_PORT``) would be the same for both."""
+    if any(arg == "--init-method" or arg.startswith("--init-method=") for arg in argv):
+        return "--init-method names one rendezvous for both sides"
+    if environment.MASTER_PORT in os.environ or any(environment.MASTER_PORT in side.env for side in sides):
+        return f"{environment.MASTER_PORT} names one port for both sides"
+    return ""
+
+
 def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: tuple, rounds: int, seed: int,
-                    quiet: bool, verbose: bool, bind: str = "none") -> int:
+                    quiet: bool, verbose: bool, bind: str = "none", turns: str = "size") -> int:
     """Measure ``argv`` (a measuring command, without outputs) once per side and round, in
     pairs, writing side i's rows to ``paths[i]``; returns 0, or the exit code that stopped it
-    (a failed result check, exit 1, lets the pairs go on, as in an ordinary run)."""
+    (a failed result check, exit 1, lets the pairs go on, as in an ordinary run).
+
+    ``turns``: "size", the two launches of a pair run at once and take turns size by size
+    (``run.turns``); "launch", one launch after the other, in a random order."""
     job = uuid.uuid4().hex[:12]
     launchers = []
     try:
         for i, (side, path) in enumerate(zip(sides, paths)):
             described = {"job": job, "side": "AB"[i], "label": side.label, "differs": side.describe(),
-                         "other": sides[1 - i].label, "pairs": rounds}
+                         "other": sides[1 - i].label, "pairs": rounds, "turns": turns}
             # --force: ab itself refused existing files unless told to overwrite them
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
                                            extra_env={**side.env, environment.AB: json.dumps(described)}, bind=bind,
-                                           side=side.label))
+                                           side=side.label, shares_signals=turns == "size"))
         for launcher in launchers[:-1]:     # the last one's handler notes the signals between launches
             launcher.stopped_by = launchers[-1].stopped_by
+        pair = _pair_at_once if turns == "size" else _pair_in_turn
         for number, first in enumerate(pair_orders(rounds, seed), 1):
-            order = (first, 1 - first)
-            if not quiet:
-                print(f"collbench ab: pair {number}/{rounds}: {sides[order[0]].label}, then {sides[order[1]].label}",
-                      file=sys.stderr, flush=True)
-            for turn, i in enumerate(order):
-                code = launchers[i].launch(number, verbose=verbose and number == 1, env={environment.AB_TURN: str(turn)})
-                if code is not None:
-                    kept = f"{paths[0]} and {paths[1]} keep the pairs before it" if number > 1 else "no pair was completed"
-                    if turn == 1:          # the side before it finished its round of this pair
-                        done = sides[order[0]].label
-                        kept += f"; {paths[order[0]]} keeps {done}'s round {number} too" if number > 1 else \
-                            f"; {paths[order[0]]} keeps {done}'s round 1"
-                    print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[i].label}); {kept}",
-                          file=sys.stderr, flush=True)
-                    return code
+            codes = pair(launchers, sides, number, rounds, first, seed=seed, n=n, quiet=quiet,
+                         verbose=verbose and number == 1)
+            failed = next((i for i in (0, 1) if codes[i] is not None and codes[i] is not NOT_LAUNCHED), None)
+            if failed is not None:
+                _say_stopped(sides, paths, number, rounds, failed, codes)
+                return codes[failed]
         return 1 if any(launcher.check_failed for launcher in launchers) else 0
     finally:
         for launcher in reversed(launchers):       # each puts back the handler it found
             launcher.close()
+
+
+#: A side's entry in a pair's codes when its launch was never started (the other one stopped the job).
+NOT_LAUNCHED = False
+
+
+def _pair_in_turn(launchers: list, sides: tuple, number: int, rounds: int, first: int, **how) -> list:
+    """One pair, one launch after the other: each side's code (None: its round completed;
+    NOT_LAUNCHED: the other side's stopped the job first)."""
+    order = (first, 1 - first)
+    if not how["quiet"]:
+        print(f"collbench ab: pair {number}/{rounds}: {sides[order[0]].label}, then {sides[order[1]].label}",
+              file=sys.stderr, flush=True)
+    codes: list = [NOT_LAUNCHED, NOT_LAUNCHED]
+    for turn, i in enumerate(order):
+        codes[i] = launchers[i].launch(number, verbose=how["verbose"], env={environment.AB_TURN: str(turn)})
+        if codes[i] is not None:
+            break
+    return codes
+
+
+def _pair_at_once(launchers: list, sides: tuple, number: int, rounds: int, first: int, *, seed: int, n: int,
+                  quiet: bool, verbose: bool) -> list:
+    """One pair, both launches at once, taking turns size by size (``turns.Referee``): each
+    side's code. Side A is waited for on a thread of its own, B on this one, which signals reach."""
+    if not quiet:
+        print(f"collbench ab: pair {number}/{rounds}: {sides[0].label} and {sides[1].label}, size by size",
+              file=sys.stderr, flush=True)
+    # In side A's state folder, which its stand-in removes should this process be killed; a
+    # folder of its own where that path is too long for a Unix socket (108 bytes)
+    path = os.path.join(launchers[0].state, f"turns-{number}")
+    folder = tempfile.mkdtemp(prefix="collbench-ab-", dir="/tmp") if len(path) > 100 else None
+    referee = turns.Referee(os.path.join(folder, "turns") if folder else path, n, seed * 1000 + number)
+    codes: list = [None, None]
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            codes[i] = launchers[i].launch(number, verbose=verbose, env={environment.AB_TURN: "size",
+                                                                         environment.AB_TURNS: referee.path})
+        except BaseException as exc:      # said on this thread, after the other side's launch ended
+            errors.append(exc)
+        finally:
+            referee.ended("AB"[i])
+
+    other = threading.Thread(target=run, args=(0,), name="collbench-ab-side-a", daemon=True)
+    try:
+        other.start()
+        run(1)
+        other.join()
+    finally:
+        referee.close()
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    if errors:
+        raise errors[0]
+    return codes
+
+
+def _say_stopped(sides: tuple, paths: tuple, number: int, rounds: int, failed: int, codes: list) -> None:
+    """The line of a pair that a side's launch stopped: what each file keeps."""
+    kept = f"{paths[0]} and {paths[1]} keep the pairs before it" if number > 1 else "no pair was completed"
+    done = [i for i in (0, 1) if i != failed and codes[i] is None]
+    for i in done:                  # the other side finished its round of this pair
+        kept += f"; {paths[i]} keeps {sides[i].label}'s round {number} too" if number > 1 else \
+            f"; {paths[i]} keeps {sides[i].label}'s round 1"
+    print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[failed].label}); {kept}",
+          file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ explain (``analysis.compare``).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Optional
@@ -76,24 +77,48 @@ class CpuMeter:
     waited for a CPU (which, unlike /proc/stat's ticks, a round of 50 ms can still tell)."""
 
     def start(self) -> None:
+        self._spent = {"wall": 0.0, "own": 0.0, "busy": 0.0, "steal": 0.0, "wait": 0.0}
+        self._segments, self._tick, self._unknown = 0, 0.01, set()
+        self.resume()
+
+    def resume(self) -> None:
+        """Counts again after ``pause``: a side of an ab pair counts only while it measures."""
         self._wall = time.monotonic()
         self._own = time.process_time()
         self._host = _host_cpu()
         self._pressure = _cpu_pressure()
 
+    def pause(self) -> None:
+        host, pressure = _host_cpu(), _cpu_pressure()
+        spent = self._spent
+        spent["wall"] += time.monotonic() - self._wall
+        spent["own"] += time.process_time() - self._own
+        if host is not None and self._host is not None:
+            spent["busy"] += host[0] - self._host[0]
+            spent["steal"] += host[1] - self._host[1]
+            self._tick = host[2]
+        else:
+            self._unknown.add("host")
+        if pressure is not None and self._pressure is not None:
+            spent["wait"] += pressure - self._pressure
+        else:
+            self._unknown.add("wait")
+        self._segments += 1
+
     def stop(self) -> dict:
-        host = _host_cpu()
-        pressure = _cpu_pressure()
+        self.pause()
+        spent = self._spent
         cores = affinity()
-        report = {"wall_s": time.monotonic() - self._wall, "own_cpu_s": time.process_time() - self._own,
+        report = {"wall_s": spent["wall"], "own_cpu_s": spent["own"],
                   "host_busy_s": None, "host_steal_s": None, "cpus": os.cpu_count() or 1,
                   "cpu_set": format(sum(1 << c for c in cores), "x") if cores else None,
-                  "cpu_wait_s": pressure - self._pressure if pressure is not None and self._pressure is not None
-                  else None}
-        if host is not None and self._host is not None:
-            report["host_busy_s"] = host[0] - self._host[0]
-            report["host_steal_s"] = host[1] - self._host[1]
-            report["tick_s"] = host[2]
+                  "cpu_wait_s": spent["wait"] if "wait" not in self._unknown else None}
+        if "host" not in self._unknown:
+            report["host_busy_s"] = spent["busy"]
+            report["host_steal_s"] = spent["steal"]
+            # /proc/stat counts whole ticks, at both ends of every stretch counted: their errors
+            # add up as a random walk over the stretches
+            report["tick_s"] = self._tick * math.sqrt(self._segments)
         return report
 
 

@@ -20,7 +20,7 @@ from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
 from collbench.measure.timings import on_device
-from collbench.run import cpuload, rounds
+from collbench.run import cpuload, rounds, turns
 from collbench.launch.network import rendezvous
 from collbench.launch import notes, processes
 from collbench.launch.liveness import signals, supervise
@@ -447,18 +447,25 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
     meter = cpuload.CpuMeter()
     control.barrier()
     meter.start()
+    if sweep.turns is None:
+        sweep.turns = turns.from_environment(control.rank, meter)
+    else:
+        sweep.turns.meter = meter
     sweep.run(out, number, order, settings, schedule.total_rounds)
     reports = control.gather(meter.stop())
     if is_rank0:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
         turn = rounds.ab_turn()
+        # at once with the other side, size by size: the turns this side took and its wait for them
+        taken = {"ab_turns": {"taken": sweep.turns.taken, "waited_s": round(sweep.turns.waited_s, 3)}} \
+            if sweep.turns is not None else {}
         out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
                         "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3),
                         "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES}, "rank_hosts": hosts,
                         "load": cpuload.round_load(reports, hosts), **launch,
                         "cpu_sets": [report.get("cpu_set") for report in reports],
-                        **({"ab_turn": turn} if turn is not None else {}),
+                        **({"ab_turn": turn} if turn is not None else {}), **taken,
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points],
                                    **_pairs_of(sweep, b)} for b in order]})

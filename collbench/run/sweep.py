@@ -157,6 +157,8 @@ class Sweep:
         self.spent: Counter = Counter()
         self.out = None
         self.total_rounds = 1
+        #: one side of an ab pair taken size by size: this rank's turns (``run.turns``), else None
+        self.turns = None
         self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
         self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
@@ -366,6 +368,9 @@ class Sweep:
                     coll, backend_name, backend, point, roles, round_number, allocated))
             if not fits:
                 continue
+            if self.turns is not None:         # the other side measures meanwhile: no deadline
+                self.watchdog.disarm()
+                self.turns.take()
             where = f"{coll.name} on {backend_name}"
             if point.size_bytes:
                 where += f" at {format_size(point.size_bytes)}"

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ LINGER_S = 15.0
 
 
 def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], str], state: str,
-                     completed: Callable[[], bool] = lambda: False, noted: list = ()) -> int:
+                     completed: Callable[[], bool] = lambda: False, noted: list = (), share: bool = False) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
@@ -83,8 +84,14 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
         if relay is not None:        # what the ranks print as they die of it is no news
             relay.quiet = True
         stop_all(signum)
+        if share and on_main:        # a launch waited for on another thread sees it there
+            noted.append(signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    # Signals reach the main thread only: a launch waited for on another one (the other side of
+    # an ab pair, launched at the same time) learns of them from ``noted``, which they join.
+    on_main = threading.current_thread() is threading.main_thread()
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if on_main else {}
+    seen = len(noted)
     if noted:                  # a signal that came as the launch started, before this took over: the
         received.append(noted[0])        # ranks may be starting Python, to which SIGINT means a
         if relay is not None:            # traceback each; SIGTERM ends them quietly
@@ -98,6 +105,13 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
         early, early_stop_at = None, None
         while pending:
             now = time.monotonic()
+            if not on_main and len(noted) > seen:
+                seen = len(noted)
+                if not received:
+                    received.append(noted[-1])
+                    if relay is not None:
+                        relay.quiet = True
+                    stop_all(noted[-1])
             if relay is not None and procs[0].poll() is None:
                 for pid in processes.children(procs[0].pid):
                     name = processes.name(pid)
@@ -313,6 +327,9 @@ class RoundLauncher:
     extra_env: dict = field(default_factory=dict)
     bind: str = "none"                 # --bind: how each launch binds its ranks
     side: str = ""                     # under ab: the label of the side it measures
+    #: under ab, sides launched at once: a signal this launch's wait receives on the main
+    #: thread is noted in ``stopped_by``, which the other side's wait (on another thread) watches
+    shares_signals: bool = False
     #: claims the run's result files (``results.files.claim``), once the stand-in watches the
     #: state folder: a run killed at once then leaves no empty file behind
     claim: Callable[[], list] = list
@@ -387,7 +404,7 @@ class RoundLauncher:
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose, bind=self.bind)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number), self.side),
-                                self.state, lambda: self._completed(number), self.stopped_by)
+                                self.state, lambda: self._completed(number), self.stopped_by, self.shares_signals)
         for proc in procs:                    # the relay has read them to their end
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
