@@ -172,6 +172,43 @@ def test_an_unreadable_file_is_refused(files):
     _refused(["compare", "good.json", path], files, "cannot read (permission denied)")
 
 
+def test_a_binary_file_is_refused_before_it_is_read_whole(tmp_path):
+    """900 MB of NULs (a disk image, a core file) was read whole before its refusal: 1.8 GB at
+    its peak. Its first bytes now say what it is."""
+    import tracemalloc
+
+    path = tmp_path / "image.json"
+    with open(path, "wb") as f:
+        f.truncate(900 << 20)                # sparse: 900 MB of NULs that take no disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match=r"image.json: not a collbench result file \(binary: a NUL byte at "
+                                             r"byte 0\)"):
+            load_result(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
+
+
+def test_a_binary_stream_is_refused_at_its_first_chunk():
+    class Endless(io.RawIOBase):
+        served = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            self.served += len(buffer)
+            buffer[:] = b"{" + b"\0" * (len(buffer) - 1)
+            return len(buffer)
+
+    stream = Endless()
+    with pytest.raises(UsageError, match="binary: a NUL byte at byte 1"):
+        loader._read_bounded(stream, "-")
+    assert stream.served <= loader._CHUNK
+
+
 WRITERS = [("export", lambda out: ["export", "good.json", "--to", "bencher", "-o", out, "--force"]),
            ("merge", lambda out: ["merge", "base.json", "good.json", "-o", out, "--force"]),
            ("a run", lambda out: ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-q",
@@ -340,6 +377,18 @@ def test_a_size_too_large_for_a_float_is_one_line_in_every_reader(files, reader)
 def test_a_note_is_one_line_whatever_the_file_holds(files):
     path = _broken(files, "notes.json", lambda doc: doc.__setitem__("notes", ["two\nlines\x1b[2J", "plain"]))
     assert load_result(path).notes == ["two lines\\x1b[2J", "plain"]
+
+
+def test_report_shows_a_bounded_number_of_a_files_notes(files):
+    """A file of 100,000 notes made report print 100,000 lines."""
+    from collbench.analysis.report import MAX_NOTES_SHOWN, build_report
+
+    notes = [f"note {i}" for i in range(100_000)] + ["note 7"] * 5
+    path = _broken(files, "many-notes.json", lambda doc: doc.__setitem__("notes", notes))
+    shown = [n for n in build_report([path]).notes if n.startswith(str(path))]
+    assert len(shown) == MAX_NOTES_SHOWN + 1
+    assert shown[-1] == f"{path}: {100_000 - MAX_NOTES_SHOWN:,} more notes not shown (the file's \"notes\" list " \
+        "holds them all)"
 
 
 # --- text that reaches the terminal -------------------------------------------------------------

@@ -216,3 +216,59 @@ def test_a_rank_killed_in_one_side_lets_the_other_finish_its_round(run_dir):
     assert "collbench ab: stopped in pair 1 of 2 (b); no pair was completed" in err, err
     time.sleep(1.0)
     assert _alive(prefix) == [], err
+
+
+# --- how compare reads a job taken size by size (in this process) --------------------------------
+
+from results_helpers import metadata, run_of, sweep  # noqa: E402
+
+SERIES = sweep(sizes=(8, 64, 512, 4096, 32768, 262144), backends=("mpi",))
+
+
+def _side(scale, side: str, turns: str, rounds: int = 10):
+    """One side of a job whose rounds 2, 5 and 8 met a state of the machine, twice as slow, that
+    both sides met (the same draws on both sides)."""
+    run = run_of(SERIES, seed=4, rounds=rounds, launch_sd=0.02, scale=scale)
+    run.metadata.update(metadata(rounds=[{"round": r + 1, "load": {"busy": False}} for r in range(rounds)]))
+    run.metadata["ab"] = {"job": "j", "side": side, "turns": turns}
+    for row in range(len(run.rows)):
+        for i in (1, 4, 7):
+            _bump(run, row, i, 2.0)
+    return run
+
+
+def _bump(run, row: int, round_index: int, factor: float):
+    """One side met interference alone in one of its turns: that round of that row, ``factor`` slower."""
+    import dataclasses as dc
+
+    r = run.rows[row]
+    medians = list(r.time_us_round_p50s)
+    medians[round_index] *= factor
+    run.rows[row] = dc.replace(r, time_us_round_p50s=tuple(medians))
+    return run
+
+
+def test_size_by_size_every_round_pairs_and_a_one_sided_round_is_set_aside():
+    from collbench.analysis.compare import compare_runs
+
+    slower = compare_runs(_side(1.0, "A", "size"), _bump(_side(1.25, "B", "size"), 2, 3, 2.5), threshold=0.10)
+    assert {r.verdict for r in slower.rows} == {"slower"}, [(r.verdict, r.reason) for r in slower.rows]
+    assert all(r.ratio == pytest.approx(1.25, rel=0.02) for r in slower.rows)
+    assert [r.rounds_new for r in slower.rows] == [10, 10, 9, 10, 10, 10]     # the bumped round's pair went
+    same = compare_runs(_side(1.0, "A", "size"), _bump(_side(1.0, "B", "size"), 2, 3, 0.4), threshold=0.10)
+    assert {r.verdict for r in same.rows} == {"same"}
+
+
+def test_a_row_with_too_few_pairs_stays_out_of_the_family():
+    """Two pairs left on one row (one degree of freedom) held every other row's +25% back."""
+    import dataclasses as dc
+
+    from collbench.analysis.compare import compare_runs
+
+    base, new = _side(1.0, "A", "size"), _side(1.25, "B", "size")
+    r = new.rows[0]                      # side B measured two of its rounds of this row, wildly apart
+    new.rows[0] = dc.replace(r, time_us_round_p50s=tuple(m * (1.0 if i == 0 else 5.0) if i < 2 else None
+                                                         for i, m in enumerate(r.time_us_round_p50s)))
+    c = compare_runs(base, new, threshold=0.10)
+    assert [x.verdict for x in c.rows[1:]] == ["slower"] * 5
+    assert c.rows[0].verdict != "slower" and c.rows[0].p_adjusted is None

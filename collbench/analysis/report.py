@@ -44,10 +44,25 @@ def build_report(paths, labels=()) -> Report:
         fits = [(label, fit) for label, (_, result) in zip(runs.labels, runs.loaded) for fit in fit_rows(result.rows)]
     else:
         fits = [("", fit) for fit in fit_rows(runs.rows())]
-    file_notes = tuple(f"{name}: {note}" for name, result in runs.loaded for note in result.notes)
+    file_notes = tuple(line for name, result in runs.loaded for line in _shown_notes(name, result.notes))
     return Report(tuple(name for name, _ in runs.loaded), tuple(runs.rows()), tuple(fit for _, fit in fits),
                   runs.notes + file_notes, runs.loaded, tuple(label for label, _ in fits) if runs.separate else (),
                   runs)
+
+
+#: A file's own notes shown by report, at most (a crafted file can hold 100,000).
+MAX_NOTES_SHOWN = 30
+
+
+def _shown_notes(name: str, notes: list) -> list:
+    """A file's notes as report lists them: each once, at most MAX_NOTES_SHOWN, then how many
+    more the file holds."""
+    unique = list(dict.fromkeys(notes))
+    lines = [f"{name}: {note}" for note in unique[:MAX_NOTES_SHOWN]]
+    if len(unique) > MAX_NOTES_SHOWN:
+        lines.append(f"{name}: {len(unique) - MAX_NOTES_SHOWN:,} more notes not shown (the file's \"notes\" "
+                     "list holds them all)")
+    return lines
 
 
 def _setup(g: GroupFit) -> str:

@@ -79,6 +79,8 @@ class SideRounds:
     positive: int = 0             # its rounds with a median, counted or not
     reach_runs: tuple = ()        # per run, a slow run set aside among them, how slow each of its rounds ran: its log,
                                   # plus the interference window where it was set aside above (``state_reach``)
+    measured: dict = dataclasses.field(default_factory=dict)   # round number -> median, counted or not (the
+                                  # pairs of an interleaved job: what moved both sides cancels in a pair)
 
 
 @dataclass(frozen=True)
@@ -136,11 +138,13 @@ class FileRounds:
         busy_counted = positive = 0
         window = interference_window(clean_sd)
         reach_runs = []                                     # per run: how slow each round ran (state_reach)
+        measured = {}
         for key, entries in grouped.items():
             medians = [m for _, m in entries]
             positive += sum(map(_measured, medians))
             if key in self.noisy:
                 continue
+            measured.update((n, m) for n, m in entries if _measured(m))
             if key in self.slow:
                 reach_runs.append(tuple(math.log(m) + window for m in medians if _measured(m)))
                 continue
@@ -169,7 +173,8 @@ class FileRounds:
                           sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys),
                           float(np.median([s for s, _ in shares])) if known else math.nan,
                           max(r for _, r in shares) if known else 0,
-                          math.log(min(by_round.values())) if by_round else math.nan, positive, tuple(reach_runs))
+                          math.log(min(by_round.values())) if by_round else math.nan, positive, tuple(reach_runs),
+                          measured)
 
 
 def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
@@ -196,6 +201,13 @@ def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
 def _measured(median) -> bool:
     """Whether a round median is a time (not missing, not nan, above 0)."""
     return median is not None and math.isfinite(median) and median > 0
+
+
+def ab_turns(result: RunResult) -> str:
+    """How the sides of an interleaved A/B job took turns: "size" (at once, size by size) or
+    "launch" (one launch after the other, as every job before ``--turns`` did)."""
+    ab = result.metadata.get("ab")
+    return "size" if isinstance(ab, dict) and ab.get("turns") == "size" else "launch"
 
 
 def ab_job(result: RunResult) -> str:

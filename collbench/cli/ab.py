@@ -61,12 +61,12 @@ def _side_options(letter: str):
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing, fail_on_inconclusive,
                min_decided, turns, quiet, verbose, **sides) -> None:
-    """Measure two setups of COMMAND in alternating rounds of one job, then compare B with A.
+    """Measure two setups of COMMAND in one job, taking turns size by size, then compare B with A.
 
     COMMAND is a measuring command as you would type it after `collbench`, without -o:
     `ab --b-env UCX_TLS=tcp -- allreduce -n 2 --sizes 8-1M --rounds 10`. Each round of side A
-    and the same round of side B form a pair, launched one after the other in a random
-    order, so that what moves a shared machine moves both. Sides differ by --a-env/--b-env,
+    and the same round of side B form a pair, launched together and taking turns size by
+    size, so that what moves a shared machine moves both. Sides differ by --a-env/--b-env,
     --a-python/--b-python (another build of mpi4py or MPI) or --a-backend/--b-backend.
 
     \b

@@ -116,8 +116,17 @@ def _read_bounded(stream, name: str, size: int = 0) -> bytearray:
         chunk = stream.read(min(_CHUNK, MAX_FILE_BYTES + 1 - len(data)))
         if not chunk:
             return data
+        _no_binary(chunk, name, len(data))
         data += chunk
     raise UsageError(f"{name}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench result file")
+
+
+def _no_binary(chunk: bytes, name: str, offset: int) -> None:
+    """A NUL byte is in no JSON or CSV text: a file that holds one is refused before the rest of
+    it is read (a disk image or a core file can be most of MAX_FILE_BYTES)."""
+    at = chunk.find(b"\0")
+    if at >= 0:
+        raise UsageError(f"{name}: not a collbench result file (binary: a NUL byte at byte {offset + at})")
 
 
 def _read_file(path: Path) -> bytearray:
@@ -142,6 +151,7 @@ def _read_file(path: Path) -> bytearray:
                     raise UsageError(f"{name}: a file of no size that still holds bytes (/proc, /sys?); "
                                      "not a result file")
                 return bytearray()
+            _no_binary(os.pread(f.fileno(), min(info.st_size, _CHUNK), 0), name, 0)
             return _read_bounded(f, name, info.st_size)
         except OSError as exc:
             raise UsageError(f"{name}: cannot read ({_reason(exc)})") from None

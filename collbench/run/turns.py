@@ -134,8 +134,10 @@ class Referee:
 
     def _run(self) -> None:
         started = time.monotonic()
+        idle = False
         while not self._stop.is_set():
-            self._poll(0.05)
+            self._poll(0.05 if idle else 0.0)       # after a round of turns both sides are ready: no wait
+            idle = True
             waiting = [s for s in ("A", "B") if not self._out(s)]
             ready = [s for s in waiting if self._ready(s)]
             for side in waiting:
@@ -152,6 +154,7 @@ class Referee:
             self._rng.shuffle(ready)
             for side in ready:
                 self._give(side)
+            idle = False
 
     def _broken(self, side: str) -> bool:
         """Whether ``side`` lost a rank after all of them were there (a rank ended)."""

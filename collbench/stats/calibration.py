@@ -148,6 +148,21 @@ MIN_LIKENESS = 0.02
 #: (both rounds kept): two A/A jobs beside two busy loops called 1.7-2.9x changes from 2-3 of 10
 #: pairs (benchmarks/README.md, "A row's number is its own; the busy term goes; ab live").
 MIN_PAIRS_SHARE = 0.5
+#: Nor with fewer pairs than this: two pairs give its t one degree of freedom, with tails so
+#: heavy that one such row in the family (max-T) held every other row back (a +25% job's rows at
+#: p 1e-7 adjusted to 0.04-0.12).
+MIN_PAIRS_TO_CALL = 3
+#: A pair of an interleaved job whose log ratio lies more than PAIR_WIDTH + PAIR_WIDTH_FEW / (n − 3)
+#: robust spreads (1.4826 × the median absolute deviation of the row's n log ratios, at least
+#: MIN_PAIR_SD) from their median is set aside: one side met interference in its turn alone.
+#: Taking turns size by size, most pairs of a busy minute agreed within 3-4% while one or two of
+#: ten lay 30-50% out, on either side, and held 40-70% of the A/A rows undecided (benchmarks/
+#: README.md, "Turns size by size"). Simulated (20,000 rows each), the width sets aside 0.2-1%
+#: of normal pairs at 5-20 pairs; it needs MIN_PAIRS_TO_SET_ASIDE pairs.
+PAIR_WIDTH = 5.0
+PAIR_WIDTH_FEW = 10.0
+MIN_PAIR_SD = 0.01
+MIN_PAIRS_TO_SET_ASIDE = 5
 
 
 @dataclass(frozen=True)
@@ -192,8 +207,12 @@ TERMS = (
     Term("state evidence", "the other side's slow rounds hold a row unless how often they ran there is itself "
          "evidence (holds.state_evidence)", ("STATE_RUN_LIKENESS", "STATE_LIKENESS_WEIGHT", "MIN_LIKENESS"),
          "benchmarks/README.md \"Evidence, not presence\""),
-    Term("pairs", "an interleaved job's row needs most of its pairs counted (verdict.decide)", ("MIN_PAIRS_SHARE",),
+    Term("pairs", "an interleaved job's row needs most of its pairs counted (verdict.decide)",
+         ("MIN_PAIRS_SHARE", "MIN_PAIRS_TO_CALL"),
          "two A/A ab jobs beside two busy loops"),
+    Term("pair window", "a pair whose log ratio lies far from the row's other pairs is set aside (change.pairs_kept)",
+         ("PAIR_WIDTH", "PAIR_WIDTH_FEW", "MIN_PAIR_SD", "MIN_PAIRS_TO_SET_ASIDE"),
+         "live ab jobs taking turns size by size, benchmarks/README.md \"Turns size by size\""),
     Term("family", "max-T over every row tested (family.max_t_adjust)", ("DEFAULT_ALPHA", "DRAWS"),
          "benchmarks/README.md \"Starved ranks and step-down max-T\""),
     Term("gate", "the exit status: slower, undecided (3) or passed", ("DEFAULT_THRESHOLD", "DEFAULT_MIN_DECIDED",

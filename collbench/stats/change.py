@@ -21,7 +21,8 @@ import numpy as np
 from collbench.stats.distributions import t_quantile, t_two_sided_p
 from collbench.stats.noise import fit_trends, moderated
 from collbench.stats.runs import log_runs, within_run_squares
-from collbench.stats.calibration import CONFIDENCE, MIN_LOG_SD
+from collbench.stats.calibration import (CONFIDENCE, MIN_LOG_SD, MIN_PAIR_SD, MIN_PAIRS_TO_SET_ASIDE, PAIR_WIDTH,
+                                         PAIR_WIDTH_FEW)
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,23 @@ def estimate_change(baseline, new, *, spread: Spread, drift: tuple, known_var: f
     half = t_quantile(0.5 + confidence / 2, df) * se
     return Change(na, nb, estimate, se, df, estimate - half, estimate + half,
                   t_two_sided_p(estimate / se, df), spread.source)
+
+
+def pairs_kept(pairs: tuple) -> tuple:
+    """The pairs (A's round median, B's) of one row whose log ratio B/A lies within the row's
+    pair window of the median ratio (``calibration.PAIR_WIDTH``): what moved both sides during
+    a pair cancels in its ratio, so a ratio far from the others' is one side's interference.
+    Symmetric, so that it moves no estimate of a change; with fewer than
+    MIN_PAIRS_TO_SET_ASIDE pairs, all are kept."""
+    n = len(pairs)
+    if n < MIN_PAIRS_TO_SET_ASIDE:
+        return tuple(pairs)
+    d = np.log(np.asarray([b for _, b in pairs], dtype=np.float64)) - \
+        np.log(np.asarray([a for a, _ in pairs], dtype=np.float64))
+    centre = float(np.median(d))
+    spread = max(1.4826 * float(np.median(np.abs(d - centre))), MIN_PAIR_SD)
+    width = (PAIR_WIDTH + PAIR_WIDTH_FEW / (n - 3)) * spread
+    return tuple(p for p, x in zip(pairs, d) if abs(x - centre) <= width)
 
 
 def paired_changes(rows_pairs, known_vars=None, confidence: float = CONFIDENCE, strata=None) -> list:

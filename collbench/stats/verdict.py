@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.stats.calibration import MIN_LOG_SD, MIN_PAIRS_SHARE, POWER, STATE_ROW_SHARE
+from collbench.stats.calibration import MIN_LOG_SD, MIN_PAIRS_SHARE, MIN_PAIRS_TO_CALL, POWER, STATE_ROW_SHARE
 from collbench.stats.change import (Change, Spread, detectable_change, estimate_change, log_change, paired_changes,
                                     rounds_needed, run_concentration, within_spread)
 from collbench.stats.family import max_t_adjust
@@ -103,7 +103,10 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
         if estimate is not None:
             concentration = 0.0 if one_job else p.concentration
             pending[i] = dataclasses.replace(p, change=estimate, drift_var=p.drift_sd ** 2 * concentration)
-    tested = [p for p in pending if p.change is not None]
+    # A row of an interleaved job that kept too few of its pairs is never called (decide), so it
+    # stays out of the family: with two pairs left (one df) its own t has tails so heavy that
+    # the family's largest |t| held every other row back (a +25% job: p 1e-7, adjusted 0.06).
+    tested = [p for p in pending if p.change is not None and not few_pairs(p)]
     family = max_t_adjust(
         [p.change.estimate / p.change.se for p in tested],
         [own_var[p.key][0] for p in tested], [own_var[p.key][1] for p in tested],
@@ -190,7 +193,7 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
         reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
                   f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
                   f"measure again on a quiet one, or both sides in one job (collbench ab)")
-    elif significant and beyond and len(p.pairs) < MIN_PAIRS_SHARE * p.paired_rounds:
+    elif beyond and few_pairs(p) and c.p_value is not None and c.p_value < alpha:
         verdict, cause = "inconclusive", "pairs"
         reason = (f"only {len(p.pairs)} of its {p.paired_rounds} pairs counted, the others set aside as "
                   "interference: too few to call; measure again on a quieter machine, or more rounds")
@@ -225,6 +228,12 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
             reason = f"needs about {needed} rounds per side"
     return Verdict(ratio, low, high, c.p_value, p_adj, c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason,
                    p.drift_sd, cause)
+
+
+def few_pairs(p: Evidence) -> bool:
+    """Whether a row of an interleaved job kept too few of its pairs to be called: fewer than
+    half of those both sides measured, or than MIN_PAIRS_TO_CALL."""
+    return bool(p.paired_rounds) and len(p.pairs) < max(MIN_PAIRS_SHARE * p.paired_rounds, MIN_PAIRS_TO_CALL)
 
 
 #: The words of a row that the other side's own slow rounds kept from a verdict (its warning counts them).
