@@ -135,7 +135,8 @@ def test_report_refuses_a_file_without_rows(tmp_path):
 def test_loader_rejects_binary_and_missing_files(tmp_path):
     binary = tmp_path / "image.json"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
-    for path, message in ((binary, "cannot read"), (tmp_path / "absent.json", "no such file")):
+    for path, message in ((binary, r"not a collbench result file \(binary: a NUL byte at byte 10\)"),
+                          (tmp_path / "absent.json", "no such file")):
         with pytest.raises(UsageError, match=message):
             load_result(path)
 
