@@ -93,7 +93,7 @@ class Referee:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._sides: dict = {"A": {}, "B": {}}     # side -> {connection: ready}
-        self._unknown: dict = {}                   # connections not yet introduced -> bytes so far
+        self._unknown: set = set()                 # connections not yet introduced
         self._buffers: dict = {}
         self._ended: set = set()
         self._complete: set = set()                # sides all of whose ranks were there at once
@@ -191,7 +191,7 @@ class Referee:
                     conn, _ = self._listener.accept()
                 except OSError:
                     continue
-                self._unknown[conn] = b""
+                self._unknown.add(conn)
                 self._selector.register(conn, selectors.EVENT_READ)
                 continue
             try:
@@ -211,7 +211,7 @@ class Referee:
             if line.startswith(b"H "):
                 parts = line.decode(errors="replace").split()
                 side = parts[1] if len(parts) > 1 and parts[1] in self._sides else None
-                self._unknown.pop(conn, None)
+                self._unknown.discard(conn)
                 if side is None:            # not one of ours: it gets no turns
                     self._drop(conn)
                     return
@@ -222,7 +222,7 @@ class Referee:
                         ranks[conn] = True
 
     def _drop(self, conn) -> None:
-        self._unknown.pop(conn, None)
+        self._unknown.discard(conn)
         self._buffers.pop(conn, None)
         for ranks in self._sides.values():
             ranks.pop(conn, None)
