@@ -21,7 +21,7 @@ from collbench.launch.journal import rebuild
 from collbench.launch.liveness import coordinator
 from collbench.launch.liveness.link import Link, connect, hello_message
 from collbench.launch.liveness.oom import OomWatch
-from collbench.launch.liveness.wire import (EXIT_LOST, EXIT_TIMEOUT, RANK_EXIT_CODES, STOP_GRACE, MessageReader,
+from collbench.launch.liveness.wire import (EXIT_BAD_ENVIRONMENT, EXIT_LOST, EXIT_TIMEOUT, RANK_EXIT_CODES, STOP_GRACE, MessageReader,
                                            send_message)
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
@@ -197,6 +197,8 @@ class Guardian:
                 code = EXIT_LOST
         if crashed and self.link is None:       # before the rank joined: in its start-up
             how += self._startup_said() + processes.low_limits()
+            if self._startup_words and not os.WIFSIGNALED(status):
+                code = EXIT_BAD_ENVIRONMENT     # MPI refused to start, and said why
         gone = self._launcher_gone()
         if gone:
             return f"{how} after {gone} ended under it (killed, or it failed)", EXIT_LOST, True

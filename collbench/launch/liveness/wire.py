@@ -21,6 +21,8 @@ EARLY_EXIT_GRACE = 5.0    # seconds the others get to follow a rank that left wi
 EXIT_TIMEOUT = 124
 #: A rank or host lost: as if killed (128 + SIGKILL).
 EXIT_LOST = 137
+#: A bad environment (MPI refused to start, and said why), as a bad option: usage.
+EXIT_BAD_ENVIRONMENT = 2
 #: Exit codes collbench itself ends a rank with (done, failed, usage, timeout, 128 + SIGHUP,
 #: SIGINT, SIGTERM); any other exit of a rank counts as a crash.
 RANK_EXIT_CODES = frozenset({0, 1, 2, EXIT_TIMEOUT, 129, 130, 143})

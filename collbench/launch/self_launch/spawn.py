@@ -23,7 +23,7 @@ from collbench import environment
 from collbench.errors import UsageError, interrupted_by, printable
 from collbench.launch import notes, processes
 from collbench.launch.journal import Journal, rebuild, release_claims
-from collbench.launch.liveness.wire import EARLY_EXIT_GRACE, EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
+from collbench.launch.liveness.wire import EARLY_EXIT_GRACE, EXIT_BAD_ENVIRONMENT, EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
 from collbench.launch.network import rendezvous
 from collbench.launch.network.addresses import free_port
 from collbench.launch.origin.terminal import END_PROGRESS_LINE, mark_terminals
@@ -196,7 +196,9 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
                 print(f"collbench: a rank ended during its start-up with code {early}{startup}"
                       f"{processes.low_limits()}; the job is stopped; nothing was measured",
                       file=sys.stderr, flush=True)
-            return early
+            # MPI refused to start and said why (its words are in the line): the environment is
+            # at fault, as with a bad option, and nothing ran (exit 2), not a lost rank
+            return EXIT_BAD_ENVIRONMENT if notes.startup_said(state) else early
         if received:
             # Rank 0 got the signal from us and said so (noting it first), unless it was still
             # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
