@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from collbench.measure import harness
+from collbench.measure.timings.base import LatencySampler, SamplerContext
+from collbench.measure.timings.throughput import ThroughputSampler
 from collbench.backends.base import Bound, Control
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.base import Roles
@@ -125,6 +127,8 @@ def harness_cost(n: int, repeats: int) -> None:
     section("1. harness cost per iteration (in-process, no-op call and barrier)")
     clock = time.perf_counter
 
+    bound = Bound(run=_noop, run_blocking=_noop, checked=lambda: None)
+
     def empty():
         t0 = clock()
         for _ in range(n):
@@ -134,19 +138,18 @@ def harness_cost(n: int, repeats: int) -> None:
     def latency_loop():
         out: list = []
         t0 = clock()
-        harness._latency_loop(_noop, _noop, n, out)
+        LatencySampler(_noop, _noop).take(n, out)
         return (clock() - t0) / n
 
     def throughput_loop():
         out: list = []
         k = 1000
         t0 = clock()
-        harness._throughput_loop(_noop, _noop, _noop, n // k, k, out)
+        ThroughputSampler(SamplerContext(bound, _noop, _noop, k, None, None, 0, True)).take(n // k, out)
         return (clock() - t0) / (n // k * k)
 
     floor_samples: list = []
-    harness._latency_loop(_noop, _noop, n, floor_samples)
-    bound = Bound(run=_noop, run_blocking=_noop, checked=lambda: None)
+    LatencySampler(_noop, _noop).take(n, floor_samples)
 
     def measure(settings):
         def once():

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import FAST, cli, mpirun
+from conftest import FAST, cli, load_json, mpirun
 from collbench.results.loader import load_result
 
 pytestmark = pytest.mark.mpi
@@ -118,3 +118,22 @@ def test_under_all_an_unsupported_combination_is_a_note_and_the_rest_runs(run_di
     note = "allreduce, reduce, reduce_scatter on no-prod-mpi: no-prod-mpi has no product reduction; skipped"
     assert note in result.notes and (proc.stderr + proc.stdout).count("no product reduction") == 1
     assert all(r.check in ("ok", "skipped") for r in result.rows)
+
+
+def test_a_plugin_timing_is_one_module_and_one_entry_point(run_dir, plugin_env):
+    """``two`` (tests/plugin/collbench_test_timing.py and one line of its pyproject.toml): taken
+    by --timing beside a built-in timing, on every host backend, its rows checked and recorded,
+    its k the harness's, listed in --help."""
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--timing", "latency,two", "--sizes", "8,1K", *FAST,
+                "-o", "t.json"], run_dir, env={**plugin_env, "COLUMNS": "100"})
+    assert proc.returncode == 0, proc.stderr
+    rows = load_result(run_dir / "t.json").rows
+    assert sorted((r.timing, r.size_bytes, r.check) for r in rows) == [
+        ("latency", 8, "ok"), ("latency", 1024, "ok"), ("two", 8, "ok"), ("two", 1024, "ok")]
+    details = [d for r in load_json(run_dir / "t.json")["rows"] if r["timing"] == "two" for d in r["round_details"]]
+    assert details and {d["calls_per_sample"] for d in details} == {2}
+    assert "· two" in proc.stdout
+    shown = cli(["allreduce", "--help"], run_dir, env={**plugin_env, "COLUMNS": "200"})
+    assert "latency|throughput|graph|device|two|both" in shown.stdout
+    unknown = cli(["allreduce", "--timing", "three", "--no-save"], run_dir, env=plugin_env)
+    assert unknown.returncode == 2 and "'three' is not one of" in unknown.stderr

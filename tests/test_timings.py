@@ -14,6 +14,8 @@ from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.errors import UsageError
 from collbench.measure import harness
+from collbench.measure.timings import base as timing_base, device as device_timing
+from collbench.measure.timings.graph import TIMING as GRAPH
 from collbench.measure.timings import timing_modes
 from conftest import cli, load_json
 
@@ -131,7 +133,7 @@ def test_graph_timing_captures_k_calls_once_and_divides_each_replay_by_k():
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="graph", iters=12, warmup=2), device=device)
     k = m.calls_per_sample
-    assert device.captured == [k] and 1 <= k <= harness.MAX_GRAPH_CALLS
+    assert device.captured == [k] and 1 <= k <= GRAPH.max_calls
     assert device.replays == 12 and len(m.samples_us[0]) == 12
     assert np.allclose(m.samples_us[0], 2e-3 / k * 1e6)      # one replay's events over k calls
 
@@ -144,7 +146,7 @@ def test_device_timing_drops_samples_a_hold_did_not_cover_and_lengthens_the_hold
     assert m.unheld == 3 and len(m.samples_us[0]) == 12         # the three are measured again
     assert np.allclose(m.samples_us[0], 5.0)
     assert clock.lengthened and clock.hold_s > clock.lengthened[0]
-    assert harness.MIN_HOLD_S <= clock.lengthened[0] <= harness.MAX_HOLD_S
+    assert device_timing.MIN_HOLD_S <= clock.lengthened[0] <= device_timing.MAX_HOLD_S
     assert clock.closed and clock.holds == 15
 
 
@@ -181,7 +183,7 @@ def test_the_budget_bounds_warm_up_and_samples_of_a_slow_call_and_says_it_fell_s
     left, where --min-iters asks for 10, and a fourth would end past the budget. Before, the
     size took 1 + 5 + 10 calls (0.8 s, four times the budget)."""
     clock, calls = FakeClock(), []
-    monkeypatch.setattr(harness, "timer", clock)
+    monkeypatch.setattr(timing_base, "timer", clock)
     m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
                         barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
@@ -192,7 +194,7 @@ def test_the_budget_bounds_warm_up_and_samples_of_a_slow_call_and_says_it_fell_s
 
 def test_a_fast_call_gets_its_whole_warm_up_and_min_iters_and_is_not_short(monkeypatch):
     clock, calls = FakeClock(), []
-    monkeypatch.setattr(harness, "timer", clock)
+    monkeypatch.setattr(timing_base, "timer", clock)
     m = harness.measure(_slow_bound(clock, 1e-6, calls), bench=get_benchmark("allreduce"), roles=Roles(),
                         barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
@@ -203,7 +205,7 @@ def test_a_fast_call_gets_its_whole_warm_up_and_min_iters_and_is_not_short(monke
 def test_fixed_iters_are_not_budgeted(monkeypatch):
     """--iters N asks for N samples whatever they cost, after --warmup calls."""
     clock, calls = FakeClock(), []
-    monkeypatch.setattr(harness, "timer", clock)
+    monkeypatch.setattr(timing_base, "timer", clock)
     m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
                         barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(iters=12, warmup=5, max_time=0.2))
@@ -216,7 +218,7 @@ def test_a_slow_first_warm_up_call_is_timed_again_before_the_warm_up_is_cut(monk
     and the warm-up is whole."""
     durations = iter([0.03] + [1e-4] * 100)
     clock, calls = FakeClock(), []
-    monkeypatch.setattr(harness, "timer", clock)
+    monkeypatch.setattr(timing_base, "timer", clock)
 
     def run():
         calls.append(1)
@@ -233,7 +235,7 @@ def test_warm_up_and_samples_together_keep_to_the_budget(monkeypatch, seconds):
     """Past the first call (set-up), warm-up and samples end within the budget, or, where one
     call alone outlasts it, take one warm-up call and one sample."""
     clock, calls = FakeClock(), []
-    monkeypatch.setattr(harness, "timer", clock)
+    monkeypatch.setattr(timing_base, "timer", clock)
     m = harness.measure(_slow_bound(clock, seconds, calls), bench=get_benchmark("allreduce"), roles=Roles(),
                         barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
@@ -245,11 +247,11 @@ def test_a_graph_holds_more_calls_where_the_host_is_slow_to_issue_them(monkeypat
     """The graph's calls: as many as make a replay of ~5 ms by the host's time per call, up to
     MAX_GRAPH_CALLS. A graph of ~20 small calls (the throughput timing's 1 ms) left the replay's
     own launch in each call's time: 1.48 µs against nccl-tests -G's 1.03 µs at 1 KiB on an H100."""
-    for host_s, graph_k, throughput_k in ((40e-6, harness.MAX_GRAPH_CALLS, (24, 25)), (2e-3, 2, (1,)), (0.01, 1, (1,))):
+    for host_s, graph_k, throughput_k in ((40e-6, GRAPH.max_calls, (24, 25)), (2e-3, 2, (1,)), (0.01, 1, (1,))):
         ks = []
         for mode in ("graph", "throughput"):
             clock, calls = FakeClock(), []
-            monkeypatch.setattr(harness, "timer", clock)
+            monkeypatch.setattr(timing_base, "timer", clock)
             device = StandInDevice(StandInClock(seconds=1e-6))
             m = harness.measure(_slow_bound(clock, host_s, calls), bench=get_benchmark("allgather"), roles=Roles(),
                                 barrier=lambda: None, sync=lambda: None, control=OneRank(),
@@ -298,8 +300,8 @@ def test_device_timing_of_a_call_no_hold_covers_ends_without_samples(iters):
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="device", iters=iters, warmup=2, min_iters=10, max_time=0.2),
                         device=StandInDevice(clock))
-    assert len(m.samples_us[0]) == 0 and m.unheld >= harness.HOLD_TRIES
-    assert clock.hold_s == harness.MAX_HOLD_S and clock.closed
+    assert len(m.samples_us[0]) == 0 and m.unheld >= device_timing.HOLD_TRIES
+    assert clock.hold_s == device_timing.MAX_HOLD_S and clock.closed
 
 
 def test_a_barrier_takes_the_host_timings_only_where_a_setup_times_on_the_gpu():

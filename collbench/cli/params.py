@@ -182,8 +182,12 @@ class Choices(click.ParamType):
 
     name = "choices"
 
-    def __init__(self, choices: tuple) -> None:
-        self.choices = tuple(choices)
+    def __init__(self, choices) -> None:
+        self._choices = choices             # a tuple, or what makes one when first asked (plugins)
+
+    @property
+    def choices(self) -> tuple:
+        return tuple(self._choices() if callable(self._choices) else self._choices)
 
     def get_metavar(self, param, ctx=None) -> str:
         return "[" + "|".join(self.choices) + "],..."

@@ -22,6 +22,7 @@ from collbench.benchmarks.registry import BENCHMARKS
 from collbench.results import links
 from collbench.results.records import USUAL_THREAD_LEVEL, Row, backend_label, setup_words
 from collbench.measure.sizes import format_size
+from collbench.measure.timings import eager_and_own
 
 
 @dataclass(frozen=True)
@@ -386,11 +387,11 @@ def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = li
     return tables + timing_tables(rows)
 
 
-#: The eager timings, in the order an overhead prefers them (back-to-back calls, else one call),
-#: and the device's own: the faster of the two at each size is the library's time. NCCL's
-#: captured calls can be the slower (an H100's 1 GiB allgather: 889 µs replayed, 714 µs eager on
-#: the device's clock, and nccl-tests -G 882 µs), small ones the faster (no launch between).
-EAGER, OWN = ("throughput", "latency"), ("graph", "device")
+# The eager timings, in the order an overhead prefers them (back-to-back calls, else one call),
+# and the device's own (``timings.eager_and_own``): the faster of the two at each size is the
+# library's time. NCCL's captured calls can be the slower (an H100's 1 GiB allgather: 889 µs
+# replayed, 714 µs eager on the device's clock, and nccl-tests -G 882 µs), small ones the faster
+# (no launch between).
 
 
 def timing_tables(rows: list) -> list:
@@ -402,10 +403,11 @@ def timing_tables(rows: list) -> list:
     for r in rows:
         groups.setdefault((r.collective, r.dtype, r.op, r.world_size, *setup_words(r), backend_label(r)), []).append(r)
     tables = []
+    eager_order, own_order = eager_and_own()
     for group in groups.values():
-        timings = [t for t in (*EAGER[::-1], *OWN) if any(r.timing == t for r in group)]
-        eager = next((t for t in EAGER if t in timings), None)
-        owns = [t for t in OWN if t in timings]
+        timings = [t for t in (*eager_order[::-1], *own_order) if any(r.timing == t for r in group)]
+        eager = next((t for t in eager_order if t in timings), None)
+        owns = [t for t in own_order if t in timings]
         if eager is None or not owns:
             continue
         by = {(r.timing, r.size_bytes): r for t in timings

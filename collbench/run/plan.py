@@ -43,19 +43,25 @@ def default_nprocs(backends: list) -> int:
     return min(asked) if asked else max(2, min(os.cpu_count() or 1, 4))
 
 
+def _takes(backend: type, mode: str) -> bool:
+    """Whether ``backend`` measures timing ``mode``: every backend a host timing, and a device
+    timing the backends that list it (their calls are queued on a GPU stream)."""
+    return mode in backend.timings or not timings.on_device(mode)
+
+
 def _untimed(modes: tuple, setups: list) -> tuple[frozenset, list]:
     """The (backend setup's key, timing) pairs a setup cannot time (a device timing on a backend
     whose calls are not queued on a GPU stream), with a note each; a timing none of the run's
     setups takes is refused."""
     pairs, notes = set(), []
     for mode in modes:
-        cannot = [s.key for s in setups if mode not in backend_class(s.name).timings]
+        cannot = [s.key for s in setups if not _takes(backend_class(s.name), mode)]
         if not cannot:
             continue
         why = (f"--timing {mode} times calls queued on a GPU stream with CUDA events and graphs "
-               f"({timings.TIMINGS[mode].summary})" if timings.on_device(mode) else f"--timing {mode}")
+               f"({timings.get_timing(mode).summary})" if timings.on_device(mode) else f"--timing {mode}")
         if len(cannot) == len(setups):
-            takers = [b for b in BUILTIN_NAMES if mode in backend_class(b).timings]
+            takers = [b for b in BUILTIN_NAMES if _takes(backend_class(b), mode)]
             raise UsageError(f"{why}: {', '.join(cannot)} cannot; use {' or '.join(takers) or 'another timing'}")
         pairs.update((key, mode) for key in cannot)
         notes.append(f"{why}: {', '.join(cannot)} cannot; skipped there")

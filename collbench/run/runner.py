@@ -68,7 +68,7 @@ class Plan:
     op: str = "sum"
     roles: Roles = Roles()        # the root, the pair, the window
     pairing: Optional[Pairing] = None     # collbench pairs: which pairs, how many at once
-    timing_modes: tuple = ("latency",)            # of ``timings.TIMINGS``, in its order
+    timing_modes: tuple = ("latency",)            # timing names (``measure.timings``), in their order
     untimed: frozenset = frozenset()      # (backend setup's key, timing) pairs that setup cannot time
     timing_settings: harness.TimingSettings = harness.TimingSettings()
     check: bool = True

@@ -27,6 +27,7 @@ from collbench.benchmarks.check import Tables, pattern
 from collbench.benchmarks.ops import NO_OP, element_of
 from collbench.measure.sizes import format_size
 from collbench.measure.timings import on_device
+from collbench.measure.timings.device import MAX_HOLD_S
 
 
 @dataclass(frozen=True)
@@ -423,7 +424,7 @@ class Sweep:
                                   "an empty graph's replay")
                 if not all(len(x) for x in m.samples_us):
                     self.out.note(f"{where}, {timing} timing: not timed{' for some pairs' if len(m.samples_us) > 1 else ''}"
-                                  f", as no hold on the stream, up to {harness.MAX_HOLD_S * 1e3:.0f} ms, covered the "
+                                  f", as no hold on the stream, up to {MAX_HOLD_S * 1e3:.0f} ms, covered the "
                                   "call: it waits on the host, or takes longer to queue")
                 elif m.unheld:
                     self.out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the "
