@@ -1,6 +1,6 @@
 """One rank's walk over one round: blocks of (benchmark, backend, layout) in the round's order,
-the sizes of each block in theirs, each size checked once and then measured by
-``harness.measure``. A layout is where the ranks stand (``Roles``): the plan's, or one step of
+the sizes of each block in theirs (``block.Block``: each size checked once and then measured by
+``harness.measure``). A layout is where the ranks stand (``Roles``): the plan's, or one step of
 ``collbench pairs``. Rank 0 hands each measurement to the output as one round of one row per
 group (a pair of the step; else the one group of every rank).
 """
@@ -15,19 +15,15 @@ from dataclasses import dataclass
 
 from collbench.measure import harness
 from collbench.measure import memory
-from collbench.launch.liveness import supervise
 from collbench.launch.liveness.watchdog import Watchdog
-from collbench.results.aggregate import round_data
 from collbench.errors import SharedUsageError
-from collbench.results.records import RowIdentity
-from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
+from collbench.benchmarks.base import Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks import check
-from collbench.benchmarks.check import Tables, pattern
 from collbench.benchmarks.ops import NO_OP, element_of
 from collbench.measure.sizes import format_size
 from collbench.measure.timings import on_device
-from collbench.measure.timings.device import MAX_HOLD_S
+from collbench.run.block import Block
 
 
 @dataclass(frozen=True)
@@ -311,8 +307,8 @@ class Sweep:
                 out.collective_done(current, final)
             current = block.collective
             points = self.points[block.collective, block.backend]
-            self._block(get_benchmark(block.collective), block.backend, self.backends[block.backend],
-                        points, block.points, self.layouts[block.layout], round_number, settings)
+            Block(self, get_benchmark(block.collective), block.backend, self.backends[block.backend],
+                  self.layouts[block.layout], round_number, settings).run(points, block.points)
             self.control.barrier()
         if current is not None:
             out.collective_done(current, final)
@@ -331,120 +327,3 @@ class Sweep:
         return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
                 tuple(roles.pairs[group]) if coll.paired else (group,), plan.timing_modes.index(timing))
 
-    def _block(self, coll: Benchmark, backend_name: str, backend, points: list, indices: tuple, roles: Roles,
-               round_number: int, settings: harness.TimingSettings) -> None:
-        plan, control = self.plan, self.control
-        world, rank = control.size, control.rank
-        n, mine = self.group_size, self.group_rank           # this rank in the group it measures in
-        op_name = plan.op if coll.reduces else NO_OP
-        element = self._element(coll)
-        tables = Tables(pattern(op_name, plan.dtype), n, element, backend.device)
-        placement = coll.placement(backend.family, backend.options.placement)
-        received = coll.received_in_place if placement == IN_PLACE and not coll.in_place else coll.received
-        where = f"allocation for {coll.name} on {backend_name}"
-        supervise.set_position(where)
-        self.watchdog.arm(plan.timeout, where)
-        # sizes ascend; the order of measuring them is ``indices``. Buffers are allocated at the
-        # largest size that still fits now.
-        kept = len(points)
-        with self.phase("setup"):
-            while kept and not self._still_fits(coll, backend_name, backend, points[kept - 1], roles, round_number):
-                kept -= 1
-        if not kept:
-            return
-        top = points[kept - 1]
-        buffers = None                    # a rank outside the pair holds none
-        if coll.takes_part(rank, roles):
-            with self.phase("setup"):           # in place, the receive buffer holds the input too
-                buffers = backend.allocate(send_len=top.send_len, dtype=element, in_place=coll.in_place,
-                                           recv_len=max(top.send_len, top.recv_len) if placement == IN_PLACE
-                                           else top.recv_len)
-            with self.phase("check"):
-                backend.fill(buffers, tables=tables, rank=mine, length=top.send_len)
-        allocated = (top.send_len + top.recv_len) * element.itemsize
-        for index in indices:
-            point = points[index]
-            with self.phase("setup"):
-                fits = index < kept and (index == kept - 1 or self._still_fits(
-                    coll, backend_name, backend, point, roles, round_number, allocated))
-            if not fits:
-                continue
-            if self.turns is not None:         # the other side measures meanwhile: no deadline
-                self.watchdog.disarm()
-                self.turns.take()
-            where = f"{coll.name} on {backend_name}"
-            if point.size_bytes:
-                where += f" at {format_size(point.size_bytes)}"
-            supervise.set_position(where)
-            self.watchdog.arm(plan.timeout, where)
-            self.out.step(where)
-
-            def identity(g: int, timing: str, point=point) -> RowIdentity:
-                return RowIdentity(collective=coll.name, backend=backend.name, dtype=plan.dtype, op=op_name,
-                                   world_size=world, ranks_per_node=self.ranks_per_node, size_bytes=point.size_bytes,
-                                   per_rank_bytes=point.per_rank_bytes, count=point.elements, timing=timing,
-                                   bus_factor=coll.bus_factor(n), **coll.row_axes(roles, g),
-                                   **self._group_axes(roles, g), **backend.row_axes(), placement=placement)
-
-            def bind(sent: Roles, point=point):
-                return harness.IDLE if not coll.takes_part(rank, sent) else backend.bind(
-                    buffers, collective=coll, send_len=point.send_len, recv_len=point.recv_len, op=op_name,
-                    roles=sent)
-
-            timings = self.timings_of(backend_name, coll)
-            with self.phase("setup"):          # a block with no timing left only checks: nothing to budget
-                sent = self._as_sent(coll, roles, settings, bind, lambda g: identity(g, timings[0])) if timings \
-                    else roles
-            bound = bind(sent)
-            groups = [coll.group_of(r, roles) for r in range(world)]
-            wrong = [0] * coll.group_count(roles)
-            checked = plan.check and coll.moves_data      # a barrier carries nothing to check
-            if checked:
-                with self.phase("check"):
-                    wrong_here = tables.count_wrong(bound.checked(), received(n, mine, sent, point.elements,
-                                                                              point.recv_len), point.recv_len)
-                    by_rank = control.bcast(control.gather(wrong_here))
-                for r, g in enumerate(groups):
-                    if g is not None:
-                        wrong[g] += by_rank[r]
-                if sum(wrong):
-                    self.failures.append(f"{where}: {sum(wrong)} wrong elements"
-                                         + (f" (round {round_number})" if self.total_rounds > 1 else ""))
-            for i, timing in enumerate(timings):
-                with self.phase("timed"):   # the check's call stands for the first call of the first timing
-                    m = harness.measure(bound, bench=coll, roles=sent, barrier=backend.barrier,
-                                        sync=backend.synchronize, control=control,
-                                        settings=dataclasses.replace(settings, mode=timing), device=backend.device,
-                                        called=checked and i == 0)
-                if rank != 0:
-                    continue
-                if m.idle_gpu:
-                    self.out.note(f"{coll.name} on {backend_name}, {placement}, graph timing: the captured calls put "
-                                  "no work on the GPU (as NCCL's in-place collectives on one rank do), so its time is "
-                                  "an empty graph's replay")
-                if not all(len(x) for x in m.samples_us):
-                    self.out.note(f"{where}, {timing} timing: not timed{' for some pairs' if len(m.samples_us) > 1 else ''}"
-                                  f", as no hold on the stream, up to {MAX_HOLD_S * 1e3:.0f} ms, covered the "
-                                  "call: it waits on the host, or takes longer to queue")
-                elif m.unheld:
-                    self.out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the "
-                                  "stream ended before their call was queued; the hold was lengthened")
-                means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
-                for g, samples in enumerate(m.samples_us):
-                    if not len(samples):            # device timing that no hold covered: no row
-                        continue
-                    check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
-                    own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
-                    window = sent.window_at(g)
-                    self.out.add(identity(g, timing), self._sort_key(coll, backend_name, point, roles, g, timing),
-                                 round_data(round_number, samples, own, precision_reached=m.precision_reached[g],
-                                            check=check, calls_per_sample=m.calls_per_sample,
-                                            overall_us=m.overall_us[g] if m.overall_us else (),
-                                            compute_us=m.compute_us[g] if m.compute_us else (),
-                                            window=window if window != roles.window else 0, short=m.short))
-                    supervise.size_finished()
-            bound.release()               # a persistent request: before the next size binds its own
-        bound = None                      # nothing calls into the buffers any more
-        if buffers is not None:           # before the next block allocates its own
-            with self.phase("setup"):
-                backend.release(buffers)

@@ -1,0 +1,179 @@
+"""One block of a round: a (benchmark, backend, layout) over its sizes in the round's order.
+``Block.run`` reads as its steps: allocate the buffers at the largest size that fits now; then
+per size, take the turn of an ab pair, bind the call, check it once, time it at each timing, and
+emit each measurement as one round of one row per group (rank 0); release the buffers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
+from collbench.benchmarks.check import Tables, pattern
+from collbench.benchmarks.ops import NO_OP
+from collbench.launch.liveness import supervise
+from collbench.measure import harness
+from collbench.measure.sizes import format_size
+from collbench.measure.timings.device import MAX_HOLD_S
+from collbench.results.aggregate import round_data
+from collbench.results.records import RowIdentity
+
+
+class Block:
+    """What a block's steps share: the sweep (plan, control, output, phases, watchdog, turns),
+    the collective and backend, the roles, the round, the timing settings, and this rank's place
+    in the group it measures in."""
+
+    def __init__(self, sweep, coll: Benchmark, backend_name: str, backend, roles: Roles, round_number: int,
+                 settings: harness.TimingSettings) -> None:
+        self.sweep, self.coll, self.backend_name, self.backend = sweep, coll, backend_name, backend
+        self.roles, self.round_number, self.settings = roles, round_number, settings
+        self.plan, self.control = sweep.plan, sweep.control
+        self.n, self.mine = sweep.group_size, sweep.group_rank
+        self.op_name = self.plan.op if coll.reduces else NO_OP
+        self.element = sweep._element(coll)
+        self.tables = Tables(pattern(self.op_name, self.plan.dtype), self.n, self.element, backend.device)
+        self.placement = coll.placement(backend.family, backend.options.placement)
+        self.received = coll.received_in_place if self.placement == IN_PLACE and not coll.in_place else coll.received
+        self.timings = sweep.timings_of(backend_name, coll)
+        self.buffers = None               # a rank outside the pair holds none
+        self.allocated = 0
+
+    def run(self, points: list, indices: tuple) -> None:
+        """Every size of ``indices`` (ascending ``points``, measured in that order)."""
+        kept = self.allocate(points)
+        for index in indices:
+            if index < kept and self.fits(points[index], last=index == kept - 1):
+                self.size(points[index])
+        self.release()
+
+    def _watch(self, where: str) -> None:
+        supervise.set_position(where)
+        self.sweep.watchdog.arm(self.plan.timeout, where)
+
+    def allocate(self, points: list) -> int:
+        """The buffers at the largest size that still fits now, filled with this rank's check
+        values; how many of ``points`` are within it."""
+        sweep, coll, backend = self.sweep, self.coll, self.backend
+        self._watch(f"allocation for {coll.name} on {self.backend_name}")
+        kept = len(points)
+        with sweep.phase("setup"):
+            while kept and not sweep._still_fits(coll, self.backend_name, backend, points[kept - 1], self.roles,
+                                                 self.round_number):
+                kept -= 1
+        if not kept:
+            return 0
+        top = points[kept - 1]
+        if coll.takes_part(self.control.rank, self.roles):
+            with sweep.phase("setup"):           # in place, the receive buffer holds the input too
+                self.buffers = backend.allocate(
+                    send_len=top.send_len, dtype=self.element, in_place=coll.in_place,
+                    recv_len=max(top.send_len, top.recv_len) if self.placement == IN_PLACE else top.recv_len)
+            with sweep.phase("check"):
+                backend.fill(self.buffers, tables=self.tables, rank=self.mine, length=top.send_len)
+        self.allocated = (top.send_len + top.recv_len) * self.element.itemsize
+        return kept
+
+    def fits(self, point, last: bool) -> bool:
+        """Whether ``point`` still fits the hosts' memory now (the largest kept was asked already)."""
+        with self.sweep.phase("setup"):
+            return last or self.sweep._still_fits(self.coll, self.backend_name, self.backend, point, self.roles,
+                                                  self.round_number, self.allocated)
+
+    def release(self) -> None:
+        if self.buffers is not None:      # before the next block allocates its own
+            with self.sweep.phase("setup"):
+                self.backend.release(self.buffers)
+            self.buffers = None
+
+    def identity(self, point, g: int, timing: str) -> RowIdentity:
+        """The row of group ``g`` at ``point`` and ``timing``."""
+        coll, control, sweep = self.coll, self.control, self.sweep
+        return RowIdentity(collective=coll.name, backend=self.backend.name, dtype=self.plan.dtype, op=self.op_name,
+                           world_size=control.size, ranks_per_node=sweep.ranks_per_node, size_bytes=point.size_bytes,
+                           per_rank_bytes=point.per_rank_bytes, count=point.elements, timing=timing,
+                           bus_factor=coll.bus_factor(self.n), **coll.row_axes(self.roles, g),
+                           **sweep._group_axes(self.roles, g), **self.backend.row_axes(), placement=self.placement)
+
+    def bind(self, point, sent: Roles):
+        """The call at ``point`` as the pairs send it; nothing on a rank outside the pair."""
+        if not self.coll.takes_part(self.control.rank, sent):
+            return harness.IDLE
+        return self.backend.bind(self.buffers, collective=self.coll, send_len=point.send_len,
+                                 recv_len=point.recv_len, op=self.op_name, roles=sent)
+
+    def size(self, point) -> None:
+        """One size: its turn, its call bound, checked once, timed at each timing, emitted."""
+        sweep = self.sweep
+        if sweep.turns is not None:         # the other side measures meanwhile: no deadline
+            sweep.watchdog.disarm()
+            sweep.turns.take()
+        where = f"{self.coll.name} on {self.backend_name}"
+        if point.size_bytes:
+            where += f" at {format_size(point.size_bytes)}"
+        self._watch(where)
+        sweep.out.step(where)
+        with sweep.phase("setup"):          # a block with no timing left only checks: nothing to budget
+            sent = sweep._as_sent(self.coll, self.roles, self.settings, lambda r: self.bind(point, r),
+                                  lambda g: self.identity(point, g, self.timings[0])) if self.timings else self.roles
+        bound = self.bind(point, sent)
+        checked = self.plan.check and self.coll.moves_data      # a barrier carries nothing to check
+        wrong = self.check(bound, point, sent, where) if checked else [0] * self.coll.group_count(self.roles)
+        for i, timing in enumerate(self.timings):
+            with sweep.phase("timed"):   # the check's call stands for the first call of the first timing
+                m = harness.measure(bound, bench=self.coll, roles=sent, barrier=self.backend.barrier,
+                                    sync=self.backend.synchronize, control=self.control,
+                                    settings=dataclasses.replace(self.settings, mode=timing),
+                                    device=self.backend.device, called=checked and i == 0)
+            if self.control.rank == 0:
+                self.emit(m, point, sent, timing, where, wrong, checked)
+        bound.release()               # a persistent request: before the next size binds its own
+
+    def check(self, bound, point, sent: Roles, where: str) -> list:
+        """One call whose result every rank checks; the wrong elements per group (every rank's)."""
+        coll, control = self.coll, self.control
+        with self.sweep.phase("check"):
+            wrong_here = self.tables.count_wrong(bound.checked(), self.received(
+                self.n, self.mine, sent, point.elements, point.recv_len), point.recv_len)
+            by_rank = control.bcast(control.gather(wrong_here))
+        wrong = [0] * coll.group_count(self.roles)
+        for r in range(control.size):
+            g = coll.group_of(r, self.roles)
+            if g is not None:
+                wrong[g] += by_rank[r]
+        if sum(wrong):
+            self.sweep.failures.append(f"{where}: {sum(wrong)} wrong elements"
+                                       + (f" (round {self.round_number})" if self.sweep.total_rounds > 1 else ""))
+        return wrong
+
+    def emit(self, m: harness.Measurement, point, sent: Roles, timing: str, where: str, wrong: list,
+             checked: bool) -> None:
+        """Rank 0: a measurement's notes, and one round of one row per group that has samples."""
+        out, coll = self.sweep.out, self.coll
+        if m.idle_gpu:
+            out.note(f"{coll.name} on {self.backend_name}, {self.placement}, graph timing: the captured calls put "
+                     "no work on the GPU (as NCCL's in-place collectives on one rank do), so its time is an empty "
+                     "graph's replay")
+        if not all(len(x) for x in m.samples_us):
+            out.note(f"{where}, {timing} timing: not timed{' for some pairs' if len(m.samples_us) > 1 else ''}, "
+                     f"as no hold on the stream, up to {MAX_HOLD_S * 1e3:.0f} ms, covered the call: it waits on "
+                     "the host, or takes longer to queue")
+        elif m.unheld:
+            out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the stream ended "
+                     "before their call was queued; the hold was lengthened")
+        means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
+        groups = [coll.group_of(r, self.roles) for r in range(self.control.size)]
+        for g, samples in enumerate(m.samples_us):
+            if not len(samples):            # device timing that no hold covered: no row
+                continue
+            check = "skipped" if not checked else ("ok" if wrong[g] == 0 else f"wrong:{wrong[g]}")
+            own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
+            window = sent.window_at(g)
+            out.add(self.identity(point, g, timing),
+                    self.sweep._sort_key(self.coll, self.backend_name, point, self.roles, g, timing),
+                    round_data(self.round_number, samples, own, precision_reached=m.precision_reached[g],
+                               check=check, calls_per_sample=m.calls_per_sample,
+                               overall_us=m.overall_us[g] if m.overall_us else (),
+                               compute_us=m.compute_us[g] if m.compute_us else (),
+                               window=window if window != self.roles.window else 0, short=m.short))
+            supervise.size_finished()
