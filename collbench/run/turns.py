@@ -26,6 +26,10 @@ from collbench import environment
 #: How long the referee waits for the other side's ranks to reach their first size (their
 #: start-up) before it lets a ready side go alone.
 FIRST_TURN_WAIT_S = 60.0
+#: How long a side that lost a rank during its turn (it ended, or died) holds the other back for
+#: its other ranks to end the turn: a side's ranks leave one by one after their last size, and
+#: one that died leaves the others in a collective that never ends.
+BROKEN_GRACE_S = 1.0
 
 
 class Turns:
@@ -180,7 +184,12 @@ class Referee:
             except OSError:
                 self._drop(conn)
         self.turns[side] += 1
-        while not self._stop.is_set() and ranks and not all(ranks.values()) and not self._broken(side):
+        lost_at = None          # a rank of the side ended: the others get BROKEN_GRACE_S to end their turn
+        while not self._stop.is_set() and ranks and not all(ranks.values()):
+            if self._broken(side):
+                lost_at = lost_at or time.monotonic()
+                if time.monotonic() - lost_at > BROKEN_GRACE_S:
+                    break
             self._poll(0.05)
 
     def _poll(self, timeout: float) -> None:
