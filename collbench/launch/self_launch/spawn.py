@@ -61,184 +61,215 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
     launcher) is killed. A launch that does not end ``LINGER_S`` seconds after it ``completed``
-    its round (a stopped mpiexec or guardian) is ended, in one line: its files are whole."""
-    received: list = []
-    kill_at: list = []
-    proxies: dict = {}                # mpiexec's children (its proxies): pid -> name, as they came
-    finished_at: list = []
-    ended: list = []                  # the launch was ended after it completed (LINGER_S)
-    looked_at = 0.0
+    its round (a stopped mpiexec or guardian) is ended, in one line: its files are whole.
+    Returns the launch's exit code, with one line where nobody else could say what ended it
+    (``_ending``)."""
+    # Signals reach the main thread only: a launch waited for on another one (the other side of
+    # an ab pair, launched at the same time) learns of them from ``noted``, which they join.
+    on_main = threading.current_thread() is threading.main_thread()
+    waiter = _Waiter(procs, relay, state, completed, noted, share and on_main)
+    old = {s: signal.signal(s, waiter.forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+        if on_main else {}
+    try:
+        if noted:          # a signal that came as the launch started, before this took over: the ranks
+            waiter.passed_on(noted[0], signal.SIGTERM)     # may be starting Python, to which SIGINT
+        while waiter.pending:                              # means a traceback each; SIGTERM ends them quietly
+            waiter.look(on_main)
+            waiter.reap()
+        if relay is not None:
+            relay.join()
+        if waiter.ended and not waiter.received:
+            return 0
+        return _ending(waiter, saved)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
-    def stop_all(signum: int) -> None:
-        for p in procs:
+
+class _Waiter:
+    """One launch's processes as ``_wait_forwarding`` watches them: the signals it passed on, the
+    failures it saw, what it stopped and when."""
+
+    def __init__(self, procs: list, relay: Optional[Relay], state: str, completed: Callable[[], bool],
+                 noted: list, share: bool) -> None:
+        self.procs, self.relay, self.state, self.completed = procs, relay, state, completed
+        self.noted, self.share, self.seen = noted, share, len(noted)
+        self.pending = list(procs)
+        self.received: list = []          # signals passed on, the first deciding the exit code
+        self.kill_at: Optional[float] = None
+        self.proxies: dict = {}           # mpiexec's children (its proxies): pid -> name, as they came
+        self.finished_at: Optional[float] = None
+        self.ended = False                # the launch was ended after it completed (LINGER_S)
+        self.looked_at = 0.0
+        self.code = 0                     # the first failure's exit code
+        self.killed: list = []            # (rank, pid, signal) of local ranks killed outright
+        self.stop_at: Optional[float] = None
+        self.early: Optional[int] = None  # a rank's exit code in its start-up (notes.ended_in_startup)
+        self.early_stop_at: Optional[float] = None
+
+    def stop_all(self, signum: int) -> None:
+        for p in self.procs:
             if p.poll() is None:
                 try:
                     p.send_signal(signum)
                 except OSError:
                     pass
-        if not kill_at:
-            kill_at.append(time.monotonic() + KILL_GRACE)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + KILL_GRACE
 
-    def forward(signum, _frame):
-        received.append(signum)
-        if relay is not None:        # what the ranks print as they die of it is no news
-            relay.quiet = True
-        stop_all(signum)
-        if share and on_main:        # a launch waited for on another thread sees it there
-            noted.append(signum)
+    def passed_on(self, received: int, signum: int) -> None:
+        self.received.append(received)
+        if self.relay is not None:        # what the ranks print as they die of it is no news
+            self.relay.quiet = True
+        self.stop_all(signum)
 
-    # Signals reach the main thread only: a launch waited for on another one (the other side of
-    # an ab pair, launched at the same time) learns of them from ``noted``, which they join.
-    on_main = threading.current_thread() is threading.main_thread()
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} if on_main else {}
-    seen = len(noted)
-    if noted:                  # a signal that came as the launch started, before this took over: the
-        received.append(noted[0])        # ranks may be starting Python, to which SIGINT means a
-        if relay is not None:            # traceback each; SIGTERM ends them quietly
-            relay.quiet = True
-        stop_all(signal.SIGTERM)
-    try:
-        code = 0
-        pending = list(procs)
-        killed: list = []                 # (rank, pid, signal) of local ranks killed outright
-        stop_at = None
-        early, early_stop_at = None, None
-        while pending:
-            now = time.monotonic()
-            if not on_main and len(noted) > seen:
-                seen = len(noted)
-                if not received:
-                    received.append(noted[-1])
-                    if relay is not None:
-                        relay.quiet = True
-                    stop_all(noted[-1])
-            if relay is not None and procs[0].poll() is None:
-                for pid in processes.children(procs[0].pid):
-                    name = processes.name(pid)
-                    if name and name != processes.name(procs[0].pid):      # not a fork of it yet to exec
-                        proxies[pid] = name
-            if early is None:
-                early = notes.ended_in_startup(state) or None
-                if early is not None:       # the others may wait for it inside MPI_Init for ever:
-                    early_stop_at = now + COORDINATOR_GRACE      # let them say their own piece, then stop them
-            if early_stop_at is not None and now > early_stop_at:
-                early_stop_at = None
-                stop_all(signal.SIGTERM)
-            if kill_at and now > kill_at[0]:
-                for p in pending:
-                    for pid in reversed(processes.tree(p.pid)):      # a stopped descendant dies too
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-            if not finished_at and now - looked_at > 1.0:
-                looked_at = now
-                if completed():
-                    finished_at.append(now)
-            if finished_at and not kill_at and now - finished_at[0] > LINGER_S:
-                print(f"collbench: the ranks finished, but the launch did not end {LINGER_S:g} s later "
-                      f"({_lingering(pending)}); it is ended, and the result files are whole", file=sys.stderr,
-                      flush=True)
-                for p in pending:           # nothing is left to save: woken, a stopped process
-                    for pid in reversed(processes.tree(p.pid)):      # would only report its peers gone
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except OSError:
-                            pass
-                ended.append(True)
-            if stop_at is not None and now > stop_at:
-                stop_at = None            # the coordinator did not end the job: we do
-                for rank, pid, sig in killed[:1]:
-                    print(f"collbench: rank {rank} (pid {pid}) was killed by signal {sig}; stopping the other "
-                          "ranks", file=sys.stderr, flush=True)
-                stop_all(signal.SIGTERM)
-            for p in list(pending):
+    def forward(self, signum, _frame) -> None:
+        self.passed_on(signum, signum)
+        if self.share:                    # a launch waited for on another thread sees it there
+            self.noted.append(signum)
+
+    def _kill_trees(self) -> None:
+        for p in self.pending:
+            for pid in reversed(processes.tree(p.pid)):      # a stopped descendant dies too
                 try:
-                    rc = p.wait(timeout=0.1)
-                except subprocess.TimeoutExpired:
-                    continue
-                pending.remove(p)
-                if rc < 0 and len(procs) > 1:   # a local rank killed outright, guardian and all
-                    killed.append((procs.index(p), p.pid, -rc))
-                if rc != 0 and code == 0:
-                    code = rc
-                    # Do not leave the others hanging; but the job's coordinator usually ends it
-                    # first, and better: it names the rank's position and host. A rank that a
-                    # signal of its own ended is named once the others had EARLY_EXIT_GRACE to
-                    # follow it (a signal to the whole job ends them all).
-                    signalled = rc - 128 in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
-                    stop_at = time.monotonic() + COORDINATOR_GRACE + (EARLY_EXIT_GRACE if signalled else 0)
-        if relay is not None:
-            relay.join()
-        if ended and not received:
-            return 0
-        early = early or notes.ended_in_startup(state)       # noted as the launch ended
-        said = notes.explanation(state)
-        # mpiexec's own failure (255) with one of its proxies gone: the proxy was killed (or
-        # failed), mpiexec ended at once, and the ranks it started outlive it for a while. Not
-        # after a signal to this process: Ctrl-C reaches the proxies too (one process group).
-        proxy_gone = next(((pid, name) for pid, name in proxies.items() if not processes.alive(pid)), None) \
-            if relay is not None and not received and code not in JOB_EXIT_CODES and code >= 64 \
-            and not relay.spoke else None
-        startup = _startup_clause(state)
-        if proxy_gone is not None:
-            pid, name = proxy_gone
-            print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
-                  f"or it failed), and mpiexec with code {code}{startup}{processes.low_limits()}; the job is stopped; "
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def look(self, on_main: bool) -> None:
+        """Once per turn of the wait: signals from the main thread, mpiexec's proxies, a start-up
+        that failed, what is overdue."""
+        now = time.monotonic()
+        if not on_main and len(self.noted) > self.seen:
+            self.seen = len(self.noted)
+            if not self.received:
+                self.passed_on(self.noted[-1], self.noted[-1])
+        relay, procs = self.relay, self.procs
+        if relay is not None and procs[0].poll() is None:
+            for pid in processes.children(procs[0].pid):
+                name = processes.name(pid)
+                if name and name != processes.name(procs[0].pid):      # not a fork of it yet to exec
+                    self.proxies[pid] = name
+        if self.early is None:
+            self.early = notes.ended_in_startup(self.state) or None
+            if self.early is not None:       # the others may wait for it inside MPI_Init for ever:
+                self.early_stop_at = now + COORDINATOR_GRACE      # let them say their own piece, then stop them
+        if self.early_stop_at is not None and now > self.early_stop_at:
+            self.early_stop_at = None
+            self.stop_all(signal.SIGTERM)
+        if self.kill_at is not None and now > self.kill_at:
+            self._kill_trees()
+        if self.finished_at is None and now - self.looked_at > 1.0:
+            self.looked_at = now
+            if self.completed():
+                self.finished_at = now
+        if self.finished_at is not None and self.kill_at is None and now - self.finished_at > LINGER_S:
+            print(f"collbench: the ranks finished, but the launch did not end {LINGER_S:g} s later "
+                  f"({_lingering(self.pending)}); it is ended, and the result files are whole", file=sys.stderr,
+                  flush=True)
+            self._kill_trees()            # nothing is left to save: woken, a stopped process would
+            self.ended = True             # only report its peers gone
+        if self.stop_at is not None and now > self.stop_at:
+            self.stop_at = None            # the coordinator did not end the job: we do
+            for rank, pid, sig in self.killed[:1]:
+                print(f"collbench: rank {rank} (pid {pid}) was killed by signal {sig}; stopping the other "
+                      "ranks", file=sys.stderr, flush=True)
+            self.stop_all(signal.SIGTERM)
+
+    def reap(self) -> None:
+        """The processes that ended within a tenth of a second each."""
+        for p in list(self.pending):
+            try:
+                rc = p.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+            self.pending.remove(p)
+            if rc < 0 and len(self.procs) > 1:   # a local rank killed outright, guardian and all
+                self.killed.append((self.procs.index(p), p.pid, -rc))
+            if rc != 0 and self.code == 0:
+                self.code = rc
+                # Do not leave the others hanging; but the job's coordinator usually ends it first,
+                # and better: it names the rank's position and host. A rank that a signal of its
+                # own ended is named once the others had EARLY_EXIT_GRACE to follow it (a signal
+                # to the whole job ends them all).
+                signalled = rc - 128 in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+                self.stop_at = time.monotonic() + COORDINATOR_GRACE + (EARLY_EXIT_GRACE if signalled else 0)
+
+
+def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
+    """The exit code of a launch that ended, with one line where nobody else said what ended it:
+    a proxy of mpiexec lost, a rank's start-up, a signal passed on, mpiexec killed or failing."""
+    relay, state, code, received = w.relay, w.state, w.code, w.received
+    early = w.early or notes.ended_in_startup(state)       # noted as the launch ended
+    said = notes.explanation(state)
+    # mpiexec's own failure (255) with one of its proxies gone: the proxy was killed (or
+    # failed), mpiexec ended at once, and the ranks it started outlive it for a while. Not
+    # after a signal to this process: Ctrl-C reaches the proxies too (one process group).
+    proxy_gone = next(((pid, name) for pid, name in w.proxies.items() if not processes.alive(pid)), None) \
+        if relay is not None and not received and code not in JOB_EXIT_CODES and code >= 64 \
+        and not relay.spoke else None
+    startup = _startup_clause(state)
+    if proxy_gone is not None:
+        pid, name = proxy_gone
+        print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
+              f"or it failed), and mpiexec with code {code}{startup}{processes.low_limits()}; the job is stopped; "
+              f"{saved()}", file=sys.stderr, flush=True)
+        return EXIT_LOST
+    # A line noted but never seen: its writer was killed before mpiexec passed it on.
+    lost_line = relay is not None and bool(said) and not relay.saw(said)
+    if early and not received:    # (ranks that ended starting because we passed a signal on: below)
+        if lost_line:                # its writer's pipe was gone
+            print(said, file=sys.stderr, flush=True)
+        elif not said and not (relay is not None and relay.spoke):   # its writer was killed first
+            print(f"collbench: a rank ended during its start-up with code {early}{startup}"
+                  f"{processes.low_limits()}; the job is stopped; nothing was measured",
+                  file=sys.stderr, flush=True)
+        # MPI refused to start and said why (its words are in the line): the environment is
+        # at fault, as with a bad option, and nothing ran (exit 2), not a lost rank
+        return EXIT_BAD_ENVIRONMENT if notes.startup_said(state) else early
+    if received:
+        # Rank 0 got the signal from us and said so (noting it first), unless it was still
+        # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
+        if lost_line or not ((relay is not None and relay.spoke) or said is not None):
+            if sys.stderr.isatty():
+                sys.stderr.write(END_PROGRESS_LINE)
+            print(said if lost_line else f"collbench: interrupted by {signal.Signals(received[0]).name}; "
                   f"{saved()}", file=sys.stderr, flush=True)
-            return EXIT_LOST
-        # A line noted but never seen: its writer was killed before mpiexec passed it on.
-        lost_line = relay is not None and bool(said) and not relay.saw(said)
-        if early and not received:    # (ranks that ended starting because we passed a signal on: below)
-            if lost_line:                # its writer's pipe was gone
-                print(said, file=sys.stderr, flush=True)
-            elif not said and not (relay is not None and relay.spoke):   # its writer was killed first
-                print(f"collbench: a rank ended during its start-up with code {early}{startup}"
-                      f"{processes.low_limits()}; the job is stopped; nothing was measured",
-                      file=sys.stderr, flush=True)
-            # MPI refused to start and said why (its words are in the line): the environment is
-            # at fault, as with a bad option, and nothing ran (exit 2), not a lost rank
-            return EXIT_BAD_ENVIRONMENT if notes.startup_said(state) else early
-        if received:
-            # Rank 0 got the signal from us and said so (noting it first), unless it was still
-            # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
-            if lost_line or not ((relay is not None and relay.spoke) or said is not None):
-                if sys.stderr.isatty():
-                    sys.stderr.write(END_PROGRESS_LINE)
-                print(said if lost_line else f"collbench: interrupted by {signal.Signals(received[0]).name}; "
-                      f"{saved()}", file=sys.stderr, flush=True)
-            return 128 + received[0]
-        if relay is None:
-            said = None
-        if code < 0:
-            if relay is not None and not relay.spoke:     # mpiexec itself killed: nobody else can say it
-                print(f"collbench: mpiexec (pid {procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
-                      f"the job is stopped; {saved()}", file=sys.stderr, flush=True)
-            return 128 - code
-        if relay is not None and code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
-            # mpiexec's own failure (255: it could not start the ranks, or one of its proxies died
-            # unseen)
-            if said and not relay.saw(said):       # its writer was killed before it could print it
-                print(said, file=sys.stderr, flush=True)
-                return code
-            why = f": it said {printable(relay.launcher_said)!r}" if relay.launcher_said else \
-                " (its proxy was killed, or it could not start the ranks)"
-            print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}{startup}"
-                  f"{processes.low_limits()}; "
-                  f"{saved()}", file=sys.stderr, flush=True)
+        return 128 + received[0]
+    if relay is None:
+        return 128 - code if code < 0 else code
+    return _launcher_ending(w, said, startup, saved)
+
+
+def _launcher_ending(w: _Waiter, said: Optional[str], startup: str, saved: Callable[[], str]) -> int:
+    """``_ending`` under mpiexec, where mpiexec's own code says what happened: killed, failed
+    itself, or passing on a rank's death by a signal."""
+    relay, code = w.relay, w.code
+    if code < 0:
+        if not relay.spoke:     # mpiexec itself killed: nobody else can say it
+            print(f"collbench: mpiexec (pid {w.procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
+                  f"the job is stopped; {saved()}", file=sys.stderr, flush=True)
+        return 128 - code
+    if code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
+        # mpiexec's own failure (255: it could not start the ranks, or one of its proxies died
+        # unseen)
+        if said and not relay.saw(said):       # its writer was killed before it could print it
+            print(said, file=sys.stderr, flush=True)
             return code
-        if relay is not None and code not in JOB_EXIT_CODES and 0 < code < 64:
-            # mpiexec passes on a rank's death by signal N as exit code N
-            if said is None:
-                print(f"collbench: {_lost_rank(state, code)}; the job is stopped; {saved()}",
-                      file=sys.stderr, flush=True)
-            elif said and not relay.saw(said):     # its writer was killed before it could print it
-                print(said, file=sys.stderr, flush=True)
-            return 128 + code
+        why = f": it said {printable(relay.launcher_said)!r}" if relay.launcher_said else \
+            " (its proxy was killed, or it could not start the ranks)"
+        print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}{startup}"
+              f"{processes.low_limits()}; {saved()}", file=sys.stderr, flush=True)
         return code
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+    if code not in JOB_EXIT_CODES and 0 < code < 64:
+        # mpiexec passes on a rank's death by signal N as exit code N
+        if said is None:
+            print(f"collbench: {_lost_rank(w.state, code)}; the job is stopped; {saved()}",
+                  file=sys.stderr, flush=True)
+        elif said and not relay.saw(said):     # its writer was killed before it could print it
+            print(said, file=sys.stderr, flush=True)
+        return 128 + code
+    return code
 
 
 def _startup_clause(state: Optional[str]) -> str:
