@@ -111,7 +111,7 @@ _OPTIONS = (
         "--shuffle/--no-shuffle", default=True, show_default=True,
         help="Shuffle the order of collectives, backends and sizes within each round.")),
     ("timing", click.option(
-        "--timing", type=params.Choices(timings.choices), default="latency", show_default=True,
+        "--timing", type=params.Choices(timings.BUILTIN_CHOICES, timings.choices), default="latency", show_default=True,
         help="latency: barrier + one call; throughput: back-to-back calls; graph: calls replayed from a CUDA "
              "graph; device: one call on the GPU's clock (graph, device: nccl); a comma list, both = "
              "latency,throughput.")),

@@ -182,12 +182,15 @@ class Choices(click.ParamType):
 
     name = "choices"
 
-    def __init__(self, choices) -> None:
-        self._choices = choices             # a tuple, or what makes one when first asked (plugins)
+    def __init__(self, choices: tuple, every=None) -> None:
+        self._choices = tuple(choices)
+        #: every choice, plugins' included, asked only where ``choices`` lacks an item (a plugin
+        #: is found and imported only when named) and for the help
+        self._every = every
 
     @property
     def choices(self) -> tuple:
-        return tuple(self._choices() if callable(self._choices) else self._choices)
+        return tuple(self._every()) if self._every is not None else self._choices
 
     def get_metavar(self, param, ctx=None) -> str:
         return "[" + "|".join(self.choices) + "],..."
@@ -196,7 +199,9 @@ class Choices(click.ParamType):
         if isinstance(value, tuple):
             return value
         items = [item.strip().lower() for item in str(value).split(",")]
-        wrong = [item for item in items if item not in self.choices]
+        wrong = [item for item in items if item not in self._choices]
+        if wrong and self._every is not None:
+            wrong = [item for item in wrong if item not in self.choices]
         if wrong:
             self.fail(f"{str(value)[:60]!r}: {wrong[0][:20]!r} is not one of {', '.join(self.choices)} (a comma "
                       "list measures each side by side)", param, ctx)

@@ -403,7 +403,7 @@ def timing_tables(rows: list) -> list:
     for r in rows:
         groups.setdefault((r.collective, r.dtype, r.op, r.world_size, *setup_words(r), backend_label(r)), []).append(r)
     tables = []
-    eager_order, own_order = eager_and_own()
+    eager_order, own_order = eager_and_own(dict.fromkeys(r.timing for r in rows))
     for group in groups.values():
         timings = [t for t in (*eager_order[::-1], *own_order) if any(r.timing == t for r in group)]
         eager = next((t for t in eager_order if t in timings), None)

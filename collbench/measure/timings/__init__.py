@@ -8,20 +8,22 @@ provides. ``both`` is latency and throughput.
 from __future__ import annotations
 
 import functools
-import importlib
 
 from collbench.errors import UsageError
+from collbench.measure.timings import device, graph, latency, throughput
 from collbench.measure.timings.base import Timing
 
 ENTRY_POINT_GROUP = "collbench.timings"
 #: the built-in timings, each a module of this package, in the order tables and rows keep
-_BUILTIN = ("latency", "throughput", "graph", "device")
+_BUILTIN = (latency, throughput, graph, device)
 #: What ``--timing both`` stands for.
 BOTH = ("latency", "throughput")
+#: What ``--timing`` takes without a plugin: checked first, so that plugins load only when named.
+BUILTIN_CHOICES = (*(module.TIMING.name for module in _BUILTIN), "both")
 
 
 def _builtin() -> dict:
-    return {name: importlib.import_module(f"{__name__}.{name}").TIMING for name in _BUILTIN}
+    return {module.TIMING.name: module.TIMING for module in _BUILTIN}
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,7 +67,7 @@ def choices() -> tuple:
 def timing_modes(asked_for) -> tuple:
     """The timings of ``--timing`` (a comma list, ``both`` standing for latency and throughput), each
     once, in the order of ``choices``: how tables and rows order them."""
-    known = choices()
+    known = BUILTIN_CHOICES if all(c in BUILTIN_CHOICES for c in asked_for) else choices()
     asked = set()
     for choice in asked_for:
         if choice not in known:
@@ -79,9 +81,10 @@ def on_device(name: str) -> bool:
     return timing is not None and timing.on_device
 
 
-def eager_and_own() -> tuple:
-    """(the host's timings, batched ones first: what a call costs with the framework's dispatch;
-    the device's own), by name, for the tables that set them side by side."""
-    every = {**TIMINGS, **_plugins()}
-    host = sorted((t for t in every.values() if not t.on_device), key=lambda t: not t.batched)
-    return tuple(t.name for t in host), tuple(t.name for t in every.values() if t.on_device)
+def eager_and_own(names) -> tuple:
+    """Of the timings ``names``: (the host's, batched ones first: what a call costs with the
+    framework's dispatch; the device's own), for the tables that set them side by side. A name
+    no timing has here (a plugin's, from another machine's file) is left out."""
+    known = [t for t in (TIMINGS.get(n) or (_plugins().get(n) if n not in TIMINGS else None) for n in names) if t]
+    host = sorted((t for t in known if not t.on_device), key=lambda t: not t.batched)
+    return tuple(t.name for t in host), tuple(t.name for t in known if t.on_device)
