@@ -67,7 +67,8 @@ def say(line: str) -> None:
 
 
 def say_first(line: str) -> None:
-    """``say`` the line, unless a process of this self-launched job said one first (SAID_FIRST)."""
+    """``say`` the line, unless a process of this self-launched job said one first (SAID_FIRST),
+    or, under a user's launcher, a guardian of this host's part of the job (``_first_here``)."""
     state = os.environ.get(environment.STATE)
     if state and os.path.isdir(state):
         try:
@@ -76,7 +77,32 @@ def say_first(line: str) -> None:
             return
         except OSError:
             pass
+    elif not _first_here():
+        return
     say(line)
+
+
+_held: list = []
+
+
+def _first_here() -> bool:
+    """Whether no other process started by this process's parent (a launcher's proxy, which
+    starts the job's ranks of one host) claimed the word first: an abstract Unix socket named
+    after the parent, held until this process ends, and gone with it (nothing is left behind).
+    Where the claim cannot be made, every process may speak."""
+    parent = os.getppid()
+    started = processes.started_at(parent, 0.0)           # a pid is reused: its start too
+    try:
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:
+        return True
+    try:
+        claim.bind(f"\0collbench-said-{parent}-{started}")
+    except OSError:
+        claim.close()
+        return False
+    _held.append(claim)
+    return True
 
 
 def launched(state: str, pids: list) -> None:

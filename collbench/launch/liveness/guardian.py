@@ -158,7 +158,7 @@ class Guardian:
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
         if self.journal and ended_early and os.path.isdir(self.journal) and not self._parent_gone():
             rebuild(self.journal)            # it may not have saved everything it measured
-        if self.stop_code is not None:
+        if self.stop_code is not None and not self._refused_to_start(status):
             # After the job's abort every guardian leaves at once, rank 0's first: MPICH's launcher
             # ends the job's processes the moment one exits with an error, and reports the job as
             # killed by signal 9 if one was still there (as it did while rank 0's guardian was
@@ -171,6 +171,13 @@ class Guardian:
                 self.link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
             os._exit(self.stop_code)
         self._report(status)
+
+    def _refused_to_start(self, status: int) -> bool:
+        """Whether the rank's MPI library refused to start and said why (UCX_TLS=bogus on every
+        rank): the launcher then ends the job's other processes, this guardian among them, but
+        the end came of this rank, and its line is due even so."""
+        return self.link is None and bool(self._startup_words) and not os.WIFSIGNALED(status) \
+            and os.WEXITSTATUS(status) != 0
 
     def _ending(self, status: int) -> tuple:
         """(how the rank ended, for a line; the exit code that says it; whether that was a
@@ -195,6 +202,8 @@ class Guardian:
             if crashed:              # not a code of collbench's: the job's code says a rank was lost
                 how += shared_memory_explained(0, in_startup=self.link is None)
                 code = EXIT_LOST
+            if not crashed and self._refused_to_start(status):     # and the launcher ended it (143)
+                how, crashed = "could not start its MPI library", True
         if crashed and self.link is None:       # before the rank joined: in its start-up
             how += self._startup_said() + processes.low_limits()
             if self._startup_words and not os.WIFSIGNALED(status):
