@@ -115,6 +115,28 @@ def tree(pid: int) -> list:
     return found
 
 
+#: the variables a launcher gives a rank its number in (``environment`` names them for reading)
+_RANK_VARIABLES = (b"PMI_RANK", b"PMIX_RANK", b"OMPI_COMM_WORLD_RANK", b"RANK", b"SLURM_PROCID")
+
+
+def stopped_ranks(pids) -> list:
+    """(pid, rank) of each of ``pids`` that is stopped (SIGSTOP, a debugger) and carries a rank
+    number in its environment, in rank order: whom a rank waiting in MPI's start-up waits for."""
+    found = {}
+    for pid in pids:
+        if state(pid) not in ("T", "t"):
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                variables = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        number = next((variables[v] for v in _RANK_VARIABLES if v in variables), b"")
+        if number.isdigit():
+            found.setdefault(int(number), pid)
+    return [(pid, rank) for rank, pid in sorted(found.items())]
+
+
 def listening(port: int) -> Optional[set]:
     """The inodes of the sockets that listen on TCP ``port`` in this network namespace (the
     kernel's tables), empty when none does; None when the tables cannot be read."""

@@ -10,7 +10,6 @@ import os
 import select
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Optional
@@ -25,6 +24,7 @@ from collbench.launch.liveness.wire import (EXIT_BAD_ENVIRONMENT, EXIT_LOST, EXI
                                            send_message)
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
+STOPPED_FIRST_S = 1.0             # and a stopped rank's guardian, to name it before the others speak
 #: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
 #: rewriting the result files from the journal: about a second)
 JOB_EXIT_WAIT = 30.0
@@ -323,12 +323,27 @@ class Guardian:
         deadline = time.monotonic() + limit + STARTUP_SLACK
         while self.link is None and self.stop_code is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        if self.link is None and self.stop_code is None:
-            sys.stderr.write(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) was still in "
-                             f"{self.position.read() or 'start-up'} after {limit:g} s: another rank may have failed "
-                             "while starting, or never started; stopping it\n")
-            sys.stderr.flush()
-            self.stop(EXIT_TIMEOUT)
+        if self.link is not None or self.stop_code is not None:
+            return
+        where = f"rank {self.rank} (pid {self.child} on {socket.gethostname()})"
+        if processes.state(self.child) in ("T", "t"):      # the one the others wait for: it says so first
+            notes.say_first(f"collbench: {where} was stopped (SIGSTOP or a debugger) in "
+                            f"{self.position.read() or 'start-up'} and had not joined the job after {limit:g} s; "
+                            f"the job is stopped; {notes.files_clause(self.files, self.kept)}")
+        else:
+            time.sleep(STOPPED_FIRST_S)        # a stopped rank's guardian names it, where there is one
+            if self.link is not None or self.stop_code is not None:
+                return
+            stopped = processes.stopped_ranks(processes.tree(os.getppid()))     # this host's part of the job
+            if stopped:
+                pid, rank = stopped[0]
+                notes.say_first(f"collbench: rank {rank} (pid {pid} on {socket.gethostname()}) was stopped (SIGSTOP "
+                                f"or a debugger) in start-up: {where} waited {limit:g} s for it to join the job; the "
+                                f"job is stopped; {notes.files_clause(self.files, self.kept)}")
+            else:
+                notes.say_first(f"collbench: {where} was still in {self.position.read() or 'start-up'} after {limit:g} "
+                                "s: another rank may have failed while starting, or never started; stopping it")
+        self.stop(EXIT_TIMEOUT)
 
     def _ended_before_joining(self, status: int) -> None:
         """The rank ended before the job's channel existed, so no coordinator can stop the
