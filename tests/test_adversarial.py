@@ -650,3 +650,41 @@ def test_two_runs_writing_one_file_at_once_the_second_is_refused(files, tmp_path
     both = [load_result(tmp_path / name) for name in ("s.json", "s.csv")]       # one run's, whole
     assert both[0].metadata["run_id"] == both[1].metadata["run_id"] and len(both[0].rows) == len(both[1].rows) == 18
     assert not list(tmp_path.glob(".*.lock"))
+
+
+def test_collbenchs_own_line_in_a_start_up_file_is_not_the_librarys_words(tmp_path):
+    """A rank interrupted while MPI started says so into the file that keeps the library's output;
+    the guardian then named it as MPI's words ("could not start its MPI library (MPI's start-up
+    said 'collbench: interrupted by SIGTERM; …')", seen once in an adversarial pass)."""
+    from collbench.launch import notes
+
+    path = tmp_path / "startup"
+    path.write_text("collbench: interrupted by SIGTERM; s.json keeps round 1\n")
+    assert notes.startup_words(str(path)) == ""
+    path.write_text("[1] UCX  ERROR no usable transports/devices\ncollbench: interrupted by SIGTERM\n")
+    assert notes.startup_words(str(path)) == "UCX: no usable transports/devices"
+
+
+def test_start_up_files_of_guardians_that_are_gone_are_removed(monkeypatch, tmp_path):
+    """Under a user's launcher a guardian that the launcher killed left its empty
+    collbench-startup-PID file in the temporary folder (126 on this machine after a day of
+    tests); the next guardian removes those whose process is gone, and no other."""
+    import tempfile
+    from collbench.launch import notes
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = 4194305                 # above the kernel's largest pid (2**22): never a live process
+    (tmp_path / f"collbench-startup-{gone}").write_text("")
+    (tmp_path / f"collbench-startup-{os.getpid()}").write_text("")
+    (tmp_path / "collbench-startup-x").write_text("")
+    notes.remove_stale_startup_outputs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"collbench-startup-{os.getpid()}", "collbench-startup-x"]
+
+
+def test_a_file_size_limit_too_low_for_mpiexecs_own_processes_is_exit_2(files):
+    """ulimit -f 1: mpiexec's proxy died in start-up and the job ended 137, a lost rank's code,
+    though the line named the limit. A limit that low is the environment's fault: exit 2."""
+    proc = _run(["allreduce", *RUN], files, {}, preexec_fn=_limited(size_kib=1))
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    assert "ulimit -f is 1 KiB" in line, line

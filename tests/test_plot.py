@@ -357,3 +357,25 @@ def test_a_backend_keeps_its_colour_from_one_figure_to_the_next():
     beside = Sweep((), (), ("mpi", "my-plugin", "gloo"), ("",))
     assert alone.colour("gloo") == beside.colour("gloo") == BACKEND_COLOURS.index("gloo")
     assert beside.colour("my-plugin") == len(BACKEND_COLOURS)          # after the built-in ones
+
+
+def test_a_band_of_absurd_width_neither_warns_nor_takes_the_axis(tmp_path):
+    """A crafted file's row with a CI of 1e-300 to 1e300 µs (which holds its p50, so it loads):
+    matplotlib's log scale overflowed and warned on stderr ('RuntimeWarning: overflow
+    encountered in exp'), and the band set the axis to 1-10, hiding every line. The band is
+    drawn at most BAND_LIMIT either side of its line."""
+    import dataclasses
+    import warnings
+    from collbench.analysis.plot import BAND_LIMIT
+
+    rows = list(rows_two_backends())
+    rows[0] = dataclasses.replace(rows[0], time_us_ci_low=1e-300, time_us_ci_high=1e300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figure, _ = figure_of(rows)
+        plot_rows(rows, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes().startswith(PNG_MAGIC)
+    for axes in figure.axes:
+        if axes.get_ylabel() == "time (µs)" and axes.get_lines():
+            low, high = axes.get_ylim()
+            assert high / low <= 4 * BAND_LIMIT ** 2, (low, high)

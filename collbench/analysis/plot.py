@@ -199,8 +199,10 @@ def figure_of(rows, *, run_labels=(), where: links.Placement = links.Placement()
 def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: links.Placement = links.Placement()) -> list:
     """Write ``figure_of`` the rows to ``path`` (.png, .svg, .pdf); returns notes for the user."""
     path = check_plot_path(path, force)
-    figure, notes = figure_of(rows, run_labels=run_labels, where=where)
-    _save(figure, path)
+    with warnings.catch_warnings():   # a band of 1e-300 to 1e300 µs overflows the log scale's transform
+        warnings.simplefilter("ignore", RuntimeWarning)
+        figure, notes = figure_of(rows, run_labels=run_labels, where=where)
+        _save(figure, path)
     return notes
 
 
@@ -238,9 +240,15 @@ def _value_ticks(y, _) -> str:
     return f"{y:g}".replace("e-0", "e-").replace("e+0", "e")
 
 
+#: A band is drawn at most this factor either side of its line: a wider one (a CI of 1e-300 to
+#: 1e300 µs in a crafted file) took the axis with it and hid every line; the tables and the file
+#: keep the whole interval.
+BAND_LIMIT = 1000.0
+
+
 def _bandwidth_band(r, low: bool) -> float:
     """Bus bandwidth at one end of the time CI (the high time is the low bandwidth)."""
-    t = r.time_us_ci_high if low else r.time_us_ci_low
+    t = _time_band(r, not low)
     if not math.isfinite(t) or t <= 0:
         return r.busbw_gbps
     return r.busbw_gbps * r.time_us_p50 / t
@@ -248,7 +256,9 @@ def _bandwidth_band(r, low: bool) -> float:
 
 def _time_band(r, low: bool) -> float:
     t = r.time_us_ci_low if low else r.time_us_ci_high
-    return t if math.isfinite(t) and t > 0 else r.time_us_p50
+    if not (math.isfinite(t) and t > 0):
+        return r.time_us_p50
+    return max(t, r.time_us_p50 / BAND_LIMIT) if low else min(t, r.time_us_p50 * BAND_LIMIT)
 
 
 def _sweep_figure(sweep: Sweep):

@@ -138,6 +138,26 @@ def startup_output(guardian: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"collbench-{STARTUP_PREFIX}{guardian}")
 
 
+def remove_stale_startup_outputs() -> None:
+    """The temporary folder's start-up files whose guardian is gone: under a user's launcher a
+    guardian that the launcher killed (a job another rank aborted in MPI's start-up) could not
+    remove its own."""
+    import tempfile
+    folder = tempfile.gettempdir()
+    prefix = f"collbench-{STARTUP_PREFIX}"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n[len(prefix):].isdigit()]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if not processes.alive(int(name[len(prefix):])) and os.stat(path).st_uid == os.getuid():
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def startup_words(path: str) -> str:
     """The cause a library gave, in what it printed while it started (``startup_output``): UCX's
     error, or the last entry of MPICH's error stack that says something, or its PMI client's
@@ -147,7 +167,9 @@ def startup_words(path: str) -> str:
             text = fh.read(1 << 16)
     except OSError:
         return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # collbench's own lines are not the library's: a rank interrupted while its library started
+    # says so into the same file ("collbench: interrupted by SIGTERM; …")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("collbench:")]
     for line in lines:
         if " UCX  ERROR " in line:
             return "UCX: " + line.split(" UCX  ERROR ", 1)[1].strip()

@@ -136,6 +136,8 @@ class Guardian:
         for s in noted:
             self._forward(s, None)
         spare = frozenset(processes.children(os.getpid())) - {self.child}   # ours before the rank
+        if not os.environ.get(environment.STATE):
+            notes.remove_stale_startup_outputs()
         processes.adopt_orphans()          # what the rank starts and leaves behind comes to us
         processes.stay_small(arenas=1)
         if self.channel is not None:

@@ -55,6 +55,11 @@ def _name(pid: int) -> str:
 LINGER_S = 15.0
 
 
+#: How long a launch waited for on another thread gives the main thread to note a signal that
+#: ended its mpiexec (``_Waiter.late_signal``).
+LATE_SIGNAL_S = 0.5
+
+
 def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], str], state: str,
                      completed: Callable[[], bool] = lambda: False, noted: list = (), share: bool = False) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
@@ -67,7 +72,7 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
     # Signals reach the main thread only: a launch waited for on another one (the other side of
     # an ab pair, launched at the same time) learns of them from ``noted``, which they join.
     on_main = threading.current_thread() is threading.main_thread()
-    waiter = _Waiter(procs, relay, state, completed, noted, share and on_main)
+    waiter = _Waiter(procs, relay, state, completed, noted, share and on_main, on_main)
     old = {s: signal.signal(s, waiter.forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
         if on_main else {}
     try:
@@ -91,9 +96,9 @@ class _Waiter:
     failures it saw, what it stopped and when."""
 
     def __init__(self, procs: list, relay: Optional[Relay], state: str, completed: Callable[[], bool],
-                 noted: list, share: bool) -> None:
+                 noted: list, share: bool, on_main: bool = True) -> None:
         self.procs, self.relay, self.state, self.completed = procs, relay, state, completed
-        self.noted, self.share, self.seen = noted, share, len(noted)
+        self.noted, self.share, self.seen, self.on_main = noted, share, len(noted), on_main
         self.pending = list(procs)
         self.received: list = []          # signals passed on, the first deciding the exit code
         self.kill_at: Optional[float] = None
@@ -176,6 +181,18 @@ class _Waiter:
                       "ranks", file=sys.stderr, flush=True)
             self.stop_all(signal.SIGTERM)
 
+    def late_signal(self) -> None:
+        """A launch waited for on another thread (the other side of an ab pair) whose mpiexec
+        failed as a signal to the terminal's process group reached its proxies: the main thread
+        notes that signal a moment later, and the launch ended of it, not of a lost proxy."""
+        if self.received or self.on_main:
+            return
+        deadline = time.monotonic() + LATE_SIGNAL_S
+        while len(self.noted) <= self.seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if len(self.noted) > self.seen:
+            self.received.append(self.noted[-1])
+
     def reap(self) -> None:
         """The processes that ended within a tenth of a second each."""
         for p in list(self.pending):
@@ -199,6 +216,8 @@ class _Waiter:
 def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     """The exit code of a launch that ended, with one line where nobody else said what ended it:
     a proxy of mpiexec lost, a rank's start-up, a signal passed on, mpiexec killed or failing."""
+    if w.relay is not None and w.code not in JOB_EXIT_CODES and (w.code >= 64 or w.code < 0):
+        w.late_signal()
     relay, state, code, received = w.relay, w.state, w.code, w.received
     early = w.early or notes.ended_in_startup(state)       # noted as the launch ended
     said = notes.explanation(state)
@@ -214,7 +233,8 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
         print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
               f"or it failed), and mpiexec with code {code}{startup}{processes.low_limits()}; the job is stopped; "
               f"{saved()}", file=sys.stderr, flush=True)
-        return EXIT_LOST
+        # a limit too low for mpiexec's own processes (ulimit -f 1) is the environment's fault
+        return EXIT_BAD_ENVIRONMENT if processes.low_limits() else EXIT_LOST
     # A line noted but never seen: its writer was killed before mpiexec passed it on.
     lost_line = relay is not None and bool(said) and not relay.saw(said)
     if early and not received:    # (ranks that ended starting because we passed a signal on: below)
