@@ -68,6 +68,22 @@ def binding(result: RunResult) -> str:
     return ", ".join(dict.fromkeys(said))
 
 
+#: What the host buffers of a run written before collbench chose their pages were on.
+PAGES_BEFORE = "numpy's: huge from 4 MiB of buffer (the run's largest size chose)"
+
+
+def pages(result: RunResult) -> str:
+    """The pages under the run's host buffers (--pages, ``collbench.backends.pages``); for a file
+    written before they were chosen, numpy's; "" where the file has no run metadata."""
+    settings = result.metadata.get("settings")
+    if not isinstance(settings, dict) or all(row.buffers == "cuda" for row in result.rows):
+        return ""
+    said = settings.get("pages")
+    if said is None:
+        return PAGES_BEFORE if result.metadata.get("format") != "csv" or "rounds" in settings else ""
+    return str(said)
+
+
 def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str) -> list:
     notes = [f"{name} is a CSV without run metadata: host and library were not checked"
              for name, result in ((baseline_name, baseline), (new_name, new)) if _csv_without_metadata(result)]
@@ -76,6 +92,10 @@ def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, n
     bound = binding(baseline), binding(new)
     if all(bound) and bound[0] != bound[1]:
         notes.append(f"ranks were bound differently: {bound[0]} in {baseline_name}, {bound[1]} in {new_name}")
+    paged = pages(baseline), pages(new)
+    if all(paged) and paged[0] != paged[1]:
+        notes.append(f"the buffers were on other pages: {paged[0]} in {baseline_name}, {paged[1]} in {new_name} "
+                     "(copies of large messages may differ 2x)")
     for label, path in CHECKED_METADATA:
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
         if a is None or b is None:       # e.g. torch is only recorded by runs that used it

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from collbench.backends import pages
 from collbench.benchmarks.check import sentinel
 
 PAGE = 4096
@@ -97,11 +98,10 @@ class HostDevice:
     @staticmethod
     def _aligned_zeros(length: int, dtype: np.dtype) -> np.ndarray:
         """A zeroed array starting on a page boundary (as OSU aligns its buffers), so results do
-        not depend on where the allocator happened to place a small buffer."""
+        not depend on where the allocator happened to place a small buffer, on the pages
+        ``collbench.backends.pages`` says (--pages)."""
         dtype = np.dtype(dtype)
-        raw = np.zeros(length * dtype.itemsize + PAGE, dtype=np.uint8)
-        offset = (-raw.ctypes.data) % PAGE
-        return raw[offset:offset + length * dtype.itemsize].view(dtype)
+        return pages.zeros(length * dtype.itemsize).view(dtype)
 
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
         """``dtype``: a ``collbench.benchmarks.dtypes.Dtype`` that numpy has."""
@@ -159,7 +159,9 @@ class MpiMemoryDevice(HostDevice):
         dtype = np.dtype(dtype)
         memory = self.MPI.Alloc_mem(max(length, 1) * dtype.itemsize)
         held.append(memory)
-        array = np.frombuffer(memory, dtype=np.uint8).view(dtype)
+        raw = np.frombuffer(memory, dtype=np.uint8)
+        pages.advise(raw.ctypes.data, raw.nbytes)
+        array = raw.view(dtype)
         array[:] = 0
         return array
 
@@ -189,8 +191,16 @@ class TorchDevice:
     def allocate(self, send_len: int, recv_len: int, dtype, in_place: bool) -> Buffers:
         """``dtype``: a ``collbench.benchmarks.dtypes.Dtype`` (bfloat16 included)."""
         tdt = getattr(self.torch, dtype.name)
-        send = self.torch.zeros(max(send_len, 1), dtype=tdt, device=self.device)
-        recv = send if in_place else self.torch.zeros(max(recv_len, 1), dtype=tdt, device=self.device)
+
+        def zeros(length: int):
+            if self.asynchronous:
+                return self.torch.zeros(length, dtype=tdt, device=self.device)
+            # main memory on the pages --pages says, as the host's numpy buffers are
+            size = self.torch.empty(0, dtype=tdt).element_size()
+            return self.torch.from_numpy(pages.zeros(length * size)).view(tdt)
+
+        send = zeros(max(send_len, 1))
+        recv = send if in_place else zeros(max(recv_len, 1))
         return Buffers(send, recv, in_place)
 
     def _as_numpy(self, dtype_name: str) -> bool:

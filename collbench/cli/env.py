@@ -42,6 +42,7 @@ def environment_report() -> dict:
         "numpy": _version("numpy"),
         "torch": _version("torch"),
         "cpus": str(os.cpu_count()),
+        "huge pages": _huge_pages(),
     }
     found: dict = {}
     for name in names():
@@ -59,6 +60,15 @@ def environment_report() -> dict:
     except UsageError as exc:       # what every run on gloo or nccl would refuse at once
         found["rendezvous"] = f"{exc} (runs on torch backends are refused until then)"
     return {**info, **found}
+
+
+def _huge_pages() -> str:
+    """The kernel's transparent huge page setting, and what runs put their buffers on."""
+    from collbench.backends import pages
+
+    setting = pages.kernel_setting()
+    kernel = f"the kernel's transparent huge pages: {setting}" if setting else "the kernel does not say"
+    return f"{kernel}; buffers on {pages.DEFAULT} pages unless --pages huge"
 
 
 _LEVEL_PROBE = ("import mpi4py; mpi4py.rc.thread_level = 'multiple'\n"

@@ -83,6 +83,10 @@ _OPTIONS = (
         "--bind", type=click.Choice(("none", "core")), default=None,
         help="How collbench's own launch binds its ranks: none (free to move), core (one core each) [default: "
              "none]; under your launcher, bind with it (mpiexec -bind-to core, srun --cpu-bind=cores).")),
+    ("pages", click.option(
+        "--pages", type=click.Choice(("small", "huge")), default="small", show_default=True,
+        help="The pages under the ranks' buffers in main memory, whatever their size: small (as a C benchmark's "
+             "malloc gets them) or huge (transparent huge pages, where the kernel has them).")),
     ("iters", click.option(
         "--iters", type=params.Whole(min=1, max=MAX_SAMPLES), default=None,
         help=f"Fixed timed iterations per size and round, at most {MAX_SAMPLES:,} (each one's time is kept) "
@@ -141,12 +145,12 @@ _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",
           "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",),
           "split": ("--split",), "split_mask": ("--split-mask",), "buffers": ("--buffers",),
           "payload": ("--payload",), "api": ("--api",),
-          "placement": ("--placement",)}
+          "placement": ("--placement",), "pages": ("--pages",)}
 
 
 def _why_not(name: str, bench) -> str:
     """Why option ``name`` has no meaning for benchmark ``bench`` ("" when it has one)."""
-    if name in ("sizes", "dtype", "check", "buffers", "payload", "placement") and not bench.moves_data:
+    if name in ("sizes", "dtype", "check", "buffers", "payload", "placement", "pages") and not bench.moves_data:
         return "it moves no data"
     if name == "placement" and bench.kind != "collective":
         return "a message has no in-place form"

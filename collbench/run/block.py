@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from collbench.backends import pages
 from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
 from collbench.benchmarks.check import Tables, pattern
 from collbench.benchmarks.ops import NO_OP
@@ -71,6 +72,9 @@ class Block:
                     recv_len=max(top.send_len, top.recv_len) if self.placement == IN_PLACE else top.recv_len)
             with sweep.phase("check"):
                 backend.fill(self.buffers, tables=self.tables, rank=self.mine, length=top.send_len)
+            with sweep.phase("setup"):           # what the pages' advice got, written
+                seen = [kib for kib in (sweep.huge_pages_kib, pages.huge_now()) if kib is not None]
+                sweep.huge_pages_kib = max(seen, default=None)
         self.allocated = (top.send_len + top.recv_len) * self.element.itemsize
         return kept
 

@@ -279,7 +279,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split,
-                thread_levels=levels if any(uses_mpi(b) for b in backends) else (), bind=bind)
+                thread_levels=levels if any(uses_mpi(b) for b in backends) else (), bind=bind,
+                pages=opts.get("pages") or "small")
 
 
 def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:

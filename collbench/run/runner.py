@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
+from collbench.backends import pages
 from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
@@ -88,6 +89,7 @@ class Plan:
     #: --thread-level: the MPI thread levels measured, each launch at one (empty: no MPI backend)
     thread_levels: tuple = ()
     bind: str = "none"            # --bind: how collbench's own launch binds its ranks
+    pages: str = "small"          # --pages: the pages under host buffers (collbench.backends.pages)
 
 
 def setups_of(plan: Plan) -> tuple:
@@ -168,6 +170,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     plan, level = at_launch_level(plan)
     # the setups the other levels' launches measure, listed in the settings with this launch's
     elsewhere = [key for key in every_setup if key not in {s.key for s in setups_of(plan)}]
+    pages.use(plan.pages)
     if level:
         threads.ask_for(level)
     control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)   # one init method
@@ -290,7 +293,7 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
                 **({"pairs": dataclasses.asdict(plan.pairing)} if plan.pairing else {}),
                 "backends": keys, "timeout_s": plan.timeout,      # the setups measured, by key
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
-                "thread_levels": list(plan.thread_levels), "bind": plan.bind,
+                "thread_levels": list(plan.thread_levels), "bind": plan.bind, "pages": plan.pages,
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
@@ -361,6 +364,9 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         supervise.before_exit(out.save_now)      # an early end: the files are made whole
     cpu_sets = control.gather(sorted(cpuload.affinity()))
     crowded = _crowded(list(launcher.hosts), cpu_sets, launch.get("thread_level_provided", "")) if is_rank0 else []
+    kernels = control.gather(pages.kernel_setting())
+    launch = {**launch, "pages": plan.pages, "transparent_hugepages": kernels}
+    crowded += _without_huge_pages(plan.pages, list(launcher.hosts), kernels) if is_rank0 else []
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + crowded:
         out.note(note)
     settings = dataclasses.replace(plan.timing_settings, max_time=plan.timing_settings.max_time * schedule.budget_share())
@@ -453,6 +459,7 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
         sweep.turns.meter = meter
     sweep.run(out, number, order, settings, schedule.total_rounds)
     reports = control.gather(meter.stop())
+    huge = control.gather(sweep.huge_pages_kib)
     if is_rank0:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
         turn = rounds.ab_turn()
@@ -464,7 +471,7 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "seconds": round(time.monotonic() - wall, 3),
                         "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES}, "rank_hosts": hosts,
                         "load": cpuload.round_load(reports, hosts), **launch,
-                        "cpu_sets": [report.get("cpu_set") for report in reports],
+                        "cpu_sets": [report.get("cpu_set") for report in reports], "huge_pages_kib": huge,
                         **({"ab_turn": turn} if turn is not None else {}), **taken,
                         "order": [{"collective": b.collective, "backend": b.backend,
                                    "sizes": [sizes[b.collective, b.backend][i] for i in b.points],
@@ -497,6 +504,18 @@ def _crowded(hosts: list, cpu_sets: list, level: str) -> list:
             "(ms); --thread-level multiple yields" if level in ("single", "funneled", "serialized") else "")
     return [f"{ranks} ranks share {cpus} CPU{'s' if cpus > 1 else ''} on a host: they take turns on the cores, so "
             f"the times include waiting for one (oversubscribed){';' + spin if spin else ''}"]
+
+
+def _without_huge_pages(asked: str, hosts: list, kernels: list) -> list:
+    """A note where huge pages were asked for (--pages huge) and a host's kernel gives none."""
+    if asked != "huge":
+        return []
+    lacking = sorted({host for host, setting in zip(hosts, kernels) if setting in ("never", "")})
+    if not lacking:
+        return []
+    said = {setting or "none to read" for setting in kernels}
+    return [f"--pages huge: the kernel of {', '.join(lacking)} gives no transparent huge pages "
+            f"(transparent_hugepage: {', '.join(sorted(said))}); the buffers there are on small pages"]
 
 
 #: What CUDA's documentation gives as the resolution of the time between two events.

@@ -156,6 +156,8 @@ class Sweep:
         self.total_rounds = 1
         #: one side of an ab pair taken size by size: this rank's turns (``run.turns``), else None
         self.turns = None
+        #: the most of this rank's memory seen on huge pages this round, its buffers filled (KiB)
+        self.huge_pages_kib = None
         self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
         self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
@@ -301,6 +303,7 @@ class Sweep:
         the output prints each collective's table when it is complete."""
         final = round_number == total_rounds
         self.out, self.total_rounds = out, total_rounds
+        self.huge_pages_kib = None
         current = None
         for block in order:
             if current is not None and block.collective != current:
