@@ -12,7 +12,10 @@ allreduce, bcast and alltoall (latency and throughput timings), then a bare mpi4
 Sizes follow each tool's meaning: IMB's Alltoall #bytes is what a rank sends to each other rank,
 collbench's alltoall size what it sends in all (nccl-tests), so IMB's B is collbench's 2B on 2
 ranks. IMB's figure is t_max (the slowest rank's mean time per call); a repetition's IMB run is
-taken at its fastest over the repetitions, collbench's at its median.
+taken at its fastest over the repetitions, collbench's at its median. collbench's buffers are on
+small pages (``--pages small``, its default), as IMB's ``malloc`` gets them where the kernel's
+transparent huge pages are ``madvise``: before the pages were chosen, numpy gave the 4 MiB
+buffers of this sweep huge pages, and bcast from 512 KiB read 0.59-0.85 of IMB at multiple.
 
 A row whose launches fall into modes far apart (bcast of 512 KiB-2 MiB at single: one tool's
 launches 55-554 µs, the other's 128-659 µs) has no ratio to speak of: which modes each tool's few

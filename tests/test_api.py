@@ -11,7 +11,8 @@ from collbench.results.aggregate import overlap_pct
 from collbench.results.loader import load_result
 from conftest import FAST, cli, load_json, mpirun
 
-COLLECTIVES = ["allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall", "reduce_scatter",
+COLLECTIVES = ["allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall", "alltoallv",
+               "reduce_scatter",
                "barrier"]
 
 

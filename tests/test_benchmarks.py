@@ -36,6 +36,7 @@ def simulate(name, op, n, elements, root, pair=(0, 1)):
         "gather": lambda r: np.concatenate(sends) if r == root else None,
         "scatter": lambda r: sends[root][r * c:(r + 1) * c],
         "alltoall": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),
+        "alltoallv": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),   # uniform
         "reduce_scatter": lambda r: reduced[r * c:(r + 1) * c],
         "barrier": lambda r: None,
         "pingpong": lambda r: sends[b] if r == a else sends[a] if r == b else None,
@@ -177,7 +178,7 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
 
 
 def test_every_benchmark_module_is_found_in_its_place():
-    assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall",
+    assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall", "alltoallv",
                      "reduce_scatter", "barrier")
     assert NAMES == ORDER + ("pingpong", "bw", "bibw", "sendrecv")
 

@@ -14,7 +14,7 @@ from collbench.benchmarks.registry import NAMES, ORDER
 COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
           "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
           "--format", "--timeout", "--verbose", "--help", "--init-method", "--api", "--thread-level", "--bind"}
-DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement"}
+DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement", "--pages"}
 SPLIT = {"--split", "--split-mask"}
 EXPECTED = {
     "allreduce": COMMON | SPLIT | DATA | {"--op"},
@@ -25,6 +25,7 @@ EXPECTED = {
     "scatter": COMMON | SPLIT | DATA | {"--root"},
     "allgather": COMMON | SPLIT | DATA,
     "alltoall": COMMON | SPLIT | DATA,
+    "alltoallv": COMMON | SPLIT | DATA | {"--pattern"},
     "barrier": COMMON | SPLIT,
     "pingpong": COMMON | DATA - {"--placement"} | {"--pair"},
     "bw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
@@ -55,7 +56,7 @@ def test_help_lists_exactly_the_options_that_apply(command, tmp_path):
     assert "%%" not in proc.stdout and "-o, --output FILE" in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["allgather", "gather", "scatter", "alltoall", "reduce_scatter"])
+@pytest.mark.parametrize("command", ["allgather", "gather", "scatter", "alltoall", "alltoallv", "reduce_scatter"])
 def test_help_says_the_size_is_the_whole_array(command, tmp_path):
     text = " ".join(collbench(command, "--help", cwd=tmp_path).stdout.split())
     assert "whole array over all n ranks" in text and "per-rank column" in text

@@ -28,6 +28,7 @@ def _listed(names: list) -> str:
 
 _ROOTED = _listed([name for name, c in COLLECTIVES.items() if c.rooted])    # bcast, reduce, gather and scatter
 _PAIRED = _listed([name for name, c in BENCHMARKS.items() if c.paired])      # pingpong, bw and bibw
+_PATTERNED = _listed([name for name, c in BENCHMARKS.items() if c.patterned])      # alltoallv
 _SAME_WORK = ", ".join(name for name, c in BENCHMARKS.items() if c.same_work)
 
 RULE_NOTES = (
@@ -38,9 +39,10 @@ RULE_NOTES = (
     "a rank late into a call delays every rank as much: it makes every rank slower, not one; this view finds "
     "ranks that end late (slow to unpack, reduce or receive)",
 )
-NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED}, and the two sides "
-                   f"of {_PAIRED} (the others wait), do different work, and with fewer than 3 ranks compared "
-                   "neither is an outlier of the other")
+NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED}, the two sides "
+                   f"of {_PAIRED} (the others wait), and the ranks of {_PATTERNED} (as many bytes as its "
+                   "pattern gives each) do different work, and with fewer than 3 ranks compared neither is an "
+                   "outlier of the other")
 HOST_NOTES = (
     f"per host: every round of the rows where every rank does the same work ({_SAME_WORK}), with the hosts as "
     "that round placed the ranks; median ×: its ranks' times against "

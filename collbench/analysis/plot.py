@@ -29,12 +29,14 @@ INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
 #: What tells one section of the figure from another: a row's identity less its backend (a
 #: colour) and its size (the x axis).
 SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "size_bytes", "per_rank_bytes", "count",
-                                                          "group_hosts", "group_size") + PER_BACKEND)
+                                                          "group_hosts", "group_size", "imbalance_sent",
+                                                          "imbalance_received") + PER_BACKEND)
 
 #: How a title says a field's value, given the section's whole key; "" where it goes unsaid (no
 #: reduction, one window, every rank on one host...). Other fields are said as they are.
 _SAID = {
     "op": lambda k: "" if k["op"] == "none" else k["op"],
+    "pattern": lambda k: f"pattern {k['pattern']}" if k["pattern"] else "",
     "world_size": lambda k: rank_count_text(k["world_size"]),
     "ranks_per_node": lambda k: "" if k["ranks_per_node"] == k["world_size"] else f"{k['ranks_per_node']} per host",
     "group": lambda k: f"group {k['group']}" if k["split"] else "",

@@ -16,18 +16,24 @@ import numpy as np
 from collbench.backends._mpi import MpiBase
 from collbench.backends.base import Backend, Bound, Control
 from collbench.benchmarks.base import ObjectCall
+from collbench.benchmarks.check import sentinel
 from collbench.benchmarks.ops import OPS
 from collbench.benchmarks.payloads import payload_of
 
 
-def _as_array(result, payload, dtype, pieces: bool) -> Optional[np.ndarray]:
+def _as_array(result, payload, dtype, pieces: bool, recv_len: int) -> Optional[np.ndarray]:
     """What arrived, as values for the check: one object, or (``pieces``: gather, allgather,
-    alltoall) a list of n objects."""
+    alltoall) a list of n objects, one after another; where a rank receives less than the
+    busiest (alltoallv), the rest up to ``recv_len`` is the sentinel no value equals, as a
+    receive buffer's unwritten end would be."""
     if result is None:
         return None
     if pieces:
         parts = [payload.values(r, dtype) for r in result]
-        return np.concatenate(parts) if parts else np.empty(0, dtype)
+        got = np.concatenate(parts) if parts else np.empty(0, dtype)
+        if len(got) < recv_len:
+            got = np.concatenate([got, np.full(recv_len - len(got), sentinel(got.dtype), got.dtype)])
+        return got
     return payload.values(result, dtype)
 
 
@@ -69,10 +75,10 @@ class MpiPickleBackend(MpiBase, Backend):
         call = collective.object_call(ObjectCall(
             self.rank, self.size, roles, self.comm, payload.make(values), recv_len, combine,
             piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype), room=payload.room,
-            api=self.options.api))
+            api=self.options.api, send_len=send_len))
 
         return Bound(run=call, run_blocking=call,
-                     checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects))
+                     checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects, recv_len))
 
     def barrier(self) -> None:
         self.whole.barrier()

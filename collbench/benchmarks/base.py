@@ -67,6 +67,9 @@ class Roles:
     #: the window each pair sends, in the order of ``pairs``, where a slow pair's was shrunk to
     #: keep to the budget (``collbench.run.sweep``); empty: every pair sends ``window``
     windows: tuple = ()
+    #: how a v-collective spreads its bytes (``--pattern``: ``collbench.benchmarks.patterns``,
+    #: its canonical name)
+    pattern: str = "uniform"
 
     def window_at(self, group: Optional[int]) -> int:
         """The window pair number ``group`` sends (``window`` for a rank outside every pair)."""
@@ -206,6 +209,8 @@ class ObjectCall(Call):
     piece: Callable[[Any, int, int], Any] = _array_piece
     room: Callable[[Any], int] = _array_room
     api: str = "blocking"
+    #: the elements the send object holds (a bytes payload's length is in bytes)
+    send_len: int = 0
 
     def chunks(self, length: int) -> list:
         """The send object cut into n pieces of ``length`` elements."""
@@ -306,11 +311,19 @@ class Benchmark:
         """Bus bandwidth = algorithm bandwidth × this (nccl-tests' convention)."""
         return 1.0
 
-    def lengths(self, elements: int, n: int) -> tuple[int, int]:
-        """(send, receive) lengths in elements for a size of ``elements`` on n ranks."""
+    def lengths(self, elements: int, n: int, roles: Roles = Roles()) -> tuple[int, int]:
+        """(send, receive) lengths in elements for a size of ``elements`` on n ranks (``roles``:
+        where a pattern spreads the bytes, the busiest rank's)."""
         send = elements // n if self.send_div else elements
         recv = elements // n if self.recv_div else elements
         return send, recv
+
+    #: its pieces have lengths of their own, which ``--pattern`` (``Roles.pattern``) spreads
+    patterned: ClassVar[bool] = False
+
+    def imbalance(self, elements: int, n: int, roles: Roles) -> tuple[float, float]:
+        """(sent, received): the busiest rank's bytes over the size's, where a pattern spreads them."""
+        return 1.0, 1.0
 
     def granule(self, n: int) -> int:
         """Element counts must be a multiple of this for the data to split evenly over n ranks."""

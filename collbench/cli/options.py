@@ -53,6 +53,11 @@ _OPTIONS = (
     ("split_mask", click.option(
         "--split-mask", type=params.MASK, default=None,
         help="Groups of the ranks r with the same r & MASK, as nccl-tests' NCCL_TESTS_SPLIT_MASK (e.g. 0x7).")),
+    ("pattern", click.option(
+        "--pattern", default="uniform", show_default=True,
+        help="How a v-collective spreads a rank's bytes over the ranks: uniform; spread:F (nccl-tests' distance-"
+             "weighted blend, 0 <= F <= 1); zipf:S[:SEED] (a mixture-of-experts router: the ranks of a seeded "
+             "shuffle receive by a Zipf law of exponent S). The size is what a rank sends on average.")),
     ("buffers", click.option(
         "--buffers", type=params.Choices(("numpy", "mpi", "cuda")), default="numpy", show_default=True,
         help="What the mpi backend's buffers are: numpy arrays, memory from MPI.Alloc_mem, or GPU memory "
@@ -142,7 +147,7 @@ _OPTIONS = (
 )
 
 _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",), "root": ("--root",),
-          "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",),
+          "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",), "pattern": ("--pattern",),
           "split": ("--split",), "split_mask": ("--split-mask",), "buffers": ("--buffers",),
           "payload": ("--payload",), "api": ("--api",),
           "placement": ("--placement",), "pages": ("--pages",)}
@@ -160,6 +165,8 @@ def _why_not(name: str, bench) -> str:
         return "it has no root rank"
     if name == "pair" and not bench.paired:
         return "every rank takes part"
+    if name == "pattern" and not bench.patterned:
+        return "its pieces all have one length"
     if name == "window" and not bench.windowed:
         return "it has no window of messages"
     if name in ("split", "split_mask") and bench.paired:

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths, windows_sent
+from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths, busiest_bytes, windows_sent
 from collbench.stats.noise import NoiseModel, noise_model
 from collbench.stats.rounds import summarize_rounds
 from collbench.stats.samples import summarize
@@ -86,7 +86,7 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
         p50, lo, hi = rounds[0].time_us_p50, rounds[0].time_us_ci_low, rounds[0].time_us_ci_high
     else:
         p50, lo, hi = across.center, across.ci_low, across.ci_high
-    algbw, busbw = bandwidths(identity.size_bytes, p50, identity.bus_factor)
+    algbw, busbw = bandwidths(busiest_bytes(identity), p50, identity.bus_factor)
     nan = math.nan
     set_aside = across.set_aside if len(rounds) > 1 else 0
     overall, compute = _median([r.overall_us for r in rounds]), _median([r.compute_us for r in rounds])
@@ -124,7 +124,7 @@ def moderate(row: Row, model: Optional[NoiseModel], bus_factor: Optional[float] 
         return row
     if bus_factor is None:
         bus_factor = row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 0.0
-    algbw, busbw = bandwidths(row.size_bytes, across.center, bus_factor)
+    algbw, busbw = bandwidths(busiest_bytes(row), across.center, bus_factor)
     return dataclasses.replace(row, time_us_p50=across.center, time_us_ci_low=across.ci_low,
                                time_us_ci_high=across.ci_high, run_to_run_cv=across.cv,
                                algbw_gbps=algbw, busbw_gbps=busbw, rounds_set_aside=across.set_aside,

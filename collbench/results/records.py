@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
@@ -173,6 +173,15 @@ class Row:
                                older=lambda r: MPI_LEVEL_BEFORE if r["backend"] in MPI_BACKENDS else "",
                                said=lambda r: f"thread {r['thread_level']}"
                                if r["thread_level"] not in ("", USUAL_THREAD_LEVEL) else "")
+    pattern: str = column("how a v-collective spread its bytes over the ranks (--pattern): uniform, spread:F, "
+                          "zipf:S:SEED (docs/methodology.md, Patterns); empty for the others", identity=True,
+                          matched=True, since=9, default="", older="",
+                          said=lambda r: f"pattern {r['pattern']}" if r["pattern"] else "")
+    imbalance_sent: float = column("the busiest sender's bytes over size_bytes (what a rank sends on average): 1 "
+                                   "where every rank sends the same", identity=True, since=9, default=1.0, older=1.0)
+    imbalance_received: float = column("the busiest receiver's bytes over size_bytes; the bandwidths count the "
+                                       "busier of the two ranks' bytes, as nccl-tests' alltoallv does",
+                                       identity=True, since=9, default=1.0, older=1.0)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -272,7 +281,13 @@ RowIdentity = make_dataclass(
                                                                    bus_factor=bus_factor))})
 
 
-def bandwidths(size_bytes: int, median_us: float, bus_factor: float) -> tuple[float, float]:
+def busiest_bytes(row) -> float:
+    """The bytes a row's bandwidths count: its size, or where a pattern spread them unevenly the
+    busiest rank's, sent or received (nccl-tests' alltoallv)."""
+    return row.size_bytes * max(row.imbalance_sent, row.imbalance_received, 1.0)
+
+
+def bandwidths(size_bytes: float, median_us: float, bus_factor: float) -> tuple[float, float]:
     if not size_bytes or not median_us or math.isnan(median_us):
         return 0.0, 0.0
     algbw = size_bytes / (median_us * 1e-6) / 1e9

@@ -169,6 +169,20 @@ def _rank_size(row: Row) -> str:
     return "-" if not row.per_rank_bytes else format_size(row.per_rank_bytes)
 
 
+def _uneven(rows: list) -> bool:
+    """Whether a pattern spread some row's bytes unevenly over the ranks (--pattern)."""
+    return any(max(r.imbalance_sent, r.imbalance_received) > 1.0 for r in rows)
+
+
+def _busiest(row: Row) -> str:
+    return f"{max(row.imbalance_sent, row.imbalance_received):.2f}×"
+
+
+#: what the busiest column means, said under a table that has it
+BUSIEST_NOTE = ("busiest: the busiest rank's bytes, sent or received, over the size; algbw and busbw count "
+                "that rank's bytes, as nccl-tests' alltoallv does")
+
+
 def _columns(columns: list, lines: list, title: str, notes: tuple) -> TableModel:
     """A table from (header, priority, cell function) triples: a line per item of ``lines`` (a
     Row, or in ``_multi`` a size), each cell function applied to it."""
@@ -212,6 +226,8 @@ def _single(title: str, rows: list) -> TableModel:
     columns = [("size", 0, _size)] if sized else []
     if _per_rank(rows):
         columns.append(("per rank", 2, _rank_size))
+    if _uneven(rows):
+        columns.append(("busiest", 2, _busiest))
     if sized:
         columns.append(("count", 8, lambda r: str(r.count)))
     if rounds:
@@ -232,7 +248,9 @@ def _single(title: str, rows: list) -> TableModel:
     if sized:
         columns.append(("check", 1, lambda r: r.check))
     label = backend_label(rows[0])
-    return _columns(columns, rows, f"{title} · {label}{level_word(rows)}", _summary(rows, [label]) + split_note + _notes(rows))
+    busiest = (BUSIEST_NOTE,) if _uneven(rows) else ()
+    return _columns(columns, rows, f"{title} · {label}{level_word(rows)}",
+                    _summary(rows, [label]) + split_note + busiest + _notes(rows))
 
 
 def _multi(title: str, rows: list, backends: list) -> TableModel:
@@ -249,6 +267,8 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
     columns = [("size", 0, lambda s: _size(first[s]))] if sized else []
     if _per_rank(rows):
         columns.append(("per rank", 3, lambda s: _rank_size(first[s])))
+    if _uneven(rows):
+        columns.append(("busiest", 3, lambda s: _busiest(first[s])))
     for i, b in enumerate(backends):
         shown = _stacked(b)
         columns += [(f"{shown}\np50 µs", 0, of(b, _p50)),
@@ -274,7 +294,8 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
         return cell
 
     columns += [(f"{_stacked(b)}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
-    return _columns(columns, sizes, title, _summary(rows, backends) + split_note + _notes(rows))
+    busiest = (BUSIEST_NOTE,) if _uneven(rows) else ()
+    return _columns(columns, sizes, title, _summary(rows, backends) + split_note + busiest + _notes(rows))
 
 
 def _overlaps(rows: list) -> bool:

@@ -97,7 +97,15 @@ class Block:
                            world_size=control.size, ranks_per_node=sweep.ranks_per_node, size_bytes=point.size_bytes,
                            per_rank_bytes=point.per_rank_bytes, count=point.elements, timing=timing,
                            bus_factor=coll.bus_factor(self.n), **coll.row_axes(self.roles, g),
-                           **sweep._group_axes(self.roles, g), **self.backend.row_axes(), placement=self.placement)
+                           **sweep._group_axes(self.roles, g), **self.backend.row_axes(), placement=self.placement,
+                           **self._traffic(point))
+
+    def _traffic(self, point) -> dict:
+        """A v-collective's pattern, and how far its busiest ranks lie above the size."""
+        if not self.coll.patterned:
+            return {"pattern": "", "imbalance_sent": 1.0, "imbalance_received": 1.0}
+        sent, received = self.coll.imbalance(point.elements, self.n, self.roles)
+        return {"pattern": self.roles.pattern, "imbalance_sent": sent, "imbalance_received": received}
 
     def bind(self, point, sent: Roles):
         """The call at ``point`` as the pairs send it; nothing on a rank outside the pair."""

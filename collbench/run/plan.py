@@ -20,6 +20,7 @@ from collbench.backends import (BUILTIN_NAMES, PluginFault, asked_of, backend_cl
                                 self_launch_ranks, uses_mpi)
 from collbench.backends import threads
 from collbench.backends.base import BackendOptions, Setup
+from collbench.benchmarks import patterns
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.dtypes import dtype_of
@@ -208,6 +209,17 @@ def _thread_levels(opts: dict, backends: list, launcher: launch.Launcher) -> tup
     return levels
 
 
+def _pattern(opts: dict) -> str:
+    """The canonical name of the pattern a v-collective spreads its bytes by (--pattern)."""
+    given = opts.get("pattern") or patterns.UNIFORM
+    if "," in given:
+        raise UsageError(f"--pattern {given:.60}: one pattern per run; run once for each pattern")
+    try:
+        return patterns.parse(given).name
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _bind(opts: dict, launcher: launch.Launcher) -> str:
     """How collbench's own launch binds its ranks (``--bind``); under a user's launcher, what
     that launcher did is recorded and nothing is changed, so --bind is refused there."""
@@ -235,7 +247,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     op_of(opts["op"])
     if opts["root"] < 0:
         raise UsageError(f"--root must be 0 or more, got {opts['root']}")
-    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"])
+    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"], pattern=_pattern(opts))
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     _refuse_levels_without_mpi(opts)

@@ -37,7 +37,7 @@ class SizePoint:
     recv_len: int
 
 
-def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, list]:
+def size_points(coll: Benchmark, sizes, itemsize: int, n: int, roles: Roles = Roles()) -> tuple[list, list]:
     """Round each size down to whole elements that split evenly over n ranks."""
     if not coll.moves_data:
         return [SizePoint(0, 0, 0, 0, 0)], []
@@ -51,7 +51,8 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int) -> tuple[list, li
         if elements in seen:
             continue
         seen.add(elements)
-        send, recv = coll.lengths(elements, n)
+        # a benchmark's own lengths(elements, n), written before patterns, keeps working
+        send, recv = coll.lengths(elements, n, roles) if coll.patterned else coll.lengths(elements, n)
         per_rank = elements * itemsize if coll.size_is_per_rank else elements * itemsize // n
         points.append(SizePoint(elements, elements * itemsize, per_rank, send, recv))
     if not small:
@@ -171,7 +172,7 @@ class Sweep:
         if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
         itemsize = self._element(coll).itemsize
-        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size)
+        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size, self.plan.roles)
         self.notes += notes
         limit = backend.max_message_bytes()
         if limit is not None:

@@ -1,0 +1,145 @@
+"""alltoallv and the patterns that spread its bytes (--pattern): the counts, what each rank must
+receive, and real ranks on mpi, mpi-pickle and gloo, self-launched and under a real mpiexec,
+with every received piece checked."""
+
+import numpy as np
+import pytest
+
+from conftest import cli, load_json, mpirun
+from collbench.benchmarks import patterns
+from collbench.benchmarks.alltoallv import BENCHMARK as ALLTOALLV
+from collbench.benchmarks.base import Roles
+from collbench.benchmarks.check import expected, pattern
+from collbench.benchmarks.ops import NO_OP
+
+QUICK = ["--iters", "10", "--warmup", "1", "--rounds", "1", "-q"]
+
+
+def test_spread_is_nccl_tests_distance_weighted_blend_and_keeps_every_total_equal():
+    n, elements = 4, 6000
+    for share in (0.0, 0.5, 1.0):
+        matrix = patterns.counts(patterns.parse(f"spread:{share}").name, n, elements)
+        for i in range(n):
+            for j in range(n):
+                d = (j - i) % n
+                want = elements * ((1 - share) / n + share * d / (n * (n - 1) / 2))
+                assert abs(matrix[i][j] - want) <= 1
+        assert [sum(row) for row in matrix] == [elements] * n
+        assert patterns.imbalance(matrix) == (1.0, 1.0)
+    assert patterns.counts("spread:0", n, elements) == patterns.counts("uniform", n, elements)
+
+
+def test_zipf_sends_equal_totals_to_hot_ranks_chosen_by_its_seed():
+    n, elements = 8, 80_000
+    hot = {}
+    for seed in (0, 1, 2):
+        name = patterns.parse(f"zipf:1.2:{seed}").name
+        matrix = patterns.counts(name, n, elements)
+        assert [sum(row) for row in matrix] == [elements] * n
+        received = [sum(row[j] for row in matrix) for j in range(n)]
+        sent_imb, received_imb = patterns.imbalance(matrix)
+        assert sent_imb == 1.0 and received_imb == pytest.approx(max(received) / elements)
+        # the hottest receives by 1 / sum(k^-1.2): over 2.5x the mean at 8 ranks
+        assert received_imb == pytest.approx(n / sum(k ** -1.2 for k in range(1, n + 1)), rel=1e-3)
+        hot[seed] = received.index(max(received))
+    assert len(set(hot.values())) > 1, "the seed chooses which rank is hot"
+    assert patterns.parse("zipf:1.2").name == "zipf:1.2:0" and patterns.parse("zipf:0").name == "zipf:0:0"
+
+
+@pytest.mark.parametrize("text", ["zipf", "spread:1.5", "spread:-0.1", "spread:nan", "zipf:inf", "zipf:1:-2",
+                                  "zipf:1:x", "matrix", "uniform:2", ""])
+def test_a_pattern_that_is_not_one_is_refused_saying_what_is_taken(text):
+    with pytest.raises(ValueError, match="give uniform, spread:F"):
+        patterns.parse(text)
+
+
+@pytest.mark.parametrize("name", ["uniform", "spread:1", "zipf:2:5"])
+def test_what_each_rank_must_receive_is_each_senders_piece_for_it(name):
+    n, elements = 5, 1003
+    roles = Roles(pattern=patterns.parse(name).name)
+    matrix = patterns.counts(roles.pattern, n, elements)
+    send_len, recv_len = ALLTOALLV.lengths(elements, n, roles)
+    assert send_len == elements and recv_len == max(sum(row[j] for row in matrix) for j in range(n))
+    for rank in range(n):
+        parts = ALLTOALLV.received(n, rank, roles, elements, recv_len)
+        at = 0
+        for part in parts:
+            j = part.source
+            assert part.start == at and part.length == matrix[j][rank] > 0
+            assert part.offset == sum(matrix[j][:rank])     # where j's piece for this rank starts
+            at += part.length
+        assert at == sum(row[rank] for row in matrix) <= recv_len
+
+
+@pytest.mark.parametrize("name", ["spread:1", "zipf:1.2:4"])
+@pytest.mark.parametrize("n", [2, 5])
+def test_the_expected_values_are_what_each_sender_cut_for_this_rank(name, n):
+    """Each rank's send buffer cut in rank order by its counts; a rank receives, in sender order,
+    the piece each cut for it: the check's expectation must be exactly that."""
+    op, elements = pattern(NO_OP, "float32"), 37 * n
+    roles = Roles(pattern=name)
+    matrix = patterns.counts(name, n, elements)
+    sends = [np.asarray(op.value(r, np.arange(elements), n)) for r in range(n)]
+    _, recv_len = ALLTOALLV.lengths(elements, n, roles)
+    for rank in range(n):
+        pieces = [sends[j][sum(matrix[j][:rank]):sum(matrix[j][:rank + 1])] for j in range(n)]
+        got = np.concatenate(pieces)
+        want = expected(op, n, ALLTOALLV.received(n, rank, roles, elements, recv_len), recv_len, np.int64)
+        np.testing.assert_array_equal(np.asarray(want)[:len(got)], got)
+
+
+@pytest.fixture(scope="module")
+def three_backends(tmp_path_factory):
+    """alltoallv on 3 self-launched ranks, mpi, mpi-pickle and gloo side by side, zipf and spread."""
+    folder = tmp_path_factory.mktemp("alltoallv")
+    for pattern in ("zipf:1.2", "spread:1"):
+        out = f"{pattern.split(':')[0]}.json"
+        proc = cli(["alltoallv", "-n", "3", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "12,3K,96K",
+                    "--pattern", pattern, "--thread-level", "multiple", "-o", out, *QUICK], folder, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    return folder
+
+
+@pytest.mark.parametrize("name,pattern", [("zipf", "zipf:1.2:0"), ("spread", "spread:1")])
+def test_every_backend_delivers_every_piece_and_the_rows_say_the_pattern(three_backends, name, pattern):
+    rows = load_json(three_backends / f"{name}.json")["rows"]
+    assert {r["backend"] for r in rows} == {"mpi", "mpi-pickle", "gloo"} and len(rows) == 9
+    for row in rows:
+        assert row["check"] == "ok" and row["pattern"] == pattern
+        matrix = patterns.counts(pattern, 3, row["count"])
+        assert (row["imbalance_sent"], row["imbalance_received"]) == pytest.approx(patterns.imbalance(matrix))
+        # the bandwidths count the busiest rank's bytes, over the slowest rank's time
+        busiest = row["size_bytes"] * max(row["imbalance_sent"], row["imbalance_received"])
+        assert row["algbw_gbps"] == pytest.approx(busiest / (row["time_us_p50"] * 1e-6) / 1e9)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 / 3)
+    if name == "zipf":
+        assert max(r["imbalance_received"] for r in rows) > 1.2
+
+
+def test_under_mpiexec_four_ranks_with_hot_experts_check_and_show_the_busiest(tmp_path):
+    proc = mpirun(4, ["alltoallv", "--sizes", "16,64K", "--pattern", "zipf:1.2:3", "-o", "v.json",
+                      "--iters", "10", "--warmup", "1"], tmp_path, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    rows = load_json(tmp_path / "v.json")["rows"]
+    assert [r["check"] for r in rows] == ["ok", "ok"] and {r["pattern"] for r in rows} == {"zipf:1.2:3"}
+    assert "pattern zipf:1.2:3" in proc.stdout and "busiest" in proc.stdout
+    assert all(len(line) <= 80 for line in proc.stdout.splitlines() if line.startswith(("|", "+")))
+
+
+@pytest.mark.parametrize("api", ["nonblocking", "persistent"])
+def test_alltoallv_is_issued_in_each_api_mpi_has(tmp_path, api):
+    proc = cli(["alltoallv", "-n", "2", "--sizes", "8,4K", "--pattern", "spread:0.5", "--api", api, "-o", "a.json",
+                *QUICK], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["api"], r["check"]) for r in load_json(tmp_path / "a.json")["rows"]] == [(api, "ok")] * 2
+
+
+@pytest.mark.parametrize("args,said", [
+    (["alltoallv", "--pattern", "zipf:x"], "pattern 'zipf:x': give uniform"),
+    (["alltoallv", "--pattern", "uniform,zipf:1"], "one pattern per run"),
+    (["allreduce", "--pattern", "zipf:1"], "allreduce takes no --pattern: its pieces all have one length"),
+])
+def test_a_pattern_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, args, said):
+    proc = cli([*args, "-n", "2", "--no-save"], tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
