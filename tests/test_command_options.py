@@ -31,7 +31,7 @@ EXPECTED = {
     "bw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
     "bibw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
     "sendrecv": COMMON | SPLIT | DATA - {"--placement"},
-    "all": COMMON | SPLIT | DATA | {"--op", "--root"},
+    "all": COMMON | SPLIT | DATA | {"--op", "--root", "--pattern"},
 }
 
 

@@ -53,7 +53,7 @@ def test_in_place_under_a_real_mpiexec(run_dir):
                       "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "m.json")["rows"]
-    assert {r["collective"] for r in rows if r["placement"] == "in-place"} == set(MOVING)
+    assert {r["collective"] for r in rows if r["placement"] == "in-place"} == set(MOVING) - {"alltoallv"}
     assert all(r["check"] == "ok" for r in rows if r["collective"] != "barrier")
 
 

@@ -358,7 +358,7 @@ def test_the_files_intervals_are_moderated_by_the_sweeps_spread(run_dir):
     # The model is fitted on the rows that kept two rounds within their window; how many did
     # depends on the machine's load (CI saw 21 of 25 beside its neighbours), so only that there
     # were enough for a model at all is asserted here.
-    assert len(rows) == 25 and prior is not None and prior.rows >= MIN_ROWS_FOR_PRIOR
+    assert len(rows) == 28 and prior is not None and prior.rows >= MIN_ROWS_FOR_PRIOR
     for r in rows:
         pooled = summarize_rounds(r.time_us_round_p50s, prior=prior)
         assert (r.time_us_ci_low, r.time_us_ci_high) == pytest.approx((pooled.ci_low, pooled.ci_high), rel=1e-9)
