@@ -92,10 +92,10 @@ def test_the_expected_values_are_what_each_sender_cut_for_this_rank(name, n):
 def three_backends(tmp_path_factory):
     """alltoallv on 3 self-launched ranks, mpi, mpi-pickle and gloo side by side, zipf and spread."""
     folder = tmp_path_factory.mktemp("alltoallv")
-    for pattern in ("zipf:1.2", "spread:1"):
-        out = f"{pattern.split(':')[0]}.json"
+    for spread in ("zipf:1.2", "spread:1"):
+        out = f"{spread.split(':')[0]}.json"
         proc = cli(["alltoallv", "-n", "3", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "12,3K,96K",
-                    "--pattern", pattern, "--thread-level", "multiple", "-o", out, *QUICK], folder, timeout=300)
+                    "--pattern", spread, "--thread-level", "multiple", "-o", out, *QUICK], folder, timeout=300)
         assert proc.returncode == 0, proc.stderr
     return folder
 
