@@ -85,9 +85,11 @@ def parse(text: str) -> Pattern:
                      f"(0 <= S <= {MAX_ZIPF:g}, SEED a whole number)")
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4)
 def counts(name: str, n: int, elements: int) -> tuple:
-    """``counts[i][j]``: the elements rank i sends rank j, each row adding up to ``elements``."""
+    """``counts[i][j]``: the elements rank i sends rank j, each row adding up to ``elements``.
+    n² numbers (about 37 MB at 1,024 ranks), so only the last few sizes' are kept: a block asks
+    for its size's several times in a row."""
     matrix = []
     for shares in parse(name).weights(n):
         exact = [elements * share for share in shares]
