@@ -108,3 +108,12 @@ def test_a_collective_that_moves_no_data_takes_no_pages(tmp_path):
     proc = cli(["barrier", "-n", "2", "--pages", "huge", "--no-save"], tmp_path)
     assert proc.returncode == 2 and "--pages" in proc.stderr and "moves no data" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_huge_pages_asked_of_a_kernel_that_gives_none_is_said_per_host():
+    from collbench.run.runner import _without_huge_pages
+
+    assert _without_huge_pages("small", ["a", "b"], ["never", "never"]) == []
+    assert _without_huge_pages("huge", ["a", "b"], ["madvise", "always"]) == []
+    (note,) = _without_huge_pages("huge", ["a", "a", "b"], ["never", "never", "madvise"])
+    assert note.startswith("--pages huge: the kernel of a gives no transparent huge pages") and "small pages" in note
