@@ -19,7 +19,6 @@ The advice is given before the buffer is first written, so the pages it faults i
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 from pathlib import Path
 from typing import Optional
@@ -85,7 +84,9 @@ def advise(address: int, nbytes: int, policy_name: Optional[str] = None) -> bool
     if end <= start:
         return True
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the process's own symbols, libc's among them: find_library would start ldconfig, a
+        # process forked from a rank that may hold MPI
+        _libc = ctypes.CDLL(None, use_errno=True)
         _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     return _libc.madvise(start, end - start, advice) == 0
 
