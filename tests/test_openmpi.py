@@ -33,7 +33,7 @@ def test_every_collective_on_three_oversubscribed_ranks(tmp_path):
         assert "--oversubscribe" in proc.stderr
     result = load_result(tmp_path / "o.json")
     assert "Open MPI" in result.metadata["versions"]["mpi_library"]
-    assert len(result.rows) == 2 * (8 * 2 + 1)
+    assert len(result.rows) == 2 * (9 * 2 + 1)
     assert all(r.check == ("skipped" if r.collective == "barrier" else "ok") and r.world_size == 3
                and r.rounds == 2 for r in result.rows)
     assert result.metadata["settings"]["round_kind"] == "launch"

@@ -206,7 +206,7 @@ def test_int8_and_uint8_on_every_collective_and_backend(run_dir, dtype, op):
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "r.json")["rows"]
     assert {r["backend"] for r in rows} == {"mpi", "mpi-pickle", "gloo"}
-    assert len({r["collective"] for r in rows}) == 9
+    assert len({r["collective"] for r in rows}) == 10
     bad = [r for r in rows if r["check"] != ("skipped" if r["collective"] == "barrier" else "ok")]
     assert not bad, bad
 

@@ -184,7 +184,7 @@ def test_bfloat16_on_gloo_checks_every_collective_and_mpi_refuses_it(run_dir):
                 "-o", "b.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_result(run_dir / "b.json").rows
-    assert len(rows) == 8 * 2 + 1 and {r.dtype for r in rows} == {"bfloat16"}
+    assert len(rows) == 9 * 2 + 1 and {r.dtype for r in rows} == {"bfloat16"}
     assert all(r.check == ("skipped" if r.collective == "barrier" else "ok") for r in rows)
     both = cli(["all", "-n", "2", "--backend", "mpi,gloo", "--dtype", "bfloat16", "--sizes", "48", *FAST,
                 "-o", "m.json"], run_dir)
