@@ -92,10 +92,15 @@ def advise(address: int, nbytes: int, policy_name: Optional[str] = None) -> bool
 
 
 def zeros(nbytes: int) -> np.ndarray:
-    """``nbytes`` zeroed bytes on this process's pages: starting on a page (as OSU aligns its
-    buffers), on a huge page where huge pages are asked for, advised before they are written."""
+    """``nbytes`` zeroed bytes on this process's pages: a fresh anonymous mapping of their own
+    (not the heap, whose pages an earlier buffer may already have faulted in), starting on a
+    page (as OSU aligns its buffers) or on a huge page where huge pages are asked for, advised
+    before it is written; unmapped when the last array over it goes."""
     align = huge_size() if _policy == "huge" else PAGE
-    raw = np.empty(nbytes + align, dtype=np.uint8)
+    # private, as malloc's is: an anonymous mmap is shared by default, and shared memory takes
+    # huge pages by another switch (shmem_enabled)
+    memory = mmap.mmap(-1, nbytes + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    raw = np.frombuffer(memory, dtype=np.uint8)
     offset = (-raw.ctypes.data) % align
     array = raw[offset:offset + nbytes]
     advise(array.ctypes.data, max(nbytes, 1))
