@@ -27,7 +27,7 @@ import numpy as np
 from collbench.backends import pages
 from collbench.benchmarks.check import sentinel
 
-PAGE = 4096
+PAGE = pages.PAGE         # what host buffers are aligned to (collbench.backends.pages)
 #: What torch warns when a CUDA graph's capture recorded nothing.
 EMPTY_GRAPH = "CUDA Graph is empty"
 
