@@ -24,6 +24,9 @@ STATE = "COLLBENCH_STATE"
 #: Which round this launch is (1-based), and how many rounds the run has.
 ROUND = "COLLBENCH_ROUND"
 ROUNDS = "COLLBENCH_ROUNDS"
+#: The rounds a size's --max-time is shared among, where that differs from ROUNDS: an A/B job
+#: that adds pairs (``ab --max-rounds``) keeps each round's budget that of its first rounds.
+BUDGET_ROUNDS = "COLLBENCH_BUDGET_ROUNDS"
 #: The MPI thread level this launch initialises MPI at (``--thread-level``, one of a comma
 #: list: each launch of a self-launched run is at one level).
 THREAD_LEVEL = "COLLBENCH_THREAD_LEVEL"

@@ -192,3 +192,85 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
         "nothing was saved" not in said[0], err
     assert said[1].startswith("collbench ab: stopped in pair 1 of 2 (") and \
         said[1].endswith(f"; {prefix}-{first[0]}.json keeps {first[0]}'s round 1"), err
+
+
+# Pairs added where rows are undecided (ab --max-rounds).
+
+def test_the_looks_double_from_the_rounds_asked_for_to_the_most_allowed():
+    from collbench.run.ab import looks
+
+    assert looks(10, 40) == [10, 20, 40]
+    assert looks(10, 25) == [10, 20, 25]
+    assert looks(10, 10) == [10]
+    assert looks(1, 4) == [1, 2, 4]
+
+
+def _look(verdicts: dict, needed=None, cause="rounds", passed=True):
+    """A comparison as _more_pairs reads it: rows with a verdict, and what the undecided need."""
+    from types import SimpleNamespace
+
+    rows = [SimpleNamespace(verdict=v, rounds_needed=needed, cause=cause) for v, k in verdicts.items() for _ in range(k)]
+    left = [r for r in rows if r.verdict == "inconclusive"]
+    return SimpleNamespace(undecided=left, passed=passed, regression="slower" in verdicts, alpha=0.05 / 3,
+                           decided=len(rows) - len(left), compared=rows)
+
+
+@pytest.mark.parametrize("look, done, adds, says", [
+    (_look({"same": 7, "inconclusive": 3}, needed=18), 10, 10, "3 undecided: 10 more pairs"),
+    (_look({"same": 7, "inconclusive": 3}, needed=30), 20, 20, "3 undecided: 20 more pairs"),
+    (_look({"same": 7, "inconclusive": 3}, needed=60), 10, 0, "the 3 undecided need more than 40 pairs"),
+    (_look({"same": 7, "inconclusive": 3}, needed=None), 10, 0, "need more than 40 pairs"),
+    (_look({"same": 7, "inconclusive": 3}, needed=None, cause="pairs"), 10, 10, "10 more pairs"),
+    (_look({"same": 10}), 10, 0, "every row is decided"),
+    (_look({"slower": 1, "inconclusive": 9}, needed=12, passed=False), 10, 0, "a row is called slower"),
+    (_look({"same": 7, "inconclusive": 3}, needed=18), 40, 0, None),        # the last look: nothing is judged
+])
+def test_pairs_are_added_only_where_an_undecided_row_can_still_be_decided(look, done, adds, says, capsys):
+    from collbench.cli.ab import _more_pairs
+
+    assert _more_pairs(done, [10, 20, 40], lambda: look, quiet=False) == adds
+    err = capsys.readouterr().err
+    assert (says in err) if says else err == ""
+
+
+def test_added_pairs_go_into_the_same_files_with_each_rounds_budget_kept(run_dir):
+    """Real launches: a job of one pair told to add one more holds two rounds a side, says two
+    pairs and two rounds, and each round kept the budget of the one pair first planned."""
+    from collbench.run.ab import Side, run_interleaved
+
+    paths = (run_dir / "more-a.json", run_dir / "more-b.json")
+    looked = []
+
+    def more(done: int) -> int:
+        looked.append((done, [load_result(p).rows[0].rounds for p in paths]))
+        return 1 if done == 1 else 0
+
+    code = run_interleaved((Side("a"), Side("b")), ["allreduce", "-n", "2", "--sizes", "8", "--max-time", "0.2"],
+                           paths, n=2, use_mpi=(True, True), rounds=1, seed=3, quiet=True, verbose=False, more=more)
+    assert code == 0
+    assert looked == [(1, [1, 1]), (2, [2, 2])]       # asked after each look, with the files whole by then
+    for path in paths:
+        doc = json.loads(path.read_text())
+        assert doc["metadata"]["ab"]["pairs"] == 2 and doc["metadata"]["settings"]["rounds"] == 2
+        assert doc["metadata"]["settings"]["max_time_per_round"] == pytest.approx(0.2)
+        assert [r["round"] for r in doc["metadata"]["rounds"]] == [1, 2]
+        assert doc["rows"][0]["rounds"] == 2
+
+
+def test_a_job_says_each_look_and_its_files_hold_what_it_said(run_dir):
+    proc = cli(["ab", "-o", "looks", "--seed", "5", "--max-rounds", "4", "--", "allreduce", "-n", "2", "--sizes",
+                "8,64", "--iters", "20", "--warmup", "1", "--rounds", "2"], run_dir, timeout=300)
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    assert "2 pairs of allreduce on 2 ranks, up to 4 where rows are undecided" in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "after 2 pairs" in line]
+    assert len(said) == 1 and "(look 1 of 2)" in said[0] and "alpha 0.025" in said[0]
+    pairs = 4 if said[0].endswith("2 more pairs") else 2
+    assert [load_result(run_dir / f"looks-{x}.json").rows[0].rounds for x in "ab"] == [pairs, pairs]
+    assert "97.5% CI" in proc.stdout              # each look's CIs at 1 - 0.05 / 2
+
+
+def test_max_rounds_below_the_rounds_is_refused(run_dir):
+    proc = cli(["ab", "--max-rounds", "2", "--", "allreduce", "--rounds", "3"], run_dir)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "collbench: error: --max-rounds 2 is below the command's --rounds 3: give at least 3")
+    assert not (run_dir / "results").exists()

@@ -46,7 +46,7 @@ from collbench.measure.sizes import DECIMAL_NUMBER
 from collbench.results.aggregate import noise_stratum
 from collbench.results.records import ASSUMED_SETUP, MATCH_FIELDS, Row, RunResult, backend_label
 from collbench.analysis.runs import FileRounds, ab_job, ab_turns, round_warnings
-from collbench.stats.calibration import (ASSUMED_LOG_SD, DEFAULT_ALPHA, DEFAULT_MIN_DECIDED, DEFAULT_THRESHOLD,
+from collbench.stats.calibration import (ASSUMED_LOG_SD, CONFIDENCE, DEFAULT_ALPHA, DEFAULT_MIN_DECIDED, DEFAULT_THRESHOLD,
                                          MIN_CLEAN_SD)
 from collbench.stats.change import pairs_kept
 from collbench.stats.holds import explained_by, starvation, state_reach
@@ -123,6 +123,12 @@ class Comparison:
     allow_missing: bool = False     # rows the new run lacks or cannot measure do not fail the gate
     fail_on_inconclusive: bool = False   # an inconclusive row fails the gate
     min_decided: float = DEFAULT_MIN_DECIDED   # the share of compared rows the gate must decide
+    confidence: float = CONFIDENCE  # of each row's CI
+
+    @property
+    def ci_label(self) -> str:
+        """"95% CI", or the level an A/B job's looks asked for ("98.3% CI")."""
+        return f"{self.confidence * 100:.3g}% CI"
 
     @property
     def lower_is_better(self) -> bool:
@@ -346,14 +352,15 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
                  baseline_name: str = "baseline", new_name: str = "new",
                  assumed_log_sd: float = ASSUMED_LOG_SD, allow_missing: bool = False,
                  fail_on_inconclusive: bool = False, across_levels: bool = False,
-                 min_decided: float = DEFAULT_MIN_DECIDED) -> Comparison:
+                 min_decided: float = DEFAULT_MIN_DECIDED, confidence: float = CONFIDENCE) -> Comparison:
     """Match the rows of two runs and give each a verdict; UsageError when nothing matches, or
     when more than MAX_COMPARED_ROWS do. ``allow_missing``: rows the new run lacks or cannot
     measure do not fail the gate (``Comparison.passed``); ``fail_on_inconclusive``: rows it
     cannot decide do; with fewer than ``min_decided`` of the compared rows decided, a gate that
     would pass is UNDECIDED (``Comparison.status``). Rows that differ only in their MPI thread
     level are refused (UsageError) unless ``across_levels``: the level alone moves MPICH's
-    times 2-3x."""
+    times 2-3x. ``confidence``: of each row's CI (an A/B job judged at several looks asks more
+    of each)."""
     if metric not in METRICS:
         raise UsageError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
     names = (baseline_name, new_name)
@@ -363,7 +370,8 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     one_job = bool(ab_job(baseline)) and ab_job(baseline) == ab_job(new)
     by_size = one_job and ab_turns(baseline) == ab_turns(new) == "size"     # and took turns size by size
     found = _gather(baseline, new, match, metric, names, one_job, alpha, by_size)
-    judged = judge(found.pending, one_job=one_job, threshold=threshold, alpha=alpha, assumed_log_sd=assumed_log_sd)
+    judged = judge(found.pending, one_job=one_job, threshold=threshold, alpha=alpha, assumed_log_sd=assumed_log_sd,
+                   confidence=confidence)
     pending = judged.evidence
     by_key = {p.key: RowComparison(p.key, p.base, p.new, p.base_value, p.new_value,
                                    *dataclasses.astuple(judged.verdicts[p.key])) for p in pending}
@@ -372,7 +380,7 @@ def compare_runs(baseline: RunResult, new: RunResult, *, metric: str = "time_us_
     drifts = [p.drift_sd for p in pending if p.change is not None]
     return Comparison(baseline_name, new_name, metric, threshold, alpha, tuple(rows), tuple(warnings), judged.tested,
                       float(np.median(drifts)) if drifts else math.nan, judged.drift_source, allow_missing,
-                      fail_on_inconclusive, min_decided)
+                      fail_on_inconclusive, min_decided, confidence)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collbench.stats.calibration import POWER
 from collbench.stats.verdict import CAUSES
 
 COMPARISON_SCHEMA = "collbench.comparison"
-COMPARISON_SCHEMA_VERSION = 3     # 3: status, decided, each row's cause
+COMPARISON_SCHEMA_VERSION = 3     # 3: status, decided, each row's cause (confidence added beside it)
 
 _CONFIG = (("dtype", "dtype"), ("op", "op"), ("world_size", "ranks"), ("timing", "timing"))
 _METRIC_LABEL = {"time_us_p50": "p50 µs", "busbw_gbps": "busbw GB/s"}
@@ -174,10 +174,10 @@ def method_line(c: Comparison) -> str:
     return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of the per-round "
             f"medians (interleaved pairs: the mean ratio within pairs, a pair set aside where a round, or its ratio, "
             f"lay far out; rounds far above a row's fastest set aside), "
-            f"95% CI from Student t on their logs (rounds' spread from {noise}, moderated by the trend of the rows' "
+            f"{c.ci_label} from Student t on their logs (rounds' spread from {noise}, moderated by the trend of the rows' "
             f"spreads against their time per backend and timing; drift of whole runs "
             f"{drift}); slower or faster when beyond "
-            f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the 95% CI "
+            f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the {c.ci_label} "
             f"lies inside ±{c.threshold * 100:g}%; otherwise inconclusive")
 
 
@@ -206,7 +206,7 @@ def comparison_table(c: Comparison) -> TableModel:
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
     headers = ("collective", "backend", *[lbl for _, lbl in varying], "size", f"baseline {label}",
-               f"new {label}", "change", "95% CI", "rounds", "p (adj.)", "verdict") + (("why",) if show_reason else ())
+               f"new {label}", "change", c.ci_label, "rounds", "p (adj.)", "verdict") + (("why",) if show_reason else ())
     cells = []
     for r in c.rows:
         size = r.field("size_bytes")
@@ -236,7 +236,7 @@ def comparison_tables(c: Comparison) -> list:
     it, as a run's tables are; the method and the noisy rows said once, under the last."""
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
-    headers = ("size", f"baseline {label}", f"new {label}", "change", "95% CI", "rounds", "p (adj.)",
+    headers = ("size", f"baseline {label}", f"new {label}", "change", c.ci_label, "rounds", "p (adj.)",
                "verdict") + (("why",) if show_reason else ())
     # On a narrow terminal: the size, the change and the verdict stay; p, rounds and the medians go first.
     priorities = (0, 3, 3, 0, 1, 4, 5, 0) + ((2,) if show_reason else ())
@@ -331,7 +331,7 @@ def to_json(c: Comparison) -> str:
         rows.append(record)
     doc = {"schema": COMPARISON_SCHEMA, "schema_version": COMPARISON_SCHEMA_VERSION,
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
-           "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
+           "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha, "confidence": c.confidence,
            "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
            "passed": c.passed, "status": c.status, "decided": {"rows": c.decided, "of": len(c.compared),
                                                                  "needed": c.min_decided, "why_not": c.causes()},

@@ -53,6 +53,10 @@ def _side_options(letter: str):
               help="Fail (exit 1) when any row is inconclusive, as in compare.")
 @click.option("--min-decided", type=params.SHARE, default="80%", show_default=True,
               help="The share of rows that must be decided to pass; below it, exit 3 (undecided), as in compare.")
+@click.option("--max-rounds", type=params.Whole(min=1, max=1000), default=None, metavar="N",
+              help="Pairs the job may go to where rows are undecided: after the command's --rounds, and "
+                   "after twice as many and so on, it judges, and adds pairs while a row is undecided "
+                   "[default: 4 x --rounds; --max-rounds equal to --rounds adds none].")
 @click.option("--turns", type=click.Choice(("size", "launch")), default="size", show_default=True,
               help="How a pair's two launches take turns: at once, size by size (what moves the machine "
                    "in a second moves both), or one launch after the other.")
@@ -60,7 +64,7 @@ def _side_options(letter: str):
 @click.option("-v", "--verbose", is_flag=True, help="Print the launch commands.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing, fail_on_inconclusive,
-               min_decided, turns, quiet, verbose, **sides) -> None:
+               min_decided, max_rounds, turns, quiet, verbose, **sides) -> None:
     """Measure two setups of COMMAND in one job, taking turns size by size, then compare B with A.
 
     COMMAND is a measuring command as you would type it after `collbench`, without -o:
@@ -68,6 +72,8 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     and the same round of side B form a pair, launched together and taking turns size by
     size, so that what moves a shared machine moves both. Sides differ by --a-env/--b-env,
     --a-python/--b-python (another build of mpi4py or MPI) or --a-backend/--b-backend.
+    Where rows are undecided after --rounds pairs, the job adds pairs, up to --max-rounds,
+    judging each look at alpha / looks.
 
     \b
     Exit status: 0 no regression (B is not slower than A), 1 regression (or rows B could
@@ -85,6 +91,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     from collbench.run.plan import default_nprocs
     from collbench.run.rounds import new_seed
     from collbench.results.loader import load_result
+    from collbench.stats.calibration import CONFIDENCE
 
     threshold_value = parse_threshold(threshold)
     here = launch.detect()
@@ -95,6 +102,8 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     paths, new_folder = _outputs(prefix, labels, force)
     try:
         opts, backends_of, plan = _plans(target, name, args, paths, force, made, here)
+        rounds = opts["rounds"]
+        max_rounds = _max_rounds(max_rounds, rounds)
     except BaseException:
         if new_folder is not None:
             with contextlib.suppress(OSError):        # only while it is empty
@@ -102,22 +111,33 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         raise
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()
+    looks = ab.looks(rounds, max_rounds)
+    # Each look is judged at alpha / looks, its CIs at 1 - (1 - CONFIDENCE) / looks: over every
+    # look the job may stop at, a false call (slower, faster or same) stays within alpha.
+    judged = dict(metric=metric, threshold=threshold_value, alpha=alpha / len(looks), baseline_name=labels[0],
+                  new_name=labels[1], allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
+                  across_levels=True, min_decided=min_decided,     # sides may differ in level on purpose
+                  confidence=1.0 - (1.0 - CONFIDENCE) / len(looks))
     if not quiet:
-        print(f"collbench ab: {opts['rounds']} pair{'s' * (opts['rounds'] != 1)} of {name} on {n} ranks; A ({labels[0]}): {made[0].describe()}; "
-              f"B ({labels[1]}): {made[1].describe()}; seed {seed}", file=sys.stderr, flush=True)
+        print(f"collbench ab: {rounds} pair{'s' * (rounds != 1)} of {name} on {n} ranks"
+              f"{f', up to {max_rounds} where rows are undecided' if max_rounds > rounds else ''}; "
+              f"A ({labels[0]}): {made[0].describe()}; B ({labels[1]}): {made[1].describe()}; seed {seed}",
+              file=sys.stderr, flush=True)
     why_not = ab.why_not_at_once(args, tuple(made)) if turns == "size" else ""
     if why_not:
         turns = "launch"
         print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr, flush=True)
+
+    def more(done: int) -> int:
+        return _more_pairs(done, looks, lambda: compare_runs(load_result(paths[0]), load_result(paths[1]), **judged),
+                           quiet)
+
     code = ab.run_interleaved(tuple(made), [name] + args, paths, n=n, bind=plan.bind,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
-                              rounds=opts["rounds"], seed=seed, quiet=quiet, verbose=verbose, turns=turns)
+                              rounds=rounds, seed=seed, quiet=quiet, verbose=verbose, turns=turns, more=more)
     if code not in (0, 1):
         sys.exit(code)
-    comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), metric=metric, threshold=threshold_value,
-                              alpha=alpha, baseline_name=labels[0], new_name=labels[1],
-                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
-                              across_levels=True, min_decided=min_decided)   # sides may differ in level on purpose
+    comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), **judged)
     for warning in comparison.warnings:
         _warn(warning)
     COMPARE_FORMATS[fmt](comparison)
@@ -128,6 +148,46 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         sys.exit(1)
     if comparison.status:
         sys.exit(comparison.status)
+
+
+def _max_rounds(given, rounds: int) -> int:
+    """--max-rounds, checked against the command's --rounds; 4x --rounds where not given."""
+    from collbench.errors import UsageError
+    from collbench.run.rounds import MAX_ROUNDS
+
+    if given is None:
+        return min(4 * rounds, max(MAX_ROUNDS, rounds))
+    if given < rounds:
+        raise UsageError(f"--max-rounds {given} is below the command's --rounds {rounds}: give at least {rounds}")
+    return given
+
+
+def _more_pairs(done: int, looks: list, judge, quiet: bool) -> int:
+    """After ``done`` pairs (a look of ``looks``): how many pairs to add, judged now. None are
+    added after the last look, once a row is called slower (or the gate fails otherwise), once
+    every row is decided, or where no undecided row can be decided within the last look."""
+    from collbench.errors import UsageError
+
+    if done >= looks[-1]:
+        return 0
+    try:
+        c = judge()
+    except UsageError:               # said by the final comparison
+        return 0
+    left = c.undecided
+    reachable = [r for r in left if (r.rounds_needed is not None and r.rounds_needed <= looks[-1])
+                 or (r.rounds_needed is None and r.cause in ("pairs", "family"))]
+    step = next(k for k in looks if k > done) - done
+    adding = step if c.passed and reachable else 0
+    if not quiet:
+        said = (f"{c.decided} of {len(c.compared)} rows decided at alpha {c.alpha:.3g} "
+                f"(look {looks.index(done) + 1} of {len(looks)})")
+        why = ("a row is called slower" if c.regression else "the gate fails" if not c.passed else
+               "every row is decided" if not left else
+               f"the {len(left)} undecided need more than {looks[-1]} pairs" if not reachable else
+               f"{len(left)} undecided: {step} more pairs")
+        print(f"collbench ab: after {done} pairs, {said}; {why}", file=sys.stderr, flush=True)
+    return adding
 
 
 def _measuring_command(command) -> tuple:

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from collbench import __version__
 from collbench.errors import UsageError
@@ -81,9 +81,21 @@ def check_interpreter(python: str, option: str) -> None:
 
 
 def pair_orders(pairs: int, seed: int) -> list:
-    """For each pair, which side goes first (0: A, 1: B), at random but reproducibly."""
+    """For each pair, which side goes first (0: A, 1: B), at random but reproducibly; the
+    first k of ``pair_orders(n)`` are ``pair_orders(k)``."""
     rng = random.Random(seed)
     return [rng.randrange(2) for _ in range(pairs)]
+
+
+def looks(rounds: int, max_rounds: int) -> list:
+    """The numbers of pairs after which an A/B job judges whether it has decided (``ab
+    --max-rounds``): the pairs asked for, then twice as many, and so on, the last at
+    ``max_rounds``. Each look is judged at alpha / len(looks) (``ab_command``): over every look
+    a job may stop at, the chance of a false call stays within alpha."""
+    out = [rounds]
+    while out[-1] < max_rounds:
+        out.append(min(2 * out[-1], max_rounds))
+    return out
 
 
 def why_not_at_once(argv: list, sides: tuple) -> str:
@@ -97,35 +109,48 @@ def why_not_at_once(argv: list, sides: tuple) -> str:
 
 
 def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: tuple, rounds: int, seed: int,
-                    quiet: bool, verbose: bool, bind: str = "none", turns: str = "size") -> int:
+                    quiet: bool, verbose: bool, bind: str = "none", turns: str = "size",
+                    more: Optional[Callable[[int], int]] = None) -> int:
     """Measure ``argv`` (a measuring command, without outputs) once per side and round, in
     pairs, writing side i's rows to ``paths[i]``; returns 0, or the exit code that stopped it
     (a failed result check, exit 1, lets the pairs go on, as in an ordinary run).
 
     ``turns``: "size", the two launches of a pair run at once and take turns size by size
-    (``run.turns``); "launch", one launch after the other, in a random order."""
+    (``run.turns``); "launch", one launch after the other, in a random order. ``more``: called
+    with the pairs done once they are all done (both files then hold them), returns how many
+    pairs to add (0: none); added pairs keep each round's budget of the first ``rounds``."""
     job = uuid.uuid4().hex[:12]
     launchers = []
+
+    def described(i: int, pairs: int) -> str:
+        return json.dumps({"job": job, "side": "AB"[i], "label": sides[i].label, "differs": sides[i].describe(),
+                           "other": sides[1 - i].label, "pairs": pairs, "turns": turns})
     try:
         for i, (side, path) in enumerate(zip(sides, paths)):
-            described = {"job": job, "side": "AB"[i], "label": side.label, "differs": side.describe(),
-                         "other": sides[1 - i].label, "pairs": rounds, "turns": turns}
             # --force: ab itself refused existing files unless told to overwrite them
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
-                                           extra_env={**side.env, environment.AB: json.dumps(described)}, bind=bind,
+                                           extra_env={**side.env, environment.AB: described(i, rounds)}, bind=bind,
                                            side=side.label, shares_signals=turns == "size"))
         for launcher in launchers[:-1]:     # the last one's handler notes the signals between launches
             launcher.stopped_by = launchers[-1].stopped_by
         pair = _pair_at_once if turns == "size" else _pair_in_turn
-        for number, first in enumerate(pair_orders(rounds, seed), 1):
-            codes = pair(launchers, sides, number, rounds, first, seed=seed, n=n, quiet=quiet,
+        number, total = 0, rounds
+        while number < total:
+            number += 1
+            first = pair_orders(number, seed)[-1]
+            codes = pair(launchers, sides, number, total, first, seed=seed, n=n, quiet=quiet,
                          verbose=verbose and number == 1)
             failed = next((i for i in (0, 1) if codes[i] is not None and codes[i] is not NOT_LAUNCHED), None)
             if failed is not None:
-                _say_stopped(sides, paths, number, rounds, failed, codes)
+                _say_stopped(sides, paths, number, total, failed, codes)
                 return codes[failed]
+            added = more(number) if more is not None and number == total else 0
+            if added > 0:
+                total += added
+                for i, launcher in enumerate(launchers):
+                    launcher.extend(total, described(i, total))
         return 1 if any(launcher.check_failed for launcher in launchers) else 0
     finally:
         for launcher in reversed(launchers):       # each puts back the handler it found

@@ -47,6 +47,7 @@ class Schedule:
     shuffle: bool
     state: Optional[Path] = None   # self-launched rounds: the folder the parent made
     levels: int = 1                # MPI thread levels measured: a self-launched row's rounds are total / levels
+    budget_rounds: int = 0         # the rounds a size's budget is shared among (0: total_rounds)
 
     @property
     def first(self) -> int:
@@ -61,7 +62,8 @@ class Schedule:
     def budget_share(self) -> float:
         """Each round gets this share of the per-size --max-time: of a row's rounds, which with
         several thread levels self-launched are a launch at each level (``spawn.level_order``)."""
-        per_row = self.total_rounds // self.levels if self.kind == KIND_LAUNCH else self.total_rounds
+        total = self.budget_rounds or self.total_rounds
+        per_row = total // self.levels if self.kind == KIND_LAUNCH else total
         return 1.0 / max(1, per_row)
 
 
@@ -71,8 +73,9 @@ def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.enviro
     choice is broadcast by the caller)."""
     if env.get(environment.LAUNCHED) and env.get(environment.ROUND) and env.get(environment.STATE):
         total = int(env.get(environment.ROUNDS, rounds))
+        budget = env.get(environment.BUDGET_ROUNDS, "")
         return Schedule(total, (int(env[environment.ROUND]),), KIND_LAUNCH, int(env[environment.SEED]), shuffle,
-                        Path(env[environment.STATE]), levels)
+                        Path(env[environment.STATE]), levels, int(budget) if budget.isdigit() else 0)
     return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB, seed if seed is not None else new_seed(), shuffle)
 
 

@@ -280,6 +280,17 @@ def _output_problem(settings) -> Optional[str]:
     return None
 
 
+def _extended(metadata: dict, schedule: rounds.Schedule) -> dict:
+    """The metadata the run's first launch recorded, with the rounds this launch was told the
+    run has: more, where an A/B job added pairs (``ab --max-rounds``)."""
+    if isinstance(metadata.get("settings"), dict):
+        metadata["settings"]["rounds"] = max(schedule.total_rounds, metadata["settings"].get("rounds") or 0)
+    side = notes.ab_side()
+    if side is not None and isinstance(metadata.get("ab"), dict):
+        metadata["ab"]["pairs"] = side.get("pairs", metadata["ab"].get("pairs"))
+    return metadata
+
+
 def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Schedule, backends: dict) -> dict:
     """The run's metadata; ``keys``: every setup the run measures, at this launch's level and the others'."""
     hosts = list(launcher.hosts)
@@ -344,7 +355,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     collector = None
     if is_rank0:
         earlier = journal.of_type("run") if journal is not None else []
-        collector = Collector(earlier[0]["metadata"] if earlier else
+        collector = Collector(_extended(earlier[0]["metadata"], schedule) if earlier else
                               _metadata(plan, launcher, [*backends, *elsewhere], schedule, backends))
     sweep = Sweep(plan, control, backends, most_per_node, watchdog, list(launcher.hosts))
     if not sweep.steps:

@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.stats.calibration import MIN_LOG_SD, MIN_PAIRS_SHARE, MIN_PAIRS_TO_CALL, POWER, STATE_ROW_SHARE
+from collbench.stats.calibration import CONFIDENCE, MIN_LOG_SD, MIN_PAIRS_SHARE, MIN_PAIRS_TO_CALL, POWER, STATE_ROW_SHARE
 from collbench.stats.change import (Change, Spread, detectable_change, estimate_change, log_change, paired_changes,
                                     rounds_needed, run_concentration, within_spread)
 from collbench.stats.family import max_t_adjust
@@ -72,10 +72,12 @@ class Judgement:
     drift_source: str               # "assumed", "measured over N runs", or what set it
 
 
-def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assumed_log_sd: float) -> Judgement:
+def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assumed_log_sd: float,
+          confidence: float = CONFIDENCE) -> Judgement:
     """Each row's change, with its spread moderated by the rows' trend and, for a stored
     baseline, the drift of whole runs and the machine's state; the rows adjusted together
-    (max-T); each row's verdict."""
+    (max-T); each row's verdict. ``confidence``: of each row's CI, which a row must lie within
+    the threshold by to be the same."""
     raw = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
     spreads, units = time_spreads(pending, raw, assumed_log_sd)
     if one_job:
@@ -87,6 +89,7 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
     # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
     paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
                                                                [p.known_var for p in pending],
+                                                               confidence=confidence,
                                                                strata=[p.stratum for p in pending])))
     own_var = {}                     # per row: (the variance its own rounds give the estimate, its df)
     for i, p in enumerate(pending):
@@ -95,7 +98,7 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
             own_var[p.key] = (estimate.se ** 2 - p.known_var, estimate.df)
         else:
             estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=(p.drift_sd, drift_df),
-                                       known_var=p.known_var)
+                                       known_var=p.known_var, confidence=confidence)
             if estimate is not None:
                 w = spreads[p.key]
                 own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new),
@@ -112,7 +115,7 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
         [own_var[p.key][0] for p in tested], [own_var[p.key][1] for p in tested],
         [p.drift_var for p in tested], drift_df, known_var=[p.known_var for p in tested], alpha=alpha)
     adjusted = dict(zip((p.key for p in tested), family.adjusted))
-    verdicts = {p.key: decide(p, adjusted.get(p.key), threshold, alpha, family.critical) for p in pending}
+    verdicts = {p.key: decide(p, adjusted.get(p.key), threshold, alpha, family.critical, confidence) for p in pending}
     return Judgement(verdicts, pending, len(tested), drift_source)
 
 
@@ -171,7 +174,8 @@ def _metric_change(c: Change, lower_is_better: bool) -> tuple:
     return 1.0 / c.ratio, _expm1(-c.ci_high), _expm1(-c.ci_low)
 
 
-def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, critical: float) -> Verdict:
+def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, critical: float,
+           confidence: float = CONFIDENCE) -> Verdict:
     """The verdict of one row from its change, its adjusted p-value and the threshold."""
     lower_is_better = p.lower_is_better
     c = p.change
@@ -183,7 +187,8 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
     # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
     fixed = p.drift_var + p.known_var               # what more rounds in the same runs do not average out
     within_sd = math.sqrt(max(c.se ** 2 - fixed, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
-    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=fixed)
+    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=fixed,
+                           confidence=confidence)
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason, cause = "", ""

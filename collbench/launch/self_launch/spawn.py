@@ -430,6 +430,15 @@ class RoundLauncher:
                           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         self.stopped_by.extend(interrupted_by())     # one that something swallowed before
 
+    def extend(self, total: int, ab_description: Optional[str] = None) -> None:
+        """Plan ``total`` rounds where fewer were planned (an A/B job's added pairs): the launches
+        from now on say so, and each keeps the budget of the rounds first planned."""
+        self.env.setdefault(environment.BUDGET_ROUNDS, str(self.rounds))
+        self.rounds = total
+        self.env[environment.ROUNDS] = str(total)
+        if ab_description is not None:
+            self.env[environment.AB] = ab_description
+
     def stopped(self, completed: int) -> Optional[int]:
         """After ``completed`` rounds: the exit code of a signal that came between launches, said
         in one line with what the files keep; None when none came."""
