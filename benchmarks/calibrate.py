@@ -77,7 +77,7 @@ def _ab_command(kind: str, path: Path, args, extra: list = ()) -> list:
     side_b = ["--b-python", str(_pinned_python(path.parent))] if kind.endswith("-pinned") else []
     command = args.command.split()
     return [sys.executable, "-m", "collbench", "ab", "--a-env", "SPIN_FRACTION=0", "--b-env", f"SPIN_FRACTION={spin}",
-            *side_b, *extra, "-o", str(path), "--force", "-q", "--threshold", args.threshold, "--", *command,
+            *side_b, *extra, "-o", str(path), "--force", "-q", "-f", "json", "--threshold", args.threshold, "--", *command,
             "--backend", "spin-mpi", "--rounds", str(args.rounds)]
 
 
@@ -142,6 +142,9 @@ def _collect(folder: Path, args) -> dict:
                 hog.wait()
         wall = time.monotonic() - start
         walls.setdefault(f"{variant} {kind}".strip(), []).append(wall)
+        if kind.startswith("ab-") and proc.stdout.strip():      # ab's own verdicts, at its own looks
+            Path(f"{path}-verdicts.json").write_text(json.dumps({**json.loads(proc.stdout), "exit": proc.returncode,
+                                                                  "wall_s": wall}))
         status = "ok" if proc.returncode == 0 or (kind.startswith("ab-") and proc.returncode in (1, 3)) else \
             f"exit {proc.returncode}: {proc.stderr.strip()[-200:]}"
         print(f"[{i}/{len(jobs)}] {path.relative_to(folder)}: {wall:.1f} s, {status}", flush=True)
@@ -183,19 +186,29 @@ def _analyse_ab(folder: Path, args, options: dict) -> None:
         if not jobs:
             continue
         exits = undecided = flagged = slower = same = rows = 0
+        pairs, walls = [], []
         for a in jobs:
-            c = compare_runs(load_result(a), load_result(Path(str(a)[:-len("a.json")] + "b.json")), **options)
-            exits += c.regression
-            undecided += c.status == 3
-            flagged += c.counts["slower"] + c.counts["faster"]
-            slower += c.counts["slower"]
-            same += c.counts["same"]
-            rows += len(c.rows)
+            own = Path(str(a)[:-len("-a.json")] + "-verdicts.json")
+            if own.exists():          # as the job judged itself, at its looks (ab --max-rounds)
+                doc = json.loads(own.read_text())
+                counts, status = doc["summary"], doc["exit"]
+                pairs.append(json.loads(a.read_text())["metadata"]["ab"]["pairs"])
+                walls.append(doc["wall_s"])
+            else:
+                c = compare_runs(load_result(a), load_result(Path(str(a)[:-len("a.json")] + "b.json")), **options)
+                counts, status = c.counts, c.status
+            exits += status == 1
+            undecided += status == 3
+            flagged += counts["slower"] + counts["faster"]
+            slower += counts["slower"]
+            same += counts["same"]
+            rows += sum(counts.values())
         power = not kind.endswith("-aa")
         what = "rows called slower" if power else "rows flagged"
         value = slower if power else flagged
         print(f"{kind + ' (collbench ab, pairs)':<42} {what} {value / rows:6.1%}   same {same / rows:6.1%}   "
-              f"jobs exiting 1 {exits}/{len(jobs)}, 3 (undecided) {undecided}/{len(jobs)}")
+              f"jobs exiting 1 {exits}/{len(jobs)}, 3 (undecided) {undecided}/{len(jobs)}"
+              + (f"; pairs {', '.join(map(str, pairs))}, {', '.join(f'{w:.0f}' for w in walls)} s" if pairs else ""))
 
 
 def at_level(result: RunResult, level: str) -> RunResult:

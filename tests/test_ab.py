@@ -205,14 +205,15 @@ def test_the_looks_double_from_the_rounds_asked_for_to_the_most_allowed():
     assert looks(1, 4) == [1, 2, 4]
 
 
-def _look(verdicts: dict, needed=None, cause="rounds", passed=True):
+def _look(verdicts: dict, needed=None, cause="rounds", strict=False, unjudged=0):
     """A comparison as _more_pairs reads it: rows with a verdict, and what the undecided need."""
     from types import SimpleNamespace
 
     rows = [SimpleNamespace(verdict=v, rounds_needed=needed, cause=cause) for v, k in verdicts.items() for _ in range(k)]
     left = [r for r in rows if r.verdict == "inconclusive"]
-    return SimpleNamespace(undecided=left, passed=passed, regression="slower" in verdicts, alpha=0.05 / 3,
-                           decided=len(rows) - len(left), compared=rows)
+    return SimpleNamespace(undecided=left, regression="slower" in verdicts, alpha=0.05 / 3, unjudged=[0] * unjudged,
+                           allow_missing=False, decided=len(rows) - len(left), compared=rows, min_decided=0.8,
+                           fail_on_inconclusive=strict)
 
 
 @pytest.mark.parametrize("look, done, adds, says", [
@@ -222,7 +223,10 @@ def _look(verdicts: dict, needed=None, cause="rounds", passed=True):
     (_look({"same": 7, "inconclusive": 3}, needed=None), 10, 0, "need more than 40 pairs"),
     (_look({"same": 7, "inconclusive": 3}, needed=None, cause="pairs"), 10, 10, "10 more pairs"),
     (_look({"same": 10}), 10, 0, "every row is decided"),
-    (_look({"slower": 1, "inconclusive": 9}, needed=12, passed=False), 10, 0, "a row is called slower"),
+    (_look({"same": 8, "inconclusive": 2}, needed=18), 10, 0, "enough are (--min-decided 80%)"),
+    (_look({"same": 9, "inconclusive": 1}, needed=18, strict=True), 10, 10, "1 undecided: 10 more pairs"),
+    (_look({"slower": 1, "inconclusive": 9}, needed=12), 10, 0, "a row is called slower"),
+    (_look({"same": 5, "inconclusive": 5}, needed=12, unjudged=1), 10, 0, "rows the new side lacks"),
     (_look({"same": 7, "inconclusive": 3}, needed=18), 40, 0, None),        # the last look: nothing is judged
 ])
 def test_pairs_are_added_only_where_an_undecided_row_can_still_be_decided(look, done, adds, says, capsys):

@@ -55,8 +55,8 @@ def _side_options(letter: str):
               help="The share of rows that must be decided to pass; below it, exit 3 (undecided), as in compare.")
 @click.option("--max-rounds", type=params.Whole(min=1, max=1000), default=None, metavar="N",
               help="Pairs the job may go to where rows are undecided: after the command's --rounds, and "
-                   "after twice as many and so on, it judges, and adds pairs while a row is undecided "
-                   "[default: 4 x --rounds; --max-rounds equal to --rounds adds none].")
+                   "after twice as many and so on, it judges, and adds pairs while fewer than --min-decided "
+                   "of the rows are decided [default: 4 x --rounds; equal to --rounds adds none].")
 @click.option("--turns", type=click.Choice(("size", "launch")), default="size", show_default=True,
               help="How a pair's two launches take turns: at once, size by size (what moves the machine "
                    "in a second moves both), or one launch after the other.")
@@ -164,8 +164,9 @@ def _max_rounds(given, rounds: int) -> int:
 
 def _more_pairs(done: int, looks: list, judge, quiet: bool) -> int:
     """After ``done`` pairs (a look of ``looks``): how many pairs to add, judged now. None are
-    added after the last look, once a row is called slower (or the gate fails otherwise), once
-    every row is decided, or where no undecided row can be decided within the last look."""
+    added after the last look; once a row is called slower, or the gate fails on rows the new
+    side lacks; once enough rows are decided (``--min-decided``; every row, with
+    ``--fail-on-inconclusive``); or where no undecided row can be decided within the last look."""
     from collbench.errors import UsageError
 
     if done >= looks[-1]:
@@ -177,17 +178,19 @@ def _more_pairs(done: int, looks: list, judge, quiet: bool) -> int:
     left = c.undecided
     reachable = [r for r in left if (r.rounds_needed is not None and r.rounds_needed <= looks[-1])
                  or (r.rounds_needed is None and r.cause in ("pairs", "family"))]
+    enough = not c.fail_on_inconclusive and c.decided >= c.min_decided * len(c.compared) - 1e-9
     step = next(k for k in looks if k > done) - done
-    adding = step if c.passed and reachable else 0
+    why = ("a row is called slower" if c.regression else
+           "rows the new side lacks fail the gate" if c.unjudged and not c.allow_missing else
+           "every row is decided" if not left else
+           f"enough are (--min-decided {c.min_decided:.0%})" if enough else
+           f"the {len(left)} undecided need more than {looks[-1]} pairs" if not reachable else "")
     if not quiet:
         said = (f"{c.decided} of {len(c.compared)} rows decided at alpha {c.alpha:.3g} "
                 f"(look {looks.index(done) + 1} of {len(looks)})")
-        why = ("a row is called slower" if c.regression else "the gate fails" if not c.passed else
-               "every row is decided" if not left else
-               f"the {len(left)} undecided need more than {looks[-1]} pairs" if not reachable else
-               f"{len(left)} undecided: {step} more pairs")
-        print(f"collbench ab: after {done} pairs, {said}; {why}", file=sys.stderr, flush=True)
-    return adding
+        print(f"collbench ab: after {done} pairs, {said}; {why or f'{len(left)} undecided: {step} more pairs'}",
+              file=sys.stderr, flush=True)
+    return 0 if why else step
 
 
 def _measuring_command(command) -> tuple:
