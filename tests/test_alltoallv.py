@@ -143,3 +143,87 @@ def test_a_pattern_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, args
     proc = cli([*args, "-n", "2", "--no-save"], tmp_path)
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# --pattern matrix:FILE
+
+def _matrix(tmp_path, text: str, name: str = "m.txt") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_matrix_spreads_each_rank_by_its_row_and_is_named_by_its_content(tmp_path):
+    first = patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1  # comment\n\n1,1,4\n"))
+    again = patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 4", "other.csv"))
+    assert first.name == again.name and first.name.startswith("matrix:") and len(first.name) == 19
+    assert patterns.parse(first.name) == first           # the name alone finds it again (ranks, rows)
+    matrix = patterns.counts(first.name, 3, 600)
+    assert matrix == ((200, 400, 0), (0, 300, 300), (100, 100, 400))   # each row: 600, in its row's proportions
+    assert patterns.imbalance(matrix) == pytest.approx((1.0, 800 / 600))
+    assert patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 5", "third")).name != first.name
+
+
+def test_a_matrix_for_another_world_size_is_refused_on_the_ranks(tmp_path):
+    from collbench.run.runner import roles_problem
+    from types import SimpleNamespace
+
+    name = patterns.parse("matrix:" + _matrix(tmp_path, "1 1\n1 1\n", "two.txt")).name
+    plan = SimpleNamespace(collectives=("alltoallv",), roles=Roles(pattern=name), pairing=None)
+    assert roles_problem(plan, 3).endswith("two.txt is a 2 x 2 matrix: it spreads 2 ranks, not 3")
+    assert roles_problem(plan, 2) is None
+
+
+@pytest.mark.parametrize("text,said", [
+    ("", "no numbers in it"),
+    ("# only a comment\n\n", "no numbers in it"),
+    ("1 2\n3\n", "2 rows of 1/2 entries: a traffic matrix is n rows of n"),
+    ("1 2 3\n4 5 6\n", "2 rows of 3 entries"),
+    ("1 -2\n1 1\n", "line 1: every entry must be a finite number, 0 or more"),
+    ("1 1\n1 1e999\n", "line 2: every entry must be a finite number"),
+    ("1 nan\n1 1\n", "line 1 holds something other than plain numbers"),
+    ("1 inf\n1 1\n", "line 1 holds something other than plain numbers"),
+    ("1 0x10\n1 1\n", "line 1 holds something other than plain numbers"),
+    ("1 1_0\n1 1\n", "line 1 holds something other than plain numbers"),
+    ("1 \u0662\n1 1\n", "not text of numbers (ASCII)"),
+    ("0 0\n1 1\n", "line 1: the rank sends nothing"),
+    ("1 1.2.3\n1 1\n", "line 1 holds something other than plain numbers"),
+    (" ".join(["1"] * 1025) + "\n", "more than 1024 ranks"),
+])
+def test_a_bad_matrix_is_one_line_saying_what_is_wrong(tmp_path, text, said):
+    from collbench.errors import UsageError
+
+    with pytest.raises(UsageError, match="^--pattern matrix:") as caught:
+        patterns.parse(f"matrix:{_matrix(tmp_path, text)}")
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_matrix_file_that_is_not_a_file_or_too_big_is_refused_without_blocking(tmp_path):
+    import os
+
+    from collbench.errors import UsageError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)                          # no writer: a blocking open would wait forever
+    big = tmp_path / "big"
+    with open(big, "wb") as handle:
+        handle.truncate(patterns.MAX_MATRIX_BYTES + 1)     # sparse: no disk
+    for path, said in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"), (tmp_path, "cannot read it: Is a directory"),
+                       (tmp_path / "none", "cannot read it: No such file or directory"), (big, "over 64 MiB")):
+        with pytest.raises(UsageError, match=said):
+            patterns.parse(f"matrix:{path}")
+
+
+def test_a_matrix_run_checks_every_piece_and_a_world_it_does_not_fit_is_one_line(tmp_path):
+    hot = _matrix(tmp_path, "1 1 6\n1 1 6\n2 1 1\n", "hot.txt")
+    proc = cli(["alltoallv", "-n", "3", "--sizes", "12,3K", "--pattern", f"matrix:{hot}", "--thread-level", "multiple",
+                "-o", "m.json", *QUICK], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    name = patterns.parse(f"matrix:{hot}").name
+    rows = load_json(tmp_path / "m.json")["rows"]
+    assert [(r["check"], r["pattern"]) for r in rows] == [("ok", name)] * 2
+    assert rows[1]["imbalance_received"] == pytest.approx(patterns.imbalance(patterns.counts(name, 3, 768))[1])
+    assert rows[1]["imbalance_received"] > 1.5
+    proc = cli(["alltoallv", "-n", "2", "--sizes", "12", "--pattern", f"matrix:{hot}", "--no-save", *QUICK], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("hot.txt is a 3 x 3 matrix: it spreads 3 ranks, not 2")
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -7,7 +7,13 @@ elements each rank sends each rank, scaled so that a rank sends the sweep's size
   rank sends and receives the same total, F = 0 is uniform;
 * ``zipf:S[:SEED]``: a mixture-of-experts router: every rank sends its tokens to the ranks in
   proportion to a Zipf law of exponent S over their places in a seeded shuffle (SEED, 0 unless
-  given), so that every rank sends the same and the hot ranks receive more.
+  given), so that every rank sends the same and the hot ranks receive more;
+* ``matrix:FILE``: a traffic matrix of one's own (a router's recorded counts, say): row i of
+  FILE, n whitespace- or comma-separated non-negative numbers, says in what proportions rank i
+  spreads its sends over the ranks (``#`` starts a comment). Each row is taken as proportions,
+  so every rank sends the size, as with zipf; the matrix must be n × n for a world (or group)
+  of n ranks. It is named by its content (``matrix:`` and 12 hex digits of its SHA-256): two
+  runs of one matrix match, whatever the file was called, and every rank must read the same.
 
 A pattern is named in rows by its canonical spelling (``zipf:1.2:0``), so that two runs of one
 pattern match and two of different seeds do not. Each row of the matrix adds up to exactly the
@@ -23,16 +29,25 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 UNIFORM = "uniform"
-KINDS = ("uniform", "spread:F", "zipf:S[:SEED]")
+KINDS = ("uniform", "spread:F", "zipf:S[:SEED]", "matrix:FILE")
 #: the steepest Zipf exponent taken: beyond it the coldest ranks' shares underflow to nothing
 MAX_ZIPF = 16.0
+#: the most ranks a matrix file may describe (n² numbers: a million at this size), and the most
+#: bytes read of one: memory stays bounded whatever the file is
+MAX_MATRIX_RANKS = 1024
+MAX_MATRIX_BYTES = 64 << 20
+#: the matrices read in this process, by their digest: a row's pattern names one; and the file
+#: each was read from, for what is said about it
+_MATRICES: dict = {}
+_SOURCES: dict = {}
 
 
 @dataclass(frozen=True)
 class Pattern:
-    kind: str                   # uniform, spread, zipf
+    kind: str                   # uniform, spread, zipf, matrix
     parameter: float = 0.0      # spread's F, zipf's S
     seed: int = 0               # zipf's shuffle
+    digest: str = ""            # matrix: its content's (``_MATRICES``)
 
     @property
     def name(self) -> str:
@@ -40,7 +55,17 @@ class Pattern:
             return f"spread:{self.parameter:g}"
         if self.kind == "zipf":
             return f"zipf:{self.parameter:g}:{self.seed}"
+        if self.kind == "matrix":
+            return f"matrix:{self.digest}"
         return UNIFORM
+
+    def problem(self, n: int) -> str:
+        """Why this pattern cannot spread a world (or group) of n ranks ("" when it can)."""
+        if self.kind == "matrix" and len(_MATRICES[self.digest]) != n:
+            size = len(_MATRICES[self.digest])
+            return (f"--pattern matrix:{_SOURCES.get(self.digest, self.digest):.80} is a {size} x {size} matrix: "
+                    f"it spreads {size} ranks, not {n}")
+        return ""
 
     def weights(self, n: int) -> list:
         """``weights[i][j]``: rank i's share of its sends that go to rank j (each row adds up to 1)."""
@@ -54,6 +79,8 @@ class Pattern:
             law = [1.0 / (places[j] + 1) ** self.parameter for j in range(n)]
             total = sum(law)
             return [[w / total for w in law] for _ in range(n)]
+        if self.kind == "matrix":
+            return [[w / sum(row) for w in row] for row in _MATRICES[self.digest]]
         return [[1.0 / n] * n for _ in range(n)]
 
 
@@ -79,10 +106,78 @@ def parse(text: str) -> Pattern:
             if not 0 <= number < 2 ** 31:
                 raise ValueError
             return Pattern("zipf", s, number)
+        if kind == "matrix" and rest:
+            return Pattern("matrix", digest=rest if rest in _MATRICES else read_matrix(rest))
     except ValueError:
         pass
-    raise ValueError(f"pattern {spelled!r:.60}: give uniform, spread:F (0 <= F <= 1) or zipf:S[:SEED] "
-                     f"(0 <= S <= {MAX_ZIPF:g}, SEED a whole number)")
+    raise ValueError(f"pattern {spelled!r:.60}: give uniform, spread:F (0 <= F <= 1), zipf:S[:SEED] "
+                     f"(0 <= S <= {MAX_ZIPF:g}, SEED a whole number) or matrix:FILE")
+
+
+def read_matrix(path: str) -> str:
+    """Read the traffic matrix in the file ``path`` and keep it (``_MATRICES``); returns its
+    digest. UsageError, in one line, where the file cannot be read or is not a matrix of
+    non-negative numbers with a positive one in every row."""
+    import hashlib
+    import os
+    import stat
+
+    from collbench.errors import UsageError
+
+    where = f"--pattern matrix:{path:.80}"
+    try:
+        # not blocking: a FIFO with no writer would hold the open forever
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise UsageError(f"{where}: not a regular file")
+            data = handle.read(MAX_MATRIX_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if len(data) > MAX_MATRIX_BYTES:
+        raise UsageError(f"{where}: over {MAX_MATRIX_BYTES >> 20} MiB, more than a matrix of "
+                         f"{MAX_MATRIX_RANKS} ranks needs")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not text of numbers (ASCII)") from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        cells = line.split("#", 1)[0].replace(",", " ").split()
+        if not cells:
+            continue
+        if len(cells) > MAX_MATRIX_RANKS or len(rows) >= MAX_MATRIX_RANKS:
+            raise UsageError(f"{where}: more than {MAX_MATRIX_RANKS} ranks")
+        try:
+            row = [float(cell) for cell in cells if _plain_number(cell)]
+        except ValueError:
+            row = []
+        if len(row) != len(cells):
+            raise UsageError(f"{where}: line {number} holds something other than plain numbers")
+        if not all(math.isfinite(x) and x >= 0 for x in row):
+            raise UsageError(f"{where}: line {number}: every entry must be a finite number, 0 or more")
+        if not sum(row) > 0:
+            raise UsageError(f"{where}: line {number}: the rank sends nothing; a row needs an entry above 0")
+        rows.append(tuple(row))
+    if not rows:
+        raise UsageError(f"{where}: no numbers in it")
+    if any(len(row) != len(rows) for row in rows):
+        raise UsageError(f"{where}: {len(rows)} rows of {'/'.join(sorted({str(len(r)) for r in rows}))} "
+                         f"entries: a traffic matrix is n rows of n")
+    digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
+    _MATRICES[digest] = tuple(rows)
+    _SOURCES.setdefault(digest, path)
+    return digest
+
+
+def _plain_number(cell: str) -> bool:
+    """Digits with at most a point and an exponent: no signs of other scripts, no nan or inf words."""
+    body = cell.lower()
+    return bool(body) and all(c in "0123456789.e+-" for c in body)
+
+
+def problem(name: str, n: int) -> str:
+    """Why the pattern ``name`` (a canonical one) cannot spread n ranks ("" when it can)."""
+    return parse(name).problem(n)
 
 
 @lru_cache(maxsize=4)

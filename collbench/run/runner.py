@@ -17,6 +17,7 @@ from typing import Optional
 
 from collbench.backends import pages
 from collbench.backends.base import BackendOptions, Setup
+from collbench.benchmarks import patterns
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.measure import harness
@@ -266,6 +267,9 @@ def roles_problem(plan: Plan, n: int) -> Optional[str]:
     short = [b.name for b in benches if b.min_ranks > n]
     if short:
         return f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; {n} started"
+    spread = patterns.problem(plan.roles.pattern, n) if any(bench.patterned for bench in benches) else ""
+    if spread:
+        return spread
     a, b = plan.roles.pairs[0]
     if plan.pairing is None and any(bench.paired for bench in benches) and max(a, b) >= n:
         return f"--pair {a},{b} is outside the world of {n} ranks (0..{n - 1})"
