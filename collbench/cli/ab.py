@@ -164,9 +164,10 @@ def _max_rounds(given, rounds: int) -> int:
 
 def _more_pairs(done: int, looks: list, judge, quiet: bool) -> int:
     """After ``done`` pairs (a look of ``looks``): how many pairs to add, judged now. None are
-    added after the last look; once a row is called slower, or the gate fails on rows the new
-    side lacks; once enough rows are decided (``--min-decided``; every row, with
-    ``--fail-on-inconclusive``); or where no undecided row can be decided within the last look."""
+    added after the last look; where the gate fails on rows the new side lacks; once enough rows
+    are decided (``--min-decided``; every row, with ``--fail-on-inconclusive``), slower ones
+    included: a row called slower fails the gate, but the rows left undecided beside it are
+    what the job could not see; or where no undecided row can be decided within the last look."""
     from collbench.errors import UsageError
 
     if done >= looks[-1]:
@@ -180,8 +181,7 @@ def _more_pairs(done: int, looks: list, judge, quiet: bool) -> int:
                  or (r.rounds_needed is None and r.cause in ("pairs", "family"))]
     enough = not c.fail_on_inconclusive and c.decided >= c.min_decided * len(c.compared) - 1e-9
     step = next(k for k in looks if k > done) - done
-    why = ("a row is called slower" if c.regression else
-           "rows the new side lacks fail the gate" if c.unjudged and not c.allow_missing else
+    why = ("rows the new side lacks fail the gate" if c.unjudged and not c.allow_missing else
            "every row is decided" if not left else
            f"enough are (--min-decided {c.min_decided:.0%})" if enough else
            f"the {len(left)} undecided need more than {looks[-1]} pairs" if not reachable else "")
