@@ -37,6 +37,9 @@ def simulate(name, op, n, elements, root, pair=(0, 1)):
         "scatter": lambda r: sends[root][r * c:(r + 1) * c],
         "alltoall": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),
         "alltoallv": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),   # uniform
+        "allgatherv": lambda r: np.concatenate(sends),                       # uniform: pieces of size / n
+        "gatherv": lambda r: np.concatenate(sends) if r == root else None,
+        "scatterv": lambda r: sends[root][r * c:(r + 1) * c],
         "reduce_scatter": lambda r: reduced[r * c:(r + 1) * c],
         "barrier": lambda r: None,
         "pingpong": lambda r: sends[b] if r == a else sends[a] if r == b else None,
@@ -174,13 +177,22 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
     assert MpiBackend.supports(collective=coll, dtype=dtype_of("float32"), op="none") is None
     assert GlooBackend.supports(collective=coll, dtype=dtype_of("float32"), op="none") == \
         "buffer-only has no tensor call"
-    assert all(c.issued_by(f) for c in COLLECTIVES.values() for f in ("buffer", "object", "tensor"))
+    assert all(c.issued_by(f) for c in COLLECTIVES.values() for f in ("buffer", "object"))
+    # torch's gather and scatter take pieces of one length: gatherv and scatterv say so on both
+    assert [c.name for c in COLLECTIVES.values() if not c.issued_by("tensor")] == ["gatherv", "scatterv"]
+    assert all({"gloo", "nccl"} <= set(COLLECTIVES[name].lacks) for name in ("gatherv", "scatterv"))
+    assert GlooBackend.supports(collective=COLLECTIVES["allgatherv"], dtype=dtype_of("float32"), op="none") == \
+        COLLECTIVES["allgatherv"].lacks["gloo"]
 
 
 def test_every_benchmark_module_is_found_in_its_place():
     assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall", "alltoallv",
                      "reduce_scatter", "barrier")
-    assert NAMES == ORDER + ("pingpong", "bw", "bibw", "sendrecv")
+    assert NAMES == ("allreduce", "bcast", "reduce", "allgather", "allgatherv", "gather", "gatherv", "scatter",
+                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "barrier", "pingpong", "bw", "bibw",
+                     "sendrecv")
+    assert [name for name in NAMES if name not in ORDER] == ["allgatherv", "gatherv", "scatterv", "pingpong", "bw",
+                                                            "bibw", "sendrecv"]
 
 
 @pytest.mark.parametrize("name,part_of,timed_on,per_call,bus", [

@@ -26,6 +26,9 @@ EXPECTED = {
     "allgather": COMMON | SPLIT | DATA,
     "alltoall": COMMON | SPLIT | DATA,
     "alltoallv": COMMON | SPLIT | DATA | {"--pattern"},
+    "allgatherv": COMMON | SPLIT | DATA | {"--pattern"},
+    "gatherv": COMMON | SPLIT | DATA | {"--pattern", "--root"},
+    "scatterv": COMMON | SPLIT | DATA | {"--pattern", "--root"},
     "barrier": COMMON | SPLIT,
     "pingpong": COMMON | DATA - {"--placement"} | {"--pair"},
     "bw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
@@ -56,7 +59,8 @@ def test_help_lists_exactly_the_options_that_apply(command, tmp_path):
     assert "%%" not in proc.stdout and "-o, --output FILE" in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["allgather", "gather", "scatter", "alltoall", "alltoallv", "reduce_scatter"])
+@pytest.mark.parametrize("command", ["allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv", "alltoall",
+                                     "alltoallv", "reduce_scatter"])
 def test_help_says_the_size_is_the_whole_array(command, tmp_path):
     text = " ".join(collbench(command, "--help", cwd=tmp_path).stdout.split())
     assert "whole array over all n ranks" in text and "per-rank column" in text
@@ -152,7 +156,8 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
     assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 3] == ["pairs", "all", "env"]
-    assert list(ORDER) == [c for c in NAMES if c not in ("pingpong", "bw", "bibw", "sendrecv")]
+    assert list(ORDER) == [c for c in NAMES if c not in ("allgatherv", "gatherv", "scatterv", "pingpong", "bw", "bibw",
+                                                         "sendrecv")]
 
 
 def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(tmp_path):

@@ -116,6 +116,8 @@ class Backend(ABC):
     def supports(cls, *, collective: "Benchmark", dtype: "Dtype", op: str) -> Optional[str]:
         """None if this combination can run, else the reason it cannot (asked when the plan is
         built, before any rank starts)."""
+        if cls.name in collective.lacks:
+            return collective.lacks[cls.name]
         if cls.family is not None and not collective.issued_by(cls.family):
             return f"{collective.name} has no {cls.family} call"
         if collective.reduces and op not in cls.ops:

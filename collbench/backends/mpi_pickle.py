@@ -24,17 +24,18 @@ from collbench.benchmarks.payloads import payload_of
 def _as_array(result, payload, dtype, pieces: bool, recv_len: int) -> Optional[np.ndarray]:
     """What arrived, as values for the check: one object, or (``pieces``: gather, allgather,
     alltoall) a list of n objects, one after another; where a rank receives less than the
-    busiest (alltoallv), the rest up to ``recv_len`` is the sentinel no value equals, as a
-    receive buffer's unwritten end would be."""
+    busiest (alltoallv, scatterv), the rest up to ``recv_len`` is the sentinel no value equals,
+    as a receive buffer's unwritten end would be."""
     if result is None:
         return None
     if pieces:
         parts = [payload.values(r, dtype) for r in result]
         got = np.concatenate(parts) if parts else np.empty(0, dtype)
-        if len(got) < recv_len:
-            got = np.concatenate([got, np.full(recv_len - len(got), sentinel(got.dtype), got.dtype)])
-        return got
-    return payload.values(result, dtype)
+    else:
+        got = payload.values(result, dtype)
+    if len(got) < recv_len:
+        got = np.concatenate([got, np.full(recv_len - len(got), sentinel(got.dtype), got.dtype)])
+    return got
 
 
 def _pickle_limit(MPI) -> Optional[int]:

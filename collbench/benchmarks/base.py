@@ -320,6 +320,10 @@ class Benchmark:
 
     #: its pieces have lengths of their own, which ``--pattern`` (``Roles.pattern``) spreads
     patterned: ClassVar[bool] = False
+    #: backends (by name) whose library lacks this call, and why: refused in one line
+    lacks: ClassVar[dict] = {}
+    #: measured by ``collbench all`` (a collective); False: by its own command only, for now
+    in_all: ClassVar[bool] = True
 
     def imbalance(self, elements: int, n: int, roles: Roles) -> tuple[float, float]:
         """(sent, received): the busiest rank's bytes over the size's, where a pattern spreads them."""

@@ -196,6 +196,21 @@ def counts(name: str, n: int, elements: int) -> tuple:
     return tuple(matrix)
 
 
+@lru_cache(maxsize=4)
+def pieces(name: str, n: int, elements: int) -> tuple:
+    """For the v-collectives of one piece per rank (allgatherv, gatherv, scatterv): rank j's
+    piece, in proportion to what the pattern has rank j receive (its column), adding up to
+    ``elements``: uniform and spread give equal pieces, zipf and a matrix the hot ranks larger."""
+    weights = parse(name).weights(n)
+    shares = [sum(row[j] for row in weights) for j in range(n)]
+    total = sum(shares)
+    exact = [elements * share / total for share in shares]
+    out = [math.floor(x) for x in exact]
+    for j in sorted(range(n), key=lambda j: out[j] - exact[j])[:elements - sum(out)]:
+        out[j] += 1
+    return tuple(out)
+
+
 def sent(matrix: tuple, rank: int) -> tuple:
     return matrix[rank]
 

@@ -102,7 +102,7 @@ for _name in NAMES:
 def _all_command():
     from collbench.benchmarks.registry import COLLECTIVES
 
-    benches = list(COLLECTIVES.values())
+    benches = [b for b in COLLECTIVES.values() if b.in_all]
 
     @bench_options(benches)
     def all_command(**opts):

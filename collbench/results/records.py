@@ -177,9 +177,11 @@ class Row:
                           "zipf:S:SEED (docs/methodology.md, Patterns); empty for the others", identity=True,
                           matched=True, since=9, default="", older="",
                           said=lambda r: f"pattern {r['pattern']}" if r["pattern"] else "")
-    imbalance_sent: float = column("the busiest sender's bytes over size_bytes (what a rank sends on average): 1 "
+    imbalance_sent: float = column("the busiest sender's bytes over what a rank sends on average (alltoallv: "
+                                   "size_bytes; allgatherv, gatherv: the largest piece over the mean piece): 1 "
                                    "where every rank sends the same", identity=True, since=9, default=1.0, older=1.0)
-    imbalance_received: float = column("the busiest receiver's bytes over size_bytes; the bandwidths count the "
+    imbalance_received: float = column("the busiest receiver's bytes over what a rank receives on average "
+                                       "(scatterv: the largest piece over the mean); alltoallv's bandwidths count the "
                                        "busier of the two ranks' bytes, as nccl-tests' alltoallv does",
                                        identity=True, since=9, default=1.0, older=1.0)
 
@@ -281,9 +283,17 @@ RowIdentity = make_dataclass(
                                                                    bus_factor=bus_factor))})
 
 
+#: the collectives whose bandwidths count the busiest rank's bytes where a pattern spreads them
+#: (nccl-tests' alltoallv); allgatherv, gatherv and scatterv move the whole array through every
+#: rank (or the root) whatever its pieces, and count the size
+BUSIEST_RANK_COUNTS = frozenset({"alltoallv"})
+
+
 def busiest_bytes(row) -> float:
-    """The bytes a row's bandwidths count: its size, or where a pattern spread them unevenly the
-    busiest rank's, sent or received (nccl-tests' alltoallv)."""
+    """The bytes a row's bandwidths count: its size, or where a pattern spread alltoallv's bytes
+    unevenly the busiest rank's, sent or received (nccl-tests' alltoallv)."""
+    if row.collective not in BUSIEST_RANK_COUNTS:
+        return row.size_bytes
     return row.size_bytes * max(row.imbalance_sent, row.imbalance_received, 1.0)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.results import links
-from collbench.results.records import USUAL_THREAD_LEVEL, Row, backend_label, setup_words
+from collbench.results.records import BUSIEST_RANK_COUNTS, USUAL_THREAD_LEVEL, Row, backend_label, setup_words
 from collbench.measure.sizes import format_size
 from collbench.measure.timings import eager_and_own
 
@@ -181,6 +181,16 @@ def _busiest(row: Row) -> str:
 #: what the busiest column means, said under a table that has it
 BUSIEST_NOTE = ("busiest: the busiest rank's bytes, sent or received, over the size; algbw and busbw count "
                 "that rank's bytes, as nccl-tests' alltoallv does")
+#: the same for the collectives of one piece per rank (allgatherv, gatherv, scatterv)
+PIECES_NOTE = ("busiest: the largest piece over the mean piece; algbw and busbw count the whole array, which "
+               "every rank (or the root) moves whatever its pieces")
+
+
+def _busiest_note(rows: list) -> tuple:
+    """The busiest column's note, for the collective of ``rows``; none where it is not shown."""
+    if not _uneven(rows):
+        return ()
+    return (BUSIEST_NOTE if rows[0].collective in BUSIEST_RANK_COUNTS else PIECES_NOTE,)
 
 
 def _columns(columns: list, lines: list, title: str, notes: tuple) -> TableModel:
@@ -248,7 +258,7 @@ def _single(title: str, rows: list) -> TableModel:
     if sized:
         columns.append(("check", 1, lambda r: r.check))
     label = backend_label(rows[0])
-    busiest = (BUSIEST_NOTE,) if _uneven(rows) else ()
+    busiest = _busiest_note(rows)
     return _columns(columns, rows, f"{title} · {label}{level_word(rows)}",
                     _summary(rows, [label]) + split_note + busiest + _notes(rows))
 
@@ -294,7 +304,7 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
         return cell
 
     columns += [(f"{_stacked(b)}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
-    busiest = (BUSIEST_NOTE,) if _uneven(rows) else ()
+    busiest = _busiest_note(rows)
     return _columns(columns, sizes, title, _summary(rows, backends) + split_note + busiest + _notes(rows))
 
 
