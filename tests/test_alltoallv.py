@@ -158,9 +158,12 @@ def test_a_matrix_spreads_each_rank_by_its_row_and_is_named_by_its_content(tmp_p
     again = patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 4", "other.csv"))
     assert first.name == again.name and first.name.startswith("matrix:") and len(first.name) == 19
     assert patterns.parse(first.name) == first           # the name alone finds it again (ranks, rows)
+    # entry (i, j): what rank i sends rank j, scaled so that the average rank sends the size (3 x 600
+    # in all: rows of 3, 2 and 6 elevenths), each row's total cut in its own proportions
     matrix = patterns.counts(first.name, 3, 600)
-    assert matrix == ((200, 400, 0), (0, 300, 300), (100, 100, 400))   # each row: 600, in its row's proportions
-    assert patterns.imbalance(matrix) == pytest.approx((1.0, 800 / 600))
+    assert matrix == ((164, 327, 0), (0, 164, 163), (164, 163, 655))
+    assert patterns.imbalance(matrix) == pytest.approx((982 / 600, 818 / 600))
+    assert ALLTOALLV.lengths(600, 3, Roles(pattern=first.name)) == (982, 818)    # the busiest sender and receiver
     assert patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 5", "third")).name != first.name
 
 
@@ -186,7 +189,7 @@ def test_a_matrix_for_another_world_size_is_refused_on_the_ranks(tmp_path):
     ("1 0x10\n1 1\n", "line 1 holds something other than plain numbers"),
     ("1 1_0\n1 1\n", "line 1 holds something other than plain numbers"),
     ("1 \u0662\n1 1\n", "not text of numbers (ASCII)"),
-    ("0 0\n1 1\n", "line 1: the rank sends nothing"),
+    ("0 0\n0 0\n", "every entry is 0: nothing would move"),
     ("1 1.2.3\n1 1\n", "line 1 holds something other than plain numbers"),
     (" ".join(["1"] * 1025) + "\n", "more than 1024 ranks"),
 ])
@@ -215,15 +218,16 @@ def test_a_matrix_file_that_is_not_a_file_or_too_big_is_refused_without_blocking
 
 
 def test_a_matrix_run_checks_every_piece_and_a_world_it_does_not_fit_is_one_line(tmp_path):
-    hot = _matrix(tmp_path, "1 1 6\n1 1 6\n2 1 1\n", "hot.txt")
+    hot = _matrix(tmp_path, "1 1 6\n1 1 6\n0 0 0\n", "hot.txt")         # rank 2 receives most, sends nothing
     proc = cli(["alltoallv", "-n", "3", "--sizes", "12,3K", "--pattern", f"matrix:{hot}", "--thread-level", "multiple",
                 "-o", "m.json", *QUICK], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     name = patterns.parse(f"matrix:{hot}").name
     rows = load_json(tmp_path / "m.json")["rows"]
     assert [(r["check"], r["pattern"]) for r in rows] == [("ok", name)] * 2
-    assert rows[1]["imbalance_received"] == pytest.approx(patterns.imbalance(patterns.counts(name, 3, 768))[1])
-    assert rows[1]["imbalance_received"] > 1.5
+    sent, received = patterns.imbalance(patterns.counts(name, 3, 768))
+    assert (rows[1]["imbalance_sent"], rows[1]["imbalance_received"]) == pytest.approx((sent, received))
+    assert sent == pytest.approx(1.5) and received == pytest.approx(2.25)
     proc = cli(["alltoallv", "-n", "2", "--sizes", "12", "--pattern", f"matrix:{hot}", "--no-save", *QUICK], tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().endswith("hot.txt is a 3 x 3 matrix: it spreads 3 ranks, not 2")
     assert len(proc.stderr.strip().splitlines()) == 1

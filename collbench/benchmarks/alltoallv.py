@@ -2,7 +2,8 @@
 (``collbench.benchmarks.patterns``): a mixture-of-experts layer's token exchange.
 
 The size is what a rank sends in all, as for alltoall (``uniform`` is alltoall's traffic through
-the v-form); the receive buffer holds what the busiest receiver takes. Bandwidth is the busiest
+the v-form), or with a matrix what the average rank sends; the send buffer holds what the
+busiest sender gives, the receive buffer what the busiest receiver takes. Bandwidth is the busiest
 rank's bytes, sent or received, over the slowest rank's time, as nccl-tests' alltoallv_perf
 counts it: a row's ``imbalance_sent`` and ``imbalance_received`` say how far that rank's bytes
 lie above the size.
@@ -21,8 +22,10 @@ def _mine(c) -> tuple:
 
 
 def _elements(c) -> int:
-    """The elements this rank sends: the object's, or the send buffer's length."""
-    send = c.send
+    """The call's size in elements, which the pattern scales: what the average rank sends."""
+    if c.roles.elements:
+        return c.roles.elements
+    send = c.send              # roles bound without it (a plugin's own binding): every rank sends the same
     if getattr(c, "send_len", 0):
         return c.send_len
     return int(send.numel()) if hasattr(send, "numel") else len(send)
@@ -43,9 +46,10 @@ class Alltoallv(Collective):
     bus_factor = staticmethod(ring_factor)
 
     def lengths(self, elements, n, roles=Roles()):
-        """Every rank sends ``elements``; the receive buffer holds the busiest receiver's."""
+        """The send buffer holds the busiest sender's pieces (``elements`` but for a matrix), the
+        receive buffer the busiest receiver's."""
         matrix = patterns.counts(roles.pattern, n, elements)
-        return elements, max(sum(patterns.received(matrix, rank)) for rank in range(n))
+        return max(map(sum, matrix)), max(sum(patterns.received(matrix, rank)) for rank in range(n))
 
     def imbalance(self, elements, n, roles):
         return patterns.imbalance(patterns.counts(roles.pattern, n, elements))
@@ -71,8 +75,9 @@ class Alltoallv(Collective):
 
     def tensor_call(self, c):
         sends, _, receives, _ = _mine(c)
-        out = c.recv[:sum(receives)]            # torch wants the pieces to fill the tensor
-        return c.issue(c.dist.all_to_all_single, out, c.send, list(receives), list(sends), group=c.group), c.poison
+        out = c.recv[:sum(receives)]            # torch wants the pieces to fill the tensors
+        source = c.send[:sum(sends)]
+        return c.issue(c.dist.all_to_all_single, out, source, list(receives), list(sends), group=c.group), c.poison
 
 
 BENCHMARK = Alltoallv()

@@ -70,6 +70,9 @@ class Roles:
     #: how a v-collective spreads its bytes (``--pattern``: ``collbench.benchmarks.patterns``,
     #: its canonical name)
     pattern: str = "uniform"
+    #: a patterned call's size in elements, which its pattern scales (set when the call is bound:
+    #: where ranks send different totals, no buffer's length says it); 0 elsewhere
+    elements: int = 0
 
     def window_at(self, group: Optional[int]) -> int:
         """The window pair number ``group`` sends (``window`` for a rank outside every pair)."""

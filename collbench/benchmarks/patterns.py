@@ -8,17 +8,19 @@ elements each rank sends each rank, scaled so that a rank sends the sweep's size
 * ``zipf:S[:SEED]``: a mixture-of-experts router: every rank sends its tokens to the ranks in
   proportion to a Zipf law of exponent S over their places in a seeded shuffle (SEED, 0 unless
   given), so that every rank sends the same and the hot ranks receive more;
-* ``matrix:FILE``: a traffic matrix of one's own (a router's recorded counts, say): row i of
-  FILE, n whitespace- or comma-separated non-negative numbers, says in what proportions rank i
-  spreads its sends over the ranks (``#`` starts a comment). Each row is taken as proportions,
-  so every rank sends the size, as with zipf; the matrix must be n × n for a world (or group)
-  of n ranks. It is named by its content (``matrix:`` and 12 hex digits of its SHA-256): two
-  runs of one matrix match, whatever the file was called, and every rank must read the same.
+* ``matrix:FILE``: a traffic matrix of one's own (a router's recorded counts, say): entry (i, j)
+  of FILE, n lines of n whitespace- or comma-separated non-negative numbers (``#`` starts a
+  comment), is what rank i sends rank j, scaled so that the average rank sends the size: ranks
+  may send, as well as receive, different totals. The matrix must be n × n for a world (or
+  group) of n ranks. It is named by its content (``matrix:`` and 12 hex digits of its
+  SHA-256): two runs of one matrix match, whatever the file was called, and every rank must
+  read the same.
 
 A pattern is named in rows by its canonical spelling (``zipf:1.2:0``), so that two runs of one
-pattern match and two of different seeds do not. Each row of the matrix adds up to exactly the
-rank's elements (the largest remainders take the leftover elements), so a row's size is what
-every rank sent; its imbalance is the busiest rank's elements over the mean, sent and received.
+pattern match and two of different seeds do not. Counts are whole elements (the largest
+remainders take the leftover ones): each rank's pieces add up to exactly the size, or for a
+matrix the ranks' totals to exactly n times it, so a row's size is what the average rank sent;
+its imbalance is the busiest rank's elements over the mean, sent and received.
 """
 
 from __future__ import annotations
@@ -79,8 +81,10 @@ class Pattern:
             law = [1.0 / (places[j] + 1) ** self.parameter for j in range(n)]
             total = sum(law)
             return [[w / total for w in law] for _ in range(n)]
-        if self.kind == "matrix":
-            return [[w / sum(row) for w in row] for row in _MATRICES[self.digest]]
+        if self.kind == "matrix":        # the average rank's row adds up to 1, each row in its own proportion
+            rows = _MATRICES[self.digest]
+            grand = sum(map(sum, rows))
+            return [[w * len(rows) / grand for w in row] for row in rows]
         return [[1.0 / n] * n for _ in range(n)]
 
 
@@ -116,8 +120,8 @@ def parse(text: str) -> Pattern:
 
 def read_matrix(path: str) -> str:
     """Read the traffic matrix in the file ``path`` and keep it (``_MATRICES``); returns its
-    digest. UsageError, in one line, where the file cannot be read or is not a matrix of
-    non-negative numbers with a positive one in every row."""
+    digest. UsageError, in one line, where the file cannot be read or is not a square matrix of
+    non-negative numbers, not all 0."""
     import hashlib
     import os
     import stat
@@ -155,11 +159,11 @@ def read_matrix(path: str) -> str:
             raise UsageError(f"{where}: line {number} holds something other than plain numbers")
         if not all(math.isfinite(x) and x >= 0 for x in row):
             raise UsageError(f"{where}: line {number}: every entry must be a finite number, 0 or more")
-        if not sum(row) > 0:
-            raise UsageError(f"{where}: line {number}: the rank sends nothing; a row needs an entry above 0")
         rows.append(tuple(row))
     if not rows:
         raise UsageError(f"{where}: no numbers in it")
+    if not sum(map(sum, rows)) > 0:
+        raise UsageError(f"{where}: every entry is 0: nothing would move")
     if any(len(row) != len(rows) for row in rows):
         raise UsageError(f"{where}: {len(rows)} rows of {'/'.join(sorted({str(len(r)) for r in rows}))} "
                          f"entries: a traffic matrix is n rows of n")
@@ -180,20 +184,25 @@ def problem(name: str, n: int) -> str:
     return parse(name).problem(n)
 
 
+def _whole(exact: list, total: int) -> list:
+    """Whole numbers adding up to ``total``, each ``exact`` rounded down and the largest
+    remainders taking the rest."""
+    out = [math.floor(x) for x in exact]
+    for j in sorted(range(len(exact)), key=lambda j: out[j] - exact[j])[:total - sum(out)]:
+        out[j] += 1
+    return out
+
+
 @lru_cache(maxsize=4)
 def counts(name: str, n: int, elements: int) -> tuple:
-    """``counts[i][j]``: the elements rank i sends rank j, each row adding up to ``elements``.
-    n² numbers (about 37 MB at 1,024 ranks), so only the last few sizes' are kept: a block asks
-    for its size's several times in a row."""
-    matrix = []
-    for shares in parse(name).weights(n):
-        exact = [elements * share for share in shares]
-        row = [math.floor(x) for x in exact]
-        left = elements - sum(row)
-        for j in sorted(range(n), key=lambda j: row[j] - exact[j])[:left]:
-            row[j] += 1
-        matrix.append(tuple(row))
-    return tuple(matrix)
+    """``counts[i][j]``: the elements rank i sends rank j. Each row adds up to ``elements``
+    (uniform, spread, zipf), or for a matrix to the row's share of ``n × elements``: the average
+    rank sends ``elements``. n² numbers (about 37 MB at 1,024 ranks), so only the last few
+    sizes' are kept: a block asks for its size's several times in a row."""
+    weights = parse(name).weights(n)
+    totals = _whole([elements * sum(shares) for shares in weights], elements * n)
+    return tuple(tuple(_whole([total * share / sum(shares) for share in shares], total) if total else [0] * n)
+                 for shares, total in zip(weights, totals))
 
 
 @lru_cache(maxsize=4)

@@ -111,6 +111,8 @@ class Block:
         """The call at ``point`` as the pairs send it; nothing on a rank outside the pair."""
         if not self.coll.takes_part(self.control.rank, sent):
             return harness.IDLE
+        if self.coll.patterned:
+            sent = dataclasses.replace(sent, elements=point.elements)
         return self.backend.bind(self.buffers, collective=self.coll, send_len=point.send_len,
                                  recv_len=point.recv_len, op=self.op_name, roles=sent)
 
