@@ -41,6 +41,7 @@ def simulate(name, op, n, elements, root, pair=(0, 1)):
         "gatherv": lambda r: np.concatenate(sends) if r == root else None,
         "scatterv": lambda r: sends[root][r * c:(r + 1) * c],
         "reduce_scatter": lambda r: reduced[r * c:(r + 1) * c],
+        "reduce_scatterv": lambda r: reduced[r * c:(r + 1) * c],             # uniform: pieces of size / n
         "barrier": lambda r: None,
         "pingpong": lambda r: sends[b] if r == a else sends[a] if r == b else None,
         "bw": lambda r: sends[a] if r == b else None,       # the sender's acknowledgement is not checked
@@ -189,10 +190,10 @@ def test_every_benchmark_module_is_found_in_its_place():
     assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "gather", "scatter", "alltoall", "alltoallv",
                      "reduce_scatter", "barrier")
     assert NAMES == ("allreduce", "bcast", "reduce", "allgather", "allgatherv", "gather", "gatherv", "scatter",
-                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "barrier", "pingpong", "bw", "bibw",
-                     "sendrecv")
-    assert [name for name in NAMES if name not in ORDER] == ["allgatherv", "gatherv", "scatterv", "pingpong", "bw",
-                                                            "bibw", "sendrecv"]
+                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "reduce_scatterv", "barrier", "pingpong",
+                     "bw", "bibw", "sendrecv")
+    assert [name for name in NAMES if name not in ORDER] == ["allgatherv", "gatherv", "scatterv", "reduce_scatterv",
+                                                            "pingpong", "bw", "bibw", "sendrecv"]
 
 
 @pytest.mark.parametrize("name,part_of,timed_on,per_call,bus", [

@@ -29,6 +29,7 @@ EXPECTED = {
     "allgatherv": COMMON | SPLIT | DATA | {"--pattern"},
     "gatherv": COMMON | SPLIT | DATA | {"--pattern", "--root"},
     "scatterv": COMMON | SPLIT | DATA | {"--pattern", "--root"},
+    "reduce_scatterv": COMMON | SPLIT | DATA | {"--pattern", "--op"},
     "barrier": COMMON | SPLIT,
     "pingpong": COMMON | DATA - {"--placement"} | {"--pair"},
     "bw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
@@ -60,7 +61,7 @@ def test_help_lists_exactly_the_options_that_apply(command, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv", "alltoall",
-                                     "alltoallv", "reduce_scatter"])
+                                     "alltoallv", "reduce_scatter", "reduce_scatterv"])
 def test_help_says_the_size_is_the_whole_array(command, tmp_path):
     text = " ".join(collbench(command, "--help", cwd=tmp_path).stdout.split())
     assert "whole array over all n ranks" in text and "per-rank column" in text
@@ -156,8 +157,8 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
     assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 3] == ["pairs", "all", "env"]
-    assert list(ORDER) == [c for c in NAMES if c not in ("allgatherv", "gatherv", "scatterv", "pingpong", "bw", "bibw",
-                                                         "sendrecv")]
+    assert list(ORDER) == [c for c in NAMES if c not in ("allgatherv", "gatherv", "scatterv", "reduce_scatterv",
+                                                         "pingpong", "bw", "bibw", "sendrecv")]
 
 
 def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(tmp_path):

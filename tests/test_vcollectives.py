@@ -1,4 +1,4 @@
-"""allgatherv, gatherv and scatterv: one piece per rank, sized by --pattern; what each rank must
+"""allgatherv, gatherv, scatterv and reduce_scatterv: one piece per rank, sized by --pattern; what each rank must
 receive, real ranks on mpi and mpi-pickle (self-launched and under a real mpiexec) with every
 piece checked, and the refusals where torch.distributed has no such call."""
 
@@ -13,7 +13,9 @@ from collbench.benchmarks.ops import NO_OP
 from collbench.benchmarks.registry import BENCHMARKS
 
 QUICK = ["--iters", "10", "--warmup", "1", "--rounds", "1", "-q"]
-V = ("allgatherv", "gatherv", "scatterv")
+V = ("allgatherv", "gatherv", "scatterv", "reduce_scatterv")
+#: the collectives whose uneven side is what a rank receives
+RECEIVING = ("scatterv", "reduce_scatterv")
 
 
 def test_pieces_follow_what_the_pattern_has_each_rank_receive_and_add_up(tmp_path):
@@ -45,6 +47,13 @@ def test_the_expected_values_are_each_ranks_piece_where_it_lands(name, spread, n
         if name == "scatterv":
             assert recv_len == max(sizes) and send_len == elements
             got = sends[root][starts[rank]:starts[rank] + sizes[rank]]
+        elif name == "reduce_scatterv":            # the reduction of every rank's array, this rank's piece of it
+            summed = pattern("sum", "float32")
+            sends = [np.asarray(summed.value(r, np.arange(elements), n)) for r in range(n)]
+            got = np.sum(np.stack(sends), axis=0)[starts[rank]:starts[rank] + sizes[rank]]
+            want = expected(summed, n, coll.received(n, rank, roles, elements, recv_len), recv_len, np.int64)
+            np.testing.assert_array_equal(np.asarray(want)[:len(got)], got)
+            continue
         elif name == "gatherv" and rank != root:
             assert coll.received(n, rank, roles, elements, recv_len) == ()
             continue
@@ -53,7 +62,7 @@ def test_the_expected_values_are_each_ranks_piece_where_it_lands(name, spread, n
             got = np.concatenate([sends[j][:sizes[j]] for j in range(n)])
         want = expected(op, n, coll.received(n, rank, roles, elements, recv_len), recv_len, np.int64)
         np.testing.assert_array_equal(np.asarray(want)[:len(got)], got)
-    assert coll.imbalance(elements, n, roles)[name == "scatterv"] == pytest.approx(max(sizes) * n / elements)
+    assert coll.imbalance(elements, n, roles)[name in RECEIVING] == pytest.approx(max(sizes) * n / elements)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +84,7 @@ def test_every_piece_arrives_checked_and_the_rows_say_the_pattern(three_ranks, n
     for row in rows:
         assert row["check"] == "ok" and row["pattern"] == "zipf:1.2:0"
         sizes = patterns.pieces("zipf:1.2:0", 3, row["count"])
-        skew = (row["imbalance_received"] if name == "scatterv" else row["imbalance_sent"])
+        skew = (row["imbalance_received"] if name in RECEIVING else row["imbalance_sent"])
         assert skew == pytest.approx(max(sizes) * 3 / row["count"]) and skew > 1.2
         # every rank (or the root) moves the whole array: the bandwidths count the size
         assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / (row["time_us_p50"] * 1e-6) / 1e9)
@@ -107,8 +116,20 @@ def test_each_is_issued_in_each_api_mpi_has(tmp_path, api):
     ("allgatherv", "gloo's all_gather takes pieces of one length only"),
     ("gatherv", "torch.distributed's gather takes pieces of one length only"),
     ("scatterv", "torch.distributed's scatter takes pieces of one length only"),
+    ("reduce_scatterv", "gloo's reduce_scatter takes pieces of one length only"),
 ])
 def test_a_library_without_the_call_is_one_line_and_exit_2(tmp_path, name, said):
     proc = cli([name, "-n", "2", "--backend", "gloo", "--no-save"], tmp_path)
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("op", ["max", "maxloc"])
+def test_reduce_scatterv_checks_every_op_kind_on_both_apis_of_mpi4py(tmp_path, op):
+    """maxloc's value-index pairs too: a pickle rank's piece, shorter than the largest, is padded
+    with the pair's sentinel (it once failed on the tuple)."""
+    proc = cli(["reduce_scatterv", "-n", "3", "--backend", "mpi,mpi-pickle", "--sizes", "3K", "--pattern", "zipf:1.2",
+                "--op", op, "--thread-level", "multiple", "-o", "r.json", *QUICK], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["backend"], r["check"]) for r in load_json(tmp_path / "r.json")["rows"]] == [("mpi", "ok"),
+                                                                                             ("mpi-pickle", "ok")]

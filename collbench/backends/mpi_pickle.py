@@ -34,7 +34,9 @@ def _as_array(result, payload, dtype, pieces: bool, recv_len: int) -> Optional[n
     else:
         got = payload.values(result, dtype)
     if len(got) < recv_len:
-        got = np.concatenate([got, np.full(recv_len - len(got), sentinel(got.dtype), got.dtype)])
+        rest = np.empty(recv_len - len(got), got.dtype)
+        rest[...] = sentinel(got.dtype)           # a pair's sentinel is a tuple: one element's fields
+        got = np.concatenate([got, rest])
     return got
 
 
