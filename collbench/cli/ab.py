@@ -91,7 +91,6 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     from collbench.run.plan import default_nprocs
     from collbench.run.rounds import new_seed
     from collbench.results.loader import load_result
-    from collbench.stats.calibration import CONFIDENCE
 
     threshold_value = parse_threshold(threshold)
     here = launch.detect()
@@ -112,21 +111,15 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()
     looks = ab.looks(rounds, max_rounds)
-    # Each look is judged at alpha / looks, its CIs at 1 - (1 - CONFIDENCE) / looks: over every
-    # look the job may stop at, a false call (slower, faster or same) stays within alpha.
-    judged = dict(metric=metric, threshold=threshold_value, alpha=alpha / len(looks), baseline_name=labels[0],
+    judged = dict(_at_looks(alpha, len(looks)), metric=metric, threshold=threshold_value, baseline_name=labels[0],
                   new_name=labels[1], allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
-                  across_levels=True, min_decided=min_decided,     # sides may differ in level on purpose
-                  confidence=1.0 - (1.0 - CONFIDENCE) / len(looks))
+                  across_levels=True, min_decided=min_decided)     # sides may differ in level on purpose
     if not quiet:
         print(f"collbench ab: {rounds} pair{'s' * (rounds != 1)} of {name} on {n} ranks"
               f"{f', up to {max_rounds} where rows are undecided' if max_rounds > rounds else ''}; "
               f"A ({labels[0]}): {made[0].describe()}; B ({labels[1]}): {made[1].describe()}; seed {seed}",
               file=sys.stderr, flush=True)
-    why_not = ab.why_not_at_once(args, tuple(made)) if turns == "size" else ""
-    if why_not:
-        turns = "launch"
-        print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr, flush=True)
+    turns = _turns(turns, args, made)
 
     def more(done: int) -> int:
         return _more_pairs(done, looks, lambda: compare_runs(load_result(paths[0]), load_result(paths[1]), **judged),
@@ -148,6 +141,27 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         sys.exit(1)
     if comparison.status:
         sys.exit(comparison.status)
+
+
+def _at_looks(alpha: float, looks: int) -> dict:
+    """compare's alpha and confidence at each of ``looks`` looks: alpha / looks, and CIs at
+    1 - (1 - CONFIDENCE) / looks, so that over every look the job may stop at a false call
+    (slower, faster or same) stays within alpha."""
+    from collbench.stats.calibration import CONFIDENCE
+
+    return {"alpha": alpha / looks, "confidence": 1.0 - (1.0 - CONFIDENCE) / looks}
+
+
+def _turns(turns: str, args: list, made: list) -> str:
+    """How the pairs take turns: as asked, but launch by launch (said) where a rendezvous the
+    user fixed would be the same for both sides."""
+    from collbench.run import ab
+
+    why_not = ab.why_not_at_once(args, tuple(made)) if turns == "size" else ""
+    if why_not:
+        print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr, flush=True)
+        return "launch"
+    return turns
 
 
 def _max_rounds(given, rounds: int) -> int:
