@@ -8,8 +8,8 @@ gloo's all_gather takes pieces of one length only (torch checks); nccl's takes u
 """
 
 from collbench.benchmarks import patterns
-from collbench.benchmarks.base import OUT_OF_PLACE, Collective, Roles, ring_factor
 from collbench.benchmarks.check import Part
+from collbench.benchmarks.pieces import OnePiecePerRank, length
 
 
 def _pieces(c, elements: int) -> tuple:
@@ -18,38 +18,17 @@ def _pieces(c, elements: int) -> tuple:
     return sizes, patterns.displacements(sizes)
 
 
-def _length(x) -> int:
-    return int(x.numel()) if hasattr(x, "numel") else len(x)
-
-
-class Allgatherv(Collective):
+class Allgatherv(OnePiecePerRank):
     name, position = "allgatherv", 3
     gathers_objects = True
-    size_is_per_rank = False
-    patterned = True
     same_work = False          # the ranks contribute pieces of different lengths
     part_per_rank = "contributes, by its piece,"
     summary = ("Measure allgatherv across sizes: every rank contributes a piece of its own length, sized by "
                "--pattern, and ends with the whole array (the size).")
     lacks = {"gloo": "gloo's all_gather takes pieces of one length only (torch checks); allgatherv runs on mpi, "
                      "mpi-pickle and nccl"}
-    in_all = False             # its own command only, for now: not yet in the sweeps and tests of all
     #: allgather's factors per byte of buffer (benchmarks/memory_factors.py), not measured for allgatherv itself
     memory_factors = {"buffer": (1.25, 1.25), "object": (2.30, 2.30), "tensor": (1.80, 1.80)}
-
-    bus_factor = staticmethod(ring_factor)
-
-    def lengths(self, elements, n, roles=Roles()):
-        """A rank's send buffer holds the largest piece; the receive buffer, the whole array."""
-        return max(patterns.pieces(roles.pattern, n, elements)), elements
-
-    def imbalance(self, elements, n, roles):
-        if not elements:
-            return 1.0, 1.0
-        return max(patterns.pieces(roles.pattern, n, elements)) * n / elements, 1.0
-
-    def placements(self, family):
-        return (OUT_OF_PLACE,)
 
     def received(self, n, rank, roles, elements, recv_len):
         sizes = patterns.pieces(roles.pattern, n, elements)
@@ -57,7 +36,7 @@ class Allgatherv(Collective):
         return tuple(Part(starts[j], sizes[j], j, 0) for j in range(n) if sizes[j])
 
     def buffer_call(self, c):
-        sizes, starts = _pieces(c, _length(c.recv))
+        sizes, starts = _pieces(c, length(c.recv))
         return c.issue("Allgatherv", c.send[:sizes[c.rank]], [c.recv, (sizes, starts)])
 
     def object_call(self, c):

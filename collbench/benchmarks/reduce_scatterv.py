@@ -10,56 +10,29 @@ gloo's reduce_scatter takes pieces of one length only; nccl's takes uneven ones.
 from functools import reduce as fold
 
 from collbench.benchmarks import patterns
-from collbench.benchmarks.base import OUT_OF_PLACE, Collective, Roles, ring_factor
 from collbench.benchmarks.check import REDUCED, Part
+from collbench.benchmarks.pieces import OnePiecePerRank, length, view
 
 
-def _view(buf, length: int):
-    """The first ``length`` elements of a buffer argument (a view, or [view, MPI type] for
-    maxloc's pairs)."""
-    return [buf[0][:length], buf[1]] if isinstance(buf, list) else buf[:length]
-
-
-def _length(buf) -> int:
-    buf = buf[0] if isinstance(buf, list) else buf
-    return int(buf.numel()) if hasattr(buf, "numel") else len(buf)
-
-
-class ReduceScatterv(Collective):
+class ReduceScatterv(OnePiecePerRank):
     name, position = "reduce_scatterv", 7
-    size_is_per_rank = False
     reduces = True
-    patterned = True
+    pieces_sent = False
     part_per_rank = "ends with its piece of"
     summary = ("Measure reduce_scatterv across sizes: the array is reduced over the ranks and each keeps a piece "
                "of its own length, sized by --pattern; the size is the whole array.")
     lacks = {"gloo": "gloo's reduce_scatter takes pieces of one length only; reduce_scatterv runs on mpi, mpi-pickle "
                      "and nccl"}
-    in_all = False             # its own command only, for now: not yet in the sweeps and tests of all
     #: reduce_scatter's factors per byte of buffer (benchmarks/memory_factors.py), not measured for reduce_scatterv
     memory_factors = {"buffer": (1.50, 1.50), "object": (3.15, 3.15), "tensor": (1.85, 1.85)}
-
-    bus_factor = staticmethod(ring_factor)
-
-    def lengths(self, elements, n, roles=Roles()):
-        """The send buffer holds the whole array; a rank's receive buffer, the largest piece."""
-        return elements, max(patterns.pieces(roles.pattern, n, elements))
-
-    def imbalance(self, elements, n, roles):
-        if not elements:
-            return 1.0, 1.0
-        return 1.0, max(patterns.pieces(roles.pattern, n, elements)) * n / elements
-
-    def placements(self, family):
-        return (OUT_OF_PLACE,)
 
     def received(self, n, rank, roles, elements, recv_len):
         sizes = patterns.pieces(roles.pattern, n, elements)
         return (Part(0, sizes[rank], REDUCED, patterns.displacements(sizes)[rank]),) if sizes[rank] else ()
 
     def buffer_call(self, c):
-        sizes = patterns.pieces(c.roles.pattern, c.n, _length(c.send))
-        return c.issue("Reduce_scatter", c.send, _view(c.recv, sizes[c.rank]), list(sizes), c.op)
+        sizes = patterns.pieces(c.roles.pattern, c.n, length(c.send))
+        return c.issue("Reduce_scatter", c.send, view(c.recv, sizes[c.rank]), list(sizes), c.op)
 
     def object_call(self, c):
         # the pickle API has no reduce_scatter: an alltoall of the pieces, reduced locally
