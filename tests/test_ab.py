@@ -70,8 +70,9 @@ def test_assignments_and_pair_orders():
 
 
 def test_a_real_job_interleaves_the_sides_and_compare_judges_the_pairs(run_dir):
+    # --max-rounds 4: the four pairs asked for and no more, judged once, as compare judges them after
     proc = cli(["ab", "--b-env", "COLLBENCH_AB_TEST=1", "--b-label", "other", "-o", "job", "--seed", "11",
-                "--turns", "launch", "--",
+                "--turns", "launch", "--max-rounds", "4", "--",
                 "allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "20", "--warmup", "1", "--rounds", "4"],
                run_dir, timeout=300)
     assert proc.returncode in (0, 1, 3), proc.stderr
