@@ -137,9 +137,10 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             launcher.stopped_by = launchers[-1].stopped_by
         pair = _pair_at_once if turns == "size" else _pair_in_turn
         number, total = 0, rounds
+        draws = random.Random(seed)         # pair_orders' draws, one pair at a time, however many are added
         while number < total:
             number += 1
-            first = pair_orders(number, seed)[-1]
+            first = draws.randrange(2)
             codes = pair(launchers, sides, number, total, first, seed=seed, n=n, quiet=quiet,
                          verbose=verbose and number == 1)
             failed = next((i for i in (0, 1) if codes[i] is not None and codes[i] is not NOT_LAUNCHED), None)
