@@ -412,6 +412,39 @@ def test_interleaved_tracebacks_of_interrupted_ranks_are_left_out_whole(tmp_path
     assert loud.stderr.endswith("collbench: interrupted by SIGINT\n")
 
 
+def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left_out(tmp_path):
+    """A Ctrl-C reaches the starting ranks and collbench at once: a rank's "Fatal Python error:
+    init_import_site" came through mpiexec before collbench's main thread had run its handler,
+    and reached the terminal above "collbench: interrupted by SIGINT" (seen once in CI). Such a
+    block is held back a moment and judged once the handler has run; without a signal, it goes on."""
+    ranks = tmp_path / "ranks.py"
+    ranks.write_text(textwrap.dedent("""
+        import sys, time
+        sys.stderr.write("Fatal Python error: init_import_site: Failed to import the site module\\n"
+                         "Python runtime state: initialized\\nTraceback (most recent call last):\\n")
+        sys.stderr.flush()
+        time.sleep(0.4)
+        sys.stderr.write('  File "<frozen site>", line 1, in <module>\\nKeyboardInterrupt\\n')
+        sys.stderr.write("collbench: interrupted by SIGINT\\n")
+    """))
+    relay = tmp_path / "relay.py"
+    relay.write_text(textwrap.dedent(f"""
+        import subprocess, sys, time
+        from collbench.launch.self_launch.relay import Relay
+        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        relay = Relay(proc)
+        time.sleep(0.2)                      # the first lines are through; the handler runs now
+        relay.quiet = sys.argv[1] == "quiet"
+        proc.wait()
+        relay.join()
+    """))
+    quiet = subprocess.run([sys.executable, str(relay), "quiet"], capture_output=True, text=True, timeout=60)
+    assert quiet.stderr == "collbench: interrupted by SIGINT\n", quiet.stderr
+    loud = subprocess.run([sys.executable, str(relay), "loud"], capture_output=True, text=True, timeout=60)
+    assert loud.stderr.startswith("Fatal Python error: init_import_site") and "KeyboardInterrupt\n" in loud.stderr
+    assert loud.stderr.endswith("collbench: interrupted by SIGINT\n"), loud.stderr
+
+
 def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path):
     """A Ctrl-C that lands in a weak reference's callback (the lock of a module being imported:
     seen once in a full suite) cannot be raised there: Python printed "Exception ignored in …"

@@ -7,9 +7,11 @@ import collections
 import errno
 import os
 import re
+import select
 import subprocess
 import sys
 import threading
+import time
 
 
 #: carriage returns and terminal control sequences (cursor, erase) at the start of a line
@@ -17,6 +19,13 @@ _CONTROLS = re.compile(rb"^(?:\r|\x1b\[[0-9;?]*[A-Za-z])*")
 #: the line that ends a traceback, or joins two: "KeyboardInterrupt", "mpi4py.MPI.Exception: …"
 _EXCEPTION = re.compile(rb"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Interrupted|Exit)\b"
                         rb"|During handling of the above exception|The above exception was)")
+#: how long stderr is held back from the first line of a rank's traceback or of Python's fatal
+#: start-up error: a Ctrl-C to the terminal reaches the starting ranks and this process at once,
+#: and the ranks' lines can come through mpiexec before this process's main thread has run its
+#: handler (and made the relay ``quiet``); held, they are judged once it has
+HOLD_S = 1.0
+#: the lines that start such a block
+_HOLD = (b"Traceback (most recent call last):", b"Fatal Python error:")
 
 
 class Relay:
@@ -46,26 +55,52 @@ class Relay:
 
     def _copy(self, source, target, errors: bool) -> None:
         out = getattr(target, "buffer", target)
-        held = b""
+        fd = source.fileno()
+        held = b""                   # a partial line
+        waiting: list = []           # stderr's lines held back from a traceback's first (HOLD_S)
+        since = 0.0
         traceback = [False]          # inside a traceback block, while quiet
         while True:
+            if waiting:
+                left = since + HOLD_S - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    self._pass(out, target, waiting, traceback)
+                    waiting = []
+                    continue
             try:
-                chunk = os.read(source.fileno(), 65536)
+                chunk = os.read(fd, 65536)
             except OSError:
                 chunk = b""
             if not chunk:
                 break
             held += chunk
             *lines, held = held.split(b"\n")
-            keep = [line + b"\n" for line in lines if not self._noise(line, errors and self._interrupted(line, traceback))]
-            if held and not (errors and self.quiet) and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
+            keep = []
+            for line in lines:
+                if errors and not waiting and _CONTROLS.sub(b"", line).startswith(_HOLD):
+                    since, waiting = time.monotonic(), [line]
+                elif waiting:
+                    waiting.append(line)
+                elif not self._noise(line, errors and self._interrupted(line, traceback)):
+                    keep.append(line + b"\n")
+            if held and not waiting and not (errors and self.quiet) \
+                    and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
                 self._noise(held)          # a partial line (a progress bar, or a line cut by the pipe):
                 keep.append(held)          # noted if it is collbench's, and passed on now
                 held = b""
             if keep:
                 self._write(out, b"".join(keep), target)
+        if waiting:
+            time.sleep(max(0.0, since + HOLD_S - time.monotonic()))
+            self._pass(out, target, waiting, traceback)
         if held and not self._noise(held, errors and self._interrupted(held, traceback)):
             self._write(out, held, target)
+
+    def _pass(self, out, target, lines: list, traceback: list) -> None:
+        """Write the lines held back, less what ``quiet`` now leaves out."""
+        keep = [line + b"\n" for line in lines if not self._noise(line, self._interrupted(line, traceback))]
+        if keep:
+            self._write(out, b"".join(keep), target)
 
     #: what Python prints of a process interrupted while it starts: a traceback, or a fatal error
     _STARTING = (b"Fatal Python error:", b"Python runtime state:", b"KeyboardInterrupt", b"Current thread",
