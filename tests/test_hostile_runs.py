@@ -352,6 +352,71 @@ def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_p
     assert said and all("was still in start-up" in line and "after 15 s" in line for line in said), proc.stderr
 
 
+def _ppid(pid: int) -> int:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _descendants(root: int) -> list:
+    everyone = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p in everyone if _ppid(p) == parent]
+        found += children
+        frontier += children
+    return found
+
+
+@pytest.mark.mpi
+def test_a_guardian_killed_while_its_rank_waits_in_mpi_init_takes_the_rank_with_it(tmp_path):
+    """A rank's guardian killed while the rank waited in MPI_Init (for a part of the launch that
+    never starts MPI): the rank, orphaned, spun there with mpiexec's proxy past any --timeout
+    (seen in CI: an ab job still there minutes later). mpi4py starts MPI holding the interpreter's
+    lock, so the rank could not take the SIGUSR1 of its guardian's death; there it is SIGKILL."""
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    job = subprocess.Popen([mpiexec, "-n", "1", sys.executable, "-m", "collbench", "allreduce", "--sizes", "8",
+                            "--rounds", "1", "--no-save", ":", "-n", "1", "sleep", "120"], cwd=tmp_path, env=_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        rank = guardian = None
+        deadline = time.monotonic() + 60
+        while rank is None and time.monotonic() < deadline:
+            for pid in _descendants(job.pid):
+                try:
+                    if b"libmpi" in open(f"/proc/{pid}/maps", "rb").read() and b"collbench" in \
+                            open(f"/proc/{pid}/cmdline", "rb").read() and _ppid(_ppid(pid)) != job.pid:
+                        rank, guardian = pid, _ppid(pid)      # the rank loads libmpi; its guardian does not
+                except OSError:
+                    continue
+            time.sleep(0.05)
+        assert rank is not None, "no rank loaded libmpi"
+        time.sleep(1.0)                       # in MPI_Init now, waiting for the part that never comes
+        os.kill(guardian, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{rank}") and _ppid(rank) != 0 and time.monotonic() < deadline:
+            try:
+                if open(f"/proc/{rank}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            except OSError:
+                break
+            time.sleep(0.1)
+        assert time.monotonic() < deadline, "the orphaned rank outlived its guardian by 10 s"
+        job.wait(timeout=30)                  # the launcher sees a part killed and ends the job
+    finally:
+        try:
+            os.killpg(job.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        job.wait()
+
+
 def test_the_limit_on_joining_follows_a_short_timeout():
     from collbench.run.runner import JOIN_FLOOR, JOIN_TIMEOUT, join_limit
 

@@ -7,7 +7,9 @@
   on which host, during which collective and size, and ends the job on every host; without a
   coordinator (one rank, or before the ranks joined) the guardian prints it. The child gets
   SIGUSR1 if its guardian dies (``PR_SET_PDEATHSIG``): it saves what it must and leaves, so a
-  launcher's clean-up never leaves an orphan rank. A self-launched rank's guardian also ends its
+  launcher's clean-up never leaves an orphan rank. While MPI starts (``startup_output``) that
+  signal is SIGKILL: mpi4py starts MPI holding the interpreter's lock, so no thread of the rank
+  could take a SIGUSR1 there, and nothing is measured yet. A self-launched rank's guardian also ends its
   rank when the collbench process that launched it is gone. Where the position lives: a few
   shared bytes (mmap), written by the rank before each size, outside any timed region.
 * A **watchdog** thread per rank (``watchdog``): if one size takes longer than ``--timeout``
@@ -120,11 +122,27 @@ def startup_output():
     line about the failed start names the library's cause; once the library has started it is
     copied to stderr. stdout is collbench's own: UCX writes its warnings there ("network device
     'bogus0' is not available"), and `-f json > x.json` began with them. Without a guardian,
-    both are left alone."""
+    both are left alone.
+
+    Meanwhile the guardian's death kills the rank outright (SIGKILL, not SIGUSR1): mpi4py starts
+    MPI holding the interpreter's lock, so the rank's signal thread cannot run there, and a rank
+    whose guardian was killed while it waited in MPI_Init spun there, with mpiexec's proxy, past
+    any --timeout (the guardian enforces it)."""
     if _guardian_pid is None:
         yield
         return
-    path = notes.startup_output(_guardian_pid)
+    processes.die_with_parent(signal.SIGKILL)
+    try:
+        with _output_kept(_guardian_pid):
+            yield
+    finally:
+        processes.die_with_parent(signal.SIGUSR1)
+
+
+@contextlib.contextmanager
+def _output_kept(guardian: int):
+    """stdout and stderr to a file while the library starts (``startup_output``)."""
+    path = notes.startup_output(guardian)
     saved: list = []
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
