@@ -143,6 +143,39 @@ def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
     assert not _collbench_pids(_marker(tmp_path))
 
 
+@pytest.mark.mpi
+def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tmp_path):
+    """Rank 1 and its guardian both stopped (SIGSTOP) mid-sweep: the coordinator's line came ("lost
+    contact … the job is stopped"), and then nothing, for ever: mpiexec waited for the stopped
+    processes, and collbench for mpiexec. The launch now ends a little after the coordinator
+    ended the job, with its code, and nothing of it is left."""
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,16M", "--iters", "100000",
+            "--warmup", "0", "--rounds", "1", "--no-shuffle", "--thread-level", "multiple", "--timeout", "10",
+            "-o", str(out), "--results-dir", f"{tmp_path}/m"]
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_rows(out, seconds=120, job=job)
+        rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
+        guardian = _parent(rank)
+        os.kill(guardian, signal.SIGSTOP)
+        os.kill(rank, signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, stderr = job.communicate(timeout=90)
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert job.returncode == 137, stderr            # a rank lost (docs/failures.md)
+    assert time.monotonic() - stopped < 60
+    assert len(lines) == 1 and "lost contact with" in lines[0] and "(rank 1)" in lines[0], stderr
+    assert "its guardian is stopped" in lines[0] and "r.json keeps every size finished before" in lines[0]
+    assert [r["size_bytes"] for r in json.loads(out.read_text())["rows"]] == [8]
+    deadline = time.monotonic() + 5
+    while _collbench_pids(_marker(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _collbench_pids(_marker(tmp_path))
+
+
 def test_a_rank_stopped_in_start_up_is_named(tmp_path):
     """Rank 1 of round 2's launch stopped (SIGSTOP) before it joined the job: rank 0 waited in
     MPI's start-up and its guardian said "another rank may have failed while starting", naming

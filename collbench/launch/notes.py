@@ -40,6 +40,8 @@ EARLY_END_PREFIX = "ended-before-joining-"
 GUARDIAN_PREFIX = "guardian-"
 ORPHANED_PREFIX = "orphaned-"
 EXPLAINED = "explained"
+#: the exit code the coordinator ended the job with (``job_code``)
+JOB_CODE = "job-code"
 SAID_FIRST = "said-first"
 LAUNCHED = "launched"
 STARTUP_PREFIX = "startup-"
@@ -273,7 +275,7 @@ def clear(state: str) -> None:
     """Before each launch: the notes of the one before go."""
     for note in Path(state).iterdir():
         if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED, SAID_FIRST,
-                                 STARTUP_PREFIX)):
+                                 STARTUP_PREFIX, JOB_CODE)):
             try:
                 note.unlink()
             except OSError:
@@ -300,6 +302,14 @@ def explanation(state: Optional[str]) -> Optional[str]:
     try:
         return (Path(state) / EXPLAINED).read_text() if state else None
     except OSError:
+        return None
+
+
+def job_code(state: Optional[str]) -> Optional[int]:
+    """The code the job's coordinator ended the job with, once it did (JOB_CODE), or None."""
+    try:
+        return int((Path(state) / JOB_CODE).read_text()) if state else None
+    except (OSError, ValueError):
         return None
 
 

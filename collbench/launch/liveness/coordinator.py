@@ -242,6 +242,7 @@ class Coordinator:
                 send_message(told.sock, {"t": "ack"})
             return
         self.aborted = True
+        notes.leave(notes.JOB_CODE, str(code))      # the launch ends with it should a rank not end
         now = time.monotonic()
         for p in self.peers.values():      # lost already: nothing more will come from them
             if now - p.last_seen > 2 * BEAT_S:

@@ -345,6 +345,7 @@ class Guardian:
             else:
                 notes.say_first(f"collbench: {where} was still in {self.position.read() or 'start-up'} after {limit:g} "
                                 "s: another rank may have failed while starting, or never started; stopping it")
+        notes.leave(notes.JOB_CODE, str(EXIT_TIMEOUT))     # a stopped rank cannot end: the launch ends with it
         self.stop(EXIT_TIMEOUT)
 
     def _ended_before_joining(self, status: int) -> None:

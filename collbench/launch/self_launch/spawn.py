@@ -53,6 +53,10 @@ def _name(pid: int) -> str:
 
 #: Seconds a launch may take to end after its rank 0 recorded the round as complete.
 LINGER_S = 15.0
+#: Seconds a launch may take to end after the job's coordinator ended the job: its ranks' own
+#: grace (STOP_GRACE) and the launcher's (KILL_GRACE). A rank stopped with its guardian (SIGSTOP
+#: to both) cannot end, and mpiexec waited for it for ever after the line that ended the job.
+ABORT_LINGER_S = STOP_GRACE + KILL_GRACE
 
 
 #: How long a launch waited for on another thread gives the main thread to note a signal that
@@ -111,6 +115,8 @@ class _Waiter:
         self.stop_at: Optional[float] = None
         self.early: Optional[int] = None  # a rank's exit code in its start-up (notes.ended_in_startup)
         self.early_stop_at: Optional[float] = None
+        self.aborted_at: Optional[float] = None   # when the coordinator's end of the job was seen
+        self.abandoned: Optional[int] = None      # its code, where the launch was killed for not ending
 
     def stop_all(self, signum: int) -> None:
         for p in self.procs:
@@ -168,6 +174,7 @@ class _Waiter:
             self.looked_at = now
             if self.completed():
                 self.finished_at = now
+            self._abort_overdue(now)
         if self.finished_at is not None and self.kill_at is None and now - self.finished_at > LINGER_S:
             print(f"collbench: the ranks finished, but the launch did not end {LINGER_S:g} s later "
                   f"({_lingering(self.pending)}); it is ended, and the result files are whole", file=sys.stderr,
@@ -180,6 +187,17 @@ class _Waiter:
                 print(f"collbench: rank {rank} (pid {pid}) was killed by signal {sig}; stopping the other "
                       "ranks", file=sys.stderr, flush=True)
             self.stop_all(signal.SIGTERM)
+
+    def _abort_overdue(self, now: float) -> None:
+        """The job's coordinator ended the job (its line is said), and the launch has not ended
+        ABORT_LINGER_S later: what keeps it is stopped or stuck, and is killed; the launch ends
+        with the coordinator's code."""
+        if self.aborted_at is None:
+            if notes.job_code(self.state) is not None:
+                self.aborted_at = now
+        elif self.abandoned is None and now - self.aborted_at > ABORT_LINGER_S:
+            self.abandoned = notes.job_code(self.state)
+            self._kill_trees()
 
     def late_signal(self) -> None:
         """A launch waited for on another thread (the other side of an ab pair) whose mpiexec
@@ -216,6 +234,8 @@ class _Waiter:
 def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     """The exit code of a launch that ended, with one line where nobody else said what ended it:
     a proxy of mpiexec lost, a rank's start-up, a signal passed on, mpiexec killed or failing."""
+    if w.abandoned is not None and not w.received:
+        return w.abandoned                  # the coordinator's line said why; the launch would not end
     if w.relay is not None and w.code not in JOB_EXIT_CODES and (w.code >= 64 or w.code < 0):
         w.late_signal()
     relay, state, code, received = w.relay, w.state, w.code, w.received
