@@ -4,6 +4,7 @@
     python benchmarks/large_files.py                     # compare and report of 1,000 to 200,000 rows: about 30 minutes on 2 cores
     python benchmarks/large_files.py --quick             # 1,000 and 10,000 rows
     python benchmarks/large_files.py --rows 20000 --rounds 10 --samples 100 --commands compare,export
+    python benchmarks/large_files.py --one-field 600   # report of a CSV that is one field of 600 MB
 
 For each row count it writes two runs of one sweep (a baseline and a new run, seeds apart) as a
 JSON and a CSV file: ``--rounds`` rounds of ``--samples`` samples per row, every row built as the
@@ -113,7 +114,11 @@ def main() -> int:
     parser.add_argument("--commands", default="compare,report", help="of compare, report, export, merge")
     parser.add_argument("--formats", default="json,csv")
     parser.add_argument("--limit", type=float, default=8.0, help="address space per command, GiB")
+    parser.add_argument("--one-field", type=float, default=0.0, metavar="MB",
+                        help="instead: report of a CSV that is one field this large (a hostile file)")
     opts = parser.parse_args()
+    if opts.one_field:
+        return one_field(opts.one_field, opts.limit)
     counts = [1000, 10000] if opts.quick else [int(n) for n in opts.rows.split(",")]
     print(f"collbench {' '.join(sys.argv[1:]) or '(defaults)'}: {opts.rounds} rounds of {opts.samples} samples per row;"
           f" loader.MAX_VALUES = {MAX_VALUES:,}")
@@ -149,6 +154,22 @@ def main() -> int:
                     path.unlink()
             print(f"{'':>8} (built in {time.monotonic() - built:.0f} s)", flush=True)
     return 0 if healthy else 1
+
+
+def one_field(megabytes: float, limit_gib: float) -> int:
+    """report of a file that is one CSV field (no newline) of ``megabytes``: refused in one line,
+    and how much memory that took."""
+    with tempfile.TemporaryDirectory(prefix="collbench-large-") as folder:
+        path = Path(folder) / "one-field.csv"
+        with path.open("wb") as out:
+            chunk = b"a" * (1 << 20)
+            for _ in range(int(megabytes * 1e6) >> 20):
+                out.write(chunk)
+        code, wall, peak, err = measure(["report", str(path)], Path(folder), limit_gib)
+    said = [line for line in err.splitlines() if line.strip()]
+    print(f"one field of {path.stat().st_size / 1e6 if path.exists() else megabytes:.0f} MB: exit {code}, "
+          f"{wall:.1f} s, peak {peak:,.0f} MiB; {said[:1]}")
+    return 0 if code == 2 and len(said) == 1 else 1
 
 
 if __name__ == "__main__":

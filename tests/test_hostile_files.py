@@ -476,6 +476,23 @@ def test_a_csv_of_a_million_columns_reads_its_own_columns_only(files):
     assert len(load_result(path).rows) == len(SERIES)
 
 
+def test_a_csv_line_longer_than_any_collbench_writes_is_refused_before_it_is_copied(files, monkeypatch):
+    """A 600 MB CSV of one field peaked at 3.5 GB as the line, then the cell, were copied
+    (benchmarks/large_files.py --one-field 600: 1.2 GB now, the file and its text)."""
+    monkeypatch.setattr(loader, "MAX_CSV_LINE", 1000)
+    path = files / "one-field.csv"
+    path.write_text("a" * 5000)
+    with pytest.raises(UsageError, match=r"one-field.csv: not a collbench result \(line 1 is over 1,000 characters"):
+        load_result(path)
+    lines = (files / "good.csv").read_text().splitlines()
+    longest = max(map(len, lines)) + 1                # its lines all pass, a longer one does not
+    monkeypatch.setattr(loader, "MAX_CSV_LINE", longest)
+    assert len(load_result(files / "good.csv").rows) == len(SERIES)
+    path.write_text("\n".join(lines[:3] + ["x" * (longest + 1)]) + "\n")
+    with pytest.raises(UsageError, match=rf"line 4 is over {longest:,} characters"):
+        load_result(path)
+
+
 def test_a_file_of_more_values_than_collbench_reads_is_refused_before_it_is_parsed(files, monkeypatch):
     monkeypatch.setattr(loader, "MAX_VALUES", 1000)
     path = files / "lists.json"

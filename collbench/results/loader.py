@@ -568,12 +568,23 @@ def _load_json(path, text: str) -> RunResult:
 # -- CSV ---------------------------------------------------------------------------------------
 
 
-def _text_lines(text: str):
+#: The longest line of a CSV collbench reads (the first row holds the run's metadata in one
+#: cell; a header may name a million columns, as a spreadsheet's export can). A 600 MB file of
+#: one field was copied, line and cell, and peaked at 3.5 GB before it was refused; now it goes
+#: once this much of it has been looked at, and nothing of it is copied.
+MAX_CSV_LINE = 256 << 20
+
+
+def _text_lines(path, text: str):
     """The lines of ``text``, ends kept, one at a time (``io.StringIO`` would hold the text a
-    second time, four bytes a character)."""
+    second time, four bytes a character); a line longer than MAX_CSV_LINE is refused before it
+    is copied."""
     start = 0
     while start < len(text):
-        end = text.find("\n", start)
+        end = text.find("\n", start, start + MAX_CSV_LINE + 1)
+        if end < 0 and len(text) - start > MAX_CSV_LINE:
+            line = text.count("\n", 0, start) + 1
+            raise UsageError(f"{path}: not a collbench result (line {line} is over {MAX_CSV_LINE:,} characters long)")
         end = len(text) if end < 0 else end + 1
         yield text[start:end]
         start = end
@@ -582,10 +593,10 @@ def _text_lines(text: str):
 def _csv_lines(path, text: str):
     """The CSV's lines as lists of cells, one at a time, blank (or white) lines left out; a line
     longer than the header is not a table."""
-    csv.field_size_limit(max(csv.field_size_limit(), min(MAX_FILE_BYTES, 2 ** 31 - 1)))   # the metadata cell
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_CSV_LINE))   # the metadata cell
     width = None
     try:
-        for number, line in enumerate(csv.reader(_text_lines(text), strict=True), start=1):
+        for number, line in enumerate(csv.reader(_text_lines(path, text), strict=True), start=1):
             if not line or (len(line) == 1 and not line[0].strip()):
                 continue
             if width is not None and len(line) > width:
