@@ -352,30 +352,13 @@ def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_p
     assert said and all("was still in start-up" in line and "after 15 s" in line for line in said), proc.stderr
 
 
-def _ppid(pid: int) -> int:
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _descendants(root: int) -> list:
-    everyone = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    found, frontier = [], [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [p for p in everyone if _ppid(p) == parent]
-        found += children
-        frontier += children
-    return found
-
-
 @pytest.mark.mpi
 def test_a_guardian_killed_while_its_rank_waits_in_mpi_init_takes_the_rank_with_it(tmp_path):
     """A rank's guardian killed while the rank waited in MPI_Init (for a part of the launch that
     never starts MPI): the rank, orphaned, spun there with mpiexec's proxy past any --timeout
     (seen in CI: an ab job still there minutes later). mpi4py starts MPI holding the interpreter's
     lock, so the rank could not take the SIGUSR1 of its guardian's death; there it is SIGKILL."""
+    from collbench.launch import processes
     from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     mpiexec = find_mpiexec()
@@ -388,11 +371,12 @@ def test_a_guardian_killed_while_its_rank_waits_in_mpi_init_takes_the_rank_with_
         rank = guardian = None
         deadline = time.monotonic() + 60
         while rank is None and time.monotonic() < deadline:
-            for pid in _descendants(job.pid):
+            for pid in processes.tree(job.pid)[1:]:
                 try:
                     if b"libmpi" in open(f"/proc/{pid}/maps", "rb").read() and b"collbench" in \
-                            open(f"/proc/{pid}/cmdline", "rb").read() and _ppid(_ppid(pid)) != job.pid:
-                        rank, guardian = pid, _ppid(pid)      # the rank loads libmpi; its guardian does not
+                            open(f"/proc/{pid}/cmdline", "rb").read() and \
+                            processes.parent(processes.parent(pid) or 0) != job.pid:
+                        rank, guardian = pid, processes.parent(pid)   # the rank loads libmpi; its guardian does not
                 except OSError:
                     continue
             time.sleep(0.05)
@@ -400,12 +384,7 @@ def test_a_guardian_killed_while_its_rank_waits_in_mpi_init_takes_the_rank_with_
         time.sleep(1.0)                       # in MPI_Init now, waiting for the part that never comes
         os.kill(guardian, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{rank}") and _ppid(rank) != 0 and time.monotonic() < deadline:
-            try:
-                if open(f"/proc/{rank}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
-            except OSError:
-                break
+        while processes.state(rank) not in ("", "Z") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert time.monotonic() < deadline, "the orphaned rank outlived its guardian by 10 s"
         job.wait(timeout=30)                  # the launcher sees a part killed and ends the job

@@ -369,13 +369,33 @@ def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_d
     assert len(lines) == 1 and lines[0].startswith(f"collbench: interrupted by {signal.Signals(signum).name}"), err
 
 
+def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
+    """What mpiexec's relay passes on of what ``ranks_source`` prints on stderr, with the relay
+    made ``quiet`` (a signal ends the job) ``quiet_after`` seconds after it started, and without:
+    the stderr of each, as (quiet, loud)."""
+    ranks = tmp_path / "ranks.py"
+    ranks.write_text(textwrap.dedent(ranks_source))
+    relay = tmp_path / "relay.py"
+    relay.write_text(textwrap.dedent(f"""
+        import subprocess, sys, time
+        from collbench.launch.self_launch.relay import Relay
+        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        relay = Relay(proc)
+        time.sleep({quiet_after!r})
+        relay.quiet = sys.argv[1] == "quiet"
+        proc.wait()
+        relay.join()
+    """))
+    return tuple(subprocess.run([sys.executable, str(relay), how], capture_output=True, text=True,
+                                timeout=60).stderr for how in ("quiet", "loud"))
+
+
 def test_interleaved_tracebacks_of_interrupted_ranks_are_left_out_whole(tmp_path):
     """Two ranks interrupted while Python starts print their tracebacks through one launcher,
     line by line in turn: one's exception line came amid the other's frames, and the frames
     after it reached the terminal (seen once in CI beside "collbench: interrupted by SIGINT").
     While a signal ends the job only collbench's own lines go on; without one, every line."""
-    ranks = tmp_path / "ranks.py"
-    ranks.write_text(textwrap.dedent("""
+    quiet, loud = _relayed(tmp_path, """
         import collections, sys, traceback
         def fail(chained):
             try:
@@ -394,22 +414,10 @@ def test_interleaved_tracebacks_of_interrupted_ranks_are_left_out_whole(tmp_path
                     sys.stderr.write(lines[i] + "\\n")
                     sys.stderr.flush()
         sys.stderr.write("collbench: interrupted by SIGINT\\n")
-    """))
-    relay = tmp_path / "relay.py"
-    relay.write_text(textwrap.dedent(f"""
-        import subprocess, sys
-        from collbench.launch.self_launch.relay import Relay
-        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        relay = Relay(proc)
-        relay.quiet = sys.argv[1] == "quiet"
-        proc.wait()
-        relay.join()
-    """))
-    quiet = subprocess.run([sys.executable, str(relay), "quiet"], capture_output=True, text=True, timeout=60)
-    assert quiet.stderr == "collbench: interrupted by SIGINT\n", quiet.stderr
-    loud = subprocess.run([sys.executable, str(relay), "loud"], capture_output=True, text=True, timeout=60)
-    assert loud.stderr.count("Traceback (most recent call last):") == 3 and "KeyboardInterrupt" in loud.stderr
-    assert loud.stderr.endswith("collbench: interrupted by SIGINT\n")
+    """)
+    assert quiet == "collbench: interrupted by SIGINT\n", quiet
+    assert loud.count("Traceback (most recent call last):") == 3 and "KeyboardInterrupt" in loud
+    assert loud.endswith("collbench: interrupted by SIGINT\n")
 
 
 def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left_out(tmp_path):
@@ -417,8 +425,7 @@ def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left
     init_import_site" came through mpiexec before collbench's main thread had run its handler,
     and reached the terminal above "collbench: interrupted by SIGINT" (seen once in CI). Such a
     block is held back a moment and judged once the handler has run; without a signal, it goes on."""
-    ranks = tmp_path / "ranks.py"
-    ranks.write_text(textwrap.dedent("""
+    quiet, loud = _relayed(tmp_path, """
         import sys, time
         sys.stderr.write("Fatal Python error: init_import_site: Failed to import the site module\\n"
                          "Python runtime state: initialized\\nTraceback (most recent call last):\\n")
@@ -426,23 +433,10 @@ def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left
         time.sleep(0.4)
         sys.stderr.write('  File "<frozen site>", line 1, in <module>\\nKeyboardInterrupt\\n')
         sys.stderr.write("collbench: interrupted by SIGINT\\n")
-    """))
-    relay = tmp_path / "relay.py"
-    relay.write_text(textwrap.dedent(f"""
-        import subprocess, sys, time
-        from collbench.launch.self_launch.relay import Relay
-        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        relay = Relay(proc)
-        time.sleep(0.2)                      # the first lines are through; the handler runs now
-        relay.quiet = sys.argv[1] == "quiet"
-        proc.wait()
-        relay.join()
-    """))
-    quiet = subprocess.run([sys.executable, str(relay), "quiet"], capture_output=True, text=True, timeout=60)
-    assert quiet.stderr == "collbench: interrupted by SIGINT\n", quiet.stderr
-    loud = subprocess.run([sys.executable, str(relay), "loud"], capture_output=True, text=True, timeout=60)
-    assert loud.stderr.startswith("Fatal Python error: init_import_site") and "KeyboardInterrupt\n" in loud.stderr
-    assert loud.stderr.endswith("collbench: interrupted by SIGINT\n"), loud.stderr
+    """, quiet_after=0.2)                      # the first lines are through; the handler runs now
+    assert quiet == "collbench: interrupted by SIGINT\n", quiet
+    assert loud.startswith("Fatal Python error: init_import_site") and "KeyboardInterrupt\n" in loud
+    assert loud.endswith("collbench: interrupted by SIGINT\n"), loud
 
 
 def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from collbench.launch import processes
 from collbench.run.turns import Referee, Turns
 from conftest import cli
 
@@ -182,13 +183,6 @@ def test_a_signal_while_both_sides_measure_ends_both(run_dir, signum):
     assert _alive(prefix) == [], err
 
 
-def _parent(pid: int) -> int:
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def test_a_rank_killed_in_one_side_lets_the_other_finish_its_round(run_dir):
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
     prefix = f"kill{os.getpid()}"
@@ -207,7 +201,7 @@ def test_a_rank_killed_in_one_side_lets_the_other_finish_its_round(run_dir):
                 ours.add(pid)
         # rank 1 of side b itself, whose parent is its guardian: a guardian that has not forked
         # yet has no children either, and killing it was another fault (a rank orphaned in MPI_Init)
-        victim = next((pid for pid in ours if _parent(pid) in ours), None)
+        victim = next((pid for pid in ours if processes.parent(pid) in ours), None)
         time.sleep(0.05)
     assert victim is not None
     time.sleep(0.5)
