@@ -324,3 +324,56 @@ def test_a_guardian_that_reports_a_death_is_acknowledged_and_the_others_told(cap
     assert "rank 2 (pid 12 on" in capfd.readouterr().err
     for sock in (rank0[0], rank1[0], rank2[0]):
         sock.close()
+
+
+_SIGNAL_MID_SEND = r'''
+import json, signal, socket, subprocess, sys, threading, time
+from collbench.launch.liveness.guardian import Guardian
+from collbench.launch.liveness.link import Link
+from collbench.launch.liveness.supervise import _Position
+from collbench.launch.liveness.wire import MessageReader
+
+rank = subprocess.Popen(["sleep", "30"])
+ours, coordinators = socket.socketpair()
+guardian = Guardian(rank.pid, 0, 2, _Position(), None, None, None)
+guardian.link = Link(ours, MessageReader(ours), 0, rank.pid, lambda: "bcast on mpi at 8", guardian.stop)
+ours.settimeout(30)                      # the send below may wait on the coordinator's side
+signal.signal(signal.SIGINT, guardian._forward)
+main, heard = threading.get_ident(), []
+
+def the_coordinator():
+    time.sleep(0.3)                      # the main thread is inside send by now: the socket is full
+    signal.pthread_kill(main, signal.SIGINT)
+    time.sleep(0.2)
+    coordinators.settimeout(10)
+    got = b""
+    while got.count(b"\n") < 2:
+        data = coordinators.recv(1 << 20)
+        if not data:
+            break
+        got += data
+    heard.extend(json.loads(line)["t"] for line in got.split(b"\n") if line)
+
+reader = threading.Thread(target=the_coordinator)
+reader.start()
+guardian.link.send({"t": "bye", "code": 0, "pad": "x" * (4 << 20)})
+reader.join()
+print(json.dumps({"heard": heard, "rank": rank.wait(10)}))
+'''
+
+
+def test_a_signal_that_comes_while_the_guardian_speaks_does_not_silence_its_line(tmp_path):
+    """A Ctrl-C reaches rank 0 and its guardian at once: the rank ends, its guardian tells the
+    coordinator so, and the guardian's own SIGINT came while it was doing that. Its handler
+    waited for the line's lock that its own thread held: rank 0's line went silent for good, and
+    the coordinator reported rank 0's host lost. The handler's word now follows the other, from
+    a thread of the guardian's."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _SIGNAL_MID_SEND], capture_output=True, text=True, timeout=30,
+                              cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the guardian's main thread never came back from its signal handler")
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)
+    assert said["heard"] == ["bye", "signalled"], said      # whole, and in turn
+    assert said["rank"] == -signal.SIGINT                    # the rank got the signal passed on

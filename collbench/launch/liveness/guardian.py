@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import signal
 import socket
@@ -87,13 +88,16 @@ class Guardian:
         self.launcher = (parent, processes.name(parent) or "a process") \
             if size > 1 and parent > 1 and str(parent) != os.environ.get(environment.PARENT_PID, "") else None
         self._parent_fd = None
+        # a queue whose put a signal handler may make even inside another put (``_forward``)
+        self._after_signal: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread(self._after_signals, name="collbench-guardian-signals")
         self.coordinator = None
         notes.guardian(rank, child)
         if listener is not None:
             self.coordinator = coordinator.Coordinator(listener, token, self.stop)
             self.coordinator.start()
 
-    def stop(self, code: int) -> None:
+    def stop(self, code: int, *, in_handler: bool = False) -> None:
         """End the rank quietly (it saves what it must), SIGKILL after a grace period; the
         guardian then exits with ``code``."""
         if self.stop_code is not None:
@@ -102,6 +106,12 @@ class Guardian:
         self.position.ask_to_stop()
         for signum in (signal.SIGCONT, signal.SIGUSR1):
             self._signal(signum)
+        self._kill_after_grace(in_handler)
+
+    def _kill_after_grace(self, in_handler: bool = False) -> None:
+        if in_handler:                      # starting a thread takes a lock (``_forward``)
+            self._after_signal.put(("kill", 0))
+            return
         timer = threading.Timer(STOP_GRACE, self._signal, (signal.SIGKILL,))
         timer.daemon = True
         timer.start()
@@ -113,21 +123,42 @@ class Guardian:
             pass
 
     def _forward(self, signum, _frame) -> None:
+        """A signal to the guardian, passed on to its rank. This runs on the main thread between
+        any two of its steps, and one of them may hold a lock: the link's, as the guardian tells
+        the coordinator that its rank ended (waiting for it here silenced the line for good, and
+        the coordinator took rank 0's host for lost after a Ctrl-C), or one of ``threading``'s.
+        So it only sends signals and notes; what takes a lock is done on ``_after_signals``."""
         if signum == signal.SIGUSR1 and self.link is None:
             # MPICH's mpiexec tells the job's processes that one of them failed: in start-up the
             # rank could not act on it (it would die of it), and the failed one says why
-            self.stop(128 + signum)
+            self.stop(128 + signum, in_handler=True)
             return
         self._signal(signum)
         if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if self.stop_code is None:      # the job is being ended from outside, which says why:
                 self.stop_code = 128 + signum      # a rank that must be killed is no news
                 if self.link is not None:          # nor, to the coordinator, is this guardian's end
-                    self.link.send({"t": "signalled", "signal": signum})
+                    self._after_signal.put(("signalled", signum))
             self._signal(signal.SIGCONT)            # a stopped rank could not act on it
-            timer = threading.Timer(STOP_GRACE, self._signal, (signal.SIGKILL,))
-            timer.daemon = True
-            timer.start()
+            self._kill_after_grace(in_handler=True)
+
+    def _after_signals(self) -> None:
+        """What ``_forward`` leaves to a thread, in turn: a word to the coordinator, a kill after
+        the grace period; and an event set once what came before it is done (``_settle``)."""
+        while True:
+            what = self._after_signal.get()
+            if isinstance(what, threading.Event):
+                what.set()
+            elif what[0] == "signalled" and self.link is not None:
+                self.link.send({"t": "signalled", "signal": what[1]})
+            elif what[0] == "kill":
+                self._kill_after_grace()
+
+    def _settle(self, seconds: float = 1.0) -> None:
+        """Before the guardian leaves: what its signal handler left to ``_after_signals`` is done."""
+        done = threading.Event()
+        self._after_signal.put(done)
+        done.wait(seconds)
 
     def run(self, noted: tuple = ()) -> None:
         """``noted``: the signals that came between the fork and now, passed on first."""
@@ -171,6 +202,7 @@ class Guardian:
             elif self.link is not None and self.link.aborted:
                 self.link.send({"t": "stopped"})
                 self.link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
+            self._settle()
             os._exit(self.stop_code)
         self._report(status)
 
@@ -256,6 +288,7 @@ class Guardian:
             link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
             if self.coordinator is not None and self.coordinator.aborted:   # rank 0 left early: the
                 self.coordinator.wait_for_peers(STOP_GRACE + 2.0)           # others are being stopped
+        self._settle()
         os._exit(code)
 
     def _aftermath(self) -> str:
