@@ -95,7 +95,8 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     if mpiexec is None:
         pytest.skip("no mpiexec")
     out = tmp_path / "r.json"
-    env = _env()
+    (tmp_path / "tmp").mkdir()
+    env = _env({"TMPDIR": str(tmp_path / "tmp")})     # where rank 0 keeps the run's journal
     cmd = mpiexec_command(mpiexec, 3, [sys.executable, "-m", "collbench", "allreduce", "--backend", backend,
                                        *_long(backend), "-o", str(out), "--results-dir", f"{tmp_path}/m"], env)
     job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -115,6 +116,13 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     assert f"rank 2 (pid {victim} on {socket.gethostname()}) was killed by signal 9" in lines[0]
     assert "1M" in lines[0]
     assert json.loads(out.read_text())["rows"], "the size finished before is kept"
+    # mpiexec ends the job's processes once one exits with an error: rank 2's guardian waited
+    # for rank 0's, so rank 0 (or its guardian, from the journal) made the files whole and took
+    # the journal away
+    deadline = time.monotonic() + 5
+    while list((tmp_path / "tmp").glob("collbench-journal-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list((tmp_path / "tmp").glob("collbench-journal-*"))
     assert not _collbench_pids(_marker(tmp_path))
 
 

@@ -161,6 +161,7 @@ class Coordinator:
         elif kind == "died":
             self.abort(int(message.get("code", EXIT_LOST)), f"{peer.name()} {message.get('how', 'died')} during "
                        f"{message.get('where') or 'start-up'}", told=peer)
+            peer.settled = True          # its rank has ended; its guardian waits for ours to leave
         elif kind == "abort-job":
             # The rank printed why itself, and waits to be stopped like the others: told as
             # they are, not merely acknowledged (its link must not take rank 0's end for a loss).

@@ -189,7 +189,10 @@ class Guardian:
         if self.link is None and self.size > 1:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
-        if self.journal and ended_early and os.path.isdir(self.journal) and not self._parent_gone():
+        # A journal of the run's own (under a user's launcher) that outlived the rank holds what
+        # the files may lack, however the rank ended; rebuilding takes it away
+        owned = not os.environ.get(environment.STATE)
+        if self.journal and (ended_early or owned) and os.path.isdir(self.journal) and not self._parent_gone():
             rebuild(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None and not self._refused_to_start(status):
             # After the job's abort every guardian leaves at once, rank 0's first: MPICH's launcher
@@ -284,6 +287,12 @@ class Guardian:
                                     f"{how} during {where}; {self._aftermath()}")
                 elif self.coordinator is not None:     # rank 0's: the others are told before it leaves
                     self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
+                else:
+                    # A launcher that ends the job's processes the moment one exits with an error
+                    # (MPICH's) would end rank 0 before it had made its files whole from the
+                    # journal: this guardian leaves after rank 0's has
+                    link.ended = True
+                    link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
         elif link is not None:
             link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
             if self.coordinator is not None and self.coordinator.aborted:   # rank 0 left early: the
