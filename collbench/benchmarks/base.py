@@ -325,7 +325,7 @@ class Benchmark:
     patterned: ClassVar[bool] = False
     #: backends (by name) whose library lacks this call, and why: refused in one line
     lacks: ClassVar[dict] = {}
-    #: measured by ``collbench all`` (a collective); False: by its own command only, for now
+    #: measured by ``collbench all`` (a collective); False: by its own command only
     in_all: ClassVar[bool] = True
 
     def imbalance(self, elements: int, n: int, roles: Roles) -> tuple[float, float]:

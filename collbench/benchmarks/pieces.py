@@ -24,7 +24,6 @@ class OnePiecePerRank(Collective):
 
     size_is_per_rank = False
     patterned = True
-    in_all = False             # their own commands only, for now: not yet in the sweeps and tests of all
     pieces_sent = True
 
     bus_factor = staticmethod(ring_factor)

@@ -100,9 +100,11 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
         measured: dict = {}           # per backend and its other options: the placements measured
         for setup in setups:
             cls, backend = backend_class(setup.name), setup.key
-            reason = op_refusal(op, dtype.name) or _answer(setup.name, "supports", collective=coll, dtype=dtype,
-                                                           op=op) or \
-                coll.api_refusal(setup.options.api, cls.family) or \
+            # the refusals of a whole setup first (no persistent calls on gloo), then a call its
+            # library lacks, whatever the setup's options (said once for the backend)
+            whole = op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family)
+            lacked = None if whole else _answer(setup.name, "supports", collective=coll, dtype=dtype, op=op)
+            reason = whole or lacked or \
                 _answer(setup.name, "options_problem", options=setup.options, collective=coll, dtype=dtype, op=op)
             if reason is None:
                 # a placement the collective lacks here: its only form, measured once
@@ -122,7 +124,8 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
                 raise UsageError(f"{cname} on {backend} with {opts['dtype']}"
                                  f"{' ' + op if coll.reduces else ''}: {reason}")
             pairs.add((cname, backend))
-            why.setdefault((backend, reason), []).append(cname)
+            names = why.setdefault((setup.name if lacked else backend, reason), [])
+            names += [cname] * (cname not in names)
 
     def which(names: list) -> str:
         return "every collective" if len(names) == len(collectives) > 1 else ", ".join(names)
