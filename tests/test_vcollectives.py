@@ -2,6 +2,8 @@
 receive, real ranks on mpi and mpi-pickle (self-launched and under a real mpiexec) with every
 piece checked, and the refusals where torch.distributed has no such call."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,27 @@ def test_every_piece_arrives_checked_and_the_rows_say_the_pattern(three_ranks, n
         assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / (row["time_us_p50"] * 1e-6) / 1e9)
 
 
+def _bytes_lines(folder, name: str) -> dict:
+    """rank -> (sent, received) as ``report --per-rank`` lists them for ``name``'s file."""
+    proc = cli(["report", "--per-rank", f"{name}.json"], folder, env={"COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("bytes per rank at", 1)[1].split("\n\n", 1)[0]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| ")]
+    return {int(c[0].split("@")[0]): (c[1], c[2]) for c in cells if c[0] != "rank"}
+
+
+@pytest.mark.parametrize("name", V)
+def test_the_per_rank_view_says_each_ranks_bytes_as_the_pattern_spread_them(three_ranks, name):
+    from collbench.analysis.per_rank import _amount
+
+    row = max(load_json(three_ranks / f"{name}.json")["rows"], key=lambda r: r["size_bytes"])
+    piece = [e * 4 for e in patterns.pieces("zipf:1.2:0", 3, row["count"])]
+    whole = [row["size_bytes"] if not BENCHMARKS[name].rooted or rank == 1 else 0 for rank in range(3)]
+    want = list(zip(piece, whole)) if name not in RECEIVING else list(zip(whole, piece))
+    assert _bytes_lines(three_ranks, name) == {r: (_amount(s), _amount(g)) for r, (s, g) in enumerate(want)}
+    assert len(set(piece)) == 3           # zipf: the hot rank's piece is the largest
+
+
 def test_under_mpiexec_four_ranks_of_a_matrix_check_and_fit_80_columns(tmp_path):
     path = tmp_path / "four.txt"
     path.write_text("1 1 1 5\n1 1 1 5\n1 1 1 5\n1 2 3 2\n")
@@ -101,6 +124,18 @@ def test_under_mpiexec_four_ranks_of_a_matrix_check_and_fit_80_columns(tmp_path)
         assert [r["check"] for r in rows] == ["ok", "ok"]
         assert "busiest" in proc.stdout and "largest piece over the mean piece" in proc.stdout
         assert all(len(line) <= 80 for line in proc.stdout.splitlines() if line.startswith(("|", "+")))
+    # the file keeps the matrix: the per-rank view says each rank's bytes without the matrix file
+    path.unlink()
+    doc = load_json(tmp_path / "gatherv.json")
+    (digest,) = doc["metadata"]["matrices"]
+    (tmp_path / digest).write_text("9 9\n9 9\n")       # a file named as the digest is never read
+    lines = _bytes_lines(tmp_path, "gatherv")
+    assert [lines[r][0] for r in range(4)] == ["8K", "10K", "12K", "34K"]    # by column: 4, 5, 6, 17 of 32
+    assert [lines[r][1] for r in range(4)] == ["64K", "0", "0", "0"]
+    doc["metadata"]["matrices"][digest][0][0] = 2               # a matrix that is not the one named
+    (tmp_path / "gatherv.json").write_text(json.dumps(doc))
+    proc = cli(["report", "--per-rank", "gatherv.json"], tmp_path)
+    assert proc.returncode == 0 and "not listed: its matrix is not in the file" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("api", ["nonblocking", "persistent"])

@@ -13,10 +13,12 @@ import math
 from dataclasses import dataclass, field
 from statistics import median
 
+from collbench.benchmarks import patterns
+from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
-from collbench.results.ranks import K_SPREADS, MARGIN, label, row_views
+from collbench.results.ranks import K_SPREADS, MARGIN, label, root_of, round_hosts, row_views
 from collbench.results.records import backend_label
 from collbench.results.tables import TableModel, format_us, rank_count_text
 
@@ -152,7 +154,67 @@ def host_table(entries) -> TableModel:
                       (0, 3, 0, 1, 2, 1, 2))
 
 
+#: the most ranks whose bytes the view lists, a line each
+MAX_BYTES_RANKS = 64
+BYTES_NOTES = (
+    "sent, received: what each rank's call sends and receives at the largest size of its row, as its pattern "
+    "spreads the bytes; its µs: its mean time per call (median over rounds); GB/s: its heavier side's bytes "
+    "over that time",
+)
+
+
+def _amount(n: float) -> str:
+    """Bytes, short: 512, 1.5K, 12.3M."""
+    for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}".replace(".0" + suffix, suffix)
+    return f"{n:.0f}"
+
+
+def bytes_tables(loaded) -> list:
+    """For each row a pattern spreads (alltoallv, the v-collectives), at the largest size of its
+    backend: each rank's bytes sent and received, its time and its bandwidth."""
+    largest: dict = {}
+    for _, result in loaded:
+        patterns.take_back(result.metadata.get("matrices"))
+        by_round, default = round_hosts(result.metadata)
+        root = root_of(result.metadata)
+        for row, rounds in zip(result.rows, result.rounds):
+            bench = BENCHMARKS.get(row.collective)
+            if bench is None or not bench.patterned or not row.pattern or not row.count:
+                continue
+            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, row.pattern, backend_label(row))
+            if key not in largest or row.size_bytes > largest[key][0].size_bytes:
+                largest[key] = (row, rounds, [by_round.get(d.round, default) for d in rounds], root)
+    return [_bytes_table(*entry) for entry in largest.values()]
+
+
+def _bytes_table(row, rounds, hosts, root) -> TableModel:
+    n, itemsize = row.world_size, row.size_bytes // row.count
+    title = (f"{row.collective} · {row.dtype} · {rank_count_text(n)} · pattern {row.pattern} · {backend_label(row)} "
+             f"· bytes per rank at {format_size(row.size_bytes)}")
+    headers = ("rank", "sent", "received", "its µs", "GB/s")
+    why = "" if patterns.known(row.pattern) else \
+        "its matrix is not in the file (a file keeps one of up to " f"{patterns.MAX_KEPT_RANKS} ranks)"
+    if n > MAX_BYTES_RANKS:
+        why = f"{n} ranks: listed up to {MAX_BYTES_RANKS}"
+    if why:
+        return TableModel(title, headers, (), (f"not listed: {why}",))
+    spread = BENCHMARKS[row.collective].rank_elements(row.count, n, Roles(root=root, pattern=row.pattern))
+    cells = []
+    for rank, (sent, received) in enumerate(spread):
+        times = [d.rank_means_us[rank] for d in rounds if d.rank_means_us and len(d.rank_means_us) == n
+                 and d.rank_means_us[rank] is not None and math.isfinite(d.rank_means_us[rank])]
+        us = median(times) if times else math.nan
+        heavier = max(sent, received) * itemsize
+        gbps = heavier / (us * 1e3) if us > 0 else math.nan
+        where = next((names[rank] for names in hosts if names is not None and len(names) == n), None)
+        cells.append((label(rank, where), _amount(sent * itemsize), _amount(received * itemsize), format_us(us),
+                      "-" if not math.isfinite(gbps) else f"{gbps:.3f}" if gbps < 10 else f"{gbps:.2f}"))
+    return TableModel(title, headers, tuple(cells), BYTES_NOTES, (0, 0, 0, 1, 0))
+
+
 def per_rank_tables(loaded) -> list:
     entries = per_rank_rows(loaded)
-    return size_tables(entries) + [host_table(entries)]
+    return size_tables(entries) + bytes_tables(loaded) + [host_table(entries)]
 

@@ -54,6 +54,11 @@ class Alltoallv(Collective):
     def imbalance(self, elements, n, roles):
         return patterns.imbalance(patterns.counts(roles.pattern, n, elements))
 
+    def rank_elements(self, elements, n, roles):
+        """(sent, received) elements of each rank's call: its row of the matrix, its column."""
+        matrix = patterns.counts(roles.pattern, n, elements)
+        return [(sum(matrix[r]), sum(patterns.received(matrix, r))) for r in range(n)]
+
     def placements(self, family):
         return (OUT_OF_PLACE,)
 

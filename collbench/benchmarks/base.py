@@ -332,6 +332,11 @@ class Benchmark:
         """(sent, received): the busiest rank's bytes over the size's, where a pattern spreads them."""
         return 1.0, 1.0
 
+    def rank_elements(self, elements: int, n: int, roles: Roles) -> Optional[list]:
+        """Each rank's (sent, received) elements where a pattern spreads them (``report
+        --per-rank``); None where every rank's are the size's."""
+        return None
+
     def granule(self, n: int) -> int:
         """Element counts must be a multiple of this for the data to split evenly over n ranks."""
         return 1 if self.size_is_per_rank else n

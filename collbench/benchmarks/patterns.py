@@ -173,6 +173,51 @@ def read_matrix(path: str) -> str:
     return digest
 
 
+#: the most ranks whose matrix a result file keeps (n² numbers in its metadata), so that
+#: ``report --per-rank`` can say each rank's bytes without the matrix file
+MAX_KEPT_RANKS = 128
+
+
+def kept(name: str) -> dict:
+    """What a result file keeps of the pattern ``name``: {digest: rows} for a matrix of at most
+    ``MAX_KEPT_RANKS`` ranks read in this process, else {}."""
+    kind, _, digest = name.partition(":")
+    rows = _MATRICES.get(digest) if kind == "matrix" else None
+    return {digest: [list(row) for row in rows]} if rows is not None and len(rows) <= MAX_KEPT_RANKS else {}
+
+
+def take_back(matrices) -> None:
+    """Know the matrices a result file kept (``kept``) again, each only where its rows are a
+    square of finite non-negative numbers whose digest is its name: a file is not trusted."""
+    import hashlib
+
+    if not isinstance(matrices, dict):
+        return
+    for digest, rows in list(matrices.items())[:16]:
+        if digest in _MATRICES or not isinstance(rows, list) or not 0 < len(rows) <= MAX_KEPT_RANKS:
+            continue
+        if not all(isinstance(row, list) and len(row) == len(rows) and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in row)
+                for row in rows):
+            continue
+        matrix = [tuple(float(x) for x in row) for row in rows]       # named as read_matrix names it
+        if sum(map(sum, matrix)) > 0 and hashlib.sha256(repr(matrix).encode()).hexdigest()[:12] == digest:
+            _MATRICES[digest] = tuple(matrix)
+
+
+def known(name: str) -> bool:
+    """Whether this process can spread bytes by the pattern ``name`` (a matrix must have been
+    read here, or taken back from a file)."""
+    kind, _, rest = name.partition(":")
+    if kind == "matrix":                  # by its digest alone: never a file of that name
+        return rest in _MATRICES
+    try:
+        parse(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _plain_number(cell: str) -> bool:
     """Digits with at most a point and an exponent: no signs of other scripts, no nan or inf words."""
     body = cell.lower()

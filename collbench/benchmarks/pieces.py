@@ -39,5 +39,12 @@ class OnePiecePerRank(Collective):
         skew = max(patterns.pieces(roles.pattern, n, elements)) * n / elements
         return (skew, 1.0) if self.pieces_sent else (1.0, skew)
 
+    def rank_elements(self, elements, n, roles):
+        """(sent, received) elements of each rank's call: its own piece on the pieces' side, the
+        whole array on the other (the root's only, where there is one)."""
+        piece = patterns.pieces(roles.pattern, n, elements)
+        whole = [elements if not self.rooted or r == roles.root else 0 for r in range(n)]
+        return [(piece[r], whole[r]) if self.pieces_sent else (whole[r], piece[r]) for r in range(n)]
+
     def placements(self, family):
         return (OUT_OF_PLACE,)

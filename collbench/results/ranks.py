@@ -154,7 +154,7 @@ def round_hosts(metadata: dict) -> tuple:
     return by_round, names(metadata.get("rank_hosts"))
 
 
-def _root(metadata: dict) -> int:
+def root_of(metadata: dict) -> int:
     settings = metadata.get("settings")
     root = settings.get("root") if isinstance(settings, dict) else None
     return root if isinstance(root, int) and not isinstance(root, bool) else 0
@@ -185,7 +185,7 @@ def row_views(result, *, keep_slots: bool = False) -> list:
     if hosts_memo is None or hosts_memo.stamp != stamp:      # rounds only ever get appended
         hosts_memo = result.cache["round_hosts"] = _HostsMemo(stamp, round_hosts(result.metadata))
     by_round, default = hosts_memo.hosts
-    root = _root(result.metadata)
+    root = root_of(result.metadata)
     memo = {} if keep_slots else result.cache.setdefault("rank_views", {})
     views = []
     for row, rounds in zip(result.rows, result.rounds):

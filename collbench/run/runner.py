@@ -312,6 +312,9 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
+    matrices = patterns.kept(plan.roles.pattern) if plan.roles.pattern else {}
+    if matrices:                                     # report --per-rank says each rank's bytes from it
+        metadata["matrices"] = matrices
     metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
     side = notes.ab_side()
     if side is not None:
