@@ -2,6 +2,7 @@
 receive, real ranks on mpi and mpi-pickle (self-launched and under a real mpiexec) with every
 piece checked, and the refusals where torch.distributed has no such call."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -132,6 +133,15 @@ def test_under_mpiexec_four_ranks_of_a_matrix_check_and_fit_80_columns(tmp_path)
     lines = _bytes_lines(tmp_path, "gatherv")
     assert [lines[r][0] for r in range(4)] == ["8K", "10K", "12K", "34K"]    # by column: 4, 5, 6, 17 of 32
     assert [lines[r][1] for r in range(4)] == ["64K", "0", "0", "0"]
+    if importlib.util.find_spec("matplotlib"):            # and plot draws it beside the times
+        proc = cli(["plot", "gatherv.json", "-o", "g.png"], tmp_path)
+        assert proc.returncode == 0 and (tmp_path / "g.png").stat().st_size > 0, proc.stderr
+        from collbench.analysis.overlay import load_runs
+        from collbench.analysis.plot import figure_of
+
+        figure, _ = figure_of(load_runs([str(tmp_path / "gatherv.json")], ()).rows())
+        (traffic,) = [axes for axes in figure.axes if axes.get_title() == f"pattern matrix:{digest}"]
+        assert traffic.images[0].get_array()[3][0] == pytest.approx(100 / 32)      # rank 3 to 0: 1 of 32
     doc["metadata"]["matrices"][digest][0][0] = 2               # a matrix that is not the one named
     (tmp_path / "gatherv.json").write_text(json.dumps(doc))
     proc = cli(["report", "--per-rank", "gatherv.json"], tmp_path)

@@ -19,6 +19,7 @@ from pathlib import Path
 from statistics import median
 
 from collbench.analysis.compare import match_key
+from collbench.benchmarks import patterns
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
@@ -107,6 +108,7 @@ def load_runs(paths, labels=()) -> Runs:
     for path, result in loaded:
         if not result.rows:
             raise UsageError(f"{path}: holds no rows: nothing was measured, or every row was cut off")
+        patterns.take_back(result.metadata.get("matrices"))    # a matrix pattern's rows, for plot and report
     names = tuple(labels[i] for i in kept) if labels else file_labels([paths[i] for i in kept])
     return Runs(loaded, names, bool(labels) or _share_rows(loaded), tuple(notes))
 

@@ -176,7 +176,6 @@ def bytes_tables(loaded) -> list:
     backend: each rank's bytes sent and received, its time and its bandwidth."""
     largest: dict = {}
     for _, result in loaded:
-        patterns.take_back(result.metadata.get("matrices"))
         by_round, default = round_hosts(result.metadata)
         root = root_of(result.metadata)
         for row, rounds in zip(result.rows, result.rounds):

@@ -15,7 +15,9 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from collbench.benchmarks import patterns
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results import links
@@ -273,7 +275,8 @@ def _sweep_figure(sweep: Sweep):
     across = 1 if count <= SECTIONS_PER_ROW else SECTIONS_PER_ROW
     down = -(-count // across)
     key_height = 0.2 * (1 + max(len(handles) for _, handles in groups)) + 0.1
-    figure = Figure(figsize=(7.5 * across, 3.1 * down + key_height + 0.5), layout="constrained")
+    wide = 10.5 if any(_traffic(section) for section in sweep.sections) else 7.5    # room for a traffic map
+    figure = Figure(figsize=(wide * across, 3.1 * down + key_height + 0.5), layout="constrained")
     FigureCanvasAgg(figure)
     key, body = figure.subfigures(2, 1, height_ratios=(key_height, 3.1 * down))
     places = body.subfigures(down, across, squeeze=False, wspace=0.02, hspace=0.02, edgecolor="0.85",
@@ -286,7 +289,12 @@ def _sweep_figure(sweep: Sweep):
         warnings.simplefilter("ignore", UserWarning)
         for place, section in zip(places, sweep.sections):
             place.suptitle(section.title, fontweight="bold")
-            latency, bandwidth = place.subplots(1, 2)
+            traffic = _traffic(section)
+            if traffic is None:
+                latency, bandwidth = place.subplots(1, 2)
+            else:
+                latency, bandwidth, beside = place.subplots(1, 3, width_ratios=(1, 1, 0.8))
+                _traffic_map(figure, beside, *traffic)
             for line in section.lines:
                 colour = colours[sweep.colour(line.backend) % len(colours)]
                 dash, mark = sweep.style(line.run)
@@ -322,6 +330,41 @@ def _sweep_figure(sweep: Sweep):
     figure.suptitle(" · ".join(["collbench", *sweep.shared]), fontsize="x-large")
     _legend(key, groups)
     return figure
+
+
+#: the most ranks whose traffic a section draws beside its times
+MOST_TRAFFIC_RANKS = 64
+
+
+def _traffic(section: Section) -> Optional[tuple]:
+    """(pattern, ranks) of a section whose pattern spreads the bytes unevenly and is known here
+    (a matrix: read, or kept in its file), for a map beside its times; None otherwise."""
+    first = section.lines[0].rows[0]
+    n = first.group_size or first.world_size
+    if not first.pattern or first.pattern == patterns.UNIFORM or not patterns.known(first.pattern) \
+            or not 1 < n <= MOST_TRAFFIC_RANKS or patterns.problem(first.pattern, n):
+        return None
+    return first.pattern, n
+
+
+def _traffic_map(figure, axes, pattern: str, n: int) -> None:
+    """The pattern as a heat map: each rank pair's share of all the bytes, from row to column."""
+    import numpy as np
+
+    grid = np.array(patterns.shares(pattern, n)) * 100
+    image = axes.imshow(grid, cmap="viridis", interpolation="nearest", vmin=0.0)
+    figure.colorbar(image, ax=axes, shrink=0.8, label="share of the bytes (%)")
+    if n <= 8:
+        for y in range(n):
+            for x in range(n):
+                axes.text(x, y, f"{grid[y, x]:.3g}", ha="center", va="center", fontsize="x-small",
+                          color="white" if grid[y, x] < grid.max() / 2 else "black")
+    ticks = range(0, n, max(1, n // 8))
+    axes.set_xticks(ticks, [str(t) for t in ticks], fontsize="small")
+    axes.set_yticks(ticks, [str(t) for t in ticks], fontsize="small")
+    axes.set_xlabel("to rank", fontsize="small")
+    axes.set_ylabel("from rank", fontsize="small")
+    axes.set_title(f"pattern {pattern}", fontsize="small")
 
 
 def _key(sweep: Sweep, colours) -> list:

@@ -218,6 +218,11 @@ def known(name: str) -> bool:
     return True
 
 
+def shares(name: str, n: int) -> list:
+    """``shares[i][j]``: the share of all the bytes that rank i sends rank j (they add up to 1)."""
+    return [[w / n for w in row] for row in parse(name).weights(n)]
+
+
 def _plain_number(cell: str) -> bool:
     """Digits with at most a point and an exponent: no signs of other scripts, no nan or inf words."""
     body = cell.lower()
