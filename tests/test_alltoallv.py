@@ -231,3 +231,25 @@ def test_a_matrix_run_checks_every_piece_and_a_world_it_does_not_fit_is_one_line
     proc = cli(["alltoallv", "-n", "2", "--sizes", "12", "--pattern", f"matrix:{hot}", "--no-save", *QUICK], tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().endswith("hot.txt is a 3 x 3 matrix: it spreads 3 ranks, not 2")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_files_matrix_is_taken_back_only_when_it_is_the_one_its_name_says(tmp_path, monkeypatch):
+    path = tmp_path / "m.txt"
+    path.write_text("0 1 2\n3 0 1\n5 5 0\n")
+    digest = patterns.parse(f"matrix:{path}").digest
+    (kept,) = patterns.kept(f"matrix:{digest}").values()
+    assert kept == [[0.0, 1.0, 2.0], [3.0, 0.0, 1.0], [5.0, 5.0, 0.0]]
+    patterns._MATRICES.pop(digest)
+    hostile = [[[0, 1, 2], [3, 0, 1], [5, 5, 1]],           # not the matrix its digest names
+               [[0, 1, 2], [3, 0, 1], [5, 5, 10 ** 400]],   # past a float
+               [[0, 1, 2], [3, 0, 1], [5, 5, -1]], [[0, 1], [3, 0]], "0 1 2", [[True, 1, 2], [3, 0, 1], [5, 5, 0]],
+               [[0, 0, 0]] * 3]
+    for rows in hostile:
+        patterns.take_back({digest: rows})
+        assert not patterns.known(f"matrix:{digest}"), rows
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / digest).write_text("0 1 2\n3 0 1\n5 5 0\n")       # never read as a file of that name
+    assert not patterns.known(f"matrix:{digest}")
+    patterns.take_back({digest: kept})
+    assert patterns.known(f"matrix:{digest}")
+    assert patterns.shares(f"matrix:{digest}", 3)[2][0] == pytest.approx(5 / 17)

@@ -189,12 +189,16 @@ def bytes_tables(loaded) -> list:
 
 
 def _bytes_table(row, rounds, hosts, root) -> TableModel:
-    n, itemsize = row.world_size, row.size_bytes // row.count
+    n, itemsize = row.group_size or row.world_size, row.size_bytes // row.count
     title = (f"{row.collective} · {row.dtype} · {rank_count_text(n)} · pattern {row.pattern} · {backend_label(row)} "
              f"· bytes per rank at {format_size(row.size_bytes)}")
     headers = ("rank", "sent", "received", "its µs", "GB/s")
     why = "" if patterns.known(row.pattern) else \
         "its matrix is not in the file (a file keeps one of up to " f"{patterns.MAX_KEPT_RANKS} ranks)"
+    if not why and patterns.problem(row.pattern, n):
+        why = f"its pattern does not spread {n} ranks"
+    if n != row.world_size:
+        why = "the ranks of split groups are not listed"
     if n > MAX_BYTES_RANKS:
         why = f"{n} ranks: listed up to {MAX_BYTES_RANKS}"
     if why:

@@ -196,11 +196,14 @@ def take_back(matrices) -> None:
     for digest, rows in list(matrices.items())[:16]:
         if digest in _MATRICES or not isinstance(rows, list) or not 0 < len(rows) <= MAX_KEPT_RANKS:
             continue
-        if not all(isinstance(row, list) and len(row) == len(rows) and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in row)
-                for row in rows):
+        try:
+            if not all(isinstance(row, list) and len(row) == len(rows) and all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                    for x in row) for row in rows):
+                continue
+            matrix = [tuple(float(x) for x in row) for row in rows]       # named as read_matrix names it
+        except OverflowError:             # a whole number past what a float holds
             continue
-        matrix = [tuple(float(x) for x in row) for row in rows]       # named as read_matrix names it
         if sum(map(sum, matrix)) > 0 and hashlib.sha256(repr(matrix).encode()).hexdigest()[:12] == digest:
             _MATRICES[digest] = tuple(matrix)
 
