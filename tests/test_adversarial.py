@@ -331,6 +331,30 @@ def test_an_address_space_limit_too_low_for_python_is_one_line_and_exit_2(files)
     assert "out of memory" in proc.stderr and "ulimit -v" in proc.stderr
 
 
+_ROOM_AFTER_LOADING = r'''
+import resource, sys
+import collbench.cli.app            # what collbench loads before any command
+size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:")) * 1024
+room = size + int(float(sys.argv[1]) * (1 << 20))
+resource.setrlimit(resource.RLIMIT_AS, (room, room))
+sys.argv = ["collbench", *sys.argv[2:]]
+from collbench.__main__ import main
+main()
+'''
+
+
+@pytest.mark.parametrize("room_mib", [0.05, 0.1, 0.2, 0.3, 0.5, 2])
+def test_an_address_space_that_runs_out_as_a_command_loads_its_modules_is_one_line(files, room_mib):
+    """CI ran out of room at a module the command loads when it runs (the dynamic loader "failed
+    to map segment": an ImportError and its traceback; with less room, hashlib's own logged
+    errors). Wherever the room runs out: one line, exit 2."""
+    proc = subprocess.run([sys.executable, "-c", _ROOM_AFTER_LOADING, str(room_mib), "allreduce", *RUN], cwd=files,
+                          env=_env(), timeout=120, capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("collbench: error:"), proc.stderr
+    assert "ulimit -v" in lines[0], proc.stderr
+
+
 def test_a_broken_pipe_is_not_a_verdict(files):
     """`collbench compare … | head -1` under pipefail: the verdict decides the exit code (3:
     this file against itself decides too few rows; 0 where asked to pass it)."""

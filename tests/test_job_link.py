@@ -341,7 +341,8 @@ from collbench.launch.liveness.link import Link
 from collbench.launch.liveness.supervise import _Position
 from collbench.launch.liveness.wire import MessageReader
 
-rank = subprocess.Popen(["sleep", "30"])
+# a SIGINT that the test's own shell ignores (a job in the background) must still end the rank
+rank = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 ours, coordinators = socket.socketpair()
 guardian = Guardian(rank.pid, 0, 2, _Position(), None, None, None)
 guardian.link = Link(ours, MessageReader(ours), 0, rank.pid, lambda: "bcast on mpi at 8", guardian.stop)

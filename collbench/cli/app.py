@@ -199,9 +199,14 @@ def schema_command():
 def main(argv=None) -> None:
     """Entry point: every failure that is not a bug is one line on stderr and an exit code. A
     rank tells its guardian the exit code it leaves with (one it did not tell is a library's)."""
-    from collbench.launch.liveness.supervise import leaving
+    try:
+        from collbench.launch.liveness.supervise import leaving
 
-    from collbench.cli import streams
+        from collbench.cli import streams
+    except ImportError as exc:       # no room left to load them (ulimit -v), or a broken Python
+        from collbench.cli.broken import refuse
+
+        refuse(exc)
 
     try:
         _main(argv)
@@ -246,6 +251,10 @@ def _main(argv) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:        # SIGINT's own handler, where something put it back
         interrupted(signal.SIGINT)
+    except ImportError as exc:       # a module a command loads when it runs: missing, broken, or no room
+        from collbench.cli.broken import refuse
+
+        refuse(exc)
     except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
         try:
             limits = processes.low_limits()

@@ -21,18 +21,45 @@ def _failing_module(exc: ImportError) -> str:
     return name
 
 
+#: what the dynamic loader says when the address space (ulimit -v) has no room for a library
+NO_ROOM = ("failed to map segment", "cannot map zero-fill pages", "cannot allocate memory")
+
+
+def _no_room(exc: ImportError) -> bool:
+    """Whether the import failed for want of address space: the loader could not map the
+    library (numpy repeats the loader's words in its own message)."""
+    text = " ".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None).lower()
+    return any(words in text for words in NO_ROOM)
+
+
+def _address_limit() -> str:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return "a limit such as ulimit -v is too low"
+    return "a limit such as ulimit -v is too low" if soft < 0 else f"ulimit -v is {soft // 1024} KiB: raise it"
+
+
 def refuse(exc: ImportError) -> None:
     """Say which module could not be imported, on which rank, and end (exit 2)."""
-    from collbench.launch.origin.launcher import detect
+    launcher = None
+    if not _no_room(exc):              # with no room, loading more only fails again (and noisily)
+        try:
+            from collbench.launch.origin.launcher import detect
 
-    try:
-        launcher = detect()
-    except Exception:                  # stray variables: say it as rank 0 would
-        launcher = None
+            launcher = detect()
+        except Exception:              # stray variables: say it as rank 0 would
+            launcher = None
     name = getattr(exc, "name", None) or _failing_module(exc) or "a module"
     who = f"rank {launcher.rank} " if launcher is not None and launcher.world_size > 1 else ""
-    print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python {sys.executable}; "
-          f"install collbench's requirements there, or fix PYTHONPATH)", file=sys.stderr, flush=True)
+    if _no_room(exc):                  # not a broken install: the address space ran out
+        print(f"collbench: error: {who}out of memory while loading {name} ({_address_limit()})", file=sys.stderr,
+              flush=True)
+    else:
+        print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python {sys.executable}; "
+              f"install collbench's requirements there, or fix PYTHONPATH)", file=sys.stderr, flush=True)
     if launcher is not None and launcher.shares_mpi_world and launcher.world_size > 1 and name != "mpi4py":
         try:
             from mpi4py import MPI

@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import mmap
 import os
-import secrets
 import select
 import signal
 import socket
@@ -87,7 +86,7 @@ def guard_rank(launcher) -> None:
         return
     pair = socket.socketpair() if size > 1 else None
     listener = coordinator.open_listener() if rank == 0 and size > 1 else None
-    token = secrets.token_hex(16)
+    token = os.urandom(16).hex()     # not secrets: it loads hashlib, noisy where no room is left
     guardian = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
