@@ -4,7 +4,7 @@ not a traceback."""
 
 import sys
 
-from collbench.errors import Interrupted, check_interrupted, interrupt_on_signals
+from collbench.errors import Interrupted, address_limit, check_interrupted, interrupt_on_signals
 
 
 def main(argv=None) -> None:
@@ -15,7 +15,7 @@ def main(argv=None) -> None:
         from collbench.cli.interrupt import interrupted
         interrupted(exc.signum)
     except MemoryError:          # a memory limit (ulimit -v) too low for Python to load collbench
-        sys.stderr.write(f"collbench: error: out of memory while starting ({_address_limit()})\n")
+        sys.stderr.write(f"collbench: error: out of memory while starting ({address_limit()})\n")
         sys.exit(2)
     try:
         check_interrupted()
@@ -23,17 +23,6 @@ def main(argv=None) -> None:
     except Interrupted as exc:      # where the command line's own handling does not reach
         from collbench.cli.interrupt import interrupted
         interrupted(exc.signum)
-
-
-def _address_limit() -> str:
-    """The limit that most likely ran out, read without importing anything (no room for that)."""
-    try:
-        with open("/proc/self/limits", encoding="ascii") as fh:
-            line = next((row for row in fh if row.startswith("Max address space")), "")
-        soft = line.split()[3]
-    except (OSError, MemoryError, IndexError):
-        soft = ""
-    return f"ulimit -v is {int(soft) // 1024} KiB: raise it" if soft.isdigit() else "a limit such as ulimit -v is too low"
 
 
 if __name__ == "__main__":

@@ -44,6 +44,17 @@ class HostUsageError(SharedUsageError):
     per_host = True
 
 
+def address_limit() -> str:
+    """The limit that most likely ran out, read without importing anything (no room for that)."""
+    try:
+        with open("/proc/self/limits", encoding="ascii") as fh:
+            line = next((row for row in fh if row.startswith("Max address space")), "")
+        soft = line.split()[3]
+    except (OSError, MemoryError, IndexError):
+        soft = ""
+    return f"ulimit -v is {int(soft) // 1024} KiB: raise it" if soft.isdigit() else "a limit such as ulimit -v is too low"
+
+
 def printable(text: str) -> str:
     """``text`` as a terminal shows it, on one line and changing nothing on the terminal: a line
     end, a tab or another space that is not a plain one becomes a space; any other character

@@ -20,7 +20,7 @@ from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.ranks import K_SPREADS, MARGIN, label, root_of, round_hosts, row_views
 from collbench.results.records import backend_label
-from collbench.results.tables import TableModel, format_us, rank_count_text
+from collbench.results.tables import TableModel, format_gbps, format_us, rank_count_text
 
 
 
@@ -188,19 +188,25 @@ def bytes_tables(loaded) -> list:
     return [_bytes_table(*entry) for entry in largest.values()]
 
 
+def _unlisted(row, n: int) -> str:
+    """Why a row's ranks are not listed ("" where they are): the first reason that holds."""
+    if n > MAX_BYTES_RANKS:
+        return f"{n} ranks: listed up to {MAX_BYTES_RANKS}"
+    if n != row.world_size:
+        return "the ranks of split groups are not listed"
+    if not patterns.known(row.pattern):
+        return f"its matrix is not in the file (a file keeps one of up to {patterns.MAX_KEPT_RANKS} ranks)"
+    if patterns.problem(row.pattern, n):
+        return f"its pattern does not spread {n} ranks"
+    return ""
+
+
 def _bytes_table(row, rounds, hosts, root) -> TableModel:
     n, itemsize = row.group_size or row.world_size, row.size_bytes // row.count
     title = (f"{row.collective} · {row.dtype} · {rank_count_text(n)} · pattern {row.pattern} · {backend_label(row)} "
              f"· bytes per rank at {format_size(row.size_bytes)}")
     headers = ("rank", "sent", "received", "its µs", "GB/s")
-    why = "" if patterns.known(row.pattern) else \
-        "its matrix is not in the file (a file keeps one of up to " f"{patterns.MAX_KEPT_RANKS} ranks)"
-    if not why and patterns.problem(row.pattern, n):
-        why = f"its pattern does not spread {n} ranks"
-    if n != row.world_size:
-        why = "the ranks of split groups are not listed"
-    if n > MAX_BYTES_RANKS:
-        why = f"{n} ranks: listed up to {MAX_BYTES_RANKS}"
+    why = _unlisted(row, n)
     if why:
         return TableModel(title, headers, (), (f"not listed: {why}",))
     spread = BENCHMARKS[row.collective].rank_elements(row.count, n, Roles(root=root, pattern=row.pattern))
@@ -213,7 +219,7 @@ def _bytes_table(row, rounds, hosts, root) -> TableModel:
         gbps = heavier / (us * 1e3) if us > 0 else math.nan
         where = next((names[rank] for names in hosts if names is not None and len(names) == n), None)
         cells.append((label(rank, where), _amount(sent * itemsize), _amount(received * itemsize), format_us(us),
-                      "-" if not math.isfinite(gbps) else f"{gbps:.3f}" if gbps < 10 else f"{gbps:.2f}"))
+                      format_gbps(gbps)))
     return TableModel(title, headers, tuple(cells), BYTES_NOTES, (0, 0, 0, 1, 0))
 
 

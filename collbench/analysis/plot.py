@@ -275,7 +275,8 @@ def _sweep_figure(sweep: Sweep):
     across = 1 if count <= SECTIONS_PER_ROW else SECTIONS_PER_ROW
     down = -(-count // across)
     key_height = 0.2 * (1 + max(len(handles) for _, handles in groups)) + 0.1
-    wide = 10.5 if any(_traffic(section) for section in sweep.sections) else 7.5    # room for a traffic map
+    traffic = [_traffic(section) for section in sweep.sections]
+    wide = 10.5 if any(traffic) else 7.5    # room for a traffic map
     figure = Figure(figsize=(wide * across, 3.1 * down + key_height + 0.5), layout="constrained")
     FigureCanvasAgg(figure)
     key, body = figure.subfigures(2, 1, height_ratios=(key_height, 3.1 * down))
@@ -287,14 +288,13 @@ def _sweep_figure(sweep: Sweep):
     shade = 0.18 / math.sqrt(len(sweep.runs))        # the bands of more runs overlap: each lighter
     with warnings.catch_warnings():      # an empty log axis (no bandwidth on one rank): said on the panel
         warnings.simplefilter("ignore", UserWarning)
-        for place, section in zip(places, sweep.sections):
+        for place, section, its_traffic in zip(places, sweep.sections, traffic):
             place.suptitle(section.title, fontweight="bold")
-            traffic = _traffic(section)
-            if traffic is None:
+            if its_traffic is None:
                 latency, bandwidth = place.subplots(1, 2)
             else:
                 latency, bandwidth, beside = place.subplots(1, 3, width_ratios=(1, 1, 0.8))
-                _traffic_map(figure, beside, *traffic)
+                _traffic_map(figure, beside, *its_traffic)
             for line in section.lines:
                 colour = colours[sweep.colour(line.backend) % len(colours)]
                 dash, mark = sweep.style(line.run)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from collbench.errors import address_limit
+
 
 def _failing_module(exc: ImportError) -> str:
     """The package whose own code raised the error (a broken install raises it from inside)."""
@@ -32,16 +34,6 @@ def _no_room(exc: ImportError) -> bool:
     return any(words in text for words in NO_ROOM)
 
 
-def _address_limit() -> str:
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    except (ImportError, OSError, ValueError):
-        return "a limit such as ulimit -v is too low"
-    return "a limit such as ulimit -v is too low" if soft < 0 else f"ulimit -v is {soft // 1024} KiB: raise it"
-
-
 def refuse(exc: ImportError) -> None:
     """Say which module could not be imported, on which rank, and end (exit 2)."""
     launcher = None
@@ -55,7 +47,7 @@ def refuse(exc: ImportError) -> None:
     name = getattr(exc, "name", None) or _failing_module(exc) or "a module"
     who = f"rank {launcher.rank} " if launcher is not None and launcher.world_size > 1 else ""
     if _no_room(exc):                  # not a broken install: the address space ran out
-        print(f"collbench: error: {who}out of memory while loading {name} ({_address_limit()})", file=sys.stderr,
+        print(f"collbench: error: {who}out of memory while loading {name} ({address_limit()})", file=sys.stderr,
               flush=True)
     else:
         print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python {sys.executable}; "

@@ -46,7 +46,8 @@ def format_us(us: float) -> str:
     return f"{us:.2f}"
 
 
-def _bw(gbps: float) -> str:
+def format_gbps(gbps: float) -> str:
+    """A bandwidth in GB/s as the tables show it: 3 decimals below 10, 2 above; - for none."""
     return "-" if not gbps or math.isnan(gbps) else f"{gbps:.3f}" if gbps < 10 else f"{gbps:.2f}"
 
 
@@ -251,7 +252,7 @@ def _single(title: str, rows: list) -> TableModel:
     columns += [("avg µs", 6, lambda r: format_us(r.time_us_rank_avg)), ("min µs", 10, lambda r: format_us(r.time_us_min)),
                 ("p95 µs", 12, lambda r: format_us(r.time_us_p95)), ("max µs", 11, lambda r: format_us(r.time_us_max))]
     if sized:
-        columns += [("algbw GB/s", 5, lambda r: _bw(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: _bw(r.busbw_gbps))]
+        columns += [("algbw GB/s", 5, lambda r: format_gbps(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: format_gbps(r.busbw_gbps))]
     if _overlaps(rows):
         columns += [("overlap %", 1, _overlap), ("overall µs", 2, lambda r: format_us(r.overall_us)),
                     ("compute µs", 2, lambda r: format_us(r.compute_us))]
@@ -288,7 +289,7 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
         if _overlaps([r for r in rows if backend_label(r) == b]):
             columns.append((f"{shown}\noverlap %", 0, of(b, _overlap)))
         if sized:
-            columns.append((f"{shown}\nbusbw GB/s", 6, of(b, lambda r: _bw(r.busbw_gbps))))
+            columns.append((f"{shown}\nbusbw GB/s", 6, of(b, lambda r: format_gbps(r.busbw_gbps))))
         columns += [(f"{shown}\navg µs", 8, of(b, lambda r: format_us(r.time_us_rank_avg))),
                     (f"{shown}\nmin µs", 9, of(b, lambda r: format_us(r.time_us_min))),
                     (f"{shown}\nmax µs", 9, of(b, lambda r: format_us(r.time_us_max))),
@@ -325,7 +326,7 @@ def _summary(rows: list, backends: list) -> tuple:
         bus = [r.busbw_gbps for r in rows
                if backend_label(r) == b and r.size_bytes and r.busbw_gbps and math.isfinite(r.busbw_gbps)]
         if bus:
-            mean = _bw(sum(bus) / len(bus)) if sum(bus) / len(bus) >= 0.001 else f"{sum(bus) / len(bus):.2g}"
+            mean = format_gbps(sum(bus) / len(bus)) if sum(bus) / len(bus) >= 0.001 else f"{sum(bus) / len(bus):.2g}"
             parts.append(f"{b} {mean}" if len(backends) > 1 else mean)
             counts.add(len(bus))
     if not parts:
@@ -479,7 +480,7 @@ MATRIX_RANKS = 10
 
 def _figure_text(lmap: links.LinkMap, time_us: float) -> str:
     value = links.figure(lmap, time_us)
-    return _bw(value) if lmap.one_way else format_us(value)
+    return format_gbps(value) if lmap.one_way else format_us(value)
 
 
 def _host_legend(lmap: links.LinkMap) -> str:
@@ -535,7 +536,7 @@ def link_tables(lmap: links.LinkMap) -> list:
 
 
 def _fmt(lmap: links.LinkMap, value: float) -> str:
-    return (_bw(value) if lmap.one_way else format_us(value)) + " " + links.unit(lmap)
+    return (format_gbps(value) if lmap.one_way else format_us(value)) + " " + links.unit(lmap)
 
 
 def _what(f: links.Finding) -> str:
