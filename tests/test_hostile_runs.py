@@ -167,26 +167,34 @@ def _named(pids, name: str) -> list:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("victim", ["mpiexec", "guardian"])
-def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_path, victim):
+def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_path):
     """SIGSTOP on mpiexec, or on rank 1's guardian: the ranks finish and the files are written;
-    the launch is then ended in one line rather than waited for for ever, and nothing is left."""
-    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1", "-q",
-                  "-o", "r.json"], tmp_path)
-    wait_for_rows(tmp_path / "r.json")
-    tree = _tree_of(run.pid)
-    mpiexec = _named(tree, "mpiexec")[0]
-    target = mpiexec if victim == "mpiexec" else [
-        pid for pid in _tree_of(mpiexec) if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
-    os.kill(target, signal.SIGSTOP)
-    out, err = run.communicate(timeout=120)
-    assert run.returncode == 0, err
-    said = [line for line in err.splitlines() if line.startswith("collbench:")]
-    assert len(said) == 1 and "the ranks finished, but the launch did not end" in said[0], err
-    assert "stopped (SIGSTOP or a debugger)" in said[0]
-    assert len(json.loads((tmp_path / "r.json").read_text())["rows"]) == 14
+    the launch is then ended in one line rather than waited for for ever, and nothing is left.
+    Each waits out the same linger, so the two runs go side by side."""
+    runs = {}
+    for victim in ("mpiexec", "guardian"):
+        (tmp_path / victim).mkdir()
+        runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1", "-q",
+                               "-o", "r.json"], tmp_path / victim)
+    trees = {}
+    for victim, run in runs.items():
+        wait_for_rows(tmp_path / victim / "r.json")
+        tree = trees[victim] = _tree_of(run.pid)
+        mpiexec = _named(tree, "mpiexec")[0]
+        target = mpiexec if victim == "mpiexec" else [
+            pid for pid in _tree_of(mpiexec) if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
+        os.kill(target, signal.SIGSTOP)
+    for victim, run in runs.items():
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, (victim, err)
+        said = [line for line in err.splitlines() if line.startswith("collbench:")]
+        assert len(said) == 1 and "the ranks finished, but the launch did not end" in said[0], (victim, err)
+        assert "stopped (SIGSTOP or a debugger)" in said[0]
+        assert len(json.loads((tmp_path / victim / "r.json").read_text())["rows"]) == 14
     time.sleep(1.0)
-    assert not [pid for pid in tree if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    for victim, tree in trees.items():
+        assert not [pid for pid in tree if os.path.exists(f"/proc/{pid}")
+                    and open(f"/proc/{pid}/stat").read().split()[2] != "Z"], victim
 
 
 def _gone(pids, seconds: float = 60.0) -> list:
@@ -305,7 +313,7 @@ def test_a_run_whose_stand_in_was_killed_too_is_finished_by_the_next_run(tmp_pat
     assert len(json.loads((tmp_path / "r.json").read_text())["rows"]) >= len(kept)
 
 
-def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> subprocess.CompletedProcess:
+def _mpmd_start(tmp_path, other: list, limit: tuple = ()) -> subprocess.Popen:
     """mpiexec -n 2 collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part differs
     (``limit``: more options of collbench's part, such as its --timeout)."""
     from collbench.launch.self_launch.mpiexec import find_mpiexec
@@ -314,8 +322,17 @@ def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> sub
     if mpiexec is None:
         pytest.skip("no mpiexec")
     first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1", "--no-save", *limit]
-    return subprocess.run([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> subprocess.CompletedProcess:
+    job = _mpmd_start(tmp_path, other, limit)
+    try:
+        out, err = job.communicate(timeout=timeout)
+    finally:
+        job.kill()
+    return subprocess.CompletedProcess(job.args, job.returncode, out, err)
 
 
 @pytest.mark.mpi
@@ -341,15 +358,23 @@ def test_ranks_started_with_another_command_are_named_before_anything_is_measure
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("other", [["true"], ["sleep", "1000"]])
-def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_path, other):
+def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_path):
     """With --timeout 5 it took 58 s, as without: the limit on joining was 45 s whatever the
-    --timeout. A shorter --timeout now shortens it, to 15 s at the least."""
+    --timeout. A shorter --timeout now shortens it, to 15 s at the least. A part that ends at
+    once and one that never ends: the two launches wait out their limits side by side."""
     start = time.monotonic()
-    proc = _mpmd(tmp_path, other, limit=("--timeout", "5"))
-    assert time.monotonic() - start < 60 and proc.returncode != 0, proc.stderr     # the launcher says the code
-    said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert said and all("was still in start-up" in line and "after 15 s" in line for line in said), proc.stderr
+    jobs = {}
+    for name, other in (("ends", ["true"]), ("sleeps", ["sleep", "1000"])):
+        (tmp_path / name).mkdir()
+        jobs[name] = _mpmd_start(tmp_path / name, other, limit=("--timeout", "5"))
+    for name, job in jobs.items():
+        try:
+            _, stderr = job.communicate(timeout=150)
+        finally:
+            job.kill()
+        assert time.monotonic() - start < 60 and job.returncode != 0, (name, stderr)     # the launcher says the code
+        said = [line for line in stderr.splitlines() if line.startswith("collbench:")]
+        assert said and all("was still in start-up" in line and "after 15 s" in line for line in said), (name, stderr)
 
 
 @pytest.mark.mpi

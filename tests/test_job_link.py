@@ -23,12 +23,14 @@ from conftest import FAST
 from results_helpers import wait_for_rows
 
 def _long(backend: str) -> list:
-    """A quick first size, then one that lasts: the files hold a row when the fault comes."""
-    iters = "100000" if backend == "mpi" else "20000"
+    """A quick first size, then one that lasts: the files hold a row when the fault comes. Three
+    gloo ranks on 2 cores take 0.4 ms a call of 8 B quiet (5 ms beside two busy loops) and 15 ms
+    of 16M: 500 calls are a second or so, then 7 s or more."""
+    iters = "2000" if backend == "mpi" else "500"
     # 3 ranks on 2 cores: at thread level single a waiting MPI rank spins, and each call takes a
     # scheduler slice; multiple yields
     level = ["--thread-level", "multiple"] if backend == "mpi" else []
-    return ["--sizes", "8,1M", "--iters", iters, "--warmup", "0", "--rounds", "1", "--timeout", "0", "--no-shuffle",
+    return ["--sizes", "8,16M", "--iters", iters, "--warmup", "0", "--rounds", "1", "--timeout", "0", "--no-shuffle",
             *level]
 
 
@@ -114,7 +116,7 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     assert job.returncode != 0
     assert len(lines) == 1, stderr
     assert f"rank 2 (pid {victim} on {socket.gethostname()}) was killed by signal 9" in lines[0]
-    assert "1M" in lines[0]
+    assert "16M" in lines[0]
     assert json.loads(out.read_text())["rows"], "the size finished before is kept"
     # mpiexec ends the job's processes once one exits with an error: rank 2's guardian waited
     # for rank 0's, so rank 0 (or its guardian, from the journal) made the files whole and took
@@ -128,16 +130,16 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
 
 def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo", "--sizes", "8,1M",
-            "--iters", "3000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "45",
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo", "--sizes", "8,16M",
+            "--iters", "100", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "15",
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # three gloo ranks beside two busy loops on 2 cores took 10-20 s for the 3000 calls of 8 B
-        # (past a --timeout of 12 s in 2 of 5 tries): 45 s leaves room for a busier CI machine; 1M
-        # takes longer, so it is still running then
-        wait_for_rows(out, seconds=300, job=job)
+        # --timeout is per size: 100 calls of 8 B take under a second even beside two busy loops
+        # (5 ms a call), and of 16M 1.5 s quiet, so rank 1 is stopped inside 16M, found before the
+        # first row so that it is stopped within a poll of it
         victim = _rank_process(_marker(tmp_path), 1, "RANK")
+        wait_for_rows(out, seconds=300, job=job, pause=0.05)
         os.kill(victim, signal.SIGSTOP)
         _, stderr = job.communicate(timeout=90)
     finally:
@@ -145,9 +147,9 @@ def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
     lines = _collbench_lines(stderr)
     assert job.returncode == 124, stderr
     assert len(lines) == 1, stderr
-    assert "did not finish within 45 s" in lines[0]
+    assert "did not finish within 15 s" in lines[0]
     assert "rank 1 on" in lines[0] and "stopped (SIGSTOP" in lines[0], lines[0]
-    assert "ranks 0,2 on" in lines[0] and "still in allreduce on gloo at 1M" in lines[0], lines[0]
+    assert "ranks 0,2 on" in lines[0] and "still in allreduce on gloo at 16M" in lines[0], lines[0]
     assert not _collbench_pids(_marker(tmp_path))
 
 
