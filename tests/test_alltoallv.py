@@ -117,7 +117,7 @@ def test_every_backend_delivers_every_piece_and_the_rows_say_the_pattern(three_b
 
 
 def test_under_mpiexec_four_ranks_with_hot_experts_check_and_show_the_busiest(tmp_path):
-    proc = mpirun(4, ["alltoallv", "--sizes", "16,64K", "--pattern", "zipf:1.2:3", "-o", "v.json",
+    proc = mpirun(4, ["alltoallv", "--sizes", "16,64K", "--pattern", "zipf:1.2:3", "-o", "v.json", "--thread-level", "multiple",
                       "--iters", "10", "--warmup", "1"], tmp_path, env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     rows = load_json(tmp_path / "v.json")["rows"]

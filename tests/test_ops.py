@@ -165,7 +165,7 @@ def _rows_all_ok(run_dir, args):
 ])
 def test_logical_and_bitwise_ops_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends):
     root = ["--root", "2"] if collective == "reduce" else []
-    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--sizes", "8-4K",
+    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--thread-level", "multiple", "--sizes", "8-4K",
                                   "--backend", backends, *root])
     assert {r["backend"] for r in rows} == set(backends.split(","))
     assert {(r["op"], r["dtype"], r["world_size"]) for r in rows} == {(op, dtype, 3)}
@@ -180,7 +180,7 @@ def test_logical_and_bitwise_ops_check_ok_on_real_ranks(run_dir, collective, op,
     ("allreduce", "minloc", "float16", "mpi-pickle", ["--payload", "bytes"]),
 ])
 def test_maxloc_and_minloc_pairs_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends, extra):
-    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--sizes", "8-4K",
+    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--thread-level", "multiple", "--sizes", "8-4K",
                                   "--backend", backends, *extra])
     assert {r["backend"] for r in rows} == set(backends.split(","))
     pair = element_of(dtype, op).itemsize

@@ -160,7 +160,7 @@ def test_bandwidth_each_way_one_pair_at_a_time_on_three_ranks(run_dir):
 
 @pytest.mark.mpi
 def test_pairs_under_mpiexec(run_dir):
-    proc = mpirun(3, ["pairs", "-b", "mpi", *QUICK, "-o", "p.json"], run_dir, timeout=300)
+    proc = mpirun(3, ["pairs", "--thread-level", "multiple", "-b", "mpi", *QUICK, "-o", "p.json"], run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "p.json")["rows"]
     assert sorted(r["pair"] for r in rows) == ["0-1", "0-2", "1-2"] and {r["check"] for r in rows} == {"ok"}

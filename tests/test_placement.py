@@ -53,7 +53,7 @@ def test_both_placements_side_by_side_checked_and_each_single_form_said_once(run
 
 @pytest.mark.mpi
 def test_in_place_under_a_real_mpiexec(run_dir):
-    proc = mpirun(3, ["all", "--backend", "mpi", "--placement", "in-place", "--root", "1", "--sizes", "48,48K", *FAST,
+    proc = mpirun(3, ["all", "--backend", "mpi", "--thread-level", "multiple", "--placement", "in-place", "--root", "1", "--sizes", "48,48K", *FAST,
                       "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "m.json")["rows"]

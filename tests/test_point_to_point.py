@@ -56,7 +56,7 @@ def _check(doc, name, n):
 
 @pytest.mark.parametrize("name", ["pingpong", "bw", "bibw", "sendrecv"])
 def test_self_launched_on_three_ranks(name, run_dir):
-    proc = cli([*_args(name, "p.json"), "-n", "3"], run_dir, timeout=300)
+    proc = cli([*_args(name, "p.json"), "-n", "3", "--thread-level", "multiple"], run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = load_json(run_dir / "p.json")
     _check(doc, name, 3)
@@ -72,7 +72,7 @@ def test_self_launched_on_three_ranks(name, run_dir):
 
 @pytest.mark.parametrize("name", ["pingpong", "bw", "bibw", "sendrecv"])
 def test_under_mpiexec_on_three_ranks(name, run_dir):
-    proc = mpirun(3, _args(name, "p.json"), run_dir, timeout=300)
+    proc = mpirun(3, [*_args(name, "p.json"), "--thread-level", "multiple"], run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = load_json(run_dir / "p.json")
     _check(doc, name, 3)
@@ -110,7 +110,7 @@ def test_compare_matches_pingpong_rows_on_their_pair(run_dir):
 
 
 def test_per_rank_report_leaves_the_waiting_rank_out(run_dir):
-    proc = cli(["pingpong", "-n", "3", "--pair", "0,2", "--sizes", "8", *FAST, "-o", "p.json", "-q"], run_dir,
+    proc = cli(["pingpong", "-n", "3", "--thread-level", "multiple", "--pair", "0,2", "--sizes", "8", *FAST, "-o", "p.json", "-q"], run_dir,
                timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = subprocess.run([sys.executable, "-m", "collbench", "report", "--per-rank", "p.json"],

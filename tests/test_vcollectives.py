@@ -118,7 +118,7 @@ def test_under_mpiexec_four_ranks_of_a_matrix_check_and_fit_80_columns(tmp_path)
     path = tmp_path / "four.txt"
     path.write_text("1 1 1 5\n1 1 1 5\n1 1 1 5\n1 2 3 2\n")
     for name in V:
-        proc = mpirun(4, [name, "--sizes", "16,64K", "--pattern", f"matrix:{path}", "-o", f"{name}.json",
+        proc = mpirun(4, [name, "--sizes", "16,64K", "--pattern", f"matrix:{path}", "-o", f"{name}.json", "--thread-level", "multiple",
                           "--iters", "10", "--warmup", "1"], tmp_path, env={"COLUMNS": "80"})
         assert proc.returncode == 0, proc.stderr
         rows = load_json(tmp_path / f"{name}.json")["rows"]
