@@ -66,7 +66,7 @@ def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
     for command in commands:
         if command.startswith("git "):
             continue
-        shrunk = command.replace("--sizes 8-1M", "--sizes 8-256").replace("--rounds 10", "--rounds 2")
+        shrunk = command.replace("--sizes 8-1M", "--sizes 8,64").replace("--rounds 10", "--rounds 2")
         proc = subprocess.run(["bash", "-c", "set -o pipefail; " + shrunk], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         codes.append(proc.returncode)
@@ -89,7 +89,7 @@ def test_ci_recipe_leads_with_both_versions_in_one_job_and_its_step_runs(tmp_pat
     assert "--a-python main/bin/python" in step and "--b-python pr/bin/python" in step
     shrunk = (step.replace("pr/bin/collbench", f"{sys.executable} -m collbench")
               .replace("main/bin/python", sys.executable).replace("pr/bin/python", sys.executable)
-              .replace("--sizes 8-1M", "--sizes 8-256").replace("--rounds 10", "--rounds 2"))
+              .replace("--sizes 8-1M", "--sizes 8,64").replace("--rounds 10", "--rounds 2"))
     env = {**os.environ, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
     for name in ("PMI_RANK", "PMI_SIZE", "COLLBENCH_LAUNCHED"):
         env.pop(name, None)
