@@ -1,33 +1,12 @@
 """Compare two runs row by row on their rounds: change, confidence interval, verdict.
 
-Nothing here prints; ``compare_render`` turns a ``Comparison`` into a table, markdown or JSON.
-The rules are documented for users in docs/compare.md; in short:
-
-* rows are matched on MATCH_FIELDS (collective, backend, dtype, op, world size, size, timing, pair,
-  window, pairs at once);
-* the unit of inference is the round (one launch), never the iterations of one launch: the
-  change is the ratio of the geometric means of the per-round medians, its 95% CI a Student t
-  interval on the log medians (``stats.change.estimate_change``) whose variance also carries the
-  drift of whole runs made at different times: assumed as a multiple of each row's modelled
-  spread, or measured when a file merges three or more runs;
-* each row's spread of rounds is moderated by the trend of the rows' spreads against their time,
-  per stratum (backend setup and timing: ``stats.noise``), as a file's rows are: a stable row
-  among noisy ones keeps a narrow interval, and a noisy one stays wide;
-* every round counts, busy or not, except those whose median lies far above the row's fastest
-  (interference, ``noise.clean_rounds``, judged against each side's own sweep): noise from
-  a shared machine only adds time, so a busy machine still leaves the fast rounds to judge by;
-* a side whose ranks got clearly less of their cores than the other side's while the machine
-  was busy (``starved``) is not called slower by a change that the CPU they lacked can explain;
-* slower/faster: max-T adjusted p below alpha over every row tested (the rows share the drift,
-  so they are not adjusted as if unrelated) AND the estimate beyond the threshold; same: the
-  95% CI inside ±threshold; otherwise inconclusive (more rounds, or more runs);
-* a row of the baseline that the new run lacks (missing) or has without a value or a round
-  median to judge (unmeasured) fails the gate unless it is allowed (``allow_missing``): a run
-  that broke must not pass for want of data.
-
-Each row's verdict is worked out in ``stats.verdict`` (its terms, and every constant that sets
-them, in ``stats.calibration``); this module matches the rows, gathers each one's evidence from
-the two files (``analysis.runs``), and lays the verdicts out with the gate's answer.
+This module matches the rows of two files (on MATCH_FIELDS), gathers each one's evidence from
+the two files (``analysis.runs``) and lays the verdicts out with the gate's answer; nothing here
+prints (``compare_render`` does). Each row's verdict is worked out in ``stats.verdict``, its terms
+and every constant that sets them in ``stats.calibration``. The rules, for users, are in
+docs/compare.md: the round is the unit of inference, a side's busy rounds and slow runs are set
+aside by fixed rules, the rows share one family (max-T), and a baseline row the new run lacks or
+cannot judge fails the gate unless allowed.
 """
 
 from __future__ import annotations

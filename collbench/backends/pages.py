@@ -1,11 +1,9 @@
 """The pages under a rank's host buffers: small (4 KiB) or huge (transparent huge pages).
 
-Left to itself, numpy asks the kernel for huge pages for every array of 4 MiB or more
-(``madvise(MADV_HUGEPAGE)``) and for none below. collbench allocates a block's buffers once, at
-the largest size it measures, so a row's time depended on the other sizes of its run: bcast of
-1 MiB on 2 ranks of MPICH at MPI_THREAD_MULTIPLE took 82 µs in a sweep up to 2 MiB and 44 µs in
-a sweep up to 4 MiB (benchmarks/README.md). Here the buffers' pages are a choice, made the same
-way for every buffer whatever its size, and recorded:
+Left to itself, numpy asks the kernel for huge pages for every array of 4 MiB or more and for
+none below; as a block's buffers are allocated at its largest size, a row's time then depended
+on the other sizes of its run (the figures: benchmarks/README.md, "The buffers' pages"). Here the
+buffers' pages are a choice, made the same way for every buffer whatever its size, and recorded:
 
 * ``small``: ``MADV_NOHUGEPAGE`` — what a C benchmark's ``malloc`` gets where the kernel gives
   huge pages only to those who ask (``transparent_hugepage`` ``madvise``, the usual setting);

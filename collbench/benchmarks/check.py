@@ -4,42 +4,13 @@ and how the two are compared — worked where the buffers live.
 
 Every rank fills its send buffer with small integers ``value(rank, k, n)`` (k = index in the
 buffer) and ``reduced(k, n)`` is the closed form of their reduction over n ranks, so an expected
-result never needs all ranks' data in one place. A benchmark says where each value ends up
-(``Benchmark.received``: parts of the receive buffer, each a run of one rank's values or of the
-reduction).
-
-The patterns are exact at any scale and in any reduction order:
-
-* ``sum``: each value is 1, 2 or 3, and only the ranks r ≡ k (mod m) contribute to element k
-  (the others send 0), with the stride m chosen from n and the dtype's exact-integer limit so that
-  the whole sum, and so every partial sum in any order, stays an exactly representable integer
-  (float16: 2048, float32: 2^24, int8: 127). Up to 682 ranks in float16 every rank contributes
-  (m = 1).
-* ``max``/``min`` pick one element (rank r sends r mod (limit - 4) + k mod 5, so values stay
-  exact and distinct), and ``prod`` multiplies 1s and one 2.
-* ``land``/``lor`` (integer dtypes): every rank sends 1 (land) or 0 (lor) but where
-  k mod (n + 1) = r, so the result is 1 only where k mod (n + 1) = n (land), 0 only there (lor).
-  ``band``/``bor`` do the same bit by bit on 6 low bits (int8 holds them): rank r clears (band)
-  or sets (bor) bit j of element k where (k + j) mod (n + 1) = r.
-* ``maxloc``/``minloc`` reduce value–index pairs (the index is the rank): ranks 2s and 2s + 1
-  send the same value, (k + s) mod 5, so from 2 ranks on the extreme is held by two ranks and
-  the lowest of them must win.
-* ``avg`` (float dtypes): every rank sends the same value, 1, 2 or 4 by element, so the average
-  is that value whatever the order of the sum (see ``_avg_op`` for the tolerance a premultiplied
-  sum needs).
-* ``none`` (what bcast, gather, scatter, allgather and alltoall move): data is only moved, but
-  it must still be representable, or the fill would round it (bfloat16 holds the integers up to
-  256 only) and a correct result would look wrong. Rank r sends ``1 + (r + c·k) mod s``, with s
-  the largest prime within the dtype's limit and 65521, and c = 1 + (r div s) mod (s − 1): at
-  most the limit, different on every rank at every element while n <= s, and past that, ranks
-  that agree mod s still differ wherever c·k differs (s is prime, so any shift of k that is
-  not a multiple of s shows).
-
-Every pattern repeats along k: ``CheckPattern.period(n)`` elements (5 for max, 3 for avg, s for
-none). So the check computes one period on the host, sends it to the buffers' device once per
-block (``Tables``), and there repeats it into the send buffer and compares the receive buffer
-against it, a bounded chunk at a time; only the count of wrong elements comes back. For none,
-the ranks whose c agree share one table, each starting at its own phase.
+result never needs all ranks' data in one place; a benchmark says where each value ends up
+(``Benchmark.received``). Each op's pattern is exact at any scale and in any reduction order
+(docs/methodology.md, "The check's patterns, op by op"). Every pattern repeats along k
+(``CheckPattern.period(n)`` elements), so the check computes one period on the host, sends it
+to the buffers' device once per block (``Tables``), repeats it there into the send buffer and
+compares the receive buffer against it a bounded chunk at a time; only the count of wrong
+elements comes back.
 """
 
 from __future__ import annotations

@@ -54,9 +54,8 @@ def read_results(path_or_paths) -> pd.DataFrame:
     round with its load, and its ``notes``); for several, a dict of them keyed by the ``file``
     column's value. It is what a CSV carries of the metadata (``exporters.csv_metadata``): all
     but the lists that grow with the ranks, hosts and sizes of a run (``rank_hosts``, each
-    round's ``order``): pandas deep-copies ``attrs`` into the result of every operation, and
-    with those lists a filter of a sweep of 10 rounds of 10,000 sizes took 30 ms rather than
-    under 1 (``collbench.results.loader.load_result(path).metadata`` has them).
+    round's ``order``), which pandas would deep-copy into the result of every operation
+    (``collbench.results.loader.load_result(path).metadata`` has them).
 
     A file that is missing, unreadable or not a collbench result raises
     ``collbench.errors.UsageError`` with the one-line message the ``collbench`` commands give.

@@ -127,11 +127,10 @@ class CsvExporter:
     """The rows, one per line; the round medians as one space-separated cell; then the per-rank
     columns, for spreadsheets (readers of the file ignore them); last, the run's metadata in the
     first row (CSV_METADATA_COLUMN). Written with the standard library's csv module, in the
-    dialect pandas writes and reads, because this is the measuring path: the process that writes
-    the files (rank 0, or the launching process's stand-in) rewrites the CSV after each size, and
-    pandas would add its import (about 0.6 s on a 2-core VM) to every run and a DataFrame's
-    ``to_csv`` to every rewrite (benchmarks/README.md, "Saving after every size"). pandas is for
-    reading results afterwards (``collbench.read_results``)."""
+    dialect pandas writes and reads, because this is the measuring path: the CSV is rewritten
+    after each size, and pandas would add its import to every run and a DataFrame's ``to_csv`` to
+    every rewrite (benchmarks/README.md, "Saving after every size"). pandas is for reading
+    results afterwards (``collbench.read_results``)."""
 
     suffix, format = ".csv", "csv"
 

@@ -3,9 +3,9 @@
 The two launches of a pair run at once; before each size every rank asks the job's referee
 (a thread of the ``ab`` process, on a Unix socket named by ``COLLBENCH_AB_TURNS``) for its turn
 and blocks in the kernel until it comes, so one side measures while the other's ranks sleep.
-A size's two measurements then lie milliseconds apart instead of a whole sweep apart: on this
-project's 2-core VM the spread of their log ratio fell from 0.13 to 0.03 in a busy minute
-(benchmarks/README.md, "Turns size by size"). The line protocol: a rank says ``R`` when it is
+A size's two measurements then lie milliseconds apart instead of a whole sweep apart, so a
+state of the machine that lasts seconds meets both (benchmarks/README.md, "Turns size by
+size"). The line protocol: a rank says ``R`` when it is
 ready for a turn and reads ``G`` to go; a side is out of turns when all its ranks have closed
 their connections (they end, or their job is stopped), and a rank whose referee is gone goes on
 without turns.

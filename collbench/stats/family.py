@@ -8,9 +8,8 @@ change at all, reaches its own; the next gets the chance that the largest over t
 (itself and those with smaller |t|) reaches its own, and so on, each at least the one before.
 The first row's p-value, and so whether any row is called at all, is the single-step one;
 the rows after it are no longer held to a family that includes rows already shown to have
-changed. On the 2-core VM runs with both ranks pinned to one core (rows 1.3-4.7× slower) had
-15% of their rows left inconclusive by the single-step adjustment, nearly half of those beyond
-the threshold at 95% on their own; 11% with step-down (benchmarks/README.md, "Starved ranks and step-down max-T").
+changed (what that gained on starved runs: benchmarks/README.md, "Starved ranks and step-down
+max-T").
 
 Why not Holm or Bonferroni: the rows of a comparison are not unrelated. Whole runs drift
 together (a machine-wide factor), so every row's estimate carries the same drift term, with

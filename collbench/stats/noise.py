@@ -1,9 +1,8 @@
 """The noise model of a result file: how far each row's rounds spread, and which rounds count.
 
-The rows of one sweep do not share one noise. On a GPU the rows bound by torch's per-call
-overhead (about 20 µs) move 5-40% from round to round while the rows bound by memory bandwidth
-(64 MiB and up) agree to 0.1% (benchmarks/README.md, "The noise model"); on a CPU the
-shortest rows carry the scheduler's jitter and the longest hardly any. So the spread of a row's
+The rows of one sweep do not share one noise: on a GPU the rows bound by per-call overhead
+move far more from round to round than those bound by memory bandwidth, and on a CPU the
+shortest rows carry the scheduler's jitter (benchmarks/README.md, "The noise model"). So the spread of a row's
 round medians (the sd of their logs) is modelled per **stratum** — the rows of one backend setup
 and one timing, as the caller labels them — with a **trend** against the row's time t:
 

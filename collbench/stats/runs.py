@@ -82,8 +82,8 @@ def slow_runs(rows_runs, clean_sds) -> tuple:
     ``rows_runs``: per row, the side's runs in one order, each a list of round medians (an
     empty list where a run counted none).
 
-    A state of the machine can outlast the launches of a run: on the calibration VM one quiet
-    run in ten was 18% slower on every row, with no CPU meter showing why. Noise only adds
+    A state of the machine can outlast the launches of a run, with no CPU meter showing why
+    (benchmarks/README.md, "Slow runs of a merged baseline"). Noise only adds
     time, so such a run says nothing about the code that the faster ones do not; merged into a
     baseline it moves the baseline and makes the drift between runs look five times larger.
     Needs MIN_RUNS_FOR_DRIFT runs (a fastest and a second to confirm it, and one to judge) and
@@ -116,8 +116,8 @@ def floor_gap(logs: np.ndarray, fastest: float, log_sd: float) -> float:
     row's modelled spread ``log_sd`` (nan: without a model, the counted rounds' own) puts there. Squared and
     weighted by the run's share of the side's counted rounds squared (all of it for a side of
     one run), it is what keeps a stored baseline honest about states of the machine that
-    outlast launches: on the calibration VM a quiet run now and then has one collective 25-35%
-    slower in nine launches of ten, and only the tenth shows what it could do. Two sides of
+    outlast launches, where only one launch in several shows what a row could do (docs/compare.md,
+    "Interference, busy rounds and what a shared machine adds"). Two sides of
     one interleaved job share such states pair by pair and do not need it."""
     sd = log_sd if math.isfinite(log_sd) else float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
     return max(0.0, float(logs.mean()) - fastest + sd * expected_fastest(len(logs)))
