@@ -9,9 +9,8 @@ cost stays flat however many sizes came before, and never left half written.
   rewrite took at most ``EVERY_SIZE_S`` (any ordinary sweep: the files are current whenever
   one looks); beyond, once ``1 / SAVE_SHARE`` times the last rewrite's cost has passed, so that
   the files take at most that share of the run's time and neither a 10,000-size sweep nor the
-  40th round of a 163-row sweep (a 5 MB file, 0.3 s a rewrite: an ``ab`` job's added pairs
-  went from 6 to 25 s a round rewriting it after every size) spends it rewriting a growing
-  file. The cost per size is thus bounded by one rewrite of ``EVERY_SIZE_S``, whatever came
+  40th round of a long sweep spends it rewriting a growing file (benchmarks/README.md, "files at
+  the 40th round"). The cost per size is thus bounded by one rewrite of ``EVERY_SIZE_S``, whatever came
   before. What the files do not hold yet is
   in the journal (``journal``); they are rewritten at every round's end, at the end of the
   run, and on any early end (a signal, a timeout, an abort).

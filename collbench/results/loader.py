@@ -1,32 +1,16 @@
-"""Read result files back: collbench JSON (any schema version up to ``records.SCHEMA_VERSION``) or CSV of rows, with the run
-metadata of its first line where it has one.
-
-Version 1 files (before rounds) load as runs of one round: the row's samples become round 1.
+"""Read result files back: collbench JSON (any schema version up to ``records.SCHEMA_VERSION``)
+or CSV of rows, with the run metadata of its first line where it has one.
 
 One schema reads both formats: JSON gives its values typed, a CSV's cells are read as the type
-their column has in ``records.Row`` (``COLUMN_TYPES``, which the JSON Schema is derived from too),
-never guessed from the cells; then the same code checks the values and makes the rows.
+their column has in ``records.Row`` (``COLUMN_TYPES``, which the JSON Schema is derived from
+too), never guessed from the cells; then the same code checks the values and makes the rows.
+Version 1 files (before rounds) load as runs of one round.
 
 A result file is read as something a stranger may have written: what is not a collbench result
-is refused in one line (``UsageError``), and reading costs bounded memory and time whatever the
-file holds.
-
-* **What is read**: a regular file, or standard input when the path is ``-`` (its format told by
-  its first character). Directories, pipes, devices and sockets are refused before they are
-  opened, as are files whose size the system does not know (``/proc``): none can be a result,
-  and reading one could last forever. At most ``MAX_FILE_BYTES`` are read, and a file that
-  holds more than ``MAX_VALUES`` values (JSON lists, objects and numbers; CSV cells and round
-  medians) is refused before it is parsed: a parser turns three bytes of ``[],`` into 64 of memory.
-* **What the values may be**: counts and sizes whole numbers from 0 to 1e15; figures numbers
-  (null, or an empty CSV cell, where one could not be computed) never negative, never infinite,
-  a time never beyond 1e15 µs nor, unless 0, below ``SMALLEST_TIME_US``; text where text goes,
-  numbers (not text) where numbers go in JSON, and in a CSV numbers in ASCII digits only; no key
-  twice in one JSON object; a row's count of rounds, its round medians and its round details in
-  agreement. The byte-order mark some editors write is skipped.
-* **What is shown**: every text of the metadata and the notes (host names, library versions,
-  run ids, keys) is made printable as it is read (``errors.printable``: a terminal's escape
-  becomes a visible ``\\x1b``), so that nothing a file holds reaches a terminal raw, whichever
-  command prints it; a row's text columns are refused unless printable (they say which row it is).
+is refused in one line (``UsageError``), reading costs bounded memory and time whatever the file
+holds (``MAX_FILE_BYTES``, ``MAX_VALUES``), and every text is made printable as it is read. What
+is read, which values are taken and how text is shown: docs/results-format.md, "Reading files
+back".
 """
 
 from __future__ import annotations

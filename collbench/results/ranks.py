@@ -7,19 +7,10 @@ reduces slowly, or whose link delivers last. A rank that is late *into* a call d
 other rank by as much, so the ranks' means stay alike there: this view finds ranks that end
 late, not ranks that start late.
 
-The rules (docs/results-format.md, "Per-rank fields"):
-
-* *peers*: the ranks compared. All of them, except the root of a rooted collective (bcast,
-  reduce, gather, scatter), whose part differs by design.
-* *relative time*: a rank's mean over the median of its peers' means in the same round, which
-  cancels what a launch does to every rank; combined over rounds by the median.
-* *slowest rank*: the peer with the highest combined relative time (the lowest rank on a tie).
-* *outlier*: in one round, a peer whose mean exceeds the peers' median by more than
-  ``K_SPREADS`` robust spreads (1.4826 × the median absolute deviation) *and* by more than
-  ``MARGIN`` of the median; an outlier of the row when that holds in more than half of the
-  rounds judged. Judged only where every rank does the same work (allreduce, allgather,
-  alltoall, reduce_scatter, barrier; the trees of rooted collectives give ranks different work
-  by position) and with 3 or more peers: with two, neither is an outlier of the other.
+The rules — the peers compared (all but a rooted collective's root), each rank's relative time,
+the slowest rank, and when a rank is an outlier (``K_SPREADS`` robust spreads and ``MARGIN``
+beyond its peers' median, in more than half of the rounds, where every rank does the same work
+and 3 or more are compared) — are docs/results-format.md's, "Per-rank fields".
 
 Pure functions: the exporters put the view in every row, ``collbench report --per-rank`` draws
 its tables from it.
