@@ -2,13 +2,42 @@
 anything heavy is imported: a Ctrl-C while Python loads collbench, MPI or torch is one line,
 not a traceback."""
 
+import mmap
+import os
 import sys
 
+from collbench.environment import BLAS_THREADS
 from collbench.errors import Interrupted, address_limit, check_interrupted, interrupt_on_signals
+
+#: Address space that numpy and collbench's modules take as they load: 91 MiB on x86-64 with one
+#: BLAS thread. With less left, OpenBLAS ends the process with its own message (exit 1).
+LOADING_BYTES = 96 << 20
+
+
+def _one_blas_thread() -> None:
+    """collbench does no linear algebra, but numpy's OpenBLAS starts a thread per core in every
+    process that imports it, each with about 40 MiB of address space: one thread, unless the user
+    chose a number."""
+    if not any(name in os.environ for name in BLAS_THREADS):
+        os.environ[BLAS_THREADS[0]] = "1"
+
+
+def _room_to_load() -> bool:
+    """Whether this process can still map what loading takes (a mapping reserved and given back,
+    never touched)."""
+    try:
+        mmap.mmap(-1, LOADING_BYTES, prot=mmap.PROT_READ).close()
+    except (OSError, MemoryError, ValueError):
+        return False
+    return True
 
 
 def main(argv=None) -> None:
     interrupt_on_signals()
+    _one_blas_thread()
+    if not _room_to_load():          # a limit (ulimit -v) too low to load numpy: said before it is tried
+        sys.stderr.write(f"collbench: error: out of memory while starting ({address_limit()})\n")
+        sys.exit(2)
     try:
         from collbench.cli.app import main as run
     except Interrupted as exc:      # while Python loads collbench

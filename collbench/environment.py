@@ -82,6 +82,10 @@ SLURM_STEP_ID = "SLURM_STEP_ID"
 #: The width a person asked output to take (the shell's, or one the user set).
 COLUMNS = "COLUMNS"
 
+#: How many threads numpy's BLAS starts, in the order OpenBLAS reads them: collbench asks for one
+#: where none is set (``collbench.__main__``).
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
 #: Prefixes of the variables by which a user tunes the MPI library and its transports: named in
 #: the line about a start-up that failed, since a bad value fails it (``UCX_TLS=bogus``).
 LIBRARY_PREFIXES = ("UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "I_MPI_", "OMPI_MCA_", "PMIX_MCA_", "HYDRA_")

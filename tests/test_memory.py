@@ -112,10 +112,11 @@ def test_skip_note_says_out_of_memory():
 
 
 def test_a_ranks_own_address_space_note_names_its_amounts():
-    """It once said "needs about 0 MiB more ..., more than the 0 MiB its ulimit -v leaves"."""
+    """It once said "needs about 0 MiB more ..., more than the 0 MiB its ulimit -v leaves", then
+    "needs about 215 bytes more address space": with nothing left, the need is not the point."""
     none_left = memory.skip_note("allreduce on mpi at 1K", Shortfall("vm", 215, 0, 1, rank=0))
-    assert none_left == ("allreduce on mpi at 1K: needs about 215 bytes more address space in rank 0 on vm, and "
-                         "its ulimit -v leaves no room (raise it); skipped, as its allocation would fail")
+    assert none_left == ("allreduce on mpi at 1K: rank 0 on vm has no address space left for buffers under its "
+                         "ulimit -v (the libraries keep 64 MiB of it; raise it); skipped, as its allocation would fail")
     some_left = memory.skip_note("allreduce on mpi at 256M", Shortfall("vm", 934 * MiB, 70 * MiB, 1, rank=1), now=True)
     assert "needs about 934 MiB more address space in rank 1 on vm, more than the 70 MiB its ulimit -v leaves now;" \
         in some_left

@@ -163,11 +163,14 @@ def _amount(n: int) -> str:
 
 def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
     when = "now " if now else ""
+    if short.rank is not None and short.budget <= 0:     # the need is not the point: nothing is left
+        return (f"{where}: rank {short.rank} on {short.host} has {'now ' if now else ''}no address space left "
+                f"for buffers under its ulimit -v (the libraries keep {_amount(SPACE_RESERVE)} of it; raise "
+                "it); skipped, as its allocation would fail")
     if short.rank is not None:
-        left = (f"more than the {_amount(short.budget)} its ulimit -v leaves{' now' if now else ''}"
-                if short.budget > 0 else f"and its ulimit -v leaves no room{' now' if now else ''} (raise it)")
         return (f"{where}: needs about {_amount(short.need)} more address space in rank {short.rank} on "
-                f"{short.host}, {left}; skipped, as its allocation would fail")
+                f"{short.host}, more than the {_amount(short.budget)} its ulimit -v leaves{' now' if now else ''}; "
+                "skipped, as its allocation would fail")
     return (f"{where}: needs about {_amount(short.need)} more on {short.host} ({short.ranks} "
             f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} {when}available "
             "there; skipped, as it would run out of memory")
