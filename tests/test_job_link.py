@@ -128,6 +128,49 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     assert not _collbench_pids(_marker(tmp_path))
 
 
+@pytest.mark.mpi
+def test_a_journal_left_by_a_launcher_that_killed_everything_is_rebuilt_by_the_next_run(tmp_path):
+    """A launcher that kills all of a job's processes at once (mpiexec itself SIGKILLed with its
+    process group, a scheduler's kill -9) leaves rank 0 and its guardian no moment to make the
+    files whole: the run's journal stayed in $TMPDIR, and no later run looked at it."""
+    from collbench.launch import processes
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    (tmp_path / "tmp").mkdir()
+    env = _env({"TMPDIR": str(tmp_path / "tmp")})
+    first = tmp_path / "first.json"
+    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", "allreduce", *_long("mpi"), "-o", str(first),
+                                       "--results-dir", f"{tmp_path}/m"], env)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    quick = ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1"]
+    try:
+        wait_for_rows(first)
+        beside = subprocess.run(mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", *quick, "-o",
+                                                             str(tmp_path / "beside.json")], env),
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert beside.returncode == 0 and "earlier run" not in beside.stderr, beside.stderr    # a live run's is its own
+        for pid in processes.tree(job.pid):
+            os.kill(pid, signal.SIGSTOP)          # none of them may act on another's death
+        for pid in processes.tree(job.pid):
+            os.kill(pid, signal.SIGKILL)
+        job.wait(timeout=30)
+    finally:
+        job.kill()
+    (left,) = list((tmp_path / "tmp").glob("collbench-journal-*"))
+    rows = json.loads(first.read_text())["rows"]
+    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", *quick, "-o", str(tmp_path / "second.json")], env)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "earlier run" in line]
+    assert said == [f"collbench: an earlier run on this host ended before it could finish its files: rebuilt {first} "
+                    "from its journal"], proc.stderr
+    assert not left.exists() and not list((tmp_path / "tmp").glob("collbench-journal-*"))
+    assert json.loads(first.read_text())["rows"][:len(rows)] == rows
+
+
 def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
     out = tmp_path / "r.json"
     args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo", "--sizes", "8,16M",

@@ -13,14 +13,22 @@ Standard library only: the guardian and the self-launching parent read it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
 
+from collbench.launch import processes
+
 NAME = "journal.jsonl"
+#: The folders of journals made for one run under a user's launcher, in the temporary folder.
+PREFIX = "collbench-journal-"
+#: "HOST PID START PPID PSTART": the rank 0 that made such a journal, and its guardian (its parent).
+OWNER = "owner"
 
 
 class Journal:
@@ -49,8 +57,13 @@ class Journal:
 
     @classmethod
     def create(cls) -> "Journal":
-        """A journal of its own for a run under a user's launcher (rank 0)."""
-        return cls(Path(tempfile.mkdtemp(prefix="collbench-journal-")), owned=True)
+        """A journal of its own for a run under a user's launcher (rank 0), with its owner's
+        name: a later run on this host tells from it whether the run is over."""
+        folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+        me, parent = os.getpid(), os.getppid()
+        (folder / OWNER).write_text(f"{socket.gethostname()} {me} {processes.started_at(me)} {parent} "
+                                    f"{processes.started_at(parent)}\n", encoding="utf-8")
+        return cls(folder, owned=True)
 
     def of_type(self, kind: str) -> list:
         return [e for e in self.entries if e.get("type") == kind]
@@ -75,6 +88,23 @@ class Journal:
         self.close()
         if self.owned:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def orphans(folder=None) -> list:
+    """Journals of runs on this host that lost both their rank 0 and its guardian before either
+    could make the files whole and take the journal away: a launcher that kills a job's
+    processes all at once does that. Their files may lack what only the journal holds."""
+    host, found = socket.gethostname(), []
+    for path in sorted(Path(folder or tempfile.gettempdir()).glob(PREFIX + "*")):
+        try:
+            name, *owners = (path / OWNER).read_text(encoding="utf-8").split()
+            pids = [(int(pid), start) for pid, start in zip(owners[::2], owners[1::2])]
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue                  # being made, or not one of ours: not ours to judge
+        if name == host and len(pids) == 2 and (path / NAME).is_file() and not any(
+                processes.alive(pid) and str(processes.started_at(pid)) == start for pid, start in pids):
+            found.append(path)
+    return found
 
 
 def claimed(journal: Journal) -> Optional[list]:

@@ -14,7 +14,7 @@ from typing import Optional
 from collbench.errors import printable
 from collbench.results.exporters import STDOUT_FORMATS, remove_partial
 from collbench.results.files import OutputFailed, ResultFiles, claim
-from collbench.launch.journal import Journal, claimed, restore
+from collbench.launch.journal import Journal, claimed, orphans, restore
 from collbench.results.links import placement
 from collbench.results.records import root_rank
 from collbench.results.render import output_width, print_table
@@ -103,6 +103,7 @@ class Output:
         once before anything is measured (a file that cannot be written refuses the run, and
         what it claimed goes)."""
         if self.journal is None:
+            _rebuild_orphans()
             try:
                 self.journal = Journal.create()
             except OSError as exc:
@@ -302,3 +303,21 @@ class NullOutput:
     def finish(self) -> None: ...
     def abandon(self) -> None: ...
     def save_now(self) -> None: ...
+
+
+def _rebuild_orphans() -> None:
+    """An earlier run on this host whose launcher killed its rank 0 and that rank's guardian at
+    once left its journal, the only copy of what its files may lack: its files are made whole
+    from it, and said in one line, before this run makes a journal of its own."""
+    from collbench.results import recover
+
+    for folder in orphans():
+        try:
+            paths = recover.rebuild(folder, remove=True)
+        except (OutputFailed, OSError, ValueError, KeyError, TypeError) as exc:
+            sys.stderr.write(printable(f"collbench: an earlier run left its journal in {folder}, and its files could "
+                                       f"not be rebuilt from it: {exc} (remove the folder if they are not wanted)") + "\n")
+            continue
+        if paths:
+            sys.stderr.write(printable(f"collbench: an earlier run on this host ended before it could finish its "
+                                       f"files: rebuilt {', '.join(map(str, paths))} from its journal") + "\n")
