@@ -170,20 +170,24 @@ def _named(pids, name: str) -> list:
 def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_path):
     """SIGSTOP on mpiexec, or on rank 1's guardian: the ranks finish and the files are written;
     the launch is then ended in one line rather than waited for for ever, and nothing is left.
-    Each waits out the same linger, so the two runs go side by side."""
-    runs = {}
-    for victim in ("mpiexec", "guardian"):
+    Each then waits out the same linger, so the second run measures while the first waits (a
+    stopped guardian must not wait long, as the coordinator counts its silence: one run at a
+    time measures)."""
+    runs, trees = {}, {}
+    for victim in ("guardian", "mpiexec"):
         (tmp_path / victim).mkdir()
-        runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1", "-q",
-                               "-o", "r.json"], tmp_path / victim)
-    trees = {}
-    for victim, run in runs.items():
-        wait_for_rows(tmp_path / victim / "r.json")
+        out = tmp_path / victim / "r.json"
+        run = runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1",
+                                     "-q", "-o", "r.json"], tmp_path / victim)
+        wait_for_rows(out)
         tree = trees[victim] = _tree_of(run.pid)
         mpiexec = _named(tree, "mpiexec")[0]
         target = mpiexec if victim == "mpiexec" else [
             pid for pid in _tree_of(mpiexec) if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
         os.kill(target, signal.SIGSTOP)
+        deadline = time.monotonic() + 60          # the ranks finish: the file holds every size
+        while len(json.loads(out.read_text())["rows"]) < 14 and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
     for victim, run in runs.items():
         out, err = run.communicate(timeout=120)
         assert run.returncode == 0, (victim, err)
