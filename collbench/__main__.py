@@ -32,20 +32,23 @@ def _room_to_load() -> bool:
     return True
 
 
+def _out_of_memory() -> None:
+    sys.stderr.write(f"collbench: error: out of memory while starting ({address_limit()})\n")
+    sys.exit(2)
+
+
 def main(argv=None) -> None:
     interrupt_on_signals()
     _one_blas_thread()
     if not _room_to_load():          # a limit (ulimit -v) too low to load numpy: said before it is tried
-        sys.stderr.write(f"collbench: error: out of memory while starting ({address_limit()})\n")
-        sys.exit(2)
+        _out_of_memory()
     try:
         from collbench.cli.app import main as run
     except Interrupted as exc:      # while Python loads collbench
         from collbench.cli.interrupt import interrupted
         interrupted(exc.signum)
     except MemoryError:          # a memory limit (ulimit -v) too low for Python to load collbench
-        sys.stderr.write(f"collbench: error: out of memory while starting ({address_limit()})\n")
-        sys.exit(2)
+        _out_of_memory()
     try:
         check_interrupted()
         run(argv)

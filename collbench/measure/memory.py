@@ -164,7 +164,7 @@ def _amount(n: int) -> str:
 def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
     when = "now " if now else ""
     if short.rank is not None and short.budget <= 0:     # the need is not the point: nothing is left
-        return (f"{where}: rank {short.rank} on {short.host} has {'now ' if now else ''}no address space left "
+        return (f"{where}: rank {short.rank} on {short.host} has {when}no address space left "
                 f"for buffers under its ulimit -v (the libraries keep {_amount(SPACE_RESERVE)} of it; raise "
                 "it); skipped, as its allocation would fail")
     if short.rank is not None:

@@ -314,7 +314,7 @@ def _rebuild_orphans() -> None:
     for folder in orphans():
         try:
             paths = recover.rebuild(folder, remove=True)
-        except (OutputFailed, OSError, ValueError, KeyError, TypeError) as exc:
+        except recover.FAILURES as exc:
             sys.stderr.write(printable(f"collbench: an earlier run left its journal in {folder}, and its files could "
                                        f"not be rebuilt from it: {exc} (remove the folder if they are not wanted)") + "\n")
             continue

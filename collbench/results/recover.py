@@ -19,6 +19,10 @@ from collbench.results.files import OutputFailed, ResultFiles, release_stale_loc
 from collbench.launch.journal import Journal, claimed, release_claims, restore
 
 
+#: What a rebuild that cannot be done raises: the files it was to write, or the journal itself.
+FAILURES = (OutputFailed, OSError, ValueError, KeyError, TypeError)
+
+
 def stale_temporaries(paths) -> list:
     """Temporary files of interrupted writes of ``paths`` (``.NAME.*.tmp`` beside each)."""
     found = []
@@ -60,7 +64,7 @@ def main(argv: list) -> int:
     """``FOLDER [--remove]``: exit 0 when the files are whole, 2 (and one line) when not."""
     try:
         rebuild(argv[0], remove="--remove" in argv[1:])
-    except (OutputFailed, OSError, ValueError, KeyError, TypeError) as exc:
+    except FAILURES as exc:
         print(f"collbench: could not rebuild the result files from the journal in {argv[0]}: {exc}",
               file=sys.stderr)
         return 2
