@@ -183,6 +183,31 @@ def test_a_signal_while_both_sides_measure_ends_both(run_dir, signum):
     assert _alive(prefix) == [], err
 
 
+
+def test_a_rank_that_crashes_as_the_other_side_takes_ctrl_c_counts_as_interrupted(tmp_path):
+    # Side A of an ab pair is waited for on a thread, which learns of a Ctrl-C only when the main
+    # thread notes it. MPICH can crash as it is interrupted: here mpiexec passes on its rank's
+    # SIGSEGV (exit 11) a moment before the main thread notes SIGINT. The launch ended of the
+    # Ctrl-C (130), not of a crash nobody could place (139).
+    import threading
+    from collbench.launch.self_launch import spawn
+    from collbench.launch.self_launch.relay import Relay
+    mpiexec = spawn.find_mpiexec(sys.executable)
+    proc = subprocess.Popen([mpiexec, "-n", "1", sys.executable, "-c",
+                             "import os, signal, time; time.sleep(0.3); os.kill(os.getpid(), signal.SIGSEGV)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    noted, codes = [], []
+    waiter = threading.Thread(target=lambda: codes.append(spawn._wait_forwarding(
+        [proc], Relay(proc), lambda: "nothing was saved", str(tmp_path), noted=noted)))
+    waiter.start()
+    proc.wait(timeout=60)
+    assert proc.returncode == signal.SIGSEGV           # what mpiexec passes on
+    time.sleep(0.1)
+    noted.append(signal.SIGINT)                         # the main thread's handler, a moment later
+    waiter.join(timeout=30)
+    assert codes == [128 + signal.SIGINT]
+
+
 def test_a_rank_killed_in_one_side_lets_the_other_finish_its_round(run_dir):
     env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
     prefix = f"kill{os.getpid()}"

@@ -201,8 +201,10 @@ class _Waiter:
 
     def late_signal(self) -> None:
         """A launch waited for on another thread (the other side of an ab pair) whose mpiexec
-        failed as a signal to the terminal's process group reached its proxies: the main thread
-        notes that signal a moment later, and the launch ended of it, not of a lost proxy."""
+        failed, or passed on a rank's death by a signal, as a signal to the terminal's process
+        group reached its proxies and ranks: the main thread notes that signal a moment later,
+        and the launch ended of it, not of a lost proxy or rank (MPICH may crash as it is
+        interrupted: a rank's SIGSEGV, exit 139, while both sides of a job took Ctrl-C)."""
         if self.received or self.on_main:
             return
         deadline = time.monotonic() + LATE_SIGNAL_S
@@ -236,7 +238,7 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     a proxy of mpiexec lost, a rank's start-up, a signal passed on, mpiexec killed or failing."""
     if w.abandoned is not None and not w.received:
         return w.abandoned                  # the coordinator's line said why; the launch would not end
-    if w.relay is not None and w.code not in JOB_EXIT_CODES and (w.code >= 64 or w.code < 0):
+    if w.relay is not None and w.code not in JOB_EXIT_CODES and w.code != 0:
         w.late_signal()
     relay, state, code, received = w.relay, w.state, w.code, w.received
     early = w.early or notes.ended_in_startup(state)       # noted as the launch ended
