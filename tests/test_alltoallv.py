@@ -90,19 +90,31 @@ def test_the_expected_values_are_what_each_sender_cut_for_this_rank(name, n):
 
 @pytest.fixture(scope="module")
 def three_backends(tmp_path_factory):
-    """alltoallv on 3 self-launched ranks, mpi, mpi-pickle and gloo side by side, zipf and spread."""
+    """alltoallv on 3 self-launched ranks, mpi, mpi-pickle and gloo side by side, zipf and spread
+    side by side (a comma list of patterns)."""
     folder = tmp_path_factory.mktemp("alltoallv")
-    for spread in ("zipf:1.2", "spread:1"):
-        out = f"{spread.split(':')[0]}.json"
-        proc = cli(["alltoallv", "-n", "3", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "12,3K,96K",
-                    "--pattern", spread, "--thread-level", "multiple", "-o", out, *QUICK], folder, timeout=300)
-        assert proc.returncode == 0, proc.stderr
+    proc = cli(["alltoallv", "-n", "3", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "12,3K,96K",
+                "--pattern", "zipf:1.2,spread:1", "--thread-level", "multiple", "-o", "both.json", *QUICK[:-1]], folder,
+               timeout=300, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    (folder / "stdout.txt").write_text(proc.stdout)
     return folder
 
 
-@pytest.mark.parametrize("name,pattern", [("zipf", "zipf:1.2:0"), ("spread", "spread:1")])
-def test_every_backend_delivers_every_piece_and_the_rows_say_the_pattern(three_backends, name, pattern):
-    rows = load_json(three_backends / f"{name}.json")["rows"]
+def test_a_comma_list_of_patterns_measures_each_in_one_run_and_table(three_backends):
+    data = load_json(three_backends / "both.json")
+    # rows in the order the patterns were given, and every round measured both, interleaved
+    assert list(dict.fromkeys(r["pattern"] for r in data["rows"])) == ["zipf:1.2:0", "spread:1"]
+    for record in data["metadata"]["rounds"]:
+        assert sorted(b["pattern"] for b in record["order"]) == sorted(["zipf:1.2:0", "spread:1"] * 3)
+    titles = [line for line in (three_backends / "stdout.txt").read_text().splitlines() if line.startswith("alltoallv ·")]
+    assert [t.split(" · ")[-1] for t in titles] == ["pattern zipf:1.2:0", "pattern spread:1"]   # backends as rows
+
+
+@pytest.mark.parametrize("pattern", ["zipf:1.2:0", "spread:1"])
+def test_every_backend_delivers_every_piece_and_the_rows_say_the_pattern(three_backends, pattern):
+    name = pattern.split(":")[0]
+    rows = [r for r in load_json(three_backends / "both.json")["rows"] if r["pattern"] == pattern]
     assert {r["backend"] for r in rows} == {"mpi", "mpi-pickle", "gloo"} and len(rows) == 9
     for row in rows:
         assert row["check"] == "ok" and row["pattern"] == pattern
@@ -136,7 +148,9 @@ def test_alltoallv_is_issued_in_each_api_mpi_has(tmp_path, api):
 
 @pytest.mark.parametrize("args,said", [
     (["alltoallv", "--pattern", "zipf:x"], "pattern 'zipf:x': give uniform"),
-    (["alltoallv", "--pattern", "uniform,zipf:1"], "one pattern per run"),
+    (["alltoallv", "--pattern", "uniform,,zipf:1"], "an empty name in the list"),
+    (["alltoallv", "--pattern", ",".join(f"spread:{i / 20:g}" for i in range(17))], "at most 16 in one run"),
+    (["alltoallv", "--pattern", "uniform,zipf:1,wide"], "pattern 'wide': give uniform"),
     (["allreduce", "--pattern", "zipf:1"], "allreduce takes no --pattern: its pieces all have one length"),
 ])
 def test_a_pattern_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, args, said):
@@ -172,7 +186,7 @@ def test_a_matrix_for_another_world_size_is_refused_on_the_ranks(tmp_path):
     from types import SimpleNamespace
 
     name = patterns.parse("matrix:" + _matrix(tmp_path, "1 1\n1 1\n", "two.txt")).name
-    plan = SimpleNamespace(collectives=("alltoallv",), roles=Roles(pattern=name), pairing=None)
+    plan = SimpleNamespace(collectives=("alltoallv",), roles=Roles(), patterns=(patterns.UNIFORM, name), pairing=None)
     assert roles_problem(plan, 3).endswith("two.txt is a 2 x 2 matrix: it spreads 2 ranks, not 3")
     assert roles_problem(plan, 2) is None
 

@@ -107,8 +107,8 @@ def test_shuffled_order_is_recorded_and_reproducible_from_the_seed(run_dir):
 
 
 def test_order_keeps_blocks_and_shuffles_within():
-    blocks = [("allreduce", "mpi", 0, 4), ("allreduce", "gloo", 0, 4), ("bcast", "mpi", 0, 3),
-              ("pingpong", "mpi", 0, 2), ("pingpong", "mpi", 1, 2)]
+    blocks = [("allreduce", "mpi", 0, 4, ""), ("allreduce", "gloo", 0, 4, ""), ("bcast", "mpi", 0, 3, ""),
+              ("pingpong", "mpi", 0, 2, ""), ("pingpong", "mpi", 1, 2, "")]
     one = rounds.order(blocks, 42, 1, True)
     assert one == rounds.order(blocks, 42, 1, True) and one != rounds.order(blocks, 42, 2, True)
     assert sorted((b.collective, b.backend, b.layout) for b in one) == sorted(blk[:3] for blk in blocks)

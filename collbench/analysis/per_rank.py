@@ -77,15 +77,17 @@ def _outliers(view) -> str:
 
 def _title(row) -> str:
     op = "" if row.op == "none" else f" {row.op}"
-    return f"{row.collective} · {row.dtype}{op} · {rank_count_text(row.world_size)} · {row.timing} · per rank"
+    spread = f" · pattern {row.pattern}" if row.pattern else ""
+    return f"{row.collective} · {row.dtype}{op} · {rank_count_text(row.world_size)} · {row.timing}{spread} · per rank"
 
 
 def size_tables(entries) -> list:
-    """One table per (collective, dtype, op, timing, world size): per backend and size, the
-    slowest rank@host, its time, the median rank's, their ratio and the outliers."""
+    """One table per (collective, dtype, op, timing, world size, pattern): per backend and size,
+    the slowest rank@host, its time, the median rank's, their ratio and the outliers."""
     groups: dict = {}
     for row, view in entries:
-        groups.setdefault((row.collective, row.dtype, row.op, row.timing, row.world_size), []).append((row, view))
+        groups.setdefault((row.collective, row.dtype, row.op, row.timing, row.world_size, row.pattern),
+                          []).append((row, view))
     headers = ("backend", "size", "rounds", "slowest rank", "its µs", "median rank µs", "× median", "outliers")
     tables = []
     for group in groups.values():

@@ -38,6 +38,9 @@ MAX_ZIPF = 16.0
 #: bytes read of one: memory stays bounded whatever the file is
 MAX_MATRIX_RANKS = 1024
 MAX_MATRIX_BYTES = 64 << 20
+#: the most patterns one run measures side by side (``--pattern a,b,…``): each is a block of
+#: every v-collective's sizes
+MAX_PATTERNS = 16
 #: the matrices read in this process, by their digest: a row's pattern names one; and the file
 #: each was read from, for what is said about it
 _MATRICES: dict = {}

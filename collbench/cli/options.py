@@ -57,7 +57,8 @@ _OPTIONS = (
         "--pattern", default="uniform", show_default=True,
         help="How a v-collective spreads a rank's bytes over the ranks: uniform; spread:F (nccl-tests' distance-"
              "weighted blend, 0 <= F <= 1); zipf:S[:SEED] (a mixture-of-experts router: the ranks of a seeded "
-             "shuffle receive by a Zipf law of exponent S); matrix:FILE (n rows of n numbers: what rank i sends rank j, scaled). The size is what a rank sends on average.")),
+             "shuffle receive by a Zipf law of exponent S); matrix:FILE (n rows of n numbers: what rank i sends rank j, "
+             "scaled). The size is what a rank sends on average; a comma list measures each side by side.")),
     ("buffers", click.option(
         "--buffers", type=params.Choices(("numpy", "mpi", "cuda")), default="numpy", show_default=True,
         help="What the mpi backend's buffers are: numpy arrays, memory from MPI.Alloc_mem, or GPU memory "

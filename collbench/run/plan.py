@@ -212,15 +212,22 @@ def _thread_levels(opts: dict, backends: list, launcher: launch.Launcher) -> tup
     return levels
 
 
-def _pattern(opts: dict) -> str:
-    """The canonical name of the pattern a v-collective spreads its bytes by (--pattern)."""
+def _patterns(opts: dict) -> tuple:
+    """The canonical names of the patterns a v-collective spreads its bytes by (--pattern, a
+    comma list measured side by side), in the order given, each once."""
     given = opts.get("pattern") or patterns.UNIFORM
-    if "," in given:
-        raise UsageError(f"--pattern {given:.60}: one pattern per run; run once for each pattern")
-    try:
-        return patterns.parse(given).name
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    names = []
+    for text in given.split(","):
+        if not text.strip():
+            raise UsageError(f"--pattern {given:.60}: an empty name in the list")
+        try:
+            name = patterns.parse(text).name
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        names += [name] * (name not in names)
+    if len(names) > patterns.MAX_PATTERNS:
+        raise UsageError(f"--pattern: {len(names)} patterns; at most {patterns.MAX_PATTERNS} in one run")
+    return tuple(names)
 
 
 def _bind(opts: dict, launcher: launch.Launcher) -> str:
@@ -250,7 +257,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     op_of(opts["op"])
     if opts["root"] < 0:
         raise UsageError(f"--root must be 0 or more, got {opts['root']}")
-    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"], pattern=_pattern(opts))
+    spreads = _patterns(opts)
+    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"], pattern=spreads[0])
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     _refuse_levels_without_mpi(opts)
@@ -295,7 +303,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
                 verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split,
                 thread_levels=levels if any(uses_mpi(b) for b in backends) else (), bind=bind,
-                pages=opts.get("pages") or "small")
+                pages=opts.get("pages") or "small", patterns=spreads)
 
 
 def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:

@@ -85,14 +85,15 @@ class Block:
     backend: str
     layout: int            # which of the sweep's layouts (a step of collbench pairs; else 0)
     points: tuple          # indices into the block's size points, in measurement order
+    pattern: str = ""      # a v-collective's pattern (--pattern, one of a comma list); else ""
 
 
 def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
     """Measurement order for one round. ``blocks``: (collective, backend, layout, number of
-    points) in plan order; the result: Blocks, collectives kept together so their tables can
-    print as soon as they are done."""
+    points, pattern) in plan order; the result: Blocks, collectives kept together so their
+    tables can print as soon as they are done."""
     if not shuffle:
-        return [Block(c, b, layout, tuple(range(k))) for c, b, layout, k in blocks]
+        return [Block(c, b, layout, tuple(range(k)), p) for c, b, layout, k, p in blocks]
     import numpy as np
 
     rng = np.random.default_rng([seed, round_number])
@@ -101,6 +102,6 @@ def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
     for ci in rng.permutation(len(collectives)):
         mine = [blk for blk in blocks if blk[0] == collectives[ci]]
         for bi in rng.permutation(len(mine)):
-            c, b, layout, k = mine[bi]
-            out.append(Block(c, b, layout, tuple(int(i) for i in rng.permutation(k))))
+            c, b, layout, k, p = mine[bi]
+            out.append(Block(c, b, layout, tuple(int(i) for i in rng.permutation(k)), p))
     return out

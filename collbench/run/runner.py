@@ -91,6 +91,9 @@ class Plan:
     thread_levels: tuple = ()
     bind: str = "none"            # --bind: how collbench's own launch binds its ranks
     pages: str = "small"          # --pages: the pages under host buffers (collbench.backends.pages)
+    #: --pattern: how the v-collectives spread their bytes, each measured side by side (canonical
+    #: names; ``roles.pattern`` is the first)
+    patterns: tuple = (patterns.UNIFORM,)
 
 
 def setups_of(plan: Plan) -> tuple:
@@ -218,7 +221,8 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
 #: collectives called, their buffers, their order and how long they run
 _AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes", "untimed",
-           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split", "thread_levels")
+           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split", "thread_levels",
+           "patterns")
 
 
 def plan_fingerprint(plan: Plan) -> dict:
@@ -267,9 +271,9 @@ def roles_problem(plan: Plan, n: int) -> Optional[str]:
     short = [b.name for b in benches if b.min_ranks > n]
     if short:
         return f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; {n} started"
-    spread = patterns.problem(plan.roles.pattern, n) if any(bench.patterned for bench in benches) else ""
-    if spread:
-        return spread
+    spread = [patterns.problem(p, n) for p in plan.patterns] if any(bench.patterned for bench in benches) else []
+    if any(spread):
+        return next(problem for problem in spread if problem)
     a, b = plan.roles.pairs[0]
     if plan.pairing is None and any(bench.paired for bench in benches) and max(a, b) >= n:
         return f"--pair {a},{b} is outside the world of {n} ranks (0..{n - 1})"
@@ -312,7 +316,7 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
-    matrices = patterns.kept(plan.roles.pattern) if plan.roles.pattern else {}
+    matrices = {digest: rows for p in plan.patterns for digest, rows in patterns.kept(p).items()}
     if matrices:                                     # report --per-rank says each rank's bytes from it
         metadata["matrices"] = matrices
     metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
@@ -480,6 +484,7 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
     huge = control.gather(sweep.huge_pages_kib)
     if is_rank0:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
+        patterned = {b.pattern: {"pattern": b.pattern} for b in order if b.pattern}
         turn = rounds.ab_turn()
         # at once with the other side, size by size: the turns this side took and its wait for them
         taken = {"ab_turns": {"taken": sweep.turns.taken, "waited_s": round(sweep.turns.waited_s, 3)}} \
@@ -492,8 +497,8 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "cpu_sets": [report.get("cpu_set") for report in reports], "huge_pages_kib": huge,
                         **({"ab_turn": turn} if turn is not None else {}), **taken,
                         "order": [{"collective": b.collective, "backend": b.backend,
-                                   "sizes": [sizes[b.collective, b.backend][i] for i in b.points],
-                                   **_pairs_of(sweep, b)} for b in order]})
+                                   "sizes": [sizes[b.collective, b.backend, b.pattern][i] for i in b.points],
+                                   **patterned.get(b.pattern, {}), **_pairs_of(sweep, b)} for b in order]})
 
 
 def _pairs_of(sweep: Sweep, block: rounds.Block) -> dict:

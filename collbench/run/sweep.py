@@ -165,14 +165,27 @@ class Sweep:
         self.notes: list = []
         for cname in plan.collectives:
             for backend_name, backend in backends.items():
-                self.points[cname, backend_name] = self._points(get_benchmark(cname), backend_name, backend)
+                for spread in self.patterns_of(get_benchmark(cname)):
+                    self.points[cname, backend_name, spread] = self._points(get_benchmark(cname), backend_name,
+                                                                            backend, spread)
 
-    def _points(self, coll: Benchmark, backend_name: str, backend) -> list:
-        """The sizes this (collective, backend) will measure; notes say why others are skipped."""
+    def patterns_of(self, coll: Benchmark) -> tuple:
+        """The patterns ``coll`` measures (``--pattern``'s list), or ("",) where its pieces all
+        have one length."""
+        return self.plan.patterns if coll.patterned else ("",)
+
+    def roles_of(self, layout: int, spread: str) -> Roles:
+        """The roles of a block: the sweep's layout, spread by the block's pattern."""
+        roles = self.layouts[layout]
+        return dataclasses.replace(roles, pattern=spread) if spread else roles
+
+    def _points(self, coll: Benchmark, backend_name: str, backend, spread: str) -> list:
+        """The sizes this (collective, backend, pattern) will measure; notes say why others are
+        skipped."""
         if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
         itemsize = self._element(coll).itemsize
-        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size, self.plan.roles)
+        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size, self.roles_of(0, spread))
         self.notes += notes
         limit = backend.max_message_bytes()
         if limit is not None:
@@ -194,7 +207,9 @@ class Sweep:
             return [p for p in points if p not in over]
         fits = []
         for p in points:
-            short = memory.shortfall(self._need(coll, backend, p, self.layouts), self.probes, self.base_bytes)
+            short = memory.shortfall(self._need(coll, backend, p, [self.roles_of(i, spread) for i in
+                                                                    range(len(self.layouts))]),
+                                     self.probes, self.base_bytes)
             if short is None:
                 fits.append(p)
             else:
@@ -284,7 +299,7 @@ class Sweep:
     @property
     def steps(self) -> int:
         """Measurements in one round."""
-        return sum(len(points) * len(self.timings_of(b, get_benchmark(c))) for (c, b), points in self.points.items()) \
+        return sum(len(points) * len(self.timings_of(b, get_benchmark(c))) for (c, b, _), points in self.points.items()) \
             * len(self.layouts)
 
     def timings_of(self, backend: str, coll: Benchmark) -> list:
@@ -294,10 +309,11 @@ class Sweep:
                 and not (coll.not_on_device and on_device(t))]
 
     def blocks(self) -> list:
-        """(collective, backend, layout, number of sizes) in plan order: what ``rounds.order``
-        shuffles."""
-        return [(c, b, layout, len(self.points[c, b])) for c in self.plan.collectives for b in self.backends
-                for layout in range(len(self.layouts)) if self.points[c, b]]
+        """(collective, backend, layout, number of sizes, pattern) in plan order: what
+        ``rounds.order`` shuffles."""
+        return [(c, b, layout, len(self.points[c, b, p]), p) for c in self.plan.collectives for b in self.backends
+                for p in self.patterns_of(get_benchmark(c)) for layout in range(len(self.layouts))
+                if self.points[c, b, p]]
 
     def run(self, out, round_number: int, order: list, settings: harness.TimingSettings, total_rounds: int) -> None:
         """Round ``round_number`` of ``total_rounds``: every block in ``order``; in the final round
@@ -310,9 +326,9 @@ class Sweep:
             if current is not None and block.collective != current:
                 out.collective_done(current, final)
             current = block.collective
-            points = self.points[block.collective, block.backend]
+            points = self.points[block.collective, block.backend, block.pattern]
             Block(self, get_benchmark(block.collective), block.backend, self.backends[block.backend],
-                  self.layouts[block.layout], round_number, settings).run(points, block.points)
+                  self.roles_of(block.layout, block.pattern), round_number, settings).run(points, block.points)
             self.control.barrier()
         if current is not None:
             out.collective_done(current, final)
@@ -328,6 +344,7 @@ class Sweep:
     def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, roles: Roles, group: int,
                   timing: str) -> tuple:
         plan = self.plan
-        return (plan.collectives.index(coll.name), list(self.backends).index(backend), point.size_bytes,
+        spread = plan.patterns.index(roles.pattern) if coll.patterned and roles.pattern in plan.patterns else 0
+        return (plan.collectives.index(coll.name), list(self.backends).index(backend), spread, point.size_bytes,
                 tuple(roles.pairs[group]) if coll.paired else (group,), plan.timing_modes.index(timing))
 
