@@ -3,10 +3,12 @@
 1. ``alltoallv --pattern spread:0`` moves exactly alltoall's bytes through Alltoallv (MPI) or
    all_to_all_single with split sizes (gloo): launches of the two alternate, ``--reps`` of each,
    and the ratio of their medians per size says what the v-form costs.
-2. ``zipf:S`` against ``uniform`` at 4 ranks: the busiest receiver's share beside the time, per size.
+2. ``zipf:S`` against ``uniform`` at 4 ranks, both in each launch (``--pattern uniform,zipf:S``):
+   the busiest receiver's share beside the time, per size, and the ratio of times over it.
 
     python benchmarks/alltoallv_cost.py                       # about 5 minutes on 2 cores
     python benchmarks/alltoallv_cost.py --backends mpi --ranks 2 --reps 2
+    python benchmarks/alltoallv_cost.py --hot-only --reps 3 --sizes 1K-4M:x4
 """
 
 from __future__ import annotations
@@ -54,17 +56,33 @@ def v_form(folder: Path, args) -> None:
 
 
 def hot_ranks(folder: Path, args) -> None:
+    """Both patterns in one launch (--pattern uniform,zipf:S: blocks shuffled within each round),
+    ``--reps`` launches; the median over launches of each row's p50."""
     common = ["-n", "4", "--backend", args.backends, "--sizes", args.sizes, "--rounds", str(args.rounds),
               *_level(args)]
-    uniform = run(folder, "uniform-4", ["alltoallv", "--pattern", "uniform", *common])
-    hot = run(folder, "zipf-4", ["alltoallv", "--pattern", args.zipf, *common])
-    print(f"\n4 ranks, thread {args.level}: alltoallv {args.zipf} against uniform")
-    print(f"{'size':>9} {'backend':8} {'busiest':>8} {'uniform µs':>11} {'zipf µs':>9} {'ratio':>6}")
-    for key in sorted(uniform):
-        if key in hot:
-            row = hot[key]
-            print(f"{key[0]:9d} {key[1]:8} {row['imbalance_received']:7.2f}x {uniform[key]['time_us_p50']:11.2f} "
-                  f"{row['time_us_p50']:9.2f} {row['time_us_p50'] / uniform[key]['time_us_p50']:6.2f}")
+    launches = [run_all(folder, f"hot-{rep}", ["alltoallv", "--pattern", f"uniform,{args.zipf}", *common])
+                for rep in range(args.reps)]
+    hot = next(p for p in launches[0] if p != "uniform")
+    print(f"\n4 ranks, thread {args.level}: alltoallv {hot} against uniform, in one launch each, median of "
+          f"{args.reps} launches")
+    print(f"{'size':>9} {'backend':8} {'busiest':>8} {'uniform µs':>11} {'zipf µs':>9} {'ratio':>6} {'/busiest':>9}")
+    for key in sorted(launches[0]["uniform"]):
+        even = statistics.median(launch["uniform"][key]["time_us_p50"] for launch in launches)
+        skew = statistics.median(launch[hot][key]["time_us_p50"] for launch in launches)
+        busiest = launches[0][hot][key]["imbalance_received"]
+        print(f"{key[0]:9d} {key[1]:8} {busiest:7.2f}x {even:11.2f} {skew:9.2f} {skew / even:6.2f} "
+              f"{skew / even / busiest:9.2f}")
+
+
+def run_all(folder: Path, name: str, args: list) -> dict:
+    """pattern -> (size, backend) -> row of one collbench launch."""
+    path = folder / f"{name}.json"
+    cmd = [sys.executable, "-m", "collbench", *args, "-q", "--force", "-o", str(path)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    out: dict = {}
+    for r in json.loads(path.read_text())["rows"]:
+        out.setdefault(r["pattern"], {})[r["size_bytes"], r["backend"]] = r
+    return out
 
 
 def main() -> None:
@@ -77,9 +95,11 @@ def main() -> None:
     parser.add_argument("--level", default="multiple",
                         help="MPI thread level: multiple, so that 4 ranks on 2 cores yield while they wait")
     parser.add_argument("--zipf", default="zipf:1.2", help="the hot pattern of part 2; none skips part 2")
+    parser.add_argument("--hot-only", action="store_true", help="part 2 alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        v_form(Path(folder), args)
+        if not args.hot_only:
+            v_form(Path(folder), args)
         if args.zipf != "none":
             hot_ranks(Path(folder), args)
 

@@ -14,7 +14,7 @@ from collbench.benchmarks.registry import NAMES, ORDER
 COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
           "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
           "--format", "--timeout", "--verbose", "--help", "--init-method", "--api", "--thread-level", "--bind"}
-DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement", "--pages"}
+DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement", "--pages", "--cache"}
 SPLIT = {"--split", "--split-mask"}
 EXPECTED = {
     "allreduce": COMMON | SPLIT | DATA | {"--op"},

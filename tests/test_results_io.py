@@ -51,7 +51,7 @@ def test_json_round_trip_keeps_nan_and_rounds_without_samples(tmp_path):
 
 def test_json_document_is_the_documented_schema(tmp_path):
     doc = json.loads(write(run_of(SERIES), tmp_path / "run.json").read_text())
-    assert doc["schema"] == SCHEMA and doc["schema_version"] == SCHEMA_VERSION == 9
+    assert doc["schema"] == SCHEMA and doc["schema_version"] == SCHEMA_VERSION == 10
     assert set(doc) == {"schema", "schema_version", "metadata", "notes", "rows"}
     row = doc["rows"][0]
     assert set(row) == set(ROW_FIELDS) | set(RANK_FIELDS) | {"round_details"}

@@ -20,14 +20,14 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.results.records import KEY_FIELDS
+from collbench.results.records import BY_SIZE, KEY_FIELDS
 
 
 MIN_POINTS = 3
 _NEGLIGIBLE = 1e-9
 #: What one fit is over: the rows of one identity but for their size (a backend's buffers and
 #: payload, a split's group and a pair each have their own)
-GROUP_FIELDS = tuple(name for name in KEY_FIELDS if name not in ("size_bytes", "per_rank_bytes", "count"))
+GROUP_FIELDS = tuple(name for name in KEY_FIELDS if name not in BY_SIZE)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results import links
 from collbench.results.exporters import check_writable_path, write_atomic
-from collbench.results.records import KEY_FIELDS, PER_BACKEND, SAID_FIELDS, backend_label, setup_words
+from collbench.results.records import BY_SIZE, KEY_FIELDS, PER_BACKEND, SAID_FIELDS, backend_label, setup_words
 from collbench.results.tables import rank_count_text
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -30,9 +30,7 @@ INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
 
 #: What tells one section of the figure from another: a row's identity less its backend (a
 #: colour) and its size (the x axis).
-SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "size_bytes", "per_rank_bytes", "count",
-                                                          "group_hosts", "group_size", "imbalance_sent",
-                                                          "imbalance_received") + PER_BACKEND)
+SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "group_hosts", "group_size") + BY_SIZE + PER_BACKEND)
 
 #: How a title says a field's value, given the section's whole key; "" where it goes unsaid (no
 #: reduction, one window, every rank on one host...). Other fields are said as they are.

@@ -30,7 +30,9 @@ class BackendOptions:
     issued: blocking; nonblocking, started and then waited for; persistent, set up once and
     started each time: ``collbench.benchmarks.base.APIS``), ``placement`` (out-of-place or
     in-place, where a collective has that form: ``Benchmark.placements``), ``thread_level`` (the
-MPI backends: the thread level MPI is initialised at, ``collbench.backends.threads``)."""
+MPI backends: the thread level MPI is initialised at, ``collbench.backends.threads``), ``cache``
+(hot: every call on one set of buffers; cold: each on the next of a pool that spans the cache,
+``collbench.measure.caches``)."""
 
     buffers: str = "numpy"
     payload: str = "array"
@@ -38,6 +40,7 @@ MPI backends: the thread level MPI is initialised at, ``collbench.backends.threa
     api: str = "blocking"
     placement: str = "out-of-place"
     thread_level: str = "single"
+    cache: str = "hot"
 
 
 @dataclass(frozen=True)

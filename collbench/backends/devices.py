@@ -141,6 +141,13 @@ class HostDevice:
         """None: host memory is budgeted by collbench.measure.memory for the whole node."""
         return None
 
+    @staticmethod
+    def cache_size() -> tuple:
+        """(bytes, where that came from) of the cache these buffers sit behind: the host's last
+        level (``--cache cold`` spans it)."""
+        from collbench.measure import caches
+        return caches.host_cache()
+
     def release(self, buffers: Buffers) -> None:
         """Give the buffers back (numpy's go with their last reference)."""
 
@@ -278,6 +285,16 @@ class TorchDevice:
             else:
                 warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         return graph.replay, empty
+
+    def cache_size(self) -> tuple:
+        """(bytes, where that came from) of the cache these buffers sit behind: a GPU's L2, or
+        the host's last level for tensors in main memory (``--cache cold`` spans it)."""
+        from collbench.measure import caches
+        if not self.asynchronous:
+            return caches.host_cache()
+        size = int(getattr(self.torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
+        return (size, "the GPU's L2, torch.cuda.get_device_properties") if size > 0 else \
+            (caches.ASSUMED_BYTES, "assumed: torch does not say the GPU's L2")
 
     def free_memory(self) -> Optional[int]:
         if not self.asynchronous:

@@ -30,7 +30,7 @@ def _wait(request) -> None:
 class MpiBackend(MpiBase, Backend):
     name = "mpi"
     family = "buffer"
-    takes_options = ("buffers", "api", "placement", "thread_level")
+    takes_options = ("buffers", "api", "placement", "thread_level", "cache")
 
     @classmethod
     def environment(cls) -> dict:

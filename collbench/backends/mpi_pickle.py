@@ -51,7 +51,7 @@ def _pickle_limit(MPI) -> Optional[int]:
 class MpiPickleBackend(MpiBase, Backend):
     name = "mpi-pickle"
     family = "object"
-    takes_options = ("payload", "api", "placement", "thread_level")
+    takes_options = ("payload", "api", "placement", "thread_level", "cache")
 
     def setup(self, *, control: Control) -> None:
         super().setup(control=control)

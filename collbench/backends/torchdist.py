@@ -31,7 +31,7 @@ class TorchBackend(Backend):
                    "maxloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle",
                    "minloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle"}
     ops = tuple(reduce_ops)
-    takes_options = ("init_method", "api", "placement")
+    takes_options = ("init_method", "api", "placement", "cache")
 
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()

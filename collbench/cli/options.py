@@ -80,6 +80,11 @@ _OPTIONS = (
         "--placement", type=params.Choices(("out-of-place", "in-place")), default="out-of-place", show_default=True,
         help="Where each collective's result goes: a receive buffer of its own, or in place of its input "
              "(MPI.IN_PLACE); a comma list measures both side by side, as nccl-tests prints them.")),
+    ("cache", click.option(
+        "--cache", type=params.Choices(("hot", "cold")), default="hot", show_default=True,
+        help="hot: every call on one set of buffers, as most benchmarks do; cold: each call on the next of a pool "
+             "of buffer sets spanning twice the last-level cache (a GPU's L2 for its buffers), so that no call "
+             "finds its data in cache (IMB's -off_cache); a comma list measures both side by side.")),
     ("thread_level", click.option(
         "--thread-level", default=None, metavar="LEVEL",
         help="MPI thread level the ranks initialise MPI at (mpi, mpi-pickle): single, funneled, serialized or "
@@ -151,12 +156,12 @@ _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",
           "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",), "pattern": ("--pattern",),
           "split": ("--split",), "split_mask": ("--split-mask",), "buffers": ("--buffers",),
           "payload": ("--payload",), "api": ("--api",),
-          "placement": ("--placement",), "pages": ("--pages",)}
+          "placement": ("--placement",), "pages": ("--pages",), "cache": ("--cache",)}
 
 
 def _why_not(name: str, bench) -> str:
     """Why option ``name`` has no meaning for benchmark ``bench`` ("" when it has one)."""
-    if name in ("sizes", "dtype", "check", "buffers", "payload", "placement", "pages") and not bench.moves_data:
+    if name in ("sizes", "dtype", "check", "buffers", "payload", "placement", "pages", "cache") and not bench.moves_data:
         return "it moves no data"
     if name == "placement" and bench.kind != "collective":
         return "a message has no in-place form"

@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import Optional
 
 SCHEMA = "collbench.result"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 def column(doc: str, *, identity: bool = False, matched: bool = False, older=MISSING, since: int = 1,
@@ -184,6 +184,14 @@ class Row:
                                        "(scatterv: the largest piece over the mean); alltoallv's bandwidths count the "
                                        "busier of the two ranks' bytes, as nccl-tests' alltoallv does",
                                        identity=True, since=9, default=1.0, older=1.0)
+    cache: str = column("hot: every call on one set of buffers; cold: each call on the next of a pool of buffer "
+                        "sets spanning twice the cache they sit behind (--cache cold; docs/methodology.md, Cache-cold "
+                        "buffers)", identity=True, matched=True, since=10, default="hot", older="hot",
+                        said=lambda r: "cold cache" if r["cache"] == "cold" else "")
+    cache_span: float = column("a cold row's pool: how many times the cache behind its buffers its sets spanned, "
+                               "each set page-aligned (metadata.settings.caches has the cache's size): 2 or more, "
+                               "less where the pool's 1,024 sets of a small size fall short; 0 for a hot row",
+                               identity=True, since=10, default=0.0, older=0.0)
 
     def key(self) -> tuple:
         return tuple(getattr(self, name) for name in KEY_FIELDS)
@@ -195,6 +203,8 @@ class Row:
 ROW_FIELDS = tuple(f.name for f in fields(Row))
 #: What says which row this is; a run holds one row per value of these.
 KEY_FIELDS = tuple(f.name for f in fields(Row) if f.metadata["identity"])
+#: Identity columns that follow from the size (a line of a figure, a series of the fit, runs over them).
+BY_SIZE = ("size_bytes", "per_rank_bytes", "count", "imbalance_sent", "imbalance_received", "cache_span")
 #: What ``compare`` matches two files' rows on (the identity, less what follows from it).
 MATCH_FIELDS = tuple(f.name for f in fields(Row) if f.metadata["matched"])
 #: Columns added after schema version 1, with the value an older row has.
@@ -208,7 +218,7 @@ _SAID = tuple((f.name, f.metadata["said"]) for f in fields(Row) if f.metadata["s
 SAID_FIELDS = tuple(name for name, _ in _SAID)
 #: Identity columns that belong to a backend's line rather than to a setup (several backends
 #: side by side differ in them): a table's or a figure's backend label names them.
-PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement", "thread_level")
+PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement", "thread_level", "cache")
 SETUP_SAID = tuple(name for name in SAID_FIELDS if name not in PER_BACKEND)
 
 

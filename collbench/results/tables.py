@@ -352,6 +352,7 @@ def _notes(rows: list) -> tuple:
     else:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")
+    notes += _cold_note(rows)
     if _overlaps(rows):
         notes.append("overlap %: how much of a call compute between its start and its wait hid, as OSU defines it: "
                      "100·max(0, 1 − (overall − compute) / p50), the compute lasting at least p50 (docs/methodology.md)")
@@ -375,6 +376,19 @@ def _notes(rows: list) -> tuple:
     elif checked:
         notes.append("every checked result: ok" if len(checked) < len(rows) else "every result checked: ok")
     return tuple(notes)
+
+
+def _cold_note(rows: list) -> tuple:
+    """What a cold cache's rows measured, and which of them spanned less than twice the cache."""
+    cold = [r for r in rows if r.cache == "cold"]
+    if not cold:
+        return ()
+    short = [r for r in cold if r.cache_span < 2]
+    less = (f"; at {_listed(list(dict.fromkeys(_size(r) for r in short)))} the pool's sets spanned less "
+            f"({min(r.cache_span for r in short):.2g}× at least), so some data may still be in that cache"
+            if short else "")
+    return (f"cold cache: each call on the next of a pool of page-aligned buffer sets spanning twice the cache "
+            f"behind them (IMB's -off_cache){less}",)
 
 
 def _listed(names: list, most: int = 6) -> str:

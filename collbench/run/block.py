@@ -1,7 +1,9 @@
 """One block of a round: a (benchmark, backend, layout) over its sizes in the round's order.
 ``Block.run`` reads as its steps: allocate the buffers at the largest size that fits now; then
 per size, take the turn of an ab pair, bind the call, check it once, time it at each timing, and
-emit each measurement as one round of one row per group (rank 0); release the buffers."""
+emit each measurement as one round of one row per group (rank 0); release the buffers. A cold
+block (``--cache cold``) also allocates, per size, the pool of buffer sets its calls rotate over
+(``collbench.measure.caches``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
 from collbench.benchmarks.check import Tables, pattern
 from collbench.benchmarks.ops import NO_OP
 from collbench.launch.liveness import supervise
-from collbench.measure import harness
+from collbench.measure import caches, harness
 from collbench.measure.sizes import format_size
 from collbench.measure.timings.device import MAX_HOLD_S
 from collbench.results.aggregate import round_data
@@ -39,6 +41,8 @@ class Block:
         self.timings = sweep.timings_of(backend_name, coll)
         self.buffers = None               # a rank outside the pair holds none
         self.allocated = 0
+        #: --cache cold: each timed call on the next of a pool of buffer sets (a barrier has none)
+        self.cold = coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD
 
     def run(self, points: list, indices: tuple) -> None:
         """Every size of ``indices`` (ascending ``points``, measured in that order)."""
@@ -66,17 +70,22 @@ class Block:
             return 0
         top = points[kept - 1]
         if coll.takes_part(self.control.rank, self.roles):
-            with sweep.phase("setup"):           # in place, the receive buffer holds the input too
-                self.buffers = backend.allocate(
-                    send_len=top.send_len, dtype=self.element, in_place=coll.in_place,
-                    recv_len=max(top.send_len, top.recv_len) if self.placement == IN_PLACE else top.recv_len)
-            with sweep.phase("check"):
-                backend.fill(self.buffers, tables=self.tables, rank=self.mine, length=top.send_len)
+            self.buffers = self._filled(top)
             with sweep.phase("setup"):           # what the pages' advice got, written
                 seen = [kib for kib in (sweep.huge_pages_kib, pages.huge_now()) if kib is not None]
                 sweep.huge_pages_kib = max(seen, default=None)
         self.allocated = (top.send_len + top.recv_len) * self.element.itemsize
         return kept
+
+    def _filled(self, point):
+        """Buffers at ``point``, filled with this rank's check values."""
+        with self.sweep.phase("setup"):           # in place, the receive buffer holds the input too
+            buffers = self.backend.allocate(
+                send_len=point.send_len, dtype=self.element, in_place=self.coll.in_place,
+                recv_len=max(point.send_len, point.recv_len) if self.placement == IN_PLACE else point.recv_len)
+        with self.sweep.phase("check"):
+            self.backend.fill(buffers, tables=self.tables, rank=self.mine, length=point.send_len)
+        return buffers
 
     def fits(self, point, last: bool) -> bool:
         """Whether ``point`` still fits the hosts' memory now (the largest kept was asked already)."""
@@ -98,7 +107,24 @@ class Block:
                            per_rank_bytes=point.per_rank_bytes, count=point.elements, timing=timing,
                            bus_factor=coll.bus_factor(self.n), **coll.row_axes(self.roles, g),
                            **sweep._group_axes(self.roles, g), **self.backend.row_axes(), placement=self.placement,
-                           **self._traffic(point))
+                           **self._traffic(point), cache=caches.COLD if self.cold else caches.HOT,
+                           cache_span=self.pool_span(point) if self.cold else 0.0)
+
+    def pool_span(self, point) -> float:
+        """How many times the cache a cold pool spans at ``point``: its sets, each page-aligned."""
+        stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
+        cache = self.sweep.cache_size(self.backend_name, self.backend)[0]
+        return round(stride * caches.sets(stride, cache) / cache, 3)
+
+    def cold_pool(self, point, sent: Roles, first) -> tuple:
+        """(the call that rotates over ``first``, the call bound at ``point``, and the pool's
+        other sets; those sets' buffers, to be given back once the size is timed)."""
+        stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
+        count = caches.sets(stride, self.sweep.cache_size(self.backend_name, self.backend)[0])
+        pool = [self._filled(point) for _ in range(count - 1)]
+        with self.sweep.phase("setup"):
+            bounds = [first] + [self.bind(point, sent, buffers) for buffers in pool]
+        return caches.rotating(bounds), pool
 
     def _traffic(self, point) -> dict:
         """A v-collective's pattern, and how far its busiest ranks lie above the size."""
@@ -107,13 +133,15 @@ class Block:
         sent, received = self.coll.imbalance(point.elements, self.n, self.roles)
         return {"pattern": self.roles.pattern, "imbalance_sent": sent, "imbalance_received": received}
 
-    def bind(self, point, sent: Roles):
-        """The call at ``point`` as the pairs send it; nothing on a rank outside the pair."""
+    def bind(self, point, sent: Roles, buffers=None):
+        """The call at ``point`` as the pairs send it, on the block's buffers (or ``buffers``, a
+        cold pool's set); nothing on a rank outside the pair."""
         if not self.coll.takes_part(self.control.rank, sent):
             return harness.IDLE
         if self.coll.patterned:
             sent = dataclasses.replace(sent, elements=point.elements)
-        return self.backend.bind(self.buffers, collective=self.coll, send_len=point.send_len,
+        return self.backend.bind(self.buffers if buffers is None else buffers, collective=self.coll,
+                                 send_len=point.send_len,
                                  recv_len=point.recv_len, op=self.op_name, roles=sent)
 
     def size(self, point) -> None:
@@ -133,6 +161,9 @@ class Block:
         bound = self.bind(point, sent)
         checked = self.plan.check and self.coll.moves_data      # a barrier carries nothing to check
         wrong = self.check(bound, point, sent, where) if checked else [0] * self.coll.group_count(self.roles)
+        pool = []
+        if self.cold and bound is not harness.IDLE:
+            bound, pool = self.cold_pool(point, sent, bound)
         for i, timing in enumerate(self.timings):
             with sweep.phase("timed"):   # the check's call stands for the first call of the first timing
                 m = harness.measure(bound, bench=self.coll, roles=sent, barrier=self.backend.barrier,
@@ -142,6 +173,10 @@ class Block:
             if self.control.rank == 0:
                 self.emit(m, point, sent, timing, where, wrong, checked)
         bound.release()               # a persistent request: before the next size binds its own
+        if pool:
+            with sweep.phase("setup"):
+                for buffers in pool:
+                    self.backend.release(buffers)
 
     def check(self, bound, point, sent: Roles, where: str) -> list:
         """One call whose result every rank checks; the wrong elements per group (every rank's)."""

@@ -244,7 +244,8 @@ def _setup_key(name: str, options: BackendOptions, takes: tuple) -> str:
     """How a setup is named: as the rows it measures are labelled (``records.backend_label``)."""
     row = {"backend": name, "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
            "payload": options.payload if "payload" in takes else "", "api": options.api,
-           "placement": options.placement, "thread_level": options.thread_level if "thread_level" in takes else ""}
+           "placement": options.placement, "thread_level": options.thread_level if "thread_level" in takes else "",
+           "cache": options.cache}
     return backend_label(row)
 
 
@@ -283,6 +284,9 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     unsupported, more = _unsupported(collectives, setups, opts)
     notes += more
     modes = timings.timing_modes(_choices(opts["timing"]))
+    if "graph" in modes and any(setup.options.cache == "cold" for setup in setups):
+        raise UsageError("--cache cold with --timing graph: a graph replays the calls it captured on the buffers "
+                         "they were captured with; time cold buffers with latency, throughput or device timing")
     untimed, more = _untimed(modes, setups)
     notes += more + _off_device(modes, collectives, setups, untimed)
     if opts["output"] and opts["no_save"]:

@@ -20,7 +20,7 @@ from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks import patterns
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.measure import harness
+from collbench.measure import caches, harness
 from collbench.measure.timings import on_device
 from collbench.run import cpuload, rounds, turns
 from collbench.launch.network import rendezvous
@@ -316,6 +316,10 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
                 "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
+    cold = {key: _cache_of(backend) for key, backend in backends.items()
+            if getattr(backend.options, "cache", caches.HOT) == caches.COLD}
+    if cold:                                         # what --cache cold spanned, per setup (rank 0's)
+        metadata["settings"]["caches"] = cold
     matrices = {digest: rows for p in plan.patterns for digest, rows in patterns.kept(p).items()}
     if matrices:                                     # report --per-rank says each rank's bytes from it
         metadata["matrices"] = matrices
@@ -324,6 +328,13 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
     if side is not None:
         metadata["ab"] = side
     return metadata
+
+
+def _cache_of(backend) -> dict:
+    """The cache a backend's buffers sit behind, as a cold run records it."""
+    asked = getattr(backend.device, "cache_size", None)
+    size, source = asked() if asked is not None else caches.host_cache()
+    return {"bytes": size, "from": source, "span": caches.SPAN, "most_sets": caches.MOST_SETS}
 
 
 def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):

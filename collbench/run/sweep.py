@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from collbench.measure import harness
+from collbench.measure import caches, harness
 from collbench.measure import memory
 from collbench.launch.liveness.watchdog import Watchdog
 from collbench.errors import SharedUsageError
@@ -163,6 +163,7 @@ class Sweep:
         self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
         self.notes: list = []
+        self._caches: dict = {}           # cache_size's answers, by device
         for cname in plan.collectives:
             for backend_name, backend in backends.items():
                 for spread in self.patterns_of(get_benchmark(cname)):
@@ -198,9 +199,11 @@ class Sweep:
             gathered = self.control.gather(device_free)
             room = self.control.bcast(memory.headroom(min(gathered)) if gathered else None)
             # the buffers, and what the check holds there beside them (check.WORK_BYTES)
-            over = [p for p in points if (p.send_len + p.recv_len) * itemsize + check.WORK_BYTES > room]
+            def need(p) -> int:
+                return (p.send_len + p.recv_len) * itemsize + check.WORK_BYTES + self._pool(coll, backend, p)
+            over = [p for p in points if need(p) > room]
             self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: needs about "
-                           f"{((p.send_len + p.recv_len) * itemsize + check.WORK_BYTES) / memory.GiB:.2f} GiB on "
+                           f"{need(p) / memory.GiB:.2f} GiB on "
                            "each device, more than "
                            f"the {room / memory.GiB:.2f} GiB free on the fullest; skipped, as it would run out of "
                            "device memory" for p in over]
@@ -224,6 +227,31 @@ class Sweep:
         return int((point.send_len + point.recv_len) * itemsize * coll.copies_in_flight(backend.family, roles)
                    * backend.memory_scale(itemsize))
 
+    def _pool(self, coll: Benchmark, backend, point: SizePoint) -> int:
+        """The bytes of a cold block's pool beyond its first set of buffers (0 for a hot one):
+        plain buffers, which the library's copies of a message (``memory.rank_need``) do not scale."""
+        if not (coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD):
+            return 0
+        stride = self.set_stride(coll, point, False)
+        return int(stride * (caches.sets(stride, self.cache_size(None, backend)[0]) - 1) * backend.memory_scale(
+            self._element(coll).itemsize))
+
+    def set_stride(self, coll: Benchmark, point: SizePoint, in_place: bool) -> int:
+        """The bytes of one set of a rank's buffers at ``point``, each buffer page-aligned."""
+        itemsize = self._element(coll).itemsize
+        if in_place:
+            return caches.padded(max(point.send_len, point.recv_len) * itemsize)
+        return caches.padded(point.send_len * itemsize) + caches.padded(point.recv_len * itemsize)
+
+    def cache_size(self, name, backend) -> tuple:
+        """(bytes, where from) of the cache ``backend``'s buffers sit behind, asked once per device."""
+        device = backend.device
+        key = (type(device).__name__, getattr(device, "name", ""))
+        if key not in self._caches:
+            asked = getattr(device, "cache_size", None)
+            self._caches[key] = asked() if asked is not None else caches.host_cache()
+        return self._caches[key]
+
     def _element(self, coll: Benchmark):
         """What one element of ``coll``'s buffers is: the dtype, or a value–index pair for maxloc
         and minloc (``ops.element_of``), whose itemsize makes the sizes."""
@@ -233,10 +261,11 @@ class Sweep:
         """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank, where
         it takes part in one of ``layouts``."""
         nominal = self._nominal(coll, backend, point, layouts[0])
+        pool = self._pool(coll, backend, point)
         first = layouts[0]
         roots = ({members[first.root] for members in first.groups} if first.groups else {first.root}) \
             if coll.rooted else set()
-        return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r in roots)
+        return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r in roots) + pool
                           if any(coll.takes_part(r, roles) for roles in layouts) else 0)
 
     def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint, roles: Roles,
@@ -245,7 +274,7 @@ class Sweep:
         0 decides for all (outside any timed region); a size that no longer fits is skipped with
         a note. ``allocated``: the bytes of the block's buffers, held already. Small sizes and
         device buffers are not asked about again."""
-        nominal = self._nominal(coll, backend, point, roles)
+        nominal = self._nominal(coll, backend, point, roles) + self._pool(coll, backend, point)
         if backend.device_memory_bytes() is not None or not memory.is_large(
                 coll.name, backend.family, nominal, self.ranks_per_node, self.probes):
             return True
