@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from collbench.backends.devices import HostDevice
-from collbench.measure.calls import Bound, Control  # the calls the harness drives: here for backends and plugins
+from collbench.measure.calls import Bound, Control, grouped  # the calls the harness drives: here for backends and plugins
 
 if TYPE_CHECKING:
     from collbench.benchmarks.base import Benchmark, Roles
@@ -32,7 +32,7 @@ class BackendOptions:
     in-place, where a collective has that form: ``Benchmark.placements``), ``thread_level`` (the
 MPI backends: the thread level MPI is initialised at, ``collbench.backends.threads``), ``cache``
 (hot: every call on one set of buffers; cold: each on the next of a pool that spans the cache,
-``collbench.measure.caches``)."""
+``collbench.measure.caches``), ``coalesce`` (how many calls go as one group: ``coalesced``)."""
 
     buffers: str = "numpy"
     payload: str = "array"
@@ -41,6 +41,7 @@ MPI backends: the thread level MPI is initialised at, ``collbench.backends.threa
     placement: str = "out-of-place"
     thread_level: str = "single"
     cache: str = "hot"
+    coalesce: int = 1
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,20 @@ class Backend(ABC):
         a point-to-point exchange) over the first ``send_len`` / ``recv_len`` elements of the
         buffers; ``roles`` says where the ranks stand (the root, the pair, the window). Called on
         the ranks that take part only."""
+
+    def coalesced(self, bounds: list) -> Bound:
+        """``bounds`` (calls bound in two steps, one per buffer set) issued as one group
+        (``--coalesce``): every call started, then each completed (MPI's non-blocking calls);
+        a backend whose library groups calls its own way says so here (torch's coalescing
+        manager)."""
+        completes = [b.complete for b in bounds]
+
+        def issue(starts: list) -> None:
+            handles = [start() for start in starts]
+            for complete, handle in zip(completes, handles):
+                complete(handle)
+
+        return grouped(bounds, issue)
 
     @abstractmethod
     def barrier(self) -> None: ...

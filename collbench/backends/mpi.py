@@ -30,7 +30,7 @@ def _wait(request) -> None:
 class MpiBackend(MpiBase, Backend):
     name = "mpi"
     family = "buffer"
-    takes_options = ("buffers", "api", "placement", "thread_level", "cache")
+    takes_options = ("buffers", "api", "placement", "thread_level", "cache", "coalesce")
 
     @classmethod
     def environment(cls) -> dict:

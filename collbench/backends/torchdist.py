@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from collbench.backends import _torch
-from collbench.backends.base import Backend, Bound, Control
+from collbench.backends.base import Backend, Bound, Control, grouped
 from collbench.backends.devices import TorchDevice
 from collbench.benchmarks.base import COLLECTIVE, IN_PLACE, TensorCall
 
@@ -31,7 +31,7 @@ class TorchBackend(Backend):
                    "maxloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle",
                    "minloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle"}
     ops = tuple(reduce_ops)
-    takes_options = ("init_method", "api", "placement", "cache")
+    takes_options = ("init_method", "api", "placement", "cache", "coalesce")
 
     def setup(self, *, control: Control) -> None:
         self.torch, self.dist = _torch.torch_modules()
@@ -98,6 +98,27 @@ class TorchBackend(Backend):
             return rv
 
         return Bound(run=call, run_blocking=blocking, checked=checked)
+
+    def coalesced(self, bounds: list) -> Bound:
+        """The calls started inside torch's coalescing manager, then waited for together; on a GPU
+        the stream is synchronised after. On a GPU the manager puts them in one NCCL group; on
+        the host (gloo) it fuses allreduce, allgather and reduce_scatter into one call each
+        group and leaves the others to go one by one, started together: their own works are
+        waited for too (the fused calls' stand-ins, which refuse a wait, are not)."""
+        dist, group = self.dist, self.group
+        device = self.device.device if self.device.asynchronous else None
+        sync = self.device.synchronize
+
+        def issue(starts: list) -> None:
+            with dist._coalescing_manager(group=group, device=device, async_ops=True) as manager:
+                works = [start() for start in starts]
+            manager.wait()
+            for work in works:
+                if work is not None and type(work).__name__ != "_IllegalWork":
+                    work.wait()
+            sync()
+
+        return grouped(bounds, issue)
 
     def _blocking(self, call: Callable) -> Callable:
         """A call that returns once this rank's part is complete: on an asynchronous device (a

@@ -16,6 +16,8 @@ from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 
 #: --window: beyond this many requests in flight, MPI libraries and gloo queue them anyway
 MAX_WINDOW = 4096
+#: the most calls --coalesce groups: each has buffers of its own
+MAX_COALESCE = 64
 FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
 
 
@@ -85,6 +87,11 @@ _OPTIONS = (
         help="hot: every call on one set of buffers, as most benchmarks do; cold: each call on the next of a pool "
              "of buffer sets spanning twice the last-level cache (a GPU's L2 for its buffers), so that no call "
              "finds its data in cache (IMB's -off_cache); a comma list measures both side by side.")),
+    ("coalesce", click.option(
+        "--coalesce", type=params.Whole(min=1, max=MAX_COALESCE), default=1, show_default=True, metavar="K",
+        help="Also issue K calls as one group (torch's coalescing manager, one NCCL group; MPI's non-blocking "
+             "calls started together, then completed), each on buffers of its own, beside the uncoalesced "
+             "calls: rows give the time per call, so a table shows what grouping saves (nccl-tests' -m).")),
     ("thread_level", click.option(
         "--thread-level", default=None, metavar="LEVEL",
         help="MPI thread level the ranks initialise MPI at (mpi, mpi-pickle): single, funneled, serialized or "
@@ -156,7 +163,8 @@ _FLAGS = {"sizes": ("-s", "--sizes"), "dtype": ("-d", "--dtype"), "op": ("--op",
           "check": ("--check", "--no-check"), "pair": ("--pair",), "window": ("--window",), "pattern": ("--pattern",),
           "split": ("--split",), "split_mask": ("--split-mask",), "buffers": ("--buffers",),
           "payload": ("--payload",), "api": ("--api",),
-          "placement": ("--placement",), "pages": ("--pages",), "cache": ("--cache",)}
+          "placement": ("--placement",), "pages": ("--pages",), "cache": ("--cache",),
+          "coalesce": ("--coalesce",)}
 
 
 def _why_not(name: str, bench) -> str:
@@ -171,6 +179,8 @@ def _why_not(name: str, bench) -> str:
         return "it has no root rank"
     if name == "pair" and not bench.paired:
         return "every rank takes part"
+    if name == "coalesce" and (bench.kind != "collective" or not bench.moves_data):
+        return "only collectives that move data are grouped"
     if name == "pattern" and not bench.patterned:
         return "its pieces all have one length"
     if name == "window" and not bench.windowed:

@@ -51,7 +51,12 @@ class Bound:
     begins it and returns what ``complete`` waits on (a request, torch's work), so that the
     harness can put work between them (the overlap: ``collbench.measure.harness``);
     ``run_blocking`` is then ``complete(start())``. ``release`` gives back what binding made (a
-    persistent request), once no sample calls it again.
+    persistent request), once no sample calls it again. ``reset`` and ``result`` are a two-step
+    call's own (what ``checked`` does around it), for a group of such calls to check each.
+
+    A group of ``calls`` calls issued as one (``--coalesce``: ``Backend.coalesced``) runs them all in
+    ``run``; ``checked_all`` resets every call's receive side, runs the group once and returns
+    what arrived for each, in order.
     """
 
     run: Callable[[], Any]
@@ -60,6 +65,10 @@ class Bound:
     start: Optional[Callable[[], Any]] = None
     complete: Callable[[Any], None] = _nothing
     release: Callable[[], None] = _nothing
+    reset: Callable[[], None] = _nothing
+    result: Optional[Callable[[], Any]] = None
+    checked_all: Optional[Callable[[], list]] = None
+    calls: int = 1
 
     @classmethod
     def two_step(cls, start: Callable[[], Any], complete: Callable[[Any], None], reset: Callable[[], None],
@@ -74,4 +83,27 @@ class Bound:
             whole()
             return result()
 
-        return cls(run=whole, run_blocking=whole, checked=checked, start=start, complete=complete, release=release)
+        return cls(run=whole, run_blocking=whole, checked=checked, start=start, complete=complete, release=release,
+                   reset=reset, result=result)
+
+
+def grouped(bounds: list, issue: Callable[[list], None]) -> Bound:
+    """One group of the two-step calls ``bounds`` (each a ``Bound.two_step``): ``issue(starts)``
+    starts them all as one group and returns once every one is complete."""
+    starts = [b.start for b in bounds]
+
+    def whole() -> None:
+        issue(starts)
+
+    def checked_all() -> list:
+        for b in bounds:
+            b.reset()
+        whole()
+        return [b.result() for b in bounds]
+
+    def release() -> None:
+        for b in bounds:
+            b.release()
+
+    return Bound(run=whole, run_blocking=whole, checked=lambda: checked_all()[0], release=release,
+                 checked_all=checked_all, calls=len(bounds))

@@ -18,6 +18,7 @@ that they are neither counted nor judged.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -86,6 +87,15 @@ class Measurement:
 
 def _nothing() -> None:
     pass
+
+
+def per_call(m: Measurement, calls: int) -> Measurement:
+    """``m`` of a group of ``calls`` calls issued as one (``--coalesce``) as the time per call."""
+    if calls == 1:
+        return m
+    means = [x / calls if x is not None else None for x in m.rank_means_us] if m.rank_means_us else m.rank_means_us
+    return dataclasses.replace(m, samples_us=[s / calls for s in m.samples_us], rank_means_us=means,
+                               calls_per_sample=m.calls_per_sample * calls)
 
 
 #: What a rank outside a pair runs: nothing, and nothing arrives.

@@ -188,6 +188,11 @@ class Row:
                         "sets spanning twice the cache they sit behind (--cache cold; docs/methodology.md, Cache-cold "
                         "buffers)", identity=True, matched=True, since=10, default="hot", older="hot",
                         said=lambda r: "cold cache" if r["cache"] == "cold" else "")
+    coalesce: int = column("calls issued as one group (--coalesce K: torch's coalescing manager; MPI's non-blocking "
+                           "calls started together, then completed), each on buffers of its own; the row's times are "
+                           "per call (a sample's time over K); 1 for calls issued one at a time", identity=True,
+                           matched=True, since=10, default=1, older=1,
+                           said=lambda r: f"{r['coalesce']} grouped" if r["coalesce"] > 1 else "")
     cache_span: float = column("a cold row's pool: how many times the cache behind its buffers its sets spanned, "
                                "each set page-aligned (metadata.settings.caches has the cache's size): 2 or more, "
                                "less where the pool's 1,024 sets of a small size fall short; 0 for a hot row",
@@ -218,7 +223,7 @@ _SAID = tuple((f.name, f.metadata["said"]) for f in fields(Row) if f.metadata["s
 SAID_FIELDS = tuple(name for name, _ in _SAID)
 #: Identity columns that belong to a backend's line rather than to a setup (several backends
 #: side by side differ in them): a table's or a figure's backend label names them.
-PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement", "thread_level", "cache")
+PER_BACKEND = ("buffers", "payload", "init_method", "api", "placement", "thread_level", "cache", "coalesce")
 SETUP_SAID = tuple(name for name in SAID_FIELDS if name not in PER_BACKEND)
 
 

@@ -353,6 +353,12 @@ def _notes(rows: list) -> tuple:
         notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
                      "from one run to the next")
     notes += _cold_note(rows)
+    grouped = sorted({r.coalesce for r in rows if r.coalesce > 1})
+    if grouped:
+        notes.append(f"{'/'.join(map(str, grouped))} grouped: that many calls issued as one group, each on buffers "
+                     "of its own (torch's coalescing manager; MPI's non-blocking calls, all started, then "
+                     "completed), timed as a group; p50 and the other times are per call (the group's over its "
+                     "calls)")
     if _overlaps(rows):
         notes.append("overlap %: how much of a call compute between its start and its wait hid, as OSU defines it: "
                      "100·max(0, 1 − (overall − compute) / p50), the compute lasting at least p50 (docs/methodology.md)")

@@ -43,6 +43,8 @@ class Block:
         self.allocated = 0
         #: --cache cold: each timed call on the next of a pool of buffer sets (a barrier has none)
         self.cold = coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD
+        #: --coalesce K: calls issued K at a time as one group, each on a set of buffers of its own
+        self.grouped = sweep.grouped(coll, backend)
 
     def run(self, points: list, indices: tuple) -> None:
         """Every size of ``indices`` (ascending ``points``, measured in that order)."""
@@ -108,7 +110,7 @@ class Block:
                            bus_factor=coll.bus_factor(self.n), **coll.row_axes(self.roles, g),
                            **sweep._group_axes(self.roles, g), **self.backend.row_axes(), placement=self.placement,
                            **self._traffic(point), cache=caches.COLD if self.cold else caches.HOT,
-                           cache_span=self.pool_span(point) if self.cold else 0.0)
+                           cache_span=self.pool_span(point) if self.cold else 0.0, coalesce=self.grouped)
 
     def pool_span(self, point) -> float:
         """How many times the cache a cold pool spans at ``point``: its sets, each page-aligned."""
@@ -116,15 +118,19 @@ class Block:
         cache = self.sweep.cache_size(self.backend_name, self.backend)[0]
         return round(stride * caches.sets(stride, cache) / cache, 3)
 
-    def cold_pool(self, point, sent: Roles, first) -> tuple:
-        """(the call that rotates over ``first``, the call bound at ``point``, and the pool's
-        other sets; those sets' buffers, to be given back once the size is timed)."""
-        stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
-        count = caches.sets(stride, self.sweep.cache_size(self.backend_name, self.backend)[0])
+    def pooled(self, point, sent: Roles, first) -> tuple:
+        """(the call timed at ``point``: ``first`` and a cold pool's other sets in turn, or a group
+        of ``grouped`` calls, one per set; the other sets' buffers, given back once the size is
+        timed)."""
+        if self.cold:
+            stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
+            count = caches.sets(stride, self.sweep.cache_size(self.backend_name, self.backend)[0])
+        else:
+            count = self.grouped
         pool = [self._filled(point) for _ in range(count - 1)]
         with self.sweep.phase("setup"):
             bounds = [first] + [self.bind(point, sent, buffers) for buffers in pool]
-        return caches.rotating(bounds), pool
+        return (caches.rotating(bounds) if self.cold else self.backend.coalesced(bounds)), pool
 
     def _traffic(self, point) -> dict:
         """A v-collective's pattern, and how far its busiest ranks lie above the size."""
@@ -158,18 +164,18 @@ class Block:
         with sweep.phase("setup"):          # a block with no timing left only checks: nothing to budget
             sent = sweep._as_sent(self.coll, self.roles, self.settings, lambda r: self.bind(point, r),
                                   lambda g: self.identity(point, g, self.timings[0])) if self.timings else self.roles
-        bound = self.bind(point, sent)
+        bound, pool = self.bind(point, sent), []
+        if bound is not harness.IDLE and (self.cold or self.grouped > 1):
+            bound, pool = self.pooled(point, sent, bound)
         checked = self.plan.check and self.coll.moves_data      # a barrier carries nothing to check
         wrong = self.check(bound, point, sent, where) if checked else [0] * self.coll.group_count(self.roles)
-        pool = []
-        if self.cold and bound is not harness.IDLE:
-            bound, pool = self.cold_pool(point, sent, bound)
         for i, timing in enumerate(self.timings):
             with sweep.phase("timed"):   # the check's call stands for the first call of the first timing
                 m = harness.measure(bound, bench=self.coll, roles=sent, barrier=self.backend.barrier,
                                     sync=self.backend.synchronize, control=self.control,
                                     settings=dataclasses.replace(self.settings, mode=timing),
                                     device=self.backend.device, called=checked and i == 0)
+            m = harness.per_call(m, self.grouped)       # a group's sample is its calls'
             if self.control.rank == 0:
                 self.emit(m, point, sent, timing, where, wrong, checked)
         bound.release()               # a persistent request: before the next size binds its own
@@ -182,8 +188,9 @@ class Block:
         """One call whose result every rank checks; the wrong elements per group (every rank's)."""
         coll, control = self.coll, self.control
         with self.sweep.phase("check"):
-            wrong_here = self.tables.count_wrong(bound.checked(), self.received(
-                self.n, self.mine, sent, point.elements, point.recv_len), point.recv_len)
+            want = self.received(self.n, self.mine, sent, point.elements, point.recv_len)
+            arrived = bound.checked_all() if bound.checked_all is not None else [bound.checked()]
+            wrong_here = sum(self.tables.count_wrong(got, want, point.recv_len) for got in arrived)
             by_rank = control.bcast(control.gather(wrong_here))
         wrong = [0] * coll.group_count(self.roles)
         for r in range(control.size):

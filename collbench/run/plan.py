@@ -11,6 +11,7 @@ import itertools
 import os
 import sys
 from collections import Counter
+from typing import Optional
 
 from collbench.launch.origin import launcher as launch
 from collbench.launch.network import rendezvous
@@ -102,7 +103,8 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
             cls, backend = backend_class(setup.name), setup.key
             # the refusals of a whole setup first (no persistent calls on gloo), then a call its
             # library lacks, whatever the setup's options (said once for the backend)
-            whole = op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family)
+            whole = op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family) or \
+                _ungrouped(coll, setup.options)
             lacked = None if whole else _answer(setup.name, "supports", collective=coll, dtype=dtype, op=op)
             reason = whole or lacked or \
                 _answer(setup.name, "options_problem", options=setup.options, collective=coll, dtype=dtype, op=op)
@@ -162,12 +164,14 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
     long as it can run so (``options_problem``). A choice that none of the run's backends takes
     (``--payload list`` without mpi-pickle) is refused."""
     choices = {f.name: _choices(opts.get(f.name, f.default)) for f in dataclasses.fields(BackendOptions)}
+    if choices["coalesce"] != (1,):              # --coalesce K: beside the calls one at a time
+        choices["coalesce"] = (1, *choices["coalesce"])
     for f in dataclasses.fields(BackendOptions):
         others = [value for value in choices[f.name] if value != f.default]
         if not others or any(f.name in backend_class(b).takes_options for b in backends):
             continue
         takers = [b for b in BUILTIN_NAMES if f.name in backend_class(b).takes_options]
-        raise UsageError(f"--{f.name.replace('_', '-')} {','.join(others)} is for {' and '.join(takers)}, which this "
+        raise UsageError(f"--{f.name.replace('_', '-')} {','.join(map(str, others))} is for {' and '.join(takers)}, which this "
                          f"run does not measure (--backend {','.join(backends)})")
     kept, notes = [], []
     for name in backends:
@@ -175,9 +179,11 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
         axes = [[(f.name, value) for value in (choices[f.name] if f.name in takes else (f.default,))]
                 for f in dataclasses.fields(BackendOptions) if f.name != "init_method"]
         for combination in itertools.product(*axes):
-            options = BackendOptions(**dict(combination), init_method=choices["init_method"][0])
+            options = _grouped(BackendOptions(**dict(combination), init_method=choices["init_method"][0]))
             setup = Setup(name, options, _setup_key(name, options, takes))
-            reason = asked_of(name, "options_problem", options=options)
+            if any(setup.key == other.key for other in kept):     # a group's calls: nonblocking already asked
+                continue
+            reason = asked_of(name, "options_problem", options=options) or _group_problem(options)
             if reason is None:
                 kept.append(setup)
             else:
@@ -185,6 +191,28 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
     if not kept:
         raise UsageError("nothing to measure: " + "; ".join(notes))
     return kept, notes
+
+
+def _grouped(options: BackendOptions) -> BackendOptions:
+    """A setup whose calls go in groups (``--coalesce``) issues them in two steps, all started
+    and then completed: non-blocking where blocking was asked (the row says so)."""
+    if options.coalesce > 1 and options.api == "blocking":
+        return dataclasses.replace(options, api="nonblocking")
+    return options
+
+
+def _ungrouped(coll, options: BackendOptions) -> Optional[str]:
+    """Why ``coll``'s calls are not measured in a setup's groups (``--coalesce``), or None."""
+    if options.coalesce > 1 and (coll.kind != "collective" or not coll.moves_data):
+        return "measured one call at a time only (--coalesce groups the collectives that move data)"
+    return None
+
+
+def _group_problem(options: BackendOptions) -> Optional[str]:
+    """Why a setup's calls cannot go in groups, or None."""
+    if options.coalesce > 1 and options.cache == "cold":
+        return "a group of calls on a cold pool is not measured: --coalesce with --cache hot"
+    return None
 
 
 def _refuse_levels_without_mpi(opts: dict) -> None:
@@ -245,7 +273,7 @@ def _setup_key(name: str, options: BackendOptions, takes: tuple) -> str:
     row = {"backend": name, "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
            "payload": options.payload if "payload" in takes else "", "api": options.api,
            "placement": options.placement, "thread_level": options.thread_level if "thread_level" in takes else "",
-           "cache": options.cache}
+           "cache": options.cache, "coalesce": options.coalesce}
     return backend_label(row)
 
 
@@ -287,6 +315,9 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if "graph" in modes and any(setup.options.cache == "cold" for setup in setups):
         raise UsageError("--cache cold with --timing graph: a graph replays the calls it captured on the buffers "
                          "they were captured with; time cold buffers with latency, throughput or device timing")
+    if "graph" in modes and any(setup.options.coalesce > 1 for setup in setups):
+        raise UsageError("--coalesce with --timing graph: a graph replays one captured call; time groups with "
+                         "latency, throughput or device timing")
     untimed, more = _untimed(modes, setups)
     notes += more + _off_device(modes, collectives, setups, untimed)
     if opts["output"] and opts["no_save"]:

@@ -230,11 +230,20 @@ class Sweep:
     def _pool(self, coll: Benchmark, backend, point: SizePoint) -> int:
         """The bytes of a cold block's pool beyond its first set of buffers (0 for a hot one):
         plain buffers, which the library's copies of a message (``memory.rank_need``) do not scale."""
-        if not (coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD):
-            return 0
         stride = self.set_stride(coll, point, False)
-        return int(stride * (caches.sets(stride, self.cache_size(None, backend)[0]) - 1) * backend.memory_scale(
-            self._element(coll).itemsize))
+        if coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD:
+            extra = caches.sets(stride, self.cache_size(None, backend)[0]) - 1
+        else:
+            extra = self.grouped(coll, backend) - 1
+        return int(stride * extra * backend.memory_scale(self._element(coll).itemsize))
+
+    @staticmethod
+    def grouped(coll: Benchmark, backend) -> int:
+        """How many calls of ``coll`` ``backend``'s setup issues as one group (``--coalesce``; 1
+        for a collective that moves no data and for point-to-point, measured one at a time)."""
+        if coll.kind != "collective" or not coll.moves_data:
+            return 1
+        return getattr(backend.options, "coalesce", 1)
 
     def set_stride(self, coll: Benchmark, point: SizePoint, in_place: bool) -> int:
         """The bytes of one set of a rank's buffers at ``point``, each buffer page-aligned."""
