@@ -16,26 +16,28 @@ COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time
           "--format", "--timeout", "--verbose", "--help", "--init-method", "--api", "--thread-level", "--bind"}
 DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement", "--pages", "--cache"}
 SPLIT = {"--split", "--split-mask"}
+#: the collectives that move data: their calls can go in groups
+GROUPED = DATA | {"--coalesce"}
 EXPECTED = {
-    "allreduce": COMMON | SPLIT | DATA | {"--op"},
-    "reduce": COMMON | SPLIT | DATA | {"--op", "--root"},
-    "reduce_scatter": COMMON | SPLIT | DATA | {"--op"},
-    "bcast": COMMON | SPLIT | DATA | {"--root"},
-    "gather": COMMON | SPLIT | DATA | {"--root"},
-    "scatter": COMMON | SPLIT | DATA | {"--root"},
-    "allgather": COMMON | SPLIT | DATA,
-    "alltoall": COMMON | SPLIT | DATA,
-    "alltoallv": COMMON | SPLIT | DATA | {"--pattern"},
-    "allgatherv": COMMON | SPLIT | DATA | {"--pattern"},
-    "gatherv": COMMON | SPLIT | DATA | {"--pattern", "--root"},
-    "scatterv": COMMON | SPLIT | DATA | {"--pattern", "--root"},
-    "reduce_scatterv": COMMON | SPLIT | DATA | {"--pattern", "--op"},
+    "allreduce": COMMON | SPLIT | GROUPED | {"--op"},
+    "reduce": COMMON | SPLIT | GROUPED | {"--op", "--root"},
+    "reduce_scatter": COMMON | SPLIT | GROUPED | {"--op"},
+    "bcast": COMMON | SPLIT | GROUPED | {"--root"},
+    "gather": COMMON | SPLIT | GROUPED | {"--root"},
+    "scatter": COMMON | SPLIT | GROUPED | {"--root"},
+    "allgather": COMMON | SPLIT | GROUPED,
+    "alltoall": COMMON | SPLIT | GROUPED,
+    "alltoallv": COMMON | SPLIT | GROUPED | {"--pattern"},
+    "allgatherv": COMMON | SPLIT | GROUPED | {"--pattern"},
+    "gatherv": COMMON | SPLIT | GROUPED | {"--pattern", "--root"},
+    "scatterv": COMMON | SPLIT | GROUPED | {"--pattern", "--root"},
+    "reduce_scatterv": COMMON | SPLIT | GROUPED | {"--pattern", "--op"},
     "barrier": COMMON | SPLIT,
     "pingpong": COMMON | DATA - {"--placement"} | {"--pair"},
     "bw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
     "bibw": COMMON | DATA - {"--placement"} | {"--pair", "--window"},
     "sendrecv": COMMON | SPLIT | DATA - {"--placement"},
-    "all": COMMON | SPLIT | DATA | {"--op", "--root", "--pattern"},
+    "all": COMMON | SPLIT | GROUPED | {"--op", "--root", "--pattern"},
 }
 
 

@@ -390,6 +390,23 @@ def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
                                 timeout=60).stderr for how in ("quiet", "loud"))
 
 
+def test_a_frames_line_that_lost_its_indent_between_two_tracebacks_is_left_out(tmp_path):
+    """The launcher passed one rank's source line on without its indent, after the other's
+    exception line had closed a traceback: "import enum" reached the terminal beside
+    "collbench: interrupted by SIGINT" (CI, once, test_a_signal_while_collbench_starts_is_one_line)."""
+    quiet, loud = _relayed(tmp_path, """
+        import sys
+        for line in ("Traceback (most recent call last):", "Traceback (most recent call last):",
+                     '  File "<frozen runpy>", line 198, in _run_module_as_main',
+                     '  File "/usr/lib/python3.11/re/__init__.py", line 125, in <module>',
+                     "KeyboardInterrupt", "import enum", "KeyboardInterrupt", "collbench: interrupted by SIGINT"):
+            sys.stderr.write(line + "\\n")
+            sys.stderr.flush()
+    """)
+    assert quiet == "collbench: interrupted by SIGINT\n", quiet
+    assert "import enum" in loud
+
+
 def test_interleaved_tracebacks_of_interrupted_ranks_are_left_out_whole(tmp_path):
     """Two ranks interrupted while Python starts print their tracebacks through one launcher,
     line by line in turn: one's exception line came amid the other's frames, and the frames

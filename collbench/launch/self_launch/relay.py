@@ -16,9 +16,6 @@ import time
 
 #: carriage returns and terminal control sequences (cursor, erase) at the start of a line
 _CONTROLS = re.compile(rb"^(?:\r|\x1b\[[0-9;?]*[A-Za-z])*")
-#: the line that ends a traceback, or joins two: "KeyboardInterrupt", "mpi4py.MPI.Exception: …"
-_EXCEPTION = re.compile(rb"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Interrupted|Exit)\b"
-                        rb"|During handling of the above exception|The above exception was)")
 #: how long stderr is held back from the first line of a rank's traceback or of Python's fatal
 #: start-up error: a Ctrl-C to the terminal reaches the starting ranks and this process at once,
 #: and the ranks' lines can come through mpiexec before this process's main thread has run its
@@ -45,8 +42,9 @@ class Relay:
         self.spoke = False
         self.said: collections.deque = collections.deque(maxlen=64)
         self.launcher_said = ""
-        #: a signal is ending the job: the tracebacks of ranks it interrupted while Python started
-        #: (and Python's fatal start-up lines) are left out of stderr; every other line goes on
+        #: a signal is ending the job: only collbench's own lines go on to stderr; what the ranks
+        #: print as it reaches them (tracebacks of ranks it interrupted while Python started,
+        #: Python's fatal start-up lines) is left out
         self.quiet = False
         self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout, False), daemon=True),
                          threading.Thread(target=self._copy, args=(process.stderr, sys.stderr, True), daemon=True)]
@@ -59,12 +57,11 @@ class Relay:
         held = b""                   # a partial line
         waiting: list = []           # stderr's lines held back from a traceback's first (HOLD_S)
         since = 0.0
-        traceback = [False]          # inside a traceback block, while quiet
         while True:
             if waiting:
                 left = since + HOLD_S - time.monotonic()
                 if left <= 0 or not select.select([fd], [], [], left)[0]:
-                    self._pass(out, target, waiting, traceback)
+                    self._pass(out, target, waiting)
                     waiting = []
                     continue
             try:
@@ -81,7 +78,7 @@ class Relay:
                     since, waiting = time.monotonic(), [line]
                 elif waiting:
                     waiting.append(line)
-                elif not self._noise(line, errors and self._interrupted(line, traceback)):
+                elif not self._noise(line, errors and self._interrupted(line)):
                     keep.append(line + b"\n")
             if held and not waiting and not (errors and self.quiet) \
                     and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
@@ -92,38 +89,25 @@ class Relay:
                 self._write(out, b"".join(keep), target)
         if waiting:
             time.sleep(max(0.0, since + HOLD_S - time.monotonic()))
-            self._pass(out, target, waiting, traceback)
-        if held and not self._noise(held, errors and self._interrupted(held, traceback)):
+            self._pass(out, target, waiting)
+        if held and not self._noise(held, errors and self._interrupted(held)):
             self._write(out, held, target)
 
-    def _pass(self, out, target, lines: list, traceback: list) -> None:
+    def _pass(self, out, target, lines: list) -> None:
         """Write the lines held back, less what ``quiet`` now leaves out."""
-        keep = [line + b"\n" for line in lines if not self._noise(line, self._interrupted(line, traceback))]
+        keep = [line + b"\n" for line in lines if not self._noise(line, self._interrupted(line))]
         if keep:
             self._write(out, b"".join(keep), target)
 
-    #: what Python prints of a process interrupted while it starts: a traceback, or a fatal error
-    _STARTING = (b"Fatal Python error:", b"Python runtime state:", b"KeyboardInterrupt", b"Current thread",
-                 b"Thread 0x")
-
-    def _interrupted(self, line: bytes, traceback: list) -> bool:
-        """While quiet: whether ``line`` belongs to what a rank interrupted as Python started
-        prints (``traceback``: this stream is inside a traceback). Two ranks' tracebacks come
-        interleaved through one launcher, so a frame's line is known by its indent, not by the
-        block it is in; the line after frames is the exception's own."""
-        if not self.quiet:
-            return False
-        text = _CONTROLS.sub(b"", line)
-        if text.startswith(b"collbench:"):
-            traceback[0] = False
-            return False
-        if text.startswith((b"Traceback (most recent call last):", b" ", b"\t")) or not text.strip():
-            traceback[0] = True
-            return True
-        if traceback[0] or _EXCEPTION.match(text):     # the exception's own line ends the block
-            traceback[0] = False
-            return True
-        return text.startswith(self._STARTING)
+    def _interrupted(self, line: bytes) -> bool:
+        """While quiet (a signal ends the job): whether ``line`` is left out, as every line but
+        collbench's own is. What ranks print as the signal reaches them is what a rank
+        interrupted as Python started prints: tracebacks and fatal errors, two ranks' at once
+        through one launcher. A frame's line was known by its indent and the exception's by
+        following the frames, but the launcher may pass one rank's line on in pieces between
+        another's (a frame's source line, "import enum", once reached the terminal with no
+        indent beside "collbench: interrupted by SIGINT")."""
+        return self.quiet and not _CONTROLS.sub(b"", line).startswith(b"collbench:")
 
     def _noise(self, line: bytes, interrupted: bool = False) -> bool:
         text = _CONTROLS.sub(b"", line)        # what a terminal shows: a bar's erasing left out
