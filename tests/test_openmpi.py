@@ -75,8 +75,8 @@ def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, ho
     out = tmp_path / "r.json"
     full = {k: v for k, v in os.environ.items()
             if not k.startswith(("PMI_", "PMIX_", "OMPI_", "COLLBENCH_LAUNCHED")) and k not in ("RANK", "WORLD_SIZE")}
-    job = subprocess.Popen([OMPI_PYTHON, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,1M", "--iters",
-                            "100000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "0", "-o", str(out),
+    job = subprocess.Popen([OMPI_PYTHON, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,16M", "--iters",
+                            "2000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "0", "-o", str(out),
                             *marker.split()], cwd=tmp_path, env=full, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
 

@@ -18,7 +18,6 @@ is checked here before torch waits for anyone, and said in one line.
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import tempfile
 import time
@@ -383,7 +382,7 @@ def meet_at_file(method: InitMethod, rank: int, exchange) -> None:
 
 def _leave_mark(method: InitMethod, host: str) -> tuple:
     """(the mark made beside PATH, None), or (None, why it could not be made)."""
-    mark = f"{method.path}.collbench-{secrets.token_hex(4)}"
+    mark = f"{method.path}.collbench-{os.urandom(4).hex()}"     # not secrets: it loads hashlib, noisy where no room is left
     try:
         os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except OSError as exc:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import secrets
 import select
 import signal
 import socket
@@ -57,7 +56,7 @@ class Janitor:
     """The stand-in for the calling process, for the state folder it makes (``folder``)."""
 
     def __init__(self, prefix: str = ROUNDS_PREFIX) -> None:
-        self.prefix = os.path.join(tempfile.gettempdir(), f"{prefix}{secrets.token_hex(8)}-")
+        self.prefix = os.path.join(tempfile.gettempdir(), f"{prefix}{os.urandom(8).hex()}-")
         try:
             self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.self_launch.janitor",
                                              str(os.getpid()), self.prefix],
@@ -163,7 +162,7 @@ def orphaned(own_prefix: str) -> list:
     for state in folders(os.path.join(os.path.dirname(own_prefix), ROUNDS_PREFIX)):
         if state.startswith(own_prefix) or not _owner_gone(state):
             continue
-        claimed = os.path.join(os.path.dirname(state), f"collbench-orphan-{secrets.token_hex(8)}")
+        claimed = os.path.join(os.path.dirname(state), f"collbench-orphan-{os.urandom(8).hex()}")
         try:
             os.rename(state, claimed)
         except OSError:            # another stand-in took it first, or it went
