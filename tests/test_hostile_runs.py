@@ -177,7 +177,8 @@ def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_pat
     for victim in ("guardian", "mpiexec"):
         (tmp_path / victim).mkdir()
         out = tmp_path / victim / "r.json"
-        run = runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "2000", "--rounds", "1",
+        # 20,000 calls a size: with 2,000 the whole run once ended before its tree was read
+        run = runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "20000", "--rounds", "1",
                                      "-q", "-o", "r.json"], tmp_path / victim)
         wait_for_rows(out)
         tree = trees[victim] = _tree_of(run.pid)
