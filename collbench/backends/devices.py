@@ -290,7 +290,7 @@ class TorchDevice:
         """(bytes, where that came from) of the cache these buffers sit behind: a GPU's L2, or
         the host's last level for tensors in main memory (``--cache cold`` spans it)."""
         from collbench.measure import caches
-        if not self.asynchronous:
+        if not self.asynchronous:                    # main memory: the host's
             return caches.host_cache()
         size = int(getattr(self.torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
         return (size, "the GPU's L2, torch.cuda.get_device_properties") if size > 0 else \

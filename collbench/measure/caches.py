@@ -60,6 +60,19 @@ def host_cache() -> tuple:
     return ASSUMED_BYTES, "assumed: the machine does not say"
 
 
+def of_device(device) -> tuple:
+    """(bytes, where from) of the cache a device's buffers sit behind: what the device says
+    (``cache_size``: a GPU's L2), else the host's last level."""
+    asked = getattr(device, "cache_size", None)
+    return asked() if asked is not None else host_cache()
+
+
+def is_cold(coll, backend) -> bool:
+    """Whether ``backend``'s setup gives each call of ``coll`` the next set of a cold pool
+    (``--cache cold``; a collective that moves no data has none)."""
+    return coll.moves_data and getattr(backend.options, "cache", HOT) == COLD
+
+
 def _bytes(text: str) -> int:
     """sysfs's cache size ("32768K", "2M") in bytes."""
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)

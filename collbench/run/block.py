@@ -42,7 +42,7 @@ class Block:
         self.buffers = None               # a rank outside the pair holds none
         self.allocated = 0
         #: --cache cold: each timed call on the next of a pool of buffer sets (a barrier has none)
-        self.cold = coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD
+        self.cold = caches.is_cold(coll, backend)
         #: --coalesce K: calls issued K at a time as one group, each on a set of buffers of its own
         self.grouped = sweep.grouped(coll, backend)
 
@@ -115,18 +115,14 @@ class Block:
     def pool_span(self, point) -> float:
         """How many times the cache a cold pool spans at ``point``: its sets, each page-aligned."""
         stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
-        cache = self.sweep.cache_size(self.backend_name, self.backend)[0]
-        return round(stride * caches.sets(stride, cache) / cache, 3)
+        return round(stride * self.sweep.pool_sets(self.backend, stride) / self.sweep.cache_bytes(self.backend), 3)
 
     def pooled(self, point, sent: Roles, first) -> tuple:
         """(the call timed at ``point``: ``first`` and a cold pool's other sets in turn, or a group
         of ``grouped`` calls, one per set; the other sets' buffers, given back once the size is
         timed)."""
-        if self.cold:
-            stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
-            count = caches.sets(stride, self.sweep.cache_size(self.backend_name, self.backend)[0])
-        else:
-            count = self.grouped
+        stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
+        count = self.sweep.pool_sets(self.backend, stride) if self.cold else self.grouped
         pool = [self._filled(point) for _ in range(count - 1)]
         with self.sweep.phase("setup"):
             bounds = [first] + [self.bind(point, sent, buffers) for buffers in pool]

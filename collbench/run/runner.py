@@ -317,7 +317,7 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
     metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
                        versions=versions)
     cold = {key: _cache_of(backend) for key, backend in backends.items()
-            if getattr(backend.options, "cache", caches.HOT) == caches.COLD}
+            if getattr(backend.options, "cache", caches.HOT) == caches.COLD}     # of any collective
     if cold:                                         # what --cache cold spanned, per setup (rank 0's)
         metadata["settings"]["caches"] = cold
     matrices = {digest: rows for p in plan.patterns for digest, rows in patterns.kept(p).items()}
@@ -332,8 +332,7 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
 
 def _cache_of(backend) -> dict:
     """The cache a backend's buffers sit behind, as a cold run records it."""
-    asked = getattr(backend.device, "cache_size", None)
-    size, source = asked() if asked is not None else caches.host_cache()
+    size, source = caches.of_device(backend.device)
     return {"bytes": size, "from": source, "span": caches.SPAN, "most_sets": caches.MOST_SETS}
 
 

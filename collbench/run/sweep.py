@@ -163,7 +163,7 @@ class Sweep:
         self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
         self.notes: list = []
-        self._caches: dict = {}           # cache_size's answers, by device
+        self._caches: dict = {}           # the cache's bytes, by device (cache_bytes)
         for cname in plan.collectives:
             for backend_name, backend in backends.items():
                 for spread in self.patterns_of(get_benchmark(cname)):
@@ -231,10 +231,7 @@ class Sweep:
         """The bytes of a cold block's pool beyond its first set of buffers (0 for a hot one):
         plain buffers, which the library's copies of a message (``memory.rank_need``) do not scale."""
         stride = self.set_stride(coll, point, False)
-        if coll.moves_data and getattr(backend.options, "cache", caches.HOT) == caches.COLD:
-            extra = caches.sets(stride, self.cache_size(None, backend)[0]) - 1
-        else:
-            extra = self.grouped(coll, backend) - 1
+        extra = (self.pool_sets(backend, stride) if caches.is_cold(coll, backend) else self.grouped(coll, backend)) - 1
         return int(stride * extra * backend.memory_scale(self._element(coll).itemsize))
 
     @staticmethod
@@ -252,13 +249,16 @@ class Sweep:
             return caches.padded(max(point.send_len, point.recv_len) * itemsize)
         return caches.padded(point.send_len * itemsize) + caches.padded(point.recv_len * itemsize)
 
-    def cache_size(self, name, backend) -> tuple:
-        """(bytes, where from) of the cache ``backend``'s buffers sit behind, asked once per device."""
+    def pool_sets(self, backend, stride: int) -> int:
+        """The sets of a cold pool of ``stride`` bytes a set on ``backend``'s device."""
+        return caches.sets(stride, self.cache_bytes(backend))
+
+    def cache_bytes(self, backend) -> int:
+        """The cache ``backend``'s buffers sit behind, asked once per device."""
         device = backend.device
         key = (type(device).__name__, getattr(device, "name", ""))
         if key not in self._caches:
-            asked = getattr(device, "cache_size", None)
-            self._caches[key] = asked() if asked is not None else caches.host_cache()
+            self._caches[key] = caches.of_device(device)[0]
         return self._caches[key]
 
     def _element(self, coll: Benchmark):
