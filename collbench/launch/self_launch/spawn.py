@@ -204,7 +204,8 @@ class _Waiter:
         failed, or passed on a rank's death by a signal, as a signal to the terminal's process
         group reached its proxies and ranks: the main thread notes that signal a moment later,
         and the launch ended of it, not of a lost proxy or rank (MPICH may crash as it is
-        interrupted: a rank's SIGSEGV, exit 139, while both sides of a job took Ctrl-C)."""
+        interrupted: a rank's SIGSEGV, exit 139, while both sides of a job took Ctrl-C; a rank
+        interrupted in its start-up ended the launch with 2, as a refusal to start)."""
         if self.received or self.on_main:
             return
         deadline = time.monotonic() + LATE_SIGNAL_S
@@ -238,7 +239,7 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     a proxy of mpiexec lost, a rank's start-up, a signal passed on, mpiexec killed or failing."""
     if w.abandoned is not None and not w.received:
         return w.abandoned                  # the coordinator's line said why; the launch would not end
-    if w.relay is not None and w.code not in JOB_EXIT_CODES and w.code != 0:
+    if w.code != 0:          # a rank refused to start, or died, as a Ctrl-C reached it too
         w.late_signal()
     relay, state, code, received = w.relay, w.state, w.code, w.received
     early = w.early or notes.ended_in_startup(state)       # noted as the launch ended
