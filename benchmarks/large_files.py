@@ -36,7 +36,8 @@ import numpy as np
 
 from collbench.benchmarks.registry import get_benchmark
 from collbench.results.aggregate import build_row, round_data
-from collbench.results.exporters import exporter_for, write_atomic
+from collbench.render.exporters import exporter_for
+from collbench.results.paths import write_atomic
 from collbench.results.loader import MAX_VALUES
 from collbench.results.records import RowIdentity, RunResult, with_older
 

@@ -36,8 +36,8 @@ import numpy as np
 from collbench.results.aggregate import round_data
 from collbench.results.records import RowIdentity, with_older
 from collbench.results.collector import Collector
-from collbench.results.files import EVERY_SIZE_ROWS
-from collbench.results.output import Output, OutputSettings
+from collbench.live.files import EVERY_SIZE_ROWS
+from collbench.live.output import Output, OutputSettings
 
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
                "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "TORCHELASTIC_RUN_ID")

@@ -13,7 +13,8 @@ from collbench.results.aggregate import build_row, round_data
 from collbench.results.records import MPI_BACKENDS, USUAL_THREAD_LEVEL, Row, RowIdentity, RunResult, with_older
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.results.exporters import exporter_for, write_atomic
+from collbench.render.exporters import exporter_for
+from collbench.results.paths import write_atomic
 
 
 def metadata(**overrides) -> dict:

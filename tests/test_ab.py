@@ -10,7 +10,7 @@ import pytest
 from collbench.analysis import compare_render
 from collbench.analysis.compare import compare_runs
 from collbench.results.loader import load_result
-from collbench.run.ab import pair_orders, parse_assignments
+from collbench.run.interleaved import pair_orders, parse_assignments
 from collbench.errors import UsageError
 from conftest import cli
 from results_helpers import metadata, run_of, sweep
@@ -198,7 +198,7 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
 # Pairs added where rows are undecided (ab --max-rounds).
 
 def test_the_looks_double_from_the_rounds_asked_for_to_the_most_allowed():
-    from collbench.run.ab import looks
+    from collbench.run.interleaved import looks
 
     assert looks(10, 40) == [10, 20, 40]
     assert looks(10, 25) == [10, 20, 25]
@@ -242,7 +242,7 @@ def test_pairs_are_added_only_where_an_undecided_row_can_still_be_decided(look, 
 def test_added_pairs_go_into_the_same_files_with_each_rounds_budget_kept(run_dir):
     """Real launches: a job of one pair told to add one more holds two rounds a side, says two
     pairs and two rounds, and each round kept the budget of the one pair first planned."""
-    from collbench.run.ab import Side, run_interleaved
+    from collbench.run.interleaved import Side, run_interleaved
 
     paths = (run_dir / "more-a.json", run_dir / "more-b.json")
     looked = []

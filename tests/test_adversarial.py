@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench.results import exporters
+from collbench.results import paths
 from conftest import FAST, mpirun
 from results_helpers import wait_for_rows
 from terminal_helpers import read_rest
@@ -461,7 +461,7 @@ def test_an_interrupted_write_leaves_no_temporary_file(tmp_path):
 
     def write():
         try:
-            exporters.write_atomic(target, "x" * (400 << 20))
+            paths.write_atomic(target, "x" * (400 << 20))
         except OSError as exc:
             failed.append(exc)
 
@@ -470,7 +470,7 @@ def test_an_interrupted_write_leaves_no_temporary_file(tmp_path):
     deadline = time.monotonic() + 10
     while not list(tmp_path.glob(".big.json.*.tmp")) and time.monotonic() < deadline:
         time.sleep(0.001)
-    exporters.remove_partial()            # what the signal thread does while the main thread writes
+    paths.remove_partial()            # what the signal thread does while the main thread writes
     writer.join()
     assert failed and not target.exists()
     assert not list(tmp_path.glob(".*.tmp"))

@@ -10,7 +10,7 @@ import pytest
 
 from collbench.errors import UsageError
 from collbench.launch.self_launch.mpiexec import find_mpiexec
-from collbench.results.ci_export import TARGETS, benchmark_name, export
+from collbench.render.ci_export import TARGETS, benchmark_name, export
 from collbench.results.loader import load_result
 from results_helpers import one_line_error, row_from_samples, row_with_rounds, run_cli, run_of, sweep
 

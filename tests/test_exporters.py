@@ -4,7 +4,7 @@ import json
 import math
 
 from collbench.results.collector import Collector
-from collbench.results.exporters import JsonExporter
+from collbench.results.formats import JsonExporter
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
 from results_helpers import identity, row_from_samples
@@ -42,7 +42,7 @@ def test_no_rows_is_valid_json():
 
 def test_stdout_formats_are_the_file_exporters():
     from collbench.cli.options import FORMATS
-    from collbench.results.exporters import EXPORTERS, STDOUT_FORMATS
+    from collbench.render.exporters import EXPORTERS, STDOUT_FORMATS
 
     assert set(STDOUT_FORMATS) == set(FORMATS)
     assert {e for e in STDOUT_FORMATS.values() if e is not None} == set(EXPORTERS.values())
@@ -51,7 +51,7 @@ def test_stdout_formats_are_the_file_exporters():
 def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
     """Newlines, non-ASCII, NaN and objects JSON cannot hold: still one line, read back as text
     (as printable text: a line end or a line separator in it becomes a space, errors.printable)."""
-    from collbench.results.exporters import CsvExporter
+    from collbench.results.formats import CsvExporter
 
     meta = {"command_line": ["collbench", "a\nb\r\u2028c"], "cpu_model": "Ryzen™ µ", "load": math.nan,
             "environment": {"X": "#,\"'"}, "rounds": [{"round": 1, "order": [8, 16], "load": {"busy": False}}],
@@ -70,7 +70,7 @@ def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
 
 
 def test_csv_metadata_follows_the_rounds_as_they_finish(tmp_path):
-    from collbench.results.exporters import CsvExporter
+    from collbench.results.formats import CsvExporter
 
     collector = Collector({"world_size": 2})
     collector.add(identity(size_bytes=8), (0, 0, 8, 0),

@@ -649,7 +649,7 @@ def test_plot_refuses_a_heat_map_of_more_ranks_than_it_draws(files):
     names as many ranks as it has rows. Past links.MOST_DRAWN_RANKS plot refuses in one line,
     at once, and report still lists the map (its matrix left to the file)."""
     pytest.importorskip("matplotlib")
-    from collbench.results.links import MOST_DRAWN_RANKS
+    from collbench.results.link_map import MOST_DRAWN_RANKS
 
     ranks = MOST_DRAWN_RANKS + 1
     _pairs_file(files / "wide-pairs.json", [(r, r + 1) for r in range(ranks - 1)], ranks=ranks)
@@ -664,7 +664,7 @@ def test_plot_refuses_a_heat_map_of_more_ranks_than_it_draws(files):
 
 def test_plot_draws_a_heat_map_of_as_many_ranks_as_it_allows(files):
     pytest.importorskip("matplotlib")
-    from collbench.results.links import MOST_DRAWN_RANKS
+    from collbench.results.link_map import MOST_DRAWN_RANKS
 
     ranks = MOST_DRAWN_RANKS
     _pairs_file(files / "most-pairs.json", [(r, r + 1) for r in range(ranks - 1)], ranks=ranks)

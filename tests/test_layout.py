@@ -25,10 +25,13 @@ MAY_IMPORT = {
     "measure": {"benchmarks", "stats"},
     "backends": {"benchmarks", "measure", "launch"},
     "launch": set(),
-    "results": {"stats", "measure", "benchmarks.registry", "launch.journal"},
-    "analysis": {"stats", "measure", "results", "benchmarks"},
-    "run": {"stats", "measure", "benchmarks", "backends", "launch", "results"},
-    "cli": {"run", "analysis", "results", "stats", "measure", "benchmarks", "backends", "launch"},
+    "results": {"stats", "measure", "benchmarks.registry"},
+    "render": {"results", "measure", "benchmarks.registry"},
+    "live": {"results", "render", "launch.journal"},
+    "analysis": {"stats", "measure", "results", "render", "benchmarks"},
+    "run": {"stats", "measure", "benchmarks", "backends", "launch", "results", "render", "live"},
+    "cli": {"run", "analysis", "results", "render", "live", "stats", "measure", "benchmarks", "backends",
+            "launch"},
 }
 #: third-party modules a package may import at all (the standard library always)
 THIRD_PARTY = {
@@ -37,7 +40,9 @@ THIRD_PARTY = {
     "measure": {"numpy"},
     "backends": {"numpy", "mpi4py", "torch"},
     "launch": set(),          # a guardian forks before anything heavy is imported
-    "results": {"numpy", "rich", "pandas"},   # pandas: the Python API alone (read_results)
+    "results": {"numpy", "pandas"},   # pandas: the Python API alone (read_results)
+    "render": {"numpy", "rich"},
+    "live": {"rich"},
     "analysis": {"numpy", "rich", "matplotlib"},
     "run": {"numpy"},
     "cli": {"click", "rich", "mpi4py"},

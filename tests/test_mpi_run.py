@@ -7,7 +7,7 @@ import pytest
 
 from collbench.benchmarks.registry import ORDER, get_benchmark
 from collbench.results.loader import load_result
-from collbench.results.ranks import RANK_FIELDS
+from collbench.results.rank_view import RANK_FIELDS
 from collbench.results.records import ROW_FIELDS
 from conftest import FAST, cli, load_json, mpirun
 

@@ -506,7 +506,7 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     for backend in ("mpi", "gloo"):
         pairs = {r["pair"] for r in rows if r["backend"] == backend}
         assert pairs == cross | {"-".join(reversed(p.split("-"))) for p in cross}, pairs   # both ways, 0-1 left out
-    from collbench.results.links import placement, split
+    from collbench.results.link_map import placement, split
     from collbench.results.loader import load_result
 
     result = load_result(out)
@@ -535,7 +535,7 @@ def test_pairs_bandwidth_over_a_slow_link_keeps_to_its_budget(bridged_hosts, tmp
         "-b", "mpi", "--sizes", "1M", "-o", out], timeout=400)
     print(f"pairs --metric bw over a 200 Mbit/s link, defaults: {took:.1f} s including launch")
     assert proc.returncode == 0, proc.stderr
-    from collbench.results.links import placement, split
+    from collbench.results.link_map import placement, split
     from collbench.results.loader import load_result
 
     result = load_result(out)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from collbench.benchmarks.base import Roles
-from collbench.results.links import ACROSS_HOSTS, SAME_HOST, Placement, split
+from collbench.results.link_map import ACROSS_HOSTS, SAME_HOST, Placement, split
 from collbench.results.loader import load_result
 from collbench.run.pairing import Pairing, round_robin
 from conftest import cli, load_json, mpirun
@@ -98,7 +98,7 @@ def test_a_small_difference_is_not_called_out():
 
 
 def test_a_crowded_host_is_not_judged_and_says_why():
-    from collbench.results.links import crowding
+    from collbench.results.link_map import crowding
 
     why = crowding({"ranks_per_node": 4, "cpu_count": 2})
     assert why.startswith("4 ranks share a host with 2 CPUs") and not crowding({"ranks_per_node": 2, "cpu_count": 2})

@@ -13,7 +13,7 @@ import pytest
 from collbench.launch.self_launch.mpiexec import find_mpiexec
 from collbench.results.aggregate import round_data
 from collbench.results.loader import load_result
-from collbench.results.ranks import RANK_FIELDS, json_fields, outliers_of, rank_view, round_hosts, row_views
+from collbench.results.rank_view import RANK_FIELDS, json_fields, outliers_of, rank_view, round_hosts, row_views
 from collbench.results.records import ROW_FIELDS
 from results_helpers import one_line_error, run_cli, write
 

@@ -15,7 +15,7 @@ import pytest
 import collbench
 from collbench.errors import UsageError
 from collbench.results.dataframe import ROW_COLUMNS, RUN_COLUMNS
-from collbench.results.exporters import csv_metadata
+from collbench.results.formats import csv_metadata
 from collbench.results.loader import load_result
 from collbench.results.records import COLUMN_TYPES
 from conftest import cli

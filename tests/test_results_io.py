@@ -7,9 +7,9 @@ import math
 import pytest
 
 from collbench.errors import UsageError
-from collbench.results.exporters import MarkdownExporter
+from collbench.render.exporters import MarkdownExporter
 from collbench.results.loader import load_result
-from collbench.results.ranks import RANK_FIELDS
+from collbench.results.rank_view import RANK_FIELDS
 from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row
 from collbench.versions import tidy_library_version
 from results_helpers import metadata, one_line_error, row_from_samples, run_cli, run_of, sweep, write
@@ -193,7 +193,7 @@ def _run_with_rounds():
 def test_csv_first_row_carries_the_run_metadata_compare_reads(tmp_path):
     from collbench.analysis.comparability import CHECKED_METADATA, _lookup
     from collbench.analysis.runs import busy_rounds, run_ids
-    from collbench.results.exporters import CSV_METADATA_COLUMN, csv_metadata
+    from collbench.results.formats import CSV_METADATA_COLUMN, csv_metadata
 
     run = _run_with_rounds()
     path = write(run, tmp_path / "run.csv")
@@ -224,7 +224,7 @@ def test_csv_busy_rounds_count_as_in_the_json(tmp_path):
 def test_pandas_reads_the_csv_as_one_plain_table(tmp_path):
     import pandas as pd
 
-    from collbench.results.exporters import CSV_METADATA_COLUMN
+    from collbench.results.formats import CSV_METADATA_COLUMN
 
     path = write(_run_with_rounds(), tmp_path / "run.csv")
     frame = pd.read_csv(path)
@@ -400,7 +400,7 @@ def test_a_confidence_interval_that_misses_its_p50_is_a_corrupt_file(tmp_path, f
 
 def test_an_output_another_run_holds_is_refused_and_its_lock_goes_with_the_run(tmp_path):
     """Two runs with -o same.json --force at once both said "wrote same.json"; the file held one."""
-    from collbench.results import files
+    from collbench.live import files
 
     path = tmp_path / "same.json"
     files._lock(path)

@@ -7,8 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
-from collbench.results.render import fit, output_width, print_table
-from collbench.results.tables import build_tables, to_markdown
+from collbench.render.console import fit, output_width, print_table
+from collbench.render.tables import build_tables, to_markdown
 from results_helpers import lognormal_samples, row_with_rounds
 
 SIZES = (8, 1024, 65536, 4 << 20)
@@ -112,7 +112,7 @@ def test_summary_line_titles_and_markdown():
 def test_a_prose_column_wraps_at_the_width_and_cells_are_text_not_markup():
     """``collbench env``'s table: no header line, its values wrap within 80 columns and keep
     their [brackets]; piped, each value stays on one line."""
-    from collbench.results.tables import TableModel
+    from collbench.render.tables import TableModel
 
     reason = "unusable: " + " ".join(["a long reason"] * 12) + ' (pip install "collbench[plot]")'
     table = TableModel("collbench env", ("", ""), (("backend nccl", reason), ("cpus", "2")), wrapped=(1,))
@@ -138,7 +138,7 @@ def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path
     import sys
 
     from collbench.benchmarks.registry import ORDER
-    from collbench.results.tables import format_us
+    from collbench.render.tables import format_us
 
     proc = subprocess.run([sys.executable, "-m", "collbench", "all", "-n", "2", "--rounds", "2", "--iters", "20",
                            "--warmup", "1", "--sizes", "8-64", "-o", "r.json"], cwd=tmp_path, capture_output=True,
@@ -161,7 +161,7 @@ def test_titles_name_a_root_other_than_0_for_rooted_collectives_only():
 
 
 def test_a_table_with_nothing_to_drop_says_nothing_of_it_and_folds_long_values_whole():
-    from collbench.results.tables import TableModel
+    from collbench.render.tables import TableModel
 
     path = "/a/very/long/folder/name/without/any/spaces/python3"
     table = TableModel("collbench env", ("", ""), (("python", f"3.11 ({path})"), ("cpus", "2")), wrapped=(1,))
@@ -190,7 +190,7 @@ def test_an_ascii_stream_gets_the_table_fitted_on_its_stand_ins():
 
 
 def test_two_pairs_of_one_benchmark_are_two_tables_named_by_their_pair_and_window():
-    from collbench.results.tables import build_tables
+    from collbench.render.tables import build_tables
     from results_helpers import row_from_samples
 
     rows = [row_from_samples([5.0, 5.1, 5.2], collective="bw", pair=pair, window=16, size_bytes=size)
@@ -201,7 +201,7 @@ def test_two_pairs_of_one_benchmark_are_two_tables_named_by_their_pair_and_windo
 
 
 def test_a_bar_in_a_cell_is_escaped_in_markdown_not_a_column():
-    from collbench.results.tables import TableModel, to_markdown
+    from collbench.render.tables import TableModel, to_markdown
     text = to_markdown(TableModel("t", ("backend", "p50 µs"), (("my|mpi", "3.0"),), (), (0, 0)))
     assert "| my\\|mpi | 3.0 |" in text
     assert all(line.replace("\\|", "").count("|") == 3 for line in text.splitlines() if line.startswith("|"))

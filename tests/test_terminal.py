@@ -145,7 +145,7 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
 
 
 def test_a_progress_label_too_long_keeps_the_size_being_measured():
-    from collbench.results.progress import shorten
+    from collbench.live.progress import shorten
 
     label = "round 1/5 · allreduce on mpi-pickle at 8"
     assert shorten(label, 60) == label
@@ -161,7 +161,7 @@ def test_the_bar_ends_each_round_even_where_a_size_gave_no_row():
 
     from rich.console import Console
 
-    from collbench.results.progress import ProgressBar
+    from collbench.live.progress import ProgressBar
 
     console = Console(file=io.StringIO(), force_terminal=True, width=80)
     bar = ProgressBar(console, total=8, done=0, steps=4, rounds_left=1, earlier_rounds=[])

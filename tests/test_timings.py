@@ -328,7 +328,7 @@ def test_the_overhead_is_taken_from_the_faster_of_graph_and_device():
     graph; against the library's faster time it is 37 µs."""
     from results_helpers import row_with_rounds
 
-    from collbench.results.tables import timing_tables
+    from collbench.render.tables import timing_tables
 
     figures = {"latency": (42.6, 745.8), "throughput": (30.6, 751.2), "graph": (1.48, 889.2), "device": (3.26, 714.4)}
     rows = [row_with_rounds([[t] * 8] * 3, collective="allgather", backend="nccl", world_size=1, size_bytes=size,

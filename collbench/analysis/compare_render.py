@@ -9,7 +9,7 @@ import math
 from collbench.analysis.compare import MATCH_FIELDS, VERDICTS, Comparison, RowComparison
 from collbench.measure.sizes import format_size
 from collbench.results.records import SAID_FIELDS, setup_words
-from collbench.results.tables import TableModel, rank_count_text, to_markdown
+from collbench.render.tables import TableModel, rank_count_text, to_markdown
 from collbench.stats.calibration import POWER
 from collbench.stats.verdict import CAUSES
 

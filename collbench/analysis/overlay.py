@@ -24,8 +24,8 @@ from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
 from collbench.results.records import backend_label, root_rank
-from collbench.results import links
-from collbench.results.tables import TableModel, build_tables, format_us, level_word, link_tables, setup_text
+from collbench.results import link_map
+from collbench.render.tables import TableModel, build_tables, format_us, level_word, link_tables, setup_text
 
 DIFF_NOTES = (
     "change: of the later run's median time against the first run's (positive: slower); apart: the two rows' 95% "
@@ -119,13 +119,13 @@ def run_tables(runs: Runs) -> list:
     time against the first run's (the run's label stands where ``build_tables`` puts a backend)."""
     if not runs.separate:
         metadata = runs.loaded[0][1].metadata
-        return build_tables(runs.rows(), root_rank(metadata), links.placement(metadata))
+        return build_tables(runs.rows(), root_rank(metadata), link_map.placement(metadata))
     parts: dict = {}
     roots = {}
     tables = []
     for label, (_, result) in zip(runs.labels, runs.loaded):
         roots[label] = root_rank(result.metadata)
-        maps, rest = links.split(list(result.rows), links.placement(result.metadata))     # each run's map apart
+        maps, rest = link_map.split(list(result.rows), link_map.placement(result.metadata))     # each run's map apart
         tables += [dataclasses.replace(t, title=f"{t.title} · {label}") for lmap in maps for t in link_tables(lmap)]
         for row in rest:
             key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label], backend_label(row))

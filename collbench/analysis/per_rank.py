@@ -2,7 +2,7 @@
 median rank and the outlier ranks; then per host, how its ranks compare, so that a bad node
 stands out from the rows at once instead of by bisecting nodes by hand.
 
-The statistics are ``collbench.results.ranks``'s. They need each round's per-rank times, which
+The statistics are ``collbench.results.rank_view``'s. They need each round's per-rank times, which
 only the JSON file holds. Several files merge as in ``report``; runs of one setup are shown one
 after the other (``report.per_rank_view``).
 """
@@ -18,9 +18,9 @@ from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import BENCHMARKS, COLLECTIVES
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
-from collbench.results.ranks import K_SPREADS, MARGIN, label, root_of, round_hosts, row_views
+from collbench.results.rank_view import K_SPREADS, MARGIN, label, root_of, round_hosts, row_views
 from collbench.results.records import backend_label
-from collbench.results.tables import TableModel, format_gbps, format_us, rank_count_text
+from collbench.render.tables import TableModel, format_gbps, format_us, rank_count_text
 
 
 

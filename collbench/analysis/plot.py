@@ -20,10 +20,10 @@ from typing import Optional
 from collbench.benchmarks import patterns
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
-from collbench.results import links
-from collbench.results.exporters import check_writable_path, write_atomic
+from collbench.results import link_map
+from collbench.results.paths import check_writable_path, write_atomic
 from collbench.results.records import BY_SIZE, KEY_FIELDS, PER_BACKEND, SAID_FIELDS, backend_label, setup_words
-from collbench.results.tables import rank_count_text
+from collbench.render.tables import rank_count_text
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
@@ -171,13 +171,13 @@ def check_plot_path(path, force: bool) -> Path:
     return check_writable_path(path, force)
 
 
-def figure_of(rows, *, run_labels=(), where: links.Placement = links.Placement()) -> tuple:
+def figure_of(rows, *, run_labels=(), where: link_map.Placement = link_map.Placement()) -> tuple:
     """(the matplotlib Figure, notes for the user), nothing written. ``run_labels``: per row, the
     label of its run (files of one setup measured again), or nothing. Rows that form link maps
-    are drawn as heat maps instead (``where``: ``links.placement``)."""
+    are drawn as heat maps instead (``where``: ``link_map.placement``)."""
     rows = list(rows)
-    _check_heat_maps(links.groups(rows))          # before the maps are judged: that takes time too
-    maps, rest = links.split(rows, where)
+    _check_heat_maps(link_map.groups(rows))          # before the maps are judged: that takes time too
+    maps, rest = link_map.split(rows, where)
     if maps:
         notes = [where.crowded] * bool(where.crowded)
         if rest:
@@ -198,7 +198,7 @@ def figure_of(rows, *, run_labels=(), where: links.Placement = links.Placement()
     return _sweep_figure(sweep), notes
 
 
-def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: links.Placement = links.Placement()) -> list:
+def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: link_map.Placement = link_map.Placement()) -> list:
     """Write ``figure_of`` the rows to ``path`` (.png, .svg, .pdf); returns notes for the user."""
     path = check_plot_path(path, force)
     with warnings.catch_warnings():   # a band of 1e-300 to 1e300 µs overflows the log scale's transform
@@ -419,10 +419,10 @@ TALLEST_INCHES = 160
 
 def _check_heat_maps(groups: list) -> None:
     """Refuse, in one line, heat maps too many or too large to draw (``groups``: the rows of
-    each map, ``links.groups``)."""
-    ranks = max((len(links.ranks_of(members)) for members in groups), default=0)
-    if ranks > links.MOST_DRAWN_RANKS:
-        raise UsageError(f"a heat map of {ranks:,} ranks is more than plot draws ({links.MOST_DRAWN_RANKS} ranks at "
+    each map, ``link_map.groups``)."""
+    ranks = max((len(link_map.ranks_of(members)) for members in groups), default=0)
+    if ranks > link_map.MOST_DRAWN_RANKS:
+        raise UsageError(f"a heat map of {ranks:,} ranks is more than plot draws ({link_map.MOST_DRAWN_RANKS} ranks at "
                          "most): collbench report names the hosts, ranks and pairs that lie out, and the result "
                          "file holds every pair")
     if len(groups) > MOST_HEAT_MAPS:
@@ -451,7 +451,7 @@ def heat_maps(maps: list):
         index = {r: i for i, r in enumerate(ranks)}
         grid = np.full((len(ranks), len(ranks)), np.nan)
         for (a, b) in lmap.rows:
-            value = links.figure(lmap, lmap.time((a, b)))
+            value = link_map.figure(lmap, lmap.time((a, b)))
             grid[index[a], index[b]] = value
             if not lmap.one_way:
                 grid[index[b], index[a]] = value
@@ -460,7 +460,7 @@ def heat_maps(maps: list):
         # from 0: figures that differ by a few percent look alike, a link at a third stands out
         image = axes.imshow(grid, cmap="magma" if lmap.one_way else "magma_r", interpolation="nearest",
                             vmin=0.0, vmax=top)
-        figure.colorbar(image, ax=axes, shrink=0.8, label=links.unit(lmap))
+        figure.colorbar(image, ax=axes, shrink=0.8, label=link_map.unit(lmap))
         labels = [str(r) for r in ranks]
         axes.set_xticks(range(len(ranks)), labels, fontsize="small")
         axes.set_yticks(range(len(ranks)), labels, fontsize="small")
@@ -489,7 +489,7 @@ def heat_maps(maps: list):
         axes.set_xlabel("to rank" if lmap.one_way else "rank")
         axes.set_ylabel("from rank" if lmap.one_way else "rank")
         row = lmap.first
-        axes.set_title(f"{row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · {links.unit(lmap)}"
+        axes.set_title(f"{row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · {link_map.unit(lmap)}"
                        + (" (from row to column)" if lmap.one_way else ""), fontsize="medium")
     figure.suptitle("collbench pairs" + ("" if not any(m.findings for m in maps) else
                                           " · red: lies out (see the terminal or report)"))

@@ -16,7 +16,7 @@ from collbench.analysis.runs import FileRounds, run_ids
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.records import RunResult, backend_label, setup_words
-from collbench.results.tables import TableModel, setup_text, to_markdown
+from collbench.render.tables import TableModel, setup_text, to_markdown
 
 FIT_NOTE = ("t(n) = α + n/β fitted to the median times by least squares on relative errors; "
             "β: algorithm bandwidth (size / time), bus β: β × the bus factor; "

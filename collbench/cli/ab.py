@@ -87,7 +87,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     from collbench.errors import UsageError
     from collbench.launch.origin import launcher as launch
     from collbench.backends import uses_mpi
-    from collbench.run import ab
+    from collbench.run import interleaved
     from collbench.run.plan import default_nprocs
     from collbench.run.rounds import new_seed
     from collbench.results.loader import load_result
@@ -110,7 +110,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         raise
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()
-    looks = ab.looks(rounds, max_rounds)
+    looks = interleaved.looks(rounds, max_rounds)
     judged = dict(_at_looks(alpha, len(looks)), metric=metric, threshold=threshold_value, baseline_name=labels[0],
                   new_name=labels[1], allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
                   across_levels=True, min_decided=min_decided)     # sides may differ in level on purpose
@@ -125,7 +125,7 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
         return _more_pairs(done, looks, lambda: compare_runs(load_result(paths[0]), load_result(paths[1]), **judged),
                            quiet)
 
-    code = ab.run_interleaved(tuple(made), [name] + args, paths, n=n, bind=plan.bind,
+    code = interleaved.run_interleaved(tuple(made), [name] + args, paths, n=n, bind=plan.bind,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
                               rounds=rounds, seed=seed, quiet=quiet, verbose=verbose, turns=turns, more=more)
     if code not in (0, 1):
@@ -155,9 +155,9 @@ def _at_looks(alpha: float, looks: int) -> dict:
 def _turns(turns: str, args: list, made: list) -> str:
     """How the pairs take turns: as asked, but launch by launch (said) where a rendezvous the
     user fixed would be the same for both sides."""
-    from collbench.run import ab
+    from collbench.run import interleaved
 
-    why_not = ab.why_not_at_once(args, tuple(made)) if turns == "size" else ""
+    why_not = interleaved.why_not_at_once(args, tuple(made)) if turns == "size" else ""
     if why_not:
         print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr, flush=True)
         return "launch"
@@ -229,9 +229,9 @@ def _measuring_command(command) -> tuple:
 
 
 def _sides(sides: dict) -> tuple:
-    """(the two labels, the two ``ab.Side``) from the --a-*/--b-* options, checked."""
+    """(the two labels, the two ``interleaved.Side``) from the --a-*/--b-* options, checked."""
     from collbench.errors import UsageError
-    from collbench.run import ab
+    from collbench.run import interleaved
 
     labels = (sides["a_label"], sides["b_label"])
     for label in labels:
@@ -239,12 +239,12 @@ def _sides(sides: dict) -> tuple:
             raise UsageError(f"bad side label {label!r}: use letters, digits, '-', '_' or '.'")
     if labels[0] == labels[1]:
         raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label different names")
-    made = [ab.Side(label, ab.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
+    made = [interleaved.Side(label, interleaved.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
                     sides[f"{x}_python"] or sys.executable, sides[f"{x}_backend"])
             for x, label in zip("ab", labels)]
     for x, side in zip("ab", made):
         if side.python != sys.executable:
-            ab.check_interpreter(side.python, f"--{x}-python")
+            interleaved.check_interpreter(side.python, f"--{x}-python")
     return labels, made
 
 

@@ -114,7 +114,7 @@ def _mpi_library() -> str:
 
 def print_report() -> None:
     from collbench.cli.results import print_tables
-    from collbench.results.tables import TableModel
+    from collbench.render.tables import TableModel
 
     found = tuple(environment_report().items())
     print_tables([TableModel("collbench env", ("", ""), found, wrapped=(1,))])    # long reasons wrap

@@ -10,7 +10,7 @@ import click
 from collbench.cli.streams import asked_for
 from collbench.errors import printable
 
-from collbench.results.ci_export import TARGETS, UNITS
+from collbench.render.ci_export import TARGETS, UNITS
 
 
 @click.command("export")
@@ -29,8 +29,8 @@ def export_command(file, target, output, force) -> None:
     """
     from pathlib import Path
 
-    from collbench.results.ci_export import export
-    from collbench.results.exporters import check_writable_path, write_atomic
+    from collbench.render.ci_export import export
+    from collbench.results.paths import check_writable_path, write_atomic
     from collbench.results.loader import load_result
 
     if output == "-":

@@ -17,7 +17,7 @@ def interrupted(signum: int) -> None:
     code. Before any result file was claimed, nothing was saved."""
     from collbench import environment
     from collbench.launch.origin.launcher import detected_rank
-    files = sys.modules.get("collbench.results.files")      # not loaded yet: nothing was claimed
+    files = sys.modules.get("collbench.live.files")      # not loaded yet: nothing was claimed
 
     if not os.environ.get(environment.LAUNCHED) and detected_rank() == 0:
         saved = "" if files is not None and files.claimed_here else "; nothing was saved"

@@ -18,7 +18,7 @@ from collbench.run.rounds import DEFAULT_ROUNDS, MAX_ROUNDS
 MAX_WINDOW = 4096
 #: the most calls --coalesce groups: each has buffers of its own
 MAX_COALESCE = 64
-FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.results.exporters.STDOUT_FORMATS
+FORMATS = ("table", "markdown", "csv", "json")      # the keys of collbench.render.exporters.STDOUT_FORMATS
 
 
 # The options of a measuring command; those a collective has no use for are left off its

@@ -27,7 +27,7 @@ def _console():
 
 def print_tables(tables) -> None:
     """TableModels on stdout: fitted to the terminal, or every column when piped."""
-    from collbench.results.render import output_width, print_table
+    from collbench.render.console import output_width, print_table
 
     console = _console()
     width = output_width(console.is_terminal, console.width)
@@ -80,7 +80,7 @@ def _report_markdown(heading: str, report, tables) -> None:
 
 
 #: ``-f`` of compare and of report: each format's name and what writes it on stdout. (The
-#: commands that measure have theirs in ``collbench.results.exporters.STDOUT_FORMATS``.)
+#: commands that measure have theirs in ``collbench.render.exporters.STDOUT_FORMATS``.)
 COMPARE_FORMATS = {"table": _compare_table, "markdown": _compare_markdown, "json": _compare_json}
 REPORT_FORMATS = {"table": _report_table, "markdown": _report_markdown}
 
@@ -217,7 +217,7 @@ def plot_command(files, output, force, labels) -> None:
     """
     from collbench.analysis.overlay import load_runs
     from collbench.analysis.plot import check_plot_path, plot_rows, require_matplotlib
-    from collbench.results.links import placement
+    from collbench.results.link_map import placement
 
     if output is not None:
         check_plot_path(output, force)
@@ -246,7 +246,8 @@ def merge_command(files, output, force) -> None:
 
     from collbench.analysis.merge import merge_runs
     from collbench.errors import UsageError
-    from collbench.results.exporters import JsonExporter, check_writable_path, write_atomic
+    from collbench.results.formats import JsonExporter
+    from collbench.results.paths import check_writable_path, write_atomic
     from collbench.results.loader import load_result
 
     if Path(output).suffix.lower() != ".json":

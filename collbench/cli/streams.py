@@ -34,7 +34,7 @@ import textwrap
 from typing import Callable, Optional
 
 from collbench import environment
-from collbench.results.render import STREAM_ERRORS
+from collbench.render.console import STREAM_ERRORS
 
 _ASCII = {"µ": "u", "±": "+/-", "→": "->", "←": "<-", "×": "x", "·": "-", "‡": "!", "†": "+", "–": "-",
           "—": "-", "≥": ">=", "≤": "<=", "½": "1/2", "α": "alpha", "β": "beta", "…": "...", "≈": "~",

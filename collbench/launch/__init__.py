@@ -24,5 +24,5 @@ it back (``tests/test_layout.py``).
 May import: ``collbench.errors``, ``collbench.environment``, the standard library. Nothing here
 imports numpy, mpi4py or torch. The run's ``journal`` is here: the launching process, the
 guardians and the stand-in read it; the result files are rebuilt from it by
-``python -m collbench.results.recover``, in a process of its own.
+``python -m collbench.live.recover``, in a process of its own.
 """

@@ -1,11 +1,11 @@
 """The run's journal: every measurement, note and round appended as one JSON line as it
 happens, so that the cost of keeping a size safe does not grow with the sizes before it.
 
-The result files are rewritten from the collector on a schedule (``results.files``); the journal is
+The result files are rewritten from the collector on a schedule (``live.files``); the journal is
 what holds everything in between. It lives in a folder of its own: the self-launching parent's
 (its launches, one per round, append to it in turn, and each rank 0 reads the earlier rounds
 back), or, under a user's launcher, one rank 0 makes and removes when the run ends. If rank 0
-dies before it could rewrite the files, ``collbench.results.recover`` rebuilds them from here.
+dies before it could rewrite the files, ``collbench.live.recover`` rebuilds them from here.
 
 Standard library only: the guardian and the self-launching parent read it.
 """
@@ -146,12 +146,12 @@ def restore(journal: Journal, collector) -> Optional[list]:
 
 def rebuild(folder, *, remove: bool = False, python: str = sys.executable, seconds: float = 120.0) -> int:
     """Rewrite the result files from the journal in ``folder`` (and, with ``remove``, take the
-    folder away), in a process of its own: ``python -m collbench.results.recover``, the
+    folder away), in a process of its own: ``python -m collbench.live.recover``, the
     results' writer, which needs numpy where the guardian, the stand-in and this room import
     only the standard library. It says in one line if it cannot; returns its exit code (2 when
     it could not run)."""
     try:
-        return subprocess.run([python, "-m", "collbench.results.recover", str(folder), *(["--remove"] if remove else [])],
+        return subprocess.run([python, "-m", "collbench.live.recover", str(folder), *(["--remove"] if remove else [])],
                               stdin=subprocess.DEVNULL, timeout=seconds).returncode
     except (OSError, subprocess.SubprocessError):
         return 2

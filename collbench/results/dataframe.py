@@ -13,7 +13,7 @@ import os
 import pandas as pd
 
 from collbench.errors import UsageError
-from collbench.results.exporters import csv_metadata
+from collbench.results.formats import csv_metadata
 from collbench.results.loader import load_result
 from collbench.results.records import COLUMN_TYPES, ROW_FIELDS
 
@@ -52,7 +52,7 @@ def read_results(path_or_paths) -> pd.DataFrame:
 
     ``DataFrame.attrs`` holds the metadata: for one file, that file's (versions, settings, each
     round with its load, and its ``notes``); for several, a dict of them keyed by the ``file``
-    column's value. It is what a CSV carries of the metadata (``exporters.csv_metadata``): all
+    column's value. It is what a CSV carries of the metadata (``formats.csv_metadata``): all
     but the lists that grow with the ranks, hosts and sizes of a run (``rank_hosts``, each
     round's ``order``), which pandas would deep-copy into the result of every operation
     (``collbench.results.loader.load_result(path).metadata`` has them).

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from collbench.errors import UsageError, printable
 from collbench.versions import tidy_library_version
-from collbench.results.exporters import CSV_METADATA_COLUMN, NOT_FILES
+from collbench.results.formats import CSV_METADATA_COLUMN
+from collbench.results.paths import NOT_FILES
 from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES, LONGEST_TEXT,
                                       MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row,
                                       RunResult, backend_label, older_value, windows_sent)

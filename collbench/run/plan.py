@@ -30,8 +30,8 @@ from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure import timings
 from collbench.measure.harness import TimingSettings
 from collbench.measure.memory import check_rank_count, user_limit
-from collbench.results.files import check_output_settings, claim
-from collbench.results.output import OutputSettings
+from collbench.live.files import check_output_settings, claim
+from collbench.live.output import OutputSettings
 from collbench.results.records import backend_label, usual_buffers
 from collbench.run.groups import Split
 from collbench.run.rounds import new_seed
@@ -363,7 +363,7 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
                 if mark is not None:
                     mark(f"-f {plan.output.print_format}")
             # The files are claimed before the first launch: a run started beside this one with
-            # the same -o is refused now, not after it has measured (results.files).
+            # the same -o is refused now, not after it has measured (live.files).
             return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
                                      seed=seed, claim=lambda: claim(plan.output), levels=plan.thread_levels,
                                      bind=plan.bind)

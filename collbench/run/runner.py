@@ -37,8 +37,8 @@ from collbench.launch.origin.launcher import Launcher
 from collbench.launch.origin.pmi import mpi_start_problem, shared_memory_problem, world_mismatch
 from collbench.launch.liveness.watchdog import Watchdog
 from collbench.run.metadata import collect, hostname, ranks_per_node
-from collbench.results.files import OutputFailed, check_output_settings
-from collbench.results.output import NullOutput, Output, OutputSettings
+from collbench.live.files import OutputFailed, check_output_settings
+from collbench.live.output import NullOutput, Output, OutputSettings
 from collbench.run.groups import Split
 from collbench.run.pairing import Pairing
 from collbench.run.sweep import PHASES, Sweep

@@ -406,7 +406,7 @@ class RoundLauncher:
     #: under ab, sides launched at once: a signal this launch's wait receives on the main
     #: thread is noted in ``stopped_by``, which the other side's wait (on another thread) watches
     shares_signals: bool = False
-    #: claims the run's result files (``results.files.claim``), once the stand-in watches the
+    #: claims the run's result files (``live.files.claim``), once the stand-in watches the
     #: state folder: a run killed at once then leaves no empty file behind
     claim: Callable[[], list] = list
     state: str = field(init=False, default="")            # the journal's folder, made at start

@@ -31,7 +31,7 @@ import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.measure.sizes import format_size
-from collbench.results.ranks import round_hosts
+from collbench.results.rank_view import round_hosts
 from collbench.results.records import PER_BACKEND, backend_label
 
 OUT_SIGMAS = 3.5

@@ -4,7 +4,7 @@ A rank 0 killed outright (SIGKILL, the kernel's out-of-memory killer) leaves fil
 the journal by the last few sizes (``files`` rewrites them on a schedule). Whoever outlives it
 rebuilds them: the self-launching process after the launch ends, or its stand-in if it died
 (``collbench.launch.self_launch.janitor``), or, under a user's launcher, rank 0's guardian (``python -m
-collbench.results.recover FOLDER``, a process of its own, so the guardian stays small).
+collbench.live.recover FOLDER``, a process of its own, so the guardian stays small).
 Rebuilding twice gives the same files.
 """
 
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from collbench.results.collector import Collector
-from collbench.results.exporters import remove_partial
-from collbench.results.files import OutputFailed, ResultFiles, release_stale_lock
+from collbench.results.paths import remove_partial
+from collbench.live.files import OutputFailed, ResultFiles, release_stale_lock
 from collbench.launch.journal import Journal, claimed, release_claims, restore
 
 

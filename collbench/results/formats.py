@@ -1,8 +1,5 @@
-"""One exporter per file format behind one tiny interface: ``render(result) -> str``.
-
-Files are written atomically (temporary file in the same folder, then rename), so a reader
-or a crash never sees half a file.
-"""
+"""The file formats of a result: the versioned JSON document and the CSV of rows, one writer
+each behind ``render(result) -> str``; ``loader`` reads both back."""
 
 from __future__ import annotations
 
@@ -10,18 +7,11 @@ import csv
 import io
 import json
 import math
-import os
-import stat
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
-from collbench.errors import UsageError
-from collbench.results.ranks import RANK_FIELDS, RankView, csv_fields, json_fields, row_views
-from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row, RunResult, root_rank
-from collbench.results.links import Placement, placement
-from collbench.results.tables import build_tables, to_markdown
+from collbench.results.rank_view import RANK_FIELDS, RankView, csv_fields, json_fields, row_views
+from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row, RunResult
 
 
 def _clean(value):
@@ -57,7 +47,7 @@ class JsonExporter:
     """The versioned JSON document. Each row's per-round details (every sample) are encoded once
     and kept in ``result.cache`` while the row's rounds stay the same objects, so rewriting the
     file after every size costs the I/O and the rows' few scalar fields, not the serialisation
-    of every sample measured so far again. The per-rank fields (``ranks``) come from the rounds
+    of every sample measured so far again. The per-rank fields (``rank_view``) come from the rounds
     and their hosts; they are written for readers and recomputed, never read back."""
 
     suffix, format = ".json", "json"
@@ -148,133 +138,3 @@ class CsvExporter:
             record.update(csv_fields(view))
             writer.writerow([_cell(record.get(name)) for name in columns] + [metadata if i == 0 else ""])
         return out.getvalue()
-
-
-class MarkdownExporter:
-    """The run's metadata as a list, then one table per (collective, setup), then the notes.
-    On stdout the tables print as each collective completes (``render_tables``)."""
-
-    suffix, format = ".md", "markdown"
-
-    @staticmethod
-    def render_tables(rows, root: int = 0, where: Placement = Placement()) -> str:
-        return "\n".join(to_markdown(t) for t in build_tables(rows, root, where))
-
-    @staticmethod
-    def render(result: RunResult) -> str:
-        meta = result.metadata
-        head = ["# collbench results", "",
-                f"- collbench {meta.get('collbench_version', '?')}, {meta.get('timestamp', '')}",
-                f"- {meta.get('world_size', '?')} rank{'' if meta.get('world_size') == 1 else 's'} on "
-                f"{', '.join(str(h) for h in meta.get('hostnames', []))}",
-                f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", "", ""]
-        body = [to_markdown(t) for t in build_tables(result.rows, root_rank(meta), placement(meta))]
-        notes = [f"- {n}" for n in result.notes]
-        return "\n".join(head) + "\n".join(body) + ("\n" + "\n".join(notes) + "\n" if notes else "")
-
-
-#: One registry for files (by suffix) and stdout (by ``--format``); ``table``, the terminal's
-#: rich table, is the one format that is not a file.
-EXPORTERS = {e.suffix: e for e in (JsonExporter, CsvExporter, MarkdownExporter)}
-STDOUT_FORMATS = {"table": None, **{e.format: e for e in EXPORTERS.values()}}
-
-
-def exporter_for(path: Path):
-    try:
-        return EXPORTERS[path.suffix.lower()]
-    except KeyError:
-        raise UsageError(f"cannot tell the format of {str(path)!r}: use a name ending in "
-                         + ", ".join(EXPORTERS)) from None
-
-
-def _file_mode() -> int:
-    """What a plain open() would give (0666 less the umask); mkstemp's own 0600 is too strict."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-_MODE = _file_mode()
-
-
-_in_flight: set = set()      # temporary files being written now
-
-
-def write_atomic(path: Path, data) -> None:
-    """Write ``path`` (text or bytes) whole or not at all: a temporary file beside it, then a
-    rename. An OSError names ``path`` (``filename``) whatever step failed."""
-    path = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-        _in_flight.add(tmp)
-        os.fchmod(fd, _MODE)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        if isinstance(exc, OSError):
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-        raise
-    finally:
-        _in_flight.discard(tmp)
-
-
-def remove_partial() -> None:
-    """Remove the temporary files of writes still under way: the process is ending (a signal
-    thread calls this while the main thread may be inside ``write_atomic``)."""
-    for tmp in list(_in_flight):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
-#: what a path that is not a regular file is, as a line says it
-NOT_FILES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def refuse_special(path) -> None:
-    """Refuse an output that exists and is not a regular file (a device such as /dev/null, a
-    FIFO, a socket): a result is written to a temporary file and renamed over the output, which
-    would put a file in the device's place (as root, /dev/null itself). --force does not change
-    that."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:                     # not there (or a dangling link): a file will be made
-        return
-    if stat.S_ISDIR(mode):
-        raise UsageError(f"output {str(path)!r} is a directory; give a file name")
-    if not stat.S_ISREG(mode):
-        kind = next((kind for test, kind in NOT_FILES if test(mode)), "not a regular file")
-        raise UsageError(f"output {str(path)!r} is {kind}: collbench writes a result whole and renames it into "
-                         "place, which would replace it; give a file name (--no-save keeps no file)")
-
-
-def check_writable_path(path, force: bool) -> Path:
-    """Refuse, before anything is measured or drawn, a path we could not or must not write: a
-    folder, a device or a FIFO (``refuse_special``), a file that exists (without ``force``), a
-    folder missing or not writable."""
-    path = Path(path)
-    refuse_special(path)
-    if path.exists() and not force:
-        raise UsageError(f"output {str(path)!r} exists; use --force to overwrite it")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"cannot write {str(path)!r}: folder {str(parent)!r} is not writable")
-    return path
-
-
-def check_result_path(path, force: bool) -> None:
-    """A result file: a format known by its suffix, and a path we may write."""
-    exporter_for(Path(path))
-    check_writable_path(path, force)

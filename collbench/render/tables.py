@@ -5,7 +5,7 @@ full statistics; with several, a column group per backend and the median-time ra
 backend against the first (above 1: slower than the first). With rounds, the CI shown is the
 run-to-run one, the spread of the round medians is a column, and a row whose rounds disagree
 far beyond their own within-round CIs is marked. Rows of many pairs make link maps instead
-(``links``): the matrix and what lies out.
+(``results.link_map``): the matrix and what lies out.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
-from collbench.results import links
+from collbench.results import link_map
 from collbench.results.records import BUSIEST_RANK_COUNTS, USUAL_THREAD_LEVEL, Row, backend_label, setup_words
 from collbench.measure.sizes import format_size
 from collbench.measure.timings import eager_and_own
@@ -420,13 +420,13 @@ def _budget_notes(rows: list, name) -> list:
     return notes
 
 
-def build_tables(rows: Iterable[Row], root: int = 0, where: links.Placement = links.Placement()) -> list:
+def build_tables(rows: Iterable[Row], root: int = 0, where: link_map.Placement = link_map.Placement()) -> list:
     """One table per (collective, setup), its backends side by side; ``root``: the run's root
     rank, named in the titles of rooted collectives when it is not 0. Rows of many pairs
     (``collbench pairs``) make link maps instead: a matrix where it fits and what lies out;
     ``where``: every rank's host, which tells the map's classes of pairs apart, and whether they
-    can be judged (``links.placement`` of the run's metadata)."""
-    maps, rows = links.split(list(rows), where)
+    can be judged (``link_map.placement`` of the run's metadata)."""
+    maps, rows = link_map.split(list(rows), where)
     tables = [table for lmap in maps for table in link_tables(lmap)]
     groups: dict = {}
     for r in rows:
@@ -498,26 +498,26 @@ def timing_tables(rows: list) -> list:
 MATRIX_RANKS = 10
 
 
-def _figure_text(lmap: links.LinkMap, time_us: float) -> str:
-    value = links.figure(lmap, time_us)
+def _figure_text(lmap: link_map.LinkMap, time_us: float) -> str:
+    value = link_map.figure(lmap, time_us)
     return format_gbps(value) if lmap.one_way else format_us(value)
 
 
-def _host_legend(lmap: links.LinkMap) -> str:
+def _host_legend(lmap: link_map.LinkMap) -> str:
     by_host: dict = {}
     for rank in lmap.ranks:
         by_host.setdefault(lmap.host(rank), []).append(str(rank))
     return "hosts: " + "; ".join(f"{host}: ranks {','.join(ranks)}" for host, ranks in by_host.items())
 
 
-def link_tables(lmap: links.LinkMap) -> list:
+def link_tables(lmap: link_map.LinkMap) -> list:
     """A link map as tables: the matrix (where it fits), then what lies out, with the rule."""
     ranks = lmap.ranks
     flagged = {f.name for f in lmap.findings if f.what == "pair"}
     classes = lmap.classes()
     summary = []
     for kind, pairs in classes.items():
-        values = [links.figure(lmap, lmap.time(p)) for p in pairs]
+        values = [link_map.figure(lmap, lmap.time(p)) for p in pairs]
         med = float(np.median(values))
         summary.append(f"{kind}: {len(pairs)} pair{'s' * (len(pairs) != 1)}, median {_fmt(lmap, med)} "
                        f"({_fmt(lmap, min(values))} to {_fmt(lmap, max(values))})")
@@ -533,39 +533,39 @@ def link_tables(lmap: links.LinkMap) -> list:
                 text = "·" if pair not in lmap.rows else _figure_text(lmap, lmap.time(pair))
                 line.append(text + ("!" if "%d-%d" % pair in flagged else ""))
             lines.append(tuple(line))
-        tables.append(TableModel(links.describe(lmap), ("",) + tuple(str(r) for r in ranks), tuple(lines),
+        tables.append(TableModel(link_map.describe(lmap), ("",) + tuple(str(r) for r in ranks), tuple(lines),
                                  notes + ("! lies out (below)",) * bool(flagged), (0,) * (len(ranks) + 1)))
     else:
-        drawn = "collbench plot draws it" if len(ranks) <= links.MOST_DRAWN_RANKS else \
-            f"collbench plot draws maps of up to {links.MOST_DRAWN_RANKS} ranks"
+        drawn = "collbench plot draws it" if len(ranks) <= link_map.MOST_DRAWN_RANKS else \
+            f"collbench plot draws maps of up to {link_map.MOST_DRAWN_RANKS} ranks"
         notes += (f"the {len(ranks)}-rank matrix is in the result files; {drawn}",)
-        tables.append(TableModel(links.describe(lmap), ("",), (), notes, (0,)))
+        tables.append(TableModel(link_map.describe(lmap), ("",), (), notes, (0,)))
     if lmap.findings:
         cells = tuple((_what(f), f"{f.links_out} of {f.links}" if f.what != "pair" else "-",
-                       _fmt(lmap, links.figure(lmap, f.time_us)), _fmt(lmap, links.figure(lmap, f.reference_us)),
+                       _fmt(lmap, link_map.figure(lmap, f.time_us)), _fmt(lmap, link_map.figure(lmap, f.reference_us)),
                        _how_far(lmap, f)) for f in lmap.findings)
         tables.append(TableModel(f"lies out · {lmap.first.collective} · {backend_label(lmap.first)} · "
                                  f"{format_size(lmap.first.size_bytes)}",
                                  ("what", "links out", "figure", "median", "how far"), cells,
                                  (f"median: of the comparable links that do not touch it; how far: its figure over "
-                                  f"the median, and in robust σ; rule: {links.RULE}",), (0,) * 5))
+                                  f"the median, and in robust σ; rule: {link_map.RULE}",), (0,) * 5))
     else:
         tables[-1] = dataclasses.replace(tables[-1], notes=tables[-1].notes + (
-            lmap.crowded or f"nothing lies out (rule: {links.RULE})",))
+            lmap.crowded or f"nothing lies out (rule: {link_map.RULE})",))
     return tables
 
 
-def _fmt(lmap: links.LinkMap, value: float) -> str:
-    return (format_gbps(value) if lmap.one_way else format_us(value)) + " " + links.unit(lmap)
+def _fmt(lmap: link_map.LinkMap, value: float) -> str:
+    return (format_gbps(value) if lmap.one_way else format_us(value)) + " " + link_map.unit(lmap)
 
 
-def _what(f: links.Finding) -> str:
+def _what(f: link_map.Finding) -> str:
     """"host node3, from it", "pair 0-2", "rank 3 (within a host)"."""
     return (f"{f.what} {f.name}" + (f", {f.direction} it" if f.direction else "")
-            + (" (within a host)" if f.kind == links.SAME_HOST and f.what != "host" else ""))
+            + (" (within a host)" if f.kind == link_map.SAME_HOST and f.what != "host" else ""))
 
 
-def _how_far(lmap: links.LinkMap, f: links.Finding) -> str:
+def _how_far(lmap: link_map.LinkMap, f: link_map.Finding) -> str:
     ratio = f"{1 / f.ratio:.2f}×" if lmap.one_way else f"{f.ratio:.1f}×"
     return ratio + ("" if not math.isfinite(f.sigmas) else f", {f.sigmas:.0f}σ")
 

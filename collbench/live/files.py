@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Optional
 
 from collbench.errors import UsageError
-from collbench.results.exporters import exporter_for, refuse_special, remove_partial, write_atomic
+from collbench.render.exporters import exporter_for
+from collbench.results.paths import refuse_special, remove_partial, write_atomic
 
 EVERY_SIZE_ROWS = 500
 EVERY_SIZE_S = 0.05
@@ -51,7 +52,7 @@ def _kept(rows: Optional[int]) -> str:
 def check_output_settings(settings) -> None:
     """Everything about where results go that can be refused before measuring (UsageError):
     each ``-o`` file, no file named twice, the ``--results-dir`` folder."""
-    from collbench.results.exporters import check_result_path
+    from collbench.render.exporters import check_result_path
 
     seen = {}
     for path in settings.outputs:

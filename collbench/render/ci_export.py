@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results.records import Row, RunResult, backend_label, root_rank, setup_words
-from collbench.results.tables import rank_count_text, root_text
+from collbench.render.tables import rank_count_text, root_text
 
 LATENCY, BUS_BANDWIDTH = "latency", "bus-bandwidth"      # BMF measure slugs
 

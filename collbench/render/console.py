@@ -16,7 +16,7 @@ import textwrap
 from typing import Optional
 
 from collbench import environment
-from collbench.results.tables import TableModel, flat_header, header_group
+from collbench.render.tables import TableModel, flat_header, header_group
 
 MIN_WIDTH = 20          # below this a COLUMNS value is a mistake, not a terminal
 STREAM_ERRORS = "collbench-ascii"      # the error handler collbench's standard streams write with

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Optional
 
 from collbench.errors import printable
-from collbench.results.exporters import STDOUT_FORMATS, remove_partial
-from collbench.results.files import OutputFailed, ResultFiles, claim
+from collbench.render.exporters import STDOUT_FORMATS
+from collbench.results.paths import remove_partial
+from collbench.live.files import OutputFailed, ResultFiles, claim
 from collbench.launch.journal import Journal, claimed, orphans, restore
-from collbench.results.links import placement
+from collbench.results.link_map import placement
 from collbench.results.records import root_rank
-from collbench.results.render import output_width, print_table
-from collbench.results.tables import build_tables
+from collbench.render.console import output_width, print_table
+from collbench.render.tables import build_tables
 
 
 def _asked_for(what: str) -> None:
@@ -91,7 +92,7 @@ class Output:
         self._said: set = set()           # the notes printed under a table so far: each is said once
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
-            from collbench.results.progress import ProgressBar
+            from collbench.live.progress import ProgressBar
 
             per_round = round_steps or total_steps
             self.progress = ProgressBar(self.err, total_steps, done_steps, per_round,
@@ -309,7 +310,7 @@ def _rebuild_orphans() -> None:
     """An earlier run on this host whose launcher killed its rank 0 and that rank's guardian at
     once left its journal, the only copy of what its files may lack: its files are made whole
     from it, and said in one line, before this run makes a journal of its own."""
-    from collbench.results import recover
+    from collbench.live import recover
 
     for folder in orphans():
         try:
