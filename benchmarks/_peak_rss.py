@@ -23,7 +23,8 @@ def _peak_rss_kib() -> int:
 
 
 def _report() -> None:
-    rank = next((os.environ[k] for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK") if k in os.environ), "?")
+    rank = next((os.environ[k] for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK",
+                                         "PMIX_RANK") if k in os.environ), "?")
     print(f"peak-rss: rank {rank} vmhwm_kib {_peak_rss_kib()}", file=sys.stderr, flush=True)
 
 

@@ -2,7 +2,8 @@
 
 Run under ``mpiexec -n 2``. For each case (backend, size) both ranks alternate blocks of
 
-  A  ``collbench.measure.harness.measure`` on a real backend from ``collbench.backends``, latency mode
+  A ``collbench.measure.harness.measure`` on a real backend from ``collbench.backends``, latency
+  mode
      (the CLI's default), the code path ``collbench`` runs: first call and warm-up untimed, then
      barrier + time one call, max over ranks, gathered after the block;
   B  a bare loop written the way a user would, straight on mpi4py or torch.distributed, on the
@@ -13,10 +14,10 @@ Both sides take the same number of samples per block, chosen once per case so th
 lasts about 10 ms: a noisy machine drifts on a scale of 100 ms, so short blocks in many pairs,
 ordered A B B A A B ..., put the drift on both sides equally. The bare loop runs on the
 harness's own arrays: where a buffer lies (a fresh page-aligned mmap or the heap, which depends
-on what the process freed before) moves a 1 MiB allreduce by a few per cent on its own. (The harness's blocks use a fixed
-count, ``--iters N``; the adaptive stop rule only decides how many samples a row gets, not how
-each one is taken.) Rank 0 prints one JSON line per case: the medians of all A and all B
-samples and the median-over-blocks ratio of each pair.
+on what the process freed before) moves a 1 MiB allreduce by a few per cent on its own. (The
+harness's blocks use a fixed count, ``--iters N``; the adaptive stop rule only decides how many
+samples a row gets, not how each one is taken.) Rank 0 prints one JSON line per case: the medians of
+all A and all B samples and the median-over-blocks ratio of each pair.
 """
 
 from __future__ import annotations
@@ -112,10 +113,12 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     world = control.comm
     count = size // FLOAT32.itemsize
     buffers = backend.allocate(send_len=count, recv_len=count, dtype=FLOAT32, in_place=False)
-    backend.fill(buffers, start=0, values=OPS["sum"].value(control.rank, np.arange(count), control.size)
+    backend.fill(buffers, start=0,
+                 values=OPS["sum"].value(control.rank, np.arange(count), control.size)
                  .astype(FLOAT32.host))
     allreduce = get_benchmark("allreduce")
-    bound = backend.bind(buffers, collective=allreduce, send_len=count, recv_len=count, op="sum", roles=Roles())
+    bound = backend.bind(buffers, collective=allreduce, send_len=count, recv_len=count, op="sum",
+                         roles=Roles())
     call, loop = BARE[name](backend, buffers, count)
     defaults = TimingSettings()
 
@@ -123,7 +126,8 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     probe: list = []
     loop(20, probe)
     top = max_over_ranks(world, probe)
-    n = int(min(MAX_BLOCK, max(MIN_BLOCK, block_s / float(np.median(top))))) if control.rank == 0 else None
+    n = (int(min(MAX_BLOCK, max(MIN_BLOCK, block_s / float(np.median(top)))))
+         if control.rank == 0 else None)
     n = world.bcast(n, root=0)
     settings = TimingSettings(iters=n, warmup=defaults.warmup)
 
@@ -149,8 +153,8 @@ def run_case(control, backend, name: str, size: int, pairs: int, block_s: float)
     return {"backend": name, "size_bytes": size, "pairs": pairs, "block_iterations": n,
             "harness_us": float(np.median(a)), "harness_ci_us": list(median_ci(a)),
             "bare_us": float(np.median(b)), "bare_ci_us": list(median_ci(b)),
-            "ratio": float(np.median(pair_ratios)), "pooled_ratio": float(np.median(a) / np.median(b)),
-            "pair_ratios": pair_ratios}
+            "ratio": float(np.median(pair_ratios)),
+            "pooled_ratio": float(np.median(a) / np.median(b)), "pair_ratios": pair_ratios}
 
 
 def main() -> int:
@@ -165,7 +169,8 @@ def main() -> int:
     for name in args.backends.split(","):
         if backend_class(name).unavailable_reason():
             if control.rank == 0:
-                print(json.dumps({"backend": name, "skipped": backend_class(name).unavailable_reason()}),
+                print(json.dumps({"backend": name,
+                                  "skipped": backend_class(name).unavailable_reason()}),
                       flush=True)
             continue
         backend = backend_class(name)()

@@ -57,5 +57,5 @@ for d in sys.argv[1:]:
         b = a[:-7] + '-b.json'
         A, B = load_result(a), load_result(b)
         c = compare_runs(A, B, threshold=0.10)
-        print(a.split('/')[-2] + '/' + a.split('/')[-1][:-7], 'rows', len(A.rows), 'floor:', judge(A, B),
-              'current:', {k: v for k, v in c.counts.items() if v}, 'exit', c.status)
+        print(a.split('/')[-2] + '/' + a.split('/')[-1][:-7], 'rows', len(A.rows), 'floor:',
+              judge(A, B), 'current:', {k: v for k, v in c.counts.items() if v}, 'exit', c.status)

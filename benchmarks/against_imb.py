@@ -63,7 +63,8 @@ def build(source: Path, folder: Path) -> Path:
     """IMB-MPI1 built from ``source`` (a copy, in ``folder``) with this MPI's compilers."""
     tree = folder / "imb"
     shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git"))
-    cmd = ["make", "IMB-MPI1", f"CC={BIN / 'mpicc'}", f"CXX={BIN / 'mpicxx'}", "CPPFLAGS=-DUSE_MPI_INIT_THREAD"]
+    cmd = ["make", "IMB-MPI1", f"CC={BIN / 'mpicc'}", f"CXX={BIN / 'mpicxx'}",
+           "CPPFLAGS=-DUSE_MPI_INIT_THREAD"]
     proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"building IMB-MPI1 failed:\n{proc.stderr[-2000:]}")
@@ -72,7 +73,8 @@ def build(source: Path, folder: Path) -> Path:
 
 def imb(binary: Path, level: str) -> dict:
     """(collective, collbench size) -> t_max µs, from one IMB-MPI1 run at ``level``."""
-    cmd = [str(BIN / "mpiexec"), "-n", "2", str(binary), "Allreduce", "Bcast", "Alltoall", "-npmin", "2",
+    cmd = [str(BIN / "mpiexec"), "-n", "2", str(binary), "Allreduce", "Bcast", "Alltoall", "-npmin",
+           "2",
            "-msglog", "2:22", "-thread_level", level]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=True).stdout
     times, current = {}, None
@@ -90,8 +92,10 @@ def collbench(collective: str, level: str, folder: Path, args) -> dict:
     """(timing, size) -> median µs, and ("<timing>-mean", size) -> mean µs, from one collbench
     run at ``level``."""
     path = folder / f"cb-{collective}-{level}.json"
-    cmd = [sys.executable, "-m", "collbench", collective, "-n", "2", "--sizes", SIZES, "--thread-level", level,
-           "--timing", "latency,throughput", "--rounds", str(args.rounds), "--max-time", str(args.max_time), "-q",
+    cmd = [sys.executable, "-m", "collbench", collective, "-n", "2", "--sizes", SIZES,
+           "--thread-level", level,
+           "--timing", "latency,throughput", "--rounds", str(args.rounds), "--max-time",
+           str(args.max_time), "-q",
            "--force", "-o", str(path)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
     rows = json.loads(path.read_text())["rows"]
@@ -101,22 +105,24 @@ def collbench(collective: str, level: str, folder: Path, args) -> dict:
 
 
 def bare(level: str) -> float:
-    out = subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable, "-c", BARE, level], capture_output=True,
-                         text=True, timeout=300, check=True).stdout
+    out = subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable, "-c", BARE, level],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
     return float(out.split()[-1])
 
 
 def report(runs: dict, levels: list) -> None:
     for level in levels:
-        print(f"\nthread level {level}: collbench median / IMB fastest (t_max), latency and throughput timings")
-        print(f"{'collective':11} {'size':>7} {'IMB µs':>9} {'cb lat µs':>10} {'ratio':>6} {'cb thr µs':>10} {'ratio':>6}"
-              f" {'IMB med.':>9} {'lat/med.':>8}")
+        print(f"\nthread level {level}: collbench median / IMB fastest (t_max), latency and "
+              "throughput timings")
+        print(f"{'collective':11} {'size':>7} {'IMB µs':>9} {'cb lat µs':>10} {'ratio':>6} "
+              f"{'cb thr µs':>10} {'ratio':>6} {'IMB med.':>9} {'lat/med.':>8}")
         big = {"latency": [], "throughput": []}
         even = []        # collbench's median latency against IMB's median run: like against like
         for collective, _, _ in COLLECTIVES:
             sizes = sorted({s for (c, s) in runs["imb", level][0] if c == collective})
             for size in sizes:
-                fastest = min(r[collective, size] for r in runs["imb", level] if (collective, size) in r)
+                fastest = min(r[collective, size] for r in runs["imb", level]
+                              if (collective, size) in r)
                 cells = []
                 for timing in ("latency", "throughput"):
                     mine = [r[timing, size] for r in runs[collective, level] if (timing, size) in r]
@@ -127,23 +133,26 @@ def report(runs: dict, levels: list) -> None:
                     cells += [f"{median:.2f}", f"{median / fastest:.2f}"]
                     if size >= 65536:
                         big[timing].append(median / fastest)
-                middle = statistics.median(r[collective, size] for r in runs["imb", level] if (collective, size) in r)
-                mine = [r["latency", size] for r in runs[collective, level] if ("latency", size) in r]
+                middle = statistics.median(r[collective, size] for r in runs["imb", level]
+                                           if (collective, size) in r)
+                mine = [r["latency", size] for r in runs[collective, level]
+                        if ("latency", size) in r]
                 like = statistics.median(mine) / middle if mine else math.nan
                 if size >= 65536 and mine:
                     even.append(like)
-                print(f"{collective:11} {size:7d} {fastest:9.2f} {cells[0]:>10} {cells[1]:>6} {cells[2]:>10} "
-                      f"{cells[3]:>6} {middle:9.2f} {like:8.2f}")
+                print(f"{collective:11} {size:7d} {fastest:9.2f} {cells[0]:>10} {cells[1]:>6} "
+                      f"{cells[2]:>10} {cells[3]:>6} {middle:9.2f} {like:8.2f}")
         for timing, ratios in big.items():
             if ratios:
                 print(f"  >= 64 KiB, {timing}: ratio {min(ratios):.2f}-{max(ratios):.2f} (median "
                       f"{statistics.median(ratios):.2f}) over {len(ratios)} rows")
         if even:
-            print(f"  >= 64 KiB, latency against IMB's median run: ratio {min(even):.2f}-{max(even):.2f} (median "
-                  f"{statistics.median(even):.2f})")
+            print("  >= 64 KiB, latency against IMB's median run: ratio "
+                  f"{min(even):.2f}-{max(even):.2f} (median {statistics.median(even):.2f})")
         gaps = runs["bare", level]
         print(f"  8-byte Allreduce: bare mpi4py loop {statistics.median(gaps):.2f} µs a call "
-              f"({min(gaps):.2f}-{max(gaps):.2f}); IMB {min(r['allreduce', 8] for r in runs['imb', level]):.2f} µs")
+              f"({min(gaps):.2f}-{max(gaps):.2f}); IMB "
+              f"{min(r['allreduce', 8] for r in runs['imb', level]):.2f} µs")
 
 
 #: A row whose launches, in either tool, spread this far (slowest over fastest) is many-moded.
@@ -159,7 +168,8 @@ def rank_sum_p(a: list, b: list) -> float:
     observed = sum(rank[v] for v in a)
     middle = len(a) * (len(pooled) + 1) / 2
     splits = list(itertools.combinations(range(len(pooled)), len(a)))
-    far = sum(abs(sum(ranks[i] for i in split) - middle) >= abs(observed - middle) - 1e-9 for split in splits)
+    far = sum(abs(sum(ranks[i] for i in split) - middle) >= abs(observed - middle) - 1e-9
+              for split in splits)
     return far / len(splits)
 
 
@@ -167,39 +177,48 @@ def distributions(runs: dict, levels: list) -> None:
     """Rows of 64 KiB and more whose launches are many-moded, judged as two samples of launches."""
     for level in levels:
         agree = total = 0
-        print(f"\nthread level {level}: many-moded rows (a tool's launches spread {MANY_MODED:g}x or more), "
-              f"latency timing, launches as samples")
+        print(f"\nthread level {level}: many-moded rows (a tool's launches spread {MANY_MODED:g}x "
+              "or more), latency timing, launches as samples")
         for collective, _, _ in COLLECTIVES:
-            sizes = sorted({s for (c, s) in runs["imb", level][0] if c == collective and s >= 65536})
+            sizes = sorted({s for (c, s) in runs["imb", level][0]
+                            if c == collective and s >= 65536})
             for size in sizes:
-                theirs = [r[collective, size] for r in runs["imb", level] if (collective, size) in r]
-                mine = [r["latency", size] for r in runs[collective, level] if ("latency", size) in r]
-                if not theirs or not mine or max(max(theirs) / min(theirs), max(mine) / min(mine)) < MANY_MODED:
+                theirs = [r[collective, size] for r in runs["imb", level]
+                          if (collective, size) in r]
+                mine = [r["latency", size] for r in runs[collective, level]
+                        if ("latency", size) in r]
+                if not theirs or not mine or max(max(theirs) / min(theirs),
+                                                 max(mine) / min(mine)) < MANY_MODED:
                     continue
                 p = rank_sum_p(mine, theirs)
                 overlap = min(mine) <= max(theirs) and min(theirs) <= max(mine)
                 total += 1
                 agree += p >= 0.05 and overlap
-                print(f"  {collective:9} {size:8d}  IMB {min(theirs):7.1f}-{max(theirs):7.1f} µs   collbench "
-                      f"{min(mine):7.1f}-{max(mine):7.1f} µs   rank-sum p {p:.2f}   "
+                print(f"  {collective:9} {size:8d}  IMB {min(theirs):7.1f}-{max(theirs):7.1f} µs   "
+                      f"collbench {min(mine):7.1f}-{max(mine):7.1f} µs   rank-sum p {p:.2f}   "
                       f"{'one distribution' if p >= 0.05 and overlap else 'told apart'}")
         print(f"  {agree} of {total} many-moded rows: the two tools' launches are not told apart")
         steady, near = [], 0
         cost = call_cost(runs, level)
         for collective, _, _ in COLLECTIVES:
-            for size in sorted({s for (c, s) in runs["imb", level][0] if c == collective and s >= 65536}):
-                theirs = [r[collective, size] for r in runs["imb", level] if (collective, size) in r]
-                mine = [r["latency", size] for r in runs[collective, level] if ("latency", size) in r]
-                if theirs and mine and max(max(theirs) / min(theirs), max(mine) / min(mine)) < MANY_MODED:
+            for size in sorted({s for (c, s) in runs["imb", level][0]
+                                if c == collective and s >= 65536}):
+                theirs = [r[collective, size] for r in runs["imb", level]
+                          if (collective, size) in r]
+                mine = [r["latency", size] for r in runs[collective, level]
+                        if ("latency", size) in r]
+                if theirs and mine and max(max(theirs) / min(theirs),
+                                           max(mine) / min(mine)) < MANY_MODED:
                     ratio = statistics.median(mine) / min(theirs)
                     steady.append(ratio)
                     near += ratio > 1.1 and statistics.median(mine) - 1.1 * min(theirs) <= cost
         if steady:
             within = sum(0.9 <= r <= 1.1 for r in steady)
-            print(f"  the other {len(steady)} rows (steady launches in both): collbench's median / IMB's fastest "
-                  f"{min(steady):.2f}-{max(steady):.2f} (median {statistics.median(steady):.2f}); within 0.9-1.1: "
-                  f"{within}; {near} more above 1.1 by no more than mpi4py's call cost ({cost:.2f} µs: the bare "
-                  f"loop's 8-byte call less IMB's)")
+            print(f"  the other {len(steady)} rows (steady launches in both): collbench's median / "
+                  f"IMB's fastest {min(steady):.2f}-{max(steady):.2f} (median "
+                  f"{statistics.median(steady):.2f}); within 0.9-1.1: {within}; {near} more above "
+                  f"1.1 by no more than mpi4py's call cost ({cost:.2f} µs: the bare loop's 8-byte "
+                  "call less IMB's)")
 
 
 def call_cost(runs: dict, level: str) -> float:
@@ -218,23 +237,31 @@ def like_for_like(runs: dict, levels: list) -> None:
     for level in levels:
         rows = []
         for collective, _, _ in COLLECTIVES:
-            for size in sorted({s for (c, s) in runs["imb", level][0] if c == collective and s >= 65536}):
-                theirs = [r[collective, size] for r in runs["imb", level] if (collective, size) in r]
-                mine = [r["latency-mean", size] for r in runs[collective, level] if ("latency-mean", size) in r]
+            for size in sorted({s for (c, s) in runs["imb", level][0]
+                                if c == collective and s >= 65536}):
+                theirs = [r[collective, size] for r in runs["imb", level]
+                          if (collective, size) in r]
+                mine = [r["latency-mean", size] for r in runs[collective, level]
+                        if ("latency-mean", size) in r]
                 if theirs and mine:
-                    rows.append((collective, size, statistics.median(mine) / statistics.median(theirs),
+                    rows.append((collective, size,
+                                 statistics.median(mine) / statistics.median(theirs),
                                  min(mine) / min(theirs)))
         if not rows:
-            print(f"\nthread level {level}: no collbench means in this campaign (saved before they were)")
+            print(f"\nthread level {level}: no collbench means in this campaign (saved before they "
+                  "were)")
             continue
-        print(f"\nthread level {level}: like for like, collbench's mean latency / IMB's t_max (>= 64 KiB)")
+        print(f"\nthread level {level}: like for like, collbench's mean latency / IMB's t_max (>= "
+              "64 KiB)")
         print(f"  {'collective':9} {'size':>8} {'median/median':>13} {'fastest/fastest':>15}")
         for collective, size, middle, fastest in rows:
             print(f"  {collective:9} {size:8d} {middle:13.2f} {fastest:15.2f}")
-        for label, i in (("median launch / median launch", 2), ("fastest launch / fastest launch", 3)):
+        for label, i in (("median launch / median launch", 2),
+                         ("fastest launch / fastest launch", 3)):
             ratios = [row[i] for row in rows]
-            print(f"  {label}: {min(ratios):.2f}-{max(ratios):.2f} (median {statistics.median(ratios):.2f}); within "
-                  f"0.9-1.1: {sum(0.9 <= r <= 1.1 for r in ratios)} of {len(ratios)}")
+            print(f"  {label}: {min(ratios):.2f}-{max(ratios):.2f} (median "
+                  f"{statistics.median(ratios):.2f}); within 0.9-1.1: "
+                  f"{sum(0.9 <= r <= 1.1 for r in ratios)} of {len(ratios)}")
 
 
 def _load(path: Path) -> dict:
@@ -249,7 +276,8 @@ def _load(path: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--imb", help="an intel/mpi-benchmarks source tree, or a built IMB-MPI1")
-    parser.add_argument("--analyse", metavar="FILE", help="only analyse a campaign written earlier with --save")
+    parser.add_argument("--analyse", metavar="FILE",
+                        help="only analyse a campaign written earlier with --save")
     parser.add_argument("--levels", default="single,multiple")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="collbench's rounds per run")
@@ -281,7 +309,8 @@ def main() -> int:
     distributions(runs, levels)
     like_for_like(runs, levels)
     if args.save:
-        Path(args.save).write_text(json.dumps([[list(k), [{" ".join(map(str, c)): t for c, t in r.items()}
+        Path(args.save).write_text(json.dumps([[list(k),
+                                                [{" ".join(map(str, c)): t for c, t in r.items()}
                                                           if isinstance(r, dict) else r for r in v]]
                                                for k, v in runs.items()]))
     shutil.rmtree(folder, ignore_errors=True)

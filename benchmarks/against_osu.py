@@ -33,21 +33,24 @@ if r == 0: print((time.perf_counter() - t0) / 10000 / 2 * 1e6)
 
 
 def osu(binary: Path, size: int) -> float:
-    out = subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(binary)], capture_output=True, text=True,
-                         timeout=600, check=True).stdout
-    return next(float(line.split()[1]) for line in out.splitlines() if line.split()[:1] == [str(size)])
+    out = subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(binary)], capture_output=True,
+                         text=True, timeout=600, check=True).stdout
+    return next(float(line.split()[1]) for line in out.splitlines()
+                if line.split()[:1] == [str(size)])
 
 
 def collbench(command: str, size: str, folder: Path) -> dict:
     out = folder / f"{command}.json"
-    subprocess.run([str(BIN / "collbench"), command, "--sizes", size, "-o", str(out), "--force", "-q"],
+    subprocess.run([str(BIN / "collbench"), command, "--sizes", size, "-o", str(out), "--force",
+                    "-q"],
                    check=True, timeout=600)
     return json.loads(out.read_text())["rows"][0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--osu", type=Path, required=True, help="folder with osu_latency and osu_bw")
+    parser.add_argument("--osu", type=Path, required=True,
+                        help="folder with osu_latency and osu_bw")
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,12 +59,15 @@ def main() -> None:
         for rep in range(1, args.reps + 1):
             lat = osu(args.osu / "osu_latency", 8)
             pp = collbench("pingpong", "8", folder)
-            bare = float(subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable, "-c", BARE],
-                                        capture_output=True, text=True, timeout=600, check=True).stdout)
+            bare = float(subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable, "-c",
+                                         BARE],
+                                        capture_output=True, text=True, timeout=600,
+                                        check=True).stdout)
             bw = osu(args.osu / "osu_bw", 1 << 20)
             ours = collbench("bw", "1M", folder)
-            print(f"{rep:>3}  {lat:>11.2f} µs   {pp['time_us_p50']:>5.2f} µs [{pp['time_us_ci_low']:.2f}–"
-                  f"{pp['time_us_ci_high']:.2f}]   {bare:>7.2f} µs   {bw:>7.0f} MB/s  {ours['algbw_gbps'] * 1e3:>6.0f} MB/s",
+            print(f"{rep:>3}  {lat:>11.2f} µs   {pp['time_us_p50']:>5.2f} µs "
+                  f"[{pp['time_us_ci_low']:.2f}–{pp['time_us_ci_high']:.2f}]   {bare:>7.2f} µs   "
+                  f"{bw:>7.0f} MB/s  {ours['algbw_gbps'] * 1e3:>6.0f} MB/s",
                   flush=True)
 
 

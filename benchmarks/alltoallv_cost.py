@@ -37,13 +37,15 @@ def _level(args) -> list:
 
 def v_form(folder: Path, args) -> None:
     for n in args.ranks:
-        common = ["-n", str(n), "--backend", args.backends, "--sizes", args.sizes, "--rounds", str(args.rounds),
-                  *_level(args)]
+        common = ["-n", str(n), "--backend", args.backends, "--sizes", args.sizes, "--rounds",
+                  str(args.rounds), *_level(args)]
         plain, v = [], []
         for rep in range(args.reps):
             plain.append(run(folder, f"a2a-{n}-{rep}", ["alltoall", *common]))
-            v.append(run(folder, f"a2av-{n}-{rep}", ["alltoallv", "--pattern", "spread:0", *common]))
-        print(f"\n{n} ranks, thread {args.level}: alltoallv spread:0 / alltoall, median of {args.reps} launches each")
+            v.append(run(folder, f"a2av-{n}-{rep}",
+                         ["alltoallv", "--pattern", "spread:0", *common]))
+        print(f"\n{n} ranks, thread {args.level}: alltoallv spread:0 / alltoall, median of "
+              f"{args.reps} launches each")
         print(f"{'size':>9} {'backend':8} {'alltoall µs':>12} {'alltoallv µs':>13} {'ratio':>6}")
         ratios = []
         for key in sorted(plain[0]):
@@ -51,20 +53,22 @@ def v_form(folder: Path, args) -> None:
             b = statistics.median(r[key]["time_us_p50"] for r in v if key in r)
             ratios.append(b / a)
             print(f"{key[0]:9d} {key[1]:8} {a:12.2f} {b:13.2f} {b / a:6.2f}")
-        print(f"  ratio {min(ratios):.2f}-{max(ratios):.2f} (median {statistics.median(ratios):.2f}); within "
-              f"0.95-1.10: {sum(0.95 <= r <= 1.10 for r in ratios)} of {len(ratios)}")
+        print(f"  ratio {min(ratios):.2f}-{max(ratios):.2f} (median "
+              f"{statistics.median(ratios):.2f}); within 0.95-1.10: "
+              f"{sum(0.95 <= r <= 1.10 for r in ratios)} of {len(ratios)}")
 
 
 def hot_ranks(folder: Path, args) -> None:
     """Both patterns in one launch (--pattern uniform,zipf:S: blocks shuffled within each round),
     ``--reps`` launches; the median over launches of each row's p50."""
-    common = ["-n", "4", "--backend", args.backends, "--sizes", args.sizes, "--rounds", str(args.rounds),
-              *_level(args)]
-    launches = [run_all(folder, f"hot-{rep}", ["alltoallv", "--pattern", f"uniform,{args.zipf}", *common])
+    common = ["-n", "4", "--backend", args.backends, "--sizes", args.sizes, "--rounds",
+              str(args.rounds), *_level(args)]
+    launches = [run_all(folder, f"hot-{rep}",
+                        ["alltoallv", "--pattern", f"uniform,{args.zipf}", *common])
                 for rep in range(args.reps)]
     hot = next(p for p in launches[0] if p != "uniform")
-    print(f"\n4 ranks, thread {args.level}: alltoallv {hot} against uniform, in one launch each, median of "
-          f"{args.reps} launches")
+    print(f"\n4 ranks, thread {args.level}: alltoallv {hot} against uniform, in one launch each, "
+          f"median of {args.reps} launches")
     print(f"{'size':>9} {'backend':8} {'busiest':>8} {'uniform µs':>11} {'zipf µs':>9} {'ratio':>6} {'/busiest':>9}")
     for key in sorted(launches[0]["uniform"]):
         even = statistics.median(launch["uniform"][key]["time_us_p50"] for launch in launches)
@@ -86,15 +90,19 @@ def run_all(folder: Path, name: str, args: list) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="mpi,gloo")
-    parser.add_argument("--ranks", type=lambda text: [int(n) for n in text.split(",")], default=[2, 4])
+    parser.add_argument("--ranks", type=lambda text: [int(n) for n in text.split(",")],
+                        default=[2, 4])
     parser.add_argument("--sizes", default="1K-4M:x4")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--level", default="multiple",
-                        help="MPI thread level: multiple, so that 4 ranks on 2 cores yield while they wait")
-    parser.add_argument("--zipf", default="zipf:1.2", help="the hot pattern of part 2; none skips part 2")
+                        help="MPI thread level: multiple, so that 4 ranks on 2 cores yield while "
+                             "they wait")
+    parser.add_argument("--zipf", default="zipf:1.2",
+                        help="the hot pattern of part 2; none skips part 2")
     parser.add_argument("--hot-only", action="store_true", help="part 2 alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:

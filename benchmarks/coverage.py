@@ -2,13 +2,13 @@
 
 A row's run-to-run CI (``collbench.stats.rounds.summarize_rounds``) is a Student t interval on the
 logs of its per-round medians, moderated by the file's noise model (``stats.noise.noise_model``:
-the trend of the rows' spreads against their time, per stratum); its target is the centre of the distribution a round's median
-is drawn from (exp of the mean log median: what many more launches would settle on). This
-script draws sweeps of rows from several models of launch-to-launch variation and counts how
-often the interval covers the centre, for 3, 5 and 10 rounds, with a row's own rounds alone and
-moderated. It also checks the comparison built on
-the same statistics: how often ``comparison.estimate_change`` calls two sets of rounds from one model
-different at the 5% level (it should be about 5%, or less).
+the trend of the rows' spreads against their time, per stratum); its target is the centre of the
+distribution a round's median is drawn from (exp of the mean log median: what many more launches
+would settle on). This script draws sweeps of rows from several models of launch-to-launch variation
+and counts how often the interval covers the centre, for 3, 5 and 10 rounds, with a row's own rounds
+alone and moderated. It also checks the comparison built on the same statistics: how often
+``comparison.estimate_change`` calls two sets of rounds from one model different at the 5% level (it
+should be about 5%, or less).
 
 Models (log scale; every one adds within-round noise of sd 0.02 to each round's median):
 
@@ -128,7 +128,8 @@ def empirical(files: list, rounds: int, trials: int, rng, level=None) -> tuple:
         sweep = np.stack([rng.choice(p, rounds) for p in logs])
         a, b = _covers(sweep, centres)
         own, moderated, total = own + a, moderated + b, total + len(logs)
-        alarms += sum(_alarm(np.exp(row), np.exp(rng.choice(p, rounds))) for row, p in zip(sweep, logs))
+        alarms += sum(_alarm(np.exp(row), np.exp(rng.choice(p, rounds)))
+                      for row, p in zip(sweep, logs))
     return own / total, moderated / total, alarms / total, len(logs)
 
 
@@ -147,20 +148,24 @@ def next_runs(files: list, level=None) -> tuple:
     for path in files:
         rows = _rows(path, level)
         model = file_noise(rows)
-        runs.append({r.key(): (summarize_rounds(r.time_us_round_p50s, prior=model, stratum=noise_stratum(r)),
+        runs.append({r.key(): (summarize_rounds(r.time_us_round_p50s, prior=model,
+                                                stratum=noise_stratum(r)),
                                model.noise(r.time_us_round_p50s, noise_stratum(r))) for r in rows})
     held = held_drift = total = 0
     for i, run in enumerate(runs):
         for key, (s, prior) in run.items():
-            others = [o[key][0].center for j, o in enumerate(runs) if j != i and key in o and math.isfinite(o[key][0].center)]
+            others = [o[key][0].center for j, o in enumerate(runs)
+                      if j != i and key in o and math.isfinite(o[key][0].center)]
             if len(others) < 2 or not math.isfinite(s.ci_low):
                 continue
             target = math.exp(np.mean(np.log(others)))
             total += 1
             held += s.ci_low <= target <= s.ci_high
             half = (math.log(s.ci_high) - math.log(s.ci_low)) / 2
-            z = t_quantile(0.5 + CONFIDENCE / 2, s.rounds - 1 if s.disagree else prior.df + s.rounds - 1)
-            rounds_only = math.sqrt(max(half * half - (z * BETWEEN_RUNS_FACTOR * prior.log_sd) ** 2, 0.0))
+            z = t_quantile(0.5 + CONFIDENCE / 2,
+                           s.rounds - 1 if s.disagree else prior.df + s.rounds - 1)
+            rounds_only = math.sqrt(max(half * half - (z * BETWEEN_RUNS_FACTOR * prior.log_sd) ** 2,
+                                        0.0))
             centre = math.log(s.center)
             held_drift += centre - rounds_only <= math.log(target) <= centre + rounds_only
     return held / max(1, total), held_drift / max(1, total), total
@@ -168,9 +173,12 @@ def next_runs(files: list, level=None) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=4000, help="simulated runs per model and round count")
-    parser.add_argument("--files", nargs="*", default=[], help="result files for the empirical model")
-    parser.add_argument("--level", help="only the files' rows at this MPI thread level (--thread-level)")
+    parser.add_argument("--trials", type=int, default=4000,
+                        help="simulated runs per model and round count")
+    parser.add_argument("--files", nargs="*", default=[],
+                        help="result files for the empirical model")
+    parser.add_argument("--level",
+                        help="only the files' rows at this MPI thread level (--thread-level)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
@@ -187,13 +195,14 @@ def main() -> int:
         label = f"empirical ({cells[0][3]} rows)"
         print(f"{label:<22}" + "".join(f"{o:>10.3f} {m:>6.3f} {a:>6.3f}" for o, m, a, _ in cells))
         held, held_drift, total = next_runs(args.files, args.level)
-        print(f"next runs: each file's printed CI holds what the other files settle on for {held:.3f} of "
-              f"{total} rows; the CI of the rounds alone (without the spread between runs), {held_drift:.3f}")
+        print("next runs: each file's printed CI holds what the other files settle on for "
+              f"{held:.3f} of {total} rows; the CI of the rounds alone (without the spread between "
+              f"runs), {held_drift:.3f}")
     print("own: the interval from a row's own rounds; moder.: moderated by the file's noise model "
-          "(what collbench writes); targets: coverage 0.95, alarms 0.05 or less. The models' and the "
-          "empirical line's centre is the mean of every round, interference included; collbench's "
-          "centre leaves interference out, so the bimodal and empirical lines no longer measure it: "
-          "the next-runs line does")
+          "(what collbench writes); targets: coverage 0.95, alarms 0.05 or less. The models' and "
+          "the empirical line's centre is the mean of every round, interference included; "
+          "collbench's centre leaves interference out, so the bimodal and empirical lines no longer "
+          "measure it: the next-runs line does")
     return 0
 
 

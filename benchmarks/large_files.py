@@ -3,7 +3,8 @@
 
     python benchmarks/large_files.py                     # compare and report of 1,000 to 200,000 rows: about 30 minutes on 2 cores
     python benchmarks/large_files.py --quick             # 1,000 and 10,000 rows
-    python benchmarks/large_files.py --rows 20000 --rounds 10 --samples 100 --commands compare,export
+    python benchmarks/large_files.py --rows 20000 --rounds 10 --samples 100 --commands
+    compare,export
     python benchmarks/large_files.py --one-field 600   # report of a CSV that is one field of 600 MB
 
 For each row count it writes two runs of one sweep (a baseline and a new run, seeds apart) as a
@@ -47,8 +48,10 @@ BLOCK = 500
 def _identity(size: int) -> RowIdentity:
     coll = get_benchmark("allreduce")
     return RowIdentity(**with_older(dict(
-        collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2, ranks_per_node=2,
-        size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency", bus_factor=coll.bus_factor(2))))
+        collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2,
+        ranks_per_node=2,
+        size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency",
+        bus_factor=coll.bus_factor(2))))
 
 
 def build_run(rows: int, rounds: int, samples: int, seed: int) -> RunResult:
@@ -59,18 +62,22 @@ def build_run(rows: int, rounds: int, samples: int, seed: int) -> RunResult:
     block = []
     for i in range(min(rows, BLOCK)):
         median = 3.0 + 4 * (i + 1) / 2e3
-        data = tuple(round_data(r + 1, median * np.exp(effects[r]) * rng.lognormal(0.0, 0.05, samples),
-                                [median] * 2, precision_reached=True, check="ok") for r in range(rounds))
+        data = tuple(round_data(r + 1,
+                                median * np.exp(effects[r]) * rng.lognormal(0.0, 0.05, samples),
+                                [median] * 2, precision_reached=True, check="ok")
+                     for r in range(rounds))
         block.append((build_row(_identity(4 * (i + 1)), data), data))
     result = RunResult(metadata={"schema_version": 4, "collbench_version": "bench", "world_size": 2,
                                  "hostnames": ["h"], "run_id": f"large-{seed}",
                                  "settings": {"rounds": rounds, "round_kind": "launch"},
-                                 "rounds": [{"round": r + 1, "run_id": f"large-{seed}", "load": {"busy": False}}
+                                 "rounds": [{"round": r + 1, "run_id": f"large-{seed}",
+                                             "load": {"busy": False}}
                                             for r in range(rounds)]})
     for i in range(rows):
         row, data = block[i % len(block)]
         size = 4 * (i + 1)
-        result.add(dataclasses.replace(row, size_bytes=size, per_rank_bytes=size, count=size // 4), data)
+        result.add(dataclasses.replace(row, size_bytes=size, per_rank_bytes=size, count=size // 4),
+                   data)
     return result
 
 
@@ -99,8 +106,10 @@ def measure(args: list, cwd: Path, limit_gib: float) -> tuple:
     err, result = cwd / "stderr.txt", cwd / "measured.txt"
     started = time.monotonic()
     with err.open("w") as stderr:
-        subprocess.run([sys.executable, "-c", _TRAMPOLINE, str(result), str(limit_gib), sys.executable, "-m",
-                        "collbench", *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, check=True)
+        subprocess.run([sys.executable, "-c", _TRAMPOLINE, str(result), str(limit_gib),
+                        sys.executable, "-m",
+                        "collbench", *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr,
+                       check=True)
     wall = time.monotonic() - started
     code, peak_kib = (int(x) for x in result.read_text().split())
     return code, wall, peak_kib / 1024, err.read_text()
@@ -108,23 +117,26 @@ def measure(args: list, cwd: Path, limit_gib: float) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1000,10000,20000,100000,200000", help="row counts, comma-separated")
+    parser.add_argument("--rows", default="1000,10000,20000,100000,200000",
+                        help="row counts, comma-separated")
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 rows")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--samples", type=int, default=40, help="samples per round and row")
-    parser.add_argument("--commands", default="compare,report", help="of compare, report, export, merge")
+    parser.add_argument("--commands", default="compare,report",
+                        help="of compare, report, export, merge")
     parser.add_argument("--formats", default="json,csv")
     parser.add_argument("--limit", type=float, default=8.0, help="address space per command, GiB")
     parser.add_argument("--one-field", type=float, default=0.0, metavar="MB",
-                        help="instead: report of a CSV that is one field this large (a hostile file)")
+                        help="instead: report of a CSV that is one field this large (a hostile "
+                             "file)")
     opts = parser.parse_args()
     if opts.one_field:
         return one_field(opts.one_field, opts.limit)
     counts = [1000, 10000] if opts.quick else [int(n) for n in opts.rows.split(",")]
-    print(f"collbench {' '.join(sys.argv[1:]) or '(defaults)'}: {opts.rounds} rounds of {opts.samples} samples per row;"
-          f" loader.MAX_VALUES = {MAX_VALUES:,}")
-    print(f"{'rows':>8} {'format':6} {'command':8} {'file MB':>8} {'values':>12} {'exit':>4} {'wall s':>7} "
-          f"{'peak MiB':>9}  stderr")
+    print(f"collbench {' '.join(sys.argv[1:]) or '(defaults)'}: {opts.rounds} rounds of "
+          f"{opts.samples} samples per row; loader.MAX_VALUES = {MAX_VALUES:,}")
+    print(f"{'rows':>8} {'format':6} {'command':8} {'file MB':>8} {'values':>12} {'exit':>4} "
+          f"{'wall s':>7} {'peak MiB':>9}  stderr")
     healthy = True
     with tempfile.TemporaryDirectory(prefix="collbench-large-") as folder:
         cwd = Path(folder)
@@ -137,20 +149,24 @@ def main() -> int:
                     write_atomic(path, exporter_for(path).render(run))
                 size_mb = paths[1].stat().st_size / 1e6
                 values = values_in(paths[1])
-                commands = {"compare": ["compare", *paths, "-f", "json"], "report": ["report", paths[1]],
-                            "export": ["export", paths[1], "--to", "bencher", "-o", cwd / "out.json", "--force"],
+                commands = {"compare": ["compare", *paths, "-f", "json"],
+                            "report": ["report", paths[1]],
+                            "export": ["export", paths[1], "--to", "bencher", "-o",
+                                       cwd / "out.json", "--force"],
                             "merge": ["merge", *paths, "-o", cwd / "merged.json", "--force"]}
                 for command in opts.commands.split(","):
                     if command == "merge" and fmt == "csv":
                         continue
-                    code, wall, peak, err = measure([str(a) for a in commands[command]], cwd, opts.limit)
+                    code, wall, peak, err = measure([str(a) for a in commands[command]], cwd,
+                                                    opts.limit)
                     lines = [line for line in err.splitlines() if line.strip()]
                     said = [line for line in lines if not line.startswith("collbench: warning:")]
                     ok = code in (0, 1, 2) and len(said) <= 1 and "Traceback" not in err
                     healthy &= ok
                     first = (said or lines or [""])[0][:110]
-                    print(f"{rows:>8,} {fmt:6} {command:8} {size_mb:>8.1f} {values:>12,} {code:>4} {wall:>7.1f} "
-                          f"{peak:>9,.0f}  {first}{'' if ok else '   <-- not one line'}", flush=True)
+                    print(f"{rows:>8,} {fmt:6} {command:8} {size_mb:>8.1f} {values:>12,} {code:>4} "
+                          f"{wall:>7.1f} {peak:>9,.0f}  "
+                          f"{first}{'' if ok else '   <-- not one line'}", flush=True)
                 for path in paths:
                     path.unlink()
             print(f"{'':>8} (built in {time.monotonic() - built:.0f} s)", flush=True)
@@ -168,8 +184,8 @@ def one_field(megabytes: float, limit_gib: float) -> int:
                 out.write(chunk)
         code, wall, peak, err = measure(["report", str(path)], Path(folder), limit_gib)
     said = [line for line in err.splitlines() if line.strip()]
-    print(f"one field of {path.stat().st_size / 1e6 if path.exists() else megabytes:.0f} MB: exit {code}, "
-          f"{wall:.1f} s, peak {peak:,.0f} MiB; {said[:1]}")
+    print(f"one field of {path.stat().st_size / 1e6 if path.exists() else megabytes:.0f} MB: exit "
+          f"{code}, {wall:.1f} s, peak {peak:,.0f} MiB; {said[:1]}")
     return 0 if code == 2 and len(said) == 1 else 1
 
 

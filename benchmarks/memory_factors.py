@@ -48,10 +48,12 @@ from collbench.measure.sizes import parse_bytes
 HERE = Path(__file__).resolve().parent
 COLLECTIVES = tuple(name for name in ORDER if get_benchmark(name).moves_data)
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
-               "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "TORCHELASTIC_RUN_ID")
+               "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED",
+               "TORCHELASTIC_RUN_ID")
 # (backend, ranks) -> sizes; 1G only where 2 ranks stay well under the cgroup's limit
 CASES = {("mpi", 2): ("64M", "256M", "1G"), ("gloo", 2): ("64M", "256M", "1G"),
-         ("mpi-pickle", 2): ("64M", "256M", "512M"), ("mpi", 4): ("64M", "256M"), ("gloo", 4): ("64M", "256M"),
+         ("mpi-pickle", 2): ("64M", "256M", "512M"), ("mpi", 4): ("64M", "256M"),
+         ("gloo", 4): ("64M", "256M"),
          ("mpi-pickle", 4): ("64M", "256M")}
 QUICK = {k: tuple(s for s in v if s != "1G") for k, v in CASES.items() if k[1] == 2}
 
@@ -66,7 +68,8 @@ class Cgroup:
         self.version, parent = found
         self.path = Path(parent) / f"collbench-factors-{uuid.uuid4().hex[:8]}"
         self.path.mkdir()
-        (self.path / ("memory.limit_in_bytes" if self.version == 1 else "memory.max")).write_text(str(limit))
+        (self.path / ("memory.limit_in_bytes"
+                      if self.version == 1 else "memory.max")).write_text(str(limit))
 
     def enter(self) -> None:
         """preexec_fn: move the child into the cgroup before it runs anything."""
@@ -111,9 +114,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 ranks, 64M and 256M only")
     parser.add_argument("--only", default="", help="comma list of backends")
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
-    parser.add_argument("--limit", default="10G", help="memory limit of the cgroup each run happens in")
-    parser.add_argument("--no-cgroup", action="store_true", help="run without a cgroup (at your own risk)")
-    parser.add_argument("--from-log", metavar="FILE", help="print the summary of a saved output; run nothing")
+    parser.add_argument("--limit", default="10G",
+                        help="memory limit of the cgroup each run happens in")
+    parser.add_argument("--no-cgroup", action="store_true",
+                        help="run without a cgroup (at your own risk)")
+    parser.add_argument("--from-log", metavar="FILE",
+                        help="print the summary of a saved output; run nothing")
     opts = parser.parse_args()
     if opts.from_log:
         summary(from_log(opts.from_log))
@@ -135,29 +141,36 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as workdir:
             for (backend, n), sizes in cases.items():
-                base, err, _ = peaks(mpiexec, n, ["allreduce", "--backend", backend, "--sizes", "1K", *common],
+                base, err, _ = peaks(mpiexec, n,
+                                     ["allreduce", "--backend", backend, "--sizes", "1K", *common],
                                      workdir, cgroup)
                 if base is None:
                     raise SystemExit(f"base run of {backend} on {n} ranks failed:\n{err[-2000:]}")
-                print(f"{backend}, {n} ranks: base " + ", ".join(f"{b / 2**20:.0f}" for b in base) + " MiB",
-                      flush=True)
+                print(f"{backend}, {n} ranks: base " + ", ".join(f"{b / 2**20:.0f}" for b in base)
+                      + " MiB", flush=True)
                 for name in collectives:
                     coll = get_benchmark(name)
                     for size in sizes:
                         before = cgroup.oom_kills() if cgroup else 0
-                        got, err, wall = peaks(mpiexec, n, [name, "--backend", backend, "--sizes", size, *common],
+                        got, err, wall = peaks(mpiexec, n,
+                                               [name, "--backend", backend, "--sizes", size,
+                                                *common],
                                                workdir, cgroup)
                         send, recv = coll.lengths(parse_bytes(size) // 4 // n * n, n)
                         nominal = (send + recv) * 4
                         if got is None:
                             killed = cgroup is not None and cgroup.oom_kills() > before
-                            print(f"  {name:<14} {size:>5}: " + ("killed by the cgroup's OOM killer" if killed
-                                  else "failed (or skipped by the guard): " + err.strip().splitlines()[-1][:300]),
+                            print(f"  {name:<14} {size:>5}: "
+                                  + ("killed by the cgroup's OOM killer" if killed
+                                  else "failed (or skipped by the guard): "
+                                     + err.strip().splitlines()[-1][:300]),
                                   flush=True)
                             continue
                         rows.append((backend, n, name, nominal, got, base))
-                        print(f"  {name:<14} {size:>5}: peak " + ", ".join(f"{p / 2**20:.0f}" for p in got)
-                              + f" MiB; nominal send+recv {nominal / 2**20:.0f} MiB ({wall:.0f} s)", flush=True)
+                        print(f"  {name:<14} {size:>5}: peak "
+                              + ", ".join(f"{p / 2**20:.0f}" for p in got)
+                              + f" MiB; nominal send+recv {nominal / 2**20:.0f} MiB ({wall:.0f} s)",
+                              flush=True)
     finally:
         if cgroup:
             cgroup.remove()
@@ -178,24 +191,26 @@ def covering(rows: list, backend: str, name: str, roots: bool) -> float:
 
 def summary(rows: list) -> None:
     backends = [b for b in FAMILY if any(r[0] == b for r in rows)]
-    print(f"\nfactor covering every peak (root / others), with the work min({memory.WORK_BYTES / 2**20:.0f} MiB, "
-          f"{memory.WORK_PER_BYTE} x nominal):")
+    print("\nfactor covering every peak (root / others), with the work "
+          f"min({memory.WORK_BYTES / 2**20:.0f} MiB, {memory.WORK_PER_BYTE} x nominal):")
     print("| collective | " + " | ".join(backends) + " |")
     print("|---|" + "---|" * len(backends))
     for name in (c for c in COLLECTIVES if any(r[2] == c for r in rows)):
-        cells = [f"{covering(rows, b, name, True):.2f} / {covering(rows, b, name, False):.2f}" for b in backends]
+        cells = [f"{covering(rows, b, name, True):.2f} / {covering(rows, b, name, False):.2f}"
+                 for b in backends]
         print(f"| {name} | " + " | ".join(cells) + " |")
     worst = None
     for backend, n, name, nominal, got, base in rows:
         rooted = get_benchmark(name).rooted
         for rank, peak in enumerate(got):
-            need = base[rank] + memory.rank_need(name, FAMILY[backend], nominal, rooted and rank == 0)
+            need = base[rank] + memory.rank_need(name, FAMILY[backend], nominal,
+                                                 rooted and rank == 0)
             if worst is None or need / peak < worst[0]:
                 worst = (need / peak, backend, n, name, nominal, rank)
     if worst:
-        print(f"\nproduct estimate (base + memory.rank_need) / peak, smallest over {sum(len(r[4]) for r in rows)} "
-              f"rank peaks: {worst[0]:.2f} ({worst[1]}, {worst[2]} ranks, {worst[3]}, nominal "
-              f"{worst[4] / 2**20:.0f} MiB, rank {worst[5]})")
+        print("\nproduct estimate (base + memory.rank_need) / peak, smallest over "
+              f"{sum(len(r[4]) for r in rows)} rank peaks: {worst[0]:.2f} ({worst[1]}, {worst[2]} "
+              f"ranks, {worst[3]}, nominal {worst[4] / 2**20:.0f} MiB, rank {worst[5]})")
 
 
 def from_log(path: str) -> list:
@@ -204,7 +219,8 @@ def from_log(path: str) -> list:
     for line in Path(path).read_text().splitlines():
         head = re.match(r"(\S+), (\d+) ranks: base ([\d, ]+) MiB", line)
         if head:
-            backend, n, base = head.group(1), int(head.group(2)), [int(x) * 2**20 for x in head.group(3).split(",")]
+            backend, n, base = head.group(1), int(head.group(2)), [int(x) * 2**20
+                                                                   for x in head.group(3).split(",")]
             continue
         case = re.match(r"\s+(\w+)\s+\S+: peak ([\d, ]+) MiB; nominal send\+recv (\d+) MiB", line)
         if case:

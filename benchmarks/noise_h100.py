@@ -16,7 +16,8 @@ The files are those of ``../shared/data/h100`` (copies, samples cut to 8 per rou
 * with ``--runs``: over ten runs of the same sweep on the H100 (2026-11-27: ``nccl-all-2.json``
   and ``-3.json`` from two sessions, ``benchmarks/data/h100-runs/run-*.json`` back to back in a
   third, five rounds each), how often one run's 95% CI holds another run's p50 and the
-  geometric mean of the other nine runs' p50s, by kind of row, and what ``compare`` says of every ordered pair (an A/A test: the code is the same).
+  geometric mean of the other nine runs' p50s, by kind of row, and what ``compare`` says of every
+  ordered pair (an A/A test: the code is the same).
 
     python benchmarks/noise_h100.py                    # the code of this tree
     python benchmarks/noise_h100.py --repo /tmp/before # the code of another tree (before/after)
@@ -45,7 +46,8 @@ def scaled_copy(path: Path, factor: float, min_size: int, out: Path) -> Path:
     for row in doc["rows"]:
         if row["size_bytes"] < min_size:
             continue
-        for name in ("time_us_p50", "time_us_ci_low", "time_us_ci_high", "time_us_mean", "time_us_min", "time_us_p95",
+        for name in ("time_us_p50", "time_us_ci_low", "time_us_ci_high", "time_us_mean",
+                     "time_us_min", "time_us_p95",
                      "time_us_p99", "time_us_max", "time_us_rank_avg", "slowest_rank_us"):
             if row.get(name) is not None:
                 row[name] *= factor
@@ -80,8 +82,8 @@ def _big(c, verdict: str) -> str:
     big = [r for r in c.rows if r.field("size_bytes") >= M64]
     bandwidth = [r for r in big if r.field("collective") not in IN_PLACE]
     a, b = sum(r.verdict == verdict for r in bandwidth), sum(r.verdict == verdict for r in big)
-    return (f"{verdict} among rows >= 64M: {a} of {len(bandwidth)} bandwidth-bound ({a / len(bandwidth):.0%}), "
-            f"{b} of {len(big)} in all ({b / len(big):.0%})")
+    return (f"{verdict} among rows >= 64M: {a} of {len(bandwidth)} bandwidth-bound "
+            f"({a / len(bandwidth):.0%}), {b} of {len(big)} in all ({b / len(big):.0%})")
 
 
 def _kind(collective: str, size: int) -> str:
@@ -89,7 +91,8 @@ def _kind(collective: str, size: int) -> str:
         return "in place at one rank (torch's overhead alone)"
     if collective == "barrier":
         return "barrier"
-    return "bandwidth-bound (out of place, >= 64M)" if size >= M64 else "out of place, < 64M (torch's overhead)"
+    return ("bandwidth-bound (out of place, >= 64M)"
+            if size >= M64 else "out of place, < 64M (torch's overhead)")
 
 
 def run_to_run(paths: list, threshold: float) -> None:
@@ -100,7 +103,8 @@ def run_to_run(paths: list, threshold: float) -> None:
     from collbench.results.loader import load_result
 
     results = [load_result(p) for p in paths]
-    rows = [{(r.collective, r.size_bytes, r.timing): r for r in moderate_rows(x.rows)} for x in results]
+    rows = [{(r.collective, r.size_bytes, r.timing): r for r in moderate_rows(x.rows)}
+            for x in results]
     held: Counter = Counter()
     pairs: Counter = Counter()
     for a, mine in enumerate(rows):
@@ -111,7 +115,8 @@ def run_to_run(paths: list, threshold: float) -> None:
                 if key in theirs:
                     kind = _kind(key[0], key[1])
                     pairs[kind] += 1
-                    held[kind] += row.time_us_ci_low <= theirs[key].time_us_p50 <= row.time_us_ci_high
+                    held[kind] += (row.time_us_ci_low <= theirs[key].time_us_p50
+                                   <= row.time_us_ci_high)
     # What the other runs settle on: the geometric mean of their p50s (as benchmarks/coverage.py's
     # "next runs" line on the CPU). A 95% CI of the row's own time should hold it about 95% of
     # the time; a single other run's p50 carries that run's own error too, so a CI that is right
@@ -125,9 +130,10 @@ def run_to_run(paths: list, threshold: float) -> None:
             if len(others) >= 2:
                 kind = _kind(key[0], key[1])
                 rounds[kind] += 1
-                settled[kind] += row.time_us_ci_low <= math.exp(sum(others) / len(others)) <= row.time_us_ci_high
-    print(f"{len(paths)} runs: one run's 95% CI holds another's p50 (ideal about 83%) | what the others settle on "
-          f"(ideal 95%)")
+                settled[kind] += (row.time_us_ci_low <= math.exp(sum(others) / len(others))
+                                  <= row.time_us_ci_high)
+    print(f"{len(paths)} runs: one run's 95% CI holds another's p50 (ideal about 83%) | what the "
+          "others settle on (ideal 95%)")
     for kind in sorted(pairs):
         print(f"  {kind:<46} {held[kind]:>5}/{pairs[kind]:<5} {held[kind] / pairs[kind]:4.0%} | "
               f"{settled[kind]:>4}/{rounds[kind]:<4} {settled[kind] / max(rounds[kind], 1):4.0%}")
@@ -141,23 +147,27 @@ def run_to_run(paths: list, threshold: float) -> None:
             flagged.update(r.verdict for r in c.rows if r.verdict in ("slower", "faster"))
             exits += c.regression
     n = len(results) * (len(results) - 1)
-    print(f"compare of every ordered pair at {threshold:.0%} (A/A): rows slower {flagged['slower']}, faster "
-          f"{flagged['faster']} of {total} ({(flagged['slower'] + flagged['faster']) / total:.2%}); comparisons "
-          f"exiting 1: {exits}/{n}")
+    print(f"compare of every ordered pair at {threshold:.0%} (A/A): rows slower "
+          f"{flagged['slower']}, faster {flagged['faster']} of {total} "
+          f"({(flagged['slower'] + flagged['faster']) / total:.2%}); comparisons exiting 1: "
+          f"{exits}/{n}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(HERE / "tests" / "data" / "h100"), help="folder of the H100 files")
+    parser.add_argument("--data", default=str(HERE / "tests" / "data" / "h100"),
+                        help="folder of the H100 files")
     parser.add_argument("--repo", default=str(HERE), help="the collbench tree whose code to run")
     parser.add_argument("--threshold", type=float, default=0.05)
-    parser.add_argument("--runs", action="store_true", help="run to run over the ten H100 runs of 2026-11-27")
+    parser.add_argument("--runs", action="store_true",
+                        help="run to run over the ten H100 runs of 2026-11-27")
     args = parser.parse_args()
     sys.path.insert(0, args.repo)
     if args.runs:
         here = Path(args.data)
         run_to_run([here / "nccl-all-2.json", here / "nccl-all-3.json",
-                    *sorted((HERE / "benchmarks" / "data" / "h100-runs").glob("run-*.json"))], args.threshold)
+                    *sorted((HERE / "benchmarks" / "data" / "h100-runs").glob("run-*.json"))],
+                   args.threshold)
         return 0
     from collbench.analysis.compare import compare_runs
     from collbench.results.aggregate import moderate_rows
@@ -168,10 +178,11 @@ def main() -> int:
     rebuilt = moderate_rows(nccl.rows)
     for label, rows in (("as written", nccl.rows), ("rebuilt", rebuilt)):
         row = next(r for r in rows if r.collective == "allgather" and r.size_bytes == 1 << 30)
-        print(f"allgather 1G {label}: {row.time_us_p50:.1f} µs, 95% CI {row.time_us_ci_low:.1f}–"
-              f"{row.time_us_ci_high:.1f} ({row.time_us_ci_low / row.time_us_p50 - 1:+.2%} "
-              f"{row.time_us_ci_high / row.time_us_p50 - 1:+.2%}); ‡ on {sum(r.rounds_disagree for r in rows)} "
-              f"of {len(rows)} rows")
+        print(f"allgather 1G {label}: {row.time_us_p50:.1f} µs, 95% CI "
+              f"{row.time_us_ci_low:.1f}–{row.time_us_ci_high:.1f} "
+              f"({row.time_us_ci_low / row.time_us_p50 - 1:+.2%} "
+              f"{row.time_us_ci_high / row.time_us_p50 - 1:+.2%}); ‡ on "
+              f"{sum(r.rounds_disagree for r in rows)} of {len(rows)} rows")
     itself = compare_runs(nccl, nccl, threshold=args.threshold)
     print(f"compare nccl-all nccl-all at {args.threshold:.0%}: {_summary(itself)}")
     print(f"  {_big(itself, 'same')}")
@@ -184,9 +195,12 @@ def main() -> int:
     for r in c.rows:
         if r.field("size_bytes") >= M64 and r.verdict != "slower":
             print(f"    {r.field('collective')} {r.field('size_bytes') >> 20}M: {r.verdict}, CI "
-                  f"{r.change_low:+.1%}…{r.change_high:+.1%}, rounds {r.rounds_baseline}/{r.rounds_new}")
-    ar = compare_runs(load_result(data / "cb-ar-1.json"), load_result(data / "cb-ar-2.json"), threshold=args.threshold)
-    print(f"compare cb-ar-1 cb-ar-2 at {args.threshold:.0%}: {_summary(ar)}; drift: {ar.drift_source}")
+                  f"{r.change_low:+.1%}…{r.change_high:+.1%}, rounds "
+                  f"{r.rounds_baseline}/{r.rounds_new}")
+    ar = compare_runs(load_result(data / "cb-ar-1.json"), load_result(data / "cb-ar-2.json"),
+                      threshold=args.threshold)
+    print(f"compare cb-ar-1 cb-ar-2 at {args.threshold:.0%}: {_summary(ar)}; drift: "
+          f"{ar.drift_source}")
     for warning in ar.warnings:
         print(f"  warning: {warning}")
     return 0

@@ -50,7 +50,8 @@ from collbench.measure.sizes import format_size, parse_bytes
 HERE = Path(__file__).resolve().parent
 RANKS = 2
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
-               "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "TORCHELASTIC_RUN_ID",
+               "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED",
+               "TORCHELASTIC_RUN_ID",
                "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
 FORBIDDEN = ("torch", "matplotlib")
 
@@ -86,11 +87,12 @@ def collbench_cmd(*args) -> list:
 def run(cmd, *, cwd, env=None, timeout=600) -> tuple:
     """Run cmd; (CompletedProcess, wall seconds). A failure stops the benchmark loudly."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env or clean_env(), capture_output=True, text=True,
+                          timeout=timeout)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
-                         f"{proc.stderr[-3000:]}")
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): "
+                         f"{' '.join(map(str, cmd))}\n{proc.stderr[-3000:]}")
     return proc, wall
 
 
@@ -145,7 +147,8 @@ def harness_cost(n: int, repeats: int) -> None:
         out: list = []
         k = 1000
         t0 = clock()
-        ThroughputSampler(SamplerContext(bound, _noop, _noop, k, None, None, 0, True)).take(n // k, out)
+        ThroughputSampler(SamplerContext(bound, _noop, _noop, k, None, None, 0,
+                                         True)).take(n // k, out)
         return (clock() - t0) / (n // k * k)
 
     floor_samples: list = []
@@ -154,7 +157,8 @@ def harness_cost(n: int, repeats: int) -> None:
     def measure(settings):
         def once():
             t0 = clock()
-            m = harness.measure(bound, bench=get_benchmark("allreduce"), roles=Roles(), barrier=_noop, sync=_noop,
+            m = harness.measure(bound, bench=get_benchmark("allreduce"), roles=Roles(),
+                                barrier=_noop, sync=_noop,
                                 control=LocalControl(), settings=settings)
             once.iterations = m.iterations
             return (clock() - t0) / m.iterations
@@ -185,21 +189,26 @@ def harness_cost(n: int, repeats: int) -> None:
     show("measure(), adaptive, never converging", a_best, a_med,
          note=f"  {adaptive.iterations:,} iterations, every stop-rule round to max-time 0.2 s")
     cost = (l_best - e_best) * ns
-    record("harness cost per iteration", f"{cost:.0f} ns", f"< {HARNESS_NS_MAX:.0f} ns", cost < HARNESS_NS_MAX)
+    record("harness cost per iteration", f"{cost:.0f} ns", f"< {HARNESS_NS_MAX:.0f} ns",
+           cost < HARNESS_NS_MAX)
     record("timed-window floor", f"{floor:.0f} ns", "(info)", None)
-    record("measure() per iteration, adaptive", f"{a_best * ns:.0f} ns", f"< {HARNESS_NS_MAX:.0f} ns",
+    record("measure() per iteration, adaptive", f"{a_best * ns:.0f} ns",
+           f"< {HARNESS_NS_MAX:.0f} ns",
            a_best * ns < HARNESS_NS_MAX)
 
 
-# 2. Harness against a bare loop ---------------------------------------------------------------------
+# 2. Harness against a bare loop
+#    ---------------------------------------------------------------------
 
 def side_by_side(mpiexec: str, pairs: int, workdir: str) -> None:
     backends = ["mpi", "mpi-pickle"] + (["gloo"] if importlib.util.find_spec("torch") else [])
     section(f"2. harness against a bare loop: allreduce, {RANKS} ranks, latency mode, "
             f"{pairs} A/B pairs of ~10 ms blocks ({', '.join(backends)})")
     env = clean_env()
-    cmd = mpiexec_command(mpiexec, RANKS, [sys.executable, str(HERE / "_side_by_side.py"), "--pairs", str(pairs),
-                                           "--backends", ",".join(backends), "--sizes", "8,1048576"], env)
+    cmd = mpiexec_command(mpiexec, RANKS,
+                          [sys.executable, str(HERE / "_side_by_side.py"), "--pairs", str(pairs),
+                                           "--backends", ",".join(backends), "--sizes",
+                           "8,1048576"], env)
     proc, wall = run(cmd, cwd=workdir, env=env)
     print(f"  {'backend':<11} {'size':>5} {'block':>5}  {'harness p50 µs [95% CI]':>26}  "
           f"{'bare p50 µs [95% CI]':>26}  {'ratio':>6}  {'pooled':>6}  pair ratios (min, quartiles, max)")
@@ -219,12 +228,15 @@ def side_by_side(mpiexec: str, pairs: int, workdir: str) -> None:
               f"{case['bare_us']:>9.2f} [{b_lo:>6.2f}, {b_hi:>6.2f}]  {case['ratio']:>6.3f}  "
               f"{case['pooled_ratio']:>6.3f}  " + " ".join(f"{r:.2f}" for r in spread))
         record(f"{case['backend']} {size} harness / bare", f"{case['ratio']:.3f}",
-               f"{1 - RATIO_TOLERANCE:.2f}–{1 + RATIO_TOLERANCE:.2f}", abs(case["ratio"] - 1) <= RATIO_TOLERANCE)
-    print("  block = samples per block on each side; ratio = median over pairs of (harness median / bare median);"
-          f"\n  pooled = median of all harness samples / median of all bare samples ({wall:.0f} s)")
+               f"{1 - RATIO_TOLERANCE:.2f}–{1 + RATIO_TOLERANCE:.2f}",
+               abs(case["ratio"] - 1) <= RATIO_TOLERANCE)
+    print("  block = samples per block on each side; ratio = median over pairs of (harness median "
+          "/ bare median);\n  pooled = median of all harness samples / median of all bare samples "
+          f"({wall:.0f} s)")
 
 
-# 3. Start-up ------------------------------------------------------------------------------------------
+# 3. Start-up
+#    ------------------------------------------------------------------------------------------
 
 def imported_modules(stderr: str) -> list:
     """Module names from -X importtime lines (all processes mixed)."""
@@ -246,12 +258,15 @@ def startup(workdir: str, repeats: int) -> None:
     proc, _ = run([sys.executable, "-X", "importtime", "-m", "collbench", "--help"], cwd=workdir)
     names = imported_modules(proc.stderr)
     bad = forbidden_in(names)
-    print(f"  collbench --help imports {len(names)} modules; torch/matplotlib among them: {bad or 'none'}")
+    print(f"  collbench --help imports {len(names)} modules; torch/matplotlib among them: "
+          f"{bad or 'none'}")
     record("--help imports torch/matplotlib", ", ".join(bad) or "no", "no", not bad)
 
     env = clean_env(PYTHONPROFILEIMPORTTIME="1")
-    proc, _ = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", "mpi,mpi-pickle", "--sizes", "8",
-                                "--iters", "5", "--rounds", "1", "--no-save", "-q"), cwd=workdir, env=env)
+    proc, _ = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", "mpi,mpi-pickle",
+                                "--sizes", "8",
+                                "--iters", "5", "--rounds", "1", "--no-save", "-q"), cwd=workdir,
+                  env=env)
     names = imported_modules(proc.stderr)
     processes = names.count("mpi4py.MPI")          # imported by the ranks only, once each
     bad = forbidden_in(names)
@@ -266,8 +281,8 @@ def startup(workdir: str, repeats: int) -> None:
     help_cmd = [str(console), "--help"] if console.exists() else collbench_cmd("--help")
     walls = [run(help_cmd, cwd=workdir)[1] for _ in range(max(5, repeats))]
     help_s = statistics.median(walls)
-    print(f"  `{Path(help_cmd[0]).name} --help` wall: median {help_s * 1e3:.0f} ms, best {min(walls) * 1e3:.0f} ms"
-          f" over {len(walls)} runs")
+    print(f"  `{Path(help_cmd[0]).name} --help` wall: median {help_s * 1e3:.0f} ms, best "
+          f"{min(walls) * 1e3:.0f} ms over {len(walls)} runs")
     record("collbench --help wall time", f"{help_s * 1e3:.0f} ms", f"< {HELP_S_MAX * 1e3:.0f} ms",
            help_s < HELP_S_MAX)
 
@@ -281,9 +296,9 @@ def startup(workdir: str, repeats: int) -> None:
             firsts.append(first)
             walls.append(wall)
         first_s = statistics.median(firsts)
-        print(f"  launch to first timed iteration, `collbench allreduce -n {RANKS} --backend {backend} --sizes 8`"
-              f" ({how}): median {first_s:.2f} s (range {min(firsts):.2f}–{max(firsts):.2f});"
-              f" whole run {statistics.median(walls):.2f} s")
+        print(f"  launch to first timed iteration, `collbench allreduce -n {RANKS} --backend "
+              f"{backend} --sizes 8` ({how}): median {first_s:.2f} s (range "
+              f"{min(firsts):.2f}–{max(firsts):.2f}); whole run {statistics.median(walls):.2f} s")
         record(f"launch to first timed iteration ({backend})", f"{first_s:.2f} s", "(info)", None)
 
 
@@ -305,20 +320,26 @@ def probe_plugin(workdir: str) -> str:
 def time_to_first_iteration(backend: str, workdir: str) -> tuple:
     """Seconds from starting collbench to the last rank's first timed iteration, as the probe
     backend of that name (``probe-mpi``, ``probe-gloo``) reports it."""
-    path = os.pathsep.join(p for p in (probe_plugin(workdir), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (probe_plugin(workdir), os.environ.get("PYTHONPATH", ""))
+                           if p)
     env = clean_env(PYTHONPATH=path, PROBE_CALL="2")
     start = time.time()
-    proc, wall = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", f"probe-{backend}", "--sizes", "8",
-                                   "--iters", "5", "--warmup", "0", "--rounds", "1", "--no-save", "-q"),
+    proc, wall = run(collbench_cmd("allreduce", "-n", str(RANKS), "--backend", f"probe-{backend}",
+                                   "--sizes", "8",
+                                   "--iters", "5", "--warmup", "0", "--rounds", "1", "--no-save",
+                                   "-q"),
                      cwd=workdir, env=env)
-    stamps = [float(m) for m in re.findall(r"collbench-probe: rank \d+ first timed iteration at ([0-9.]+)",
+    stamps = [float(m) for m in re.findall(r"collbench-probe: rank \d+ first timed iteration at "
+                                           r"([0-9.]+)",
                                            proc.stderr)]
     if len(stamps) != RANKS:
-        raise SystemExit(f"start-up probe: expected {RANKS} probe lines, got {len(stamps)}:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"start-up probe: expected {RANKS} probe lines, got "
+                         f"{len(stamps)}:\n{proc.stderr[-2000:]}")
     return max(stamps) - start, wall
 
 
-# 4. Sweep time ---------------------------------------------------------------------------------------
+# 4. Sweep time
+#    ---------------------------------------------------------------------------------------
 
 def sweep(workdir: str) -> None:
     section(f"4. sweep time: collbench all -n {RANKS} --backend mpi --sizes 8-1M")
@@ -327,31 +348,37 @@ def sweep(workdir: str) -> None:
     _, wall = run(collbench_cmd(*base, "--sizes", "8-1M", "-o", str(adaptive)), cwd=workdir)
     rows = json.loads(adaptive.read_text())["rows"]
     reached = sum(r["precision_reached"] for r in rows)
-    missed = [f"{r['collective']} {format_size(r['size_bytes'])}" for r in rows if not r["precision_reached"]]
+    missed = [f"{r['collective']} {format_size(r['size_bytes'])}" for r in rows
+              if not r["precision_reached"]]
     iters = sum(r["iterations"] for r in rows)
-    print(f"  adaptive (defaults: {rows[0]['rounds']} rounds, precision 2 %, max-time 1 s): {wall:.1f} s, {len(rows)} rows, "
-          f"{reached} reached precision, {iters:,} timed iterations")
+    print(f"  adaptive (defaults: {rows[0]['rounds']} rounds, precision 2 %, max-time 1 s): "
+          f"{wall:.1f} s, {len(rows)} rows, {reached} reached precision, {iters:,} timed iterations")
     if missed:
         print("    not reached: " + ", ".join(missed))
     fixed_wall, fixed_rows = 0.0, []
     for sizes, iters_n, warmup in (("8-4K", 1000, 200), ("8K-1M", 100, 10)):
         path = Path(workdir, f"osu-{iters_n}.json")
-        _, w = run(collbench_cmd(*base, "--sizes", sizes, "--iters", str(iters_n), "--warmup", str(warmup),
-                                 "--rounds", "1", "-o", str(path)), cwd=workdir)
+        _, w = run(collbench_cmd(*base, "--sizes", sizes, "--iters", str(iters_n), "--warmup",
+                                 str(warmup), "--rounds", "1", "-o", str(path)), cwd=workdir)
         fixed_wall += w
         fixed_rows += json.loads(path.read_text())["rows"]
     fixed_reached = sum(r["precision_reached"] for r in fixed_rows)
-    print(f"  fixed OSU-like counts (1000 iterations + 200 warm-up below 8 KiB, 100 + 10 from 8 KiB; "
-          f"two runs): {fixed_wall:.1f} s, {len(fixed_rows)} rows, {fixed_reached} reached precision")
+    print("  fixed OSU-like counts (1000 iterations + 200 warm-up below 8 KiB, 100 + 10 from 8 "
+          f"KiB; two runs): {fixed_wall:.1f} s, {len(fixed_rows)} rows, {fixed_reached} reached "
+          "precision")
     print(f"  adaptive / fixed wall time: {wall / fixed_wall:.2f}")
-    record("sweep wall time, adaptive", f"{wall:.1f} s", f"< {SWEEP_S_MAX:.0f} s", wall < SWEEP_S_MAX)
-    record("rows reaching precision, adaptive", f"{reached}/{len(rows)}", f">= {SWEEP_REACHED_MIN:.0%}",
+    record("sweep wall time, adaptive", f"{wall:.1f} s", f"< {SWEEP_S_MAX:.0f} s",
+           wall < SWEEP_S_MAX)
+    record("rows reaching precision, adaptive", f"{reached}/{len(rows)}",
+           f">= {SWEEP_REACHED_MIN:.0%}",
            reached >= SWEEP_REACHED_MIN * len(rows))
-    record("sweep wall time, fixed OSU-like", f"{fixed_wall:.1f} s ({fixed_reached}/{len(fixed_rows)} reached)",
+    record("sweep wall time, fixed OSU-like",
+           f"{fixed_wall:.1f} s ({fixed_reached}/{len(fixed_rows)} reached)",
            "(info)", None)
 
 
-# 5. Memory ------------------------------------------------------------------------------------------
+# 5. Memory
+#    ------------------------------------------------------------------------------------------
 
 def peak_rss(mpiexec: str, args: list, workdir: str) -> tuple:
     """(peak RSS in bytes of each rank, wall seconds, stderr) of collbench ARGS under mpiexec."""
@@ -360,19 +387,22 @@ def peak_rss(mpiexec: str, args: list, workdir: str) -> tuple:
     proc, wall = run(cmd, cwd=workdir, env=env)
     found = re.findall(r"peak-rss: rank (\S+) vmhwm_kib (\d+)", proc.stderr)
     if len(found) != RANKS:
-        raise SystemExit(f"peak RSS: expected {RANKS} lines, got {len(found)}:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"peak RSS: expected {RANKS} lines, got "
+                         f"{len(found)}:\n{proc.stderr[-2000:]}")
     return [int(kib) * 1024 for _, kib in sorted(found)], wall, proc.stderr
 
 
 def memory(mpiexec: str, workdir: str, top: str) -> None:
     section(f"5. memory: peak RSS per rank, --sizes 1K-{top} --iters 3, check on")
     mib = 2 ** 20
-    base, _, _ = peak_rss(mpiexec, ["allreduce", "--sizes", "1K", "--iters", "3", "--rounds", "1", "--no-save", "-q"],
+    base, _, _ = peak_rss(mpiexec, ["allreduce", "--sizes", "1K", "--iters", "3", "--rounds", "1",
+                                    "--no-save", "-q"],
                           workdir)
     print(f"  baseline (allreduce at 1K only): {max(base) / mib:.0f} MiB per rank")
     largest = parse_bytes(top)
     for name in ("allreduce", "alltoall"):
-        peaks, wall, err = peak_rss(mpiexec, [name, "--sizes", f"1K-{top}", "--iters", "3", "--rounds", "1",
+        peaks, wall, err = peak_rss(mpiexec,
+                                    [name, "--sizes", f"1K-{top}", "--iters", "3", "--rounds", "1",
                                               "--no-save", "-q"],
                                     workdir)
         if "skipped" in err:
@@ -380,14 +410,16 @@ def memory(mpiexec: str, workdir: str, top: str) -> None:
         send, recv = get_benchmark(name).lengths(largest // 4, RANKS)
         buffers = (send + recv) * 4
         ratio = max(peaks) / buffers
-        print(f"  {name:<9}: peak " + ", ".join(f"rank {r} {p / mib:.0f} MiB" for r, p in enumerate(peaks))
+        print(f"  {name:<9}: peak "
+              + ", ".join(f"rank {r} {p / mib:.0f} MiB" for r, p in enumerate(peaks))
               + f"; largest buffer set (send + receive, {format_size(largest)}) {buffers / mib:.0f} MiB;"
               f" ratio {ratio:.2f} ({wall:.0f} s)")
         record(f"peak RSS / buffers, {name}", f"{ratio:.2f}x", f"<= {MEMORY_FACTOR_MAX:.0f}x",
                ratio <= MEMORY_FACTOR_MAX)
 
 
-# Report ----------------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------------
 
 def machine() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -402,8 +434,9 @@ def machine() -> str:
                             "print(MPI.Get_library_version().strip().splitlines()[0])"],
                            capture_output=True, text=True, env=clean_env(), timeout=60)
     library = " ".join(probe.stdout.split()) or "MPI library unknown"
-    return (f"{cpu_model()}, {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}, "
-            f"{library}, mpi4py {package('mpi4py')}, numpy {package('numpy')}, torch {package('torch')}")
+    return (f"{cpu_model()}, {os.cpu_count()} cores, {platform.platform()}; Python "
+            f"{platform.python_version()}, {library}, mpi4py {package('mpi4py')}, numpy "
+            f"{package('numpy')}, torch {package('torch')}")
 
 
 def summary(started: float) -> int:
@@ -429,10 +462,14 @@ LOAD_BEFORE = ""
 def main() -> int:
     global LOAD_BEFORE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions (about half the time)")
-    parser.add_argument("--pairs", type=int, help="A/B pairs per harness-vs-bare case [default: 40, quick 20]")
-    parser.add_argument("--only", default="1,2,3,4,5", help="comma list of sections to run, e.g. 2,5")
-    parser.add_argument("--memory-top", default="256M", help="largest size of the memory figure [256M]")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repetitions (about half the time)")
+    parser.add_argument("--pairs", type=int,
+                        help="A/B pairs per harness-vs-bare case [default: 40, quick 20]")
+    parser.add_argument("--only", default="1,2,3,4,5",
+                        help="comma list of sections to run, e.g. 2,5")
+    parser.add_argument("--memory-top", default="256M",
+                        help="largest size of the memory figure [256M]")
     args = parser.parse_args()
     started = time.perf_counter()
     LOAD_BEFORE = " ".join(f"{x:.2f}" for x in os.getloadavg())

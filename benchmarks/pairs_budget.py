@@ -37,7 +37,8 @@ def main() -> int:
     root = Path(__file__).resolve().parents[1]
     took = []
     for i in range(args.times):
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", TEST],
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                               TEST],
                               cwd=root, capture_output=True, text=True)
         found = SAID.search(proc.stdout)
         if proc.returncode != 0 or found is None:
@@ -45,10 +46,11 @@ def main() -> int:
             print(f"run {i + 1}: the test did not pass (exit {proc.returncode}):\n{tail}")
             return 1
         took.append(float(found.group(1)))
-        print(f"run {i + 1}: {took[-1]:.1f} s including launch; node3 named, slow pairs' windows shrunk")
+        print(f"run {i + 1}: {took[-1]:.1f} s including launch; node3 named, slow pairs' windows "
+              "shrunk")
     worst = max(took)
-    print(f"{len(took)} runs: {min(took):.1f} to {worst:.1f} s (target: at most {TARGET_S:.0f} s) -> "
-          f"{'ok' if worst <= TARGET_S else 'MISSED'}")
+    print(f"{len(took)} runs: {min(took):.1f} to {worst:.1f} s (target: at most {TARGET_S:.0f} s) "
+          f"-> {'ok' if worst <= TARGET_S else 'MISSED'}")
     return 0 if worst <= TARGET_S else 1
 
 

@@ -40,7 +40,8 @@ from collbench.live.files import EVERY_SIZE_ROWS
 from collbench.live.output import Output, OutputSettings
 
 LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
-               "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "TORCHELASTIC_RUN_ID")
+               "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED",
+               "TORCHELASTIC_RUN_ID")
 FLAT_FACTOR = 2.0
 
 
@@ -53,9 +54,12 @@ def in_process(sizes: int, folder: Path) -> bool:
     for i in range(sizes):
         size = 4 * (i + 1)
         identity = RowIdentity(**with_older(dict(
-            collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2, ranks_per_node=2,
-            size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency", bus_factor=1.0)))
-        data = round_data(1, rng.lognormal(3, 0.2, 20), [20.0, 21.0], precision_reached=False, check="ok")
+            collective="allreduce", backend="mpi", dtype="float32", op="sum", world_size=2,
+            ranks_per_node=2,
+            size_bytes=size, per_rank_bytes=size, count=size // 4, timing="latency",
+            bus_factor=1.0)))
+        data = round_data(1, rng.lognormal(3, 0.2, 20), [20.0, 21.0], precision_reached=False,
+                          check="ok")
         started = time.perf_counter()
         out.add(identity, (0, 0, size, 0), data)
         costs.append(time.perf_counter() - started)
@@ -68,8 +72,8 @@ def in_process(sizes: int, folder: Path) -> bool:
     for k in range(0, sizes, step):
         chunk = costs[k:k + step]
         medians.append(statistics.median(chunk))
-        print(f"   {k + 1:>6}-{k + len(chunk):<6} {medians[-1] * 1e6:9.1f} / {statistics.fmean(chunk) * 1e6:9.1f} / "
-              f"{max(chunk) * 1e6:9.1f}")
+        print(f"   {k + 1:>6}-{k + len(chunk):<6} {medians[-1] * 1e6:9.1f} / "
+              f"{statistics.fmean(chunk) * 1e6:9.1f} / {max(chunk) * 1e6:9.1f}")
     rows = len(json.loads((folder / "r.json").read_text())["rows"])
     total = sum(costs)
     print(f"   total {total:.2f} s for {sizes} sizes, final write {final * 1e3:.0f} ms, "
@@ -81,18 +85,21 @@ def in_process(sizes: int, folder: Path) -> bool:
     # the first thousand, rewrites included (mean), against the second thousand's median.
     steady = medians[1] if len(medians) > 1 else medians[0]
     later = statistics.fmean(costs[step:]) if len(costs) > step else steady
-    flat = medians[-1] <= FLAT_FACTOR * max(steady, 1e-6) and later <= FLAT_FACTOR * max(steady, 1e-6)
-    print(f"   median size, last thousand / second thousand: {medians[-1] / steady:.2f}; every size after the first "
-          f"thousand, rewrites included (mean) / second thousand's median: {later / steady:.2f} (targets <= "
-          f"{FLAT_FACTOR:g}); every size rewrites the files up to {EVERY_SIZE_ROWS} rows: at most "
-          f"{max(costs[:EVERY_SIZE_ROWS]) * 1e3:.1f} ms then")
+    flat = (medians[-1] <= FLAT_FACTOR * max(steady, 1e-6)
+            and later <= FLAT_FACTOR * max(steady, 1e-6))
+    print(f"   median size, last thousand / second thousand: {medians[-1] / steady:.2f}; every size "
+          "after the first thousand, rewrites included (mean) / second thousand's median: "
+          f"{later / steady:.2f} (targets <= {FLAT_FACTOR:g}); every size rewrites the files up to "
+          f"{EVERY_SIZE_ROWS} rows: at most {max(costs[:EVERY_SIZE_ROWS]) * 1e3:.1f} ms then")
     return flat and rows == sizes
 
 
 def end_to_end(sizes: int, folder: Path) -> bool:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    cmd = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", f"4-{4 * sizes}:+4", "--iters", "1",
-           "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "0", "-q", "-o", "r.json", "-o", "r.csv"]
+    cmd = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+           f"4-{4 * sizes}:+4", "--iters", "1",
+           "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "0", "-q", "-o", "r.json",
+           "-o", "r.csv"]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=folder, env=env, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=1800)
@@ -110,7 +117,8 @@ def end_to_end(sizes: int, folder: Path) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-end-to-end", action="store_true")
     args = parser.parse_args()

@@ -36,7 +36,8 @@ PHASES = ("timed", "check", "setup")
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None, help="--rounds for the command (default: its own)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="--rounds for the command (default: its own)")
     parser.add_argument("command", nargs="*", help=f"the collbench command (default: {DEFAULT})")
     args = parser.parse_args()
     command = args.command or DEFAULT.split()
@@ -47,7 +48,8 @@ def main() -> int:
             cmd += ["--rounds", str(args.rounds)]
         print("$ collbench " + " ".join(cmd[3:]), flush=True)
         started = time.monotonic()
-        done = subprocess.run(cmd, env={**os.environ, "COLUMNS": "100"}, capture_output=True, text=True)
+        done = subprocess.run(cmd, env={**os.environ, "COLUMNS": "100"}, capture_output=True,
+                              text=True)
         wall = time.monotonic() - started
         if done.returncode != 0:
             print(done.stdout + done.stderr)
@@ -65,7 +67,8 @@ def main() -> int:
         parts["rest"] = float(record["seconds"]) - sum(parts.values())
         for p, v in parts.items():
             totals[p] += v
-        print(f"{record['round']:>5} {record['seconds']:>8.1f} " + " ".join(f"{parts[p]:>7.1f}" for p in totals))
+        print(f"{record['round']:>5} {record['seconds']:>8.1f} "
+              + " ".join(f"{parts[p]:>7.1f}" for p in totals))
     in_rounds = sum(float(r["seconds"]) for r in rounds)
     totals["launch"] = wall - in_rounds
     print("\nshare of the wall time:")

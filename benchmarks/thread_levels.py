@@ -37,11 +37,14 @@ def collect(folder: Path, args) -> None:
         if path.exists():
             print(f"{path.name}: kept", flush=True)
             continue
-        cmd = [sys.executable, "-m", "collbench", "all", "-n", "2", "--sizes", args.sizes, "--rounds",
-               str(args.rounds), "--thread-level", "single,multiple", "--bind", bind, "-q", "-o", str(path)]
+        cmd = [sys.executable, "-m", "collbench", "all", "-n", "2", "--sizes", args.sizes,
+               "--rounds",
+               str(args.rounds), "--thread-level", "single,multiple", "--bind", bind, "-q", "-o",
+               str(path)]
         if load == "pinned":
             cmd = ["taskset", "-c", "0"] + cmd
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if load == "busy" else 0)]
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(2 if load == "busy" else 0)]
         start = time.monotonic()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -56,7 +59,8 @@ def collect(folder: Path, args) -> None:
 def _rows(path: Path) -> dict:
     """(collective, size, level) -> the row's round medians."""
     doc = json.loads(path.read_text())
-    return {(r["collective"], r["size_bytes"], r["thread_level"]): [d["time_us_p50"] for d in r["round_details"]]
+    return {(r["collective"], r["size_bytes"], r["thread_level"]): [d["time_us_p50"]
+                                                                    for d in r["round_details"]]
             for r in doc["rows"] if r.get("thread_level") and r.get("round_details")}
 
 
@@ -66,7 +70,8 @@ def _slow_share(medians: list, slow: float) -> float:
 
 
 def _cv(medians: list) -> float:
-    return statistics.stdev(medians) / statistics.mean(medians) if len(medians) > 1 else float("nan")
+    return (statistics.stdev(medians) / statistics.mean(medians)
+            if len(medians) > 1 else float("nan"))
 
 
 def _collected(folder: Path):
@@ -78,8 +83,10 @@ def _collected(folder: Path):
 
 
 def analyse(folder: Path, slow: float) -> None:
-    print(f"rows whose rounds sat in a slow state (a fifth of them or more above {slow:g}x the row's fastest)")
-    print(f"{'job':12} {'level':9} {'rows':>5} {'two-level':>10} {'median cv':>10} {'p50 single/multiple':>20}")
+    print(f"rows whose rounds sat in a slow state (a fifth of them or more above {slow:g}x the "
+          "row's fastest)")
+    print(f"{'job':12} {'level':9} {'rows':>5} {'two-level':>10} {'median cv':>10} "
+          f"{'p50 single/multiple':>20}")
     for job, rows in _collected(folder):
         ratios = []
         for (coll, size, level), medians in rows.items():
@@ -90,8 +97,10 @@ def analyse(folder: Path, slow: float) -> None:
             mine = [m for (c, s, lv), m in rows.items() if lv == level]
             two = sum(_slow_share(m, slow) >= 0.2 for m in mine)
             cv = statistics.median(_cv(m) for m in mine)
-            ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
-            print(f"{job:12} {level:9} {len(mine):5d} {two:10d} {cv:10.1%} {ratio if level == 'single' else '':>20}")
+            ratio = (f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                     if ratios else "-")
+            print(f"{job:12} {level:9} {len(mine):5d} {two:10d} {cv:10.1%} "
+                  f"{ratio if level == 'single' else '':>20}")
     print()
     print("the rows named as two-level: share of rounds in a slow state, single / multiple")
     for job, rows in _collected(folder):
@@ -110,9 +119,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="128,32K,64K,256K,1M")
     parser.add_argument("--rounds", type=int, default=10, help="rounds at each level")
     parser.add_argument("--jobs", default=",".join(JOBS))
-    parser.add_argument("--slow", type=float, default=1.4, help="a round this many times its row's fastest is slow")
+    parser.add_argument("--slow", type=float, default=1.4,
+                        help="a round this many times its row's fastest is slow")
     parser.add_argument("--out", help="folder for the files [default: a new temporary folder]")
-    parser.add_argument("--analyse", metavar="DIR", help="only analyse the files collected earlier in DIR")
+    parser.add_argument("--analyse", metavar="DIR",
+                        help="only analyse the files collected earlier in DIR")
     args = parser.parse_args()
     if args.analyse:
         analyse(Path(args.analyse), args.slow)

@@ -40,7 +40,8 @@ def _out_of_memory() -> None:
 def main(argv=None) -> None:
     interrupt_on_signals()
     _one_blas_thread()
-    if not _room_to_load():          # a limit (ulimit -v) too low to load numpy: said before it is tried
+    # a limit (ulimit -v) too low to load numpy: said before it is tried
+    if not _room_to_load():
         _out_of_memory()
     try:
         from collbench.cli.app import main as run

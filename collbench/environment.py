@@ -88,10 +88,12 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 #: Prefixes of the variables by which a user tunes the MPI library and its transports: named in
 #: the line about a start-up that failed, since a bad value fails it (``UCX_TLS=bogus``).
-LIBRARY_PREFIXES = ("UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "I_MPI_", "OMPI_MCA_", "PMIX_MCA_", "HYDRA_")
+LIBRARY_PREFIXES = ("UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "I_MPI_", "OMPI_MCA_", "PMIX_MCA_",
+                    "HYDRA_")
 
 
 def library_settings(env) -> list:
     """"NAME=value" of each variable in ``env`` that tunes the MPI library (LIBRARY_PREFIXES)."""
-    return [f"{name}={value}" for name, value in sorted(env.items()) if name.startswith(LIBRARY_PREFIXES)]
+    return [f"{name}={value}" for name, value in sorted(env.items())
+            if name.startswith(LIBRARY_PREFIXES)]
 

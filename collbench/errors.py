@@ -52,7 +52,8 @@ def address_limit() -> str:
         soft = line.split()[3]
     except (OSError, MemoryError, IndexError):
         soft = ""
-    return f"ulimit -v is {int(soft) // 1024} KiB: raise it" if soft.isdigit() else "a limit such as ulimit -v is too low"
+    return (f"ulimit -v is {int(soft) // 1024} KiB: raise it"
+            if soft.isdigit() else "a limit such as ulimit -v is too low")
 
 
 def printable(text: str) -> str:
@@ -63,8 +64,8 @@ def printable(text: str) -> str:
     ``\\x1b``, ``\\u202e``. Printable text comes back as it is."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else " " if c.isspace() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return "".join(c if c.isprintable() else " "
+                   if c.isspace() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class Interrupted(BaseException):
@@ -79,7 +80,8 @@ class Interrupted(BaseException):
 
 
 #: the signals Interrupted was raised for: C code that clears a pending exception (an import's
-#: fallback) can swallow it, and the places that go on to start work look here (``check_interrupted``)
+#: fallback) can swallow it, and the places that go on to start work look here
+#: (``check_interrupted``)
 _interrupted_by: list = []
 
 
@@ -101,7 +103,8 @@ def interrupt_on_signals() -> None:
     import signal
 
     def interrupted(signum, _frame):
-        for other in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # a second Ctrl-C: the first is
+        # a second Ctrl-C: the first is
+        for other in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(other, signal.SIG_IGN)                         # being said already
         _interrupted_by.append(signum)
         raise Interrupted(signum)

@@ -22,7 +22,8 @@ def pytest_configure(config):
     it starts a process (real ranks, a launcher, the command line in a subprocess, pip): rather
     than a list kept by hand, any attempt to start one skips the test there, fixtures of a wider
     scope included, so a new test is sorted by what it does."""
-    config.addinivalue_line("markers", "live: starts a process (skipped as soon as it tries under -m 'not live')")
+    config.addinivalue_line("markers", "live: starts a process (skipped as soon as it tries under "
+                                       "-m 'not live')")
     if "not live" in (config.getoption("markexpr", "") or ""):
         _processes_skip()
         # a line per live test skipped would bury the answer: they are counted at the end instead
@@ -30,10 +31,11 @@ def pytest_configure(config):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    live = [r for r in terminalreporter.stats.get("skipped", []) if "live: it starts a process" in str(r.longrepr)]
+    live = [r for r in terminalreporter.stats.get("skipped", [])
+            if "live: it starts a process" in str(r.longrepr)]
     if live:
-        terminalreporter.write_line(f"{len(live)} live tests skipped where they started a process (run the whole suite "
-                                    "for them)")
+        terminalreporter.write_line(f"{len(live)} live tests skipped where they started a process "
+                                    "(run the whole suite for them)")
 
 
 def _processes_skip() -> None:
@@ -50,7 +52,8 @@ def _processes_skip() -> None:
 def cli(args, cwd, *, timeout=120, env=None, input=None):
     """Run ``python -m collbench ARGS`` for real; returns the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
-    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED"):
+    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
+                 "COLLBENCH_LAUNCHED"):
         full_env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "collbench", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, input=input)
@@ -63,7 +66,8 @@ def mpirun(n, args, cwd, *, timeout=180, env=None):
         pytest.skip("no mpiexec")
     full_env = {**os.environ, **(env or {})}
     cmd = mpiexec_command(mpiexec, n, [sys.executable, "-m", "collbench", *args], full_env)
-    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def load_json(path):
@@ -82,12 +86,15 @@ def plugin_env(tmp_path_factory):
     import shutil
 
     source = tmp_path_factory.mktemp("plugin-source") / "plugin"
-    shutil.copytree(Path(__file__).parent / "plugin", source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    shutil.copytree(Path(__file__).parent / "plugin", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info"))
     target = tmp_path_factory.mktemp("plugin-site")
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)]
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+           str(source)]
     try:
         import setuptools  # noqa: F401
-        cmd.insert(4, "--no-build-isolation")      # no download when the build backend is here already
+        # no download when the build backend is here already
+        cmd.insert(4, "--no-build-isolation")
     except ImportError:
         pass
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

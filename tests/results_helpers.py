@@ -18,29 +18,36 @@ from collbench.results.paths import write_atomic
 
 
 def metadata(**overrides) -> dict:
-    meta = {"schema_version": 2, "timestamp": "2024-01-01T00:00:00+00:00", "collbench_version": "0.1.0",
-            "world_size": 2, "hostnames": ["node1"], "rank_hosts": ["node1", "node1"], "ranks_per_node": 2,
-            "settings": {"root": 0}, "cpu_model": "Test CPU", "versions": {"python": "3.11", "mpi_library": "MPICH Version: 4.2",
+    meta = {"schema_version": 2, "timestamp": "2024-01-01T00:00:00+00:00",
+            "collbench_version": "0.1.0",
+            "world_size": 2, "hostnames": ["node1"], "rank_hosts": ["node1", "node1"],
+            "ranks_per_node": 2,
+            "settings": {"root": 0}, "cpu_model": "Test CPU",
+            "versions": {"python": "3.11", "mpi_library": "MPICH Version: 4.2",
                                                   "mpi4py": "4.0"}}
     meta.update(overrides)
     return meta
 
 
-def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2, dtype="float32", op="sum",
+def identity(*, collective="allreduce", backend="mpi", size_bytes=1024, world_size=2,
+             dtype="float32", op="sum",
              timing="latency", pair=(0, 1), window=64, thread_level=None) -> RowIdentity:
     coll = get_benchmark(collective)
     per_rank = size_bytes if coll.size_is_per_rank else size_bytes // world_size
-    level = thread_level if thread_level is not None else USUAL_THREAD_LEVEL if backend in MPI_BACKENDS else ""
+    level = (thread_level if thread_level is not None else USUAL_THREAD_LEVEL
+             if backend in MPI_BACKENDS else "")
     return RowIdentity(**with_older(dict(thread_level=level,
         collective=collective, backend=backend, dtype=dtype, op=op if coll.reduces else "none",
-        world_size=world_size, ranks_per_node=world_size, size_bytes=size_bytes, per_rank_bytes=per_rank,
+        world_size=world_size, ranks_per_node=world_size, size_bytes=size_bytes,
+                                         per_rank_bytes=per_rank,
         count=size_bytes // 4, timing=timing, bus_factor=coll.bus_factor(world_size),
         **coll.row_axes(Roles(pairs=(pair,), window=window)))))
 
 
 def row_with_rounds(rounds_samples, *, check="ok", **key) -> tuple:
     """(Row, rounds) from one list of samples per round, built the way the runner builds them."""
-    rounds = [round_data(i + 1, samples, [float(np.mean(samples))] * 2, precision_reached=True, check=check)
+    rounds = [round_data(i + 1, samples, [float(np.mean(samples))] * 2, precision_reached=True,
+                         check=check)
               for i, samples in enumerate(rounds_samples)]
     return build_row(identity(**key), rounds), tuple(rounds)
 
@@ -66,9 +73,11 @@ def run_of(series: dict, *, meta=None, seed: int = 0, n: int = 40, scale=1.0, ro
                                                          for r in range(rounds)]))
     for i, ((collective, backend, size), median) in enumerate(series.items()):
         factor = scale.get((collective, backend, size), 1.0) if isinstance(scale, dict) else scale
-        per_round = [lognormal_samples(median * factor * np.exp(effects[r]), n, seed * 1000 + i * 97 + r)
+        per_round = [lognormal_samples(median * factor * np.exp(effects[r]), n,
+                                       seed * 1000 + i * 97 + r)
                      for r in range(rounds)]
-        row, data = row_with_rounds(per_round, collective=collective, backend=backend, size_bytes=size)
+        row, data = row_with_rounds(per_round, collective=collective, backend=backend,
+                                    size_bytes=size)
         result.add(row, data)
     return result
 
@@ -88,10 +97,11 @@ def write(result: RunResult, path) -> Path:
 def run_cli(args, cwd, *, timeout=120, env_extra=None) -> subprocess.CompletedProcess:
     """``python -m collbench ARGS`` in a real subprocess, as a user would run it."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED")}
+           if k not in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
+                        "COLLBENCH_LAUNCHED")}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "collbench", *[str(a) for a in args]], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "collbench", *[str(a) for a in args]], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:

@@ -28,10 +28,13 @@ from typing import Optional
 
 from collbench.launch.origin.pmi import SHARED_MEMORY, fnv1a
 
-PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "sbatch", "salloc")
+PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel",
+            "sbatch", "salloc")
 #: Launcher variables of the process running the tests, which must not reach the jobs.
-LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
-                    "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED", "SLURM_MPI_TYPE")
+LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "RANK",
+                    "WORLD_SIZE",
+                    "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "COLLBENCH_LAUNCHED",
+                    "SLURM_MPI_TYPE")
 
 
 def why_not() -> str:
@@ -52,9 +55,11 @@ def _which(name: str) -> Optional[str]:
 
 def srun_mpi_plugins(env: dict) -> list:
     """The MPI plugins this srun offers (``srun --mpi=list``)."""
-    out = subprocess.run([_which("srun"), "--mpi=list"], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([_which("srun"), "--mpi=list"], env=env, capture_output=True, text=True,
+                         timeout=60)
     text = out.stdout + out.stderr
-    return [line.strip() for line in text.splitlines() if line.startswith("\t") or line.startswith("  ")]
+    return [line.strip() for line in text.splitlines()
+            if line.startswith("\t") or line.startswith("  ")]
 
 
 def free_port() -> int:
@@ -92,7 +97,8 @@ class Munge:
 
     def start(self, seconds: float = 60.0) -> None:
         key = self.folder / "key"
-        subprocess.run([_which("mungekey"), "--create", "--keyfile", str(key)], check=True, capture_output=True)
+        subprocess.run([_which("mungekey"), "--create", "--keyfile", str(key)], check=True,
+                       capture_output=True)
         self.process = subprocess.Popen(
             [_which("munged"), "--foreground", f"--socket={self.socket}", f"--key-file={key}",
              f"--pid-file={self.folder / 'pid'}", f"--seed-file={self.folder / 'seed'}",
@@ -101,7 +107,8 @@ class Munge:
         deadline = time.monotonic() + seconds
         while not self.socket.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"munged did not start: {(self.folder / 'stderr').read_text()[-500:]}")
+                raise RuntimeError("munged did not start: "
+                                   f"{(self.folder / 'stderr').read_text()[-500:]}")
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -153,16 +160,20 @@ class Cluster:
         self.conf = root / "slurm.conf"
         self.processes: list = []
         cpus = len(os.sched_getaffinity(0))
-        lines = "\n".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={cpus} State=UNKNOWN" for n in nodes)
+        lines = "\n".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={cpus} State=UNKNOWN"
+                          for n in nodes)
         # Job numbers of their own: MPICH names its shared memory after the job and step, and a
         # segment some earlier cluster's killed job left in /dev/shm must not be taken for ours.
         self.first_job = random.randrange(1_000_000, 60_000_000)
-        self.conf.write_text(CONF.format(controller=nodes[0], ctld_port=free_port(), slurmd_port=free_port(),
-                                         munge_socket=munge.socket, root=root, nodes=lines, first_job=self.first_job))
+        self.conf.write_text(CONF.format(controller=nodes[0], ctld_port=free_port(),
+                                         slurmd_port=free_port(),
+                                         munge_socket=munge.socket, root=root, nodes=lines,
+                                         first_job=self.first_job))
         (root / "state").mkdir()
         for n in nodes:
             (root / "spool" / n.name).mkdir(parents=True)
-        self.env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES and not k.startswith("SLURM_")}
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in LAUNCH_VARIABLES and not k.startswith("SLURM_")}
         self.env["SLURM_CONF"] = str(self.conf)
 
     def start(self, seconds: float = 120.0) -> None:
@@ -182,8 +193,10 @@ class Cluster:
 
     def _daemon(self, node: Node, argv: list, name: str) -> None:
         err = (self.root / f"{name}.stderr").open("w")
-        self.processes.append(subprocess.Popen(node.command(argv), env=self.env, stdin=subprocess.DEVNULL,
-                                               stdout=err, stderr=subprocess.STDOUT, start_new_session=True))
+        self.processes.append(subprocess.Popen(node.command(argv), env=self.env,
+                                               stdin=subprocess.DEVNULL,
+                                               stdout=err, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
 
     def node_states(self) -> dict:
         out = self.run_client([_which("sinfo"), "-h", "-N", "-o", "%N %T"])
@@ -191,10 +204,12 @@ class Cluster:
 
     def run_client(self, argv: list, **kwargs) -> subprocess.CompletedProcess:
         """A client command (sinfo, squeue, scancel), run on the first node, where it ends."""
-        return subprocess.run(self.client(argv), env=self.env, capture_output=True, text=True, timeout=60, **kwargs)
+        return subprocess.run(self.client(argv), env=self.env, capture_output=True, text=True,
+                              timeout=60, **kwargs)
 
     def logs(self) -> str:
-        return "\n".join(f"{p.name}: {p.read_text()[-1500:]}" for p in sorted(self.root.glob("*.stderr"))
+        return "\n".join(f"{p.name}: {p.read_text()[-1500:]}"
+                         for p in sorted(self.root.glob("*.stderr"))
                          + sorted(self.root.glob("*.log")))
 
     def client(self, argv: list, node: Optional[Node] = None) -> list:
@@ -260,8 +275,8 @@ class Cluster:
     def remove_shared_memory(self, jobs: int = 2000, steps: int = 4) -> None:
         """MPICH's shared memory left by this cluster's jobs that were killed (the first ``jobs``
         jobs, their first ``steps`` steps)."""
-        ours = {f"{fnv1a(f'{job}.{step}'):x}" for job in range(self.first_job, self.first_job + jobs)
-                for step in range(steps)}
+        ours = {f"{fnv1a(f'{job}.{step}'):x}"
+                for job in range(self.first_job, self.first_job + jobs) for step in range(steps)}
         for path in SHARED_MEMORY.iterdir() if SHARED_MEMORY.is_dir() else ():
             parts = path.name.split("_")      # mpich_shm_HASH_NODE
             if path.name.startswith(("mpich_shm_", "mpich_vci_")) and len(parts) == 4 and parts[2] in ours:

@@ -7,7 +7,8 @@ import select
 import time
 
 
-def read_rest(primary: int, proc, timeout: float, quiet_for: float = 30.0, after_exit: float = 2.0) -> bytes:
+def read_rest(primary: int, proc, timeout: float, quiet_for: float = 30.0,
+              after_exit: float = 2.0) -> bytes:
     """Everything written to the pseudo-terminal ``primary`` until the program closes it, or
     has ended and nothing came for ``after_exit`` seconds (its children may still be writing),
     or nothing came for ``quiet_for`` seconds, or ``timeout`` passed."""

@@ -41,7 +41,8 @@ def test_bad_input_is_one_line_and_exit_2(args, says, run_dir):
 
 def test_pairs_runs_as_any_measuring_command(run_dir):
     """ab -- pairs -n 2 failed with AttributeError in parse_sizes, and KeyError 'pair' with --sizes."""
-    proc = cli(["ab", "-o", "pp", "--", "pairs", "-n", "2", "--sizes", "8", "--rounds", "2", "--iters", "20"], run_dir)
+    proc = cli(["ab", "-o", "pp", "--", "pairs", "-n", "2", "--sizes", "8", "--rounds", "2",
+                "--iters", "20"], run_dir)
     assert proc.returncode in (0, 3), proc.stderr
     assert "Traceback" not in proc.stderr
     rows = [load_result(run_dir / f"pp-{side}.json").rows for side in "ab"]
@@ -54,43 +55,55 @@ def test_bad_input_leaves_no_results_folder_behind(run_dir):
 
 
 def test_without_a_prefix_the_files_go_to_a_results_folder_made_as_a_plain_run_makes_it(run_dir):
-    proc = cli(["ab", "-q", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "10", "--warmup", "1",
+    proc = cli(["ab", "-q", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "10",
+                "--warmup", "1",
                 "--rounds", "1"], run_dir, timeout=180)
     assert proc.returncode in (0, 1, 3), proc.stderr
     made = sorted(p.name for p in (run_dir / "results").iterdir())
-    assert len(made) == 2 and made[0].startswith("ab-") and made[0].endswith("-a.json") and made[1].endswith("-b.json")
+    assert (len(made) == 2 and made[0].startswith("ab-") and made[0].endswith("-a.json")
+            and made[1].endswith("-b.json"))
 
 
 def test_assignments_and_pair_orders():
-    assert parse_assignments(["A=1", "B_2=x=y", "C="], "--a-env") == {"A": "1", "B_2": "x=y", "C": ""}
+    assert (parse_assignments(["A=1", "B_2=x=y", "C="], "--a-env")
+            == {"A": "1", "B_2": "x=y", "C": ""})
     with pytest.raises(UsageError):
         parse_assignments(["=1"], "--a-env")
     orders = pair_orders(40, seed=7)
-    assert orders == pair_orders(40, seed=7) and set(orders) == {0, 1}      # reproducible, both sides lead
+    # reproducible, both sides lead
+    assert orders == pair_orders(40, seed=7) and set(orders) == {0, 1}
 
 
 def test_a_real_job_interleaves_the_sides_and_compare_judges_the_pairs(run_dir):
-    # --max-rounds 4: the four pairs asked for and no more, judged once, as compare judges them after
-    proc = cli(["ab", "--b-env", "COLLBENCH_AB_TEST=1", "--b-label", "other", "-o", "job", "--seed", "11",
+    # --max-rounds 4: the four pairs asked for and no more, judged once, as compare judges them
+    # after
+    proc = cli(["ab", "--b-env", "COLLBENCH_AB_TEST=1", "--b-label", "other", "-o", "job", "--seed",
+                "11",
                 "--turns", "launch", "--max-rounds", "4", "--",
-                "allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "20", "--warmup", "1", "--rounds", "4"],
+                "allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "20", "--warmup", "1",
+                "--rounds", "4"],
                run_dir, timeout=300)
     assert proc.returncode in (0, 1, 3), proc.stderr
     assert "pair 1/4" in proc.stderr and "wrote job-a.json and job-other.json" in proc.stderr
     a, b = (json.loads((run_dir / name).read_text()) for name in ("job-a.json", "job-other.json"))
     assert a["metadata"]["ab"]["job"] == b["metadata"]["ab"]["job"]
     assert (a["metadata"]["ab"]["side"], b["metadata"]["ab"]["side"]) == ("A", "B")
-    assert b["metadata"]["ab"]["differs"] == "COLLBENCH_AB_TEST=1" and a["metadata"]["ab"]["differs"] == "as given"
+    assert (b["metadata"]["ab"]["differs"] == "COLLBENCH_AB_TEST=1"
+            and a["metadata"]["ab"]["differs"] == "as given")
     turns_a = {r["round"]: r["ab_turn"] for r in a["metadata"]["rounds"]}
     turns_b = {r["round"]: r["ab_turn"] for r in b["metadata"]["rounds"]}
     assert sorted(turns_a) == sorted(turns_b) == [1, 2, 3, 4]
     assert all({turns_a[n], turns_b[n]} == {0, 1} for n in turns_a)            # one after the other
-    assert [turns_a[n] for n in range(1, 5)] == pair_orders(4, seed=11)        # A went first where it drew 0
-    assert [r["order"] for r in a["metadata"]["rounds"]] == [r["order"] for r in b["metadata"]["rounds"]]
+    # A went first where it drew 0
+    assert [turns_a[n] for n in range(1, 5)] == pair_orders(4, seed=11)
+    assert [r["order"] for r in a["metadata"]["rounds"]] == [r["order"] for r
+                                                             in b["metadata"]["rounds"]]
     c = compare_runs(load_result(run_dir / "job-a.json"), load_result(run_dir / "job-other.json"))
-    assert c.drift_source.startswith("none") and {r.noise for r in c.rows if r.noise} <= {"paired", "both"}
+    assert (c.drift_source.startswith("none")
+            and {r.noise for r in c.rows if r.noise} <= {"paired", "both"})
     again = cli(["compare", "job-a.json", "job-other.json", "--format", "json"], run_dir)
-    assert again.returncode == proc.returncode and "took turns in one job" in json.loads(again.stdout)["drift_source"]
+    assert (again.returncode == proc.returncode
+            and "took turns in one job" in json.loads(again.stdout)["drift_source"])
 
 
 def _job(result, job: str, side: str):
@@ -103,12 +116,15 @@ def test_pairs_cancel_what_moved_the_machine_during_the_job():
     one job, a 15% slowdown is seen on the pairs; the same files as separate runs cannot see it
     through the drift that a stored baseline must allow for."""
     def side(scale, job):
-        run = run_of(SERIES, seed=4, rounds=8, launch_sd=0.2, scale=scale)       # the same launch effects
-        run.metadata.update(metadata(rounds=[{"round": r + 1, "load": {"busy": False}} for r in range(8)]))
+        # the same launch effects
+        run = run_of(SERIES, seed=4, rounds=8, launch_sd=0.2, scale=scale)
+        run.metadata.update(metadata(rounds=[{"round": r + 1, "load": {"busy": False}}
+                                             for r in range(8)]))
         return _job(run, job, "A") if job else run
 
     paired = compare_runs(side(1.0, "j1"), side(1.15, "j1"), threshold=0.05)
-    assert {r.verdict for r in paired.rows} == {"slower"} and {r.noise for r in paired.rows} == {"paired"}
+    assert ({r.verdict for r in paired.rows} == {"slower"}
+            and {r.noise for r in paired.rows} == {"paired"})
     assert all(r.ratio == pytest.approx(1.15, rel=0.03) for r in paired.rows)
     apart = compare_runs(side(1.0, None), side(1.15, None), threshold=0.05)
     assert not apart.regression
@@ -118,7 +134,8 @@ def test_pairs_cancel_what_moved_the_machine_during_the_job():
 
 def test_two_backends_are_matched_across():
     a = run_of({k: v for k, v in SERIES.items() if k[1] == "mpi"}, seed=1)
-    b = run_of({("allreduce", "mpi-pickle", s): v * 3 for (_, be, s), v in SERIES.items() if be == "mpi"}, seed=2)
+    b = run_of({("allreduce", "mpi-pickle", s): v * 3 for (_, be, s), v in SERIES.items()
+                if be == "mpi"}, seed=2)
     c = compare_runs(a, b)
     assert c.regression and {r.verdict for r in c.rows} == {"slower"}
     assert any("matched across the two backends" in w for w in c.warnings)
@@ -131,18 +148,22 @@ def test_two_backends_are_matched_across():
 def test_force_overwrites_an_earlier_jobs_files_and_without_it_they_are_kept(run_dir):
     """A second ab with the same -o and --force measures again into the same files; without
     --force it is refused before anything starts, the earlier files untouched."""
-    job = ["-o", "again", "--seed", "3", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "5", "--warmup",
+    job = ["-o", "again", "--seed", "3", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters",
+           "5", "--warmup",
            "1", "--rounds", "1"]
     first = cli(["ab", "-q", "--force", *job], run_dir, timeout=180)
     assert first.returncode in (0, 1, 3), first.stderr
-    ids = [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"]
+    ids = [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"]
+           for x in "ab"]
     second = cli(["ab", "-q", "--force", *job], run_dir, timeout=180)
     assert second.returncode in (0, 1, 3), second.stderr
-    again = [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"]
+    again = [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"]
+             for x in "ab"]
     assert not set(ids) & set(again)
     refused = cli(["ab", "-q", *job], run_dir)
     assert refused.returncode == 2 and "exists; use --force" in refused.stderr
-    assert [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"] for x in "ab"] == again
+    assert [json.loads((run_dir / f"again-{x}.json").read_text())["metadata"]["run_id"]
+            for x in "ab"] == again
 
 
 def _second_turn_started(prefix: str) -> bool:
@@ -173,22 +194,27 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
     import sys
     import time
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK",
+                                                            "WORLD_SIZE")}
     prefix = f"sig{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--turns", "launch", "--",
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--turns",
+                             "launch", "--",
                              "allreduce", "-n", "2",
-                             "--sizes", "8-64K", "--rounds", "2"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
+                             "--sizes", "8-64K", "--rounds", "2"], cwd=run_dir, env=env,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 60
     first = []
     while not first and time.monotonic() < deadline and proc.poll() is None:
-        if _second_turn_started(prefix):      # the first side's launch has ended: its round is whole
+        # the first side's launch has ended: its round is whole
+        if _second_turn_started(prefix):
             first = [side for side in "ab" if (run_dir / f"{prefix}-{side}.json").exists()]
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
-    said = [line for line in err.splitlines() if line.startswith("collbench") and "pair 1/" not in line][1:]
+    said = [line for line in err.splitlines()
+            if line.startswith("collbench") and "pair 1/" not in line][1:]
     assert len(said) == 2 and said[0].startswith("collbench: interrupted by SIGINT; ") and \
         "nothing was saved" not in said[0], err
     assert said[1].startswith("collbench ab: stopped in pair 1 of 2 (") and \
@@ -210,26 +236,32 @@ def _look(verdicts: dict, needed=None, cause="rounds", strict=False, unjudged=0)
     """A comparison as _more_pairs reads it: rows with a verdict, and what the undecided need."""
     from types import SimpleNamespace
 
-    rows = [SimpleNamespace(verdict=v, rounds_needed=needed, cause=cause) for v, k in verdicts.items() for _ in range(k)]
+    rows = [SimpleNamespace(verdict=v, rounds_needed=needed, cause=cause)
+            for v, k in verdicts.items() for _ in range(k)]
     left = [r for r in rows if r.verdict == "inconclusive"]
-    return SimpleNamespace(undecided=left, regression="slower" in verdicts, alpha=0.05 / 3, unjudged=[0] * unjudged,
-                           allow_missing=False, decided=len(rows) - len(left), compared=rows, min_decided=0.8,
-                           fail_on_inconclusive=strict)
+    return SimpleNamespace(undecided=left, regression="slower" in verdicts, alpha=0.05 / 3,
+                           unjudged=[0] * unjudged,
+                           allow_missing=False, decided=len(rows) - len(left), compared=rows,
+                           min_decided=0.8, fail_on_inconclusive=strict)
 
 
 @pytest.mark.parametrize("look, done, adds, says", [
     (_look({"same": 7, "inconclusive": 3}, needed=18), 10, 10, "3 undecided: 10 more pairs"),
     (_look({"same": 7, "inconclusive": 3}, needed=30), 20, 20, "3 undecided: 20 more pairs"),
-    (_look({"same": 7, "inconclusive": 3}, needed=60), 10, 0, "the 3 undecided need more than 40 pairs"),
+    (_look({"same": 7, "inconclusive": 3}, needed=60), 10, 0,
+     "the 3 undecided need more than 40 pairs"),
     (_look({"same": 7, "inconclusive": 3}, needed=None), 10, 0, "need more than 40 pairs"),
     (_look({"same": 7, "inconclusive": 3}, needed=None, cause="pairs"), 10, 10, "10 more pairs"),
     (_look({"same": 10}), 10, 0, "every row is decided"),
     (_look({"same": 8, "inconclusive": 2}, needed=18), 10, 0, "enough are (--min-decided 80%)"),
-    (_look({"same": 9, "inconclusive": 1}, needed=18, strict=True), 10, 10, "1 undecided: 10 more pairs"),
+    (_look({"same": 9, "inconclusive": 1}, needed=18, strict=True), 10, 10,
+     "1 undecided: 10 more pairs"),
     (_look({"slower": 1, "inconclusive": 9}, needed=12), 10, 10, "9 undecided: 10 more pairs"),
     (_look({"slower": 8, "inconclusive": 2}, needed=12), 10, 0, "enough are"),
-    (_look({"same": 5, "inconclusive": 5}, needed=12, unjudged=1), 10, 0, "rows the new side lacks"),
-    (_look({"same": 7, "inconclusive": 3}, needed=18), 40, 0, None),        # the last look: nothing is judged
+    (_look({"same": 5, "inconclusive": 5}, needed=12, unjudged=1), 10, 0,
+     "rows the new side lacks"),
+    # the last look: nothing is judged
+    (_look({"same": 7, "inconclusive": 3}, needed=18), 40, 0, None),
 ])
 def test_pairs_are_added_only_where_an_undecided_row_can_still_be_decided(look, done, adds, says, capsys):
     from collbench.cli.ab import _more_pairs
@@ -251,10 +283,13 @@ def test_added_pairs_go_into_the_same_files_with_each_rounds_budget_kept(run_dir
         looked.append((done, [load_result(p).rows[0].rounds for p in paths]))
         return 1 if done == 1 else 0
 
-    code = run_interleaved((Side("a"), Side("b")), ["allreduce", "-n", "2", "--sizes", "8", "--max-time", "0.2"],
-                           paths, n=2, use_mpi=(True, True), rounds=1, seed=3, quiet=True, verbose=False, more=more)
+    code = run_interleaved((Side("a"), Side("b")),
+                           ["allreduce", "-n", "2", "--sizes", "8", "--max-time", "0.2"],
+                           paths, n=2, use_mpi=(True, True), rounds=1, seed=3, quiet=True,
+                           verbose=False, more=more)
     assert code == 0
-    assert looked == [(1, [1, 1]), (2, [2, 2])]       # asked after each look, with the files whole by then
+    # asked after each look, with the files whole by then
+    assert looked == [(1, [1, 1]), (2, [2, 2])]
     for path in paths:
         doc = json.loads(path.read_text())
         assert doc["metadata"]["ab"]["pairs"] == 2 and doc["metadata"]["settings"]["rounds"] == 2
@@ -264,7 +299,8 @@ def test_added_pairs_go_into_the_same_files_with_each_rounds_budget_kept(run_dir
 
 
 def test_a_job_says_each_look_and_its_files_hold_what_it_said(run_dir):
-    proc = cli(["ab", "-o", "looks", "--seed", "5", "--max-rounds", "4", "--", "allreduce", "-n", "2", "--sizes",
+    proc = cli(["ab", "-o", "looks", "--seed", "5", "--max-rounds", "4", "--", "allreduce", "-n",
+                "2", "--sizes",
                 "8,64", "--iters", "20", "--warmup", "1", "--rounds", "2"], run_dir, timeout=300)
     assert proc.returncode in (0, 1, 3), proc.stderr
     assert "2 pairs of allreduce on 2 ranks, up to 4 where rows are undecided" in proc.stderr

@@ -28,8 +28,10 @@ from conftest import FAST, mpirun
 from results_helpers import wait_for_rows
 from terminal_helpers import read_rest
 
-LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE",
-               "OMPI_COMM_WORLD_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "PMIX_NAMESPACE",
+               "OMPI_COMM_WORLD_SIZE",
+               "OMPI_COMM_WORLD_RANK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+               "MASTER_PORT",
                "TORCHELASTIC_RUN_ID", "COLLBENCH_LAUNCHED", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
 RUN = ["--sizes", "8", "--iters", "3", "--rounds", "1", "--no-save", "-n", "2"]
 
@@ -57,7 +59,8 @@ def files(tmp_path_factory):
     """A valid result file, and broken ones."""
     tmp_path = tmp_path_factory.mktemp("files")
     good = tmp_path / "good.json"
-    proc = _run(["allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "5", "--rounds", "2", "-o", str(good), "-q"],
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8,1K", "--iters", "5", "--rounds", "2", "-o",
+                 str(good), "-q"],
                 tmp_path)
     assert proc.returncode == 0, proc.stderr
     other = json.loads(good.read_text())
@@ -79,9 +82,11 @@ NINES = "9" * 5000
 
 # (case, arguments, extra environment, exit code, a fragment of the one line)
 CASES = [
-    ("a size of 5000 digits", ["allreduce", "--sizes", NINES], {}, 2, "larger than the 1 TiB limit"),
+    ("a size of 5000 digits", ["allreduce", "--sizes", NINES], {}, 2,
+     "larger than the 1 TiB limit"),
     ("a range to a size of 5000 digits", ["allreduce", "--sizes", f"1-{NINES}"], {}, 2, "1 TiB"),
-    ("a factor of 5000 digits", ["allreduce", "--sizes", f"1K-1M:x{NINES}"], {}, 2, "factor is too large"),
+    ("a factor of 5000 digits", ["allreduce", "--sizes", f"1K-1M:x{NINES}"], {}, 2,
+     "factor is too large"),
     ("--timeout inf", ["allreduce", "--timeout", "inf"], {}, 2, "--timeout"),
     ("--timeout 1e300", ["allreduce", "--timeout", "1e300"], {}, 2, "--timeout"),
     ("--timeout nan", ["allreduce", "--timeout", "nan"], {}, 2, "--timeout"),
@@ -89,40 +94,51 @@ CASES = [
     ("--precision 1e-300", ["allreduce", "--precision", "1e-300"], {}, 2, "--precision"),
     ("--max-time nan", ["allreduce", "--max-time", "nan"], {}, 2, "--max-time"),
     ("--max-time inf", ["allreduce", "--max-time", "inf"], {}, 2, "--max-time"),
-    ("MASTER_PORT=abc", ["allreduce", "--backend", "gloo", *RUN], {"MASTER_PORT": "abc"}, 2, "MASTER_PORT='abc'"),
-    ("MASTER_PORT=99999", ["allreduce", "--backend", "gloo", *RUN], {"MASTER_PORT": "99999"}, 2, "not a TCP port"),
+    ("MASTER_PORT=abc", ["allreduce", "--backend", "gloo", *RUN], {"MASTER_PORT": "abc"}, 2,
+     "MASTER_PORT='abc'"),
+    ("MASTER_PORT=99999", ["allreduce", "--backend", "gloo", *RUN], {"MASTER_PORT": "99999"}, 2,
+     "not a TCP port"),
     ("a stray RANK", ["allreduce", *RUN], {"RANK": "1"}, 2, "RANK='1' is set"),
     ("a stray RANK and WORLD_SIZE", ["allreduce", *RUN], {"RANK": "1", "WORLD_SIZE": "2"}, 2,
      "MASTER_ADDR and MASTER_PORT are not"),
     ("a stray PMI_RANK", ["allreduce", *RUN], {"PMI_RANK": "1"}, 2, "no open PMI_FD or PMI_PORT"),
     ("HYDRA_LAUNCHER=bogus", ["allreduce", *RUN], {"HYDRA_LAUNCHER": "bogus"}, 2,
      "HYDRA_LAUNCHER=bogus: MPICH's mpiexec has no such launcher (it has ssh"),
-    ("HYDRA_LAUNCHER=slurm outside Slurm (a hang)", ["allreduce", *RUN], {"HYDRA_LAUNCHER": "slurm"}, 2,
-     "not inside a Slurm allocation (no SLURM_JOB_ID)"),
+    ("HYDRA_LAUNCHER=slurm outside Slurm (a hang)", ["allreduce", *RUN],
+     {"HYDRA_LAUNCHER": "slurm"}, 2, "not inside a Slurm allocation (no SLURM_JOB_ID)"),
     ("HYDRA_LAUNCHER=manual (a hang)", ["allreduce", *RUN], {"HYDRA_LAUNCHER": "manual"}, 2,
      "wait for its proxies to be started by hand"),
     ("a stray PMI_PORT that nothing listens on", ["allreduce", *RUN],
-     {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_PORT": "127.0.0.1:1"}, 2, "nothing listens at that port on this host"),
-    ("mpiexec's own failure is quoted", ["allreduce", *RUN], {"HYDRA_HOST_FILE": "/nonexistent"}, 255,
+     {"PMI_RANK": "0", "PMI_SIZE": "2", "PMI_PORT": "127.0.0.1:1"}, 2,
+     "nothing listens at that port on this host"),
+    ("mpiexec's own failure is quoted", ["allreduce", *RUN], {"HYDRA_HOST_FILE": "/nonexistent"},
+     255,
      "mpiexec ended with code 255 before any rank could say why: it said 'unable to open host file"),
-    ("a stray PMI_RANK does not silence compare", ["compare", "nope.json", "none.json"], {"PMI_RANK": "1"}, 2,
+    ("a stray PMI_RANK does not silence compare", ["compare", "nope.json", "none.json"],
+     {"PMI_RANK": "1"}, 2,
      "nope.json: no such file"),
-    ("a stray RANK does not silence report", ["report", "nope.json"], {"RANK": "3", "WORLD_SIZE": "4"}, 2,
+    ("a stray RANK does not silence report", ["report", "nope.json"],
+     {"RANK": "3", "WORLD_SIZE": "4"}, 2,
      "nope.json"),
     ("a leftover OMPI_COMM_WORLD_SIZE", ["allreduce", *RUN], {"OMPI_COMM_WORLD_SIZE": "4"}, 2,
      "no Open MPI runtime"),
     ("a leftover PMI_SIZE", ["allreduce", *RUN], {"PMI_SIZE": "4"}, 2, "PMI_SIZE='4' is set"),
     ("-o a.json twice", ["allreduce", *RUN[:-3], "-n", "2", "-o", "a.json", "-o", "a.json"], {}, 2,
      "names the same file"),
-    ("-o a.json and ./a.json", ["allreduce", "-n", "2", "-o", "a.json", "-o", "./a.json"], {}, 2, "same file"),
-    ("compare --alpha nan", ["compare", "good.json", "good.json", "--alpha", "nan"], {}, 2, "--alpha"),
-    ("compare --threshold nan%", ["compare", "good.json", "good.json", "--threshold", "nan%"], {}, 2, "--threshold"),
+    ("-o a.json and ./a.json", ["allreduce", "-n", "2", "-o", "a.json", "-o", "./a.json"], {}, 2,
+     "same file"),
+    ("compare --alpha nan", ["compare", "good.json", "good.json", "--alpha", "nan"], {}, 2,
+     "--alpha"),
+    ("compare --threshold nan%", ["compare", "good.json", "good.json", "--threshold", "nan%"], {},
+     2, "--threshold"),
     ("report --threshold inf", ["report", "good.json", "--threshold", "inf"], {}, 2, "--threshold"),
 ]
 for _name in ("trunc", "deep", "deepmeta", "types", "rowtypes", "binary"):
-    CASES += [(f"compare with {_name}.json", ["compare", "good.json", f"{_name}.json"], {}, 2, f"{_name}.json"),
+    CASES += [(f"compare with {_name}.json", ["compare", "good.json", f"{_name}.json"], {}, 2,
+               f"{_name}.json"),
               (f"report of {_name}.json", ["report", f"{_name}.json"], {}, 2, f"{_name}.json"),
-              (f"plot of {_name}.json", ["plot", f"{_name}.json", "-o", "p.png"], {}, 2, f"{_name}.json")]
+              (f"plot of {_name}.json", ["plot", f"{_name}.json", "-o", "p.png"], {}, 2,
+               f"{_name}.json")]
 
 
 @pytest.mark.parametrize("case,args,env,code,fragment", CASES, ids=[c[0] for c in CASES])
@@ -150,14 +166,19 @@ def _limited(files: int = 0, size_kib: int = 0, space_kib: int = 0):
 
 
 @pytest.mark.parametrize("case,args,env,limits,fragments,bad_environment", [
-    ("a PMIx namespace of another job", ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1", "--no-save"],
-     {"PMIX_RANK": "0", "PMIX_NAMESPACE": "x"}, {}, ["rank 0", "during start-up", "MPI's start-up said '"], True),
-    ("UCX_TLS=bogus", ["allreduce", *RUN], {"UCX_TLS": "bogus"}, {}, ["start-up", "UCX_TLS=bogus is set"], True),
+    ("a PMIx namespace of another job",
+     ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1", "--no-save"],
+     {"PMIX_RANK": "0", "PMIX_NAMESPACE": "x"}, {},
+     ["rank 0", "during start-up", "MPI's start-up said '"], True),
+    ("UCX_TLS=bogus", ["allreduce", *RUN], {"UCX_TLS": "bogus"}, {},
+     ["start-up", "UCX_TLS=bogus is set"], True),
     ("MPIR_CVAR_CH4_NETMOD=bogus", ["allreduce", *RUN], {"MPIR_CVAR_CH4_NETMOD": "bogus"}, {},
      ["start-up", "MPIR_CVAR_CH4_NETMOD=bogus is set"], False),
-    ("ulimit -f 1000", ["allreduce", *RUN], {}, {"size_kib": 1000}, ["ulimit -f is 1000 KiB"], True),
+    ("ulimit -f 1000", ["allreduce", *RUN], {}, {"size_kib": 1000}, ["ulimit -f is 1000 KiB"],
+     True),
 ])
-def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragments, bad_environment, files):
+def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragments, bad_environment,
+                                               files):
     """MPI's error stack, UCX's, or an exit code alone, where one line naming the cause was due:
     what the library said as it failed to start, the variables that tune it, a low limit. Where
     MPI refused to start and said why, the environment is bad: exit 2, as for a bad option (it
@@ -182,7 +203,8 @@ def test_a_start_up_every_rank_refuses_under_a_users_mpiexec_is_said(ranks, file
     the line, or says it twice, so the test takes the best of three jobs."""
     seen = []
     for _ in range(3):
-        proc = mpirun(ranks, ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1", "--no-save"], files,
+        proc = mpirun(ranks, ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1",
+                              "--no-save"], files,
                       env={"UCX_TLS": "bogus"}, timeout=120)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         seen.append((proc.returncode, lines))
@@ -190,8 +212,8 @@ def test_a_start_up_every_rank_refuses_under_a_users_mpiexec_is_said(ranks, file
             break
     code, lines = seen[-1]
     assert code in (2, 9) and len(lines) == 1, seen
-    assert re.match(r"collbench: rank \d+ \(pid \d+ on \S+\) could not start its MPI library \(MPI's start-up "
-                    r"said 'UCX: no usable transports/devices", lines[0]), lines[0]
+    assert re.match(r"collbench: rank \d+ \(pid \d+ on \S+\) could not start its MPI library "
+                    r"\(MPI's start-up said 'UCX: no usable transports/devices", lines[0]), lines[0]
     assert "UCX_TLS=bogus is set" in lines[0] and "Traceback" not in lines[0]
 
 
@@ -206,7 +228,8 @@ def test_a_gloo_start_up_that_every_rank_fails_is_one_line_and_exit_2(variable, 
     proc = _run(["allreduce", "--backend", "gloo", *RUN], files, {variable: value})
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
-    assert line.startswith("collbench: rank ") and "failed at start-up" in line and cause in line, line
+    assert (line.startswith("collbench: rank ") and "failed at start-up" in line
+            and cause in line), line
 
 
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
@@ -220,13 +243,15 @@ def test_too_few_open_files_is_one_line_before_anything_starts(backend, files):
     proc = _run(args, files, preexec_fn=_limited(files=16))
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
-    assert line.startswith("collbench: error: ulimit -n is 16, and a rank of a 2-rank job needs about ") and \
+    assert line.startswith("collbench: error: ulimit -n is 16, and a rank of a 2-rank job needs "
+                           "about ") and \
         line.endswith("raise it"), line
 
     def soft_only():
         import resource
 
-        resource.setrlimit(resource.RLIMIT_NOFILE, (16, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (16, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     proc = _run(args, files, preexec_fn=soft_only)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
 
@@ -248,17 +273,19 @@ def test_an_address_space_too_small_for_the_buffers_is_said_so(files):
     that leaves no room at all sits where MPI's own start-up runs out too (at 250000 KiB: the
     note, a rank ended in UCX's start-up, or UCX's lines beside the note, from run to run): the
     limit here starts every rank and leaves too little for a 256 MiB allreduce's buffers."""
-    proc = _run(["allreduce", "-n", "2", "--sizes", "256M", "--iters", "3", "--rounds", "1", "--no-save"], files,
+    proc = _run(["allreduce", "-n", "2", "--sizes", "256M", "--iters", "3", "--rounds", "1",
+                 "--no-save"], files,
                 preexec_fn=_limited(space_kib=600_000))
     line = _one_line(proc.stderr)
     assert proc.returncode == 2 and "nothing to measure" in line, line
-    needed = re.search(r"needs about (\d+) MiB more address space in rank 0 on \S+, more than the (\d+) MiB its "
-                       r"ulimit -v leaves;", line)
+    needed = re.search(r"needs about (\d+) MiB more address space in rank 0 on \S+, more than the "
+                       r"(\d+) MiB its ulimit -v leaves;", line)
     assert needed and int(needed[1]) > int(needed[2]) > 0, line
 
 
 def test_an_ascii_terminal_gets_ascii_not_a_traceback(files):
-    for args in (["compare", "good.json", "good.json", "--min-decided", "0%"], ["report", "good.json"],
+    for args in (["compare", "good.json", "good.json", "--min-decided", "0%"],
+                 ["report", "good.json"],
                  ["allreduce", *RUN]):
         proc = _run(args, files, {"PYTHONIOENCODING": "ascii"})
         assert proc.returncode == 0, proc.stderr
@@ -271,43 +298,53 @@ def test_a_closed_stream_changes_nothing(files, closed):
     stream = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     kw = {k: v for k, v in stream.items() if k != closed}
     close = 1 if closed == "stdout" else 2
-    for args, code in ((["compare", "good.json", "good.json"], 3), (["compare", "good.json", "nope.json"], 2),
-                       (["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-o", "c.json",
+    for args, code in ((["compare", "good.json", "good.json"], 3),
+                       (["compare", "good.json", "nope.json"], 2),
+                       (["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1",
+                         "-o", "c.json",
                          "--force"], 0)):
-        proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(), timeout=120,
-                              preexec_fn=lambda: os.close(close), **kw)
+        proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(),
+                              timeout=120, preexec_fn=lambda: os.close(close), **kw)
         assert proc.returncode == code, args
     assert json.loads((files / "c.json").read_text())["rows"], "the file is written, not the closed stream"
 
 
-@pytest.mark.parametrize("args", [["allreduce", *RUN, "-f", "json"], ["allreduce", *RUN, "-f", "csv"],
-                                  ["compare", "good.json", "good.json", "-f", "json"], ["allreduce", *RUN]])
+@pytest.mark.parametrize("args",
+                         [["allreduce", *RUN, "-f", "json"], ["allreduce", *RUN, "-f", "csv"],
+                                  ["compare", "good.json", "good.json", "-f", "json"],
+                          ["allreduce", *RUN]])
 def test_output_lost_on_a_full_device_is_one_line_and_exit_2(files, args):
     """What the user asked for on stdout that could not be written is an error, not exit 0."""
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(), timeout=120,
-                              stdout=full, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(),
+                              timeout=120, stdout=full, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 2, proc.stderr
     assert "No space left on device" in _one_line("\n".join(
         line for line in proc.stderr.splitlines() if "error" in line or "Traceback" in line))
 
 
-def test_a_document_asked_for_on_a_closed_stdout_is_an_error_and_a_full_stderr_changes_no_code(files):
-    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", *RUN, "-f", "csv"], cwd=files, env=_env(),
-                          timeout=120, preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True)
-    assert proc.returncode == 2 and "standard output is closed: -f csv went nowhere" in _one_line(proc.stderr)
+def test_a_document_asked_for_on_a_closed_stdout_is_an_error_and_a_full_stderr_changes_no_code(
+        files):
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", *RUN, "-f", "csv"],
+                          cwd=files, env=_env(),
+                          timeout=120, preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE,
+                          text=True)
+    assert (proc.returncode == 2
+            and "standard output is closed: -f csv went nowhere" in _one_line(proc.stderr))
     with open("/dev/full", "w") as full:
         for args in (["allreduce", "--sizes", "0"], ["compare", "good.json", "missing.json"]):
-            code = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(), timeout=60,
-                                  stdout=subprocess.DEVNULL, stderr=full).returncode
+            code = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(),
+                                  timeout=60, stdout=subprocess.DEVNULL, stderr=full).returncode
             assert code == 2, args
 
 
 def test_a_file_name_with_a_line_end_or_esc_is_said_on_one_printable_line(files):
-    proc = _run(["allreduce", *[a for a in RUN if a != "--no-save"], "-o", "new\nline.json", "-o", "e\x1b[31mred.json"],
+    proc = _run(["allreduce", *[a for a in RUN if a != "--no-save"], "-o", "new\nline.json", "-o",
+                 "e\x1b[31mred.json"],
                 files)
     assert proc.returncode == 0, proc.stderr
-    assert "collbench: wrote new line.json, e\\x1b[31mred.json" in proc.stderr and "\x1b" not in proc.stderr
+    assert ("collbench: wrote new line.json, e\\x1b[31mred.json" in proc.stderr
+            and "\x1b" not in proc.stderr)
     assert (files / "new\nline.json").exists() and (files / "e\x1b[31mred.json").exists()
 
 
@@ -317,7 +354,8 @@ def test_warnings_as_errors_find_nothing_left_open(files, backend):
     torch store's listening socket were left to the interpreter (32 lines of ResourceWarning)."""
     if backend == "gloo":
         pytest.importorskip("torch")
-    proc = _run(["allreduce", *RUN, "--rounds", "2", "--backend", backend], files, {"PYTHONWARNINGS": "error"})
+    proc = _run(["allreduce", *RUN, "--rounds", "2", "--backend", backend], files,
+                {"PYTHONWARNINGS": "error"})
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
@@ -326,8 +364,8 @@ def test_an_address_space_limit_too_low_for_python_is_one_line_and_exit_2(files)
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (100_000 * 1024, 100_000 * 1024))
-    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", *RUN], cwd=files, env=_env(), timeout=120,
-                          preexec_fn=limit, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", *RUN], cwd=files,
+                          env=_env(), timeout=120, preexec_fn=limit, capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "out of memory" in proc.stderr and "ulimit -v" in proc.stderr
 
@@ -350,10 +388,12 @@ def test_an_address_space_that_runs_out_as_a_command_loads_its_modules_is_one_li
     """CI ran out of room at a module the command loads when it runs (the dynamic loader "failed
     to map segment": an ImportError and its traceback; with less room, hashlib's own logged
     errors). Wherever the room runs out: one line, exit 2."""
-    proc = subprocess.run([sys.executable, "-c", _ROOM_AFTER_LOADING, str(room_mib), "allreduce", *RUN], cwd=files,
+    proc = subprocess.run([sys.executable, "-c", _ROOM_AFTER_LOADING, str(room_mib), "allreduce",
+                           *RUN], cwd=files,
                           env=_env(), timeout=120, capture_output=True, text=True)
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("collbench: error:"), proc.stderr
+    assert (proc.returncode == 2 and len(lines) == 1
+            and lines[0].startswith("collbench: error:")), proc.stderr
     assert "ulimit -v" in lines[0], proc.stderr
 
 
@@ -362,11 +402,14 @@ def test_any_ulimit_v_too_low_to_run_is_one_line_and_exit_2(tmp_path, kib):
     """From 80 to 120 MB numpy's OpenBLAS ended the run with "Memory allocation still failed after
     10 retries, giving up." and exit 1; from 200 MB a rank "needed about 215 bytes more address
     space". Wherever the limit falls, one line that names it, and exit 2."""
-    proc = subprocess.run(["bash", "-c", f"ulimit -v {kib}; exec {sys.executable} -m collbench allreduce {' '.join(RUN)}"],
+    proc = subprocess.run(["bash", "-c", f"ulimit -v {kib}; exec {sys.executable} -m collbench "
+                                         f"allreduce {' '.join(RUN)}"],
                           cwd=tmp_path, env=_env(), timeout=120, capture_output=True, text=True)
     said = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 2 and len(said) == 1 and said[0].startswith("collbench: "), proc.stderr
-    assert "ulimit -v" in said[0] and "OpenBLAS" not in proc.stderr and "bytes more" not in said[0], said[0]
+    assert (proc.returncode == 2 and len(said) == 1
+            and said[0].startswith("collbench: ")), proc.stderr
+    assert ("ulimit -v" in said[0] and "OpenBLAS" not in proc.stderr
+            and "bytes more" not in said[0]), said[0]
 
 
 def test_numpy_gets_one_blas_thread_unless_the_user_chose(monkeypatch):
@@ -385,8 +428,10 @@ def test_numpy_gets_one_blas_thread_unless_the_user_chose(monkeypatch):
 def test_a_broken_pipe_is_not_a_verdict(files):
     """`collbench compare … | head -1` under pipefail: the verdict decides the exit code (3:
     this file against itself decides too few rows; 0 where asked to pass it)."""
-    for args, code in ((["compare", "good.json", "good.json"], 3), (["compare", "good.json", "good.json", "-f", "json"], 3),
-                       (["compare", "good.json", "good.json", "--min-decided", "0%"], 0), (["report", "good.json"], 0)):
+    for args, code in ((["compare", "good.json", "good.json"], 3),
+                       (["compare", "good.json", "good.json", "-f", "json"], 3),
+                       (["compare", "good.json", "good.json", "--min-decided", "0%"], 0),
+                       (["report", "good.json"], 0)):
         proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         proc.stdout.readline()
@@ -405,7 +450,8 @@ def small_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)]).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                       str(mount)]).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
         yield mount
@@ -428,7 +474,8 @@ def test_a_full_disk_at_the_start_leaves_nothing(small_disk, files):
     _fill(small_disk, 0)
     for args in (["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-o",
                   str(small_disk / "r.json"), "-o", str(small_disk / "r.csv")],
-                 ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "--results-dir",
+                 ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1",
+                  "--results-dir",
                   str(small_disk)],
                  ["plot", "good.json", "-o", str(small_disk / "p.png")],
                  ["merge", "good.json", "good2.json", "-o", str(small_disk / "m.json")]):
@@ -442,7 +489,8 @@ def test_a_full_disk_at_the_start_leaves_nothing(small_disk, files):
 def test_a_disk_that_fills_up_mid_run_is_one_line_and_keeps_what_was_written(small_disk, tmp_path):
     _fill(small_disk, 24 * 1024)
     out = small_disk / "r.json"
-    proc = _run(["allreduce", "-n", "2", "--sizes", "8-1M", "--iters", "100", "--rounds", "1", "--no-shuffle",
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8-1M", "--iters", "100", "--rounds", "1",
+                 "--no-shuffle",
                  "-o", str(out)], tmp_path)
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
@@ -450,7 +498,8 @@ def test_a_disk_that_fills_up_mid_run_is_one_line_and_keeps_what_was_written(sma
     assert f"cannot write {out}: No space left on device; it keeps the {len(rows)} row(s)" in line
     assert 0 < len(rows) < 18
     assert "wrote" not in proc.stderr
-    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "r.json"], "no temporary file left"
+    assert (sorted(p.name for p in small_disk.iterdir())
+            == ["filler", "r.json"]), "no temporary file left"
 
 
 # --- signals and kills ----------------------------------------------------------------------
@@ -480,7 +529,8 @@ def _pty_run(args, cwd, env, after_rows: Path):
     """Run collbench on a pseudo-terminal of its own, as from a shell, and press Ctrl-C there
     once ``after_rows`` holds a row: the terminal sends SIGINT to the whole foreground group."""
     primary, secondary = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=env, stdin=secondary,
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=env,
+                            stdin=secondary,
                             stdout=secondary, stderr=secondary, start_new_session=True,
                             preexec_fn=lambda: __import__("fcntl").ioctl(0, __import__("termios").TIOCSCTTY, 0))
     os.close(secondary)
@@ -509,14 +559,18 @@ def _pty_run(args, cwd, env, after_rows: Path):
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_ctrl_c_on_a_terminal_ends_with_collbench_own_line(tmp_path, backend):
     out = tmp_path / "r.json"
-    code, screen = _pty_run(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-64M", "--iters", "200",
-                             "--rounds", "1", "-o", str(out)], tmp_path, _env({"TERM": "dumb"}), out)
+    code, screen = _pty_run(["allreduce", "-n", "2", "--backend", backend, "--sizes", "8-64M",
+                             "--iters", "200",
+                             "--rounds", "1", "-o", str(out)], tmp_path, _env({"TERM": "dumb"}),
+                            out)
     assert code == 130, screen
-    lines = [line.strip() for line in screen.replace("\r", "\n").splitlines() if "collbench:" in line]
+    lines = [line.strip() for line in screen.replace("\r", "\n").splitlines()
+             if "collbench:" in line]
     assert len(lines) == 1, screen
     flat = " ".join(screen.split())         # on a terminal the line wraps between words
     assert f"interrupted by SIGINT; {out} keeps every size finished before" in flat
-    for noise in ("Press Ctrl-C again", "Ctrl-C caught", "BAD TERMINATION", "Traceback", "Assertion"):
+    for noise in ("Press Ctrl-C again", "Ctrl-C caught", "BAD TERMINATION", "Traceback",
+                  "Assertion"):
         assert noise not in screen
     assert json.loads(out.read_text())["rows"]
     assert not list(tmp_path.glob(".*.tmp"))
@@ -531,7 +585,8 @@ def _private_tmp(tmp_path: Path) -> Path:
 
 def test_backend_all_without_a_loadable_mpi_library_skips_mpi_in_one_line(tmp_path):
     pytest.importorskip("torch")
-    proc = _run(["bcast", "--backend", "all", *RUN], tmp_path, {"MPI4PY_LIBMPI": "/nonexistent/libmpi.so"})
+    proc = _run(["bcast", "--backend", "all", *RUN], tmp_path,
+                {"MPI4PY_LIBMPI": "/nonexistent/libmpi.so"})
     assert proc.returncode == 0, proc.stderr
     mpi_lines = [line for line in proc.stderr.splitlines() if "mpi" in line.split(":")[1]]
     assert len(mpi_lines) == 1 and "skipping backends mpi, mpi-pickle: no MPI library could be loaded" in mpi_lines[0]
@@ -539,7 +594,8 @@ def test_backend_all_without_a_loadable_mpi_library_skips_mpi_in_one_line(tmp_pa
 
 
 @pytest.mark.parametrize("launch", ["self", "mpiexec"])
-def test_a_rank_that_fails_before_mpi_starts_does_not_leave_the_others_waiting(tmp_path, plugin_env, launch):
+def test_a_rank_that_fails_before_mpi_starts_does_not_leave_the_others_waiting(
+        tmp_path, plugin_env, launch):
     """One node lacks a library: its rank stops before MPI_Init, where the other ranks wait
     for it (holding the interpreter, so their own watchdog cannot run)."""
     from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
@@ -559,8 +615,8 @@ def test_a_rank_that_fails_before_mpi_starts_does_not_leave_the_others_waiting(t
     assert proc.returncode == 2, proc.stderr
     assert took < 30, took
     lines = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert lines == ["collbench: error: backend unusable-on-one-rank is not usable: its library is missing on this "
-                     "node (rank 2)"], proc.stderr
+    assert lines == ["collbench: error: backend unusable-on-one-rank is not usable: its library is "
+                     "missing on this node (rank 2)"], proc.stderr
 
 
 def _rank_process(marker: str, rank: int, variable: str) -> int:
@@ -598,10 +654,14 @@ def test_rank_0_killed_outright_under_mpiexec_its_files_are_rebuilt_from_the_jou
     marker = f"{tmp_path}/marker"
     private = _private_tmp(tmp_path)
     env = _env({"TMPDIR": str(private)})
-    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8,16,1M",
-                                       "--iters", "60000", "--warmup", "0", "--rounds", "1", "--no-shuffle",
-                                       "--timeout", "0", "-o", str(out), "--results-dir", marker], env)
-    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = mpiexec_command(mpiexec, 2,
+                          [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8,16,1M",
+                                       "--iters", "60000", "--warmup", "0", "--rounds", "1",
+                           "--no-shuffle",
+                                       "--timeout", "0", "-o", str(out), "--results-dir", marker],
+                          env)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(out)
         stale = tmp_path / ".r.json.interrupted.tmp"
@@ -636,10 +696,12 @@ def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path, 
     leaves nobody in the job to finish its files. Its stand-in does, either way."""
     out = tmp_path / "r.json"
     private = _private_tmp(tmp_path)
-    job = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,1M", "--iters",
-                            "60000", "--warmup", "0", "--rounds", "2", "--no-shuffle", "--timeout", "0", "-o",
-                            str(out)], cwd=tmp_path, env=_env({"TMPDIR": str(private)}), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE)
+    job = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                            "8,1M", "--iters",
+                            "60000", "--warmup", "0", "--rounds", "2", "--no-shuffle", "--timeout",
+                            "0", "-o",
+                            str(out)], cwd=tmp_path, env=_env({"TMPDIR": str(private)}),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for_rows(out)
         if killed == "whole job":           # stopped first, none of them can act on another's death
@@ -668,7 +730,8 @@ def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path, 
 def test_what_mpi_prints_as_it_starts_never_reaches_the_results_on_stdout(files, fmt):
     """UCX writes its warnings on stdout: `UCX_NET_DEVICES=bogus0 ... -q -f json > x.json` exited 0
     and x.json began with "[…] UCX WARN network device 'bogus0' is not available"."""
-    proc = _run(["allreduce", "-n", "2", "--sizes", "8,1K", "--rounds", "1", "--no-save", "-q", "-f", fmt], files,
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8,1K", "--rounds", "1", "--no-save", "-q",
+                 "-f", fmt], files,
                 {"UCX_NET_DEVICES": "bogus0"})
     assert proc.returncode == 0, proc.stderr
     assert "UCX  WARN" not in proc.stdout and "UCX  WARN" in proc.stderr and "bogus0" in proc.stderr
@@ -681,14 +744,17 @@ def test_what_mpi_prints_as_it_starts_never_reaches_the_results_on_stdout(files,
 def test_two_runs_writing_one_file_at_once_the_second_is_refused(files, tmp_path):
     """Both exited 0 and said "wrote same.json", which held one run; with -o s.json -o s.csv
     against -o s.csv, the JSON and the CSV came from different runs."""
-    first = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-1M", "--rounds",
-                              "3", "-o", "s.json", "-o", "s.csv", "--force", "-q"], cwd=tmp_path, env=_env(),
+    first = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                              "8-1M", "--rounds",
+                              "3", "-o", "s.json", "-o", "s.csv", "--force", "-q"], cwd=tmp_path,
+                             env=_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / ".s.csv.lock").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        second = _run(["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1", "-o", "s.csv", "--force", "-q"],
+        second = _run(["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1", "-o", "s.csv",
+                       "--force", "-q"],
                       tmp_path)
         assert second.returncode == 2, second.stderr
         line = _one_line(second.stderr)
@@ -699,7 +765,8 @@ def test_two_runs_writing_one_file_at_once_the_second_is_refused(files, tmp_path
     from collbench.results.loader import load_result
 
     both = [load_result(tmp_path / name) for name in ("s.json", "s.csv")]       # one run's, whole
-    assert both[0].metadata["run_id"] == both[1].metadata["run_id"] and len(both[0].rows) == len(both[1].rows) == 18
+    assert (both[0].metadata["run_id"] == both[1].metadata["run_id"]
+            and len(both[0].rows) == len(both[1].rows) == 18)
     assert not list(tmp_path.glob(".*.lock"))
 
 
@@ -712,7 +779,8 @@ def test_collbenchs_own_line_in_a_start_up_file_is_not_the_librarys_words(tmp_pa
     path = tmp_path / "startup"
     path.write_text("collbench: interrupted by SIGTERM; s.json keeps round 1\n")
     assert notes.startup_words(str(path)) == ""
-    path.write_text("[1] UCX  ERROR no usable transports/devices\ncollbench: interrupted by SIGTERM\n")
+    path.write_text("[1] UCX  ERROR no usable transports/devices\ncollbench: interrupted by "
+                    "SIGTERM\n")
     assert notes.startup_words(str(path)) == "UCX: no usable transports/devices"
 
 
@@ -729,7 +797,8 @@ def test_start_up_files_of_guardians_that_are_gone_are_removed(monkeypatch, tmp_
     (tmp_path / f"collbench-startup-{os.getpid()}").write_text("")
     (tmp_path / "collbench-startup-x").write_text("")
     notes.remove_stale_startup_outputs()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"collbench-startup-{os.getpid()}", "collbench-startup-x"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"collbench-startup-{os.getpid()}",
+                                                          "collbench-startup-x"]
 
 
 def test_a_file_size_limit_too_low_for_mpiexecs_own_processes_is_exit_2(files):

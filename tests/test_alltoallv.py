@@ -43,10 +43,12 @@ def test_zipf_sends_equal_totals_to_hot_ranks_chosen_by_its_seed():
         assert received_imb == pytest.approx(n / sum(k ** -1.2 for k in range(1, n + 1)), rel=1e-3)
         hot[seed] = received.index(max(received))
     assert len(set(hot.values())) > 1, "the seed chooses which rank is hot"
-    assert patterns.parse("zipf:1.2").name == "zipf:1.2:0" and patterns.parse("zipf:0").name == "zipf:0:0"
+    assert (patterns.parse("zipf:1.2").name == "zipf:1.2:0"
+            and patterns.parse("zipf:0").name == "zipf:0:0")
 
 
-@pytest.mark.parametrize("text", ["zipf", "spread:1.5", "spread:-0.1", "spread:nan", "zipf:inf", "zipf:1:-2",
+@pytest.mark.parametrize("text", ["zipf", "spread:1.5", "spread:-0.1", "spread:nan", "zipf:inf",
+                                  "zipf:1:-2",
                                   "zipf:1:x", "matrix", "uniform:2", ""])
 def test_a_pattern_that_is_not_one_is_refused_saying_what_is_taken(text):
     with pytest.raises(ValueError, match="give uniform, spread:F"):
@@ -84,7 +86,8 @@ def test_the_expected_values_are_what_each_sender_cut_for_this_rank(name, n):
     for rank in range(n):
         pieces = [sends[j][sum(matrix[j][:rank]):sum(matrix[j][:rank + 1])] for j in range(n)]
         got = np.concatenate(pieces)
-        want = expected(op, n, ALLTOALLV.received(n, rank, roles, elements, recv_len), recv_len, np.int64)
+        want = expected(op, n, ALLTOALLV.received(n, rank, roles, elements, recv_len), recv_len,
+                        np.int64)
         np.testing.assert_array_equal(np.asarray(want)[:len(got)], got)
 
 
@@ -94,7 +97,8 @@ def three_backends(tmp_path_factory):
     side by side (a comma list of patterns)."""
     folder = tmp_path_factory.mktemp("alltoallv")
     proc = cli(["alltoallv", "-n", "3", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "12,3K,96K",
-                "--pattern", "zipf:1.2,spread:1", "--thread-level", "multiple", "-o", "both.json", *QUICK[:-1]], folder,
+                "--pattern", "zipf:1.2,spread:1", "--thread-level", "multiple", "-o", "both.json",
+                *QUICK[:-1]], folder,
                timeout=300, env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     (folder / "stdout.txt").write_text(proc.stdout)
@@ -106,9 +110,12 @@ def test_a_comma_list_of_patterns_measures_each_in_one_run_and_table(three_backe
     # rows in the order the patterns were given, and every round measured both, interleaved
     assert list(dict.fromkeys(r["pattern"] for r in data["rows"])) == ["zipf:1.2:0", "spread:1"]
     for record in data["metadata"]["rounds"]:
-        assert sorted(b["pattern"] for b in record["order"]) == sorted(["zipf:1.2:0", "spread:1"] * 3)
-    titles = [line for line in (three_backends / "stdout.txt").read_text().splitlines() if line.startswith("alltoallv ·")]
-    assert [t.split(" · ")[-1] for t in titles] == ["pattern zipf:1.2:0", "pattern spread:1"]   # backends as rows
+        assert (sorted(b["pattern"] for b in record["order"])
+                == sorted(["zipf:1.2:0", "spread:1"] * 3))
+    titles = [line for line in (three_backends / "stdout.txt").read_text().splitlines()
+              if line.startswith("alltoallv ·")]
+    # backends as rows
+    assert [t.split(" · ")[-1] for t in titles] == ["pattern zipf:1.2:0", "pattern spread:1"]
 
 
 @pytest.mark.parametrize("pattern", ["zipf:1.2:0", "spread:1"])
@@ -119,7 +126,8 @@ def test_every_backend_delivers_every_piece_and_the_rows_say_the_pattern(three_b
     for row in rows:
         assert row["check"] == "ok" and row["pattern"] == pattern
         matrix = patterns.counts(pattern, 3, row["count"])
-        assert (row["imbalance_sent"], row["imbalance_received"]) == pytest.approx(patterns.imbalance(matrix))
+        assert ((row["imbalance_sent"], row["imbalance_received"])
+                == pytest.approx(patterns.imbalance(matrix)))
         # the bandwidths count the busiest rank's bytes, over the slowest rank's time
         busiest = row["size_bytes"] * max(row["imbalance_sent"], row["imbalance_received"])
         assert row["algbw_gbps"] == pytest.approx(busiest / (row["time_us_p50"] * 1e-6) / 1e9)
@@ -129,29 +137,35 @@ def test_every_backend_delivers_every_piece_and_the_rows_say_the_pattern(three_b
 
 
 def test_under_mpiexec_four_ranks_with_hot_experts_check_and_show_the_busiest(tmp_path):
-    proc = mpirun(4, ["alltoallv", "--sizes", "16,64K", "--pattern", "zipf:1.2:3", "-o", "v.json", "--thread-level", "multiple",
+    proc = mpirun(4, ["alltoallv", "--sizes", "16,64K", "--pattern", "zipf:1.2:3", "-o", "v.json",
+                      "--thread-level", "multiple",
                       "--iters", "10", "--warmup", "1"], tmp_path, env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     rows = load_json(tmp_path / "v.json")["rows"]
-    assert [r["check"] for r in rows] == ["ok", "ok"] and {r["pattern"] for r in rows} == {"zipf:1.2:3"}
+    assert ([r["check"] for r in rows] == ["ok", "ok"]
+            and {r["pattern"] for r in rows} == {"zipf:1.2:3"})
     assert "pattern zipf:1.2:3" in proc.stdout and "busiest" in proc.stdout
     assert all(len(line) <= 80 for line in proc.stdout.splitlines() if line.startswith(("|", "+")))
 
 
 @pytest.mark.parametrize("api", ["nonblocking", "persistent"])
 def test_alltoallv_is_issued_in_each_api_mpi_has(tmp_path, api):
-    proc = cli(["alltoallv", "-n", "2", "--sizes", "8,4K", "--pattern", "spread:0.5", "--api", api, "-o", "a.json",
+    proc = cli(["alltoallv", "-n", "2", "--sizes", "8,4K", "--pattern", "spread:0.5", "--api", api,
+                "-o", "a.json",
                 *QUICK], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert [(r["api"], r["check"]) for r in load_json(tmp_path / "a.json")["rows"]] == [(api, "ok")] * 2
+    assert [(r["api"], r["check"])
+            for r in load_json(tmp_path / "a.json")["rows"]] == [(api, "ok")] * 2
 
 
 @pytest.mark.parametrize("args,said", [
     (["alltoallv", "--pattern", "zipf:x"], "pattern 'zipf:x': give uniform"),
     (["alltoallv", "--pattern", "uniform,,zipf:1"], "an empty name in the list"),
-    (["alltoallv", "--pattern", ",".join(f"spread:{i / 20:g}" for i in range(17))], "at most 16 in one run"),
+    (["alltoallv", "--pattern", ",".join(f"spread:{i / 20:g}" for i in range(17))],
+     "at most 16 in one run"),
     (["alltoallv", "--pattern", "uniform,zipf:1,wide"], "pattern 'wide': give uniform"),
-    (["allreduce", "--pattern", "zipf:1"], "allreduce takes no --pattern: its pieces all have one length"),
+    (["allreduce", "--pattern", "zipf:1"],
+     "allreduce takes no --pattern: its pieces all have one length"),
 ])
 def test_a_pattern_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, args, said):
     proc = cli([*args, "-n", "2", "--no-save"], tmp_path)
@@ -171,14 +185,17 @@ def test_a_matrix_spreads_each_rank_by_its_row_and_is_named_by_its_content(tmp_p
     first = patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1  # comment\n\n1,1,4\n"))
     again = patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 4", "other.csv"))
     assert first.name == again.name and first.name.startswith("matrix:") and len(first.name) == 19
-    assert patterns.parse(first.name) == first           # the name alone finds it again (ranks, rows)
-    # entry (i, j): what rank i sends rank j, scaled so that the average rank sends the size (3 x 600
-    # in all: rows of 3, 2 and 6 elevenths), each row's total cut in its own proportions
+    # the name alone finds it again (ranks, rows)
+    assert patterns.parse(first.name) == first
+    # entry (i, j): what rank i sends rank j, scaled so that the average rank sends the size (3 x
+    # 600 in all: rows of 3, 2 and 6 elevenths), each row's total cut in its own proportions
     matrix = patterns.counts(first.name, 3, 600)
     assert matrix == ((164, 327, 0), (0, 164, 163), (164, 163, 655))
     assert patterns.imbalance(matrix) == pytest.approx((982 / 600, 818 / 600))
-    assert ALLTOALLV.lengths(600, 3, Roles(pattern=first.name)) == (982, 818)    # the busiest sender and receiver
-    assert patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 5", "third")).name != first.name
+    # the busiest sender and receiver
+    assert ALLTOALLV.lengths(600, 3, Roles(pattern=first.name)) == (982, 818)
+    assert patterns.parse("matrix:" + _matrix(tmp_path, "1 2 0\n0 1 1\n1 1 5",
+                                              "third")).name != first.name
 
 
 def test_a_matrix_for_another_world_size_is_refused_on_the_ranks(tmp_path):
@@ -186,7 +203,8 @@ def test_a_matrix_for_another_world_size_is_refused_on_the_ranks(tmp_path):
     from types import SimpleNamespace
 
     name = patterns.parse("matrix:" + _matrix(tmp_path, "1 1\n1 1\n", "two.txt")).name
-    plan = SimpleNamespace(collectives=("alltoallv",), roles=Roles(), patterns=(patterns.UNIFORM, name), pairing=None)
+    plan = SimpleNamespace(collectives=("alltoallv",), roles=Roles(),
+                           patterns=(patterns.UNIFORM, name), pairing=None)
     assert roles_problem(plan, 3).endswith("two.txt is a 2 x 2 matrix: it spreads 2 ranks, not 3")
     assert roles_problem(plan, 2) is None
 
@@ -225,25 +243,32 @@ def test_a_matrix_file_that_is_not_a_file_or_too_big_is_refused_without_blocking
     big = tmp_path / "big"
     with open(big, "wb") as handle:
         handle.truncate(patterns.MAX_MATRIX_BYTES + 1)     # sparse: no disk
-    for path, said in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"), (tmp_path, "cannot read it: Is a directory"),
-                       (tmp_path / "none", "cannot read it: No such file or directory"), (big, "over 64 MiB")):
+    for path, said in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"),
+                       (tmp_path, "cannot read it: Is a directory"),
+                       (tmp_path / "none", "cannot read it: No such file or directory"),
+                       (big, "over 64 MiB")):
         with pytest.raises(UsageError, match=said):
             patterns.parse(f"matrix:{path}")
 
 
 def test_a_matrix_run_checks_every_piece_and_a_world_it_does_not_fit_is_one_line(tmp_path):
-    hot = _matrix(tmp_path, "1 1 6\n1 1 6\n0 0 0\n", "hot.txt")         # rank 2 receives most, sends nothing
-    proc = cli(["alltoallv", "-n", "3", "--sizes", "12,3K", "--pattern", f"matrix:{hot}", "--thread-level", "multiple",
+    # rank 2 receives most, sends nothing
+    hot = _matrix(tmp_path, "1 1 6\n1 1 6\n0 0 0\n", "hot.txt")
+    proc = cli(["alltoallv", "-n", "3", "--sizes", "12,3K", "--pattern", f"matrix:{hot}",
+                "--thread-level", "multiple",
                 "-o", "m.json", *QUICK], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     name = patterns.parse(f"matrix:{hot}").name
     rows = load_json(tmp_path / "m.json")["rows"]
     assert [(r["check"], r["pattern"]) for r in rows] == [("ok", name)] * 2
     sent, received = patterns.imbalance(patterns.counts(name, 3, 768))
-    assert (rows[1]["imbalance_sent"], rows[1]["imbalance_received"]) == pytest.approx((sent, received))
+    assert ((rows[1]["imbalance_sent"], rows[1]["imbalance_received"])
+            == pytest.approx((sent, received)))
     assert sent == pytest.approx(1.5) and received == pytest.approx(2.25)
-    proc = cli(["alltoallv", "-n", "2", "--sizes", "12", "--pattern", f"matrix:{hot}", "--no-save", *QUICK], tmp_path)
-    assert proc.returncode == 2 and proc.stderr.strip().endswith("hot.txt is a 3 x 3 matrix: it spreads 3 ranks, not 2")
+    proc = cli(["alltoallv", "-n", "2", "--sizes", "12", "--pattern", f"matrix:{hot}", "--no-save",
+                *QUICK], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("hot.txt is a 3 x 3 matrix: it "
+                                                                 "spreads 3 ranks, not 2")
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -256,13 +281,14 @@ def test_a_files_matrix_is_taken_back_only_when_it_is_the_one_its_name_says(tmp_
     patterns._MATRICES.pop(digest)
     hostile = [[[0, 1, 2], [3, 0, 1], [5, 5, 1]],           # not the matrix its digest names
                [[0, 1, 2], [3, 0, 1], [5, 5, 10 ** 400]],   # past a float
-               [[0, 1, 2], [3, 0, 1], [5, 5, -1]], [[0, 1], [3, 0]], "0 1 2", [[True, 1, 2], [3, 0, 1], [5, 5, 0]],
-               [[0, 0, 0]] * 3]
+               [[0, 1, 2], [3, 0, 1], [5, 5, -1]], [[0, 1], [3, 0]], "0 1 2",
+               [[True, 1, 2], [3, 0, 1], [5, 5, 0]], [[0, 0, 0]] * 3]
     for rows in hostile:
         patterns.take_back({digest: rows})
         assert not patterns.known(f"matrix:{digest}"), rows
     monkeypatch.chdir(tmp_path)
-    (tmp_path / digest).write_text("0 1 2\n3 0 1\n5 5 0\n")       # never read as a file of that name
+    # never read as a file of that name
+    (tmp_path / digest).write_text("0 1 2\n3 0 1\n5 5 0\n")
     assert not patterns.known(f"matrix:{digest}")
     patterns.take_back({digest: kept})
     assert patterns.known(f"matrix:{digest}")

@@ -24,7 +24,8 @@ def _by_setup(rows) -> dict:
 def _every_api(run_dir, command: str, backends: str, sizes: str) -> tuple:
     """``command`` on ``backends`` with every api side by side, self-launched: (the process, its file)."""
     pytest.importorskip("torch")
-    proc = cli([command, "-n", "2", "--backend", backends, "--api", "blocking,nonblocking,persistent",
+    proc = cli([command, "-n", "2", "--backend", backends, "--api",
+                "blocking,nonblocking,persistent",
                 "--sizes", sizes, *FAST, "-o", "out.json"], run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc, load_json(run_dir / "out.json")
@@ -47,7 +48,8 @@ def test_every_api_side_by_side_on_mpi_and_gloo_checks_ok_and_says_what_it_skips
         if api == "blocking":
             assert overlaps == [None] * len(rows)
         else:          # OSU's four figures on every row of a call started and completed apart
-            assert all(r["overall_us"] > 0 and r["compute_us"] > 0 and 0 <= r["overlap_pct"] <= 100 for r in rows)
+            assert all(r["overall_us"] > 0 and r["compute_us"] > 0 and 0 <= r["overlap_pct"] <= 100
+                       for r in rows)
             assert all(d["overall_us"] > 0 for r in rows for d in r["round_details"])
     assert "mpi (nonblocking)" in proc.stdout and "overlap %" in proc.stdout
 
@@ -55,35 +57,41 @@ def test_every_api_side_by_side_on_mpi_and_gloo_checks_ok_and_says_what_it_skips
 @pytest.mark.mpi
 def test_nonblocking_and_persistent_under_a_real_mpiexec(run_dir):
     pytest.importorskip("torch")
-    proc = mpirun(2, ["allreduce", "--backend", "mpi,gloo", "--api", "nonblocking,persistent", "--sizes", "8,1M",
+    proc = mpirun(2, ["allreduce", "--backend", "mpi,gloo", "--api", "nonblocking,persistent",
+                      "--sizes", "8,1M",
                       *FAST, "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
-    assert "allreduce on gloo (persistent): torch.distributed has no persistent calls" in proc.stderr
+    assert ("allreduce on gloo (persistent): torch.distributed has no persistent calls"
+            in proc.stderr)
     rows = load_json(run_dir / "m.json")["rows"]
     assert [(r["backend"], r["api"], r["size_bytes"], r["check"]) for r in rows] == [
-        ("mpi", "nonblocking", 8, "ok"), ("mpi", "nonblocking", 1 << 20, "ok"), ("mpi", "persistent", 8, "ok"),
-        ("mpi", "persistent", 1 << 20, "ok"), ("gloo", "nonblocking", 8, "ok"), ("gloo", "nonblocking", 1 << 20, "ok")]
+        ("mpi", "nonblocking", 8, "ok"), ("mpi", "nonblocking", 1 << 20, "ok"),
+        ("mpi", "persistent", 8, "ok"),
+        ("mpi", "persistent", 1 << 20, "ok"), ("gloo", "nonblocking", 8, "ok"),
+        ("gloo", "nonblocking", 1 << 20, "ok")]
     assert all(0 <= r["overlap_pct"] <= 100 for r in rows)
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("api", ["nonblocking", "persistent"])
 def test_a_wrong_result_is_caught_whatever_the_api(api, run_dir, plugin_env):
-    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--api", api, "--sizes", "1K", *FAST,
-                "-o", "c.json"], run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--api", api, "--sizes", "1K",
+                *FAST, "-o", "c.json"], run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})
     assert proc.returncode == 1, proc.stderr
-    assert f"CHECK FAILED: allreduce on faulty-mpi ({api})" in proc.stderr and "6 wrong elements" in proc.stderr
+    assert (f"CHECK FAILED: allreduce on faulty-mpi ({api})" in proc.stderr
+            and "6 wrong elements" in proc.stderr)
     assert [r["check"] for r in load_json(run_dir / "c.json")["rows"]] == ["wrong:6"]
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("kind,low,high", [("background", 50, 100), ("in-wait", 0, 30)])
 def test_the_overlap_of_a_library_whose_progress_is_known(kind, low, high, run_dir, plugin_env):
-    """A call that progresses for 20 ms in the background from its start is hidden by 20 ms of compute;
-    one that waits only inside its wait is not hidden at all. (The figure is a timing: beside two
-    busy loops and other jobs the background call read 64%, hence a wide band; the two kinds stay
-    apart by 20 points.)"""
-    proc = cli(["allreduce", "-n", "2", "--backend", "timed-library-mpi", "--api", "nonblocking", "--sizes", "1K",
+    """A call that progresses for 20 ms in the background from its start is hidden by 20 ms of
+    compute; one that waits only inside its wait is not hidden at all. (The figure is a timing:
+    beside two busy loops and other jobs the background call read 64%, hence a wide band; the two
+    kinds stay apart by 20 points.)"""
+    proc = cli(["allreduce", "-n", "2", "--backend", "timed-library-mpi", "--api", "nonblocking",
+                "--sizes", "1K",
                 "--iters", "20", "--warmup", "1", "--rounds", "1", "-o", "o.json"], run_dir,
                env={**plugin_env, "TIMED_LIBRARY": f"{kind}:0.02"})
     assert proc.returncode == 0, proc.stderr
@@ -98,7 +106,8 @@ def test_the_overlap_of_a_library_whose_progress_is_known(kind, low, high, run_d
 def test_point_to_point_takes_the_apis_that_apply(run_dir):
     proc, data = _every_api(run_dir, "pingpong", "mpi,mpi-pickle,gloo", "8,64K")
     rows = data["rows"]
-    assert set(_by_setup(rows)) == {("mpi", "blocking"), ("mpi", "nonblocking"), ("mpi", "persistent"),
+    assert set(_by_setup(rows)) == {("mpi", "blocking"), ("mpi", "nonblocking"),
+                                    ("mpi", "persistent"),
                                     ("mpi-pickle", "blocking"), ("mpi-pickle", "nonblocking"),
                                     ("gloo", "blocking"), ("gloo", "nonblocking")}
     assert all(r["check"] == "ok" and r["overlap_pct"] is None for r in rows)
@@ -107,10 +116,12 @@ def test_point_to_point_takes_the_apis_that_apply(run_dir):
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["allreduce", "--backend", "gloo", "--api", "persistent"], "torch.distributed has no persistent calls"),
+    (["allreduce", "--backend", "gloo", "--api", "persistent"],
+     "torch.distributed has no persistent calls"),
     (["allreduce", "--backend", "mpi-pickle", "--api", "nonblocking"],
      "mpi4py's pickle API has no nonblocking collectives"),
-    (["bw", "--backend", "mpi", "--api", "nonblocking"], "its window is of non-blocking sends and receives already"),
+    (["bw", "--backend", "mpi", "--api", "nonblocking"],
+     "its window is of non-blocking sends and receives already"),
     (["sendrecv", "--backend", "mpi", "--api", "persistent"], "no persistent form"),
     (["allreduce", "--backend", "mpi", "--api", "eventually"], "eventually"),
 ])
@@ -148,16 +159,19 @@ def test_persistent_collectives_are_asked_of_the_library_not_its_version():
     made = _Library(True)
     assert persistent_collectives(made, made) and made.freed
     assert not persistent_collectives(_Library(False), _Library(False))
-    assert not persistent_collectives(_Library(True, NotImplementedError), _Library(True, NotImplementedError))
+    assert not persistent_collectives(_Library(True, NotImplementedError),
+                                      _Library(True, NotImplementedError))
     broken = _Library(True)
     broken.raises = _Library.Exception
     assert not persistent_collectives(broken, broken)
 
 
 def test_overlap_is_osu_s_figure():
-    assert overlap_pct(110.0, 100.0, 100.0) == pytest.approx(90.0)     # 10 of 100 µs left after the compute
+    # 10 of 100 µs left after the compute
+    assert overlap_pct(110.0, 100.0, 100.0) == pytest.approx(90.0)
     assert overlap_pct(200.0, 100.0, 100.0) == 0.0                     # nothing hidden
-    assert overlap_pct(260.0, 100.0, 100.0) == 0.0                     # worse than nothing: 0, as OSU
+    # worse than nothing: 0, as OSU
+    assert overlap_pct(260.0, 100.0, 100.0) == 0.0
     assert overlap_pct(100.0, 100.0, 100.0) == 100.0
     assert math.isnan(overlap_pct(math.nan, 100.0, 100.0))
 
@@ -165,12 +179,16 @@ def test_overlap_is_osu_s_figure():
 @pytest.mark.mpi
 def test_compare_matches_on_the_api_and_shows_the_overlap_on_each_side(run_dir):
     for name in ("a", "b"):
-        proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--api", "blocking,nonblocking", "--sizes", "1K",
-                    "--iters", "10", "--warmup", "1", "--rounds", "2", "-q", "-o", f"{name}.json"], run_dir)
+        proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--api", "blocking,nonblocking",
+                    "--sizes", "1K",
+                    "--iters", "10", "--warmup", "1", "--rounds", "2", "-q", "-o", f"{name}.json"],
+                   run_dir)
         assert proc.returncode == 0, proc.stderr
-    c = compare_runs(load_result(run_dir / "a.json"), load_result(run_dir / "b.json"), threshold=0.5)
+    c = compare_runs(load_result(run_dir / "a.json"), load_result(run_dir / "b.json"),
+                     threshold=0.5)
     assert sorted(r.field("api") for r in c.rows) == ["blocking", "nonblocking"]
-    proc = cli(["compare", "a.json", "b.json", "--threshold", "50%"], run_dir, env={"COLUMNS": "160"})
+    proc = cli(["compare", "a.json", "b.json", "--threshold", "50%"], run_dir,
+               env={"COLUMNS": "160"})
     assert proc.returncode in (0, 1, 3), proc.stderr
     assert "overlap %" in proc.stdout and " → " in proc.stdout
     proc = cli(["compare", "a.json", "b.json", "--threshold", "50%", "-f", "json"], run_dir)

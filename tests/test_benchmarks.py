@@ -36,15 +36,19 @@ def simulate(name, op, n, elements, root, pair=(0, 1)):
         "gather": lambda r: np.concatenate(sends) if r == root else None,
         "scatter": lambda r: sends[root][r * c:(r + 1) * c],
         "alltoall": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),
-        "alltoallv": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),   # uniform
-        "allgatherv": lambda r: np.concatenate(sends),                       # uniform: pieces of size / n
+        # uniform
+        "alltoallv": lambda r: np.concatenate([sends[j][r * c:(r + 1) * c] for j in range(n)]),
+        # uniform: pieces of size / n
+        "allgatherv": lambda r: np.concatenate(sends),
         "gatherv": lambda r: np.concatenate(sends) if r == root else None,
         "scatterv": lambda r: sends[root][r * c:(r + 1) * c],
         "reduce_scatter": lambda r: reduced[r * c:(r + 1) * c],
-        "reduce_scatterv": lambda r: reduced[r * c:(r + 1) * c],             # uniform: pieces of size / n
+        # uniform: pieces of size / n
+        "reduce_scatterv": lambda r: reduced[r * c:(r + 1) * c],
         "barrier": lambda r: None,
         "pingpong": lambda r: sends[b] if r == a else sends[a] if r == b else None,
-        "bw": lambda r: sends[a] if r == b else None,       # the sender's acknowledgement is not checked
+        # the sender's acknowledgement is not checked
+        "bw": lambda r: sends[a] if r == b else None,
         "bibw": lambda r: sends[b] if r == a else sends[a] if r == b else None,
         "sendrecv": lambda r: sends[(r - 1) % n],
     }[name]
@@ -58,7 +62,8 @@ def test_expected_matches_simulation(name, op_name, n):
     coll = BENCHMARKS[name]
     if not coll.reduces:
         op = pattern(NO_OP, "float32")
-    else:   # a limit of 9 makes the sum's stride ceil(n / 3) > 1 at 8 ranks: only some ranks contribute
+    else:   # a limit of 9 makes the sum's stride ceil(n / 3) > 1 at 8 ranks: only some ranks
+            # contribute
         op = _sum_op(9) if op_name == "sum, stride 3" else pattern(op_name, "float32")
     elements = 0 if not coll.moves_data else 24 * n
     root = n - 1 if coll.rooted else 0
@@ -100,10 +105,11 @@ def test_buffer_lengths_follow_nccl_tests_size_semantics():
 
 
 def _reduce_in_order(values, ufunc, dt, order):
-    """Reduce ``values`` (ranks × elements) in the dtype, rounding after every step as a library does.
+    """Reduce ``values`` (ranks × elements) in the dtype, rounding after every step as a library
+    does.
 
-    ``sequential``: rank 0, 1, … n-1; ``ring``: element k starts at rank k mod n and goes round, as a
-    ring reduce-scatter does per chunk; ``tree``: pairs, then pairs of pairs (recursive halving).
+    ``sequential``: rank 0, 1, … n-1; ``ring``: element k starts at rank k mod n and goes round, as
+    a ring reduce-scatter does per chunk; ``tree``: pairs, then pairs of pairs (recursive halving).
     """
     n, width = values.shape
     values = values.astype(dt)
@@ -127,19 +133,24 @@ ORDERS = ("sequential", "ring", "tree")
 @pytest.mark.parametrize("n", [2, 3, 55, 64, 512, 4096])
 def test_check_pattern_is_exact_in_every_dtype_order_and_scale(dtype, op_name, n):
     op, dt = pattern(op_name, dtype), dtype_of(dtype).numpy
-    k = np.arange(96)                      # every residue of the sum's stride, which is at most 7 here
+    # every residue of the sum's stride, which is at most 7 here
+    k = np.arange(96)
     values = np.stack([np.asarray(op.value(r, k, n)) for r in range(n)])
     want = np.asarray(op.reduced(k, n))
     assert want.max() <= EXACT_LIMIT[dtype]
     ufunc = OPS[op_name].combine
-    np.testing.assert_array_equal(want, ufunc.reduce(values, axis=0))     # closed form, in exact integers
+    # closed form, in exact integers
+    np.testing.assert_array_equal(want, ufunc.reduce(values, axis=0))
     for order in ORDERS:
-        np.testing.assert_array_equal(_reduce_in_order(values, ufunc, dt, order), want.astype(dt), err_msg=order)
+        np.testing.assert_array_equal(_reduce_in_order(values, ufunc, dt, order), want.astype(dt),
+                                      err_msg=order)
 
 
 def test_sum_pattern_keeps_every_rank_while_it_can_and_every_element_nonzero():
-    assert sum_stride(682, EXACT_LIMIT["float16"]) == 1 and sum_stride(683, EXACT_LIMIT["float16"]) == 2
-    assert sum_stride(4096, EXACT_LIMIT["float16"]) == 7 and sum_stride(4096, EXACT_LIMIT["float32"]) == 1
+    assert (sum_stride(682, EXACT_LIMIT["float16"]) == 1
+            and sum_stride(683, EXACT_LIMIT["float16"]) == 2)
+    assert (sum_stride(4096, EXACT_LIMIT["float16"]) == 7
+            and sum_stride(4096, EXACT_LIMIT["float32"]) == 1)
     op, k = pattern("sum", "float16"), np.arange(96)
     for n in (2, 682, 683, 4096):
         assert np.asarray(op.reduced(k, n)).min() > 0
@@ -153,12 +164,14 @@ def test_the_simulation_catches_a_pattern_that_is_not_exact():
     k, n = np.arange(96), 64
     values = np.stack([(r + 1) + k % 7 for r in range(n)])
     exact = values.sum(axis=0)
-    assert any(np.any(_reduce_in_order(values, np.add, np.float16, order) != exact.astype(np.float16))
+    assert any(np.any(_reduce_in_order(values, np.add, np.float16, order)
+                      != exact.astype(np.float16))
                for order in ORDERS)
 
 
 def test_unknown_benchmark():
-    with pytest.raises(UsageError, match="unknown benchmark .allreduc.; choose one of: allreduce, .*, pingpong, bw, bibw, sendrecv"):
+    with pytest.raises(UsageError, match="unknown benchmark .allreduc.; choose one of: allreduce, "
+                                         ".*, pingpong, bw, bibw, sendrecv"):
         get_benchmark("allreduc")
 
 
@@ -174,23 +187,30 @@ def test_a_family_a_collective_does_not_implement_is_unsupported_by_its_backends
             return c.comm.Barrier
 
     coll = BufferOnly()
-    assert coll.issued_by("buffer") and not coll.issued_by("tensor") and not coll.issued_by("object")
+    assert (coll.issued_by("buffer") and not coll.issued_by("tensor")
+            and not coll.issued_by("object"))
     assert MpiBackend.supports(collective=coll, dtype=dtype_of("float32"), op="none") is None
     assert GlooBackend.supports(collective=coll, dtype=dtype_of("float32"), op="none") == \
         "buffer-only has no tensor call"
     assert all(c.issued_by(f) for c in COLLECTIVES.values() for f in ("buffer", "object"))
     # torch's gather and scatter take pieces of one length: gatherv and scatterv say so on both
-    assert [c.name for c in COLLECTIVES.values() if not c.issued_by("tensor")] == ["gatherv", "scatterv"]
+    assert [c.name for c in COLLECTIVES.values()
+            if not c.issued_by("tensor")] == ["gatherv", "scatterv"]
     assert all({"gloo", "nccl"} <= set(COLLECTIVES[name].lacks) for name in ("gatherv", "scatterv"))
-    assert GlooBackend.supports(collective=COLLECTIVES["allgatherv"], dtype=dtype_of("float32"), op="none") == \
+    assert GlooBackend.supports(collective=COLLECTIVES["allgatherv"], dtype=dtype_of("float32"),
+                                op="none") == \
         COLLECTIVES["allgatherv"].lacks["gloo"]
 
 
 def test_every_benchmark_module_is_found_in_its_place():
-    assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "allgatherv", "gather", "gatherv", "scatter",
-                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "reduce_scatterv", "barrier")
-    assert NAMES == ("allreduce", "bcast", "reduce", "allgather", "allgatherv", "gather", "gatherv", "scatter",
-                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "reduce_scatterv", "barrier", "pingpong",
+    assert ORDER == ("allreduce", "bcast", "reduce", "allgather", "allgatherv", "gather", "gatherv",
+                     "scatter",
+                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "reduce_scatterv",
+                     "barrier")
+    assert NAMES == ("allreduce", "bcast", "reduce", "allgather", "allgatherv", "gather", "gatherv",
+                     "scatter",
+                     "scatterv", "alltoall", "alltoallv", "reduce_scatter", "reduce_scatterv",
+                     "barrier", "pingpong",
                      "bw", "bibw", "sendrecv")
     assert [name for name in NAMES if name not in ORDER] == ["pingpong", "bw", "bibw", "sendrecv"]
 
@@ -202,15 +222,17 @@ def test_every_benchmark_module_is_found_in_its_place():
     ("bibw", {3, 1}, {3}, 16, 2.0),              # both directions count
     ("sendrecv", {0, 1, 2, 3}, {0, 1, 2, 3}, 1, 1.0),
 ])
-def test_who_takes_part_whose_clock_counts_and_what_a_sample_is(name, part_of, timed_on, per_call, bus):
+def test_who_takes_part_whose_clock_counts_and_what_a_sample_is(name, part_of, timed_on, per_call,
+                                                                bus):
     bench, roles = BENCHMARKS[name], Roles(pairs=((3, 1),), window=16)
     assert {r for r in range(4) if bench.takes_part(r, roles)} == part_of
     assert {r for r in range(4) if bench.timed_on(r, roles)} == timed_on
     assert bench.messages_per_call(roles) == per_call
     assert bench.bus_factor(4) == bus
-    assert bench.row_axes(roles) == {"pair": "3-1" if bench.paired else "", "window": 16 if bench.windowed else 1,
-                                     "pairs_at_once": 1}
-    assert bench.self_paced == bench.paired      # a pair paces itself; a ring or a collective has a barrier
+    assert bench.row_axes(roles) == {"pair": "3-1" if bench.paired else "",
+                                     "window": 16 if bench.windowed else 1, "pairs_at_once": 1}
+    # a pair paces itself; a ring or a collective has a barrier
+    assert bench.self_paced == bench.paired
 
 
 @pytest.mark.parametrize("name", ["pingpong", "bw", "allreduce"])
@@ -237,7 +259,8 @@ def test_check_pattern_is_exact_in_bfloat16_in_every_order(op_name, n):
     values = np.stack([np.asarray(op.value(r, k, n)) for r in range(n)])
     want = np.asarray(op.reduced(k, n))
     assert want.max() <= EXACT_LIMIT["bfloat16"] and values.max() <= EXACT_LIMIT["bfloat16"]
-    step = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum, "prod": torch.mul}[op_name]
+    step = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum,
+            "prod": torch.mul}[op_name]
     t = torch.tensor(values, dtype=torch.bfloat16)
     orders = {"sequential": list(range(n)), "reversed": list(range(n - 1, -1, -1))}
     for name, order in orders.items():
@@ -261,7 +284,8 @@ def _device_for(dtype):
     return TorchDevice(torch, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("dtype_name",
+                         ["float16", "bfloat16", "float32", "float64", "int32", "int64"])
 @pytest.mark.parametrize("n", [2, 250, 256, 2042, 4096])
 def test_moved_data_survives_the_fill_in_every_dtype_at_any_scale(dtype_name, n):
     """What bcast, gather, allgather, scatter and alltoall move is filled into the dtype's buffer,
@@ -277,7 +301,8 @@ def test_moved_data_survives_the_fill_in_every_dtype_at_any_scale(dtype_name, n)
         buffers = device.allocate(per_rank, per_rank, dtype, in_place=False)
         tables.fill(buffers.send[:per_rank], r)
         arrived.append(buffers.send[:per_rank])
-    got = np.concatenate(arrived) if dtype.numpy is not None else device.torch.cat(arrived)  # the root's receive buffer
+    # the root's receive buffer
+    got = np.concatenate(arrived) if dtype.numpy is not None else device.torch.cat(arrived)
     parts = coll.received(n, 0, Roles(), per_rank * n, per_rank * n)
     assert tables.count_wrong(got, parts, per_rank * n) == 0
     host = got if dtype.numpy is not None else got.float().numpy()
@@ -285,9 +310,11 @@ def test_moved_data_survives_the_fill_in_every_dtype_at_any_scale(dtype_name, n)
     values = np.stack([np.asarray(op.value(r, np.arange(per_rank), n)) for r in range(n)])
     assert values.min() >= 1 and values.max() <= EXACT_LIMIT[dtype_name]
     span = op.period(n)
-    if n <= span:                              # every rank's data differs from every other's at every element
+    # every rank's data differs from every other's at every element
+    if n <= span:
         assert all(len(set(column)) == n for column in values.T.tolist())
-    else:                                      # ranks that agree mod span still differ in most elements
+    else:                                      # ranks that agree mod span still differ in most
+                                               # elements
         assert len({row.tobytes() for row in values}) == n
         alias = np.arange(span, n)
         assert (values[alias] != values[alias % span]).mean(axis=1).min() > 0.5

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.mpi
 #: core; a round's share of --max-time 0.1 over 2 rounds is 50 ms, half of it 25 ms: a window
 #: of 64 such messages cannot stay whole, and one of 64 messages of 8 bytes (tens of µs each)
 #: always can.
-SLOW = ["bw", "--backend", "mpi", "--sizes", "8,64M", "--max-time", "0.1", "--rounds", "2", "--no-shuffle"]
+SLOW = ["bw", "--backend", "mpi", "--sizes", "8,64M", "--max-time", "0.1", "--rounds", "2",
+        "--no-shuffle"]
 BIG = 64 << 20
 
 
@@ -28,7 +29,8 @@ BIG = 64 << 20
     (64, 0.042, 0.042, 0.1, 2),      # 1 MiB at 200 Mbit/s: 2 fit in 100 ms
     (64, 1.0, 1.0, 0.1, 1),          # one message alone outlasts it: one still
     (48, 0.003, 0.003, 0.1, 32),     # not a power of two itself: the largest below that fits
-    (64, 0.005, 0.00001, 0.1, 64),   # a long round trip, small messages: the round trip is paid once
+    # a long round trip, small messages: the round trip is paid once
+    (64, 0.005, 0.00001, 0.1, 64),
     (64, 0.05, 0.01, 0.1, 4),        # 50 ms for the first, 10 ms each next: 4 take 80 ms
     (1, 5.0, 5.0, 0.1, 1),
 ])
@@ -45,7 +47,8 @@ def _shrunk_rows(doc: dict) -> list:
 def _check_kept(doc: dict) -> None:
     (row,) = _shrunk_rows(doc)
     assert row["window"] == 64 and row["window_used"] < 64, row
-    assert [d.get("window") for d in row["round_details"]] == [row["window_used"]] * 2     # the same each round
+    # the same each round
+    assert [d.get("window") for d in row["round_details"]] == [row["window_used"]] * 2
     assert row["iterations"] == sum(d["iterations"] for d in row["round_details"])
     small = next(r for r in doc["rows"] if r["size_bytes"] == 8)
     assert small["window_used"] == 64 and all("window" not in d for d in small["round_details"])
@@ -53,7 +56,8 @@ def _check_kept(doc: dict) -> None:
 
 
 def test_a_self_launched_run_shrinks_a_slow_window_once_and_keeps_it_in_every_round(run_dir):
-    proc = cli([*SLOW, "-n", "2", "-o", "b.json", "-o", "b.csv"], run_dir, timeout=300, env={"COLUMNS": "80"})
+    proc = cli([*SLOW, "-n", "2", "-o", "b.json", "-o", "b.csv"], run_dir, timeout=300,
+               env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     doc = load_json(run_dir / "b.json")
     assert doc["metadata"]["settings"]["round_kind"] == "launch"
@@ -76,7 +80,8 @@ def test_rounds_inside_one_job_keep_the_window_the_first_chose(run_dir):
 
 def test_fixed_iters_send_the_whole_window(run_dir):
     """--iters asks for a count, not a budget: nothing shrinks."""
-    proc = cli(["bw", "-n", "2", "--backend", "mpi", "--sizes", "64M", "--iters", "2", "--warmup", "0",
+    proc = cli(["bw", "-n", "2", "--backend", "mpi", "--sizes", "64M", "--iters", "2", "--warmup",
+                "0",
                 "--rounds", "1", "-o", "b.json", "-q"], run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     (row,) = load_json(run_dir / "b.json")["rows"]
@@ -84,12 +89,14 @@ def test_fixed_iters_send_the_whole_window(run_dir):
 
 
 def test_a_slow_size_below_min_iters_says_so_in_its_row_and_notes(run_dir):
-    proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--sizes", "8,64M", "--max-time", "0.02", "--rounds", "1",
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--sizes", "8,64M", "--max-time",
+                "0.02", "--rounds", "1",
                 "--no-shuffle", "-o", "a.json"], run_dir, timeout=300, env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     rows = {r["size_bytes"]: r for r in load_json(run_dir / "a.json")["rows"]}
     big = rows[64 << 20]
-    assert big["rounds_short"] == 1 and 1 <= big["iterations"] < 10 and big["round_details"][0]["short"] is True
+    assert (big["rounds_short"] == 1 and 1 <= big["iterations"] < 10
+            and big["round_details"][0]["short"] is True)
     note = " ".join(proc.stdout.split()).split("fewer than --min-iters samples in a round for ")[1]
     assert "64M" in note.split(":")[0], proc.stdout
 
@@ -110,7 +117,8 @@ def test_a_file_whose_window_or_short_rounds_contradict_the_row_is_refused(run_d
     doc["rows"][0][column] = value
     (run_dir / "bad.json").write_text(json.dumps(doc))
     proc = cli(["report", "bad.json"], run_dir)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
+    assert (proc.returncode == 2 and proc.stderr.count("\n") == 1
+            and said in proc.stderr), proc.stderr
 
 
 def test_a_file_of_schema_6_reads_with_the_whole_window_and_no_short_round(run_dir):
@@ -123,7 +131,8 @@ def test_a_file_of_schema_6_reads_with_the_whole_window_and_no_short_round(run_d
             d.pop("short", None)
     (run_dir / "old.json").write_text(json.dumps(doc))
     result = load_result(run_dir / "old.json")
-    assert {r.window_used for r in result.rows} == {64} and {r.rounds_short for r in result.rows} == {0}
+    assert ({r.window_used for r in result.rows} == {64}
+            and {r.rounds_short for r in result.rows} == {0})
 
 
 def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
@@ -137,8 +146,8 @@ def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
     proc = cli(["compare", "whole.json", "w.json"], run_dir, env={"COLUMNS": "200"})
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode in (0, 1, 3), proc.stderr
-    assert (f"1 matched row(s) sent another window (window_used), a slow pair's shrunk to keep to --max-time: 64 in "
-            f"whole.json, {used} in w.json for bw pair 0-1 at 64M") in said, said
+    assert ("1 matched row(s) sent another window (window_used), a slow pair's shrunk to keep to "
+            f"--max-time: 64 in whole.json, {used} in w.json for bw pair 0-1 at 64M") in said, said
 
 
 @pytest.mark.parametrize("window, said", [(128, "sent windows of 128"), (3, "window_used says")])
@@ -148,7 +157,8 @@ def test_a_file_whose_rounds_sent_other_windows_than_its_row_says_is_refused(run
     big["round_details"][0]["window"] = window
     (run_dir / "bad.json").write_text(json.dumps(doc))
     proc = cli(["report", "bad.json"], run_dir)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
+    assert (proc.returncode == 2 and proc.stderr.count("\n") == 1
+            and said in proc.stderr), proc.stderr
 
 
 def test_merging_runs_that_sent_other_windows_says_so(run_dir):

@@ -41,7 +41,8 @@ def test_each_constant_says_what_set_it():
     for name, line in _constants(ROOT / "stats" / "calibration.py").items():
         above = line - 2
         while above >= 0 and not lines[above].startswith("#:") and "=" in lines[above] and not lines[above].startswith("def"):
-            above -= 1          # a constant defined right under the one its comment speaks of (OWN_WIDTH_FEW)
+            # a constant defined right under the one its comment speaks of (OWN_WIDTH_FEW)
+            above -= 1
         if above < 0 or not lines[above].startswith("#:"):
             bare.append(name)
     assert bare == []

@@ -7,7 +7,8 @@ import pytest
 
 from collbench.backends.devices import HostDevice
 from collbench.benchmarks.base import Roles
-from collbench.benchmarks.check import (CHUNK, EXACT_LIMIT, REDUCED, SHORTEST_TABLE, TOLERANCE_CHUNK, WORK_BYTES, Part,
+from collbench.benchmarks.check import (CHUNK, EXACT_LIMIT, REDUCED, SHORTEST_TABLE,
+                                        TOLERANCE_CHUNK, WORK_BYTES, Part,
                                         Tables, _pieces, expected, pattern)
 from collbench.benchmarks.dtypes import DTYPES
 from collbench.benchmarks.ops import NO_OP, OPS, element_of, op_refusal
@@ -37,7 +38,9 @@ def _cases():
 
 
 def _host(device_name, array):
-    return array if device_name == "numpy" else (array.float() if array.dtype.is_floating_point else array).numpy()
+    return array if device_name == "numpy" else (array.float()
+                                                 if array.dtype.is_floating_point
+                                                 else array).numpy()
 
 
 def _arrived(device_name, values, element):
@@ -58,7 +61,8 @@ def _bump(array, at):
 
 @pytest.mark.parametrize("device_name", list(DEVICES))
 @pytest.mark.parametrize("name,op", list(_cases()))
-def test_every_benchmark_and_op_fills_and_checks_exactly_and_catches_one_wrong_element(device_name, name, op):
+def test_every_benchmark_and_op_fills_and_checks_exactly_and_catches_one_wrong_element(
+        device_name, name, op):
     device, coll = DEVICES[device_name], BENCHMARKS[name]
     for dtype in DTYPES:
         element = element_of(dtype, op)
@@ -77,7 +81,8 @@ def test_every_benchmark_and_op_fills_and_checks_exactly_and_catches_one_wrong_e
                 buffers = device.allocate(send_len + 3, recv_len, element, in_place=False)
                 tables.fill(buffers.send[:send_len], rank)
                 want = np.asarray(check.value(rank, np.arange(send_len), n)).astype(element.host)
-                assert np.array_equal(_host(device_name, buffers.send[:send_len]), want), (dtype, n, rank)
+                assert np.array_equal(_host(device_name, buffers.send[:send_len]),
+                                      want), (dtype, n, rank)
                 past = _host(device_name, buffers.send[send_len:])
                 assert np.array_equal(past, np.zeros_like(past))       # nothing written past it
                 parts = coll.received(n, rank, roles, elements, recv_len)
@@ -89,9 +94,11 @@ def test_every_benchmark_and_op_fills_and_checks_exactly_and_catches_one_wrong_e
                 assert tables.count_wrong(got, parts, recv_len) == 0, (dtype, n, rank)
                 _bump(got, recv_len // 2)
                 assert tables.count_wrong(got, parts, recv_len) == 1, (dtype, n, rank)
-                assert tables.count_wrong(got[:-1], parts, recv_len) == recv_len    # a short result: all wrong
+                # a short result: all wrong
+                assert tables.count_wrong(got[:-1], parts, recv_len) == recv_len
                 device.poison(got)
-                assert tables.count_wrong(got, parts, recv_len) == recv_len         # nothing arrived
+                # nothing arrived
+                assert tables.count_wrong(got, parts, recv_len) == recv_len
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int8", "uint8", "float32", "int64"])
@@ -101,7 +108,8 @@ def test_moved_data_tables_are_shared_by_phase_and_stay_within_the_dtype(dtype):
     check, n = pattern(NO_OP, dtype), 600
     period = check.period(n)
     k = np.arange(3 * period + 11)
-    bases, ranks = set(), [r for r in (0, 1, period - 1, period, period + 7, 2 * period + 3, n - 1) if r < n]
+    bases, ranks = set(), [r for r in (0, 1, period - 1, period, period + 7, 2 * period + 3, n - 1)
+                           if r < n]
     for r in ranks:
         base, phase = check.shift(r, n)
         bases.add(base)
@@ -112,7 +120,8 @@ def test_moved_data_tables_are_shared_by_phase_and_stay_within_the_dtype(dtype):
 
 
 def test_pieces_cover_every_element_once_in_bounded_steps():
-    for length, period, phase, chunk in [(10, 3, 2, 4), (100, 7, 0, 14), (5, 9, 4, 100), (0, 5, 0, 10),
+    for length, period, phase, chunk in [(10, 3, 2, 4), (100, 7, 0, 14), (5, 9, 4, 100),
+                                         (0, 5, 0, 10),
                                          (1 << 16, 65521, 65520, 1 << 12), (1000, 4, 3, 8)]:
         covered = []
         for start, stop, rows, t0, t1 in _pieces(length, period, phase, chunk):

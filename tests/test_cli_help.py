@@ -30,10 +30,9 @@ def test_version(tmp_path):
 def test_help_does_not_import_torch_or_mpi(tmp_path):
     import subprocess
     import sys
-    code = ("import sys; from collbench.cli.app import main\n"
-            "try:\n    main(['allreduce', '--help'])\nexcept SystemExit:\n    pass\n"
-            "bad = [m for m in ('torch', 'mpi4py.MPI', 'matplotlib', 'pandas') if m in sys.modules]\n"
-            "print('IMPORTED', bad)")
+    code = ("import sys; from collbench.cli.app import main\ntry:\n    main(['allreduce', "
+            "'--help'])\nexcept SystemExit:\n    pass\nbad = [m for m in ('torch', 'mpi4py.MPI', "
+            "'matplotlib', 'pandas') if m in sys.modules]\nprint('IMPORTED', bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert "IMPORTED []" in out.stdout, out.stdout + out.stderr
 
@@ -41,7 +40,8 @@ def test_help_does_not_import_torch_or_mpi(tmp_path):
 def test_env_reports_launcher_mpi_and_backends(tmp_path):
     proc = run_cli(["env"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    for fragment in ("launcher", "mpiexec", "MPI library", "backend mpi", "backend gloo", "backend nccl"):
+    for fragment in ("launcher", "mpiexec", "MPI library", "backend mpi", "backend gloo",
+                     "backend nccl"):
         assert fragment in proc.stdout
 
 

@@ -32,15 +32,17 @@ def test_a_group_starts_every_call_before_completing_any_and_checks_each():
 
 
 def test_a_groups_samples_become_times_per_call():
-    m = harness.Measurement(samples_us=[np.array([8.0, 12.0])], rank_means_us=[10.0, None], iterations=2,
-                            calls_per_sample=1, precision_reached=(True,))
+    m = harness.Measurement(samples_us=[np.array([8.0, 12.0])], rank_means_us=[10.0, None],
+                            iterations=2, calls_per_sample=1, precision_reached=(True,))
     per = harness.per_call(m, 4)
-    assert list(per.samples_us[0]) == [2.0, 3.0] and per.rank_means_us == [2.5, None] and per.calls_per_sample == 4
+    assert (list(per.samples_us[0]) == [2.0, 3.0] and per.rank_means_us == [2.5, None]
+            and per.calls_per_sample == 4)
     assert harness.per_call(m, 1) is m
 
 
 def test_grouped_rows_stand_beside_the_calls_one_at_a_time_and_check(tmp_path):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--coalesce", "4", "-o", "k.json", *QUICK], tmp_path,
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--coalesce", "4", "-o", "k.json",
+                *QUICK], tmp_path,
                env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     rows = load_json(tmp_path / "k.json")["rows"]
@@ -55,11 +57,13 @@ def test_grouped_rows_stand_beside_the_calls_one_at_a_time_and_check(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["bcast", "alltoall"])
-def test_gloo_groups_what_its_coalescing_manager_does_not_fuse_and_every_call_checks(tmp_path, name):
+def test_gloo_groups_what_its_coalescing_manager_does_not_fuse_and_every_call_checks(
+        tmp_path, name):
     # torch's manager fuses allreduce, allgather and reduce_scatter on gloo; the others go one by
     # one, and were read before they arrived until their own works were waited for
     pytest.importorskip("torch")
-    proc = cli([name, "-n", "3", "--backend", "gloo", "--sizes", "96,96K", "--coalesce", "4", "-o", "g.json", *QUICK,
+    proc = cli([name, "-n", "3", "--backend", "gloo", "--sizes", "96,96K", "--coalesce", "4", "-o",
+                "g.json", *QUICK,
                 "-q"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(tmp_path / "g.json")["rows"]
@@ -67,7 +71,8 @@ def test_gloo_groups_what_its_coalescing_manager_does_not_fuse_and_every_call_ch
 
 
 def test_under_mpiexec_persistent_requests_go_in_groups(tmp_path):
-    proc = mpirun(3, ["reduce_scatter", "--sizes", "96,96K", "--coalesce", "3", "--api", "persistent", "-o", "r.json",
+    proc = mpirun(3, ["reduce_scatter", "--sizes", "96,96K", "--coalesce", "3", "--api",
+                      "persistent", "-o", "r.json",
                       "--thread-level", "multiple", *QUICK, "-q"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(tmp_path / "r.json")["rows"]
@@ -76,20 +81,24 @@ def test_under_mpiexec_persistent_requests_go_in_groups(tmp_path):
 
 
 def test_a_cold_group_is_left_out_with_a_note_and_the_rest_measured(tmp_path):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "8", "--coalesce", "2", "--cache", "hot,cold", "-o", "c.json",
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8", "--coalesce", "2", "--cache", "hot,cold",
+                "-o", "c.json",
                 *QUICK], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "a group of calls on a cold pool is not measured" in proc.stderr
     rows = load_json(tmp_path / "c.json")["rows"]
-    assert sorted((r["cache"], r["coalesce"]) for r in rows) == [("cold", 1), ("hot", 1), ("hot", 2)]
+    assert (sorted((r["cache"], r["coalesce"]) for r in rows)
+            == [("cold", 1), ("hot", 1), ("hot", 2)])
 
 
 @pytest.mark.parametrize("args,said", [
-    (["pingpong", "--coalesce", "4"], "pingpong takes no --coalesce: only collectives that move data are grouped"),
+    (["pingpong", "--coalesce", "4"],
+     "pingpong takes no --coalesce: only collectives that move data are grouped"),
     (["allreduce", "--coalesce", "0"], "--coalesce"),
     (["allreduce", "--coalesce", "65"], "--coalesce"),
     (["allreduce", "--coalesce", "4", "--timing", "graph"], "--coalesce with --timing graph"),
-    (["allreduce", "--coalesce", "4", "--backend", "mpi-pickle"], "--coalesce 4 is for mpi and gloo and nccl"),
+    (["allreduce", "--coalesce", "4", "--backend", "mpi-pickle"],
+     "--coalesce 4 is for mpi and gloo and nccl"),
 ])
 def test_a_group_that_cannot_be_measured_is_one_line_and_exit_2(tmp_path, args, said):
     proc = cli([*args, "-n", "2", "--no-save"], tmp_path)

@@ -11,10 +11,14 @@ import pytest
 
 from collbench.benchmarks.registry import NAMES, ORDER
 
-COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision", "--rounds",
-          "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force", "--quiet",
-          "--format", "--timeout", "--verbose", "--help", "--init-method", "--api", "--thread-level", "--bind"}
-DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement", "--pages", "--cache"}
+COMMON = {"--backend", "--np", "--iters", "--warmup", "--min-iters", "--max-time", "--precision",
+          "--rounds",
+          "--seed", "--shuffle", "--timing", "--output", "--results-dir", "--no-save", "--force",
+          "--quiet",
+          "--format", "--timeout", "--verbose", "--help", "--init-method", "--api",
+          "--thread-level", "--bind"}
+DATA = {"--sizes", "--dtype", "--check", "--buffers", "--payload", "--placement", "--pages",
+        "--cache"}
 SPLIT = {"--split", "--split-mask"}
 #: the collectives that move data: their calls can go in groups
 GROUPED = DATA | {"--coalesce"}
@@ -42,8 +46,8 @@ EXPECTED = {
 
 
 def collbench(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "collbench", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-m", "collbench", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=60)
 
 
 def _long_options(help_text: str) -> set:
@@ -62,7 +66,8 @@ def test_help_lists_exactly_the_options_that_apply(command, tmp_path):
     assert "%%" not in proc.stdout and "-o, --output FILE" in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["allgather", "allgatherv", "gather", "gatherv", "scatter", "scatterv", "alltoall",
+@pytest.mark.parametrize("command", ["allgather", "allgatherv", "gather", "gatherv", "scatter",
+                                     "scatterv", "alltoall",
                                      "alltoallv", "reduce_scatter", "reduce_scatterv"])
 def test_help_says_the_size_is_the_whole_array(command, tmp_path):
     text = " ".join(collbench(command, "--help", cwd=tmp_path).stdout.split())
@@ -88,9 +93,11 @@ REFUSED = [
     (["sendrecv", "--pair", "0,1"], "sendrecv takes no --pair: every rank takes part"),
     (["allreduce", "--pair", "0,1"], "allreduce takes no --pair: every rank takes part"),
     (["all", "--window", "8"], "all takes no --window: it has no window of messages"),
-    (["pingpong", "--pair", "1,1"], "Invalid value for '--pair': '1,1' names rank 1 twice; a pair is two different ranks"),
+    (["pingpong", "--pair", "1,1"],
+     "Invalid value for '--pair': '1,1' names rank 1 twice; a pair is two different ranks"),
     (["bw", "--pair", "0;1"], "Invalid value for '--pair': '0;1' is not two ranks A,B (e.g. 0,1)"),
-    (["bw", "--pair", "-1,2"], "Invalid value for '--pair': '-1,2' is not two ranks A,B (e.g. 0,1)"),
+    (["bw", "--pair", "-1,2"],
+     "Invalid value for '--pair': '-1,2' is not two ranks A,B (e.g. 0,1)"),
     (["bw", "--window", "0"], "Invalid value for '--window': 0 is not in the range 1<=x<=4096."),
     (["pingpong", "--pair", "0,5"], "--pair 0,5 is outside the world of 2 ranks (0..1)"),
 ]
@@ -104,8 +111,10 @@ def test_an_option_that_does_not_apply_is_refused_with_the_reason(args, message,
     assert proc.stdout == "" and not list(tmp_path.iterdir())        # nothing ran, nothing written
 
 
-@pytest.mark.parametrize("args", [["barrier", "--op", "max", "--help"], ["gather", "--root", "1", "--op", "min", "-h"],
-                                  ["bcast", "--help", "--op", "sum"], ["barrier", "-h", "--sizes", "1K"]])
+@pytest.mark.parametrize("args", [["barrier", "--op", "max", "--help"],
+                                  ["gather", "--root", "1", "--op", "min", "-h"],
+                                  ["bcast", "--help", "--op", "sum"],
+                                  ["barrier", "-h", "--sizes", "1K"]])
 def test_help_wins_over_an_option_that_does_not_apply(args, tmp_path):
     proc = collbench(*args, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == ""
@@ -125,13 +134,16 @@ def test_a_point_to_point_benchmark_needs_two_ranks(tmp_path):
 
 def test_an_unknown_option_is_still_clicks_one_line(tmp_path):
     proc = collbench("allreduce", "--bogus", cwd=tmp_path)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--bogus" in proc.stderr
+    assert (proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+            and "--bogus" in proc.stderr)
 
 
 @pytest.mark.mpi
 def test_all_applies_op_and_root_where_they_mean_something(tmp_path):
-    proc = collbench("all", "-n", "2", "--sizes", "1K", "--op", "max", "--root", "1", "--dtype", "int64",
-                     "--iters", "3", "--warmup", "0", "--rounds", "1", "--no-shuffle", "-o", "r.json", "-q",
+    proc = collbench("all", "-n", "2", "--sizes", "1K", "--op", "max", "--root", "1", "--dtype",
+                     "int64",
+                     "--iters", "3", "--warmup", "0", "--rounds", "1", "--no-shuffle", "-o",
+                     "r.json", "-q",
                      cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     import json
@@ -140,12 +152,14 @@ def test_all_applies_op_and_root_where_they_mean_something(tmp_path):
     ops = {r["collective"]: r["op"] for r in rows}
     assert ops["allreduce"] == ops["reduce"] == ops["reduce_scatter"] == "max"
     assert ops["bcast"] == ops["gather"] == ops["barrier"] == "none"
-    assert {r["check"] for r in rows if r["collective"] != "barrier"} == {"ok"}      # root 1 checked too
+    # root 1 checked too
+    assert {r["check"] for r in rows if r["collective"] != "barrier"} == {"ok"}
 
 
 @pytest.mark.mpi
 def test_barrier_runs_without_the_options_it_does_not_take(tmp_path):
-    proc = collbench("barrier", "-n", "2", "--iters", "5", "--rounds", "1", "-o", "b.json", cwd=tmp_path)
+    proc = collbench("barrier", "-n", "2", "--iters", "5", "--rounds", "1", "-o", "b.json",
+                     cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "barrier · 2 ranks · latency · mpi" in proc.stdout and "float32" not in proc.stdout
 
@@ -158,7 +172,8 @@ def test_bare_collbench_prints_its_help_and_the_commands_in_full(tmp_path):
     assert "..." not in text.split("Commands:")[1]             # no description cut mid-sentence
     assert "exit 1 on a regression" in text
     commands = re.findall(r"^  (\w+)\s", proc.stdout.split("Commands:")[1], re.M)
-    assert commands[:len(NAMES)] == list(NAMES) and commands[len(NAMES):len(NAMES) + 3] == ["pairs", "all", "env"]
+    assert (commands[:len(NAMES)] == list(NAMES)
+            and commands[len(NAMES):len(NAMES) + 3] == ["pairs", "all", "env"])
     assert list(ORDER) == [c for c in NAMES if c not in ("pingpong", "bw", "bibw", "sendrecv")]
 
 
@@ -170,7 +185,8 @@ def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(t
     assert "fit here" in line and not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("kind, text", [("whole", "٢"), ("whole", "５"), ("whole", "1_0"), ("number", "٠.٥"),
+@pytest.mark.parametrize("kind, text",
+                         [("whole", "٢"), ("whole", "５"), ("whole", "1_0"), ("number", "٠.٥"),
                                         ("number", "1_0.5"), ("share", "٥٠%"), ("share", "0.5_0")])
 def test_numbers_are_spelled_one_way_everywhere(kind, text):
     """-n ٢, --rounds ٢, --max-time ٠.٥ and 1_0 ran, while --sizes and CSV cells refused them."""
@@ -182,4 +198,5 @@ def test_numbers_are_spelled_one_way_everywhere(kind, text):
     with pytest.raises(click.BadParameter) as info:
         kinds[kind].convert(text, None, None)
     assert "digits 0-9" in str(info.value)
-    assert kinds[kind].convert({"whole": "12", "number": "0.5", "share": "50%"}[kind], None, None) > 0
+    assert kinds[kind].convert({"whole": "12", "number": "0.5", "share": "50%"}[kind], None,
+                               None) > 0

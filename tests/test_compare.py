@@ -42,13 +42,15 @@ def test_holm_known_values():
     assert holm([]) == []
 
 
-@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), (" 12.5% ", 0.125), ("0", 0.0),
+@pytest.mark.parametrize("text, value",
+                         [("5%", 0.05), ("0.05", 0.05), (" 12.5% ", 0.125), ("0", 0.0),
                                          ("150%", 1.5)])
 def test_parse_threshold(text, value):
     assert parse_threshold(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["5", "abc", "-1%", "nan", "%", "inf", "٥%", "５%", "1_0%", "1e308%", "1001%"])
+@pytest.mark.parametrize("text", ["5", "abc", "-1%", "nan", "%", "inf", "٥%", "５%", "1_0%",
+                                  "1e308%", "1001%"])
 def test_parse_threshold_rejects(text):
     with pytest.raises(UsageError) as info:
         parse_threshold(text)
@@ -116,11 +118,14 @@ def test_a_uniform_shift_may_be_the_machines_state():
     (calibration.STATE_LOG_SHIFT), so it is not called, and the rows say what would settle it; 3x is
     beyond any state and is called. A stored baseline cannot tell the two apart below that."""
     base = run_of(SERIES, seed=1, n=200, rounds=10, launch_sd=0.002)
-    state = compare_runs(base, run_of(SERIES, seed=2, n=200, rounds=10, launch_sd=0.002, scale=1.12), threshold=0.05)
+    state = compare_runs(base,
+                         run_of(SERIES, seed=2, n=200, rounds=10, launch_sd=0.002, scale=1.12),
+                         threshold=0.05)
     assert not state.regression and set(verdicts(state)) == {"inconclusive"}
     assert "differ as a whole by +12%" in state.drift_source
     assert all("collbench ab" in r.reason for r in state.rows)
-    far = compare_runs(base, run_of(SERIES, seed=2, n=200, rounds=10, launch_sd=0.002, scale=3.0), threshold=0.05)
+    far = compare_runs(base, run_of(SERIES, seed=2, n=200, rounds=10, launch_sd=0.002, scale=3.0),
+                       threshold=0.05)
     assert set(verdicts(far)) == {"slower"}
 
 
@@ -135,11 +140,13 @@ def test_one_round_against_many_uses_the_many_rounds_spread():
 def test_one_round_each_assumes_a_spread_and_says_so():
     base, new = run_of(SERIES, seed=1, rounds=1), run_of(SERIES, seed=2, rounds=1, scale=1.5)
     c = compare_runs(base, new)
-    assert {r.noise for r in c.rows} == {"assumed"} and not c.regression      # 50% is within launch noise
+    # 50% is within launch noise
+    assert {r.noise for r in c.rows} == {"assumed"} and not c.regression
     assert any("assumed" in w for w in c.warnings)
     huge = compare_runs(base, run_of(SERIES, seed=2, rounds=1, scale=5.0))
     assert set(verdicts(huge)) == {"slower"}                                   # 5x is not
-    assert huge.rows[0].change_high - huge.rows[0].change_low > 1.0          # with an honest, wide CI
+    # with an honest, wide CI
+    assert huge.rows[0].change_high - huge.rows[0].change_low > 1.0
     assert 0.1 < ASSUMED_LOG_SD < 1
 
 
@@ -154,14 +161,17 @@ def test_interference_is_set_aside_whether_or_not_the_meter_saw_it():
     new = run_of(SERIES, seed=2, rounds=6)
     # rounds 5 and 6 of NEW ran beside a CPU hog: three times slower
     for i, (row, data) in enumerate(zip(new.rows, new.rounds)):
-        slowed = [dataclasses.replace(d, time_us_p50=d.time_us_p50 * (3 if d.round > 4 else 1)) for d in data]
+        slowed = [dataclasses.replace(d, time_us_p50=d.time_us_p50 * (3 if d.round > 4 else 1))
+                  for d in data]
         new.rounds[i] = tuple(slowed)
-        new.rows[i] = dataclasses.replace(row, time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
+        new.rows[i] = dataclasses.replace(row,
+                                          time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
     for c in (compare_runs(base, new), compare_runs(base, _busy(new, {5, 6}))):
         assert {r.rounds_new for r in c.rows} == {4} and set(verdicts(c)) == {"same"}
         assert all(r.ratio == pytest.approx(1.0, abs=0.02) for r in c.rows)
     busy = compare_runs(base, _busy(new, {5, 6}))
-    assert any("2 of 6 round(s) ran while other processes used" in w and "set aside" in w for w in busy.warnings)
+    assert any("2 of 6 round(s) ran while other processes used" in w and "set aside" in w
+               for w in busy.warnings)
 
 
 def _slowed(result: RunResult, factor: float, rounds, keys) -> RunResult:
@@ -170,10 +180,13 @@ def _slowed(result: RunResult, factor: float, rounds, keys) -> RunResult:
     for i, (row, data) in enumerate(zip(result.rows, result.rounds)):
         if (row.collective, row.backend, row.size_bytes) not in keys:
             continue
-        slowed = [dataclasses.replace(d, time_us_p50=d.time_us_p50 * (factor if d.round in rounds else 1))
+        slowed = [dataclasses.replace(d,
+                                      time_us_p50=d.time_us_p50
+                                      * (factor if d.round in rounds else 1))
                   for d in data]
         result.rounds[i] = tuple(slowed)
-        result.rows[i] = dataclasses.replace(row, time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
+        result.rows[i] = dataclasses.replace(row,
+                                             time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
     return result
 
 
@@ -186,23 +199,30 @@ def test_a_side_in_a_state_the_other_was_seen_in_is_not_called():
     keys = {k for k in SERIES if k[2] in (64, 8192)}
 
     def mine(c):
-        return [r for r in c.rows if (r.field("collective"), r.field("backend"), r.field("size_bytes")) in keys]
+        return [r for r in c.rows if (r.field("collective"), r.field("backend"),
+                                      r.field("size_bytes")) in keys]
 
     base = _slowed(run_of(SERIES, seed=1, rounds=6), 1.5, {2, 5}, keys)
-    state = compare_runs(base, run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 1.5)), threshold=0.05)
+    state = compare_runs(base, run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 1.5)),
+                         threshold=0.05)
     held = mine(state)
     assert len(held) == 4 and not state.regression
-    assert all(r.verdict == "inconclusive" and "baseline run's own rounds ran this slow in 2 of its 6 rounds"
+    assert all(r.verdict == "inconclusive"
+               and "baseline run's own rounds ran this slow in 2 of its 6 rounds"
                in r.reason for r in held)
     assert {r.verdict for r in state.rows if r not in held} == {"same"}
-    assert "4 row(s) slower in new are inconclusive: baseline's own rounds ran as slow" in "\n".join(state.warnings)
-    backwards = compare_runs(run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 1.5)), base, threshold=0.05)
+    assert ("4 row(s) slower in new are inconclusive: baseline's own rounds ran as slow"
+            in "\n".join(state.warnings))
+    backwards = compare_runs(run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 1.5)), base,
+                             threshold=0.05)
     assert all(r.verdict == "inconclusive" and "new run's own rounds ran this slow" in r.reason
                for r in mine(backwards))
-    beyond = compare_runs(base, run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 3.0)), threshold=0.05)
+    beyond = compare_runs(base, run_of(SERIES, seed=2, rounds=6, scale=dict.fromkeys(keys, 3.0)),
+                          threshold=0.05)
     assert [r.verdict for r in mine(beyond)] == ["slower"] * 4
     rare = _slowed(run_of(SERIES, seed=1, rounds=10), 1.5, {4}, keys)
-    once = compare_runs(rare, run_of(SERIES, seed=2, rounds=10, scale=dict.fromkeys(keys, 1.5)), threshold=0.05)
+    once = compare_runs(rare, run_of(SERIES, seed=2, rounds=10, scale=dict.fromkeys(keys, 1.5)),
+                        threshold=0.05)
     assert [r.verdict for r in mine(once)] == ["slower"] * 4
 
 
@@ -211,15 +231,18 @@ def test_a_busy_side_is_judged_as_a_quiet_one_row_by_row():
     a quiet machine. A busy machine moves the whole sweep (the state term); the term a busy row
     used to carry on its own went when no collection showed a neighbour moving one row alone
     (benchmarks/README.md: the busy-runner A/A, 115 rows same and none flagged without it)."""
-    c = compare_runs(run_of(SERIES, seed=1), _busy(run_of(SERIES, seed=2, scale=3.0), {1, 2, 3, 4, 5}))
+    c = compare_runs(run_of(SERIES, seed=1),
+                     _busy(run_of(SERIES, seed=2, scale=3.0), {1, 2, 3, 4, 5}))
     assert set(verdicts(c)) == {"slower"} and c.regression
     series = sweep(backends=("mpi", "mpi-pickle", "gloo"))
     moved = {k: 1.12 for k in series if k[1] == "gloo"}
-    mild = compare_runs(run_of(series, seed=1), _busy(run_of(series, seed=2, scale=moved), {1, 2, 3, 4, 5}))
+    mild = compare_runs(run_of(series, seed=1),
+                        _busy(run_of(series, seed=2, scale=moved), {1, 2, 3, 4, 5}))
     quiet = compare_runs(run_of(series, seed=1), run_of(series, seed=2, scale=moved))
     for c in (mild, quiet):
         assert {r.verdict for r in c.rows if r.field("backend") == "gloo"} == {"slower"}
-        assert {r.verdict for r in c.rows if r.field("backend") != "gloo"} <= {"same", "inconclusive"}
+        assert {r.verdict for r in c.rows
+                if r.field("backend") != "gloo"} <= {"same", "inconclusive"}
 
 
 def test_many_rows_are_adjusted_together():
@@ -252,7 +275,8 @@ def test_max_t_is_never_stricter_than_needed():
     p_one = 2 * (1 - 0.5 * (1 + math.erf(2.5 / math.sqrt(2))))          # 0.0124
     assert apart.adjusted[0] == pytest.approx(1 - (1 - p_one) ** 40, rel=0.05)
     assert apart.adjusted[0] < holm([p_one] + [1.0] * 39)[0]
-    assert 3.0 < apart.critical < 3.4                                   # Bonferroni for 40 at 5%: 3.23
+    # Bonferroni for 40 at 5%: 3.23
+    assert 3.0 < apart.critical < 3.4
     assert max_t_adjust([1.0, 2.0], [1.0, 1.0], [4, 4], [0.5, 0.5], 2).adjusted == \
         max_t_adjust([1.0, 2.0], [1.0, 1.0], [4, 4], [0.5, 0.5], 2).adjusted          # seeded
 
@@ -277,7 +301,8 @@ def test_missing_and_new_rows():
     new[added] = 600.0
     c = compare_runs(run_of(SERIES), run_of(new))
     by_size = {(r.field("backend"), r.field("size_bytes")): r for r in c.rows}
-    assert by_size[("mpi", 65536)].verdict == "missing" and math.isnan(by_size[("mpi", 65536)].ratio)
+    assert (by_size[("mpi", 65536)].verdict == "missing"
+            and math.isnan(by_size[("mpi", 65536)].ratio))
     assert by_size[("mpi", 1 << 20)].verdict == "new"
     assert c.counts["missing"] == 1 and c.counts["new"] == 1 and not c.regression
 
@@ -286,7 +311,8 @@ def test_busbw_metric_higher_is_better():
     c = compare_runs(run_of(SERIES, seed=1), run_of(SERIES, seed=2, scale=3.0), metric="busbw_gbps")
     assert set(verdicts(c)) == {"slower"}
     assert all(r.ratio == pytest.approx(1 / 3, rel=0.1) and r.change_high < 0 for r in c.rows)
-    faster = compare_runs(run_of(SERIES, seed=1), run_of(SERIES, seed=2, scale=0.5), metric="busbw_gbps")
+    faster = compare_runs(run_of(SERIES, seed=1), run_of(SERIES, seed=2, scale=0.5),
+                          metric="busbw_gbps")
     assert set(verdicts(faster)) == {"faster"}
 
 
@@ -294,7 +320,8 @@ def test_barrier_has_no_bandwidth_to_compare():
     series = {("barrier", "mpi", 0): 3.0}
     c = compare_runs(run_of(series, seed=1), run_of(series, seed=2, scale=3.0), metric="busbw_gbps")
     assert verdicts(c) == ["insufficient data"]
-    assert verdicts(compare_runs(run_of(series, seed=1), run_of(series, seed=2, scale=3.0))) == ["slower"]
+    assert verdicts(compare_runs(run_of(series, seed=1),
+                                 run_of(series, seed=2, scale=3.0))) == ["slower"]
 
 
 def test_csv_rows_compare_on_their_round_medians(tmp_path):
@@ -310,10 +337,12 @@ def test_csv_rows_compare_on_their_round_medians(tmp_path):
 def test_version_1_files_still_load_and_compare():
     old = load_result(V1_EXAMPLE)
     assert all(r.rounds == 1 and r.time_us_round_p50s == (r.time_us_p50,) for r in old.rows)
-    assert all(len(d) == 1 and len(d[0].samples_us) == r.iterations for r, d in zip(old.rows, old.rounds))
+    assert all(len(d) == 1 and len(d[0].samples_us) == r.iterations
+               for r, d in zip(old.rows, old.rounds))
     itself = compare_runs(old, old)
     assert not itself.regression and {r.noise for r in itself.rows} == {"assumed"}
-    rows = [dataclasses.replace(r, time_us_round_p50s=(r.time_us_p50 * 4,), time_us_p50=r.time_us_p50 * 4)
+    rows = [dataclasses.replace(r, time_us_round_p50s=(r.time_us_p50 * 4,),
+                                time_us_p50=r.time_us_p50 * 4)
             for r in old.rows]
     slower = compare_runs(old, dataclasses.replace(old, rows=rows))
     assert set(verdicts(slower)) == {"slower"}
@@ -347,7 +376,8 @@ def test_duplicate_keys_are_refused():
 def test_metadata_differences_are_warned():
     base = run_of(SERIES)
     new = run_of(SERIES, meta=metadata(hostnames=["node7"], world_size=4, settings={"root": 1},
-                                       versions={"mpi_library": "Open MPI v5.0.3", "mpi4py": "4.0"}))
+                                       versions={"mpi_library": "Open MPI v5.0.3",
+                                                 "mpi4py": "4.0"}))
     warnings = " | ".join(compare_runs(base, new).warnings)
     for expected in ("hostnames differs: node1", "MPI library differs", "world size differs",
                      "root rank differs: 0 in baseline, 1 in new"):
@@ -382,11 +412,13 @@ def test_renderers_carry_verdicts_intervals_and_warnings():
     assert doc["regression"] is True and doc["summary"]["slower"] == len(SERIES)
     assert doc["schema_version"] == 3 and doc["multiple_comparisons"] == "max-T"
     first = doc["rows"][0]
-    assert first["verdict"] == "slower" and first["rounds_baseline"] == 5 and first["change_ci_low"] > 0
+    assert (first["verdict"] == "slower" and first["rounds_baseline"] == 5
+            and first["change_ci_low"] > 0)
 
 
 def test_inconclusive_rows_name_the_rounds_needed():
-    c = compare_runs(run_of(SERIES, seed=1, rounds=3, launch_sd=0.2), run_of(SERIES, seed=2, rounds=3, launch_sd=0.2))
+    c = compare_runs(run_of(SERIES, seed=1, rounds=3, launch_sd=0.2),
+                     run_of(SERIES, seed=2, rounds=3, launch_sd=0.2))
     table = comparison_table(c)
     assert "why" in table.headers and any("too noisy to gate" in n for n in table.notes)
     doc = json.loads(to_json(c))
@@ -415,7 +447,8 @@ def _with_drift(seed: int, runs: int, scale: float = 1.0, drift_sd: float = 0.15
     rng = np.random.default_rng(seed)
     parts = []
     for k in range(runs):
-        part = run_of(SERIES, seed=seed * 100 + k, rounds=4, launch_sd=0.02, scale=scale * math.exp(rng.normal(0, drift_sd)))
+        part = run_of(SERIES, seed=seed * 100 + k, rounds=4, launch_sd=0.02,
+                      scale=scale * math.exp(rng.normal(0, drift_sd)))
         part.metadata["run_id"] = f"run{seed}-{k}"
         parts.append((f"part{k}.json", part))
     return merge_runs(parts)[0] if runs > 1 else parts[0][1]
@@ -424,7 +457,8 @@ def _with_drift(seed: int, runs: int, scale: float = 1.0, drift_sd: float = 0.15
 def test_drift_of_whole_runs_is_not_taken_for_a_change():
     """Runs that move as a whole by 15% between one another: the rounds of one run cannot see
     it, so a comparison that ignored it would flag a quarter of these A/A pairs."""
-    exits = sum(compare_runs(_with_drift(2 * s, 3), _with_drift(2 * s + 1, 1)).regression for s in range(60))
+    exits = sum(compare_runs(_with_drift(2 * s, 3), _with_drift(2 * s + 1, 1)).regression
+                for s in range(60))
     # alpha 0.05; 6 of these 60: in a third of them the 3-run baseline has two runs that agree and
     # a third far off, which compare sets aside as a slow state of the machine (runs.FileRounds)
     assert exits <= 6
@@ -434,18 +468,21 @@ def test_a_baseline_of_many_runs_measures_the_drift():
     c = compare_runs(_with_drift(1, 8), _with_drift(2, 1))
     assert c.drift_source == "measured over 8 runs" and 0.05 < c.drift_sd < 0.3
     few = compare_runs(_with_drift(1, 2), _with_drift(2, 1))      # two runs measure no drift: the
-    assert "differ as a whole by -6%" in few.drift_source           # sides' whole shift is the one seen
+    # sides' whole shift is the one seen
+    assert "differ as a whole by -6%" in few.drift_source
     assert compare_runs(_with_drift(1, 8), _with_drift(2, 1, scale=3.0)).regression
 
 
-@pytest.mark.parametrize("field, value", [("api", "nonblocking"), ("placement", "in-place"), ("buffers", "mpi")])
+@pytest.mark.parametrize("field, value",
+                         [("api", "nonblocking"), ("placement", "in-place"), ("buffers", "mpi")])
 def test_rows_that_differ_in_what_is_measured_are_not_matched(field, value):
     """A blocking sweep against the same sweep with --api nonblocking exited 0, judging 7.06 µs
     against 145.7 µs with api "*": one setup each was taken for two backends' files."""
     series = sweep(backends=("mpi",))
     base = run_of(series, seed=1)
     other = run_of(series, seed=2, scale=20.0)
-    other = dataclasses.replace(other, rows=[dataclasses.replace(r, **{field: value}) for r in other.rows])
+    other = dataclasses.replace(other,
+                                rows=[dataclasses.replace(r, **{field: value}) for r in other.rows])
     with pytest.raises(UsageError) as info:
         compare_runs(base, other, baseline_name="base", new_name="new")
     assert "no row in common" in str(info.value) and field in str(info.value)
@@ -456,4 +493,5 @@ def test_two_backends_one_each_are_still_matched_across():
     base = run_of(sweep(backends=("mpi",)), seed=1)
     other = run_of(sweep(backends=("mpi-pickle",)), seed=2)
     comparison = compare_runs(base, other, baseline_name="mpi", new_name="pickle")
-    assert comparison.compared and comparison.warnings[0].startswith("mpi measured mpi and pickle mpi-pickle")
+    assert (comparison.compared
+            and comparison.warnings[0].startswith("mpi measured mpi and pickle mpi-pickle"))

@@ -17,12 +17,14 @@ def test_host_device_buffers_are_page_aligned_filled_poisoned_and_read_back(dtyp
     device = HostDevice()
     buffers = device.allocate(1000, 250, dtype_of(dtype), in_place=False)
     assert buffers.send.ctypes.data % PAGE == 0 and buffers.recv.ctypes.data % PAGE == 0
-    assert buffers.send.dtype == np.dtype(dtype) and len(buffers.send) == 1000 and len(buffers.recv) == 250
+    assert (buffers.send.dtype == np.dtype(dtype) and len(buffers.send) == 1000
+            and len(buffers.recv) == 250)
     Tables(pattern("none", dtype), 2, dtype_of(dtype), device).fill(buffers.send[:900], 1)
     assert (buffers.send[:900] == _values(1, 900, dtype)).all() and (buffers.send[900:] == 0).all()
     device.poison(buffers.recv[:100])
     poisoned, rest = buffers.recv[:100], buffers.recv[100:]
-    assert (np.isnan(poisoned).all() if dtype.startswith("float") else (poisoned == -1).all()) and (rest == 0).all()
+    assert (np.isnan(poisoned).all()
+            if dtype.startswith("float") else (poisoned == -1).all()) and (rest == 0).all()
     assert not device.asynchronous and device.free_memory() is None
 
 
@@ -50,5 +52,6 @@ def test_torch_device_holds_bfloat16_and_reads_it_back_exactly():
     device = TorchDevice(torch, torch.device("cpu"))
     buffers = device.allocate(300, 300, dtype_of("bfloat16"), in_place=False)
     assert buffers.send.dtype == torch.bfloat16
-    table = device.table(np.arange(257, dtype=np.float32), dtype_of("bfloat16"))  # integers exact up to 256
+    # integers exact up to 256
+    table = device.table(np.arange(257, dtype=np.float32), dtype_of("bfloat16"))
     assert table.dtype == torch.bfloat16 and table.float().tolist() == list(range(257))

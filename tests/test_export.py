@@ -24,7 +24,8 @@ def run(tmp_path_factory):
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")
     folder = tmp_path_factory.mktemp("run")
-    proc = run_cli(["allreduce", "-n", "2", "--sizes", "8-1K", "--rounds", "2", "--iters", "10", "--warmup", "1",
+    proc = run_cli(["allreduce", "-n", "2", "--sizes", "8-1K", "--rounds", "2", "--iters", "10",
+                    "--warmup", "1",
                     "-o", "x.json", "-o", "x.csv", "-q"], folder, timeout=180)
     assert proc.returncode == 0, proc.stderr
     return folder
@@ -82,11 +83,13 @@ def test_csv_exports_the_same_benchmarks_to_six_digits(run, target):
     assert proc.returncode == 0, proc.stderr
     # Bencher's format has no units: they are said, on stderr, so that stdout stays its JSON
     said = "" if target != "bencher" else f"collbench: {len(from_json)} benchmarks for bencher: latency in nanoseconds"
-    assert proc.stderr.startswith(said) and proc.stderr.count("\n") == (target == "bencher"), proc.stderr
+    assert (proc.stderr.startswith(said)
+            and proc.stderr.count("\n") == (target == "bencher")), proc.stderr
     from_csv = json.loads(proc.stdout)
     if target == "bencher":
         assert list(from_csv) == list(from_json)
-        pairs = [(a[m][k], b[m][k]) for a, b in zip(from_csv.values(), from_json.values()) for m in a for k in a[m]]
+        pairs = [(a[m][k], b[m][k]) for a, b in zip(from_csv.values(), from_json.values())
+                 for m in a for k in a[m]]
     else:
         assert [e["name"] for e in from_csv] == [e["name"] for e in from_json]
         pairs = [(a["value"], b["value"]) for a, b in zip(from_csv, from_json)]
@@ -121,15 +124,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 def test_names_say_what_was_measured_and_stay_unique():
     names = [benchmark_name(row_from_samples([3.0, 4.0], **key)) for key in (
-        {}, {"collective": "bcast", "op": "none"}, {"collective": "barrier", "size_bytes": 0}, {"timing": "throughput"},
+        {}, {"collective": "bcast", "op": "none"}, {"collective": "barrier", "size_bytes": 0},
+        {"timing": "throughput"},
         {"size_bytes": 1000}, {"backend": "mpi-pickle", "world_size": 4})]
-    assert names == ["allreduce mpi float32 sum 2 ranks 1K latency", "bcast mpi float32 2 ranks 1K latency",
-                     "barrier mpi 2 ranks latency", "allreduce mpi float32 sum 2 ranks 1K throughput",
+    assert names == ["allreduce mpi float32 sum 2 ranks 1K latency",
+                     "bcast mpi float32 2 ranks 1K latency",
+                     "barrier mpi 2 ranks latency",
+                     "allreduce mpi float32 sum 2 ranks 1K throughput",
                      "allreduce mpi float32 sum 2 ranks 1000 latency",
                      "allreduce mpi-pickle float32 sum 4 ranks 1K latency"]
     twice = run_of(sweep())
     twice.add(twice.rows[0], twice.rounds[0])
-    with pytest.raises(UsageError, match="two rows would be named 'allreduce mpi float32 sum 2 ranks 8 latency'"):
+    with pytest.raises(UsageError, match="two rows would be named 'allreduce mpi float32 sum 2 "
+                                         "ranks 8 latency'"):
         export(twice, "bencher", source="twice.json")
 
 
@@ -142,7 +149,8 @@ def test_a_root_other_than_0_is_in_the_names_of_rooted_collectives_only():
     result = run_of(sweep())
     result.metadata["settings"] = {"root": 1}
     result.add(*row_with_rounds([[3.0, 4.0]] * 2, collective="gather", op="none", size_bytes=1024))
-    names = [e["name"] for e in json.loads(export(result, "github-action-benchmark", source="r.json").text)]
+    names = [e["name"] for e
+             in json.loads(export(result, "github-action-benchmark", source="r.json").text)]
     assert "gather mpi float32 root 1 2 ranks 1K latency" in names and not any("allreduce" in n and "root" in n
                                                                                 for n in names)
 

@@ -25,7 +25,8 @@ def test_saving_after_each_round_gives_the_whole_document(tmp_path):
             assert text == JsonExporter.render(fresh)          # the memo changes nothing
             assert len(result.cache["json_rows"]) == len(result.rows)
     doc = json.loads(text)
-    assert [r["size_bytes"] for r in doc["rows"]] == [8, 16, 32]          # plan order, not measurement order
+    # plan order, not measurement order
+    assert [r["size_bytes"] for r in doc["rows"]] == [8, 16, 32]
     first = doc["rows"][0]
     assert first["rounds"] == 2 and first["time_us_round_p50s"] == [2.0, 2.5]
     assert first["round_details"][0]["samples_us"] == [2.0, 1.5123, 2.5]
@@ -53,9 +54,10 @@ def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
     (as printable text: a line end or a line separator in it becomes a space, errors.printable)."""
     from collbench.results.formats import CsvExporter
 
-    meta = {"command_line": ["collbench", "a\nb\r\u2028c"], "cpu_model": "Ryzen™ µ", "load": math.nan,
-            "environment": {"X": "#,\"'"}, "rounds": [{"round": 1, "order": [8, 16], "load": {"busy": False}}],
-            "path": tmp_path}
+    meta = {"command_line": ["collbench", "a\nb\r\u2028c"], "cpu_model": "Ryzen™ µ",
+            "load": math.nan,
+            "environment": {"X": "#,\"'"},
+            "rounds": [{"round": 1, "order": [8, 16], "load": {"busy": False}}], "path": tmp_path}
     result = RunResult(meta)
     result.add(row_from_samples([1.0, 2.0, 3.0]))
     text = CsvExporter.render(result)
@@ -64,9 +66,11 @@ def test_csv_metadata_is_one_line_whatever_it_holds(tmp_path):
     path = tmp_path / "run.csv"
     path.write_text(text)
     back = load_result(path).metadata
-    assert back["command_line"] == ["collbench", "a b  c"] and back["cpu_model"] == meta["cpu_model"]
+    assert (back["command_line"] == ["collbench", "a b  c"]
+            and back["cpu_model"] == meta["cpu_model"])
     assert back["environment"] == meta["environment"] and back["path"] == str(tmp_path)
-    assert back["rounds"] == [{"round": 1, "load": {"busy": False}}] and meta["rounds"][0]["order"] == [8, 16]
+    assert (back["rounds"] == [{"round": 1, "load": {"busy": False}}]
+            and meta["rounds"][0]["order"] == [8, 16])
 
 
 def test_csv_metadata_follows_the_rounds_as_they_finish(tmp_path):

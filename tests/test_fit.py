@@ -30,7 +30,8 @@ def test_recovers_alpha_and_beta_from_noisy_data(alpha_us, beta_gbps, seed):
 
 def test_exact_data_is_fitted_exactly_and_half_peak_means_half_bandwidth():
     fit = fit_alpha_beta(SIZES, synthetic(5.0, 8.0, noise=0.0))
-    assert fit.alpha_us == pytest.approx(5.0, rel=1e-9) and fit.beta_gbps == pytest.approx(8.0, rel=1e-9)
+    assert (fit.alpha_us == pytest.approx(5.0, rel=1e-9)
+            and fit.beta_gbps == pytest.approx(8.0, rel=1e-9))
     assert fit.rms_rel_error < 1e-9
     n_half = fit.half_peak_bytes
     bandwidth_gbps = n_half / float(fit.predict_us(n_half)) / 1e3
@@ -47,10 +48,13 @@ def test_small_sizes_are_not_ignored():
 
 def test_boundaries_constant_time_and_pure_bandwidth():
     flat = fit_alpha_beta(SIZES, np.full(len(SIZES), 4.0))
-    assert flat.alpha_us == pytest.approx(4.0) and math.isinf(flat.beta_gbps) and math.isinf(flat.half_peak_bytes)
+    assert (flat.alpha_us == pytest.approx(4.0) and math.isinf(flat.beta_gbps)
+            and math.isinf(flat.half_peak_bytes))
     linear = fit_alpha_beta(SIZES, SIZES / 2e3)
-    assert linear.alpha_us == 0.0 and linear.beta_gbps == pytest.approx(2.0) and linear.half_peak_bytes == 0.0
-    falling = fit_alpha_beta([8, 64, 512, 4096], [10.0, 9.0, 8.0, 7.0])   # never negative parameters
+    assert (linear.alpha_us == 0.0 and linear.beta_gbps == pytest.approx(2.0)
+            and linear.half_peak_bytes == 0.0)
+    # never negative parameters
+    falling = fit_alpha_beta([8, 64, 512, 4096], [10.0, 9.0, 8.0, 7.0])
     assert falling.alpha_us > 0 and math.isinf(falling.beta_gbps)
 
 
@@ -70,7 +74,8 @@ def test_fit_rows_groups_by_collective_and_backend_and_uses_bus_factor():
     rows.append(row_from_samples([5.0] * 7, collective="barrier", size_bytes=0, world_size=4))
     fits = {g.field("backend"): g for g in fit_rows(rows)}
     assert set(fits) == {"mpi", "mpi-pickle"}                        # barrier has no size: no fit
-    assert fits["mpi"].fit.alpha_us == pytest.approx(3.0) and fits["mpi-pickle"].fit.alpha_us == pytest.approx(30.0)
+    assert (fits["mpi"].fit.alpha_us == pytest.approx(3.0)
+            and fits["mpi-pickle"].fit.alpha_us == pytest.approx(30.0))
     assert fits["mpi"].fit.beta_gbps == pytest.approx(4.0)
     assert fits["mpi"].bus_factor == pytest.approx(1.5)               # allreduce, 4 ranks: 2(n-1)/n
     assert fits["mpi"].bus_beta_gbps == pytest.approx(6.0)

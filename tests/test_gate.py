@@ -24,7 +24,8 @@ def runner(tmp_path_factory):
     for packed in DATA.glob("*.json.gz"):
         with gzip.open(packed, "rb") as source, open(folder / packed.name[:-3], "wb") as out:
             shutil.copyfileobj(source, out)
-    proc = cli(["merge", "base-1.json", "base-2.json", "base-3.json", "-o", "baseline.json"], folder)
+    proc = cli(["merge", "base-1.json", "base-2.json", "base-3.json", "-o", "baseline.json"],
+               folder)
     assert proc.returncode == 0, proc.stderr
     return folder
 
@@ -63,14 +64,16 @@ def test_merging_more_runs_never_lets_the_gate_see_less(runner):
     assert proc.returncode == 0, proc.stderr
     slower = []
     for baseline in ("base-1.json", "two.json", "baseline.json"):
-        proc = cli(["compare", baseline, "pinned.json", "--threshold", "10%", "-f", "json"], runner, timeout=300)
+        proc = cli(["compare", baseline, "pinned.json", "--threshold", "10%", "-f", "json"], runner,
+                   timeout=300)
         assert proc.returncode == 1, proc.stderr
         slower.append(json.loads(proc.stdout)["summary"]["slower"])
     assert slower == sorted(slower), slower
 
 
 def test_merge_says_which_run_ran_in_a_noisy_period(runner, tmp_path):
-    proc = cli(["merge", "base-1.json", "base-2.json", "base-3.json", "-o", str(tmp_path / "m.json")], runner)
+    proc = cli(["merge", "base-1.json", "base-2.json", "base-3.json", "-o",
+                str(tmp_path / "m.json")], runner)
     assert proc.returncode == 0, proc.stderr
     assert "base-3.json: it lost 60% of its rounds as interference" in proc.stderr
     assert "base-1.json:" not in proc.stderr and "base-2.json:" not in proc.stderr
@@ -96,7 +99,8 @@ def test_min_decided_zero_asks_for_the_old_gate(runner):
 def test_two_quiet_runs_decide_every_row_and_pass(tmp_path):
     """tests/data/gate: two runs of a quiet machine, minutes apart, at a threshold they can see."""
     gate = Path(__file__).parent / "data" / "gate"
-    proc = cli(["compare", str(gate / "quiet.json"), str(gate / "quiet-again.json"), "--threshold", "10%"], tmp_path)
+    proc = cli(["compare", str(gate / "quiet.json"), str(gate / "quiet-again.json"), "--threshold",
+                "10%"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("no regression: ") and "undecided rows" not in proc.stdout
 
@@ -104,13 +108,14 @@ def test_two_quiet_runs_decide_every_row_and_pass(tmp_path):
 @pytest.mark.parametrize("bad", ["120%", "-1", "most", "nan"])
 def test_a_bad_min_decided_is_one_line_and_exit_2(runner, bad):
     proc = _compare(runner, "new.json", "--min-decided", bad)
-    assert proc.returncode == 2 and "--min-decided" in proc.stderr and "Traceback" not in proc.stderr
+    assert (proc.returncode == 2 and "--min-decided" in proc.stderr
+            and "Traceback" not in proc.stderr)
 
 
 def test_compare_says_when_two_runs_met_a_busy_machine_and_points_to_ab(runner):
     proc = _compare(runner, "new.json")
-    assert ("baseline.json and new.json were measured at different times, 97% and 90% of their rounds on a busy "
-            "machine") in proc.stderr and "measure both versions in one job (collbench ab)" in proc.stderr
+    assert ("baseline.json and new.json were measured at different times, 97% and 90% of their "
+            "rounds on a busy machine") in proc.stderr and "measure both versions in one job (collbench ab)" in proc.stderr
 
 
 def test_report_and_compare_give_one_figure_for_what_a_baseline_detects(runner):
@@ -126,7 +131,8 @@ def test_report_and_compare_give_one_figure_for_what_a_baseline_detects(runner):
     report = cli(["report", "baseline.json", "--threshold", "10%"], runner, timeout=300)
     assert report.returncode == 0, report.stderr
     low, high = ranges(report.stdout)
-    again = cli(["compare", "baseline.json", "base-2.json", "--threshold", "10%"], runner, timeout=300)
+    again = cli(["compare", "baseline.json", "base-2.json", "--threshold", "10%"], runner,
+                timeout=300)
     other_low, other_high = ranges(again.stdout)
     assert low < 100 and high < 200                      # it was 421-3163%
     assert 0.5 < low / other_low < 2 and 0.5 < high / other_high < 2

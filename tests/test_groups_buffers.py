@@ -27,7 +27,8 @@ def _yielding(backends: str) -> list:
 @pytest.mark.parametrize("backends", ["mpi,mpi-pickle", pytest.param("gloo", marks=needs_torch)])
 def test_two_groups_measure_at_once_each_with_its_rows(tmp_path, backends):
     out = tmp_path / "r.json"
-    proc = cli(["all", "--split", "2", "-n", "4", "--root", "1", "--backend", backends, *_yielding(backends), "--sizes", "8,4K", *FAST,
+    proc = cli(["all", "--split", "2", "-n", "4", "--root", "1", "--backend", backends,
+                *_yielding(backends), "--sizes", "8,4K", *FAST,
                 "-o", str(out)], tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(out)
@@ -36,18 +37,21 @@ def test_two_groups_measure_at_once_each_with_its_rows(tmp_path, backends):
     assert {(r["split"], r["group_size"], r["world_size"]) for r in rows} == {("2", 2, 4)}
     for backend in backends.split(","):
         for coll in {r["collective"] for r in rows}:
-            groups = sorted(r["group"] for r in rows if r["backend"] == backend and r["collective"] == coll
+            groups = sorted(r["group"] for r in rows
+                            if r["backend"] == backend and r["collective"] == coll
                             and r["size_bytes"] == (0 if coll == "barrier" else 4096))
             assert groups == [0, 1], (backend, coll, groups)
     assert all(r["group_hosts"] for r in rows)
     # the table shows the slowest group and the spread, once per size
     table = proc.stdout
-    assert "split 2, groups of 2" in table and "spread" in table and "slowest of the 2 groups" in table
+    assert ("split 2, groups of 2" in table and "spread" in table
+            and "slowest of the 2 groups" in table)
 
 
 def test_mask_groups_the_ranks_that_agree_under_it(tmp_path):
     out = tmp_path / "r.json"
-    proc = mpirun(4, ["allreduce", "--thread-level", "multiple", "--split-mask", "0x1", "--sizes", "64", *FAST, "-o", str(out)], tmp_path)
+    proc = mpirun(4, ["allreduce", "--thread-level", "multiple", "--split-mask", "0x1", "--sizes",
+                      "64", *FAST, "-o", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(out)
     assert sorted((r["split"], r["group"], r["group_size"], r["check"]) for r in rows) == [
@@ -77,13 +81,15 @@ def test_a_point_to_point_benchmark_takes_no_split(tmp_path):
 @pytest.mark.parametrize("buffers", ["numpy", "mpi"])
 def test_the_mpi_backend_measures_on_the_buffers_asked_for(tmp_path, buffers):
     out = tmp_path / "r.json"
-    proc = cli(["all", "--buffers", buffers, "-n", "3", "--thread-level", "multiple", "--sizes", "8,64K", *FAST, "-o", str(out)], tmp_path,
+    proc = cli(["all", "--buffers", buffers, "-n", "3", "--thread-level", "multiple", "--sizes",
+                "8,64K", *FAST, "-o", str(out)], tmp_path,
                timeout=180)
     assert proc.returncode == 0, proc.stderr
     rows = [r for r in _rows(out) if r["collective"] != "barrier"]
     assert rows and all(r["check"] == "ok" and r["buffers"] == buffers for r in rows)
     for bench in ("pingpong", "bw", "sendrecv"):
-        proc = cli([bench, "--buffers", buffers, "--sizes", "8,64K", *FAST, "-o", str(out), "--force"], tmp_path)
+        proc = cli([bench, "--buffers", buffers, "--sizes", "8,64K", *FAST, "-o", str(out),
+                    "--force"], tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert {(r["buffers"], r["check"]) for r in _rows(out)} == {(buffers, "ok")}
 
@@ -99,19 +105,24 @@ def test_comma_lists_measure_each_kind_of_buffers_and_payload_side_by_side(tmp_p
     """One run, one backend set up once per choice: rows told apart by their buffers and payload
     columns, each checked, each a column of the table under the label its rows have."""
     out = tmp_path / "r.json"
-    proc = cli(["allreduce", "--backend", "mpi,mpi-pickle", "--buffers", "numpy,mpi", "--payload", "array,list",
-                "--sizes", "8,4K", *FAST, "-o", str(out), "--format", "markdown"], tmp_path, timeout=180)
+    proc = cli(["allreduce", "--backend", "mpi,mpi-pickle", "--buffers", "numpy,mpi", "--payload",
+                "array,list",
+                "--sizes", "8,4K", *FAST, "-o", str(out), "--format", "markdown"], tmp_path,
+               timeout=180)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(out)
-    assert sorted((r["backend"], r["buffers"], r["payload"], r["size_bytes"]) for r in rows) == sorted(
+    assert sorted((r["backend"], r["buffers"], r["payload"], r["size_bytes"])
+                  for r in rows) == sorted(
         (backend, buffers, payload, size) for backend, buffers, payload in
-        [("mpi", "numpy", ""), ("mpi", "mpi", ""), ("mpi-pickle", "numpy", "array"), ("mpi-pickle", "numpy", "list")]
+        [("mpi", "numpy", ""), ("mpi", "mpi", ""), ("mpi-pickle", "numpy", "array"),
+         ("mpi-pickle", "numpy", "list")]
         for size in (8, 4096))
     assert all(r["check"] == "ok" for r in rows)
     assert load_json(out)["metadata"]["settings"]["backends"] == [
         "mpi", "mpi (mpi buffers)", "mpi-pickle", "mpi-pickle (list payload)"]
     header = next(line for line in proc.stdout.splitlines() if "p50" in line)
-    for label in ("mpi p50", "mpi (mpi buffers) p50", "mpi-pickle p50", "mpi-pickle (list payload) p50"):
+    for label in ("mpi p50", "mpi (mpi buffers) p50", "mpi-pickle p50",
+                  "mpi-pickle (list payload) p50"):
         assert label in header
 
 
@@ -129,12 +140,15 @@ def test_a_bad_comma_list_is_one_line(tmp_path, args, says):
 @pytest.mark.parametrize("payload", ["array", "bytes", "list", "dict"])
 def test_each_payload_is_sent_and_checked(tmp_path, payload):
     out = tmp_path / "r.json"
-    proc = cli(["all", "--backend", "mpi-pickle", "--payload", payload, "-n", "3", "--thread-level", "multiple", "--sizes", "12,3K",
+    proc = cli(["all", "--backend", "mpi-pickle", "--payload", payload, "-n", "3", "--thread-level",
+                "multiple", "--sizes", "12,3K",
                 "--op", "max", *FAST, "-o", str(out)], tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr
     rows = [r for r in _rows(out) if r["collective"] != "barrier"]
-    assert len(rows) == 2 * (len(ORDER) - 1) and all(r["check"] == "ok" and r["payload"] == payload for r in rows)
-    proc = cli(["bw", "--backend", "mpi-pickle", "--payload", payload, "--sizes", "8,4K", *FAST, "-o", str(out),
+    assert len(rows) == 2 * (len(ORDER) - 1) and all(r["check"] == "ok" and r["payload"] == payload
+                                                     for r in rows)
+    proc = cli(["bw", "--backend", "mpi-pickle", "--payload", payload, "--sizes", "8,4K", *FAST,
+                "-o", str(out),
                 "--force"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert {(r["payload"], r["check"]) for r in _rows(out)} == {(payload, "ok")}
@@ -153,17 +167,20 @@ def test_older_files_read_with_the_usual_buffers_payload_and_whole_world(tmp_pat
     doc = load_json(_a_run(tmp_path))
     doc["schema_version"] = 4
     for row in doc["rows"]:
-        for name in ("buffers", "payload", "split", "group", "group_size", "group_hosts", "init_method"):
+        for name in ("buffers", "payload", "split", "group", "group_size", "group_hosts",
+                     "init_method"):
             del row[name]
     import json
     old.write_text(json.dumps(doc))
     run = load_result(old)
-    assert {(r.backend, r.buffers, r.payload, r.split, r.group, r.group_size) for r in run.rows} == {
+    assert {(r.backend, r.buffers, r.payload, r.split, r.group, r.group_size)
+            for r in run.rows} == {
         ("mpi", "numpy", "", "", 0, 2), ("mpi-pickle", "numpy", "array", "", 0, 2)}
 
 
 def _a_run(tmp_path):
     out = tmp_path / "new.json"
-    proc = cli(["allreduce", "--backend", "mpi,mpi-pickle", "--sizes", "8", *FAST, "-o", str(out)], tmp_path)
+    proc = cli(["allreduce", "--backend", "mpi,mpi-pickle", "--sizes", "8", *FAST, "-o", str(out)],
+               tmp_path)
     assert proc.returncode == 0, proc.stderr
     return out

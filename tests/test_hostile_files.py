@@ -39,7 +39,8 @@ LIMIT = 60          # seconds any one command may take before the test calls it 
 def _one_line(proc) -> str:
     """The single ``collbench: error:`` line of a refused command (warnings aside)."""
     assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("collbench: warning")]
+    lines = [line for line in proc.stderr.splitlines()
+             if line.strip() and not line.startswith("collbench: warning")]
     assert len(lines) == 1 and lines[0].startswith("collbench: error: "), proc.stderr
     return lines[0]
 
@@ -101,7 +102,8 @@ def _no_time(value, rows=lambda row: True):
 
 READERS = [("compare (new)", lambda f: ["compare", "good.json", f]),
            ("compare (baseline)", lambda f: ["compare", f, "good.json"]),
-           ("report", lambda f: ["report", f]), ("export", lambda f: ["export", f, "--to", "bencher"]),
+           ("report", lambda f: ["report", f]),
+           ("export", lambda f: ["export", f, "--to", "bencher"]),
            ("merge", lambda f: ["merge", "base.json", f, "-o", "merged.json", "--force"])]
 
 
@@ -129,7 +131,8 @@ def _special(kind: str, folder: Path) -> str:
 
 
 SPECIAL = [("/dev/zero", "a character device"), ("/dev/urandom", "a character device"),
-           ("/dev/null", "a character device"), ("fifo", "a pipe (FIFO)"), ("directory", "a directory"),
+           ("/dev/null", "a character device"), ("fifo", "a pipe (FIFO)"),
+           ("directory", "a directory"),
            ("socket", "a socket"), ("symlink loop", "too many levels of symbolic links"),
            ("/proc/self/status", "a file of no size that still holds bytes")]
 
@@ -154,7 +157,8 @@ def test_what_is_not_a_regular_file_is_refused_at_once(files, kind, fragment, re
         pytest.skip(f"no {kind} here")
     path = _special(kind, files)
     if kind == "symlink loop" and reader == "report" and not _overlay_survives_loops(path):
-        pytest.skip("report resolves its paths before reading them: overlay.load_runs meets the loop first")
+        pytest.skip("report resolves its paths before reading them: overlay.load_runs meets the "
+                    "loop first")
     _refused(args(path), files, fragment)
 
 
@@ -182,7 +186,8 @@ def test_a_binary_file_is_refused_before_it_is_read_whole(tmp_path):
         f.truncate(900 << 20)                # sparse: 900 MB of NULs that take no disk
     tracemalloc.start()
     try:
-        with pytest.raises(UsageError, match=r"image.json: not a collbench result file \(binary: a NUL byte at "
+        with pytest.raises(UsageError,
+                           match=r"image.json: not a collbench result file \(binary: a NUL byte at "
                                              r"byte 0\)"):
             load_result(path)
         peak = tracemalloc.get_traced_memory()[1]
@@ -211,11 +216,13 @@ def test_a_binary_stream_is_refused_at_its_first_chunk():
 
 WRITERS = [("export", lambda out: ["export", "good.json", "--to", "bencher", "-o", out, "--force"]),
            ("merge", lambda out: ["merge", "base.json", "good.json", "-o", out, "--force"]),
-           ("a run", lambda out: ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1", "-q",
+           ("a run", lambda out: ["allreduce", "-n", "2", "--sizes", "8", "--iters", "3",
+                                  "--rounds", "1", "-q",
                                   "-o", out, "--force"])]
 
 
-@pytest.mark.parametrize("kind, fragment", [("device", "a character device"), ("fifo", "a pipe (FIFO)")])
+@pytest.mark.parametrize("kind, fragment",
+                         [("device", "a character device"), ("fifo", "a pipe (FIFO)")])
 @pytest.mark.parametrize("writer, args", WRITERS, ids=[w for w, _ in WRITERS])
 def test_an_output_that_is_a_device_or_a_fifo_is_refused_and_left_as_it_is(files, kind, fragment, writer, args):
     """export -o /dev/null --force said "wrote" and renamed a regular file over /dev/null (as root:
@@ -250,7 +257,8 @@ def test_dash_reads_standard_input_json_or_csv(files, name):
                input=(files / name).read_text())
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["new"] == "-" and doc["summary"]["same"] + doc["summary"]["inconclusive"] == len(SERIES)
+    assert (doc["new"] == "-"
+            and doc["summary"]["same"] + doc["summary"]["inconclusive"] == len(SERIES))
 
 
 def test_dash_with_nothing_on_standard_input_is_an_empty_file(files):
@@ -268,33 +276,46 @@ BROKEN_JSON = [
      "in column size_bytes: out of range"),
     ("a negative median time", _each_row(lambda r: r.__setitem__("time_us_p50", -5.0)),
      "bad value -5.0 in column time_us_p50: negative"),
-    ("negative round medians", _medians(-1e9), "bad value -1000000000.0 in time_us_round_p50s: negative"),
-    ("one negative round median", _first_row(lambda r: (r["time_us_round_p50s"].__setitem__(0, -1.0),
+    ("negative round medians", _medians(-1e9),
+     "bad value -1000000000.0 in time_us_round_p50s: negative"),
+    ("one negative round median",
+     _first_row(lambda r: (r["time_us_round_p50s"].__setitem__(0, -1.0),
                                                           r["round_details"][0].__setitem__("time_us_p50", -1.0))),
      "bad value -1.0 in time_us_round_p50s: negative"),
     ("a round median of 1e308", _medians(1e308), "in time_us_round_p50s: out of range"),
-    ("a subnormal median", _each_row(lambda r: r.__setitem__("time_us_p50", 1e-320)), "below 1e-06"),
+    ("a subnormal median", _each_row(lambda r: r.__setitem__("time_us_p50", 1e-320)),
+     "below 1e-06"),
     ("a median as text", _each_row(lambda r: r.__setitem__("time_us_p50", "3.5")),
      "bad value '3.5' in column time_us_p50: not a number"),
     ("a median as true", _each_row(lambda r: r.__setitem__("time_us_p50", True)), "not a number"),
-    ("a median as an object", _each_row(lambda r: r.__setitem__("time_us_p50", {"a": 1})), "not a number"),
-    ("a size of 8.5 bytes", _first_row(lambda r: r.__setitem__("size_bytes", 8.5)), "not a whole number"),
-    ("a negative CI", _each_row(lambda r: r.__setitem__("time_us_ci_low", -1.0)), "time_us_ci_low: negative"),
-    ("a negative sample", _first_row(lambda r: r["round_details"][0].__setitem__("samples_us", [-1.0, 2.0])),
+    ("a median as an object", _each_row(lambda r: r.__setitem__("time_us_p50", {"a": 1})),
+     "not a number"),
+    ("a size of 8.5 bytes", _first_row(lambda r: r.__setitem__("size_bytes", 8.5)),
+     "not a whole number"),
+    ("a negative CI", _each_row(lambda r: r.__setitem__("time_us_ci_low", -1.0)),
+     "time_us_ci_low: negative"),
+    ("a negative sample",
+     _first_row(lambda r: r["round_details"][0].__setitem__("samples_us", [-1.0, 2.0])),
      "samples_us is not a list of non-negative times"),
-    ("a collective as a number", _each_row(lambda r: r.__setitem__("collective", 7)), "column collective: not text"),
-    ("a collective that clears the terminal", _each_row(lambda r: r.__setitem__("collective", "\x1b[2Jallreduce")),
+    ("a collective as a number", _each_row(lambda r: r.__setitem__("collective", 7)),
+     "column collective: not text"),
+    ("a collective that clears the terminal",
+     _each_row(lambda r: r.__setitem__("collective", "\x1b[2Jallreduce")),
      "not printable text"),
-    ("a collective of a megabyte", _first_row(lambda r: r.__setitem__("collective", "a" * 1_000_000)),
+    ("a collective of a megabyte",
+     _first_row(lambda r: r.__setitem__("collective", "a" * 1_000_000)),
      "longer than 256 characters"),
     ("precision reached as 'yes'", _each_row(lambda r: r.__setitem__("precision_reached", "yes")),
      "not true or false"),
-    ("a check that is not wrong:N", _first_row(lambda r: r["round_details"][0].__setitem__("check", "wrong:abc")),
+    ("a check that is not wrong:N",
+     _first_row(lambda r: r["round_details"][0].__setitem__("check", "wrong:abc")),
      "not ok, skipped or wrong:N"),
-    ("a world of no ranks", _each_row(lambda r: r.__setitem__("world_size", 0)), "world_size: less than 1"),
+    ("a world of no ranks", _each_row(lambda r: r.__setitem__("world_size", 0)),
+     "world_size: less than 1"),
     ("a world of 10^15 ranks", _each_row(lambda r: r.__setitem__("world_size", 10 ** 15)),
      "more than 16,777,216 ranks"),
-    ("a pair outside the run", _first_row(lambda r: r.__setitem__("pair", "0-7")), "not A-B, two ranks of the"),
+    ("a pair outside the run", _first_row(lambda r: r.__setitem__("pair", "0-7")),
+     "not A-B, two ranks of the"),
     ("rounds that contradict the medians", _each_row(lambda r: r.__setitem__("rounds", 10 ** 15)),
      "rounds says 1000000000000000 but time_us_round_p50s holds 5 medians"),
     ("a round detail that contradicts the medians",
@@ -302,9 +323,11 @@ BROKEN_JSON = [
      "round 1's median in round_details (999)"),
     ("a round named twice", _first_row(lambda r: r["round_details"][1].__setitem__("round", 1)),
      "round_details names round 1 twice"),
-    ("a round number of 1e400", _first_row(lambda r: r["round_details"][0].__setitem__("round", math.inf)),
+    ("a round number of 1e400",
+     _first_row(lambda r: r["round_details"][0].__setitem__("round", math.inf)),
      "in round_details round: out of range"),
-    ("calls per sample of 1e400", _first_row(lambda r: r["round_details"][0].__setitem__("calls_per_sample", math.inf)),
+    ("calls per sample of 1e400",
+     _first_row(lambda r: r["round_details"][0].__setitem__("calls_per_sample", math.inf)),
      "in round_details calls_per_sample"),
     ("notes as a number", lambda doc: doc.__setitem__("notes", 5), "notes is not a list of texts"),
     ("a schema version from the future", lambda doc: doc.__setitem__("schema_version", 99),
@@ -319,7 +342,8 @@ def test_a_value_no_run_measures_is_refused(files, case, change, fragment):
     path = _broken(files, "broken.json", change)
     with pytest.raises(UsageError) as info:
         load_result(path)
-    assert fragment in str(info.value) and "\n" not in str(info.value) and len(str(info.value)) < 300
+    assert (fragment in str(info.value) and "\n" not in str(info.value)
+            and len(str(info.value)) < 300)
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -339,12 +363,14 @@ def test_json_that_python_reads_and_collbench_does_not(files, text, fragment):
 @pytest.mark.parametrize("column, cell, fragment", [
     ("size_bytes", "1" + "0" * 400, "in column size_bytes: out of range"),
     ("size_bytes", "-8", "bad value -8 in column size_bytes: negative"),
-    ("time_us_round_p50s", "-1e9 -1e9 -1e9 -1e9 -1e9", "bad value '-1e9' in time_us_round_p50s: negative"),
+    ("time_us_round_p50s", "-1e9 -1e9 -1e9 -1e9 -1e9",
+     "bad value '-1e9' in time_us_round_p50s: negative"),
     ("time_us_round_p50s", "3.1 -1 3 3 3", "bad value '-1' in time_us_round_p50s: negative"),
     ("time_us_p50", "-3", "in column time_us_p50: negative"),
     ("rounds", "1000000000000000", "rounds says 1000000000000000"),
     ("size_bytes", "1" + "0" * 5000, "bad value inf in column size_bytes: out of range"),
-    ("time_us_round_p50s", "3.1\t3 3 3 3", "bad value '3.1\\t3' in time_us_round_p50s: not a number"),
+    ("time_us_round_p50s", "3.1\t3 3 3 3",
+     "bad value '3.1\\t3' in time_us_round_p50s: not a number"),
     ("world_size", "\u0662", "in column world_size"),           # ASCII digits only
     ("size_bytes", "5_000", "in column size_bytes"),
 ])
@@ -375,7 +401,8 @@ def test_a_size_too_large_for_a_float_is_one_line_in_every_reader(files, reader)
 
 
 def test_a_note_is_one_line_whatever_the_file_holds(files):
-    path = _broken(files, "notes.json", lambda doc: doc.__setitem__("notes", ["two\nlines\x1b[2J", "plain"]))
+    path = _broken(files, "notes.json",
+                   lambda doc: doc.__setitem__("notes", ["two\nlines\x1b[2J", "plain"]))
     assert load_result(path).notes == ["two lines\\x1b[2J", "plain"]
 
 
@@ -403,10 +430,12 @@ def _escaping(doc: dict) -> None:
     """Every text of the metadata a command prints, and a note, with ESCAPES in it."""
     meta = doc["metadata"]
     host = f"node{ESCAPES}"
-    meta.update(hostnames=[host], rank_hosts=[host, host], cpu_model=f"CPU{ESCAPES}", run_id=f"run{ESCAPES}",
+    meta.update(hostnames=[host], rank_hosts=[host, host], cpu_model=f"CPU{ESCAPES}",
+                run_id=f"run{ESCAPES}",
                 command_line=["collbench", ESCAPES], environment={f"UCX_{ESCAPES}": ESCAPES},
                 ab={"job": f"job{ESCAPES}", "side": ESCAPES})
-    meta["versions"].update(mpi_library=f"MPICH{ESCAPES}\nMPICH Release date: x", mpi4py=f"4{ESCAPES}")
+    meta["versions"].update(mpi_library=f"MPICH{ESCAPES}\nMPICH Release date: x",
+                            mpi4py=f"4{ESCAPES}")
     for record in meta["rounds"]:
         record.update(run_id=f"run{ESCAPES}", rank_hosts=[host, host])
     doc["notes"] = [f"note{ESCAPES}"]
@@ -417,10 +446,14 @@ def test_terminal_escapes_in_a_file_never_reach_the_terminal(files):
     clear the screen, retitle the terminal or hide a line. Every command that reads files shows
     them escaped, visibly."""
     _broken(files, "escapes.json", _escaping)
-    commands = [["compare", "base.json", "escapes.json"], ["compare", "escapes.json", "base.json", "-f", "markdown"],
-                ["compare", "base.json", "escapes.json", "-f", "json"], ["report", "escapes.json", "base.json"],
-                ["report", "escapes.json", "--per-rank"], ["report", "escapes.json", "-f", "markdown"],
-                ["export", "escapes.json", "--to", "bencher"], ["export", "escapes.json", "--to", "github-action-benchmark"],
+    commands = [["compare", "base.json", "escapes.json"],
+                ["compare", "escapes.json", "base.json", "-f", "markdown"],
+                ["compare", "base.json", "escapes.json", "-f", "json"],
+                ["report", "escapes.json", "base.json"],
+                ["report", "escapes.json", "--per-rank"],
+                ["report", "escapes.json", "-f", "markdown"],
+                ["export", "escapes.json", "--to", "bencher"],
+                ["export", "escapes.json", "--to", "github-action-benchmark"],
                 ["merge", "base.json", "escapes.json", "-o", "merged.json", "--force"]]
     for args in commands:
         proc = cli(args, files, timeout=LIMIT)
@@ -437,17 +470,20 @@ def test_terminal_escapes_in_a_file_never_reach_the_terminal(files):
 
 def test_host_names_of_a_link_map_are_shown_escaped(files):
     """report names the hosts of a collbench pairs map (its legend, the hosts that lie out)."""
-    _pairs_file(files / "escaped-hosts.json", [(a, b) for a in range(16) for b in range(a + 1, 16)], ranks=16,
-                host=ESCAPES)
+    _pairs_file(files / "escaped-hosts.json", [(a, b) for a in range(16) for b in range(a + 1, 16)],
+                ranks=16, host=ESCAPES)
     proc = cli(["report", "escaped-hosts.json"], files, timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
-    assert "\\x1b[2J\\x1b]0;pwned\\x07 ok" in proc.stdout and not [c for c in RAW if c in proc.stdout + proc.stderr]
+    assert "\\x1b[2J\\x1b]0;pwned\\x07 ok" in proc.stdout and not [c for c in RAW
+                                                                   if c in proc.stdout
+                                                                   + proc.stderr]
 
 
 def test_plot_titles_and_labels_never_carry_a_files_escapes(files):
     pytest.importorskip("matplotlib")
     _broken(files, "escapes.json", _escaping)
-    proc = cli(["plot", "escapes.json", "base.json", "-o", "escapes.svg", "--force"], files, timeout=LIMIT)
+    proc = cli(["plot", "escapes.json", "base.json", "-o", "escapes.svg", "--force"], files,
+               timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
     drawn = (files / "escapes.svg").read_text(encoding="utf-8") + proc.stdout + proc.stderr
     assert not [c for c in RAW if c in drawn]
@@ -476,13 +512,15 @@ def test_a_csv_of_a_million_columns_reads_its_own_columns_only(files):
     assert len(load_result(path).rows) == len(SERIES)
 
 
-def test_a_csv_line_longer_than_any_collbench_writes_is_refused_before_it_is_copied(files, monkeypatch):
+def test_a_csv_line_longer_than_any_collbench_writes_is_refused_before_it_is_copied(
+        files, monkeypatch):
     """A 600 MB CSV of one field peaked at 3.5 GB as the line, then the cell, were copied
     (benchmarks/large_files.py --one-field 600: 1.2 GB now, the file and its text)."""
     monkeypatch.setattr(loader, "MAX_CSV_LINE", 1000)
     path = files / "one-field.csv"
     path.write_text("a" * 5000)
-    with pytest.raises(UsageError, match=r"one-field.csv: not a collbench result \(line 1 is over 1,000 characters"):
+    with pytest.raises(UsageError, match=r"one-field.csv: not a collbench result \(line 1 is over "
+                                         r"1,000 characters"):
         load_result(path)
     lines = (files / "good.csv").read_text().splitlines()
     longest = max(map(len, lines)) + 1                # its lines all pass, a longer one does not
@@ -493,11 +531,12 @@ def test_a_csv_line_longer_than_any_collbench_writes_is_refused_before_it_is_cop
         load_result(path)
 
 
-def test_a_file_of_more_values_than_collbench_reads_is_refused_before_it_is_parsed(files, monkeypatch):
+def test_a_file_of_more_values_than_collbench_reads_is_refused_before_it_is_parsed(
+        files, monkeypatch):
     monkeypatch.setattr(loader, "MAX_VALUES", 1000)
     path = files / "lists.json"
-    path.write_text('{"schema": "collbench.result", "schema_version": 4, "metadata": {"x": [' + "[]," * 2000 + '[]]}, '
-                    '"rows": []}')
+    path.write_text('{"schema": "collbench.result", "schema_version": 4, "metadata": {"x": ['
+                    + "[]," * 2000 + '[]]}, ' '"rows": []}')
     with pytest.raises(UsageError, match="too large to read: 4,008 values"):
         load_result(path)
     with pytest.raises(UsageError, match="more than the 1,000 collbench reads"):
@@ -516,7 +555,8 @@ def test_minus_zero_is_zero_and_a_zero_median_cannot_be_judged(files):
     path = _broken(files, "zero.json", _no_time(-0.0))
     run = load_result(path)
     assert all(r.time_us_p50 == 0.0 and math.copysign(1, r.time_us_p50) == 1 for r in run.rows)
-    assert {r.verdict for r in compare_runs(load_result(files / "good.json"), run).rows} == {"unmeasured"}
+    assert {r.verdict for r
+            in compare_runs(load_result(files / "good.json"), run).rows} == {"unmeasured"}
 
 
 # --- the gate: a run that cannot be judged does not pass ------------------------------------
@@ -525,20 +565,24 @@ def test_a_new_run_without_median_times_fails_the_gate_and_names_its_rows(files)
     """Every time_us_p50 null (how JSON writes an uncomputable number): compare said
     "insufficient data" and passed the gate."""
     new = load_result(_broken(files, "null.json", _no_time(None)))
-    c = compare_runs(load_result(files / "good.json"), new, baseline_name="good.json", new_name="null.json")
+    c = compare_runs(load_result(files / "good.json"), new, baseline_name="good.json",
+                     new_name="null.json")
     assert {r.verdict for r in c.rows} == {"unmeasured"} and not c.passed and not c.regression
     assert outcome(c) == "INCOMPLETE"
     assert all(r.reason == "null.json has no time_us_p50" for r in c.rows)
     note = comparison_tables(c)[-1].notes[0]
-    assert note.startswith(f"{len(SERIES)} row(s) of good.json that null.json lacks or could not measure fail the gate")
+    assert note.startswith(f"{len(SERIES)} row(s) of good.json that null.json lacks or could not "
+                           "measure fail the gate")
     assert "allreduce/mpi 8 (unmeasured)" in note and "--allow-missing" in note
     markdown = to_summary_markdown(c)
     assert markdown.startswith("## collbench compare: INCOMPLETE") and "> **Failed:**" in markdown
     doc = json.loads(to_json(c))
     assert doc["passed"] is False and doc["regression"] is False and doc["allow_missing"] is False
-    assert doc["summary"]["unmeasured"] == len(SERIES) and "allreduce/mpi 8 (unmeasured)" in doc["unjudged"]
+    assert (doc["summary"]["unmeasured"] == len(SERIES)
+            and "allreduce/mpi 8 (unmeasured)" in doc["unjudged"])
     allowed = compare_runs(load_result(files / "good.json"), new, allow_missing=True)
-    assert allowed.passed and outcome(allowed) == "no regression" and json.loads(to_json(allowed))["allow_missing"]
+    assert (allowed.passed and outcome(allowed) == "no regression"
+            and json.loads(to_json(allowed))["allow_missing"])
     assert "not judged, as --allow-missing asks" in comparison_tables(allowed)[-1].notes[0]
 
 
@@ -565,14 +609,16 @@ def test_a_baseline_whose_medians_are_null_cannot_open_the_gate(files):
     assert nulls and {r.verdict for r in nulls} == {"unmeasured"} and not c.passed
     assert all(r.reason == "halfnull.json has no time_us_p50" for r in nulls)
     assert unjudged_line(c).startswith(f"{len(nulls)} row(s) of halfnull.json that it has no median for fail the gate")
-    assert compare_runs(base, slow, allow_missing=True).regression      # the rows it can judge are slower
+    # the rows it can judge are slower
+    assert compare_runs(base, slow, allow_missing=True).regression
     proc = cli(["compare", "halfnull.json", "good.json"], files)
     assert proc.returncode == 1 and proc.stdout.startswith("INCOMPLETE"), proc.stdout
 
 
 def test_a_baseline_with_nothing_to_judge_by_is_incomparable(files):
     empty = load_result(_broken(files, "nullbase.json", _no_time(None)))
-    with pytest.raises(UsageError, match="none of the 10 rows it shares with new has a median time"):
+    with pytest.raises(UsageError,
+                       match="none of the 10 rows it shares with new has a median time"):
         compare_runs(empty, load_result(files / "good.json"))
 
 
@@ -594,7 +640,8 @@ def _cli_wired() -> bool:
     return any(p.name == "allow_missing" for p in compare_command.params)
 
 
-@pytest.mark.skipif(not _cli_wired(), reason="compare --allow-missing is not wired in collbench/cli/results.py yet")
+@pytest.mark.skipif(not _cli_wired(),
+                    reason="compare --allow-missing is not wired in collbench/cli/results.py yet")
 @pytest.mark.parametrize("name, change", [
     ("null.json", _no_time(None)),
     ("nullmedians.json", _medians(None)),
@@ -604,18 +651,21 @@ def test_the_cli_gate_fails_a_run_it_cannot_judge_unless_allowed(files, name, ch
     proc = cli(["compare", "good.json", name], files, timeout=LIMIT)
     assert proc.returncode == 1 and proc.stdout.startswith("INCOMPLETE: "), proc.stderr
     assert "Traceback" not in proc.stderr
-    allowed = cli(["compare", "good.json", name, "--allow-missing", "-f", "json"], files, timeout=LIMIT)
+    allowed = cli(["compare", "good.json", name, "--allow-missing", "-f", "json"], files,
+                  timeout=LIMIT)
     assert allowed.returncode == 0 and json.loads(allowed.stdout)["allow_missing"] is True
 
 
 # --- merge and export of odd but readable files ------------------------------------------------
 
 def test_merge_takes_a_round_kind_that_is_not_text(files):
-    path = _broken(files, "kind.json", lambda doc: (doc["metadata"]["settings"].__setitem__("round_kind", []),
+    path = _broken(files, "kind.json",
+                   lambda doc: (doc["metadata"]["settings"].__setitem__("round_kind", []),
                                                    doc["metadata"].__setitem__("run_id", "kind-run")))
     proc = cli(["merge", "base.json", path, "-o", "m.json", "--force"], files, timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads((files / "m.json").read_text())["metadata"]["settings"]["round_kind"] == "mixed"
+    assert (json.loads((files / "m.json").read_text())["metadata"]["settings"]["round_kind"]
+            == "mixed")
 
 
 def test_export_writes_json_numbers_only_for_a_ci_stretched_to_1e300(files):
@@ -633,13 +683,15 @@ def _pairs_file(path: Path, pairs, *, ranks: int, sizes=(8,), host: str = "node"
     ``host`` and a number), at each size; one row is built as a run builds it and the others are
     it with another pair."""
     hosts = [f"{host}{r // 8}" for r in range(ranks)]
-    run = RunResult(metadata=metadata(world_size=ranks, hostnames=sorted(set(hosts)), rank_hosts=hosts,
-                                      ranks_per_node=8))
+    run = RunResult(metadata=metadata(world_size=ranks, hostnames=sorted(set(hosts)),
+                                      rank_hosts=hosts, ranks_per_node=8))
     for size in sizes:
-        row = row_from_samples([5.0] * 8, collective="pingpong", size_bytes=size, world_size=ranks, pair=(0, 1))
+        row = row_from_samples([5.0] * 8, collective="pingpong", size_bytes=size, world_size=ranks,
+                               pair=(0, 1))
         for a, b in pairs:
             p50 = 5.0 + (7 * a + 3 * b) % 11 / 10
-            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=p50, time_us_round_p50s=(p50,),
+            run.add(dataclasses.replace(row, pair=f"{a}-{b}", time_us_p50=p50,
+                                        time_us_round_p50s=(p50,),
                                         time_us_ci_low=p50, time_us_ci_high=p50))
     return write(run, path)
 
@@ -654,7 +706,8 @@ def test_plot_refuses_a_heat_map_of_more_ranks_than_it_draws(files):
     ranks = MOST_DRAWN_RANKS + 1
     _pairs_file(files / "wide-pairs.json", [(r, r + 1) for r in range(ranks - 1)], ranks=ranks)
     _refused(["plot", "wide-pairs.json", "-o", "wide.png", "--force"], files,
-             f"a heat map of {ranks} ranks is more than plot draws ({MOST_DRAWN_RANKS} ranks at most)")
+             f"a heat map of {ranks} ranks is more than plot draws ({MOST_DRAWN_RANKS} ranks at "
+             "most)")
     assert not (files / "wide.png").exists()
     proc = cli(["report", "wide-pairs.json"], files, timeout=LIMIT)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

@@ -20,8 +20,8 @@ from test_adversarial import _env
 
 
 def _start(args, cwd, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def _wait_for(path, timeout=60.0) -> None:
@@ -33,15 +33,18 @@ def _wait_for(path, timeout=60.0) -> None:
 
 @pytest.mark.mpi
 def test_two_runs_with_one_output_the_second_gives_way_before_it_measures(tmp_path):
-    first = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--rounds", "2", "-o", "r.json"], tmp_path)
+    first = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--rounds", "2", "-o", "r.json"],
+                   tmp_path)
     try:
         _wait_for(tmp_path / "r.json")        # claimed by the launching process, before any launch
-        second = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-64K",
-                                 "--dtype", "float64", "-o", "r.json", "-v"], cwd=tmp_path, env=_env(),
-                                capture_output=True, text=True, timeout=120)
+        second = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2",
+                                 "--sizes", "8-64K",
+                                 "--dtype", "float64", "-o", "r.json", "-v"], cwd=tmp_path,
+                                env=_env(), capture_output=True, text=True, timeout=120)
         assert second.returncode == 2, second.stderr
         assert second.stderr.strip() == "collbench: error: output 'r.json' exists; use --force to overwrite it"
-        assert "launching" not in second.stderr             # -v: it would have said so had it launched
+        # -v: it would have said so had it launched
+        assert "launching" not in second.stderr
     finally:
         out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
@@ -52,7 +55,8 @@ def test_two_runs_with_one_output_the_second_gives_way_before_it_measures(tmp_pa
 @pytest.mark.mpi
 def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
     """SIGKILL of the launching process at once: its stand-in removes the empty file it claimed."""
-    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "-o", "r.json"], tmp_path, start_new_session=True)
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "-o", "r.json"], tmp_path,
+                 start_new_session=True)
     _wait_for(tmp_path / "r.json")
     os.killpg(run.pid, signal.SIGKILL)
     run.wait(timeout=30)
@@ -62,7 +66,8 @@ def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
     left = tmp_path / "r.json"
     # Either the launch had begun writing it (rows or none, it is then a whole file) or it is gone.
     assert not left.exists() or json.loads(left.read_text())["schema"] == "collbench.result"
-    lock = tmp_path / ".r.json.lock"            # the dead run's hold on its file goes with its state
+    # the dead run's hold on its file goes with its state
+    lock = tmp_path / ".r.json.lock"
     while lock.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not lock.exists()
@@ -72,7 +77,8 @@ def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
 def test_sigterm_in_a_later_round_is_one_line_that_says_what_the_file_keeps(tmp_path, backend):
     if backend == "gloo":
         pytest.importorskip("torch")
-    run = _start(["allreduce", "-b", backend, "-n", "2", "--sizes", "8", "--rounds", "1000", "-o", "r.json"], tmp_path)
+    run = _start(["allreduce", "-b", backend, "-n", "2", "--sizes", "8", "--rounds", "1000", "-o",
+                  "r.json"], tmp_path)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:             # two rounds are in the file: a later one runs
         try:
@@ -100,19 +106,23 @@ def test_a_master_addr_that_is_not_this_host_is_one_line_before_any_rank_starts(
     torch would try to reach it (or bind it) for minutes, with pages of c10d messages."""
     pytest.importorskip("torch")
     env = {**_env(), "MASTER_ADDR": address, "MASTER_PORT": "29511"}
-    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-b", "gloo", "-n", "2", "--sizes", "8",
-                           "--no-save"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-b", "gloo", "-n", "2",
+                           "--sizes", "8",
+                           "--no-save"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"collbench: error: MASTER_ADDR={address!r}")
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("collbench: error: "
+                                                                   f"MASTER_ADDR={address!r}")
     assert "c10d" not in proc.stderr
 
 
 @pytest.mark.mpi
 def test_an_address_space_limit_skips_the_size_that_cannot_fit_and_measures_the_rest(tmp_path):
     """ulimit -v: the memory guard sees it as it sees a cgroup's limit (an allocation would fail)."""
-    proc = subprocess.run(["bash", "-c", f"ulimit -v 1200000; exec {sys.executable} -m collbench allreduce "
-                           "--sizes 8,512M -n 2 -o r.json"], cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(["bash", "-c",
+                           f"ulimit -v 1200000; exec {sys.executable} -m collbench allreduce "
+                           "--sizes 8,512M -n 2 -o r.json"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "MemoryError" not in proc.stderr and "Traceback" not in proc.stderr
     assert "allreduce on mpi at 512M: needs about" in proc.stderr and "ulimit -v" in proc.stderr
@@ -133,12 +143,13 @@ def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text('raise ImportError("numpy is broken here")\n')
     part = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8", "--no-save"]
-    proc = subprocess.run([mpiexec, "-n", "2", *part, ":", "-n", "1", "-env", "PYTHONPATH", str(broken.parent), *part],
+    proc = subprocess.run([mpiexec, "-n", "2", *part, ":", "-n", "1", "-env", "PYTHONPATH",
+                           str(broken.parent), *part],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert said == [f"collbench: error: rank 2 cannot import numpy: numpy is broken here (Python {sys.executable}; "
-                    "install collbench's requirements there, or fix PYTHONPATH)"], proc.stderr
+    assert said == ["collbench: error: rank 2 cannot import numpy: numpy is broken here (Python "
+                    f"{sys.executable}; install collbench's requirements there, or fix PYTHONPATH)"], proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -178,13 +189,15 @@ def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_pat
         (tmp_path / victim).mkdir()
         out = tmp_path / victim / "r.json"
         # 20,000 calls a size: with 2,000 the whole run once ended before its tree was read
-        run = runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "20000", "--rounds", "1",
+        run = runs[victim] = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "20000",
+                                     "--rounds", "1",
                                      "-q", "-o", "r.json"], tmp_path / victim)
         wait_for_rows(out)
         tree = trees[victim] = _tree_of(run.pid)
         mpiexec = _named(tree, "mpiexec")[0]
         target = mpiexec if victim == "mpiexec" else [
-            pid for pid in _tree_of(mpiexec) if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
+            pid for pid in _tree_of(mpiexec)
+            if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
         os.kill(target, signal.SIGSTOP)
         deadline = time.monotonic() + 60          # the ranks finish: the file holds every size
         while len(json.loads(out.read_text())["rows"]) < 14 and run.poll() is None and time.monotonic() < deadline:
@@ -193,7 +206,8 @@ def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_pat
         out, err = run.communicate(timeout=120)
         assert run.returncode == 0, (victim, err)
         said = [line for line in err.splitlines() if line.startswith("collbench:")]
-        assert len(said) == 1 and "the ranks finished, but the launch did not end" in said[0], (victim, err)
+        assert (len(said) == 1
+                and "the ranks finished, but the launch did not end" in said[0]), (victim, err)
         assert "stopped (SIGSTOP or a debugger)" in said[0]
         assert len(json.loads((tmp_path / victim / "r.json").read_text())["rows"]) == 14
     time.sleep(1.0)
@@ -219,7 +233,8 @@ def test_a_launcher_process_killed_outright_is_named_in_one_line(tmp_path, victi
     """mpiexec, or its proxy (which started the ranks), SIGKILLed while the ranks measure. A
     dead proxy's ranks outlive it and fail later in MPI_Finalize (MPICH's exit code 15): the line
     used to blame rank 1 ("exited with code 15 during shutdown"); it names the proxy now."""
-    run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1", "-q",
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1",
+                  "-q",
                   "-o", "r.json"], tmp_path)
     wait_for_rows(tmp_path / "r.json")
     tree = _tree_of(run.pid)
@@ -230,10 +245,12 @@ def test_a_launcher_process_killed_outright_is_named_in_one_line(tmp_path, victi
     assert run.returncode == 137, err
     assert len(said) == 1 and said[0].endswith("r.json keeps every size finished before"), err
     if victim == "mpiexec":
-        assert said[0].startswith("collbench: mpiexec (pid ") and "killed by signal 9 (SIGKILL)" in said[0]
+        assert (said[0].startswith("collbench: mpiexec (pid ")
+                and "killed by signal 9 (SIGKILL)" in said[0])
     else:
-        assert said[0].startswith(f"collbench: mpiexec's hydra_pmi_proxy (pid {target}), which started ranks of "
-                                  "the job, ended under it (killed, or it failed), and mpiexec with code 255"), said[0]
+        assert said[0].startswith(f"collbench: mpiexec's hydra_pmi_proxy (pid {target}), which "
+                                  "started ranks of the job, ended under it (killed, or it "
+                                  "failed), and mpiexec with code 255"), said[0]
     assert json.loads((tmp_path / "r.json").read_text())["rows"]
     assert not _gone(tree)
 
@@ -244,7 +261,8 @@ def test_mpiexecs_proxy_killed_in_start_up_is_named_not_the_ranks_it_left(tmp_pa
     in MPI_Init (exit code 15) after mpiexec has ended; the one line names the proxy (said by
     the launching process, or by a rank's guardian, which watches the process that started it),
     and nothing is kept or left."""
-    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--rounds", "1", "-q", "-o", "r.json"], tmp_path)
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-64K", "--rounds", "1", "-q", "-o",
+                  "r.json"], tmp_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         proxies = _named(_tree_of(run.pid), "hydra_pmi_proxy")
@@ -257,8 +275,10 @@ def test_mpiexecs_proxy_killed_in_start_up_is_named_not_the_ranks_it_left(tmp_pa
     out, err = run.communicate(timeout=120)
     said = [line for line in err.splitlines() if line.startswith("collbench:")]
     assert run.returncode == 137 and len(said) == 1, err
-    assert f"hydra_pmi_proxy (pid {target})" in said[0] and "ended under it (killed, or it failed)" in said[0], err
-    assert said[0].endswith("nothing was saved") or said[0].endswith("nothing was measured"), said[0]
+    assert (f"hydra_pmi_proxy (pid {target})" in said[0]
+            and "ended under it (killed, or it failed)" in said[0]), err
+    assert (said[0].endswith("nothing was saved")
+            or said[0].endswith("nothing was measured")), said[0]
     assert not _gone(tree)
 
 
@@ -266,7 +286,8 @@ def test_mpiexecs_proxy_killed_in_start_up_is_named_not_the_ranks_it_left(tmp_pa
 def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running(tmp_path):
     """SIGSTOP on rank 1's guardian, then SIGKILL of the launching process: its stand-in ends
     mpiexec, its proxy and the stopped guardian, and the file holds what was measured."""
-    run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1", "-q",
+    run = _start(["allreduce", "-n", "2", "--sizes", "8-16M", "--iters", "2000", "--rounds", "1",
+                  "-q",
                   "-o", "r.json"], tmp_path)
     wait_for_rows(tmp_path / "r.json")
     tree = _tree_of(run.pid)
@@ -277,11 +298,14 @@ def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running
     deadline = time.monotonic() + 60
     left = tree
     while time.monotonic() < deadline:
-        left = [pid for pid in tree if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+        left = [pid for pid in tree
+                if os.path.exists(f"/proc/{pid}")
+                and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
         if not left:
             break
         time.sleep(0.5)
-    assert not left, [open(f"/proc/{pid}/cmdline").read()[:80] for pid in left if os.path.exists(f"/proc/{pid}")]
+    assert not left, [open(f"/proc/{pid}/cmdline").read()[:80] for pid in left
+                      if os.path.exists(f"/proc/{pid}")]
     assert json.loads((tmp_path / "r.json").read_text())["rows"]
 
 
@@ -293,7 +317,8 @@ def test_a_run_whose_stand_in_was_killed_too_is_finished_by_the_next_run(tmp_pat
     temp = tmp_path / "tmp"
     temp.mkdir()
     env = {**_env(), "TMPDIR": str(temp)}
-    run = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-16M", "--iters",
+    run = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                            "8-16M", "--iters",
                             "2000", "--rounds", "1", "-q", "-o", "r.json"], cwd=tmp_path, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_rows(tmp_path / "r.json")
@@ -306,10 +331,13 @@ def test_a_run_whose_stand_in_was_killed_too_is_finished_by_the_next_run(tmp_pat
     deadline = time.monotonic() + 30                  # its ranks end with it
     while _named(_everyone(), "r.json") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert [p.name for p in temp.iterdir() if p.name.startswith("collbench-rounds-")], "the folder stayed"
+    assert [p.name for p in temp.iterdir()
+            if p.name.startswith("collbench-rounds-")], "the folder stayed"
     kept = json.loads((tmp_path / "r.json").read_text())["rows"]
-    later = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--rounds", "1",
-                            "-q", "--no-save"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    later = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                            "8", "--rounds", "1",
+                            "-q", "--no-save"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)
     assert later.returncode == 0, later.stderr
     deadline = time.monotonic() + 30
     while list(temp.iterdir()) and time.monotonic() < deadline:
@@ -326,9 +354,10 @@ def _mpmd_start(tmp_path, other: list, limit: tuple = ()) -> subprocess.Popen:
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
-    first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1", "--no-save", *limit]
-    return subprocess.Popen([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1",
+             "--no-save", *limit]
+    return subprocess.Popen([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> subprocess.CompletedProcess:
@@ -344,14 +373,18 @@ def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> sub
 @pytest.mark.parametrize("other, differs", [
     (["bcast", "--sizes", "8-1K", "--rounds", "1"], "collectives bcast (rank 0: allreduce)"),
     (["allreduce", "--sizes", "8-2K", "--rounds", "1"], "sizes 8,16,32,64,128,256,512,1024,2048"),
-    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--dtype", "float64"], "dtype float64 (rank 0: float32)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--dtype", "float64"],
+     "dtype float64 (rank 0: float32)"),
     (["allreduce", "--sizes", "8-1K", "--rounds", "3"], "rounds 3 (rank 0: 1)"),
-    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "-b", "mpi-pickle"], "backends mpi-pickle (rank 0: mpi)"),
-    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--buffers", "mpi"], "setups mpi (mpi buffers) (rank 0: mpi)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "-b", "mpi-pickle"],
+     "backends mpi-pickle (rank 0: mpi)"),
+    (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--buffers", "mpi"],
+     "setups mpi (mpi buffers) (rank 0: mpi)"),
     (["allreduce", "--sizes", "8-1K", "--rounds", "1", "--buffers", "mpi,numpy"],
      "setups mpi (mpi buffers),mpi (rank 0: mpi)"),
 ])
-def test_ranks_started_with_another_command_are_named_before_anything_is_measured(tmp_path, other, differs):
+def test_ranks_started_with_another_command_are_named_before_anything_is_measured(
+        tmp_path, other, differs):
     proc = _mpmd(tmp_path, [sys.executable, "-m", "collbench", *other, "--no-save"], timeout=120)
     assert proc.returncode == 2, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
@@ -377,9 +410,11 @@ def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_p
             _, stderr = job.communicate(timeout=150)
         finally:
             job.kill()
-        assert time.monotonic() - start < 60 and job.returncode != 0, (name, stderr)     # the launcher says the code
+        # the launcher says the code
+        assert time.monotonic() - start < 60 and job.returncode != 0, (name, stderr)
         said = [line for line in stderr.splitlines() if line.startswith("collbench:")]
-        assert said and all("was still in start-up" in line and "after 15 s" in line for line in said), (name, stderr)
+        assert said and all("was still in start-up" in line and "after 15 s" in line
+                            for line in said), (name, stderr)
 
 
 @pytest.mark.mpi
@@ -394,9 +429,12 @@ def test_a_guardian_killed_while_its_rank_waits_in_mpi_init_takes_the_rank_with_
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
-    job = subprocess.Popen([mpiexec, "-n", "1", sys.executable, "-m", "collbench", "allreduce", "--sizes", "8",
-                            "--rounds", "1", "--no-save", ":", "-n", "1", "sleep", "120"], cwd=tmp_path, env=_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    job = subprocess.Popen([mpiexec, "-n", "1", sys.executable, "-m", "collbench", "allreduce",
+                            "--sizes", "8",
+                            "--rounds", "1", "--no-save", ":", "-n", "1", "sleep", "120"],
+                           cwd=tmp_path, env=_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
     try:
         rank = guardian = None
         deadline = time.monotonic() + 60
@@ -406,12 +444,14 @@ def test_a_guardian_killed_while_its_rank_waits_in_mpi_init_takes_the_rank_with_
                     if b"libmpi" in open(f"/proc/{pid}/maps", "rb").read() and b"collbench" in \
                             open(f"/proc/{pid}/cmdline", "rb").read() and \
                             processes.parent(processes.parent(pid) or 0) != job.pid:
-                        rank, guardian = pid, processes.parent(pid)   # the rank loads libmpi; its guardian does not
+                        # the rank loads libmpi; its guardian does not
+                        rank, guardian = pid, processes.parent(pid)
                 except OSError:
                     continue
             time.sleep(0.05)
         assert rank is not None, "no rank loaded libmpi"
-        time.sleep(1.0)                       # in MPI_Init now, waiting for the part that never comes
+        # in MPI_Init now, waiting for the part that never comes
+        time.sleep(1.0)
         os.kill(guardian, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while processes.state(rank) not in ("", "Z") and time.monotonic() < deadline:
@@ -441,8 +481,8 @@ def _with_own_dev_shm(tmp_path, mount_options: str, args: list) -> subprocess.Co
         pytest.skip("needs root and unshare for a /dev/shm of its own")
     command = " ".join([sys.executable, "-m", "collbench", *args])
     return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                           f"mount -t tmpfs -o {mount_options} tmpfs /dev/shm && exec {command}"], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=120)
+                           f"mount -t tmpfs -o {mount_options} tmpfs /dev/shm && exec {command}"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.mpi
@@ -450,13 +490,14 @@ def test_a_read_only_dev_shm_is_one_line_before_mpi_starts(tmp_path):
     """MPI_Init failed in MPICH's or UCX's shared memory with their error stack and exit code 15
     (and sometimes no collbench line at all); now every rank finds it before MPI starts, and
     rank 0 says it in one line: exit 2, nothing written."""
-    proc = _with_own_dev_shm(tmp_path, "ro,size=1m", ["allreduce", "-n", "2", "--sizes", "8-1K", "-o", "r.json"])
+    proc = _with_own_dev_shm(tmp_path, "ro,size=1m",
+                             ["allreduce", "-n", "2", "--sizes", "8-1K", "-o", "r.json"])
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == (f"collbench: error: /dev/shm is mounted read-only on {socket.gethostname()}: MPI "
-                                   "keeps the memory the ranks "
-                                   "of a host share there (MPICH's and UCX's shared memory) and would fail in "
-                                   "MPI_Init; make it writable (a container: docker run --shm-size=1g, or mount -o "
-                                   "remount,rw /dev/shm)"), proc.stderr
+    assert proc.stderr.strip() == ("collbench: error: /dev/shm is mounted read-only on "
+                                   f"{socket.gethostname()}: MPI keeps the memory the ranks of a "
+                                   "host share there (MPICH's and UCX's shared memory) and would "
+                                   "fail in MPI_Init; make it writable (a container: docker run "
+                                   "--shm-size=1g, or mount -o remount,rw /dev/shm)"), proc.stderr
     assert not (tmp_path / "r.json").exists()
 
 
@@ -467,7 +508,8 @@ def test_a_dev_shm_too_small_is_named_and_no_file_is_said_kept(tmp_path, sizes):
     backed, the rank dies of SIGBUS in start-up, whatever the sizes; the line names shared
     memory, the exit code is SIGBUS's (the first rank that ended, not one stopped after it), and
     no result file is spoken of, or left, since none was written."""
-    proc = _with_own_dev_shm(tmp_path, "size=64k", ["allreduce", "-n", "2", "--sizes", sizes, "-o", "r.json"])
+    proc = _with_own_dev_shm(tmp_path, "size=64k",
+                             ["allreduce", "-n", "2", "--sizes", sizes, "-o", "r.json"])
     assert proc.returncode == 128 + signal.SIGBUS, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
     assert proc.returncode != 0 and len(said) == 1, proc.stderr
@@ -499,7 +541,8 @@ def test_a_launching_process_killed_as_its_state_folder_appears_leaves_no_folder
     temporary.mkdir()
     env = {**_env(), "TMPDIR": str(temporary)}
     for attempt in range(3):
-        run = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--rounds",
+        run = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2",
+                                "--sizes", "8", "--rounds",
                                 "1", "--no-save"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -512,7 +555,8 @@ def test_a_launching_process_killed_as_its_state_folder_appears_leaves_no_folder
         while _processes_naming(str(temporary)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _processes_naming(str(temporary)), attempt
-        assert not [name for name in os.listdir(temporary) if name.startswith("collbench-rounds-")], attempt
+        assert not [name for name in os.listdir(temporary)
+                    if name.startswith("collbench-rounds-")], attempt
 
 
 #: ``rich`` for rank 0 of an MPI job: a library that ends the process with exit code 2 when
@@ -538,13 +582,15 @@ def test_a_rank_ended_by_a_library_with_code_2_is_not_taken_for_bad_input(tmp_pa
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(EXITING_RICH)
     path = os.pathsep.join(p for p in (str(shadow.parent), os.environ.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--rounds", "1",
-                           "-o", "r.json"], cwd=tmp_path, env={**_env(), "PYTHONPATH": path}, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                           "8", "--rounds", "1",
+                           "-o", "r.json"], cwd=tmp_path, env={**_env(), "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=120)
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
     assert proc.returncode == 137, proc.stderr
     assert len(said) == 1 and said[0].startswith("collbench: rank 0 (pid "), proc.stderr
-    assert "exited with code 2 without collbench choosing it (a library ended the process" in said[0]
+    assert ("exited with code 2 without collbench choosing it (a library ended the process"
+            in said[0])
 
 
 def test_a_state_folder_is_an_orphan_only_once_its_owner_is_surely_gone(tmp_path):
@@ -569,5 +615,6 @@ def test_a_state_folder_is_an_orphan_only_once_its_owner_is_surely_gone(tmp_path
     assert janitor._owner_gone(folder("reused", f"{os.getpid()} 1000.00 {socket.gethostname()}"))
     assert janitor._owner_gone(folder("dead", f"999999999 1000.00 {socket.gethostname()}"))
     assert not janitor._owner_gone(folder("elsewhere", "999999999 1000.00 another-host"))
-    assert janitor._owner_gone(folder("elsewhere-old", "999999999 1000.00 another-host", janitor.UNOWNED_AFTER_S + 60))
+    assert janitor._owner_gone(folder("elsewhere-old", "999999999 1000.00 another-host",
+                                      janitor.UNOWNED_AFTER_S + 60))
     assert not janitor._owner_gone(folder("older-collbench", "123 45.00"))

@@ -25,18 +25,20 @@ from test_multihost import hosts  # noqa: F401 (the fixture: two hosts in networ
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-RUN = ["allreduce", "--backend", "gloo", "--sizes", "8,4K", "--iters", "5", "--warmup", "1", "--rounds", "1", "-q"]
+RUN = ["allreduce", "--backend", "gloo", "--sizes", "8,4K", "--iters", "5", "--warmup", "1",
+       "--rounds", "1", "-q"]
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent))
 needs_torchrun = pytest.mark.skipif(TORCHRUN is None, reason="no torchrun beside this Python")
 
 
 def _url(scheme: str, folder: Path) -> str:
-    return {"env": "env://", "tcp": f"tcp://127.0.0.1:{free_port()}", "file": f"file://{folder}/rendezvous"}[scheme]
+    return {"env": "env://", "tcp": f"tcp://127.0.0.1:{free_port()}",
+            "file": f"file://{folder}/rendezvous"}[scheme]
 
 
 def _self_launched(args: list, cwd: Path, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "collbench", *args], cwd=cwd, env=_env(env), capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "collbench", *args], cwd=cwd, env=_env(env),
+                          capture_output=True, text=True, timeout=60)
 
 
 def _mpiexec(args: list, cwd: Path, export=None) -> subprocess.CompletedProcess:
@@ -48,14 +50,15 @@ def _mpiexec(args: list, cwd: Path, export=None) -> subprocess.CompletedProcess:
     cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", *args], env)
     flags = []
     for name, value in (export or {}).items():
-        flags += ["-x", f"{name}={value}"] if mpiexec_flavour(mpiexec) == "openmpi" else ["-genv", name, value]
+        flags += (["-x", f"{name}={value}"]
+                  if mpiexec_flavour(mpiexec) == "openmpi" else ["-genv", name, value])
     cmd[3:3] = flags
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
 def _torchrun(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([TORCHRUN, "--nproc-per-node", "2", "-m", "collbench", *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run([TORCHRUN, "--nproc-per-node", "2", "-m", "collbench", *args], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=60)
 
 
 def _said(proc) -> list:
@@ -94,7 +97,8 @@ def _rows_met_by(folder: Path, scheme: str) -> None:
 @pytest.mark.parametrize("scheme", ["env", "tcp", "file"])
 def test_self_launched(tmp_path, scheme):
     """Two rounds, two launches: torch's file store removes its file when the first one ends."""
-    proc = _self_launched([*RUN, "-n", "2", "--rounds", "2", "--init-method", _url(scheme, tmp_path), "-o", "r.json"],
+    proc = _self_launched([*RUN, "-n", "2", "--rounds", "2", "--init-method",
+                           _url(scheme, tmp_path), "-o", "r.json"],
                           tmp_path)
     assert proc.returncode == 0, proc.stderr
     _rows_met_by(tmp_path, scheme)
@@ -104,8 +108,10 @@ def test_self_launched(tmp_path, scheme):
 @pytest.mark.mpi
 @pytest.mark.parametrize("scheme", ["env", "tcp", "file"])
 def test_under_mpiexec(tmp_path, scheme):
-    export = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} if scheme == "env" else {}
-    proc = _mpiexec([*RUN, "--init-method", _url(scheme, tmp_path), "-o", "r.json"], tmp_path, export)
+    export = {"MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": str(free_port())} if scheme == "env" else {}
+    proc = _mpiexec([*RUN, "--init-method", _url(scheme, tmp_path), "-o", "r.json"], tmp_path,
+                    export)
     assert proc.returncode == 0, proc.stderr
     _rows_met_by(tmp_path, scheme)
     _nothing_left(tmp_path)
@@ -130,14 +136,17 @@ def test_a_file_an_earlier_run_left_is_refused_and_kept(tmp_path, launch):
         proc = _self_launched([*args, "-n", "2", "-v"], tmp_path)
     else:
         proc = _mpiexec(args, tmp_path) if launch == "mpiexec" else _torchrun(args, tmp_path)
-    assert proc.returncode == (2 if launch != "torchrun" else 1), proc.stderr     # torchrun: a rank failed
-    assert _said(proc) == [f"collbench: error: --init-method file://{stale}: {stale} exists on {os.uname().nodename}, "
-                           "left by a run that did not end cleanly (torch's file store removes it when every rank ends "
-                           "normally) or in use by a run now; remove it if no run uses it, or name another path"], \
+    # torchrun: a rank failed
+    assert proc.returncode == (2 if launch != "torchrun" else 1), proc.stderr
+    assert _said(proc) == [f"collbench: error: --init-method file://{stale}: {stale} exists on "
+                           f"{os.uname().nodename}, left by a run that did not end cleanly (torch's "
+                           "file store removes it when every rank ends normally) or in use by a "
+                           "run now; remove it if no run uses it, or name another path"], \
         proc.stderr
     if launch == "self":
         assert "launching" not in proc.stderr          # said before any rank started
-    if launch != "torchrun":                           # torchrun reports its failed ranks its own way
+    # torchrun reports its failed ranks its own way
+    if launch != "torchrun":
         assert "Traceback" not in proc.stderr
     assert stale.read_bytes() == b"what a killed run's file store left"
     assert [p.name for p in tmp_path.iterdir()] == ["rendezvous"]
@@ -147,7 +156,8 @@ def test_a_file_an_earlier_run_left_is_refused_and_kept(tmp_path, launch):
 @pytest.mark.parametrize("launch", ["self", pytest.param("mpiexec", marks=pytest.mark.mpi)])
 def test_a_missing_folder_is_one_line(tmp_path, launch):
     args = [*RUN, "--no-save", "--init-method", f"file://{tmp_path}/gone/rendezvous"]
-    proc = _self_launched([*args, "-n", "2"], tmp_path) if launch == "self" else _mpiexec(args, tmp_path)
+    proc = (_self_launched([*args, "-n", "2"], tmp_path)
+            if launch == "self" else _mpiexec(args, tmp_path))
     assert proc.returncode == 2, proc.stderr
     assert _said(proc) == [f"collbench: error: --init-method file://{tmp_path}/gone/rendezvous: the folder "
                            f"{tmp_path}/gone does not exist on {os.uname().nodename}"], proc.stderr
@@ -156,7 +166,8 @@ def test_a_missing_folder_is_one_line(tmp_path, launch):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare")
 def test_a_folder_the_ranks_do_not_share_is_one_line(tmp_path):
     """Rank 1 sees a folder of its own at the same path (a tmpfs over it, in a mount namespace
     of its own), as a rank on another host sees its own /tmp."""
@@ -165,11 +176,12 @@ def test_a_folder_the_ranks_do_not_share_is_one_line(tmp_path):
         pytest.skip("needs MPICH's mpiexec (its MPMD form)")
     shared = tmp_path / "shared"
     shared.mkdir()
-    rank = [sys.executable, "-m", "collbench", *RUN, "--no-save", "--init-method", f"file://{shared}/rendezvous"]
+    rank = [sys.executable, "-m", "collbench", *RUN, "--no-save", "--init-method",
+            f"file://{shared}/rendezvous"]
     hidden = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
               f'mount -t tmpfs none "{shared}" && exec "$@"', "rank1", *rank]
-    proc = subprocess.run([mpiexec, "-n", "1", *rank, ":", "-n", "1", *hidden], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([mpiexec, "-n", "1", *rank, ":", "-n", "1", *hidden], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     said = _said(proc)
     assert len(said) == 1 and f"is not there on rank 1's host {os.uname().nodename} after 5 s: the ranks do not " \
@@ -181,7 +193,8 @@ def test_a_folder_the_ranks_do_not_share_is_one_line(tmp_path):
 @pytest.mark.parametrize("url,why", [
     ("tcp://127.0.0.1", "no port"), ("tcp://127.0.0.1:70000", "port out of range"),
     ("tcp://collbench-nowhere.invalid:29577", "'collbench-nowhere.invalid' does not resolve"),
-    ("file://tmp/rendezvous", "a file:// path starts after the third slash"), ("udp://127.0.0.1:1", "give env://")])
+    ("file://tmp/rendezvous", "a file:// path starts after the third slash"),
+    ("udp://127.0.0.1:1", "give env://")])
 def test_a_bad_form_is_one_line_before_any_rank_starts(tmp_path, url, why):
     proc = _self_launched([*RUN, "-n", "2", "-v", "--no-save", "--init-method", url], tmp_path)
     assert proc.returncode == 2, proc.stderr
@@ -191,11 +204,13 @@ def test_a_bad_form_is_one_line_before_any_rank_starts(tmp_path, url, why):
 
 def test_an_address_not_of_rank_0s_host_is_one_line(tmp_path):
     elsewhere = next(a for a in ("198.51.100.7", "203.0.113.7") if a not in outward_addresses())
-    proc = _self_launched([*RUN, "-n", "2", "-v", "--no-save", "--init-method", f"tcp://{elsewhere}:29577"], tmp_path)
+    proc = _self_launched([*RUN, "-n", "2", "-v", "--no-save", "--init-method",
+                           f"tcp://{elsewhere}:29577"], tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert _said(proc) == [f"collbench: error: --init-method tcp://{elsewhere}:29577: {elsewhere} is not an address of "
-                           f"{os.uname().nodename}, rank 0's host, where it listens; give one of its addresses "
-                           "(127.0.0.1 when every rank runs there)"], proc.stderr
+    assert _said(proc) == [f"collbench: error: --init-method tcp://{elsewhere}:29577: {elsewhere} "
+                           f"is not an address of {os.uname().nodename}, rank 0's host, where it "
+                           "listens; give one of its addresses (127.0.0.1 when every rank runs "
+                           "there)"], proc.stderr
     assert "launching" not in proc.stderr
 
 
@@ -209,8 +224,9 @@ def test_a_port_taken_on_rank_0s_host_is_one_line(tmp_path):
         port = taken.getsockname()[1]
         proc = _mpiexec([*RUN, "--no-save", "--init-method", f"tcp://127.0.0.1:{port}"], tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert _said(proc) == [f"collbench: error: --init-method tcp://127.0.0.1:{port}: rank 0 cannot listen at port "
-                           f"{port} on {os.uname().nodename} (address already in use); choose a free port"], proc.stderr
+    assert _said(proc) == [f"collbench: error: --init-method tcp://127.0.0.1:{port}: rank 0 cannot "
+                           f"listen at port {port} on {os.uname().nodename} (address already in "
+                           "use); choose a free port"], proc.stderr
     _nothing_left(tmp_path)
 
 
@@ -218,13 +234,14 @@ def test_a_rank_nobody_listens_for_says_so_naming_the_address(tmp_path):
     """Rank 1 of 2, started by hand (RANK, WORLD_SIZE, MASTER_*), with no rank 0 anywhere."""
     port = free_port()
     proc = _self_launched([*RUN, "--no-save", "--init-method", f"tcp://127.0.0.1:{port}"], tmp_path,
-                          env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                          env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                               "MASTER_ADDR": "127.0.0.1",
                                "MASTER_PORT": str(free_port())})
     assert proc.returncode == 2, proc.stderr
     said = _said(proc)
     assert len(said) == 1 and said[0].startswith(
-        f"collbench: error: rendezvous of rank 1 at tcp://127.0.0.1:{port} cannot succeed: nothing at "
-        f"127.0.0.1:{port} accepted a connection from {os.uname().nodename} within 10 s"), proc.stderr
+        f"collbench: error: rendezvous of rank 1 at tcp://127.0.0.1:{port} cannot succeed: nothing "
+        f"at 127.0.0.1:{port} accepted a connection from {os.uname().nodename} within 10 s"), proc.stderr
     _nothing_left(tmp_path)
 
 
@@ -242,9 +259,11 @@ def test_file_under_mpiexec_across_two_hosts(hosts, tmp_path):
     """node1 and node2 (tests/test_multihost.py) share tmp_path's file system: each sees rank
     0's mark, and the file store works across them."""
     multihost._names(hosts, "nowhere")
-    cmd = multihost._mpiexec(hosts, tmp_path, (1, 1), [*RUN, "--init-method", f"file://{tmp_path}/rendezvous",
+    cmd = multihost._mpiexec(hosts, tmp_path, (1, 1),
+                             [*RUN, "--init-method", f"file://{tmp_path}/rendezvous",
                                                        "-o", tmp_path / "r.json"])
-    proc = subprocess.run(cmd, cwd=tmp_path, env=multihost._env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=multihost._env(), capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert load_json(tmp_path / "r.json")["metadata"]["hostnames"] == ["node1", "node2"]
     _rows_met_by(tmp_path, "file")
@@ -258,8 +277,10 @@ def test_tcp_under_torchrun_across_two_hosts(hosts, tmp_path):
     address on another port, where rank 0 listens rather than torchrun's agent."""
     multihost._names(hosts, ("nowhere", "loopback"))
     args = [*RUN, "--init-method", f"tcp://{hosts[0].address}:29577", "-o", tmp_path / "r.json"]
-    jobs = [subprocess.Popen(multihost._torchrun(h, i, hosts[0].address, args), cwd=tmp_path, env=multihost._env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, h in enumerate(hosts)]
+    jobs = [subprocess.Popen(multihost._torchrun(h, i, hosts[0].address, args), cwd=tmp_path,
+                             env=multihost._env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, h in enumerate(hosts)]
     try:
         ended = [job.communicate(timeout=60) for job in jobs]
     finally:
@@ -284,7 +305,7 @@ def test_env_with_a_master_port_taken_is_one_line_under_mpiexec(tmp_path):
                         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     assert proc.returncode == 2, proc.stderr
     said = _said(proc)
-    assert said == [f"collbench: error: MASTER_PORT {port}: rank 0 cannot listen there on {socket.gethostname()} "
-                    "(address already in use); choose a free port, or unset MASTER_ADDR and MASTER_PORT and "
-                    "collbench finds one"], proc.stderr
+    assert said == [f"collbench: error: MASTER_PORT {port}: rank 0 cannot listen there on "
+                    f"{socket.gethostname()} (address already in use); choose a free port, or unset "
+                    "MASTER_ADDR and MASTER_PORT and collbench finds one"], proc.stderr
     _nothing_left(tmp_path)

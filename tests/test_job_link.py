@@ -30,13 +30,15 @@ def _long(backend: str) -> list:
     # 3 ranks on 2 cores: at thread level single a waiting MPI rank spins, and each call takes a
     # scheduler slice; multiple yields
     level = ["--thread-level", "multiple"] if backend == "mpi" else []
-    return ["--sizes", "8,16M", "--iters", iters, "--warmup", "0", "--rounds", "1", "--timeout", "0", "--no-shuffle",
+    return ["--sizes", "8,16M", "--iters", iters, "--warmup", "0", "--rounds", "1", "--timeout",
+            "0", "--no-shuffle",
             *level]
 
 
 def _env(extra=None):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED")}
+           if k not in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
+                        "COLLBENCH_LAUNCHED")}
     env.update(extra or {})
     return env
 
@@ -84,7 +86,8 @@ def _rank_process(marker: str, rank: int, variable: str) -> int:
 
 def _collbench_lines(stderr: str) -> list:
     """collbench's lines, less the note that 3 ranks share this 2-CPU host (not about the failure)."""
-    return [line for line in stderr.splitlines() if line.startswith("collbench:") and "oversubscribed" not in line]
+    return [line for line in stderr.splitlines()
+            if line.startswith("collbench:") and "oversubscribed" not in line]
 
 
 def _marker(tmp_path) -> str:
@@ -99,9 +102,12 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     out = tmp_path / "r.json"
     (tmp_path / "tmp").mkdir()
     env = _env({"TMPDIR": str(tmp_path / "tmp")})     # where rank 0 keeps the run's journal
-    cmd = mpiexec_command(mpiexec, 3, [sys.executable, "-m", "collbench", "allreduce", "--backend", backend,
-                                       *_long(backend), "-o", str(out), "--results-dir", f"{tmp_path}/m"], env)
-    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = mpiexec_command(mpiexec, 3,
+                          [sys.executable, "-m", "collbench", "allreduce", "--backend", backend,
+                                       *_long(backend), "-o", str(out), "--results-dir",
+                           f"{tmp_path}/m"], env)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(out)
         victim = _rank_process(_marker(tmp_path), 2, "PMI_RANK")
@@ -141,17 +147,20 @@ def test_a_journal_left_by_a_launcher_that_killed_everything_is_rebuilt_by_the_n
     (tmp_path / "tmp").mkdir()
     env = _env({"TMPDIR": str(tmp_path / "tmp")})
     first = tmp_path / "first.json"
-    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", "allreduce", *_long("mpi"), "-o", str(first),
+    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", "allreduce",
+                                       *_long("mpi"), "-o", str(first),
                                        "--results-dir", f"{tmp_path}/m"], env)
-    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           start_new_session=True)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, start_new_session=True)
     quick = ["allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1"]
     try:
         wait_for_rows(first)
-        beside = subprocess.run(mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", *quick, "-o",
+        beside = subprocess.run(mpiexec_command(mpiexec, 2,
+                                                [sys.executable, "-m", "collbench", *quick, "-o",
                                                              str(tmp_path / "beside.json")], env),
                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-        assert beside.returncode == 0 and "earlier run" not in beside.stderr, beside.stderr    # a live run's is its own
+        # a live run's is its own
+        assert beside.returncode == 0 and "earlier run" not in beside.stderr, beside.stderr
         for pid in processes.tree(job.pid):
             os.kill(pid, signal.SIGSTOP)          # none of them may act on another's death
         for pid in processes.tree(job.pid):
@@ -161,22 +170,25 @@ def test_a_journal_left_by_a_launcher_that_killed_everything_is_rebuilt_by_the_n
         job.kill()
     (left,) = list((tmp_path / "tmp").glob("collbench-journal-*"))
     rows = json.loads(first.read_text())["rows"]
-    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", *quick, "-o", str(tmp_path / "second.json")], env)
+    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", *quick, "-o",
+                                       str(tmp_path / "second.json")], env)
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "earlier run" in line]
-    assert said == [f"collbench: an earlier run on this host ended before it could finish its files: rebuilt {first} "
-                    "from its journal"], proc.stderr
+    assert said == ["collbench: an earlier run on this host ended before it could finish its "
+                    f"files: rebuilt {first} from its journal"], proc.stderr
     assert not left.exists() and not list((tmp_path / "tmp").glob("collbench-journal-*"))
     assert json.loads(first.read_text())["rows"][:len(rows)] == rows
 
 
 def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo", "--sizes", "8,16M",
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "gloo",
+            "--sizes", "8,16M",
             "--iters", "100", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout", "15",
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
-    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         # --timeout is per size: 100 calls of 8 B take under a second even beside two busy loops
         # (5 ms a call), and of 16M 1.5 s quiet, so rank 1 is stopped inside 16M, found before the
@@ -203,10 +215,13 @@ def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tm
     processes, and collbench for mpiexec. The launch now ends a little after the coordinator
     ended the job, with its code, and nothing of it is left."""
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,16M", "--iters", "100000",
-            "--warmup", "0", "--rounds", "1", "--no-shuffle", "--thread-level", "multiple", "--timeout", "10",
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,16M",
+            "--iters", "100000",
+            "--warmup", "0", "--rounds", "1", "--no-shuffle", "--thread-level", "multiple",
+            "--timeout", "10",
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
-    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(out, seconds=120, job=job)
         rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
@@ -221,7 +236,8 @@ def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tm
     assert job.returncode == 137, stderr            # a rank lost (docs/failures.md)
     assert time.monotonic() - stopped < 60
     assert len(lines) == 1 and "lost contact with" in lines[0] and "(rank 1)" in lines[0], stderr
-    assert "its guardian is stopped" in lines[0] and "r.json keeps every size finished before" in lines[0]
+    assert ("its guardian is stopped" in lines[0]
+            and "r.json keeps every size finished before" in lines[0])
     assert [r["size_bytes"] for r in json.loads(out.read_text())["rows"]] == [8]
     deadline = time.monotonic() + 5
     while _collbench_pids(_marker(tmp_path)) and time.monotonic() < deadline:
@@ -234,9 +250,11 @@ def test_a_rank_stopped_in_start_up_is_named(tmp_path):
     MPI's start-up and its guardian said "another rank may have failed while starting", naming
     nobody. Now the guardian that waited names the stopped rank of its host."""
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds",
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--iters",
+            "3", "--rounds",
             "2", "--timeout", "5", "-o", str(out), "--results-dir", f"{tmp_path}/m"]
-    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     victim = None
     try:
         deadline = time.monotonic() + 60
@@ -249,7 +267,8 @@ def test_a_rank_stopped_in_start_up_is_named(tmp_path):
                     continue
                 if b"PMI_RANK=1" in variables and b"COLLBENCH_ROUND=2" in variables:
                     ours.add(pid)
-            victim = next((pid for pid in ours if _parent(pid) in ours), None)     # the rank, not its guardian
+            # the rank, not its guardian
+            victim = next((pid for pid in ours if _parent(pid) in ours), None)
         assert victim is not None, "round 2's rank 1 never appeared"
         os.kill(victim, signal.SIGSTOP)
         _, stderr = job.communicate(timeout=90)
@@ -257,21 +276,25 @@ def test_a_rank_stopped_in_start_up_is_named(tmp_path):
         job.kill()
     lines = _collbench_lines(stderr)
     assert job.returncode not in (0, 1, 2) and len(lines) == 1, stderr
-    assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) was stopped (SIGSTOP or "
-                               "a debugger) in start-up: rank 0 (pid "), lines[0]
+    assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) was "
+                               "stopped (SIGSTOP or a debugger) in start-up: rank 0 (pid "), lines[0]
     assert "keeps round 1" in lines[0] and json.loads(out.read_text())["rows"]
     assert not _collbench_pids(_marker(tmp_path))
 
 
-@pytest.mark.parametrize("backend,how", [("mpi", signal.SIGKILL), ("gloo", signal.SIGKILL), ("mpi", signal.SIGHUP)])
+@pytest.mark.parametrize("backend,how",
+                         [("mpi", signal.SIGKILL), ("gloo", signal.SIGKILL),
+                          ("mpi", signal.SIGHUP)])
 def test_no_rank_outlives_the_self_launching_process(tmp_path, backend, how):
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--backend", backend, *_long(backend),
-            "-o", str(out), "--results-dir", f"{tmp_path}/m"]
-    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--backend", backend,
+            *_long(backend), "-o", str(out), "--results-dir", f"{tmp_path}/m"]
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
     try:
         wait_for_rows(out)
-        assert len(_collbench_pids(_marker(tmp_path))) >= 3      # us, and every rank with its guardian
+        # us, and every rank with its guardian
+        assert len(_collbench_pids(_marker(tmp_path))) >= 3
         job.send_signal(how)
         job.wait(timeout=30)
         deadline = time.monotonic() + 10
@@ -287,16 +310,20 @@ def test_no_rank_outlives_the_self_launching_process(tmp_path, backend, how):
 
 
 @pytest.mark.parametrize("coordinator", ["free", "frozen"])
-def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout(tmp_path, coordinator):
+def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout(
+        tmp_path, coordinator):
     """mpiexec SIGKILLs every other process the moment one dies by a signal: whether rank 0's
     guardian (the coordinator) says the line first is a race, so the self-launching process
     names the rank from what it noted. Frozen: the coordinator cannot speak at all."""
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "mpi", *_long("mpi"), "-f", "json",
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "3", "--backend", "mpi",
+            *_long("mpi"), "-f", "json",
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
-    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_rows(out, seconds=300)     # 3 ranks on 2 cores: at load 6 the first size once took over 90 s
+        # 3 ranks on 2 cores: at load 6 the first size once took over 90 s
+        wait_for_rows(out, seconds=300)
         rank = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
         guardian = _parent(rank)
         if coordinator == "frozen":
@@ -315,7 +342,8 @@ def test_a_killed_guardian_under_self_launch_is_one_line_and_no_banner_on_stdout
 def test_a_normal_run_joins_every_rank_and_ends_cleanly(tmp_path):
     from conftest import cli
 
-    proc = cli(["bcast", "-n", "3", "--backend", "mpi,gloo", "--sizes", "8-1K:x8", *FAST, "-o", "r.json"], tmp_path)
+    proc = cli(["bcast", "-n", "3", "--backend", "mpi,gloo", "--sizes", "8-1K:x8", *FAST, "-o",
+                "r.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "lost" not in proc.stderr and "Abort" not in proc.stderr
 
@@ -340,7 +368,8 @@ def test_a_connection_without_the_token_is_turned_away():
 def test_a_silent_host_is_named_after_the_silence_limit(capfd):
     c, port, stopped = _coordinator()
     first = connect(["127.0.0.1"], port, hello_message("secret", 0, 2, 1111))
-    second = connect(["127.0.0.1"], port, dict(hello_message("secret", 1, 2, 2222), host="far-away"))
+    second = connect(["127.0.0.1"], port,
+                     dict(hello_message("secret", 1, 2, 2222), host="far-away"))
     started = time.monotonic()
     while not stopped and time.monotonic() - started < wire.LOST_AFTER + 5:
         wire.send_message(first[0], {"t": "beat", "where": "allreduce on mpi at 8", "state": "S"})
@@ -423,8 +452,8 @@ def test_a_signal_that_comes_while_the_guardian_speaks_does_not_silence_its_line
     the coordinator reported rank 0's host lost. The handler's word now follows the other, from
     a thread of the guardian's."""
     try:
-        proc = subprocess.run([sys.executable, "-c", _SIGNAL_MID_SEND], capture_output=True, text=True, timeout=30,
-                              cwd=tmp_path)
+        proc = subprocess.run([sys.executable, "-c", _SIGNAL_MID_SEND], capture_output=True,
+                              text=True, timeout=30, cwd=tmp_path)
     except subprocess.TimeoutExpired:
         pytest.fail("the guardian's main thread never came back from its signal handler")
     assert proc.returncode == 0, proc.stderr

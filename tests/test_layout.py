@@ -30,7 +30,8 @@ MAY_IMPORT = {
     "live": {"results", "render", "launch.journal"},
     "analysis": {"stats", "measure", "results", "render", "benchmarks"},
     "run": {"stats", "measure", "benchmarks", "backends", "launch", "results", "render", "live"},
-    "cli": {"run", "analysis", "results", "render", "live", "stats", "measure", "benchmarks", "backends",
+    "cli": {"run", "analysis", "results", "render", "live", "stats", "measure", "benchmarks",
+            "backends",
             "launch"},
 }
 #: third-party modules a package may import at all (the standard library always)
@@ -89,7 +90,8 @@ def test_every_package_is_in_the_rules_and_says_what_it_may_import():
 def test_a_package_imports_only_what_it_may(package):
     import sys
 
-    allowed = {f"collbench.{name}" for name in MAY_IMPORT[package] | {package, "errors", "environment", "versions"}}
+    allowed = {f"collbench.{name}" for name in MAY_IMPORT[package] | {package, "errors",
+                                                                      "environment", "versions"}}
     wrong = []
     for path in _modules(package):
         for line, name in _imports(path):
@@ -111,7 +113,8 @@ def _graph() -> dict:
     graph = {}
     for path in sorted(ROOT.rglob("*.py")):
         graph[_module_name(path)] = {name for _, name in _imports(path)
-                                     if name.startswith("collbench.") and name != _module_name(path)}
+                                     if name.startswith("collbench.")
+                                     and name != _module_name(path)}
     return graph
 
 
@@ -148,7 +151,8 @@ def _cycles(graph: dict) -> list:
 
 def test_no_module_imports_one_that_imports_it_back():
     graph = _graph()
-    assert "collbench.launch.liveness.supervise" in graph and graph["collbench.cli.app"], "the graph is read"
+    assert ("collbench.launch.liveness.supervise" in graph
+            and graph["collbench.cli.app"]), "the graph is read"
     assert _cycles(graph) == []
 
 
@@ -179,13 +183,12 @@ _PROC_STAT = re.compile(r"/proc/\{[^}]*\}/stat\b")
 
 
 def test_one_reader_of_a_process_record():
-    readers = sorted(str(path.relative_to(ROOT)) for path in ROOT.rglob("*.py") if _PROC_STAT.search(path.read_text()))
+    readers = sorted(str(path.relative_to(ROOT)) for path in ROOT.rglob("*.py")
+                     if _PROC_STAT.search(path.read_text()))
     assert readers == ["launch/processes.py"]
 
 
-_VARIABLE = re.compile(r"^(COLLBENCH_[A-Z0-9_]+|MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|"
-                       r"GLOO_SOCKET_IFNAME|TORCHELASTIC_[A-Z_]+|SLURM_[A-Z_]+|PMIX?_[A-Z_]+|OMPI_COMM_WORLD_[A-Z_]+|"
-                       r"COLUMNS)$")
+_VARIABLE = re.compile(r"^(COLLBENCH_[A-Z0-9_]+|MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GLOO_SOCKET_IFNAME|TORCHELASTIC_[A-Z_]+|SLURM_[A-Z_]+|PMIX?_[A-Z_]+|OMPI_COMM_WORLD_[A-Z_]+|COLUMNS)$")
 
 
 def test_each_environment_variable_is_named_in_one_module():
@@ -223,7 +226,8 @@ def test_an_mpi_only_run_imports_neither_torch_nor_pandas(tmp_path):
     report.mkdir()
     (site / "sitecustomize.py").write_text(_REPORT_IMPORTS)
     env = {**os.environ, "PYTHONPATH": str(site), "IMPORT_REPORT": str(report)}
-    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--backend", "mpi", "--sizes",
+    proc = subprocess.run([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--backend",
+                           "mpi", "--sizes",
                            "8-64", "--rounds", "1", "-o", "r.json", "-o", "r.csv"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr

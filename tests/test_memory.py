@@ -29,9 +29,12 @@ GiB, MiB = memory.GiB, memory.MiB
 def test_rank_need_is_work_plus_factor_and_tells_root_from_others():
     f = memory.factor("buffer", "reduce")
     nominal = 2 * GiB
-    assert memory.rank_need("reduce", "buffer", nominal, True) == memory.WORK_BYTES + int(f.root * nominal)
-    assert memory.rank_need("reduce", "buffer", nominal, False) == memory.WORK_BYTES + int(f.others * nominal)
-    small = memory.rank_need("reduce", "buffer", 1024, False)        # the check's temporaries scale down too
+    assert (memory.rank_need("reduce", "buffer", nominal, True) == memory.WORK_BYTES
+            + int(f.root * nominal))
+    assert (memory.rank_need("reduce", "buffer", nominal, False) == memory.WORK_BYTES
+            + int(f.others * nominal))
+    # the check's temporaries scale down too
+    small = memory.rank_need("reduce", "buffer", 1024, False)
     assert small == memory.WORK_PER_BYTE * 1024 + int(f.others * 1024)
 
 
@@ -50,7 +53,8 @@ def test_every_collective_that_moves_data_has_a_measured_factor_for_every_family
 def test_a_plugin_without_family_gets_the_largest_factor():
     got = memory.factor(None, "allreduce")
     assert got.root == max(root for root, _ in COLLECTIVES["allreduce"].memory_factors.values())
-    assert got.others == max(others for _, others in COLLECTIVES["allreduce"].memory_factors.values())
+    assert got.others == max(others for _, others
+                             in COLLECTIVES["allreduce"].memory_factors.values())
 
 
 def test_a_collective_without_figures_gets_the_largest_measured_not_one(monkeypatch):
@@ -59,11 +63,13 @@ def test_a_collective_without_figures_gets_the_largest_measured_not_one(monkeypa
     monkeypatch.setattr(type(COLLECTIVES["bcast"]), "memory_factors", {})
     known = [f for c in COLLECTIVES.values() for f in c.memory_factors.values()]
     got = memory.factor("buffer", "bcast")
-    assert got == memory.Factor(max(r for r, _ in known), max(o for _, o in known)) and got.root >= 3
+    assert got == memory.Factor(max(r for r, _ in known),
+                                max(o for _, o in known)) and got.root >= 3
 
 
 def test_headroom_leaves_a_reserve_and_a_share():
-    assert memory.headroom(10 * GiB) == int(10 * GiB * (1 - memory.RESERVE_SHARE)) - memory.RESERVE_BYTES
+    assert (memory.headroom(10 * GiB) == int(10 * GiB * (1 - memory.RESERVE_SHARE))
+            - memory.RESERVE_BYTES)
     assert memory.headroom(100 * MiB) == 0
 
 
@@ -76,7 +82,8 @@ def test_budgets_per_host_take_the_fullest_rank_and_the_users_limit():
 
 
 def test_shortfall_sums_the_ranks_of_each_host_and_names_the_worst():
-    probes = [Probe("a", 4 * GiB, 0, None), Probe("a", 4 * GiB, 0, None), Probe("b", 8 * GiB, 0, None)]
+    probes = [Probe("a", 4 * GiB, 0, None), Probe("a", 4 * GiB, 0, None),
+              Probe("b", 8 * GiB, 0, None)]
     started = [0, 0, 0]
     budget_a = memory.headroom(4 * GiB)
     assert memory.shortfall(lambda r: budget_a // 2, probes, started) is None
@@ -106,18 +113,21 @@ def test_is_large_above_a_few_mib_or_a_share_of_a_small_budget():
 
 
 def test_skip_note_says_out_of_memory():
-    note = memory.skip_note("allreduce on mpi at 4G", Shortfall("node1", 40 * GiB, 16 * GiB, 2), now=True)
-    assert note == ("allreduce on mpi at 4G: needs about 40.0 GiB more on node1 (2 ranks), more than the 16.0 GiB "
-                    "now available there; skipped, as it would run out of memory")
+    note = memory.skip_note("allreduce on mpi at 4G", Shortfall("node1", 40 * GiB, 16 * GiB, 2),
+                            now=True)
+    assert note == ("allreduce on mpi at 4G: needs about 40.0 GiB more on node1 (2 ranks), more "
+                    "than the 16.0 GiB now available there; skipped, as it would run out of memory")
 
 
 def test_a_ranks_own_address_space_note_names_its_amounts():
     """It once said "needs about 0 MiB more ..., more than the 0 MiB its ulimit -v leaves", then
     "needs about 215 bytes more address space": with nothing left, the need is not the point."""
     none_left = memory.skip_note("allreduce on mpi at 1K", Shortfall("vm", 215, 0, 1, rank=0))
-    assert none_left == ("allreduce on mpi at 1K: rank 0 on vm has no address space left for buffers under its "
-                         "ulimit -v (the libraries keep 64 MiB of it; raise it); skipped, as its allocation would fail")
-    some_left = memory.skip_note("allreduce on mpi at 256M", Shortfall("vm", 934 * MiB, 70 * MiB, 1, rank=1), now=True)
+    assert none_left == ("allreduce on mpi at 1K: rank 0 on vm has no address space left for "
+                         "buffers under its ulimit -v (the libraries keep 64 MiB of it; raise it); "
+                         "skipped, as its allocation would fail")
+    some_left = memory.skip_note("allreduce on mpi at 256M",
+                                 Shortfall("vm", 934 * MiB, 70 * MiB, 1, rank=1), now=True)
     assert "needs about 934 MiB more address space in rank 1 on vm, more than the 70 MiB its ulimit -v leaves now;" \
         in some_left
 
@@ -145,10 +155,13 @@ def _tree(tmp_path, version, files: dict) -> tuple:
 
 def test_cgroup_room_v1_takes_the_tightest_level_and_leaves_out_reclaimable_cache(tmp_path):
     root, proc = _tree(tmp_path, 1, {
-        "memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": str(5 * GiB),
-        "memory/job/memory.limit_in_bytes": str(4 * GiB), "memory/job/memory.usage_in_bytes": str(3 * GiB),
+        "memory/memory.limit_in_bytes": "9223372036854771712",
+        "memory/memory.usage_in_bytes": str(5 * GiB),
+        "memory/job/memory.limit_in_bytes": str(4 * GiB),
+        "memory/job/memory.usage_in_bytes": str(3 * GiB),
         "memory/job/memory.stat": f"cache 1\ntotal_inactive_file {GiB}\n",
-        "memory/job/step/memory.limit_in_bytes": str(6 * GiB), "memory/job/step/memory.usage_in_bytes": str(GiB)})
+        "memory/job/step/memory.limit_in_bytes": str(6 * GiB),
+        "memory/job/step/memory.usage_in_bytes": str(GiB)})
     found = memory.memory_cgroup(proc, root)
     assert found == (1, os.path.join(root, "memory", "job/step"))
     assert memory.cgroup_room(found, root) == 4 * GiB - (3 * GiB - GiB)
@@ -156,7 +169,8 @@ def test_cgroup_room_v1_takes_the_tightest_level_and_leaves_out_reclaimable_cach
 
 def test_cgroup_room_v2_and_no_limit(tmp_path):
     root, proc = _tree(tmp_path, 2, {
-        "cgroup.controllers": "cpu memory pids", "job/memory.max": "max", "job/memory.current": str(GiB),
+        "cgroup.controllers": "cpu memory pids", "job/memory.max": "max",
+        "job/memory.current": str(GiB),
         "job/step/memory.max": str(3 * GiB), "job/step/memory.current": str(2 * GiB),
         "job/step/memory.stat": f"anon 1\ninactive_file {GiB // 2}\n"})
     found = memory.memory_cgroup(proc, root)
@@ -167,22 +181,26 @@ def test_cgroup_room_v2_and_no_limit(tmp_path):
 
 
 def test_oom_counter_file_v1_and_v2(tmp_path):
-    root, proc = _tree(tmp_path, 1, {"memory/job/step/memory.oom_control": "oom_kill_disable 0\noom_kill 3\n"})
+    root, proc = _tree(tmp_path, 1,
+                       {"memory/job/step/memory.oom_control": "oom_kill_disable 0\noom_kill 3\n"})
     path = oom._cgroup_counter_file(proc, root)
-    assert path == os.path.join(root, "memory", "job/step", "memory.oom_control") and oom._count(path) == 3
+    assert path == os.path.join(root, "memory", "job/step",
+                                "memory.oom_control") and oom._count(path) == 3
     root, proc = _tree(tmp_path / "v2", 2, {"job/step/memory.events": "low 0\noom 2\noom_kill 1\n"})
     assert oom._count(oom._cgroup_counter_file(proc, root)) == 1
     assert oom._count(None) == 0
 
 
 def test_a_bad_memory_limit_is_one_line_and_exit_2(run_dir):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "1K"], run_dir, timeout=60, env={environment.MEMORY_LIMIT: "lots"})
+    proc = cli(["allreduce", "-n", "2", "--sizes", "1K"], run_dir, timeout=60,
+               env={environment.MEMORY_LIMIT: "lots"})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["collbench: error: COLLBENCH_MEMORY_LIMIT='lots' is not a size "
                                                 "(e.g. 8G, 512M)"]
 
 
-# Real runs in a memory cgroup of their own ---------------------------------------------------------
+# Real runs in a memory cgroup of their own
+# ---------------------------------------------------------
 
 class Cgroup:
     """A memory cgroup under this process's own, with a limit; the processes started in it are
@@ -196,7 +214,8 @@ class Cgroup:
         self.path = Path(parent) / f"collbench-test-{uuid.uuid4().hex[:10]}"
         try:
             self.path.mkdir()
-            (self.path / ("memory.limit_in_bytes" if self.version == 1 else "memory.max")).write_text(str(limit))
+            (self.path / ("memory.limit_in_bytes"
+                          if self.version == 1 else "memory.max")).write_text(str(limit))
             if self.version == 2 and (self.path / "memory.swap.max").exists():
                 (self.path / "memory.swap.max").write_text("0")
         except OSError as exc:
@@ -207,14 +226,16 @@ class Cgroup:
         (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
     def oom_kills(self) -> int:
-        return oom._count(str(self.path / ("memory.oom_control" if self.version == 1 else "memory.events")))
+        return oom._count(str(self.path / ("memory.oom_control"
+                                           if self.version == 1 else "memory.events")))
 
     def run(self, cmd: list, cwd, env: dict, timeout: int = 240) -> subprocess.CompletedProcess:
         full = {**os.environ, **env}
-        for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED"):
+        for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
+                     "COLLBENCH_LAUNCHED"):
             full.pop(name, None)
-        return subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=self.enter)
+        return subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True,
+                              timeout=timeout, preexec_fn=self.enter)
 
     def remove(self) -> None:
         if not self.path.exists():
@@ -252,7 +273,8 @@ def collbench(*args) -> list:
 @pytest.mark.mpi
 def test_sizes_beyond_a_cgroup_limit_are_skipped_and_nothing_is_killed(cgroup, run_dir):
     group = cgroup(int(1.5 * GiB))
-    proc = group.run(collbench("allreduce", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "1K,64M,1G,4G",
+    proc = group.run(collbench("allreduce", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes",
+                               "1K,64M,1G,4G",
                                *FAST, "-o", "m.json"), run_dir, {})
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "m.json")
@@ -261,7 +283,8 @@ def test_sizes_beyond_a_cgroup_limit_are_skipped_and_nothing_is_killed(cgroup, r
     assert not any(size >= GiB for _, size in measured)
     for backend in ("mpi", "mpi-pickle"):
         for size in ("1G", "4G"):
-            note = next(n for n in result.notes if n.startswith(f"allreduce on {backend} at {size}: needs about"))
+            note = next(n for n in result.notes
+                        if n.startswith(f"allreduce on {backend} at {size}: needs about"))
             assert note.endswith("skipped, as it would run out of memory")
     assert "as it would run out of memory" in proc.stderr
     assert group.oom_kills() == 0
@@ -277,15 +300,18 @@ def test_a_size_that_no_longer_fits_is_skipped_in_the_next_round(cgroup, run_dir
     group = cgroup(int(1.5 * GiB))
     env = {**plugin_env, "FAULTY_HOG": f"0:renew:{700 * MiB}"}
     full = {**os.environ, **env}
-    cmd = mpiexec_command(mpiexec, 2, collbench("allreduce", "--backend", "faulty-mpi", "--sizes", "1K,64M",
-                                                 "--iters", "5", "--warmup", "1", "--rounds", "2", "--no-shuffle",
+    cmd = mpiexec_command(mpiexec, 2,
+                          collbench("allreduce", "--backend", "faulty-mpi", "--sizes", "1K,64M",
+                                                 "--iters", "5", "--warmup", "1", "--rounds", "2",
+                                    "--no-shuffle",
                                                  "-o", "m.json"), full)
     proc = group.run(cmd, run_dir, env)
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "m.json")
     rounds = {r.size_bytes: r.rounds for r in result.rows}
     assert rounds == {1024: 2, 64 * MiB: 1}
-    assert any(n.startswith("allreduce on faulty-mpi at 64M: needs about") and "now available there; skipped, as "
+    assert any(n.startswith("allreduce on faulty-mpi at 64M: needs about")
+               and "now available there; skipped, as "
                "it would run out of memory (round 2)" in n for n in result.notes), result.notes
     assert group.oom_kills() == 0
 
@@ -294,12 +320,15 @@ def test_a_size_that_no_longer_fits_is_skipped_in_the_next_round(cgroup, run_dir
 def test_a_rank_killed_by_the_oom_killer_is_named_as_such(cgroup, run_dir, plugin_env):
     """Rank 1 allocates 2 GiB in a 512 MiB cgroup inside its first call: the kernel kills it."""
     group = cgroup(512 * MiB)
-    proc = group.run(collbench("allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "1K", *FAST,
-                               "--no-save"), run_dir, {**plugin_env, "FAULTY_HOG": f"1:call:{2 * GiB}"})
+    proc = group.run(collbench("allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "1K",
+                               *FAST,
+                               "--no-save"), run_dir,
+                     {**plugin_env, "FAULTY_HOG": f"1:call:{2 * GiB}"})
     print(proc.stderr)
     assert group.oom_kills() >= 1
     assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
     line = next(line for line in proc.stderr.splitlines() if "was killed by signal 9" in line)
     assert "rank 1 (pid " in line
-    assert ("was killed by signal 9 (SIGKILL), most likely by the kernel's out-of-memory killer" in line)
+    assert ("was killed by signal 9 (SIGKILL), most likely by the kernel's out-of-memory killer"
+            in line)
     assert "during allreduce on faulty-mpi at 1K" in line

@@ -52,12 +52,14 @@ def test_all_collectives_both_backends_two_ranks(run_dir):
     assert len(rows) == 2 * ((len(ORDER) - 1) * 4 + 1)
     meta = doc["metadata"]
     assert meta["launcher"] == "mpiexec" and meta["world_size"] == 2
-    assert "MPICH" in meta["versions"]["mpi_library"] or "Open MPI" in meta["versions"]["mpi_library"]
+    assert ("MPICH" in meta["versions"]["mpi_library"]
+            or "Open MPI" in meta["versions"]["mpi_library"])
     assert meta["versions"]["mpi4py"]
     frame = pd.read_csv(run_dir / "run.csv")
     assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS) + ["run_metadata"]
     assert len(frame) == len(rows)
-    assert set(frame["check"]) == {"ok", "skipped"} and (frame["check"] == "skipped").sum() == 2   # the barriers
+    # the barriers
+    assert set(frame["check"]) == {"ok", "skipped"} and (frame["check"] == "skipped").sum() == 2
     loaded = load_result(run_dir / "run.csv")
     assert loaded.rows[0].collective == "allreduce"
     # One side-by-side table per collective, printed by rank 0 only.
@@ -65,7 +67,8 @@ def test_all_collectives_both_backends_two_ranks(run_dir):
 
 
 def test_three_ranks_oversubscribed(run_dir):
-    proc = mpirun(3, ["all", "--backend", "mpi,mpi-pickle", "--sizes", SIZES, *FAST, "-o", "run.json"], run_dir)
+    proc = mpirun(3, ["all", "--backend", "mpi,mpi-pickle", "--sizes", SIZES, *FAST, "-o",
+                      "run.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "run.json")["rows"]
     _check_rows(rows, 3, ["mpi", "mpi-pickle"])
@@ -105,7 +108,8 @@ def test_dtypes_and_ops(run_dir, dtype, op):
                 "--dtype", dtype, "--op", op, *FAST, "-o", "r.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "r.json")["rows"]
-    assert len(rows) == 4 and all(r["check"] == "ok" and r["dtype"] == dtype and r["op"] == op for r in rows)
+    assert len(rows) == 4 and all(r["check"] == "ok" and r["dtype"] == dtype and r["op"] == op
+                                  for r in rows)
 
 
 def test_root_and_throughput_timing(run_dir):
@@ -118,8 +122,8 @@ def test_root_and_throughput_timing(run_dir):
 
 
 def test_adaptive_iterations_reach_precision(run_dir):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--precision", "0.05", "--max-time", "2",
-                "--rounds", "1", "-o", "r.json"], run_dir)
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--precision", "0.05", "--max-time",
+                "2", "--rounds", "1", "-o", "r.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     meta_rows = load_json(run_dir / "r.json")
     rows = meta_rows["rows"]
@@ -133,7 +137,9 @@ def test_adaptive_iterations_reach_precision(run_dir):
 
 
 def test_markdown_and_csv_printing(run_dir):
-    md = cli(["allreduce", "-n", "2", "--sizes", "1K", *FAST, "--no-save", "--format", "markdown"], run_dir)
+    md = cli(["allreduce", "-n", "2", "--sizes", "1K", *FAST, "--no-save", "--format", "markdown"],
+             run_dir)
     assert md.returncode == 0 and "| size |" in md.stdout
-    csv = cli(["allreduce", "-n", "2", "--sizes", "1K", *FAST, "--no-save", "--format", "csv"], run_dir)
+    csv = cli(["allreduce", "-n", "2", "--sizes", "1K", *FAST, "--no-save", "--format", "csv"],
+              run_dir)
     assert csv.returncode == 0 and csv.stdout.splitlines()[0].startswith("collective,backend,dtype")

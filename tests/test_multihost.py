@@ -71,11 +71,13 @@ class Host:
 
     def run(self, argv: list) -> list:
         """``argv`` as a command on this host."""
-        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--mount", "sh", "-c", ENTER, "enter",
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--mount", "sh", "-c", ENTER,
+                "enter",
                 self.name, str(self.etc), *[str(a) for a in argv]]
 
     def pids(self) -> list:
-        out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
+        out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
+                             text=True).stdout
         return [int(p) for p in out.split()]
 
     def kill_all(self) -> None:
@@ -97,13 +99,14 @@ def hosts(tmp_path):
     made = []
     try:
         for i in (1, 2):
-            # Both ends of the pair have one name, as every node of a cluster has its eth0: mpiexec's
-            # -iface names it for every host.
+            # Both ends of the pair have one name, as every node of a cluster has its eth0:
+            # mpiexec's -iface names it for every host.
             netns, iface = f"{prefix}-{i}", f"{prefix}-v"
             _sh("ip", "netns", "add", netns)
             made.append(Host(f"node{i}", netns, iface, f"{SUBNET}.{i}", tmp_path / f"node{i}"))
         a, b = made
-        _sh("ip", "link", "add", a.iface, "netns", a.netns, "type", "veth", "peer", "name", b.iface, "netns", b.netns)
+        _sh("ip", "link", "add", a.iface, "netns", a.netns, "type", "veth", "peer", "name", b.iface,
+            "netns", b.netns)
         for h in made:
             _sh("ip", "-n", h.netns, "addr", "add", f"{h.address}/24", "dev", h.iface)
             _sh("ip", "-n", h.netns, "link", "set", "lo", "up")
@@ -140,19 +143,22 @@ def _wait_linked(a, b, seconds: float = 15.0) -> None:
     for h in (a, b):
         state = ""
         while state != "up":
-            state = subprocess.run(["ip", "netns", "exec", h.netns, "cat", f"/sys/class/net/{h.iface}/operstate"],
+            state = subprocess.run(["ip", "netns", "exec", h.netns, "cat",
+                                    f"/sys/class/net/{h.iface}/operstate"],
                                    capture_output=True, text=True).stdout.strip()
             if time.monotonic() > deadline:
                 raise AssertionError(f"{h.name}'s end of the pair stays {state!r}")
             time.sleep(0.1)
     for here, there in ((a, b), (b, a)):
         while True:
-            probe = subprocess.run(["ip", "netns", "exec", here.netns, sys.executable, "-c", PROBE, there.address],
+            probe = subprocess.run(["ip", "netns", "exec", here.netns, sys.executable, "-c", PROBE,
+                                    there.address],
                                    capture_output=True)
             if probe.returncode == 0:
                 break
             if time.monotonic() > deadline:
-                raise AssertionError(f"{here.name} cannot reach {there.name}: {probe.stderr.decode()[-200:]}")
+                raise AssertionError(f"{here.name} cannot reach {there.name}: "
+                                     f"{probe.stderr.decode()[-200:]}")
             time.sleep(0.2)
 
 
@@ -194,16 +200,18 @@ def _mpiexec(hosts, tmp_path, per_host: tuple, args: list) -> list:
     if mpiexec is None or mpiexec_flavour(mpiexec) != "mpich":
         pytest.skip("needs MPICH's mpiexec (hydra), for its -launcher-exec")
     ssh = tmp_path / "ssh"
-    ssh.write_text(f"#!{sys.executable}\n" + SSH.format(hosts={h.name: (h.address, h.run([])) for h in hosts}))
+    ssh.write_text(f"#!{sys.executable}\n"
+                   + SSH.format(hosts={h.name: (h.address, h.run([])) for h in hosts}))
     ssh.chmod(0o755)
     a = hosts[0]
     spread = ",".join(f"{h.name}:{n}" for h, n in zip(hosts, per_host))
-    return a.run([mpiexec, "-launcher", "ssh", "-launcher-exec", ssh, "-iface", a.iface, "-hosts", spread,
-                  "-n", str(sum(per_host)), sys.executable, "-m", "collbench", *args])
+    return a.run([mpiexec, "-launcher", "ssh", "-launcher-exec", ssh, "-iface", a.iface, "-hosts",
+                  spread, "-n", str(sum(per_host)), sys.executable, "-m", "collbench", *args])
 
 
 def _env() -> dict:
-    drop = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "COLLBENCH_LAUNCHED",
+    drop = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+            "COLLBENCH_LAUNCHED",
             "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
     return {k: v for k, v in os.environ.items() if k not in drop}
 
@@ -229,7 +237,8 @@ def _nothing_left(hosts, seconds: float = 10) -> list:
 def test_mpi_and_gloo_under_mpiexec_across_two_hosts(hosts, tmp_path, names):
     _names(hosts, names)
     out = tmp_path / "r.json"
-    cmd = _mpiexec(hosts, tmp_path, (2, 1), ["allreduce", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "8,64K",
+    cmd = _mpiexec(hosts, tmp_path, (2, 1),
+                   ["allreduce", "--backend", "mpi,mpi-pickle,gloo", "--sizes", "8,64K",
                                               *QUICK, "-o", out])
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=90)
@@ -248,7 +257,8 @@ def _long(backend: str = "mpi") -> list:
     3 or 4 ranks on 2 cores: at thread level single a waiting MPI rank spins, and each call takes
     a scheduler slice; multiple yields."""
     level = ["--thread-level", "multiple"] if backend == "mpi" else []
-    return ["--sizes", "8,16M", "--iters", "500", "--warmup", "0", "--rounds", "1", "--timeout", "0", "--no-shuffle",
+    return ["--sizes", "8,16M", "--iters", "500", "--warmup", "0", "--rounds", "1", "--timeout",
+            "0", "--no-shuffle",
             *level]
 
 
@@ -281,8 +291,10 @@ def _rank_process(host: Host, rank: int) -> int:
 @pytest.mark.parametrize("backend", ["mpi", pytest.param("gloo", marks=needs_torch)])
 def test_a_rank_killed_on_the_second_host_ends_the_job_naming_it(hosts, tmp_path, backend):
     out = tmp_path / "r.json"
-    cmd = _mpiexec(hosts, tmp_path, (2, 1), ["allreduce", "--backend", backend, *_long(backend), "-o", out])
-    job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = _mpiexec(hosts, tmp_path, (2, 1),
+                   ["allreduce", "--backend", backend, *_long(backend), "-o", out])
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(out, 60, job=job)
         victim = _rank_process(hosts[1], 2)
@@ -308,7 +320,8 @@ def test_the_timeout_names_the_ranks_and_hosts_that_had_not_finished(hosts, tmp_
     out = tmp_path / "r.json"
     args = [*_long(), "--timeout", "8"]           # the later --timeout wins
     cmd = _mpiexec(hosts, tmp_path, (2, 1), ["allreduce", "--backend", "mpi", *args, "-o", out])
-    job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(out, 60, job=job)
         os.kill(_rank_process(hosts[1], 2), signal.SIGSTOP)
@@ -320,7 +333,8 @@ def test_the_timeout_names_the_ranks_and_hosts_that_had_not_finished(hosts, tmp_
     assert len(lines) == 1, stderr
     assert "did not finish within 8 s" in lines[0]
     assert "rank 2 on node2 stopped (SIGSTOP" in lines[0], lines[0]
-    assert "ranks 0-1 on node1 still in allreduce on mpi (thread multiple) at 16M" in lines[0], lines[0]
+    assert ("ranks 0-1 on node1 still in allreduce on mpi (thread multiple) at 16M"
+            in lines[0]), lines[0]
     assert not _nothing_left(hosts)
 
 
@@ -346,7 +360,8 @@ def test_the_second_host_dying_ends_the_job_on_the_first_naming_it(hosts, tmp_pa
     out, err = tmp_path / "r.json", tmp_path / "stderr"
     cmd = _mpiexec(hosts, tmp_path, (2, 2), ["allreduce", "--backend", "mpi", *_long(), "-o", out])
     with err.open("w") as stderr:
-        job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=stderr)
+        job = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
+                               stderr=stderr)
     try:
         wait_for_rows(out, 60, job=job)
         _sh("ip", "-n", node2.netns, "addr", "flush", "dev", node2.iface)
@@ -369,14 +384,17 @@ def test_the_second_host_dying_ends_the_job_on_the_first_naming_it(hosts, tmp_pa
 
 
 def _torchrun(host: Host, node_rank: int, master: str, args: list) -> list:
-    return host.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                     "--node-rank", str(node_rank), "--master-addr", master, "--master-port", "29500",
+    return host.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                     "--nproc-per-node", "1",
+                     "--node-rank", str(node_rank), "--master-addr", master, "--master-port",
+                     "29500",
                      "-m", "collbench", *args])
 
 
 @needs_torch
 @pytest.mark.parametrize("master,names", [
-    ("address", ("nowhere", "loopback")),     # gloo left to the host name: fails on node1, loopback on node2
+    # gloo left to the host name: fails on node1, loopback on node2
+    ("address", ("nowhere", "loopback")),
     ("name", ("loopback", "loopback")),       # MASTER_ADDR node1 is 127.0.1.1 on node1 itself
 ])
 def test_gloo_under_torchrun_across_two_hosts_without_gloo_socket_ifname(hosts, tmp_path, master, names):
@@ -384,7 +402,8 @@ def test_gloo_under_torchrun_across_two_hosts_without_gloo_socket_ifname(hosts, 
     out = tmp_path / "r.json"
     args = ["allreduce", "--backend", "gloo", "--sizes", "8,64K", *QUICK, "-o", out]
     at = hosts[0].address if master == "address" else hosts[0].name
-    jobs = [subprocess.Popen(_torchrun(h, i, at, args), cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    jobs = [subprocess.Popen(_torchrun(h, i, at, args), cwd=tmp_path, env=_env(),
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for i, h in enumerate(hosts)]
     try:
         ended = [job.communicate(timeout=90) for job in jobs]
@@ -414,10 +433,12 @@ def test_a_rendezvous_that_cannot_succeed_fails_in_seconds_naming_address_and_ho
     jobs = {}
     started = time.monotonic()
     for master in cases:
-        env = {**_env(), "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": master, "MASTER_PORT": "29500"}
-        cmd = hosts[1].run([sys.executable, "-m", "collbench", "allreduce", "--backend", "gloo", *QUICK, "--no-save"])
-        jobs[master] = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+        env = {**_env(), "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": master,
+               "MASTER_PORT": "29500"}
+        cmd = hosts[1].run([sys.executable, "-m", "collbench", "allreduce", "--backend", "gloo",
+                            *QUICK, "--no-save"])
+        jobs[master] = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
     try:
         for master, job in jobs.items():
             stderr = job.communicate(timeout=60)[1]
@@ -447,7 +468,8 @@ def bridged_hosts(tmp_path):
             netns, iface, port = f"{prefix}-{i}", f"{prefix}-v", f"{prefix}-p{i}"
             _sh("ip", "netns", "add", netns)
             made.append(Host(f"node{i}", netns, iface, f"{SUBNET}.{i}", tmp_path / f"node{i}"))
-            _sh("ip", "link", "add", iface, "netns", netns, "type", "veth", "peer", "name", port, "netns", switch)
+            _sh("ip", "link", "add", iface, "netns", netns, "type", "veth", "peer", "name", port,
+                "netns", switch)
             _sh("ip", "-n", switch, "link", "set", port, "master", "br0")
             _sh("ip", "-n", switch, "link", "set", port, "up")
         for h in made:
@@ -468,11 +490,12 @@ def bridged_hosts(tmp_path):
 
 def _slow_down(netns: str, iface: str, rate: str) -> None:
     """A token bucket on ``iface``'s way out: what leaves through it goes at ``rate``."""
-    _sh("ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate", rate,
-        "burst", "64kb", "latency", "100ms")
+    _sh("ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", iface, "root", "tbf", "rate",
+        rate, "burst", "64kb", "latency", "100ms")
 
 
-def _pairs_bw_behind_a_slowed_node3(bridged_hosts, tmp_path, rate: str, args: list, timeout: float) -> tuple:
+def _pairs_bw_behind_a_slowed_node3(bridged_hosts, tmp_path, rate: str, args: list,
+                                    timeout: float) -> tuple:
     """``pairs --metric bw --cross-host ARGS`` under mpiexec on the three hosts (ranks 0-1 on
     node1, 2 on node2, 3 on node3), node3's link slowed both ways to ``rate``, MPI over TCP (UCX
     would reach across by shared memory); (the finished process, seconds it took)."""
@@ -495,7 +518,8 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     hosts = bridged_hosts[0]
     out = tmp_path / "p.json"
     proc, _ = _pairs_bw_behind_a_slowed_node3(bridged_hosts, tmp_path, "1gbit", [
-        "-b", "mpi,gloo", "--sizes", "256K", "--window", "8", "--iters", "12", "--warmup", "2", "--rounds", "1",
+        "-b", "mpi,gloo", "--sizes", "256K", "--window", "8", "--iters", "12", "--warmup", "2",
+        "--rounds", "1",
         "--timeout", "120", "-o", out], timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
@@ -505,7 +529,8 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     cross = {"0-2", "0-3", "1-2", "1-3", "2-3"}
     for backend in ("mpi", "gloo"):
         pairs = {r["pair"] for r in rows if r["backend"] == backend}
-        assert pairs == cross | {"-".join(reversed(p.split("-"))) for p in cross}, pairs   # both ways, 0-1 left out
+        # both ways, 0-1 left out
+        assert pairs == cross | {"-".join(reversed(p.split("-"))) for p in cross}, pairs
     from collbench.results.link_map import placement, split
     from collbench.results.loader import load_result
 
@@ -515,7 +540,8 @@ def test_pairs_names_the_host_behind_a_slowed_link(bridged_hosts, tmp_path):
     for lmap in maps:
         hosts_named = [f.name for f in lmap.findings if f.what == "host"]
         assert hosts_named == ["node3"], (lmap.first.backend, lmap.findings)
-        assert not [f for f in lmap.findings if f.what == "pair" and "3" in f.name.split("-")], lmap.findings
+        assert not [f for f in lmap.findings
+                    if f.what == "pair" and "3" in f.name.split("-")], lmap.findings
     assert "host node3" in proc.stdout
     assert all(len(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
     assert not _nothing_left(hosts)
@@ -539,17 +565,21 @@ def test_pairs_bandwidth_over_a_slow_link_keeps_to_its_budget(bridged_hosts, tmp
     from collbench.results.loader import load_result
 
     result = load_result(out)
-    assert result.metadata["settings"]["rounds"] == 5 and result.metadata["settings"]["window"] == 64
+    assert (result.metadata["settings"]["rounds"] == 5
+            and result.metadata["settings"]["window"] == 64)
     rows = {r.pair: r for r in result.rows}
-    assert set(rows) == {"0-2", "2-0", "0-3", "3-0", "1-2", "2-1", "1-3", "3-1", "2-3", "3-2"}, set(rows)
+    assert set(rows) == {"0-2", "2-0", "0-3", "3-0", "1-2", "2-1", "1-3", "3-1", "2-3",
+                         "3-2"}, set(rows)
     slowed = {pair for pair in rows if "3" in pair.split("-")}
     for pair, row in rows.items():
         assert row.window == 64 and row.rounds == 5 and row.check == "ok", row
         # a window is kept the same in every round (0 in a round's record: the row's own)
-        assert {d.window or 64 for d in result.rounds[result.rows.index(row)]} == {row.window_used}, row
+        assert {d.window or 64
+                for d in result.rounds[result.rows.index(row)]} == {row.window_used}, row
     # 2.7 s a window at 200 Mbit/s: shrunk, to fewer messages than any pair of the other links
     # (which may shrink too, where the ranks share two cores)
-    assert max(rows[p].window_used for p in slowed) < min(rows[p].window_used for p in set(rows) - slowed), \
+    assert max(rows[p].window_used for p in slowed) < min(rows[p].window_used
+                                                          for p in set(rows) - slowed), \
         {p: r.window_used for p, r in rows.items()}
     maps, rest = split(result.rows, placement(result.metadata))
     assert not rest and len(maps) == 1
@@ -566,14 +596,16 @@ def test_split_within_and_across_hosts(hosts, tmp_path, split, groups):
     measures at once and its rows say which hosts it spans."""
     _names(hosts, "nowhere")
     out = tmp_path / "r.json"
-    cmd = _mpiexec(hosts, tmp_path, (2, 2), ["allreduce", "--split", split, "--backend", "mpi", "--sizes", "8,64K",
+    cmd = _mpiexec(hosts, tmp_path, (2, 2),
+                   ["allreduce", "--split", split, "--backend", "mpi", "--sizes", "8,64K",
                                               *QUICK, "-o", out])
-    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp"}, capture_output=True, text=True,
-                          timeout=90)
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**_env(), "UCX_TLS": "tcp"}, capture_output=True,
+                          text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["rows"]
     assert all(r["check"] == "ok" and r["split"] == split and r["world_size"] == 4 for r in rows)
     for size in (8, 65536):
-        assert sorted((r["group"], r["group_hosts"], r["group_size"]) for r in rows if r["size_bytes"] == size) == \
+        assert sorted((r["group"], r["group_hosts"], r["group_size"]) for r in rows
+                      if r["size_bytes"] == size) == \
             [(g, hosts_, n) for g, (hosts_, n) in enumerate(groups)]
     assert not _nothing_left(hosts)

@@ -31,8 +31,10 @@ IN_PLACE = {"allreduce", "bcast", "reduce"}
 
 
 def _row(medians, size, backend="mpi", timing="latency"):
-    rounds = [round_data(i + 1, [m] * 8, [m, m], precision_reached=True, check="ok") for i, m in enumerate(medians)]
-    return build_row(identity(size_bytes=size, backend=backend, timing=timing), rounds), tuple(rounds)
+    rounds = [round_data(i + 1, [m] * 8, [m, m], precision_reached=True, check="ok")
+              for i, m in enumerate(medians)]
+    return build_row(identity(size_bytes=size, backend=backend, timing=timing),
+                     rounds), tuple(rounds)
 
 
 def _half_width(row) -> float:
@@ -75,12 +77,14 @@ def test_a_trend_keeps_stable_rows_narrow_and_noisy_rows_wide():
 
 def test_strata_are_kept_apart_and_small_ones_pool_with_the_file():
     """A noisy backend beside a quiet one at the same sizes: each gets its own trend, so the quiet
-    one's rows stay narrow. A stratum of fewer than MIN_ROWS_FOR_PRIOR rows reads the whole file's."""
+    one's rows stay narrow. A stratum of fewer than MIN_ROWS_FOR_PRIOR rows reads the whole
+    file's."""
     rng = np.random.default_rng(5)
     sizes = [1024 * 2 ** k for k in range(10)]
     noisy = [_row(list(40.0 * np.exp(rng.normal(0, 0.15, 5))), s, "gloo")[0] for s in sizes]
     quiet = [_row(list(40.0 * np.exp(rng.normal(0, 0.003, 5))), s, "mpi")[0] for s in sizes]
-    few = [_row(list(40.0 * np.exp(rng.normal(0, 0.003, 5))), s, "mpi", timing="throughput")[0] for s in sizes[:3]]
+    few = [_row(list(40.0 * np.exp(rng.normal(0, 0.003, 5))), s, "mpi", timing="throughput")[0]
+           for s in sizes[:3]]
     out = moderate_rows(noisy + quiet + few)
     assert all(_half_width(r) > 0.1 for r in out[:10])
     assert all(_half_width(r) < 0.02 for r in out[10:20])
@@ -107,7 +111,8 @@ def test_a_flat_trend_is_the_median_of_the_variances():
 
 def test_moderation_follows_limma_and_leaves_a_row_beyond_its_trend_alone():
     m = moderated(0.02 ** 2, 4.0, 0.01 ** 2)
-    assert not m.beyond and m.df == 8.0 and m.variance == pytest.approx((4 * 0.02 ** 2 + 4 * 0.01 ** 2) / 8)
+    assert (not m.beyond and m.df == 8.0
+            and m.variance == pytest.approx((4 * 0.02 ** 2 + 4 * 0.01 ** 2) / 8))
     wild = moderated(0.2 ** 2, 4.0, 0.01 ** 2)
     assert wild.beyond and wild.df == 4.0 and wild.variance == 0.2 ** 2
     assert moderated(0.01, 2.0, math.nan) == moderated(0.01, 2.0, math.nan)
@@ -134,7 +139,8 @@ def scaled_copy(path: Path, factor: float, min_size: int, out: Path) -> Path:
     for row in doc["rows"]:
         if row["size_bytes"] < min_size:
             continue
-        for name in ("time_us_p50", "time_us_ci_low", "time_us_ci_high", "time_us_mean", "time_us_min", "time_us_p95",
+        for name in ("time_us_p50", "time_us_ci_low", "time_us_ci_high", "time_us_mean",
+                     "time_us_min", "time_us_p95",
                      "time_us_p99", "time_us_max", "time_us_rank_avg", "slowest_rank_us"):
             if row.get(name) is not None:
                 row[name] *= factor
@@ -163,7 +169,8 @@ def test_a_stable_row_gets_a_narrow_interval_beside_noisy_ones(nccl):
     rows = {(r.collective, r.size_bytes): r for r in moderate_rows(nccl.rows)}
     big = rows[("allgather", 1 << 30)]
     assert _half_width(big) < 0.014 and -math.log(big.time_us_ci_low / big.time_us_p50) < 0.014
-    assert all(_half_width(rows[(c, 1024)]) > 0.08 for c in ("allreduce", "bcast", "reduce", "allgather"))
+    assert all(_half_width(rows[(c, 1024)]) > 0.08 for c in ("allreduce", "bcast", "reduce",
+                                                             "allgather"))
 
 
 def test_rounds_disagree_marks_the_exception(nccl):
@@ -171,7 +178,8 @@ def test_rounds_disagree_marks_the_exception(nccl):
     spread from launch to launch with what one launch's samples allow. Against the trend, it
     marks rows far noisier than their stratum at their time."""
     quiet = load_result(DATA / "gate" / "slow-state-a.json")
-    assert sum(r.rounds_disagree for r in quiet.rows) == 11                    # the file, as written
+    # the file, as written
+    assert sum(r.rounds_disagree for r in quiet.rows) == 11
     assert sum(r.rounds_disagree for r in moderate_rows(quiet.rows)) <= 1
     assert sum(r.rounds_disagree for r in moderate_rows(nccl.rows)) <= 2
 
@@ -191,7 +199,8 @@ def test_compare_of_the_sweep_with_itself_calls_the_stable_rows_same(nccl):
     assert sum(r.verdict == "same" for r in bandwidth) >= 12
     assert {r.verdict for r in c.rows} <= {"same", "inconclusive"}
     # 14 of 89 rows decided at 5%: the gate says it could not see the rest rather than pass them
-    assert first_line(c).startswith("UNDECIDED: decided 14 of 89 rows, 80% needed; 0 slower, 0 faster")
+    assert first_line(c).startswith("UNDECIDED: decided 14 of 89 rows, 80% needed; 0 slower, 0 "
+                                    "faster")
     assert "detects changes of" in first_line(c) and c.status == 3
 
 
@@ -204,7 +213,8 @@ def test_a_ten_percent_slowdown_of_the_large_rows_is_called_there_only(nccl, tmp
     c = compare_runs(nccl, slow, threshold=0.05)
     bandwidth, big = _bandwidth_bound(c.rows)
     assert sum(r.verdict == "slower" for r in bandwidth) >= 11
-    held = [(r.field("collective"), r.field("size_bytes")) for r in bandwidth if "own rounds ran this slow" in r.reason]
+    held = [(r.field("collective"), r.field("size_bytes")) for r in bandwidth
+            if "own rounds ran this slow" in r.reason]
     assert held == [("scatter", 256 << 20)]
     assert not any(r.verdict in ("slower", "faster") for r in c.rows if r.field("size_bytes") < M64)
     assert c.regression and "a state of the machine" not in c.drift_source
@@ -222,7 +232,8 @@ def test_a_five_round_run_decides_every_bandwidth_row_and_sees_a_ten_percent_slo
     slow = load_result(scaled_copy(H100 / "nccl-all-3.json", 1.1, M64, tmp_path / "slow.json"))
     c = compare_runs(run, slow, threshold=0.05)
     bandwidth, _ = _bandwidth_bound(c.rows)
-    held = {(r.field("collective"), r.field("size_bytes")) for r in bandwidth if r.verdict != "slower"}
+    held = {(r.field("collective"), r.field("size_bytes")) for r in bandwidth
+            if r.verdict != "slower"}
     assert held == {("gather", M64), ("scatter", M64), ("reduce_scatter", M64)}
     assert all("own rounds ran this slow" in r.reason for r in bandwidth if r.verdict != "slower")
     assert not any(r.verdict == "slower" for r in c.rows if r.field("size_bytes") < M64)
@@ -259,7 +270,8 @@ def test_report_and_compare_give_one_answer_to_what_can_be_detected(nccl):
     """report's last table is compare's own computation against one more run like the file."""
     comparison, found = gate_sensitivity(nccl, 0.05, 0.05)
     itself = compare_runs(nccl, nccl, threshold=0.05)
-    expected = [r.detectable if r.noise != "assumed" else math.nan for r in itself.rows]   # one round: none
+    # one round: none
+    expected = [r.detectable if r.noise != "assumed" else math.nan for r in itself.rows]
     assert [d for _, d in found] == pytest.approx(expected, nan_ok=True)
     table = sensitivity_table([("nccl-all.json", nccl)], 0.05, 0.05)
     assert any(detection_line(itself) in note for note in table.notes)
@@ -278,34 +290,40 @@ def test_the_first_line_says_what_the_comparison_can_detect():
     assert table.returncode == 3, table.stderr           # 14 of 89 rows decided at 5%
     first, why = table.stdout.splitlines()[:2]
     assert first.startswith("UNDECIDED: decided 14 of 89 rows, 80% needed; 0 slower, 0 faster, ")
-    assert "detects changes of " in first and "at 80% power" in first and first.endswith("threshold 5%")
+    assert ("detects changes of " in first and "at 80% power" in first
+            and first.endswith("threshold 5%"))
     assert why.startswith("undecided rows, why: ")
     markdown = _compare(base, base, "--format", "markdown").stdout.splitlines()[0]
     assert markdown.startswith("## collbench compare: UNDECIDED · detects changes of ")
     doc = json.loads(_compare(base, base, "--format", "json").stdout)
     assert doc["detects"]["line"] in first and doc["detects"]["power"] == 0.8
-    assert doc["detects"]["within_threshold"]["rows"] + doc["detects"]["beyond_threshold"]["rows"] == 89
+    assert (doc["detects"]["within_threshold"]["rows"] + doc["detects"]["beyond_threshold"]["rows"]
+            == 89)
 
 
 def test_fail_on_inconclusive_fails_a_gate_that_cannot_decide():
     base, again = DATA / "gate" / "quiet.json", DATA / "gate" / "quiet-again.json"
     decided = _compare(base, again, "--threshold", "10%", "--fail-on-inconclusive")
-    assert decided.returncode == 0, decided.stdout + decided.stderr               # every row the same
+    # every row the same
+    assert decided.returncode == 0, decided.stdout + decided.stderr
     nccl = H100 / "nccl-all.json"
-    assert _compare(nccl, nccl).returncode == 3                                   # too few rows decided
-    assert _compare(nccl, nccl, "--min-decided", "0%").returncode == 0            # passed blind, as asked
+    # too few rows decided
+    assert _compare(nccl, nccl).returncode == 3
+    # passed blind, as asked
+    assert _compare(nccl, nccl, "--min-decided", "0%").returncode == 0
     undecided = _compare(nccl, nccl, "--fail-on-inconclusive")
     assert undecided.returncode == 1 and undecided.stdout.startswith("UNDECIDED: 0 slower")
     doc = json.loads(_compare(nccl, nccl, "--fail-on-inconclusive", "-f", "json").stdout)
-    assert doc["passed"] is False and doc["regression"] is False and doc["fail_on_inconclusive"] is True
+    assert (doc["passed"] is False and doc["regression"] is False
+            and doc["fail_on_inconclusive"] is True)
     c = compare_runs(load_result(nccl), load_result(nccl), fail_on_inconclusive=True)
     assert to_summary_markdown(c).startswith("## collbench compare: UNDECIDED")
     assert json.loads(to_json(c))["passed"] is False
 
 
 def test_ab_passes_fail_on_inconclusive_to_its_comparison():
-    help_text = subprocess.run([sys.executable, "-m", "collbench", "ab", "--help"], capture_output=True,
-                               text=True).stdout
+    help_text = subprocess.run([sys.executable, "-m", "collbench", "ab", "--help"],
+                               capture_output=True, text=True).stdout
     assert "--fail-on-inconclusive" in help_text
 
 

@@ -21,7 +21,8 @@ VALUE, INDEX = PAIR_FIELDS
 
 
 def _numpy_dtypes(op):
-    return [name for name, d in DTYPES.items() if d.numpy is not None and op_refusal(op, name) is None]
+    return [name for name, d in DTYPES.items()
+            if d.numpy is not None and op_refusal(op, name) is None]
 
 
 def _sent(op, dtype, n, k):
@@ -34,14 +35,16 @@ def _reference(op, sent):
     """The reduction over ranks (axis 0) the plain numpy way, independent of collbench's combiners."""
     if op in ("maxloc", "minloc"):
         values = sent[VALUE]
-        rank = (np.argmax if op == "maxloc" else np.argmin)(values, axis=0)   # the first: the lowest rank
+        # the first: the lowest rank
+        rank = (np.argmax if op == "maxloc" else np.argmin)(values, axis=0)
         out = np.empty(sent.shape[1], sent.dtype)
         out[VALUE] = np.take_along_axis(values, rank[None], axis=0)[0]
         out[INDEX] = np.take_along_axis(sent[INDEX], rank[None], axis=0)[0]
         return out
     if op == "avg":
         return sent.astype(np.float64).mean(axis=0)
-    ufunc = {"land": np.logical_and, "lor": np.logical_or, "band": np.bitwise_and, "bor": np.bitwise_or}[op]
+    ufunc = {"land": np.logical_and, "lor": np.logical_or, "band": np.bitwise_and,
+             "bor": np.bitwise_or}[op]
     return ufunc.reduce(sent, axis=0)
 
 
@@ -56,7 +59,8 @@ def test_patterns_reduce_as_numpy_does_for_every_dtype_and_up_to_50_ranks(op):
             want = np.asarray(p.reduced(k, n)).astype(element.host)
             ref = _reference(op, sent)
             if op == "avg":
-                assert p.wrong(ref.astype(element.host), want, n) == 0 and np.array_equal(ref, want), (dtype, n)
+                assert (p.wrong(ref.astype(element.host), want, n) == 0
+                        and np.array_equal(ref, want)), (dtype, n)
             else:
                 assert np.array_equal(ref.astype(element.host), want), (op, dtype, n)
                 # what mpi-pickle reduces with gives the same, in the same type, in any order
@@ -80,7 +84,8 @@ def test_maxloc_takes_the_lowest_rank_of_a_tie_and_differs_from_a_highest_rank_r
     sent = _sent("maxloc", "float32", n, k)
     want = pattern("maxloc", "float32").reduced(k, n)
     holders = sent[VALUE] == want[VALUE]
-    assert (holders.sum(axis=0) == 2).all()              # ranks 2s and 2s + 1: every maximum is a tie
+    # ranks 2s and 2s + 1: every maximum is a tie
+    assert (holders.sum(axis=0) == 2).all()
     assert (want[INDEX] % 2 == 0).all()
     highest = n - 1 - np.argmax(holders[::-1], axis=0)
     assert (highest != want[INDEX]).all()
@@ -110,19 +115,22 @@ def test_avg_tolerance_is_zero_where_exact_and_still_catches_wrong_results():
             for _ in range(n - 1):
                 total = (total + share).astype(dt)
             assert p.wrong(total, want, n) == 0, (dtype, n)
-            assert p.wrong((want * n).astype(dt), want, n) == (len(k) if n > 1 else 0)    # a sum, not an average
+            # a sum, not an average
+            assert p.wrong((want * n).astype(dt), want, n) == (len(k) if n > 1 else 0)
             assert p.wrong(np.roll(want, 1), want, n) == len(k)       # every element misplaced
             assert p.wrong(np.full_like(want, np.nan), want, n) == len(k)
 
 
 def test_pairs_are_laid_out_as_c_structs_with_mpi_pair_types():
     expect = {"float32": (8, "FLOAT_INT"), "float64": (16, "DOUBLE_INT"), "int32": (8, "INT_INT"),
-              "int64": (16, "LONG_INT"), "float16": (8, None), "int8": (8, None), "uint8": (8, None)}
+              "int64": (16, "LONG_INT"), "float16": (8, None), "int8": (8, None),
+              "uint8": (8, None)}
     for dtype, (itemsize, mpi_type) in expect.items():
         element = element_of(dtype, "maxloc")
         assert element.itemsize == element.numpy.itemsize == itemsize
         assert mpi_pair_type(element.numpy) == mpi_type
-        assert element_of(dtype, NO_OP) is DTYPES[dtype] and element_of(dtype, "sum") is DTYPES[dtype]
+        assert (element_of(dtype, NO_OP) is DTYPES[dtype]
+                and element_of(dtype, "sum") is DTYPES[dtype])
     assert mpi_pair_type(np.dtype("float32")) is None
 
 
@@ -165,7 +173,8 @@ def _rows_all_ok(run_dir, args):
 ])
 def test_logical_and_bitwise_ops_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends):
     root = ["--root", "2"] if collective == "reduce" else []
-    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--thread-level", "multiple", "--sizes", "8-4K",
+    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3",
+                                  "--thread-level", "multiple", "--sizes", "8-4K",
                                   "--backend", backends, *root])
     assert {r["backend"] for r in rows} == set(backends.split(","))
     assert {(r["op"], r["dtype"], r["world_size"]) for r in rows} == {(op, dtype, 3)}
@@ -179,8 +188,10 @@ def test_logical_and_bitwise_ops_check_ok_on_real_ranks(run_dir, collective, op,
     ("reduce_scatter", "maxloc", "int8", "mpi-pickle", ["--payload", "list"]),    # no MPI pair type: pickle only
     ("allreduce", "minloc", "float16", "mpi-pickle", ["--payload", "bytes"]),
 ])
-def test_maxloc_and_minloc_pairs_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends, extra):
-    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3", "--thread-level", "multiple", "--sizes", "8-4K",
+def test_maxloc_and_minloc_pairs_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends,
+                                                        extra):
+    rows = _rows_all_ok(run_dir, [collective, "--op", op, "--dtype", dtype, "-n", "3",
+                                  "--thread-level", "multiple", "--sizes", "8-4K",
                                   "--backend", backends, *extra])
     assert {r["backend"] for r in rows} == set(backends.split(","))
     pair = element_of(dtype, op).itemsize
@@ -194,7 +205,8 @@ def test_maxloc_and_minloc_pairs_check_ok_on_real_ranks(run_dir, collective, op,
 ])
 def test_avg_checks_ok_on_gloo(run_dir, collective, dtype, n):
     pytest.importorskip("torch")
-    rows = _rows_all_ok(run_dir, [collective, "--op", "avg", "--dtype", dtype, "-n", str(n), "--sizes", "8,4K",
+    rows = _rows_all_ok(run_dir, [collective, "--op", "avg", "--dtype", dtype, "-n", str(n),
+                                  "--sizes", "8,4K",
                                   "--backend", "gloo"])
     assert {(r["backend"], r["op"]) for r in rows} == {("gloo", "avg")}
 
@@ -214,14 +226,18 @@ def test_int8_and_uint8_on_every_collective_and_backend(run_dir, dtype, op):
 
 
 @pytest.mark.parametrize("args,reason", [
-    (["--op", "land", "--dtype", "float32"], "land takes integer dtypes only: int32, int64, int8, uint8"),
-    (["--op", "band", "--dtype", "bfloat16", "--backend", "gloo"], "band takes integer dtypes only"),
+    (["--op", "land", "--dtype", "float32"],
+     "land takes integer dtypes only: int32, int64, int8, uint8"),
+    (["--op", "band", "--dtype", "bfloat16", "--backend", "gloo"],
+     "band takes integer dtypes only"),
     (["--op", "maxloc", "--backend", "gloo"], "torch.distributed has no value-index reductions"),
-    (["--op", "maxloc", "--dtype", "uint8", "--backend", "mpi"], "MPI's value-index pair types hold float32, "
+    (["--op", "maxloc", "--dtype", "uint8", "--backend", "mpi"],
+     "MPI's value-index pair types hold float32, "
                                                                  "float64, int32, int64 only"),
     (["--op", "avg", "--backend", "mpi-pickle"], "MPI has no avg reduction"),
     (["--op", "avg", "--dtype", "int32", "--backend", "gloo"], "avg takes float dtypes only"),
-    (["--op", "lor", "--dtype", "int8", "--backend", "gloo"], "torch.distributed has no logical or"),
+    (["--op", "lor", "--dtype", "int8", "--backend", "gloo"],
+     "torch.distributed has no logical or"),
 ])
 def test_what_cannot_run_is_refused_in_one_line(run_dir, args, reason):
     proc = cli(["allreduce", "-n", "2", "--sizes", "8", *args], run_dir)
@@ -233,10 +249,12 @@ def test_what_cannot_run_is_refused_in_one_line(run_dir, args, reason):
 
 def test_under_all_an_op_a_backend_lacks_is_skipped_with_a_note(run_dir):
     pytest.importorskip("torch")
-    proc = cli(["allreduce", "--op", "land", "--dtype", "int32", "-n", "2", "--sizes", "8", "--backend", "all",
+    proc = cli(["allreduce", "--op", "land", "--dtype", "int32", "-n", "2", "--sizes", "8",
+                "--backend", "all",
                 "--iters", "3", "--rounds", "1", "-o", "r.json"], run_dir, timeout=180)
     assert proc.returncode == 0, proc.stderr
-    assert "on gloo: torch.distributed has no logical and (ReduceOp.BAND is bitwise); skipped" in proc.stderr
+    assert ("on gloo: torch.distributed has no logical and (ReduceOp.BAND is bitwise); skipped"
+            in proc.stderr)
     rows = load_json(run_dir / "r.json")["rows"]
     assert {r["backend"] for r in rows} == {"mpi", "mpi-pickle"}
     assert all(r["check"] == "ok" for r in rows)
@@ -252,10 +270,12 @@ def test_maxloc_on_gpu_buffers_is_refused_by_the_mpi_backend_before_any_rank_sta
 
     allreduce, f32 = get_benchmark("allreduce"), dtype_of("float32")
     cuda, host = BackendOptions(buffers="cuda"), BackendOptions(buffers="mpi")
-    assert "host memory only" in MpiBackend.options_problem(cuda, collective=allreduce, dtype=f32, op="maxloc")
+    assert "host memory only" in MpiBackend.options_problem(cuda, collective=allreduce, dtype=f32,
+                                                            op="maxloc")
     assert MpiBackend.options_problem(host, collective=allreduce, dtype=f32, op="maxloc") is None
     assert MpiBackend.options_problem(cuda, collective=allreduce, dtype=f32, op="sum") is None
-    assert MpiBackend.options_problem(cuda, collective=get_benchmark("bcast"), dtype=f32, op="none") is None
+    assert MpiBackend.options_problem(cuda, collective=get_benchmark("bcast"), dtype=f32,
+                                      op="none") is None
 
 
 def test_a_backend_that_does_not_declare_the_new_ops_is_not_handed_them():

@@ -48,21 +48,25 @@ def policy():
     pages.use(pages.DEFAULT)
 
 
-@pytest.mark.skipif(not HAS_HUGE, reason=f"the kernel gives no transparent huge pages ({SETTING or 'unknown'})")
+@pytest.mark.skipif(not HAS_HUGE,
+                    reason=f"the kernel gives no transparent huge pages ({SETTING or 'unknown'})")
 def test_huge_asks_the_kernel_for_huge_pages_and_gets_them(policy):
     policy("huge")
     array = pages.zeros(16 * MIB)
     got = huge_kib(array)
     assert got >= 2048, f"16 MiB advised huge, {got} KiB on huge pages"
     assert pages.huge_now() >= got          # what a round records: the process's whole count
-    assert array.ctypes.data % pages.huge_size() == 0 and array.nbytes == 16 * MIB and not array.any()
+    assert (array.ctypes.data % pages.huge_size() == 0 and array.nbytes == 16 * MIB
+            and not array.any())
 
 
-@pytest.mark.skipif(SETTING != "madvise", reason="only where the kernel gives huge pages to those who ask")
+@pytest.mark.skipif(SETTING != "madvise",
+                    reason="only where the kernel gives huge pages to those who ask")
 def test_small_keeps_every_buffer_on_small_pages_and_numpy_stops_asking(policy):
     policy("small")
     buffers = HostDevice().allocate(4 * MIB, 4 * MIB, DTYPES["float32"], in_place=False)
-    kept = [pages.zeros(16 * MIB), np.ones(16 * MIB, np.uint8),          # numpy alone would ask from 4 MiB
+    # numpy alone would ask from 4 MiB
+    kept = [pages.zeros(16 * MIB), np.ones(16 * MIB, np.uint8),
             buffers.send, buffers.recv]
     assert [huge_kib(array) for array in kept] == [0, 0, 0, 0]
 
@@ -83,15 +87,18 @@ def both(tmp_path_factory):
     """bcast of 8 MiB self-launched on small and on huge pages, and once under a real mpiexec."""
     folder = tmp_path_factory.mktemp("pages")
     for name in ("small", "huge"):
-        proc = cli(["bcast", "-n", "2", "--sizes", "8M", "--pages", name, "-o", f"{name}.json", *QUICK], folder)
+        proc = cli(["bcast", "-n", "2", "--sizes", "8M", "--pages", name, "-o", f"{name}.json",
+                    *QUICK], folder)
         assert proc.returncode == 0, proc.stderr
-    proc = mpirun(2, ["bcast", "--sizes", "8M", "--pages", "huge", "-o", "launcher.json", *QUICK], folder)
+    proc = mpirun(2, ["bcast", "--sizes", "8M", "--pages", "huge", "-o", "launcher.json", *QUICK],
+                  folder)
     assert proc.returncode == 0, proc.stderr
     return folder
 
 
 @pytest.mark.parametrize("name", ["small", "huge", "launcher"])
-def test_each_round_records_the_pages_asked_the_kernels_setting_and_what_the_buffers_got(both, name):
+def test_each_round_records_the_pages_asked_the_kernels_setting_and_what_the_buffers_got(
+        both, name):
     doc = load_json(both / f"{name}.json")
     asked = "small" if name == "small" else "huge"
     assert doc["metadata"]["settings"]["pages"] == asked
@@ -108,8 +115,10 @@ def test_each_round_records_the_pages_asked_the_kernels_setting_and_what_the_buf
 def test_compare_warns_where_the_buffers_were_on_other_pages(both, tmp_path):
     small, huge = load_result(both / "small.json"), load_result(both / "huge.json")
     assert (pages_of(small), pages_of(huge)) == ("small", "huge")
-    assert any("other pages: small in a, huge in b" in w for w in metadata_warnings(small, huge, "a", "b"))
-    assert not any("pages" in w for w in metadata_warnings(huge, load_result(both / "launcher.json"), "a", "b"))
+    assert any("other pages: small in a, huge in b" in w
+               for w in metadata_warnings(small, huge, "a", "b"))
+    assert not any("pages" in w
+                   for w in metadata_warnings(huge, load_result(both / "launcher.json"), "a", "b"))
     # a file written before collbench chose the pages: numpy's, said
     doc = load_json(both / "small.json")
     del doc["metadata"]["settings"]["pages"]
@@ -132,4 +141,5 @@ def test_huge_pages_asked_of_a_kernel_that_gives_none_is_said_per_host():
     assert _without_huge_pages("small", ["a", "b"], ["never", "never"]) == []
     assert _without_huge_pages("huge", ["a", "b"], ["madvise", "always"]) == []
     (note,) = _without_huge_pages("huge", ["a", "a", "b"], ["never", "never", "madvise"])
-    assert note.startswith("--pages huge: the kernel of a gives no transparent huge pages") and "small pages" in note
+    assert (note.startswith("--pages huge: the kernel of a gives no transparent huge pages")
+            and "small pages" in note)

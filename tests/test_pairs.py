@@ -55,7 +55,8 @@ def test_which_pairs_cross_host_per_host_both_ways_and_serial():
 
 
 def _map(times: dict, hosts: list, name="pingpong"):
-    rows = [row_from_samples([t * 0.98, t, t * 1.02], collective=name, pair=pair, world_size=len(hosts))
+    rows = [row_from_samples([t * 0.98, t, t * 1.02], collective=name, pair=pair,
+                             world_size=len(hosts))
             for pair, t in times.items()]
     maps, rest = split(rows, Placement(hosts))
     assert len(maps) == 1 and not rest
@@ -75,7 +76,8 @@ def test_a_host_whose_links_are_slow_is_named_once_not_as_its_pairs():
 
 def test_one_slow_pair_among_good_ones_is_named_with_how_far_it_is():
     hosts = ["a"] * 6
-    times = {pair: 5.0 + 0.05 * (i % 4) for i, pair in enumerate(itertools.combinations(range(6), 2))}
+    times = {pair: 5.0 + 0.05 * (i % 4)
+             for i, pair in enumerate(itertools.combinations(range(6), 2))}
     times[(1, 4)] = 9.0
     (finding,) = _map(times, hosts).findings
     assert (finding.what, finding.name, finding.kind) == ("pair", "1-4", SAME_HOST)
@@ -91,7 +93,8 @@ def test_pairs_within_a_host_and_across_hosts_are_never_compared():
 
 
 def test_a_small_difference_is_not_called_out():
-    hosts = ["a"] * 4                      # identical figures but one 10% slower: no spread, under 25%
+    # identical figures but one 10% slower: no spread, under 25%
+    hosts = ["a"] * 4
     times = {pair: 2.0 for pair in itertools.combinations(range(4), 2)}
     times[(0, 2)] = 2.2
     assert _map(times, hosts).findings == []
@@ -101,13 +104,16 @@ def test_a_crowded_host_is_not_judged_and_says_why():
     from collbench.results.link_map import crowding
 
     why = crowding({"ranks_per_node": 4, "cpu_count": 2})
-    assert why.startswith("4 ranks share a host with 2 CPUs") and not crowding({"ranks_per_node": 2, "cpu_count": 2})
+    assert (why.startswith("4 ranks share a host with 2 CPUs")
+            and not crowding({"ranks_per_node": 2, "cpu_count": 2}))
     times = {pair: 5.0 for pair in itertools.combinations(range(4), 2)}
     times[(1, 2)] = 40.0
-    rows = [row_from_samples([t], collective="pingpong", pair=pair, world_size=4) for pair, t in times.items()]
+    rows = [row_from_samples([t], collective="pingpong", pair=pair, world_size=4)
+            for pair, t in times.items()]
     (lmap,), _ = split(rows, Placement(["a"] * 4, why))
     assert lmap.findings == [] and lmap.crowded == why
-    assert split(rows, Placement(["a"] * 4))[0][0].findings        # the same rows, judged where each rank has a core
+    # the same rows, judged where each rank has a core
+    assert split(rows, Placement(["a"] * 4))[0][0].findings
 
 
 def test_bandwidth_is_one_way_a_host_slow_only_sending_is_named_from_it():
@@ -116,7 +122,8 @@ def test_bandwidth_is_one_way_a_host_slow_only_sending_is_named_from_it():
     for b in (0, 1, 3):
         times[(2, b)] = 500.0                  # from c only
     (finding,) = _map(times, hosts, "bw").findings
-    assert (finding.what, finding.name, finding.direction, finding.links_out) == ("host", "c", "from", 3)
+    assert (finding.what, finding.name, finding.direction,
+            finding.links_out) == ("host", "c", "from", 3)
 
 
 def _pairs(args, run_dir, out="p.json", n=4):
@@ -130,7 +137,8 @@ def _pairs(args, run_dir, out="p.json", n=4):
 def test_latency_between_every_pair_self_launched(run_dir):
     proc, doc = _pairs([], run_dir)
     rows = doc["rows"]
-    assert doc["metadata"]["settings"]["pairs"] == {"metric": "latency", "select": "all", "serial": False}
+    assert doc["metadata"]["settings"]["pairs"] == {"metric": "latency", "select": "all",
+                                                    "serial": False}
     for backend in _backends():
         mine = [r for r in rows if r["backend"] == backend]
         assert sorted(r["pair"] for r in mine) == ["0-1", "0-2", "0-3", "1-2", "1-3", "2-3"]
@@ -139,8 +147,10 @@ def test_latency_between_every_pair_self_launched(run_dir):
             assert r["pairs_at_once"] == 2 and r["time_us_p50"] > 0
             means = r["round_details"][0]["rank_means_us"]
             pair = [int(x) for x in r["pair"].split("-")]
-            assert [m is not None for m in means] == [k in pair for k in range(4)]     # its two ranks alone
-        assert f"pairs · pingpong · {backend} · 8 · µs · 4 ranks, 1 host · ≤2 at once" in proc.stdout
+            # its two ranks alone
+            assert [m is not None for m in means] == [k in pair for k in range(4)]
+        assert (f"pairs · pingpong · {backend} · 8 · µs · 4 ranks, 1 host · ≤2 at once"
+                in proc.stdout)
     assert "within a host: 6 pairs, median" in proc.stdout
     assert all(len(line) <= 80 for line in proc.stdout.splitlines())
     order = load_json(run_dir / "p.json")["metadata"]["rounds"][0]["order"]
@@ -150,47 +160,55 @@ def test_latency_between_every_pair_self_launched(run_dir):
 
 @pytest.mark.mpi
 def test_bandwidth_each_way_one_pair_at_a_time_on_three_ranks(run_dir):
-    proc, doc = _pairs(["--metric", "bw", "--serial", "--sizes", "64K", "--window", "4"], run_dir, n=3)
+    proc, doc = _pairs(["--metric", "bw", "--serial", "--sizes", "64K", "--window", "4"], run_dir,
+                       n=3)
     for backend in _backends():
         mine = [r for r in doc["rows"] if r["backend"] == backend]
         assert sorted(r["pair"] for r in mine) == ["0-1", "0-2", "1-0", "1-2", "2-0", "2-1"]
-        assert {(r["collective"], r["window"], r["pairs_at_once"], r["check"]) for r in mine} == {("bw", 4, 1, "ok")}
+        assert {(r["collective"], r["window"], r["pairs_at_once"], r["check"])
+                for r in mine} == {("bw", 4, 1, "ok")}
     assert "GB/s row→column · 3 ranks, 1 host · 1 pair at a time" in proc.stdout
 
 
 @pytest.mark.mpi
 def test_pairs_under_mpiexec(run_dir):
-    proc = mpirun(3, ["pairs", "--thread-level", "multiple", "-b", "mpi", *QUICK, "-o", "p.json"], run_dir, timeout=300)
+    proc = mpirun(3, ["pairs", "--thread-level", "multiple", "-b", "mpi", *QUICK, "-o", "p.json"],
+                  run_dir, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = load_json(run_dir / "p.json")["rows"]
-    assert sorted(r["pair"] for r in rows) == ["0-1", "0-2", "1-2"] and {r["check"] for r in rows} == {"ok"}
+    assert (sorted(r["pair"] for r in rows) == ["0-1", "0-2", "1-2"]
+            and {r["check"] for r in rows} == {"ok"})
     assert {r["pairs_at_once"] for r in rows} == {1}         # three ranks: one waits in every step
 
 
 @pytest.mark.mpi
 def test_compare_report_and_plot_of_pairs_runs(run_dir):
     for out in ("a.json", "b.json"):
-        proc = cli(["pairs", "-n", "4", "-b", "mpi", "--iters", "30", "--rounds", "2", "-o", out, "-q"], run_dir,
+        proc = cli(["pairs", "-n", "4", "-b", "mpi", "--iters", "30", "--rounds", "2", "-o", out,
+                    "-q"], run_dir,
                    timeout=300)
         assert proc.returncode == 0, proc.stderr
-    same = subprocess.run([sys.executable, "-m", "collbench", "compare", "a.json", "b.json", "-f", "json"],
+    same = subprocess.run([sys.executable, "-m", "collbench", "compare", "a.json", "b.json", "-f",
+                           "json"],
                           cwd=run_dir, capture_output=True, text=True, timeout=120)
     assert same.returncode in (0, 1, 3), same.stderr
     doc = json.loads(same.stdout)
     assert sorted(r["pair"] for r in doc["rows"]) == ["0-1", "0-2", "0-3", "1-2", "1-3", "2-3"]
     report = subprocess.run([sys.executable, "-m", "collbench", "report", "a.json"], cwd=run_dir,
-                            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "80"})
     assert report.returncode == 0, report.stderr
     assert "pairs · pingpong · mpi · 8 · µs" in report.stdout
     pytest.importorskip("matplotlib")
-    drawn = subprocess.run([sys.executable, "-m", "collbench", "plot", "a.json", "-o", "a.png"], cwd=run_dir,
-                           capture_output=True, text=True, timeout=120)
+    drawn = subprocess.run([sys.executable, "-m", "collbench", "plot", "a.json", "-o", "a.png"],
+                           cwd=run_dir, capture_output=True, text=True, timeout=120)
     assert drawn.returncode == 0, drawn.stderr
     assert (run_dir / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = load_result(run_dir / "a.json")
     assert {r.pairs_at_once for r in again.rows} == {2}
     exported = subprocess.run([sys.executable, "-m", "collbench", "export", "a.json", "--to",
-                               "github-action-benchmark"], cwd=run_dir, capture_output=True, text=True, timeout=120)
+                               "github-action-benchmark"], cwd=run_dir, capture_output=True,
+                              text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
     names = [e["name"] for e in json.loads(exported.stdout)]
     assert len(set(names)) == 6 and "pingpong mpi float32 4 ranks 8 latency pair 0-2 2 pairs at once" in names
@@ -200,7 +218,8 @@ def test_compare_report_and_plot_of_pairs_runs(run_dir):
     (["--pair", "0,1"], "pairs takes no --pair: it measures every pair"),
     (["--window", "8"], "--window applies to --metric bw only"),
     (["--root", "1"], "pairs takes no --root: it has no root rank"),
-    (["--cross-host", "-n", "2"], "--cross-host needs ranks on two hosts or more; all 2 ranks are on"),
+    (["--cross-host", "-n", "2"],
+     "--cross-host needs ranks on two hosts or more; all 2 ranks are on"),
     (["--per-host", "-n", "2"], "--per-host needs ranks on two hosts or more"),
 ])
 @pytest.mark.mpi

@@ -34,7 +34,8 @@ def panels(figure) -> dict:
     found = {}
     for axes in figure.axes:
         found.setdefault(axes.get_figure(root=False).get_suptitle(), []).append(axes)
-    assert all([a.get_ylabel() for a in pair] == ["time (µs)", "bus bandwidth (GB/s)"] for pair in found.values())
+    assert all([a.get_ylabel() for a in pair] == ["time (µs)", "bus bandwidth (GB/s)"]
+               for pair in found.values())
     return {title: tuple(pair) for title, pair in found.items()}
 
 
@@ -53,7 +54,8 @@ def line_styles(figure) -> dict:
     styles = {}
     for axes in figure.axes:
         for line in axes.get_lines():
-            styles.setdefault(line.get_label(), set()).add((line.get_color(), line.get_linestyle(), line.get_marker()))
+            styles.setdefault(line.get_label(), set()).add((line.get_color(), line.get_linestyle(),
+                                                            line.get_marker()))
     return styles
 
 
@@ -73,13 +75,15 @@ def test_a_section_per_collective_titled_by_what_varies():
     assert drawn.shared == ("float32", "2 ranks", "latency")
     assert drawn.backends == BACKENDS and drawn.runs == ("",)
     assert all([line.backend for line in s.lines] == list(BACKENDS) for s in drawn.sections)
-    assert all([r.size_bytes for r in line.rows] == list(SIZES) for s in drawn.sections for line in s.lines)
+    assert all([r.size_bytes for r in line.rows] == list(SIZES) for s in drawn.sections
+               for line in s.lines)
 
 
 def test_setups_that_vary_are_sections_of_their_own():
     base = dict(collective="allreduce", size_bytes=1024)
     rows = [row_from_samples([5.0] * 8, backend=b, timing=t, dtype=d, **base)
-            for b in ("mpi", "gloo") for t in ("latency", "throughput") for d in ("float32", "float64")]
+            for b in ("mpi", "gloo") for t in ("latency", "throughput")
+            for d in ("float32", "float64")]
     rows.append(row_from_samples([5.0] * 8, backend="mpi", world_size=4, **base))
     drawn = sweep_of(rows)
     assert [s.title for s in drawn.sections] == [
@@ -94,13 +98,15 @@ def test_the_legend_says_what_a_line_and_a_band_are_as_the_rows_were_measured():
     one_round = row_from_samples([5.0] * 8)
     several = run_of(sweep()).rows
     assert what_is_drawn([one_round]) == ("median time",
-                                          "its 95% confidence interval (order statistics of the samples)")
+                                          "its 95% confidence interval (order statistics of the "
+                                          "samples)")
     assert what_is_drawn(several) == ("geometric mean of the rounds' median times",
                                       "its 95% confidence interval (from the spread between rounds)")
     assert "95% confidence interval" in what_is_drawn(several + [one_round])[1]
 
 
-def test_two_runs_read_back_draw_a_section_per_collective_colours_by_backend_styles_by_run(tmp_path):
+def test_two_runs_read_back_draw_a_section_per_collective_colours_by_backend_styles_by_run(
+        tmp_path):
     pytest.importorskip("matplotlib")
     from collbench.analysis.overlay import load_runs
     runs = load_runs(_two_runs(tmp_path, collectives()))
@@ -113,12 +119,15 @@ def test_two_runs_read_back_draw_a_section_per_collective_colours_by_backend_sty
     assert set(styles) == {f"{b} · {run}" for b in BACKENDS for run in runs.labels}
     assert all(len(seen) == 1 for seen in styles.values())              # the same in every panel
     colour = {b: {next(iter(styles[f"{b} · {run}"]))[0] for run in runs.labels} for b in BACKENDS}
-    assert all(len(c) == 1 for c in colour.values())                    # a backend's colour, whatever the run
+    # a backend's colour, whatever the run
+    assert all(len(c) == 1 for c in colour.values())
     assert len({next(iter(c)) for c in colour.values()}) == len(BACKENDS)
     dash = {run: {next(iter(styles[f"{b} · {run}"]))[1:] for b in BACKENDS} for run in runs.labels}
-    assert all(len(d) == 1 for d in dash.values()) and len({next(iter(d)) for d in dash.values()}) == 2
+    assert (all(len(d) == 1 for d in dash.values())
+            and len({next(iter(d)) for d in dash.values()}) == 2)
     assert all(len(axes.get_lines()) == len(BACKENDS) * 2 for axes in figure.axes)
-    assert [len(axes.collections) for axes in figure.axes] == [len(BACKENDS) * 2] * len(figure.axes)   # bands
+    # bands
+    assert [len(axes.collections) for axes in figure.axes] == [len(BACKENDS) * 2] * len(figure.axes)
     legend, = legends(figure)                                           # one, above the sections
     texts = [t.get_text() for t in legend.get_texts()]
     assert [t for t in texts if t in BACKENDS] == list(BACKENDS)
@@ -138,10 +147,12 @@ def test_a_band_is_the_ci_of_the_line(tmp_path):
     band = latency.collections[0].get_paths()[0].vertices
     for r in rows:
         at = band[np.isclose(band[:, 0], r.size_bytes), 1]
-        assert at.min() == pytest.approx(r.time_us_ci_low) and at.max() == pytest.approx(r.time_us_ci_high)
+        assert (at.min() == pytest.approx(r.time_us_ci_low)
+                and at.max() == pytest.approx(r.time_us_ci_high))
     assert list(bandwidth.get_lines()[0].get_ydata()) == [r.busbw_gbps for r in rows]
     band = bandwidth.collections[0].get_paths()[0].vertices
-    for r in rows:                                       # the same interval: the high time is the low bandwidth
+    # the same interval: the high time is the low bandwidth
+    for r in rows:
         at = band[np.isclose(band[:, 0], r.size_bytes), 1]
         assert at.min() == pytest.approx(r.busbw_gbps * r.time_us_p50 / r.time_us_ci_high)
 
@@ -182,7 +193,8 @@ def test_one_rank_has_no_bandwidth_and_the_panel_says_so():
 
 def test_rows_of_many_pairs_are_heat_maps():
     pytest.importorskip("matplotlib")
-    rows = [row_from_samples([5.0 + a + b] * 8, collective="pingpong", size_bytes=8, world_size=4, pair=(a, b))
+    rows = [row_from_samples([5.0 + a + b] * 8, collective="pingpong", size_bytes=8, world_size=4,
+                             pair=(a, b))
             for a in range(4) for b in range(a + 1, 4)]
     figure, notes = figure_of(rows)
     assert notes == []
@@ -207,7 +219,8 @@ def test_dollar_signs_in_names_and_labels_are_drawn_as_written(tmp_path):
     pytest.importorskip("matplotlib")
     odd = write(run_of(sweep(), seed=1), tmp_path / "a$^$.json")
     plain = write(run_of(sweep(), seed=2), tmp_path / "b.json")
-    for args in (["plot", odd, plain, "-o", "p.svg"], ["plot", plain, odd, "--label", "$\\undefinedmacro$",
+    for args in (["plot", odd, plain, "-o", "p.svg"],
+                 ["plot", plain, odd, "--label", "$\\undefinedmacro$",
                                                         "--label", "x", "-o", "q.svg"]):
         proc = run_cli(args, tmp_path)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -221,7 +234,8 @@ def test_plot_without_o_writes_a_png_in_results_made_as_a_run_makes_it(tmp_path)
     proc = run_cli(["plot", "a.json", "b.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     made = list((tmp_path / "results").iterdir())
-    assert len(made) == 1 and made[0].name.startswith("plot-") and made[0].read_bytes()[:8] == PNG_MAGIC
+    assert (len(made) == 1 and made[0].name.startswith("plot-")
+            and made[0].read_bytes()[:8] == PNG_MAGIC)
     assert f"wrote results/{made[0].name}" in proc.stderr
     bad = run_cli(["plot", "missing.json"], tmp_path / "results")
     assert bad.returncode == 2 and not (tmp_path / "results" / "results").exists()
@@ -253,7 +267,8 @@ def test_missing_matplotlib_is_one_line_with_the_install_hint(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from collbench.cli.app import main\n"
             f"main(['plot', {str(path)!r}, '-o', {str(tmp_path / 'x.png')!r}])")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"collbench: error: {INSTALL_HINT}"
     assert not (tmp_path / "x.png").exists()
@@ -267,7 +282,8 @@ def test_runs_of_one_setup_are_runs_read_back_from_files(tmp_path):
     assert drawn.runs == ("before/run.json", "after/run.json") and drawn.backends == ("mpi",)
     section, = drawn.sections
     assert section.title == "allreduce" and drawn.shared == ("float32", "sum", "2 ranks", "latency")
-    assert [(line.run, len(line.rows)) for line in section.lines] == [("before/run.json", 5), ("after/run.json", 5)]
+    assert [(line.run, len(line.rows)) for line in section.lines] == [("before/run.json", 5),
+                                                                      ("after/run.json", 5)]
     two = load_runs(_two_runs(tmp_path, sweep(backends=("mpi", "mpi-pickle"))), ["old", "new"])
     drawn = sweep_of(two.rows(), two.row_run_labels())
     assert [(line.backend, line.run) for line in drawn.sections[0].lines] == [
@@ -284,7 +300,8 @@ def test_files_of_different_setups_still_merge(tmp_path):
     assert drawn.backends == ("mpi", "mpi-pickle") and drawn.runs == ("",)
     labelled = load_runs([mpi, pickle], ["a", "b"])          # --label makes runs of them anyway
     drawn = sweep_of(labelled.rows(), labelled.row_run_labels())
-    assert [(line.backend, line.run) for line in drawn.sections[0].lines] == [("mpi", "a"), ("mpi-pickle", "b")]
+    assert ([(line.backend, line.run) for line in drawn.sections[0].lines]
+            == [("mpi", "a"), ("mpi-pickle", "b")])
 
 
 def test_plot_of_two_runs_draws_both_in_the_backends_colour(tmp_path):
@@ -294,7 +311,8 @@ def test_plot_of_two_runs_draws_both_in_the_backends_colour(tmp_path):
     out = tmp_path / "runs.png"
     assert plot_rows(runs.rows(), out, run_labels=runs.row_run_labels()) == []
     pixels = image.imread(out)[:, :, :3]
-    near = (abs(pixels - [c / 255 for c in (0x1f, 0x77, 0xb4)]).max(axis=2) < 0.02).sum()   # C0: the one backend
+    # C0: the one backend
+    near = (abs(pixels - [c / 255 for c in (0x1f, 0x77, 0xb4)]).max(axis=2) < 0.02).sum()
     assert near > 400
     styles = line_styles(figure_of(runs.rows(), run_labels=runs.row_run_labels())[0])
     assert {s[1] for seen in styles.values() for s in seen} == {"-", "--"}
@@ -310,7 +328,8 @@ def test_plot_of_two_real_runs_of_every_collective(tmp_path):
         pytest.skip("no mpiexec")
     pytest.importorskip("matplotlib")
     for name in ("a.json", "b.json"):
-        proc = run_cli(["all", "-n", "2", "--sizes", "8-512:x8", "-b", "mpi,mpi-pickle", "--rounds", "1",
+        proc = run_cli(["all", "-n", "2", "--sizes", "8-512:x8", "-b", "mpi,mpi-pickle", "--rounds",
+                        "1",
                         "--max-time", "0.02", "--warmup", "1", "-q", "-o", name], tmp_path)
         assert proc.returncode == 0, proc.stderr
     proc = run_cli(["plot", "a.json", "b.json", "-o", "two.png"], tmp_path)
@@ -323,7 +342,8 @@ def test_plot_of_two_real_runs_of_every_collective(tmp_path):
     assert {title.split(" · ")[0] for title in drawn} == sized and len(drawn) == len(sized)
     assert any("barrier" in note for note in notes)
     styles = line_styles(figure)
-    assert set(styles) == {f"{b} · {f}" for b in ("mpi", "mpi-pickle") for f in ("a.json", "b.json")}
+    assert set(styles) == {f"{b} · {f}" for b in ("mpi", "mpi-pickle")
+                           for f in ("a.json", "b.json")}
     assert all(len(seen) == 1 for seen in styles.values())
     assert "its 95% confidence interval (order statistics of the samples)" in [
         t.get_text() for t in legends(figure)[0].get_texts()]
@@ -346,7 +366,8 @@ def test_runs_with_different_roots_are_tables_of_their_own_each_named_by_its_roo
         (tmp_path / folder).mkdir()
         bcast = {("bcast", "mpi", size): 3.0 + size / 2e3 for size in (8, 1024, 65536)}
         write(run_of(bcast, meta=metadata(settings={"root": root})), tmp_path / folder / "b.json")
-    titles = [t.title for t in run_tables(load_runs([tmp_path / "r1" / "b.json", tmp_path / "r0" / "b.json"]))]
+    titles = [t.title for t in run_tables(load_runs([tmp_path / "r1" / "b.json",
+                                                     tmp_path / "r0" / "b.json"]))]
     assert len(titles) == 2 and "root 1" in titles[0] and "root" not in titles[1]
 
 

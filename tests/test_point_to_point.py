@@ -1,5 +1,6 @@
-"""Point-to-point for real: pingpong, bw, bibw and sendrecv on mpi, mpi-pickle and gloo, self-launched
-and under a real mpiexec, with a pair that is not 0,1 and a rank outside it; files read back."""
+"""Point-to-point for real: pingpong, bw, bibw and sendrecv on mpi, mpi-pickle and gloo,
+self-launched and under a real mpiexec, with a pair that is not 0,1 and a rank outside it; files
+read back."""
 
 import json
 import os
@@ -29,7 +30,8 @@ def _backends():
 def _args(name, out):
     extra = ["--pair", "2,0"] if name in PAIRED else []
     extra += ["--window", "8"] if name in ("bw", "bibw") else []
-    return [name, "--backend", ",".join(_backends()), "--sizes", SIZES, *FAST, *extra, "-o", out, "-o", "p.csv"]
+    return [name, "--backend", ",".join(_backends()), "--sizes", SIZES, *FAST, *extra, "-o", out,
+            "-o", "p.csv"]
 
 
 def _check(doc, name, n):
@@ -56,7 +58,8 @@ def _check(doc, name, n):
 
 @pytest.mark.parametrize("name", ["pingpong", "bw", "bibw", "sendrecv"])
 def test_self_launched_on_three_ranks(name, run_dir):
-    proc = cli([*_args(name, "p.json"), "-n", "3", "--thread-level", "multiple"], run_dir, timeout=300)
+    proc = cli([*_args(name, "p.json"), "-n", "3", "--thread-level", "multiple"], run_dir,
+               timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = load_json(run_dir / "p.json")
     _check(doc, name, 3)
@@ -65,7 +68,8 @@ def test_self_launched_on_three_ranks(name, run_dir):
     frame = pd.read_csv(run_dir / "p.csv", keep_default_na=False)
     assert list(frame["pair"]) == [r["pair"] for r in doc["rows"]]
     again = load_result(run_dir / "p.csv")
-    assert [(r.pair, r.window) for r in again.rows] == [(r["pair"], r["window"]) for r in doc["rows"]]
+    assert [(r.pair, r.window) for r in again.rows] == [(r["pair"], r["window"])
+                                                        for r in doc["rows"]]
     title = f"{name} · float32 · 3 ranks"
     assert title in proc.stdout and "every result checked: ok" in proc.stdout
 
@@ -85,7 +89,8 @@ def test_the_time_is_per_message_half_a_round_trip_and_a_window_over_its_message
     what a round trip of bw with a window of 1 (a message and its acknowledgement) takes, give
     or take the machine."""
     for name, window in (("bw", "64"), ("bw", "1")):
-        proc = cli([name, "-n", "2", "--sizes", "64K", "--window", window, "--iters", "20", "--rounds", "1",
+        proc = cli([name, "-n", "2", "--sizes", "64K", "--window", window, "--iters", "20",
+                    "--rounds", "1",
                     "-o", f"{name}{window}.json", "-q"], run_dir, timeout=300)
         assert proc.returncode == 0, proc.stderr
     wide = load_json(run_dir / "bw64.json")["rows"][0]["time_us_p50"]
@@ -95,10 +100,12 @@ def test_the_time_is_per_message_half_a_round_trip_and_a_window_over_its_message
 
 def test_compare_matches_pingpong_rows_on_their_pair(run_dir):
     for out, pair in (("a.json", "0,1"), ("b.json", "0,1"), ("c.json", "1,0")):
-        proc = cli(["pingpong", "-n", "2", "--sizes", "8,1K", "--iters", "30", "--rounds", "3", "--pair", pair,
+        proc = cli(["pingpong", "-n", "2", "--sizes", "8,1K", "--iters", "30", "--rounds", "3",
+                    "--pair", pair,
                     "-o", out, "-q"], run_dir, timeout=300)
         assert proc.returncode == 0, proc.stderr
-    same = subprocess.run([sys.executable, "-m", "collbench", "compare", "a.json", "b.json", "-f", "json"],
+    same = subprocess.run([sys.executable, "-m", "collbench", "compare", "a.json", "b.json", "-f",
+                           "json"],
                           cwd=run_dir, capture_output=True, text=True, timeout=120)
     assert same.returncode in (0, 1, 3), same.stderr
     doc = json.loads(same.stdout)
@@ -110,11 +117,13 @@ def test_compare_matches_pingpong_rows_on_their_pair(run_dir):
 
 
 def test_per_rank_report_leaves_the_waiting_rank_out(run_dir):
-    proc = cli(["pingpong", "-n", "3", "--thread-level", "multiple", "--pair", "0,2", "--sizes", "8", *FAST, "-o", "p.json", "-q"], run_dir,
+    proc = cli(["pingpong", "-n", "3", "--thread-level", "multiple", "--pair", "0,2", "--sizes",
+                "8", *FAST, "-o", "p.json", "-q"], run_dir,
                timeout=300)
     assert proc.returncode == 0, proc.stderr
     report = subprocess.run([sys.executable, "-m", "collbench", "report", "--per-rank", "p.json"],
-                            cwd=run_dir, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+                            cwd=run_dir, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "COLUMNS": "200"})
     assert report.returncode == 0, report.stderr
     print(report.stdout)
     row = load_json(run_dir / "p.json")["rows"][0]

@@ -22,14 +22,16 @@ from conftest import cli
 
 pytestmark = pytest.mark.mpi
 
-SWEEP = ["allreduce", "-n", "2", "--sizes", "8-1K", "--rounds", "2", "--iters", "10", "--warmup", "1"]
+SWEEP = ["allreduce", "-n", "2", "--sizes", "8-1K", "--rounds", "2", "--iters", "10", "--warmup",
+         "1"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """a.json and a.csv, one real run of two ranks on mpi; b.json another, on mpi and mpi-pickle."""
     folder = tmp_path_factory.mktemp("runs")
-    for args in (["--backend", "mpi", "-o", "a.json", "-o", "a.csv"], ["--backend", "mpi,mpi-pickle", "-o", "b.json"]):
+    for args in (["--backend", "mpi", "-o", "a.json", "-o", "a.csv"],
+                 ["--backend", "mpi,mpi-pickle", "-o", "b.json"]):
         proc = cli(SWEEP + args, folder, timeout=180)
         assert proc.returncode == 0, proc.stderr
     return folder
@@ -51,12 +53,16 @@ def test_one_file_is_one_line_per_row_with_its_run_and_its_rounds(runs):
     for i, row in enumerate(run.rows):
         line = frame.iloc[i]
         for name in ROW_COLUMNS:
-            assert line[name] == getattr(row, name) or (COLUMN_TYPES[name] == "float" and math.isnan(line[name])), name
-        assert [line["time_us_p50_round_1"], line["time_us_p50_round_2"]] == list(row.time_us_round_p50s)
+            assert line[name] == getattr(row, name) or (COLUMN_TYPES[name] == "float"
+                                                        and math.isnan(line[name])), name
+        assert ([line["time_us_p50_round_1"], line["time_us_p50_round_2"]]
+                == list(row.time_us_round_p50s))
     kinds = {"int": "int64", "float": "float64", "bool": "bool"}
-    assert all(str(frame[name].dtype) == kinds[kind] for name, kind in COLUMN_TYPES.items() if kind in kinds)
+    assert all(str(frame[name].dtype) == kinds[kind] for name, kind in COLUMN_TYPES.items()
+               if kind in kinds)
     assert frame.attrs == {**csv_metadata(meta), "notes": run.notes}
-    assert frame.attrs["versions"] == meta["versions"] and "rank_hosts" not in frame.attrs      # grows with the ranks
+    # grows with the ranks
+    assert frame.attrs["versions"] == meta["versions"] and "rank_hosts" not in frame.attrs
 
 
 def test_json_and_csv_of_one_run_read_alike(runs):
@@ -64,21 +70,27 @@ def test_json_and_csv_of_one_run_read_alike(runs):
     json_rows, csv_rows = (both[both["file"] == str(runs / name)].reset_index(drop=True)
                            for name in ("a.json", "a.csv"))
     assert len(json_rows) == len(csv_rows) == 8
-    assert list(json_rows["run_id"]) == list(csv_rows["run_id"])          # the CSV carries the run's metadata
+    # the CSV carries the run's metadata
+    assert list(json_rows["run_id"]) == list(csv_rows["run_id"])
     floats = [name for name in json_rows if json_rows[name].dtype == "float64"]
-    pd.testing.assert_frame_equal(json_rows.drop(columns=["file", *floats]), csv_rows.drop(columns=["file", *floats]))
-    pd.testing.assert_frame_equal(json_rows[floats], csv_rows[floats], rtol=1e-5)   # 6 significant digits
+    pd.testing.assert_frame_equal(json_rows.drop(columns=["file", *floats]),
+                                  csv_rows.drop(columns=["file", *floats]))
+    # 6 significant digits
+    pd.testing.assert_frame_equal(json_rows[floats], csv_rows[floats], rtol=1e-5)
     assert set(both.attrs) == {str(runs / "a.json"), str(runs / "a.csv")}
-    assert both.attrs[str(runs / "a.csv")]["format"] == "csv" and both.attrs[str(runs / "a.json")]["rounds"]
+    assert (both.attrs[str(runs / "a.csv")]["format"] == "csv"
+            and both.attrs[str(runs / "a.json")]["rounds"])
 
 
 def test_several_runs_side_by_side(runs):
     """The example of docs/python-api.md: a pivot of size × backend, one column group per file."""
     frame = collbench.read_results([runs / "a.json", runs / "b.json"])
     assert list(frame["file"]) == [str(runs / "a.json")] * 8 + [str(runs / "b.json")] * 16
-    assert frame.groupby("file")["run_id"].nunique().tolist() == [1, 1] and frame["run_id"].nunique() == 2
+    assert (frame.groupby("file")["run_id"].nunique().tolist() == [1, 1]
+            and frame["run_id"].nunique() == 2)
     allreduce = frame[frame.collective == "allreduce"]
-    p50 = allreduce.pivot_table(index="size_bytes", columns=["file", "backend"], values="time_us_p50")
+    p50 = allreduce.pivot_table(index="size_bytes", columns=["file", "backend"],
+                                values="time_us_p50")
     assert p50.shape == (8, 3) and list(p50.index) == [8 << i for i in range(8)]
     ratio = p50[str(runs / "b.json")]["mpi"] / p50[str(runs / "a.json")]["mpi"]
     assert (ratio > 0).all()
@@ -94,7 +106,8 @@ def test_a_bad_path_raises_the_loaders_one_line(runs, tmp_path):
         with pytest.raises(UsageError) as info:
             collbench.read_results(paths)
         assert message in str(info.value) and "\n" not in str(info.value)
-        assert info.traceback[-1].path.name == "dataframe.py"              # not a traceback from deep inside
+        # not a traceback from deep inside
+        assert info.traceback[-1].path.name == "dataframe.py"
         assert info.value.__context__ is None or info.value.__suppress_context__
     with pytest.raises(TypeError, match="a path .* or a list of paths"):
         collbench.read_results(5)
@@ -151,7 +164,8 @@ def test_a_cell_that_is_not_its_columns_type_is_refused(runs, tmp_path, name, te
 
 def test_empty_cells_are_missing(runs, tmp_path):
     path = _with_cells(runs / "a.csv", tmp_path / "empty.csv",
-                       {"time_us_rank_avg": "", "time_us_ci_low": "", "pair": "", "rounds_disagree": ""})
+                       {"time_us_rank_avg": "", "time_us_ci_low": "", "pair": "",
+                        "rounds_disagree": ""})
     row = load_result(path).rows[0]
     assert math.isnan(row.time_us_rank_avg) and math.isnan(row.time_us_ci_low)
     assert row.pair == "" and row.rounds_disagree is False

@@ -47,7 +47,8 @@ def _recipe_commands(recipe: str) -> list:
 
 def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
     """The recipe's own commands, run here in order with fewer sizes and rounds (the recipe's
-    take minutes): the baseline exists before the gate reads it, the gate exits 0, 1 or 3, never 2."""
+    take minutes): the baseline exists before the gate reads it, the gate exits 0, 1 or 3, never
+    2."""
     import os
     import subprocess
     import sys
@@ -70,7 +71,8 @@ def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
         proc = subprocess.run(["bash", "-c", "set -o pipefail; " + shrunk], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         codes.append(proc.returncode)
-        assert proc.returncode in ((0, 1, 3) if "compare" in command else (0,)), (shrunk, proc.stderr)
+        assert proc.returncode in ((0, 1, 3) if "compare" in command
+                                   else (0,)), (shrunk, proc.stderr)
     assert (tmp_path / "results" / "baseline.json").exists()
     assert (tmp_path / "summary.md").read_text().startswith("## collbench compare:")
 

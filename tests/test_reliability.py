@@ -37,7 +37,8 @@ BAD_INPUTS = [
     (["allreduce", "--iters", "0"], "'--iters': 0 is not in the range 1<=x<=1000000"),
     (["allreduce", "--iters", "1000000000000"], "'--iters': 1000000000000 is not in the range"),
     (["allreduce", "--warmup", "-1"], "--warmup"),
-    (["allreduce", "--warmup", "99999999999999999999"], "'--warmup': 99999999999999999999 is not in the range"),
+    (["allreduce", "--warmup", "99999999999999999999"],
+     "'--warmup': 99999999999999999999 is not in the range"),
     (["allreduce", "--precision", "0"], "--precision"),
     (["allreduce", "--max-time", "-1"], "--max-time"),
     (["allreduce", "--timeout", "-1"], "--timeout"),
@@ -51,7 +52,8 @@ BAD_INPUTS = [
     (["allreduce", "-o", "adir.json"], "is a directory"),
     (["allreduce", "-o", "x.json", "--no-save"], "contradict"),
     (["allreduce", "--iters", "5", "--min-iters", "10"], "--min-iters is larger than --iters"),
-    (["allreduce", "--sizes", "64G", "-n", "2"], "GiB available there; skipped, as it would run out of memory"),
+    (["allreduce", "--sizes", "64G", "-n", "2"],
+     "GiB available there; skipped, as it would run out of memory"),
     (["allreduce", "--results-dir", "afile"], "is not a folder"),
     (["allreduce", "--results-dir", "missing/deeper"], "does not exist"),
     (["allreduce", "--precision", "2"], "--precision"),
@@ -129,7 +131,8 @@ def _rank_pid(rank: int, marker: str) -> int:
 
 def _start(args, cwd, env):
     full = {**os.environ, **env}
-    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE", "COLLBENCH_LAUNCHED"):
+    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "RANK", "WORLD_SIZE",
+                 "COLLBENCH_LAUNCHED"):
         full.pop(name, None)
     return subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -140,7 +143,8 @@ def _slow_sweep(backend: str, name: str, run_dir: Path, plugin_env: dict) -> sub
     returned once two sizes are in its file."""
     if backend == "gloo":
         pytest.importorskip("torch")
-    proc = _start(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "8-1M", *FAST, "-o", name],
+    proc = _start(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "8-1M",
+                   *FAST, "-o", name],
                   run_dir, {**plugin_env, "FAULTY_PAUSE": "0.3"})
     _wait_rows(run_dir / name, 2)
     return proc
@@ -166,16 +170,21 @@ def test_killed_rank_ends_the_job_promptly(backend, run_dir, plugin_env):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("how,says,code", [
-    ("_exit-0", r"exited with code 0 without collbench choosing it \(a library or a plugin ended the process", 137),
-    ("exit-2", r"failed at allreduce on faulty-mpi at 64: a backend ended the process \(sys.exit\(2\)\)", 1),
-    ("exit-0", r"failed at allreduce on faulty-mpi at 64: a backend ended the process \(sys.exit\(0\)\)", 1),
+    ("_exit-0", r"exited with code 0 without collbench choosing it \(a library or a plugin ended "
+                r"the process", 137),
+    ("exit-2",
+     r"failed at allreduce on faulty-mpi at 64: a backend ended the process \(sys.exit\(2\)\)", 1),
+    ("exit-0",
+     r"failed at allreduce on faulty-mpi at 64: a backend ended the process \(sys.exit\(0\)\)", 1),
 ])
 def test_a_rank_a_plugin_ends_is_named_at_once(how, says, code, run_dir, plugin_env):
     """os._exit(0) was taken for a clean end (and rank 0, left alone in its collective, named with
     code 138); sys.exit in bind kept the job waiting for --timeout."""
     start = time.monotonic()
-    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-shuffle", "--timeout", "60",
-                "-o", "x.json"], run_dir, env={**plugin_env, "FAULTY_EXIT": f"1:64:{how}"}, timeout=120)
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST,
+                "--no-shuffle", "--timeout", "60",
+                "-o", "x.json"], run_dir, env={**plugin_env, "FAULTY_EXIT": f"1:64:{how}"},
+               timeout=120)
     assert time.monotonic() - start < 30
     assert proc.returncode == code, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
@@ -185,16 +194,20 @@ def test_a_rank_a_plugin_ends_is_named_at_once(how, says, code, run_dir, plugin_
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [1, 2])
-def test_a_library_error_of_several_lines_is_named_by_its_first_and_where_it_happened(n, run_dir, plugin_env):
+def test_a_library_error_of_several_lines_is_named_by_its_first_and_where_it_happened(
+        n, run_dir, plugin_env):
     """On a GPU, torch's CUDA error came out as "rank 0 failed at start-up: AcceleratorError:
     Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.": its last line of
     advice, and start-up for a one-rank run (no guardian keeps its position) in mid-sweep."""
-    proc = cli(["allreduce", "-n", str(n), "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-shuffle",
-                "-o", "x.json"], run_dir, env={**plugin_env, "FAULTY_EXIT": f"{n - 1}:64:raise-0"}, timeout=120)
+    proc = cli(["allreduce", "-n", str(n), "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST,
+                "--no-shuffle",
+                "-o", "x.json"], run_dir, env={**plugin_env, "FAULTY_EXIT": f"{n - 1}:64:raise-0"},
+               timeout=120)
     assert proc.returncode == 1, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert said and said[0] == (f"collbench: rank {n - 1} failed at allreduce on faulty-mpi at 64: RuntimeError: "
-                                "CUDA error: operation not permitted when stream is capturing"), proc.stderr
+    assert said and said[0] == (f"collbench: rank {n - 1} failed at allreduce on faulty-mpi at 64: "
+                                "RuntimeError: CUDA error: operation not permitted when stream is "
+                                "capturing"), proc.stderr
     assert "TORCH_USE_CUDA_DSA" not in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(r.size_bytes for r in load_result(run_dir / "x.json").rows) == [8, 16, 32]
 
@@ -202,12 +215,13 @@ def test_a_library_error_of_several_lines_is_named_by_its_first_and_where_it_hap
 def test_a_library_error_that_says_its_cause_last_keeps_it(run_dir, plugin_env):
     """torch's NCCL errors open with where and close with why ("Cuda failure 'out of memory'"):
     the line keeps both."""
-    proc = cli(["allreduce", "-n", "1", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-save"], run_dir,
+    proc = cli(["allreduce", "-n", "1", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST,
+                "--no-save"], run_dir,
                env={**plugin_env, "FAULTY_EXIT": "0:64:raise-1"}, timeout=120)
     assert proc.returncode == 1, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert said and said[0].startswith("collbench: rank 0 failed at allreduce on faulty-mpi at 64: RuntimeError: NCCL "
-                                       "error in: ") and said[0].endswith(" … Cuda failure 'out of memory'"), said
+    assert said and said[0].startswith("collbench: rank 0 failed at allreduce on faulty-mpi at 64: "
+                                       "RuntimeError: NCCL error in: ") and said[0].endswith(" … Cuda failure 'out of memory'"), said
 
 
 @pytest.mark.mpi
@@ -219,11 +233,13 @@ def test_a_library_error_that_says_its_cause_last_keeps_it(run_dir, plugin_env):
 def test_the_line_about_an_early_end_says_what_the_files_keep(at, saving, says, run_dir, plugin_env):
     """It said "keeps every size finished before" of a file with none, and "result files keep…"
     under --no-save."""
-    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST, "--no-shuffle", *saving],
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST,
+                "--no-shuffle", *saving],
                run_dir, env={**plugin_env, "FAULTY_EXIT": f"1:{at}:_exit-3"}, timeout=120)
     assert proc.returncode == 137, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert len(said) == 1 and said[0].startswith("collbench: rank 1 ") and said[0].endswith(says), proc.stderr
+    assert (len(said) == 1 and said[0].startswith("collbench: rank 1 ")
+            and said[0].endswith(says)), proc.stderr
 
 
 @pytest.mark.mpi
@@ -236,7 +252,8 @@ def test_what_a_rank_starts_hears_signals_and_ends_with_it(how, run_dir, plugin_
 
     folder = run_dir / "helpers"
     folder.mkdir()
-    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-64", *FAST, "--no-save"], run_dir,
+    proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-64", *FAST,
+                "--no-save"], run_dir,
                env={**plugin_env, "FAULTY_CHILD": f"{folder}:{how}"}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     helpers = [path.read_text().split() for path in folder.iterdir()]
@@ -261,7 +278,8 @@ def test_sigterm_to_one_rank_names_that_rank(backend, run_dir, plugin_env):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     said = [line for line in err.splitlines() if line.startswith("collbench:")]
-    assert len(said) == 1 and re.search(r"^collbench: rank 1 \(pid \d+ on .*\) ended by SIGTERM with code 143 ", said[0]), err
+    assert len(said) == 1 and re.search(r"^collbench: rank 1 \(pid \d+ on .*\) ended by SIGTERM "
+                                        r"with code 143 ", said[0]), err
 
 
 @pytest.mark.mpi
@@ -281,7 +299,8 @@ def test_sigterm_to_rank_0_alone_ends_the_job_at_once(backend, run_dir, plugin_e
     assert proc.returncode == 143, err
     assert time.monotonic() - start < 30, err
     said = [line for line in err.splitlines() if line.startswith("collbench:")]
-    assert len(said) == 1 and said[0].startswith("collbench: interrupted by SIGTERM; term0.json keeps"), err
+    assert len(said) == 1 and said[0].startswith("collbench: interrupted by SIGTERM; term0.json "
+                                                 "keeps"), err
     assert 1 <= len(load_result(run_dir / "term0.json").rows) < 18
 
 
@@ -291,8 +310,10 @@ def test_hung_rank_is_aborted_by_timeout(backend, run_dir, plugin_env):
     if backend == "gloo":
         pytest.importorskip("torch")
     start = time.monotonic()
-    proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "8-4K", *FAST, "--no-shuffle",
-                "--timeout", "3", "-o", "h.json"], run_dir, env={**plugin_env, "FAULTY_HANG": "1:allreduce:1024"},
+    proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "8-4K", *FAST,
+                "--no-shuffle",
+                "--timeout", "3", "-o", "h.json"], run_dir,
+               env={**plugin_env, "FAULTY_HANG": "1:allreduce:1024"},
                timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode == 124, proc.stderr
@@ -318,7 +339,8 @@ def test_signal_on_launching_process(signum, code, backend, run_dir, plugin_env)
     deadline = time.time() + 5            # a rank may take its one-second grace to leave
     while subprocess.run(["pgrep", "-f", name], capture_output=True).returncode == 0 and time.time() < deadline:
         time.sleep(0.1)
-    assert subprocess.run(["pgrep", "-f", name], capture_output=True).returncode == 1, "ranks left behind"
+    assert (subprocess.run(["pgrep", "-f", name], capture_output=True).returncode
+            == 1), "ranks left behind"
 
 
 def _default_signals() -> None:
@@ -331,7 +353,8 @@ def _default_signals() -> None:
 def _catches(pid: int, signum: int) -> bool:
     """Whether process ``pid`` has a handler of its own for ``signum`` (SigCgt in /proc)."""
     try:
-        line = next(row for row in Path(f"/proc/{pid}/status").read_text().splitlines() if row.startswith("SigCgt:"))
+        line = next(row for row in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if row.startswith("SigCgt:"))
     except (OSError, StopIteration):
         return False
     return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
@@ -339,9 +362,10 @@ def _catches(pid: int, signum: int) -> bool:
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("signum,delay,group", [
-    (signal.SIGINT, 0.0, True), (signal.SIGINT, 0.1, True), (signal.SIGINT, 0.3, True), (signal.SIGINT, 0.6, True),
-    (signal.SIGINT, 1.0, True), (signal.SIGINT, 0.3, False), (signal.SIGINT, 0.8, False), (signal.SIGTERM, 0.3, True),
-    (signal.SIGTERM, 0.3, False), (signal.SIGHUP, 0.5, True),
+    (signal.SIGINT, 0.0, True), (signal.SIGINT, 0.1, True), (signal.SIGINT, 0.3, True),
+    (signal.SIGINT, 0.6, True),
+    (signal.SIGINT, 1.0, True), (signal.SIGINT, 0.3, False), (signal.SIGINT, 0.8, False),
+    (signal.SIGTERM, 0.3, True), (signal.SIGTERM, 0.3, False), (signal.SIGHUP, 0.5, True),
 ])
 def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_dir):
     """While Python imports collbench, MPI or torch, or the ranks start: KeyboardInterrupt
@@ -349,12 +373,16 @@ def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_d
     were what a Ctrl-C or a SIGTERM got. From the moment collbench's code runs (it takes SIGTERM:
     the kernel's record of caught signals says so), whenever it comes: one line, the signal's code.
     (Before that moment the interpreter itself is starting, which no Python code can speak for.)"""
-    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK",
+                                                            "WORLD_SIZE")}
     # four rounds: two once ended in 1.3 s on a quiet machine, and a signal 1.0 s after collbench
     # took SIGTERM found it past its "wrote" line (exit 130, and that line only)
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8-64K",
-                             "--rounds", "4", "-o", "s.json"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_signals)
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                             "8-64K",
+                             "--rounds", "4", "-o", "s.json"], cwd=run_dir, env=env,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_signals)
     deadline = time.monotonic() + 20
     while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -366,7 +394,8 @@ def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_d
     out, err = proc.communicate(timeout=60)
     lines = [line for line in err.splitlines() if line.strip()]
     assert proc.returncode == 128 + signum, err
-    assert len(lines) == 1 and lines[0].startswith(f"collbench: interrupted by {signal.Signals(signum).name}"), err
+    assert len(lines) == 1 and lines[0].startswith("collbench: interrupted by "
+                                                   f"{signal.Signals(signum).name}"), err
 
 
 def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
@@ -393,7 +422,8 @@ def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
 def test_a_frames_line_that_lost_its_indent_between_two_tracebacks_is_left_out(tmp_path):
     """The launcher passed one rank's source line on without its indent, after the other's
     exception line had closed a traceback: "import enum" reached the terminal beside
-    "collbench: interrupted by SIGINT" (CI, once, test_a_signal_while_collbench_starts_is_one_line)."""
+    "collbench: interrupted by SIGINT" (CI, once,
+    test_a_signal_while_collbench_starts_is_one_line)."""
     quiet, loud = _relayed(tmp_path, """
         import sys
         for line in ("Traceback (most recent call last):", "Traceback (most recent call last):",
@@ -441,7 +471,8 @@ def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left
     """A Ctrl-C reaches the starting ranks and collbench at once: a rank's "Fatal Python error:
     init_import_site" came through mpiexec before collbench's main thread had run its handler,
     and reached the terminal above "collbench: interrupted by SIGINT" (seen once in CI). Such a
-    block is held back a moment and judged once the handler has run; without a signal, it goes on."""
+    block is held back a moment and judged once the handler has run; without a signal, it goes
+    on."""
     quiet, loud = _relayed(tmp_path, """
         import sys, time
         sys.stderr.write("Fatal Python error: init_import_site: Failed to import the site module\\n"
@@ -486,8 +517,10 @@ def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path)
             print("raised again:", exc.signum)
     """))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-                          preexec_fn=_default_signals)     # a job started in the background ignores SIGINT
+                          env={**os.environ,
+                               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                          # a job started in the background ignores SIGINT
+                          preexec_fn=_default_signals)
     assert proc.stdout.strip() == f"raised again: {int(signal.SIGINT)}", proc.stdout + proc.stderr
     assert "Interrupted" not in proc.stderr and "ZeroDivisionError" in proc.stderr, proc.stderr
 
@@ -496,8 +529,10 @@ def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path)
 def test_sigint_reaches_ranks_blocked_in_mpi(run_dir, plugin_env):
     # Rank 1 hangs before 1K; rank 0 then waits inside an MPI call, where no Python signal
     # handler could run. Ctrl-C must still end the job at once.
-    proc = _start(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-4K", *FAST, "--no-shuffle",
-                   "--timeout", "100", "-o", "b.json"], run_dir, {**plugin_env, "FAULTY_HANG": "1:allreduce:1024"})
+    proc = _start(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-4K", *FAST,
+                   "--no-shuffle",
+                   "--timeout", "100", "-o", "b.json"], run_dir,
+                  {**plugin_env, "FAULTY_HANG": "1:allreduce:1024"})
     _wait_rows(run_dir / "b.json", 7)
     time.sleep(1.0)
     sent = time.monotonic()
@@ -505,15 +540,18 @@ def test_sigint_reaches_ranks_blocked_in_mpi(run_dir, plugin_env):
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - sent < 10
     assert proc.returncode == 130, err
-    assert [r.size_bytes for r in load_result(run_dir / "b.json").rows] == [8, 16, 32, 64, 128, 256, 512]
+    assert ([r.size_bytes for r in load_result(run_dir / "b.json").rows]
+            == [8, 16, 32, 64, 128, 256, 512])
 
 
 @pytest.mark.mpi
 def test_sigint_under_mpiexec(run_dir, plugin_env):
     from collbench.launch.self_launch.mpiexec import find_mpiexec
     env = {**os.environ, **plugin_env, "FAULTY_PAUSE": "0.3"}
-    proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench", "allreduce",
-                             "--backend", "faulty-mpi", "--sizes", "8-1M", *FAST, "-o", "m.json"], cwd=run_dir, env=env,
+    proc = subprocess.Popen([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench",
+                             "allreduce",
+                             "--backend", "faulty-mpi", "--sizes", "8-1M", *FAST, "-o", "m.json"],
+                            cwd=run_dir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_rows(run_dir / "m.json", 2)
     proc.send_signal(signal.SIGINT)
@@ -531,20 +569,24 @@ def test_memory_guard_skips_what_does_not_fit(run_dir):
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "m.json")
     assert [(r.backend, r.size_bytes) for r in result.rows] == [("mpi", 1024), ("mpi-pickle", 1024)]
-    assert any(n.startswith("allreduce on mpi at 16G: needs about") and "(2 ranks), more than the" in n
-               and n.endswith("skipped, as it would run out of memory") for n in result.notes), result.notes
+    assert any(n.startswith("allreduce on mpi at 16G: needs about")
+               and "(2 ranks), more than the" in n
+               and n.endswith("skipped, as it would run out of memory")
+               for n in result.notes), result.notes
     assert "16G" in proc.stderr and "skipped" in proc.stderr
 
 
 @pytest.mark.mpi
 def test_pickle_message_limit_skips_with_note(run_dir, plugin_env):
-    proc = cli(["allgather", "-n", "2", "--backend", "mpi,small-pickle", "--sizes", "1K-16K", *FAST, "-o", "p.json"],
+    proc = cli(["allgather", "-n", "2", "--backend", "mpi,small-pickle", "--sizes", "1K-16K", *FAST,
+                "-o", "p.json"],
                run_dir, env=plugin_env)
     assert proc.returncode == 0, proc.stderr
     result = load_result(run_dir / "p.json")
     pickled = [r.size_bytes for r in result.rows if r.backend == "small-pickle"]
     assert pickled == [1024, 2048, 4096]
-    assert [r.size_bytes for r in result.rows if r.backend == "mpi"] == [1024, 2048, 4096, 8192, 16384]
+    assert ([r.size_bytes for r in result.rows if r.backend == "mpi"]
+            == [1024, 2048, 4096, 8192, 16384])
     assert any("8K: a message beyond small-pickle's 4K limit; skipped" in n for n in result.notes)
 
 
@@ -554,10 +596,12 @@ def test_check_catches_corruption(backend, run_dir, plugin_env):
     """Rank 1 sends three wrong elements through the real library; both ranks' sums are wrong there."""
     if backend == "gloo":
         pytest.importorskip("torch")
-    proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "1K,4K", *FAST, "-o", "c.json"],
+    proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "1K,4K", *FAST,
+                "-o", "c.json"],
                run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})
     assert proc.returncode == 1
-    assert f"CHECK FAILED: allreduce on faulty-{backend}" in proc.stderr and "6 wrong elements" in proc.stderr
+    assert (f"CHECK FAILED: allreduce on faulty-{backend}" in proc.stderr
+            and "6 wrong elements" in proc.stderr)
     rows = load_result(run_dir / "c.json").rows
     assert [r.check for r in rows] == ["wrong:6", "wrong:6"]
     assert "FAILED the result check" in proc.stdout

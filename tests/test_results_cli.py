@@ -32,10 +32,11 @@ def test_help(name, tmp_path):
 
 
 def test_compare_help_imports_nothing_heavy(tmp_path):
-    code = ("import sys; from collbench.cli.app import main\n"
-            "try:\n    main(['compare', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print('IMPORTED', [m for m in ('torch', 'mpi4py', 'matplotlib', 'pandas', 'rich') if m in sys.modules])")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    code = ("import sys; from collbench.cli.app import main\ntry:\n    main(['compare', "
+            "'--help'])\nexcept SystemExit:\n    pass\nprint('IMPORTED', [m for m in ('torch', "
+            "'mpi4py', 'matplotlib', 'pandas', 'rich') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path)
     assert "IMPORTED []" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -68,10 +69,14 @@ def test_csv_files_compare_on_their_round_medians(files, tmp_path):
     proc = run_cli(["compare", files["base_csv"], files["slow_csv"], "--format", "json"], tmp_path)
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
-    by_json = json.loads(run_cli(["compare", files["base"], files["slow"], "--format", "json"], tmp_path).stdout)
-    assert [r["rounds_baseline"] for r in doc["rows"]] == [r["rounds_baseline"] for r in by_json["rows"]]
-    assert all(r["rounds_baseline"] >= 4 for r in doc["rows"]) and doc["summary"]["slower"] == len(SERIES)
-    assert proc.stderr == ""                        # the CSVs carry the run metadata: nothing to warn about
+    by_json = json.loads(run_cli(["compare", files["base"], files["slow"], "--format", "json"],
+                                 tmp_path).stdout)
+    assert [r["rounds_baseline"] for r in doc["rows"]] == [r["rounds_baseline"]
+                                                           for r in by_json["rows"]]
+    assert (all(r["rounds_baseline"] >= 4 for r in doc["rows"])
+            and doc["summary"]["slower"] == len(SERIES))
+    # the CSVs carry the run metadata: nothing to warn about
+    assert proc.stderr == ""
     mixed = run_cli(["compare", files["base"], files["base_csv"]], tmp_path)
     assert mixed.returncode == 0 and mixed.stderr == ""
     old = tmp_path / "old.csv"                       # written before CSVs had the metadata column
@@ -93,7 +98,8 @@ def test_markdown_is_a_job_summary(files, tmp_path):
 
 
 def test_json_output_and_metadata_warning(files, tmp_path):
-    other = write(run_of(SERIES, seed=5, meta=metadata(hostnames=["ci-runner-9"])), tmp_path / "other.json")
+    other = write(run_of(SERIES, seed=5, meta=metadata(hostnames=["ci-runner-9"])),
+                  tmp_path / "other.json")
     proc = run_cli(["compare", files["base"], other, "-f", "json", "--threshold", "0.5"], tmp_path)
     assert proc.returncode == 0
     doc = json.loads(proc.stdout)
@@ -104,8 +110,10 @@ def test_json_output_and_metadata_warning(files, tmp_path):
 
 def test_threshold_changes_the_verdict(files, tmp_path):
     # beyond what it can tell: not a regression; undecided where too few rows are the same
-    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "250%"], tmp_path).returncode in (0, 3)
-    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "10%"], tmp_path).returncode == 1
+    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "250%"],
+                   tmp_path).returncode in (0, 3)
+    assert run_cli(["compare", files["base"], files["slow"], "--threshold", "10%"],
+                   tmp_path).returncode == 1
 
 
 @pytest.mark.parametrize("content", ["garbage, not a result\n", ""])
@@ -131,19 +139,24 @@ def test_incomparable_and_bad_options_exit_2(files, tmp_path):
 
 
 def test_report_merges_files_and_fits(tmp_path):
-    mpi = write(run_of(sweep(backends=("mpi",), alpha_us=3.0, beta_gbps=2.0)), tmp_path / "mpi.json")
-    pickle = run_of({("allreduce", "mpi-pickle", s): 30.0 + s / 1e3 for s in (8, 64, 1024, 8192, 65536)})
+    mpi = write(run_of(sweep(backends=("mpi",), alpha_us=3.0, beta_gbps=2.0)),
+                tmp_path / "mpi.json")
+    pickle = run_of({("allreduce", "mpi-pickle", s): 30.0 + s / 1e3
+                     for s in (8, 64, 1024, 8192, 65536)})
     pickle_csv = write(pickle, tmp_path / "pickle.csv")
     proc = run_cli(["report", mpi, pickle_csv, "--format", "markdown"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert text.startswith("# collbench report")
-    assert "| size | mpi p50 µs | mpi CI | mpi busbw GB/s |" in text and "| mpi-pickle p50 µs |" in text  # merged
+    # merged
+    assert ("| size | mpi p50 µs | mpi CI | mpi busbw GB/s |" in text
+            and "| mpi-pickle p50 µs |" in text)
     fit_lines = {line.split(" | ")[1]: line for line in text.splitlines()
                  if line.startswith("| allreduce | mpi") and "float32 sum, 2 ranks" in line}
     assert set(fit_lines) == {"mpi", "mpi-pickle"}
     alpha_us = {name: float(line.split(" | ")[3]) for name, line in fit_lines.items()}
-    assert alpha_us["mpi"] == pytest.approx(3.0, rel=0.05) and alpha_us["mpi-pickle"] == pytest.approx(30.0, rel=0.05)
+    assert (alpha_us["mpi"] == pytest.approx(3.0, rel=0.05)
+            and alpha_us["mpi-pickle"] == pytest.approx(30.0, rel=0.05))
     terminal = run_cli(["report", mpi], tmp_path)
     assert terminal.returncode == 0 and "latency–bandwidth fit" in terminal.stdout
 
@@ -157,7 +170,8 @@ def test_report_says_which_rows_are_too_noisy_to_gate(tmp_path):
         proc = run_cli(["report", path, "--format", "markdown", "--threshold", "10%"], tmp_path)
         assert proc.returncode == 0, proc.stderr
         # a table whose every row would say "needs 2+ rounds" says nothing: it is left out
-        assert ("## what a comparison against this baseline can detect" in proc.stdout) == (name != "one")
+        assert ("## what a comparison against this baseline can detect"
+                in proc.stdout) == (name != "one")
         verdicts[name] = {line.rsplit(" | ", 1)[1].rstrip(" |") for line in proc.stdout.splitlines()
                           if line.startswith("| allreduce | ") and " | latency | " in line}
     assert verdicts == {"quiet": {"ok"}, "noisy": {"too noisy"}, "one": set()}
@@ -177,8 +191,10 @@ def test_plot_command_writes_png(files, tmp_path):
 def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")
-    sweep_args = ["allreduce", "-n", "2", "--sizes", "8-4K", "--backend", "mpi", "--max-time", "0.2"]
-    first = run_cli(sweep_args + ["-o", "base.json", "-o", "base.csv", "-o", "base.md", "-f", "markdown"], tmp_path)
+    sweep_args = ["allreduce", "-n", "2", "--sizes", "8-4K", "--backend", "mpi", "--max-time",
+                  "0.2"]
+    first = run_cli(sweep_args + ["-o", "base.json", "-o", "base.csv", "-o", "base.md", "-f",
+                                  "markdown"], tmp_path)
     assert first.returncode == 0, first.stderr
     assert "| size | count | rounds | iters | p50 µs | 95% CI µs | run cv |" in first.stdout
     assert "## allreduce · float32 sum · 2 ranks · latency" in (tmp_path / "base.md").read_text()
@@ -189,20 +205,22 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
     assert gate.returncode in (0, 1, 3), gate.stderr       # a noisy machine may really differ
     assert gate.stdout.startswith("## collbench compare: ")
     assert ("REGRESSION" in gate.stdout.splitlines()[0]) == (gate.returncode == 1)
-    loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"], tmp_path)
+    loose = run_cli(["compare", "base.json", "new.json", "--threshold", "1000%", "-f", "json"],
+                    tmp_path)
     # 0, or 3 where a loaded machine spread the rounds beyond what even 1000% can gate (8 B at 9 ms)
     assert loose.returncode in (0, 3) and "Traceback" not in loose.stderr, loose.stderr
     doc = json.loads(loose.stdout)
     assert doc["status"] == loose.returncode
     # every round counts, busy or not, less those far above their row's fastest (interference)
-    assert len(doc["rows"]) == 10 and all(1 <= r["rounds_baseline"] <= 5 and 1 <= r["rounds_new"] <= 5
-                                          for r in doc["rows"])
+    assert len(doc["rows"]) == 10 and all(1 <= r["rounds_baseline"] <= 5
+                                          and 1 <= r["rounds_new"] <= 5 for r in doc["rows"])
     assert [w for w in doc["warnings"] if "busy" not in w and "interference" not in w] == []
     csv_gate = run_cli(["compare", "base.csv", "new.json", "--threshold", "1000%"], tmp_path)
     assert csv_gate.returncode in (0, 3) and "Traceback" not in csv_gate.stderr
 
     report = run_cli(["report", "base.json", "--format", "markdown"], tmp_path)
-    assert report.returncode == 0 and "| allreduce | mpi | float32 sum, 2 ranks, latency |" in report.stdout
+    assert (report.returncode == 0
+            and "| allreduce | mpi | float32 sum, 2 ranks, latency |" in report.stdout)
 
     pytest.importorskip("matplotlib")
     plot = tmp_path / "sweep.png"
@@ -214,19 +232,22 @@ def test_end_to_end_sweeps_compare_report_plot(tmp_path):
 def _run_with_id(seed, run_id, **kw):
     run = run_of(SERIES, seed=seed, **kw)
     run.metadata["run_id"] = run_id
-    run.metadata["rounds"] = [{"round": d.round, "run_id": run_id, "load": {"busy": False}} for d in run.rounds[0]]
+    run.metadata["rounds"] = [{"round": d.round, "run_id": run_id, "load": {"busy": False}}
+                              for d in run.rounds[0]]
     return run
 
 
 def test_a_label_with_an_escape_is_shown_not_obeyed(files, tmp_path):
-    proc = run_cli(["report", files["base"], files["slow"], "--label", "a\x1b[31mred", "--label", "b"], tmp_path)
+    proc = run_cli(["report", files["base"], files["slow"], "--label", "a\x1b[31mred", "--label",
+                    "b"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout + proc.stderr and "a\\x1b[31mred" in proc.stdout
 
 
 def test_merge_puts_runs_side_by_side(tmp_path):
     first = write(_run_with_id(1, "aaa", rounds=3), tmp_path / "a.json")
-    second = write(_run_with_id(2, "bbb", rounds=4, meta=metadata(hostnames=["node9"])), tmp_path / "b.json")
+    second = write(_run_with_id(2, "bbb", rounds=4, meta=metadata(hostnames=["node9"])),
+                   tmp_path / "b.json")
     proc = run_cli(["merge", first, second, "-o", "m.json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "merged 2 runs, 7 rounds" in proc.stderr and "hostnames differs" in proc.stderr
@@ -248,7 +269,8 @@ def test_merge_refuses_a_file_holding_a_row_twice_and_says_when_files_share_no_r
     dup = write(doubled, tmp_path / "dup.json")
     other = write(_run_with_id(2, "bbb", rounds=3), tmp_path / "b.json")
     proc = run_cli(["merge", dup, other, "-o", "m.json"], tmp_path)
-    assert proc.returncode == 2 and "dup.json: two rows for allreduce mpi" in one_line_error(proc), proc.stderr
+    assert (proc.returncode == 2
+            and "dup.json: two rows for allreduce mpi" in one_line_error(proc)), proc.stderr
     assert not (tmp_path / "m.json").exists()
     apart = write(run_of(sweep(backends=("gloo",)), seed=3, rounds=3), tmp_path / "gloo.json")
     proc = run_cli(["merge", other, apart, "-o", "u.json"], tmp_path)
@@ -267,8 +289,10 @@ def test_merge_takes_version_1_files_and_refuses_what_it_cannot_merge(files, tmp
     assert [r["run_id"] for r in doc["metadata"]["rounds"]] == [v1.name, copy.name]
     for args, message in ((["merge", files["base"], "-o", "x.json"], "two or more"),
                           (["merge", v1, v1, "-o", "x.json"], "the same run"),
-                          (["merge", files["base"], files["base_csv"], "-o", "x.json"], "a CSV has no rounds"),
-                          (["merge", files["base"], files["same"], "-o", "x.csv"], "does not end in .json")):
+                          (["merge", files["base"], files["base_csv"], "-o", "x.json"],
+                           "a CSV has no rounds"),
+                          (["merge", files["base"], files["same"], "-o", "x.csv"],
+                           "does not end in .json")):
         bad = run_cli(args, tmp_path)
         assert bad.returncode == 2 and message in one_line_error(bad), bad.stderr
 
@@ -290,25 +314,31 @@ def test_report_shows_runs_of_one_setup_side_by_side(files, tmp_path):
                   "allreduce · float32 sum · 2 ranks · latency · mpi-pickle · thread single"):
         rows = _table(text, title)
         assert len(rows) == 5
-        assert all(2.7 < float(row[-1].rstrip("×")) < 3.3 for row in rows)     # slow against base: about 3×
-    assert "| allreduce | mpi | base.json | float32 sum, 2 ranks, latency |" in text      # a fit per run
+        # slow against base: about 3×
+        assert all(2.7 < float(row[-1].rstrip("×")) < 3.3 for row in rows)
+    # a fit per run
+    assert "| allreduce | mpi | base.json | float32 sum, 2 ranks, latency |" in text
     assert "| allreduce | mpi | slow.json | float32 sum, 2 ranks, latency |" in text
     terminal = run_cli(["report", files["base"], files["slow"]], tmp_path)
-    assert terminal.returncode == 0 and terminal.stdout.count("base.json") >= 4 and "slow.json" in terminal.stdout
+    assert (terminal.returncode == 0 and terminal.stdout.count("base.json") >= 4
+            and "slow.json" in terminal.stdout)
 
 
 def test_report_labels_runs_and_refuses_a_wrong_label_count(files, tmp_path):
-    proc = run_cli(["report", files["base"], files["fast"], "--label", "before", "--label", "after", "-f", "markdown"],
+    proc = run_cli(["report", files["base"], files["fast"], "--label", "before", "--label", "after",
+                    "-f", "markdown"],
                    tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "| size | before p50 µs |" in proc.stdout and "| after p50 µs |" in proc.stdout
     assert f"`{files['base']}` (before)" in proc.stdout
     for args in (["report", files["base"], files["slow"], "--label", "one"],
-                 ["plot", files["base"], files["slow"], "--label", "one", "-o", tmp_path / "p.png"]):
+                 ["plot", files["base"], files["slow"], "--label", "one", "-o",
+                  tmp_path / "p.png"]):
         bad = run_cli(args, tmp_path)
         assert bad.returncode == 2 and bad.stdout == ""
         assert "--label given 1 time(s) for 2 file(s)" in one_line_error(bad)
-    twice = run_cli(["report", files["base"], files["slow"], "--label", "x", "--label", "x"], tmp_path)
+    twice = run_cli(["report", files["base"], files["slow"], "--label", "x", "--label", "x"],
+                    tmp_path)
     assert twice.returncode == 2 and "given twice" in one_line_error(twice)
 
 
@@ -319,7 +349,8 @@ def test_report_of_one_file_given_twice_reads_it_once(files, tmp_path):
 
 
 def test_report_diff_against_the_first_file(files, tmp_path):
-    proc = run_cli(["report", files["base"], files["slow"], files["fast"], "--diff", "-f", "markdown"], tmp_path)
+    proc = run_cli(["report", files["base"], files["slow"], files["fast"], "--diff", "-f",
+                    "markdown"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert text.startswith("# collbench report: change against the first file")
@@ -329,9 +360,11 @@ def test_report_diff_against_the_first_file(files, tmp_path):
     assert {row[1] for row in slow} == {"mpi", "mpi-pickle"}
     for row in slow:
         assert 170 < float(row[-2].rstrip("%")) < 230 and row[-1] == "apart ↑"
-        assert float(row[-3]) / float(row[-4]) == pytest.approx(1 + float(row[-2].rstrip("%")) / 100, rel=0.01)
+        assert float(row[-3]) / float(row[-4]) == pytest.approx(1 + float(row[-2].rstrip("%"))
+                                                                / 100, rel=0.01)
     assert all(-55 < float(row[-2].rstrip("%")) < -45 and row[-1] == "apart ↓" for row in fast)
-    assert f"_{len(SERIES)} row(s) slower and 0 faster beyond both CIs, of {len(SERIES)} compared" in text
+    assert (f"_{len(SERIES)} row(s) slower and 0 faster beyond both CIs, of {len(SERIES)} compared"
+            in text)
     terminal = run_cli(["report", files["base"], files["slow"], "--diff"], tmp_path)
     assert terminal.returncode == 0 and "slow.json against base.json" in terminal.stdout
     assert terminal.stdout.count("apart ↑") == len(SERIES)
@@ -341,23 +374,27 @@ def test_report_diff_refuses_what_it_cannot_diff(files, tmp_path):
     other = write(run_of({("bcast", "mpi", 8): 3.0}), tmp_path / "other.json")
     for args, message in ((["report", files["base"], "--diff"], "two or more files"),
                           (["report", files["base"], other, "--diff"], "no row in common"),
-                          (["report", files["base"], files["slow"], "--diff", "--per-rank"], "choose one")):
+                          (["report", files["base"], files["slow"], "--diff", "--per-rank"],
+                           "choose one")):
         bad = run_cli(args, tmp_path)
         assert bad.returncode == 2 and message in one_line_error(bad) and bad.stdout == ""
 
 
 def test_report_per_rank_of_two_runs_shows_each(files, tmp_path):
-    proc = run_cli(["report", files["base"], files["slow"], "--per-rank", "-f", "markdown"], tmp_path)
+    proc = run_cli(["report", files["base"], files["slow"], "--per-rank", "-f", "markdown"],
+                   tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# collbench report: per rank")
     for name in ("base.json", "slow.json"):
-        assert f"## allreduce · float32 sum · 2 ranks · latency · per rank · {name}\n" in proc.stdout
+        assert (f"## allreduce · float32 sum · 2 ranks · latency · per rank · {name}\n"
+                in proc.stdout)
         assert f"## per host · {name}\n" in proc.stdout
 
 
 def test_plot_command_overlays_runs_of_one_setup(files, tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "runs.svg"
-    proc = run_cli(["plot", files["base"], files["slow"], "--label", "before", "--label", "after", "-o", out], tmp_path)
+    proc = run_cli(["plot", files["base"], files["slow"], "--label", "before", "--label", "after",
+                    "-o", out], tmp_path)
     assert proc.returncode == 0 and "replaced" not in proc.stderr, proc.stderr
     assert "<svg" in out.read_text()[:500]

@@ -15,7 +15,8 @@ from collbench.versions import tidy_library_version
 from results_helpers import metadata, one_line_error, row_from_samples, run_cli, run_of, sweep, write
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
-FLOATS = [f for f in ROW_FIELDS if f.startswith(("time_us", "algbw", "busbw")) and f != "time_us_round_p50s"]
+FLOATS = [f for f in ROW_FIELDS
+          if f.startswith(("time_us", "algbw", "busbw")) and f != "time_us_round_p50s"]
 
 
 def test_json_round_trip_keeps_rows_rounds_metadata_and_notes(tmp_path):
@@ -25,7 +26,8 @@ def test_json_round_trip_keeps_rows_rounds_metadata_and_notes(tmp_path):
     assert back.rows == run.rows
     for ours, theirs in zip(run.rounds, back.rounds):
         assert [d.round for d in theirs] == [1, 2, 3, 4, 5]
-        assert [d.samples_us for d in theirs] == [d.samples_us for d in ours]    # samples carry 4 decimals
+        # samples carry 4 decimals
+        assert [d.samples_us for d in theirs] == [d.samples_us for d in ours]
         assert [d.time_us_p50 for d in theirs] == [d.time_us_p50 for d in ours]
     assert back.metadata == _as_read(run.metadata) and back.notes == ["a note"]
 
@@ -34,16 +36,19 @@ def _as_read(metadata: dict) -> dict:
     """What the loader gives back of ``metadata``: an older file's MPI library, kept as the
     library's own lines, tidied."""
     versions = metadata["versions"]
-    return {**metadata, "versions": {**versions, "mpi_library": tidy_library_version(versions["mpi_library"])}}
+    return {**metadata,
+            "versions": {**versions, "mpi_library": tidy_library_version(versions["mpi_library"])}}
 
 
 def test_json_round_trip_keeps_nan_and_rounds_without_samples(tmp_path):
     run = run_of(SERIES)
-    run.rows[0] = dataclasses.replace(run.rows[0], time_us_rank_avg=math.nan, time_us_ci_low=math.nan,
-                                      time_us_ci_high=math.nan)
-    run.rounds[1] = tuple(dataclasses.replace(d, samples_us=None, rank_means_us=None) for d in run.rounds[1])
+    run.rows[0] = dataclasses.replace(run.rows[0], time_us_rank_avg=math.nan,
+                                      time_us_ci_low=math.nan, time_us_ci_high=math.nan)
+    run.rounds[1] = tuple(dataclasses.replace(d, samples_us=None, rank_means_us=None)
+                          for d in run.rounds[1])
     path = write(run, tmp_path / "run.json")
-    assert json.loads(path.read_text())["rows"][0]["time_us_rank_avg"] is None     # valid JSON: no NaN
+    # valid JSON: no NaN
+    assert json.loads(path.read_text())["rows"][0]["time_us_rank_avg"] is None
     back = load_result(path)
     assert math.isnan(back.rows[0].time_us_rank_avg) and math.isnan(back.rows[0].time_us_ci_low)
     assert back.rows[1:] == run.rows[1:] and all(d.samples_us is None for d in back.rounds[1])
@@ -56,8 +61,10 @@ def test_json_document_is_the_documented_schema(tmp_path):
     row = doc["rows"][0]
     assert set(row) == set(ROW_FIELDS) | set(RANK_FIELDS) | {"round_details"}
     assert len(row["time_us_round_p50s"]) == row["rounds"] == 5
-    assert set(row["round_details"][0]) == {"round", "iterations", "time_us_p50", "time_us_ci_low", "time_us_ci_high",
-                                            "precision_reached", "check", "calls_per_sample", "samples_us",
+    assert set(row["round_details"][0]) == {"round", "iterations", "time_us_p50", "time_us_ci_low",
+                                            "time_us_ci_high",
+                                            "precision_reached", "check", "calls_per_sample",
+                                            "samples_us",
                                             "rank_means_us"}
 
 
@@ -69,9 +76,11 @@ def test_csv_round_trip(tmp_path):
     for ours, theirs in zip(run.rows, back.rows):
         assert ours.key() == theirs.key()
         for name in ROW_FIELDS:
-            if name in FLOATS or name in ("run_to_run_cv", "time_us_round_p50s", "overall_us", "compute_us",
+            if name in FLOATS or name in ("run_to_run_cv", "time_us_round_p50s", "overall_us",
+                                          "compute_us",
                                           "overlap_pct"):
-                assert getattr(theirs, name) == pytest.approx(getattr(ours, name), rel=1e-5, nan_ok=True), name
+                assert getattr(theirs, name) == pytest.approx(getattr(ours, name), rel=1e-5,
+                                                              nan_ok=True), name
             else:
                 assert getattr(theirs, name) == getattr(ours, name), name
     assert back.metadata["format"] == "csv"
@@ -79,9 +88,10 @@ def test_csv_round_trip(tmp_path):
 
 def test_csv_round_trip_is_exact_for_six_digit_values(tmp_path):
     run = run_of({("allreduce", "mpi", 1024): 1.0})
-    run.rows[0] = dataclasses.replace(run.rows[0], **{name: 12.3456 for name in FLOATS}, precision_reached=False,
-                                      check="wrong:3", time_us_round_p50s=(12.3456, 1.5), run_to_run_cv=0.5,
-                                      rounds=2)
+    run.rows[0] = dataclasses.replace(run.rows[0], **{name: 12.3456 for name in FLOATS},
+                                      precision_reached=False,
+                                      check="wrong:3", time_us_round_p50s=(12.3456, 1.5),
+                                      run_to_run_cv=0.5, rounds=2)
     back = load_result(write(run, tmp_path / "run.csv"))
     assert back.rows == run.rows
 
@@ -100,13 +110,17 @@ def test_markdown_export_renders_the_tables(tmp_path):
     ("blank.csv", "  \n\n", "empty file"),
     ("list.json", "[1, 2, 3]", "not a collbench result file"),
     ("other.json", '{"schema": "pyperf", "rows": []}', "not a collbench result file"),
-    ("future.json", '{"schema": "collbench.result", "schema_version": 99, "rows": []}', "unsupported schema version"),
+    ("future.json", '{"schema": "collbench.result", "schema_version": 99, "rows": []}',
+     "unsupported schema version"),
     ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ("rounds.json", '{"schema": "collbench.result", "schema_version": 2, "rows": [{"round_details": 5}]}',
+    ("rounds.json",
+     '{"schema": "collbench.result", "schema_version": 2, "rows": [{"round_details": 5}]}',
      "missing columns"),
     ("garbage.csv", "hello,world\n1,2\n", "missing columns"),
-    ("one.csv", "x\n", "missing columns"),                       # no row: the header is still checked
-    ("badrow.json", '{"schema": "collbench.result", "schema_version": 1, "rows": [7]}', "row 0 is not an object"),
+    # no row: the header is still checked
+    ("one.csv", "x\n", "missing columns"),
+    ("badrow.json", '{"schema": "collbench.result", "schema_version": 1, "rows": [7]}',
+     "row 0 is not an object"),
 ])
 def test_loader_rejects_anything_else_with_one_line(tmp_path, name, content, message):
     path = tmp_path / name
@@ -119,7 +133,8 @@ def test_loader_rejects_anything_else_with_one_line(tmp_path, name, content, mes
 def test_a_column_twice_is_refused_not_read_from_its_last_copy(tmp_path):
     path = write(run_of(SERIES), tmp_path / "run.csv")
     lines = path.read_text().splitlines()
-    path.write_text("\n".join([lines[0] + ",time_us_p50"] + [line + ",999" for line in lines[1:]]) + "\n")
+    path.write_text("\n".join([lines[0] + ",time_us_p50"] + [line + ",999" for line in lines[1:]])
+                    + "\n")
     with pytest.raises(UsageError, match="column time_us_p50 appears twice"):
         load_result(path)
 
@@ -129,13 +144,15 @@ def test_report_refuses_a_file_without_rows(tmp_path):
     (tmp_path / "header.csv").write_text(path.read_text().splitlines()[0] + "\n")
     proc = run_cli(["report", "header.csv"], tmp_path)
     assert proc.returncode == 2 and one_line_error(proc) == (
-        "collbench: error: header.csv: holds no rows: nothing was measured, or every row was cut off")
+        "collbench: error: header.csv: holds no rows: nothing was measured, or every row was cut "
+        "off")
 
 
 def test_loader_rejects_binary_and_missing_files(tmp_path):
     binary = tmp_path / "image.json"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
-    for path, message in ((binary, r"not a collbench result file \(binary: a NUL byte at byte 10\)"),
+    for path, message in ((binary,
+                           r"not a collbench result file \(binary: a NUL byte at byte 10\)"),
                           (tmp_path / "absent.json", "no such file")):
         with pytest.raises(UsageError, match=message):
             load_result(path)
@@ -152,7 +169,8 @@ def test_loader_rejects_a_bad_value(tmp_path):
 
 def test_helpers_build_consistent_rows():
     row = row_from_samples([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], size_bytes=1000)
-    assert isinstance(row, Row) and row.time_us_p50 == 4.0 and row.iterations == 7 and row.rounds == 1
+    assert (isinstance(row, Row) and row.time_us_p50 == 4.0 and row.iterations == 7
+            and row.rounds == 1)
     assert row.algbw_gbps == pytest.approx(1000 / 4e-6 / 1e9)
 
 
@@ -161,30 +179,37 @@ def test_version_1_file_loads_as_one_round():
 
     example = Path(__file__).resolve().parent / "data" / "v1-allreduce-mpi-vs-pickle.json"
     run = load_result(example)
-    assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
+    assert ({r.backend for r in run.rows} == {"mpi", "mpi-pickle"}
+            and all(r.check == "ok" for r in run.rows))
     assert all(r.rounds == 1 and math.isnan(r.run_to_run_cv) for r in run.rows)
-    assert all(len(d) == 1 and len(d[0].samples_us) == r.iterations for r, d in zip(run.rows, run.rounds))
+    assert all(len(d) == 1 and len(d[0].samples_us) == r.iterations
+               for r, d in zip(run.rows, run.rounds))
     assert run.metadata["schema_version"] == 1
 
 
 def test_curated_example_is_a_small_version_2_file_of_five_rounds():
     from pathlib import Path
 
-    example = Path(__file__).resolve().parent.parent / "results" / "examples" / "allreduce-2ranks-mpi-vs-pickle.json"
+    example = (Path(__file__).resolve().parent.parent / "results" / "examples"
+               / "allreduce-2ranks-mpi-vs-pickle.json")
     assert example.stat().st_size < 200_000
     run = load_result(example)
     assert run.metadata["schema_version"] == 2 and run.metadata["settings"]["rounds"] == 5
-    assert {r.backend for r in run.rows} == {"mpi", "mpi-pickle"} and all(r.check == "ok" for r in run.rows)
-    assert all(r.rounds == 5 and len(r.time_us_round_p50s) == 5 and r.run_to_run_cv > 0 for r in run.rows)
+    assert ({r.backend for r in run.rows} == {"mpi", "mpi-pickle"}
+            and all(r.check == "ok" for r in run.rows))
+    assert all(r.rounds == 5 and len(r.time_us_round_p50s) == 5 and r.run_to_run_cv > 0
+               for r in run.rows)
 
 
 def _run_with_rounds():
     """A run whose metadata has what a real one has: rounds with order, hosts and load, one busy."""
     run = run_of(SERIES)
     for record in run.metadata["rounds"]:
-        record.update(run_id="abc123", order=[{"collective": "allreduce", "backend": "mpi", "sizes": [8, 64]}],
+        record.update(run_id="abc123",
+                      order=[{"collective": "allreduce", "backend": "mpi", "sizes": [8, 64]}],
                       rank_hosts=["node1", "node1"])
-        record["load"].update(other_cpu_cores=0.1, hosts={"node1": {"other_cpu_cores": 0.1, "cpus": 2}})
+        record["load"].update(other_cpu_cores=0.1,
+                              hosts={"node1": {"other_cpu_cores": 0.1, "cpus": 2}})
     run.metadata["rounds"][1]["load"].update(busy=True, other_cpu_cores=1.5)
     run.metadata["settings"] = {"rounds": 5, "seed": 7}
     return run
@@ -200,23 +225,30 @@ def test_csv_first_row_carries_the_run_metadata_compare_reads(tmp_path):
     header = path.read_text().splitlines()[0]
     assert header.startswith("collective,backend,") and header.endswith("," + CSV_METADATA_COLUMN)
     back, twin = load_result(path), load_result(write(run, tmp_path / "run.json"))
-    assert back.metadata == {**_as_read(csv_metadata(run.metadata)), "source": str(path), "format": "csv"}
+    assert back.metadata == {**_as_read(csv_metadata(run.metadata)), "source": str(path),
+                             "format": "csv"}
     assert "rank_hosts" not in back.metadata and back.metadata["hostnames"] == ["node1"]
-    assert all(set(r) == {"round", "load", "run_id"} and set(r["load"]) == {"busy", "other_cpu_cores"}
-               for r in back.metadata["rounds"])                        # no order, rank_hosts, per-host load
+    assert all(set(r) == {"round", "load", "run_id"}
+               and set(r["load"]) == {"busy", "other_cpu_cores"}
+               # no order, rank_hosts, per-host load
+               for r in back.metadata["rounds"])
     for _, where in CHECKED_METADATA:
         assert _lookup(back.metadata, where) == _lookup(twin.metadata, where)
     assert busy_rounds(back) == busy_rounds(twin) == {2: 1.5} and run_ids(back) == run_ids(twin)
-    assert run.metadata["rounds"][0]["order"] and run.metadata["rank_hosts"]     # the run's own is untouched
+    # the run's own is untouched
+    assert run.metadata["rounds"][0]["order"] and run.metadata["rank_hosts"]
 
 
 def test_csv_busy_rounds_count_as_in_the_json(tmp_path):
     from collbench.analysis.compare import compare_runs
 
     base, new = _run_with_rounds(), run_of(SERIES, seed=3)
-    by_csv = compare_runs(load_result(write(base, tmp_path / "b.csv")), load_result(write(new, tmp_path / "n.csv")))
-    by_json = compare_runs(load_result(write(base, tmp_path / "b.json")), load_result(write(new, tmp_path / "n.json")))
-    assert {r.rounds_baseline for r in by_csv.rows} == {r.rounds_baseline for r in by_json.rows} == {5}
+    by_csv = compare_runs(load_result(write(base, tmp_path / "b.csv")),
+                          load_result(write(new, tmp_path / "n.csv")))
+    by_json = compare_runs(load_result(write(base, tmp_path / "b.json")),
+                           load_result(write(new, tmp_path / "n.json")))
+    assert {r.rounds_baseline for r in by_csv.rows} == {r.rounds_baseline
+                                                        for r in by_json.rows} == {5}
     assert by_csv.warnings == by_json.warnings and any("busy machine" in w for w in by_csv.warnings)
     assert [r.verdict for r in by_csv.rows] == [r.verdict for r in by_json.rows]
 
@@ -228,9 +260,11 @@ def test_pandas_reads_the_csv_as_one_plain_table(tmp_path):
 
     path = write(_run_with_rounds(), tmp_path / "run.csv")
     frame = pd.read_csv(path)
-    assert list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS) + [CSV_METADATA_COLUMN] and len(frame) == len(SERIES)
+    assert (list(frame.columns) == list(ROW_FIELDS + RANK_FIELDS) + [CSV_METADATA_COLUMN]
+            and len(frame) == len(SERIES))
     assert list(frame["size_bytes"]) == [r.size_bytes for r in load_result(path).rows]
-    assert frame[CSV_METADATA_COLUMN].notna().sum() == 1 and frame[CSV_METADATA_COLUMN][0].startswith("{")
+    assert (frame[CSV_METADATA_COLUMN].notna().sum() == 1
+            and frame[CSV_METADATA_COLUMN][0].startswith("{"))
 
 
 def _with_metadata_cell(path, cell) -> str:
@@ -253,7 +287,8 @@ def test_csv_without_the_metadata_column_still_loads(tmp_path):
     old = tmp_path / "old.csv"
     pd.read_csv(path).drop(columns=["run_metadata"]).to_csv(old, index=False)
     back = load_result(old)
-    assert len(back.rows) == len(load_result(path).rows) and back.metadata == {"source": str(old), "format": "csv"}
+    assert (len(back.rows) == len(load_result(path).rows)
+            and back.metadata == {"source": str(old), "format": "csv"})
 
 
 @pytest.mark.parametrize("cell, message", [
@@ -272,7 +307,8 @@ def test_a_corrupted_metadata_cell_is_refused_in_one_line(tmp_path, cell, messag
     path.write_text(_with_metadata_cell(good, cell))
     with pytest.raises(UsageError) as info:
         load_result(path)
-    assert message in str(info.value) and "\n" not in str(info.value) and str(path) in str(info.value)
+    assert (message in str(info.value) and "\n" not in str(info.value)
+            and str(path) in str(info.value))
 
 
 def test_a_corrupted_metadata_cell_exits_2_with_one_line(tmp_path):
@@ -302,8 +338,8 @@ def _violations(value, schema: dict, where: str = "$") -> list:
     out = []
     if "type" in schema:
         allowed = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        ok = any(isinstance(value, kinds[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
-                 for k in allowed)
+        ok = any(isinstance(value, kinds[k])
+                 and not (isinstance(value, bool) and k in ("integer", "number")) for k in allowed)
         if not ok:
             return [f"{where}: {type(value).__name__} is not {allowed}"]
     if "const" in schema and value != schema["const"]:
@@ -343,7 +379,8 @@ def test_the_published_schema_is_the_one_the_rows_declare_and_files_follow_it(tm
     broken = json.loads(written.read_text())
     broken["rows"][0]["size_bytes"] = -8
     del broken["rows"][1]["backend"]
-    assert _violations(broken, published) == ["$.rows[0].size_bytes: -8 below 0", "$.rows[1]: lacks backend"]
+    assert _violations(broken, published) == ["$.rows[0].size_bytes: -8 below 0",
+                                              "$.rows[1]: lacks backend"]
     assert json.loads(run_cli(["schema"], tmp_path).stdout) == published
 
 
@@ -357,7 +394,8 @@ def test_a_file_holding_a_row_twice_is_refused_by_every_command_alike(tmp_path, 
     doubled = run_of(sweep(sizes=(8, 64)), rounds=2)
     doubled.add(doubled.rows[0], doubled.rounds[0])
     path = write(doubled, tmp_path / f"dup{suffix}")
-    with pytest.raises(UsageError, match=r"dup\.(json|csv): two rows for allreduce mpi 8 B latency"):
+    with pytest.raises(UsageError,
+                       match=r"dup\.(json|csv): two rows for allreduce mpi 8 B latency"):
         load_result(path)
 
 
@@ -375,8 +413,8 @@ def test_a_p50_its_rounds_contradict_is_a_corrupt_file(tmp_path, p50):
     doc = json.loads(path.read_text())
     doc["rows"][1]["time_us_p50"] = p50
     path.write_text(json.dumps(doc))
-    with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its p50 .* lies outside its round "
-                                         r"medians .*: the file is corrupt"):
+    with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its p50 .* lies "
+                                         r"outside its round medians .*: the file is corrupt"):
         load_result(path)
 
 
@@ -393,8 +431,8 @@ def test_a_confidence_interval_that_misses_its_p50_is_a_corrupt_file(tmp_path, f
     doc = json.loads(path.read_text())
     doc["rows"][1][field] = value
     path.write_text(json.dumps(doc))
-    with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its 95% CI .* does not hold its p50 "
-                                         r".*: the file is corrupt"):
+    with pytest.raises(UsageError, match=r"r\.json: allreduce mpi 64 B latency: its 95% CI .* does "
+                                         r"not hold its p50 .*: the file is corrupt"):
         load_result(path)
 
 
@@ -405,7 +443,8 @@ def test_an_output_another_run_holds_is_refused_and_its_lock_goes_with_the_run(t
     path = tmp_path / "same.json"
     files._lock(path)
     try:
-        with pytest.raises(UsageError, match=r"same\.json' is being written by another collbench run \(pid \d+\)"):
+        with pytest.raises(UsageError, match=r"same\.json' is being written by another collbench "
+                                             r"run \(pid \d+\)"):
             files._lock(path)          # another open of the lock, as another process's would be
         assert (tmp_path / ".same.json.lock").exists()
     finally:

@@ -23,7 +23,8 @@ def _only(path: Path, collective: str, out: Path) -> Path:
 
 def _merge(tmp_path: Path, name: str, *files: Path) -> dict:
     out = tmp_path / f"{name}.json"
-    proc = subprocess.run([sys.executable, "-m", "collbench", "merge", *map(str, files), "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "collbench", "merge", *map(str, files), "-o",
+                           str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return {(r["collective"], r["size_bytes"]): r for r in json.loads(out.read_text())["rows"]}
@@ -35,13 +36,15 @@ def test_a_rows_p50_is_the_same_in_a_file_of_one_collective_and_of_the_whole_swe
     one, two = H100 / "run-1.json", H100 / "run-2.json"
     whole = _merge(tmp_path, "whole", one, two)
     for collective in ("gather", "bcast", "allreduce"):
-        alone = _merge(tmp_path, collective, _only(one, collective, tmp_path / f"1-{collective}.json"),
+        alone = _merge(tmp_path, collective,
+                       _only(one, collective, tmp_path / f"1-{collective}.json"),
                        _only(two, collective, tmp_path / f"2-{collective}.json"))
         assert alone, collective
         for key, row in alone.items():
             assert row["time_us_p50"] == whole[key]["time_us_p50"], key
             assert row["rounds_set_aside"] == whole[key]["rounds_set_aside"], key
-    assert any(r["rounds_set_aside"] for r in whole.values())       # the rule had rounds to set aside
+    # the rule had rounds to set aside
+    assert any(r["rounds_set_aside"] for r in whole.values())
 
 
 def test_a_rows_p50_does_not_depend_on_which_rows_ran_beside_it():
@@ -54,9 +57,11 @@ def test_a_rows_p50_does_not_depend_on_which_rows_ran_beside_it():
     from collbench.results.records import RowIdentity
 
     result = load_result(H100 / "run-3.json")
-    rows = [build_row(RowIdentity.of(r, get_benchmark(r.collective).bus_factor(r.world_size)), rounds)
+    rows = [build_row(RowIdentity.of(r, get_benchmark(r.collective).bus_factor(r.world_size)),
+                      rounds)
             for r, rounds in zip(result.rows, result.rounds)]
     whole = moderate_rows(rows)
     assert whole != rows                                   # the model did shape the intervals
     for alone, within in zip(rows, whole):
-        assert (alone.time_us_p50, alone.rounds_set_aside) == (within.time_us_p50, within.rounds_set_aside)
+        assert (alone.time_us_p50, alone.rounds_set_aside) == (within.time_us_p50,
+                                                               within.rounds_set_aside)

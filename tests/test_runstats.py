@@ -21,7 +21,8 @@ def test_t_distribution_matches_scipy(df):
     stats = pytest.importorskip("scipy.stats")
     for t in (-40, -4.5, -1.2, 0.0, 0.3, 2.1, 7.0, 60.0):
         assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), rel=1e-9, abs=1e-13)
-        assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9, abs=1e-13)
+        assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9,
+                                                     abs=1e-13)
     for p in (1e-6, 0.001, 0.025, 0.4, 0.975, 0.999, 1 - 1e-6):
         assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
 
@@ -56,7 +57,8 @@ def test_summarize_rounds_known_answer():
 
 def test_one_round_has_no_run_to_run_figures():
     s = summarize_rounds([7.0])
-    assert s.rounds == 1 and s.center == 7.0 and math.isnan(s.ci_low) and math.isnan(s.cv) and not s.disagree
+    assert (s.rounds == 1 and s.center == 7.0 and math.isnan(s.ci_low) and math.isnan(s.cv)
+            and not s.disagree)
     assert summarize_rounds([]).rounds == 0
 
 
@@ -75,7 +77,8 @@ def test_rounds_disagree_only_far_beyond_what_their_trend_allows():
     between = (BETWEEN_RUNS_FACTOR * 0.02) ** 2
     half = t_quantile(0.975, 9) * math.sqrt(own.log_sd ** 2 / 10 + between)
     assert s.ci_high == pytest.approx(own.center * math.exp(half))
-    assert not summarize_rounds(wild).disagree                  # without a model there is nothing to judge by
+    # without a model there is nothing to judge by
+    assert not summarize_rounds(wild).disagree
 
 
 @pytest.mark.parametrize("rounds", [3, 5, 10])
@@ -105,7 +108,8 @@ def test_a_rows_centre_is_its_own_and_the_model_shapes_only_its_interval(rounds)
     pooled = total = same = 0
     bias = []
     for _ in range(60):
-        sweep = [50.0 * np.exp(np.where(rng.random(rounds) < 0.25, slow, 0.0) + rng.normal(0, 0.02, rounds))
+        sweep = [50.0 * np.exp(np.where(rng.random(rounds) < 0.25, slow, 0.0)
+                               + rng.normal(0, 0.02, rounds))
                  for _ in range(40)]
         prior = noise_model(sweep)
         for medians in sweep:
@@ -143,7 +147,8 @@ def test_change_takes_the_noisier_side():
     noisy = [[12.0, 9.0, 15.0]]
     spread = within_spread(quiet, noisy, assumed_log_sd=0.3)
     assert spread.log_sd == pytest.approx(np.std(np.log(noisy[0]), ddof=1), rel=1e-9)
-    assert _change(quiet, noisy).p_value > 0.05    # a quiet baseline does not make a noisy new run "significant"
+    # a quiet baseline does not make a noisy new run "significant"
+    assert _change(quiet, noisy).p_value > 0.05
 
 
 def test_drift_of_whole_runs_averages_out_over_runs_not_rounds():
@@ -151,7 +156,8 @@ def test_drift_of_whole_runs_averages_out_over_runs_not_rounds():
     few, many = _change([[10.0, 10.2]], [[11.0, 11.2]], drift=0.1), \
         _change([[10.0, 10.2] * 20], [[11.0, 11.2] * 20], drift=0.1)
     assert many.se == pytest.approx(0.1 * math.sqrt(2), rel=0.01) and many.se < few.se
-    base, new = [[10.0, 10.2]] * 8, [[11.0, 11.2]]                         # eight runs in the baseline
+    # eight runs in the baseline
+    base, new = [[10.0, 10.2]] * 8, [[11.0, 11.2]]
     runs = _change(base, new, drift=0.1)
     s = within_spread(base, new, assumed_log_sd=0.3).log_sd
     assert runs.se == pytest.approx(math.sqrt(s * s * (1 / 16 + 1 / 2) + 0.1 ** 2 * (1 / 8 + 1)))
@@ -161,22 +167,26 @@ def test_drift_of_whole_runs_averages_out_over_runs_not_rounds():
 def test_drift_between_runs_is_measured_from_three_runs():
     rng = np.random.default_rng(3)
     effects = rng.normal(0, 0.2, 8)                        # each run shifts every row alike
-    rows = [[list(10.0 * (r + 1) * np.exp(e + rng.normal(0, 0.01, 6))) for e in effects] for r in range(30)]
+    rows = [[list(10.0 * (r + 1) * np.exp(e + rng.normal(0, 0.01, 6))) for e in effects]
+            for r in range(30)]
     sd, df = drift_between_runs(rows)
     assert df == 7 and sd == pytest.approx(np.std(effects, ddof=1), rel=0.05)
-    assert drift_between_runs([runs[:2] for runs in rows]) is None          # too few runs to say anything
+    # too few runs to say anything
+    assert drift_between_runs([runs[:2] for runs in rows]) is None
 
 
 def test_detectable_change_and_rounds_needed():
     assert detectable_change(0.05, 18, 2.0) < detectable_change(0.1, 18, 2.0)
     assert detectable_change(0.1, 18, 3.5) > detectable_change(0.1, 18, 2.0)
-    assert detectable_change(0.1, math.inf, 1.96) == pytest.approx(math.expm1((1.96 + 0.8416) * 0.1), rel=1e-3)
+    assert (detectable_change(0.1, math.inf, 1.96)
+            == pytest.approx(math.expm1((1.96 + 0.8416) * 0.1), rel=1e-3))
     assert math.isnan(detectable_change(math.nan, 4, 2.0))
     n = rounds_needed(0.1, 0.05)
     half = lambda k: math.expm1(t_quantile(0.975, 2 * k - 2) * 0.1 * math.sqrt(2 / k))   # noqa: E731
     assert half(n) <= 0.05 < half(n - 1)
     assert rounds_needed(5.0, 0.01) is None and rounds_needed(0.001, 0.5) == 2
-    assert rounds_needed(0.01, 0.05, drift_var=0.1 ** 2) is None              # the drift alone is wider
+    # the drift alone is wider
+    assert rounds_needed(0.01, 0.05, drift_var=0.1 ** 2) is None
 
 
 def test_rows_from_rounds():
@@ -185,7 +195,8 @@ def test_rows_from_rounds():
     row = build_row(identity(size_bytes=1024), rounds)
     assert row.rounds == 3 and row.time_us_round_p50s == (10.0, 20.0, 40.0)
     assert row.time_us_p50 == pytest.approx(20.0) and row.iterations == 30
-    assert row.time_us_min == 10.0 and row.time_us_max == 120.0          # over every round's samples
+    # over every round's samples
+    assert row.time_us_min == 10.0 and row.time_us_max == 120.0
     assert row.check == "wrong:3" and not row.precision_reached
     assert row.algbw_gbps == pytest.approx(1024 / 20e-6 / 1e9)
     single = build_row(identity(size_bytes=1024), rounds[:1])
@@ -205,7 +216,8 @@ def test_moderated_interval_pools_the_sweeps_spread_into_each_rows_own():
     moderated = summarize_rounds(medians, prior=prior)
     logs = np.log(medians)
     var = (2 * logs.var(ddof=1) + 4.0 * 0.2 ** 2) / 6.0
-    half = t_quantile(0.975, 6.0) * math.sqrt(var / 3 + (BETWEEN_RUNS_FACTOR * 0.2) ** 2)   # and between runs
+    # and between runs
+    half = t_quantile(0.975, 6.0) * math.sqrt(var / 3 + (BETWEEN_RUNS_FACTOR * 0.2) ** 2)
     assert moderated.ci_low == pytest.approx(math.exp(logs.mean() - half))
     assert moderated.ci_high == pytest.approx(math.exp(logs.mean() + half))
     assert moderated.ci_high - moderated.ci_low > 5 * (own.ci_high - own.ci_low)
@@ -218,7 +230,8 @@ def test_moderated_interval_pools_the_sweeps_spread_into_each_rows_own():
     assert not s.disagree and var < logs.var(ddof=1)
     half = t_quantile(0.975, 6.0) * math.sqrt(var / 3 + (BETWEEN_RUNS_FACTOR * 0.04) ** 2)
     assert s.ci_high == pytest.approx(math.exp(logs.mean() + half))
-    # one far noisier than its trend is not described by it: its own rounds alone (and the spread between runs)
+    # one far noisier than its trend is not described by it: its own rounds alone (and the spread
+    # between runs)
     noisy = [10.0, 14.0, 7.0]
     beyond = summarize_rounds(noisy, prior=SpreadPrior(0.01, 4.0, 20))
     assert beyond.disagree and beyond.ci_high >= summarize_rounds(noisy).ci_high
@@ -232,13 +245,16 @@ def test_a_flat_noise_model_is_the_median_variance_of_rows_with_rounds():
     # these rows spread more the longer they take, which no jitter does: the trend is flat, and the
     # prior of every row is the median variance, as a sweep-wide prior was
     assert prior.spread.pooled.shape == 0.0
-    assert all(prior.noise(r).log_sd == pytest.approx(math.sqrt(np.median(variances))) for r in rows)
-    assert noise_model(rows[:MIN_ROWS_FOR_PRIOR - 1] + [[1.0]] * 20) is None   # too few rows of 2+ rounds
+    assert all(prior.noise(r).log_sd == pytest.approx(math.sqrt(np.median(variances)))
+               for r in rows)
+    # too few rows of 2+ rounds
+    assert noise_model(rows[:MIN_ROWS_FOR_PRIOR - 1] + [[1.0]] * 20) is None
 
 
 def test_moderate_rows_changes_only_the_intervals_of_rows_with_rounds():
     def row(medians, size):
-        rounds = [round_data(i + 1, [m] * 10, [m, m], precision_reached=True, check="ok") for i, m in enumerate(medians)]
+        rounds = [round_data(i + 1, [m] * 10, [m, m], precision_reached=True, check="ok")
+                  for i, m in enumerate(medians)]
         return build_row(identity(size_bytes=size), rounds)
 
     rng = np.random.default_rng(3)
@@ -249,8 +265,10 @@ def test_moderate_rows_changes_only_the_intervals_of_rows_with_rounds():
     assert out[-1] is single
     kept = [(a, b) for a, b in zip(out, noisy + [quiet, single]) if a.rounds_set_aside == 0]
     assert len(kept) >= 8 and all(a.time_us_p50 == pytest.approx(b.time_us_p50) for a, b in kept)
-    assert out[-2].time_us_ci_high / out[-2].time_us_ci_low > 1.2 > quiet.time_us_ci_high / quiet.time_us_ci_low
-    assert moderate_rows(noisy[:3]) == noisy[:3]          # too few rows to pool: their own rounds only
+    assert (out[-2].time_us_ci_high / out[-2].time_us_ci_low > 1.2 > quiet.time_us_ci_high
+            / quiet.time_us_ci_low)
+    # too few rows to pool: their own rounds only
+    assert moderate_rows(noisy[:3]) == noisy[:3]
 
 
 def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchanged_rows():
@@ -262,7 +280,8 @@ def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchange
     for number in (1, 2, 3):
         for k, key in enumerate(ids):
             m = 10.0 * math.exp(rng.normal(0, 0.2))
-            collector.add(key, (k,), round_data(number, [m] * 8, [m, m], precision_reached=True, check="ok"))
+            collector.add(key, (k,),
+                          round_data(number, [m] * 8, [m, m], precision_reached=True, check="ok"))
         collector.round_ended()
     first = list(collector.run_result().rows)
     prior = noise_model(r.time_us_round_p50s for r in first)
@@ -270,28 +289,34 @@ def test_collector_moderates_with_the_prior_of_the_last_round_and_keeps_unchange
     m = 30.0
     collector.add(ids[0], (0,), round_data(4, [m] * 8, [m, m], precision_reached=True, check="ok"))
     second = collector.run_result().rows
-    assert all(a is b for a, b in zip(first[1:], second[1:]))          # a save costs the changed row only
+    # a save costs the changed row only
+    assert all(a is b for a, b in zip(first[1:], second[1:]))
     assert second[0].rounds == 4
     assert second[0].time_us_ci_high == pytest.approx(summarize_rounds(second[0].time_us_round_p50s,
                                                                        prior=prior).ci_high)
-    collector.round_ended()                                             # the next round: a fresh prior
+    # the next round: a fresh prior
+    collector.round_ended()
     assert collector.run_result().rows == moderate_rows([r for r in collector.run_result().rows])
 
 
 def test_which_rounds_count_is_the_rows_own_and_one_round_gets_the_sweeps_interval():
     prior = SpreadPrior(log_sd=0.02, df=4.0, rows=20, window_sd=0.02)
-    few = summarize_rounds([10.0, 30.0, 90.0], prior=prior)      # three rounds cannot tell interference
+    # three rounds cannot tell interference
+    few = summarize_rounds([10.0, 30.0, 90.0], prior=prior)
     assert few.rounds == 3 and few.set_aside == 0 and few.center == pytest.approx(30.0)
     assert few.ci_low < 10.0 and few.ci_high > 90.0
-    ten = summarize_rounds([10.0] + [90.0] * 9, prior=prior)          # nine rounds agree: they count
+    # nine rounds agree: they count
+    ten = summarize_rounds([10.0] + [90.0] * 9, prior=prior)
     assert ten.center == pytest.approx(90.0) and ten.set_aside == 1
     spike = summarize_rounds([10.0, 10.1, 10.05, 9.95, 10.02, 90.0], prior=prior)
     assert spike.set_aside == 1 and spike.center == pytest.approx(10.02, rel=1e-3)
-    assert summarize_rounds([10.0, 10.1, 10.05, 9.95, 10.02, 90.0]).center == spike.center   # no model: the same
+    # no model: the same
+    assert summarize_rounds([10.0, 10.1, 10.05, 9.95, 10.02, 90.0]).center == spike.center
     one = summarize_rounds([10.0, None, math.nan], prior=prior)       # one measured round
     half = t_quantile(0.975, 4.0) * 0.02 * math.sqrt(1 + BETWEEN_RUNS_FACTOR ** 2)
     assert one.rounds == 1 and one.ci_low == pytest.approx(10.0 * math.exp(-half))
-    assert math.isnan(summarize_rounds([10.0]).ci_low)                  # alone, one round says nothing
+    # alone, one round says nothing
+    assert math.isnan(summarize_rounds([10.0]).ci_low)
 
 
 def test_a_ci_reaches_up_to_a_state_a_fifth_of_the_rounds_ran_in():
@@ -305,16 +330,20 @@ def test_a_ci_reaches_up_to_a_state_a_fifth_of_the_rounds_ran_in():
     once = summarize_rounds(clean + [15.0], prior=prior)                 # 1 of 9: interference
     twice = summarize_rounds(clean + [15.0, 14.0], prior=prior)          # 2 of 10: a state
     assert once.set_aside == 1 and once.ci_high == pytest.approx(alone.ci_high, rel=0.01)
-    assert twice.set_aside == 2 and twice.ci_high == pytest.approx(14.0)               # the slowest level a fifth reached
-    assert twice.ci_low == pytest.approx(alone.ci_low, rel=0.01) and twice.center == pytest.approx(alone.center)
-    thrice = summarize_rounds(clean + [15.0, 14.0, 16.0], prior=prior)   # a fifth of 11 is 2.2: three must reach it
+    # the slowest level a fifth reached
+    assert twice.set_aside == 2 and twice.ci_high == pytest.approx(14.0)
+    assert (twice.ci_low == pytest.approx(alone.ci_low, rel=0.01)
+            and twice.center == pytest.approx(alone.center))
+    # a fifth of 11 is 2.2: three must reach it
+    thrice = summarize_rounds(clean + [15.0, 14.0, 16.0], prior=prior)
     assert thrice.ci_high == pytest.approx(14.0)
 
 
 def _runs_of(levels, rows=10, rounds=5, sd=0.01, seed=3):
     """Per row, one run of round medians per level (a whole run's factor)."""
     rng = np.random.default_rng(seed)
-    return [[list(np.exp(np.log(100.0 * (1 + r)) + level + rng.normal(0, sd, rounds))) for level in levels]
+    return [[list(np.exp(np.log(100.0 * (1 + r)) + level + rng.normal(0, sd, rounds)))
+             for level in levels]
             for r in range(rows)]
 
 
@@ -325,6 +354,8 @@ def test_a_run_far_above_two_that_agree_is_set_aside_and_the_kept_runs_spread_is
 
 
 def test_runs_are_all_kept_without_two_that_agree_or_with_too_few():
-    assert not runstats.slow_runs(_runs_of([0.0, 0.2, 0.4]), [0.01] * 10)[0].any()     # no consensus
+    # no consensus
+    assert not runstats.slow_runs(_runs_of([0.0, 0.2, 0.4]), [0.01] * 10)[0].any()
     assert not runstats.slow_runs(_runs_of([0.0, 0.3]), [0.01] * 10)[0].any()          # two runs
-    assert not runstats.slow_runs(_runs_of([0.0, 0.01, 0.3], rows=4), [0.01] * 4)[0].any()   # too few rows
+    # too few rows
+    assert not runstats.slow_runs(_runs_of([0.0, 0.01, 0.3], rows=4), [0.01] * 4)[0].any()

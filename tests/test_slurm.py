@@ -64,7 +64,8 @@ def cluster(munge, tmp_path_factory):
 
 
 def _srun(cluster, args: list, *, cwd, timeout: float = 240, env=None, node=None) -> subprocess.CompletedProcess:
-    return subprocess.run(cluster.client(["srun", *args], node), cwd=cwd, env={**cluster.env, **(env or {})},
+    return subprocess.run(cluster.client(["srun", *args], node), cwd=cwd,
+                          env={**cluster.env, **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -73,7 +74,8 @@ def test_srun_with_pmi2_runs_every_rank_and_writes_their_rows(cluster, tmp_path,
     pytest.importorskip("mpi4py")
     option, env = ([how], {}) if how.startswith("--") else ([], dict([how.split("=")]))
     out = tmp_path / "r.json"
-    proc = _srun(cluster, [*option, "-n", "2", *COLLBENCH, "allreduce", "--sizes", "8-1K", *QUICK, "-o", out],
+    proc = _srun(cluster, [*option, "-n", "2", *COLLBENCH, "allreduce", "--sizes", "8-1K", *QUICK,
+                           "-o", out],
                  cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
@@ -90,7 +92,8 @@ def test_srun_with_pmi2_runs_every_rank_and_writes_their_rows(cluster, tmp_path,
 def test_srun_without_an_mpi_plugin_says_once_to_use_pmi2(cluster, tmp_path, plugin):
     """Each task's MPI is a world of its own: one line from rank 0, exit 2, no MPI_Abort."""
     pytest.importorskip("mpi4py")
-    proc = _srun(cluster, [*plugin, "-n", "2", *COLLBENCH, "alltoall", "--sizes", "8-1K", *QUICK], cwd=tmp_path)
+    proc = _srun(cluster, [*plugin, "-n", "2", *COLLBENCH, "alltoall", "--sizes", "8-1K", *QUICK],
+                 cwd=tmp_path)
     lines = _lines(proc.stderr)
     print(proc.stderr)
     assert proc.returncode == 2, proc.stderr
@@ -120,7 +123,9 @@ def test_srun_with_pmix_and_an_mpich_without_pmix_says_to_use_pmi2(cluster, tmp_
     library = pmi.mpi_library_description()
     if not library.startswith("MPICH") or "pmix" in library.lower():
         pytest.skip("the MPI library here is not an MPICH without PMIx")
-    proc = _srun(cluster, ["--mpi=pmix", "-n", "2", *COLLBENCH, "alltoall", "--sizes", "8-1K", *QUICK], cwd=tmp_path)
+    proc = _srun(cluster,
+                 ["--mpi=pmix", "-n", "2", *COLLBENCH, "alltoall", "--sizes", "8-1K", *QUICK],
+                 cwd=tmp_path)
     lines = _lines(proc.stderr)
     print(proc.stderr)
     assert proc.returncode == 2, proc.stderr
@@ -138,17 +143,21 @@ def test_srun_on_a_terminal_fits_its_tables_and_wraps_its_lines(cluster, tmp_pat
 
     srun = " ".join(cluster.client(["srun"]))
     conf = f"SLURM_CONF={cluster.env['SLURM_CONF']}"
-    code, lines, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} --mpi=pmi2 -n 2 {sys.executable} -m "
-                                                         "collbench allreduce --sizes 8-4K --rounds 2")
+    code, lines, _ = _on_terminal([], tmp_path,
+                                  command=f"{conf} {srun} --mpi=pmi2 -n 2 {sys.executable} -m "
+                                          "collbench allreduce --sizes 8-4K --rounds 2")
     text = "\n".join(lines)
     assert code == 0 and not [line for line in lines if len(line) > 80], text
     assert "not shown at 80 columns" in text
-    code, lines, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} -n 2 {sys.executable} -m collbench "
+    code, lines, _ = _on_terminal([], tmp_path,
+                                  command=f"{conf} {srun} -n 2 {sys.executable} -m collbench "
                                                          "alltoall --sizes 8-1K")
     text = "\n".join(lines)
-    assert code == 2 and not [line for line in lines if len(line) > 80] and "srun --mpi=pmi2" in text, text
-    code, _, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} --mpi=pmi2 -n 2 {sys.executable} -m collbench "
-                                                     "allreduce --sizes 8-1K --rounds 2 > out.txt")
+    assert (code == 2 and not [line for line in lines if len(line) > 80]
+            and "srun --mpi=pmi2" in text), text
+    code, _, _ = _on_terminal([], tmp_path, command=f"{conf} {srun} --mpi=pmi2 -n 2 "
+                                                    f"{sys.executable} -m collbench allreduce "
+                                                    "--sizes 8-1K --rounds 2 > out.txt")
     written = (tmp_path / "out.txt").read_text()
     assert code == 0 and "\x1b" not in written and "max µs" in written
 
@@ -158,15 +167,16 @@ def test_sbatch_and_salloc_run_srun_with_pmi2(cluster, tmp_path, how):
     """What docs/slurm.md shows: a batch script and an allocation, each with srun --mpi=pmi2."""
     pytest.importorskip("mpi4py")
     out = tmp_path / "r.json"
-    step = " ".join(["srun", "--mpi=pmi2", *COLLBENCH, "allreduce", "--sizes", "8-64", *QUICK, "-o", str(out)])
+    step = " ".join(["srun", "--mpi=pmi2", *COLLBENCH, "allreduce", "--sizes", "8-64", *QUICK, "-o",
+                     str(out)])
     if how == "sbatch":
         script = tmp_path / "job.sh"
         script.write_text(f"#!/bin/bash\n#SBATCH -n 2\n#SBATCH -o {tmp_path}/job.out\n{step}\n")
         argv = ["sbatch", "--wait", str(script)]
     else:
         argv = ["salloc", "-n", "2", "bash", "-c", step]
-    proc = subprocess.run(cluster.client(argv), cwd=tmp_path, env=cluster.env, capture_output=True, text=True,
-                          timeout=240)
+    proc = subprocess.run(cluster.client(argv), cwd=tmp_path, env=cluster.env, capture_output=True,
+                          text=True, timeout=240)
     job_out = tmp_path / "job.out"
     assert proc.returncode == 0, proc.stderr + (job_out.read_text() if job_out.exists() else "")
     doc = json.loads(out.read_text())
@@ -174,7 +184,8 @@ def test_sbatch_and_salloc_run_srun_with_pmi2(cluster, tmp_path, how):
     assert {r["check"] for r in doc["rows"]} == {"ok"}
 
 
-def test_a_shared_memory_file_left_by_a_job_of_the_same_number_is_named_before_mpi_hangs(cluster, tmp_path):
+def test_a_shared_memory_file_left_by_a_job_of_the_same_number_is_named_before_mpi_hangs(
+        cluster, tmp_path):
     """MPICH names its shared memory after the Slurm job and step: a segment an earlier job of
     the same number left behind (as a killed one does) would make MPI_Init wait forever. One
     line names it, exit 2, at once."""
@@ -186,7 +197,8 @@ def test_a_shared_memory_file_left_by_a_job_of_the_same_number_is_named_before_m
     an_hour_ago = time.time() - 3600
     os.utime(stale, (an_hour_ago, an_hour_ago))
     try:
-        proc = _srun(cluster, [f"--jobid={job}", "--mpi=pmi2", "-n", "2", *COLLBENCH, "allreduce", "--sizes", "8",
+        proc = _srun(cluster, [f"--jobid={job}", "--mpi=pmi2", "-n", "2", *COLLBENCH, "allreduce",
+                               "--sizes", "8",
                                *QUICK, "--no-save"], cwd=tmp_path, timeout=120)
     finally:
         stale.unlink(missing_ok=True)
@@ -201,7 +213,8 @@ def test_a_shared_memory_file_left_by_a_job_of_the_same_number_is_named_before_m
 
 def _long() -> list:
     """A quick first size, then one that lasts: the file holds a row when the fault comes."""
-    return ["allreduce", "--sizes", "8,16M", "--iters", "500", "--warmup", "0", "--rounds", "1", "--timeout", "0",
+    return ["allreduce", "--sizes", "8,16M", "--iters", "500", "--warmup", "0", "--rounds", "1",
+            "--timeout", "0",
             "--no-shuffle"]
 
 
@@ -230,8 +243,10 @@ def test_a_job_ended_by_slurm_or_by_a_killed_rank_keeps_its_files(cluster, tmp_p
     one line naming it. Either way the file keeps the size finished before, and nothing is left."""
     pytest.importorskip("mpi4py")
     out = tmp_path / "r.json"
-    job = subprocess.Popen(cluster.client(["srun", "--mpi=pmi2", "-n", "2", *COLLBENCH, *_long(), "-o", str(out)]),
-                           cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(cluster.client(["srun", "--mpi=pmi2", "-n", "2", *COLLBENCH, *_long(),
+                                           "-o", str(out)]),
+                           cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         wait_for_rows(out, 120, job=job)
         if fault == "scancel":
@@ -266,9 +281,11 @@ def test_a_rank_that_fails_in_start_up_says_the_others_wait_and_claims_no_files(
     broken = tmp_path / "broken" / "mpi4py"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text(FAILING_MPI4PY)
-    command = " ".join([*COLLBENCH, "allreduce", "--sizes", "8", *QUICK, "-o", str(tmp_path / "r.json")])
+    command = " ".join([*COLLBENCH, "allreduce", "--sizes", "8", *QUICK, "-o",
+                        str(tmp_path / "r.json")])
     step = f'if [ "$SLURM_PROCID" = 1 ]; then export PYTHONPATH={broken.parent}; fi; exec {command}'
-    proc = _srun(cluster, ["--mpi=pmi2", "--kill-on-bad-exit", "-n", "2", "bash", "-c", step], cwd=tmp_path)
+    proc = _srun(cluster, ["--mpi=pmi2", "--kill-on-bad-exit", "-n", "2", "bash", "-c", step],
+                 cwd=tmp_path)
     lines = _lines(proc.stderr)
     print(proc.stderr)
     assert proc.returncode != 0
@@ -286,8 +303,8 @@ SUBNET = "192.168.233"
 #: A node sees its own network devices in /sys, as a host does (MPI's UCX looks for them there,
 #: and ``nsenter --net`` alone leaves the machine's), and keeps the cgroup tree slurmd needs
 #: (``ip netns exec``'s new /sys hides it).
-OWN_SYS = ('mkdir -p "$2/cgroup" && mount --rbind /sys/fs/cgroup "$2/cgroup" && mount -t sysfs sysfs /sys '
-           '&& mount --move "$2/cgroup" /sys/fs/cgroup && ')
+OWN_SYS = ('mkdir -p "$2/cgroup" && mount --rbind /sys/fs/cgroup "$2/cgroup" && mount -t sysfs '
+           'sysfs /sys && mount --move "$2/cgroup" /sys/fs/cgroup && ')
 
 
 @pytest.fixture
@@ -305,20 +322,26 @@ def two_nodes(munge, tmp_path):
         for i in (1, 2):
             netns = f"{prefix}-{i}"
             subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
-            made.append(multihost.Host(f"node{i}", netns, f"{prefix}-v", f"{SUBNET}.{i}", tmp_path / f"node{i}"))
+            made.append(multihost.Host(f"node{i}", netns, f"{prefix}-v", f"{SUBNET}.{i}",
+                                       tmp_path / f"node{i}"))
         a, b = made
-        subprocess.run(["ip", "link", "add", a.iface, "netns", a.netns, "type", "veth", "peer", "name", b.iface,
+        subprocess.run(["ip", "link", "add", a.iface, "netns", a.netns, "type", "veth", "peer",
+                        "name", b.iface,
                         "netns", b.netns], check=True, capture_output=True)
         for h in made:
-            for argv in (["addr", "add", f"{h.address}/24", "dev", h.iface], ["link", "set", "lo", "up"],
+            for argv in (["addr", "add", f"{h.address}/24", "dev", h.iface],
+                         ["link", "set", "lo", "up"],
                          ["link", "set", h.iface, "up"]):
                 subprocess.run(["ip", "-n", h.netns, *argv], check=True, capture_output=True)
             h.etc.mkdir()
-            (h.etc / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{o.address} {o.name}\n" for o in made))
+            (h.etc / "hosts").write_text("127.0.0.1 localhost\n"
+                                         + "".join(f"{o.address} {o.name}\n" for o in made))
             (h.etc / "boot_id").write_text(f"{uuid.uuid4()}\n")
         multihost._wait_linked(a, b)
-        nodes = [Node(h.name, h.address, ["nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--uts", "--mount", "sh",
-                                          "-c", OWN_SYS + multihost.ENTER, "enter", h.name, str(h.etc)])
+        nodes = [Node(h.name, h.address, ["nsenter", f"--net=/run/netns/{h.netns}", "unshare",
+                                          "--uts", "--mount", "sh",
+                                          "-c", OWN_SYS + multihost.ENTER, "enter", h.name,
+                                          str(h.etc)])
                  for h in made]
         (tmp_path / "slurm").mkdir()
         cluster = Cluster(tmp_path / "slurm", nodes, munge)
@@ -335,7 +358,8 @@ def two_nodes(munge, tmp_path):
 def test_srun_across_two_nodes_runs_a_rank_on_each(two_nodes, tmp_path):
     pytest.importorskip("mpi4py")
     out = tmp_path / "r.json"
-    proc = _srun(two_nodes, ["--mpi=pmi2", "-N", "2", "-n", "2", *COLLBENCH, "allreduce", "--sizes", "8,64K", *QUICK,
+    proc = _srun(two_nodes, ["--mpi=pmi2", "-N", "2", "-n", "2", *COLLBENCH, "allreduce", "--sizes",
+                             "8,64K", *QUICK,
                              "-o", out], cwd=tmp_path)
     print(proc.stderr)
     assert proc.returncode == 0, proc.stderr
@@ -348,9 +372,11 @@ def test_srun_across_two_nodes_runs_a_rank_on_each(two_nodes, tmp_path):
 # The launcher's side, without Slurm.
 
 def test_detect_says_how_mpi_reaches_the_launcher():
-    pmi2 = {"PMI_FD": "2", "PMI_RANK": "1", "PMI_SIZE": "2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+    pmi2 = {"PMI_FD": "2", "PMI_RANK": "1", "PMI_SIZE": "2", "SLURM_STEP_ID": "0",
+            "SLURM_PROCID": "1",
             "SLURM_STEP_NUM_TASKS": "2"}
-    pmix = {"PMIX_RANK": "1", "PMIX_NAMESPACE": "slurm.pmix.5.0", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+    pmix = {"PMIX_RANK": "1", "PMIX_NAMESPACE": "slurm.pmix.5.0", "SLURM_STEP_ID": "0",
+            "SLURM_PROCID": "1",
             "SLURM_STEP_NUM_TASKS": "2"}
     none = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}
     assert [(detect(e).name, detect(e).pmi) for e in (pmi2, pmix, none, {})] == [
@@ -363,11 +389,13 @@ def test_a_world_of_one_under_srun_without_a_plugin_is_said_by_rank_0_alone():
     assert isinstance(error, SharedUsageError) and "srun --mpi=pmi2" in str(error)
     leftover = detect({"PMI_FD": "2", "PMI_RANK": "0", "PMI_SIZE": "4"})
     error = world_mismatch(leftover, 2)
-    assert not isinstance(error, SharedUsageError) and "PMI_SIZE=4 says 4 ranks, but 2 started" in str(error)
+    assert (not isinstance(error, SharedUsageError)
+            and "PMI_SIZE=4 says 4 ranks, but 2 started" in str(error))
 
 
-MPICH = ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC 2026\nMPICH ABI:          18:2:6\n"
-         "MPICH Device:       ch4:ucx ofi\nMPICH configure:    --with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
+MPICH = ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC 2026\nMPICH ABI:   "
+         "       18:2:6\nMPICH Device:       ch4:ucx ofi\nMPICH configure:    "
+         "--with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
 
 
 @pytest.mark.parametrize("library,refused", [
@@ -376,9 +404,11 @@ MPICH = ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC
     ("Open MPI v5.0.8, package: Open MPI conda@host Distribution, ident: 5.0.8", False),
     ("", False),                 # the library could not be asked: MPI says what it will
 ])
-def test_srun_pmix_is_refused_before_mpi_starts_only_for_an_mpich_without_pmix(monkeypatch, library, refused):
+def test_srun_pmix_is_refused_before_mpi_starts_only_for_an_mpich_without_pmix(
+        monkeypatch, library, refused):
     monkeypatch.setattr(pmi, "mpi_library_description", lambda: library)
-    srun = detect({"PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.5.0", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+    srun = detect({"PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.5.0", "SLURM_STEP_ID": "0",
+                   "SLURM_PROCID": "0",
                    "SLURM_STEP_NUM_TASKS": "2"})
     problem = mpi_start_problem(srun)
     assert bool(problem) == refused
@@ -393,8 +423,10 @@ def test_mpich_names_its_shared_memory_by_the_fnv_hash_of_the_job_step():
 
 def test_only_a_segment_older_than_the_rank_counts_as_left_over(monkeypatch, tmp_path):
     monkeypatch.setattr(pmi, "SHARED_MEMORY", tmp_path)
-    monkeypatch.setattr(pmi.processes, "started_at", lambda pid: time.time())       # the task started now
-    srun = detect({"PMI_FD": "2", "PMI_RANK": "0", "PMI_SIZE": "2", "PMI_JOBID": "7.0", "SLURM_STEP_ID": "0"})
+    # the task started now
+    monkeypatch.setattr(pmi.processes, "started_at", lambda pid: time.time())
+    srun = detect({"PMI_FD": "2", "PMI_RANK": "0", "PMI_SIZE": "2", "PMI_JOBID": "7.0",
+                   "SLURM_STEP_ID": "0"})
     env = {"PMI_JOBID": "7.0"}
     segment = tmp_path / "mpich_shm_14f46f28_0"
     segment.write_bytes(b"")                     # a peer of this step made it just now
@@ -413,5 +445,6 @@ def test_a_start_up_timeout_names_the_ranks_that_never_joined():
         rank0.rank, rank0.host, rank0.position = 0, "node1", "start-up (joining the other ranks)"
         referee.peers, referee.size = {0: rank0}, 3
         line = referee._timeout_line(rank0, {"what": "start-up", "limit": 120})
-    assert line == ("timeout: start-up did not finish within 120 s (--timeout): rank 0 on node1 still in start-up "
-                    "(joining the other ranks); ranks 1-2 not joined yet (still starting, or never started)")
+    assert line == ("timeout: start-up did not finish within 120 s (--timeout): rank 0 on node1 "
+                    "still in start-up (joining the other ranks); ranks 1-2 not joined yet (still "
+                    "starting, or never started)")

@@ -20,8 +20,8 @@ def _rows(collective="allreduce", backends=("mpi",), rounds=5, world_size=2):
         for i, size in enumerate(SIZES if collective != "barrier" else (0,)):
             samples = [lognormal_samples(5.0 + size / 1e3 * (b + 1), 30, seed=i * 10 + r + 100 * b)
                        for r in range(rounds)]
-            rows.append(row_with_rounds(samples, collective=collective, backend=backend, size_bytes=size,
-                                        world_size=world_size)[0])
+            rows.append(row_with_rounds(samples, collective=collective, backend=backend,
+                                        size_bytes=size, world_size=world_size)[0])
     return rows
 
 
@@ -37,7 +37,8 @@ def _widest(text: str) -> int:
     return max(len(line) for line in text.splitlines())
 
 
-@pytest.mark.parametrize("backends", [("mpi",), ("mpi", "mpi-pickle"), ("mpi", "mpi-pickle", "gloo")])
+@pytest.mark.parametrize("backends",
+                         [("mpi",), ("mpi", "mpi-pickle"), ("mpi", "mpi-pickle", "gloo")])
 @pytest.mark.parametrize("collective", ["allreduce", "allgather"])
 def test_tables_fit_80_columns_and_name_what_they_leave_out(backends, collective):
     (table,) = build_tables(_rows(collective, backends))
@@ -45,7 +46,8 @@ def test_tables_fit_80_columns_and_name_what_they_leave_out(backends, collective
     assert _widest(text) <= 80, text
     assert "p50" in text and "size" in text
     assert "not shown at 80 columns:" in text
-    if len(backends) > 1:            # the ratios against the first backend are what side by side is for
+    # the ratios against the first backend are what side by side is for
+    if len(backends) > 1:
         assert text.count("/mpi") == len(backends) - 1 and "×" in text
     if collective == "allgather":    # sizes are the whole array: each rank's part is shown
         assert "per rank" in text and " 512 " in text
@@ -58,11 +60,13 @@ def test_200_columns_keep_every_column_for_one_backend_and_more_for_three(backen
     assert _widest(text) <= 200
     if len(backends) == 1:
         assert "not shown" not in text
-        for header in ("count", "iters", "p50 µs", "95% CI µs", "run cv", "avg µs", "min µs", "p95 µs",
+        for header in ("count", "iters", "p50 µs", "95% CI µs", "run cv", "avg µs", "min µs",
+                       "p95 µs",
                        "max µs", "algbw GB/s", "busbw GB/s", "check"):
             assert header in text, header
     else:
-        assert "min µs" in text and "max µs" in text and "iters" in text     # not dropped side by side
+        # not dropped side by side
+        assert "min µs" in text and "max µs" in text and "iters" in text
 
 
 def test_piped_output_keeps_every_column_unless_columns_is_set(monkeypatch):
@@ -105,7 +109,8 @@ def test_summary_line_titles_and_markdown():
     (one,) = build_tables(_rows("allreduce", ("mpi",), world_size=1))
     assert "1 rank ·" in one.title
     (barrier,) = build_tables(_rows("barrier", ("mpi",)))
-    assert barrier.title.startswith("barrier · 2 ranks")        # no dtype for a call that moves none
+    # no dtype for a call that moves none
+    assert barrier.title.startswith("barrier · 2 ranks")
     assert "size" not in barrier.headers and "check" not in barrier.headers
 
 
@@ -115,10 +120,12 @@ def test_a_prose_column_wraps_at_the_width_and_cells_are_text_not_markup():
     from collbench.render.tables import TableModel
 
     reason = "unusable: " + " ".join(["a long reason"] * 12) + ' (pip install "collbench[plot]")'
-    table = TableModel("collbench env", ("", ""), (("backend nccl", reason), ("cpus", "2")), wrapped=(1,))
+    table = TableModel("collbench env", ("", ""), (("backend nccl", reason), ("cpus", "2")),
+                       wrapped=(1,))
     text = _render(table, 80)
     assert _widest(text) <= 80 and "collbench[plot]" in text and "not shown" not in text
-    assert "━" not in text and len([line for line in text.splitlines() if "long reason" in line]) > 1
+    assert "━" not in text and len([line for line in text.splitlines()
+                                    if "long reason" in line]) > 1
     piped = _render(table, None, terminal=False)
     assert any(reason in line for line in piped.splitlines())
 
@@ -140,9 +147,10 @@ def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path
     from collbench.benchmarks.registry import ORDER
     from collbench.render.tables import format_us
 
-    proc = subprocess.run([sys.executable, "-m", "collbench", "all", "-n", "2", "--rounds", "2", "--iters", "20",
-                           "--warmup", "1", "--sizes", "8-64", "-o", "r.json"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "collbench", "all", "-n", "2", "--rounds", "2",
+                           "--iters", "20",
+                           "--warmup", "1", "--sizes", "8-64", "-o", "r.json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     titles = [line.split(" · ")[0] for line in proc.stdout.splitlines() if " · 2 ranks · " in line]
     assert titles == list(ORDER)
@@ -164,7 +172,8 @@ def test_a_table_with_nothing_to_drop_says_nothing_of_it_and_folds_long_values_w
     from collbench.render.tables import TableModel
 
     path = "/a/very/long/folder/name/without/any/spaces/python3"
-    table = TableModel("collbench env", ("", ""), (("python", f"3.11 ({path})"), ("cpus", "2")), wrapped=(1,))
+    table = TableModel("collbench env", ("", ""), (("python", f"3.11 ({path})"), ("cpus", "2")),
+                       wrapped=(1,))
     text = _render(table, 40)
     assert "not shown" not in text and _widest(text) <= 40
     assert path in "".join(line.strip() for line in text.splitlines())     # folded, not cut with …
@@ -176,14 +185,16 @@ def test_an_ascii_stream_gets_the_table_fitted_on_its_stand_ins():
     fitted on that text, not on the characters it replaces, and still fits the width."""
     import importlib
 
-    importlib.import_module("collbench.cli.streams")      # registers the stand-ins, as collbench's main does
+    # registers the stand-ins, as collbench's main does
+    importlib.import_module("collbench.cli.streams")
 
     class AsciiOut(io.StringIO):
         encoding = "ascii"
 
     (table,) = build_tables(_rows("allreduce", ("mpi", "mpi-pickle", "gloo")))
     out = AsciiOut()
-    console = Console(file=out, width=80, force_terminal=True, color_system=None, highlight=False, soft_wrap=False)
+    console = Console(file=out, width=80, force_terminal=True, color_system=None, highlight=False,
+                      soft_wrap=False)
     print_table(console, table, 80, plain=False)
     text = out.getvalue()
     assert text.isascii() and "p50 us" in text and _widest(text) <= 80, text
@@ -193,18 +204,22 @@ def test_two_pairs_of_one_benchmark_are_two_tables_named_by_their_pair_and_windo
     from collbench.render.tables import build_tables
     from results_helpers import row_from_samples
 
-    rows = [row_from_samples([5.0, 5.1, 5.2], collective="bw", pair=pair, window=16, size_bytes=size)
+    rows = [row_from_samples([5.0, 5.1, 5.2], collective="bw", pair=pair, window=16,
+                             size_bytes=size)
             for pair in ((0, 1), (2, 0)) for size in (8, 1024)]
     titles = [t.title for t in build_tables(rows)]
-    assert titles == ["bw · float32 · 2 ranks · latency · pair 0-1 · window 16 · mpi · thread single",
-                      "bw · float32 · 2 ranks · latency · pair 2-0 · window 16 · mpi · thread single"]
+    assert titles == ["bw · float32 · 2 ranks · latency · pair 0-1 · window 16 · mpi · thread "
+                      "single",
+                      "bw · float32 · 2 ranks · latency · pair 2-0 · window 16 · mpi · thread "
+                      "single"]
 
 
 def test_a_bar_in_a_cell_is_escaped_in_markdown_not_a_column():
     from collbench.render.tables import TableModel, to_markdown
     text = to_markdown(TableModel("t", ("backend", "p50 µs"), (("my|mpi", "3.0"),), (), (0, 0)))
     assert "| my\\|mpi | 3.0 |" in text
-    assert all(line.replace("\\|", "").count("|") == 3 for line in text.splitlines() if line.startswith("|"))
+    assert all(line.replace("\\|", "").count("|") == 3 for line in text.splitlines()
+               if line.startswith("|"))
 
 
 def test_a_ci_that_reaches_up_to_a_state_is_shown_lopsided_and_said():
@@ -246,6 +261,7 @@ def test_an_interval_a_hundred_times_its_p50_is_said_in_words(tmp_path):
     proc = cli(["report", "base-2.json"], tmp_path, env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stdout.splitlines() if "not a figure to quote" in line]
-    assert any(line.startswith("32: the 95% CI spans 100× its p50 or more (their rounds ran 3.80–3794.1 µs)")
+    assert any(line.startswith("32: the 95% CI spans 100× its p50 or more (their rounds ran "
+                               "3.80–3794.1 µs)")
                for line in said), said
     assert any(line.startswith("barrier: ") for line in said)

@@ -18,7 +18,8 @@ from terminal_helpers import read_rest
 pyte = pytest.importorskip("pyte")
 
 
-def _on_terminal(args, cwd, columns=80, rows=40, timeout=180, *, command=None, interrupt_at=None) -> tuple:
+def _on_terminal(args, cwd, columns=80, rows=40, timeout=180, *, command=None,
+                 interrupt_at=None) -> tuple:
     """(exit code, the lines as a terminal shows them, the bytes written) of ``collbench ARGS``
     (or of ``command``, a shell line) on a pseudo-terminal of that size; ``interrupt_at``:
     bytes after which Ctrl-C is typed (as the terminal's own character, to the foreground)."""
@@ -33,8 +34,8 @@ def _on_terminal(args, cwd, columns=80, rows=40, timeout=180, *, command=None, i
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     argv = ["bash", "-c", command] if command else [sys.executable, "-m", "collbench", *args]
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=secondary, stdout=secondary, stderr=secondary,
-                            preexec_fn=controlling_terminal)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=secondary, stdout=secondary,
+                            stderr=secondary, preexec_fn=controlling_terminal)
     os.close(secondary)
     seen = b""
     if interrupt_at is not None:
@@ -46,7 +47,8 @@ def _on_terminal(args, cwd, columns=80, rows=40, timeout=180, *, command=None, i
     seen += read_rest(primary, proc, timeout)
     proc.wait(timeout=30)
     os.close(primary)
-    screen = pyte.Screen(columns * 3, 3000)       # wide: a line the program made too long shows as such
+    # wide: a line the program made too long shows as such
+    screen = pyte.Screen(columns * 3, 3000)
     stream = pyte.ByteStream(screen)
     stream.feed(seen.replace(b"\n", b"\r\n") if b"\r\n" not in seen else seen)
     lines = [line.rstrip() for line in screen.display]
@@ -57,20 +59,26 @@ def _on_terminal(args, cwd, columns=80, rows=40, timeout=180, *, command=None, i
 
 @pytest.mark.mpi
 def test_a_run_on_an_80_column_terminal_never_draws_a_line_past_80(tmp_path):
-    code, lines, _ = _on_terminal(["all", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes", "8-64K", "--iters", "20",
+    code, lines, _ = _on_terminal(["all", "-n", "2", "--backend", "mpi,mpi-pickle", "--sizes",
+                                   "8-64K", "--iters", "20",
                                 "--warmup", "1", "--rounds", "2"], tmp_path)
     assert code == 0, "\n".join(lines)
     too_long = [line for line in lines if len(line) > 80]
     assert not too_long, "\n".join(too_long)
     text = "\n".join(lines)
     assert text.count("mpi-pickle") >= 9 and "/mpi" in text              # side by side, ratio shown
-    assert "per rank" in text                                              # allgather & co: each rank's part
+    # allgather & co: each rank's part
+    assert "per rank" in text
     assert "avg bus bandwidth" in text and "not shown at 80 columns" in text
-    assert "sizes" not in text.split("wrote")[-1] or "left" not in text     # the bar is gone at the end
+    # the bar is gone at the end
+    assert "sizes" not in text.split("wrote")[-1] or "left" not in text
     # the default files' names are long: each has a line of its own rather than one wrapped line
-    assert lines[-2].startswith("collbench: wrote results/collbench-") and lines[-2].endswith(".json")
-    assert lines[-1].startswith("collbench: wrote results/collbench-") and lines[-1].endswith(".csv")
-    for note in ("every result checked: ok", "not shown at 80 columns: count"):    # said once, not per table
+    assert (lines[-2].startswith("collbench: wrote results/collbench-")
+            and lines[-2].endswith(".json"))
+    assert (lines[-1].startswith("collbench: wrote results/collbench-")
+            and lines[-1].endswith(".csv"))
+    # said once, not per table
+    for note in ("every result checked: ok", "not shown at 80 columns: count"):
         assert text.count(note) <= 1, text
 
 
@@ -82,7 +90,8 @@ def test_under_a_users_mpiexec_on_a_terminal_tables_fit_it_and_progress_shows(tm
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
-    code, lines, seen = _on_terminal([], tmp_path, command=f"{mpiexec} -n 2 {sys.executable} -m collbench all "
+    code, lines, seen = _on_terminal([], tmp_path,
+                                     command=f"{mpiexec} -n 2 {sys.executable} -m collbench all "
                                                              "-b mpi --sizes 8-64K --rounds 2")
     text = "\n".join(lines)
     assert code == 0, text
@@ -91,7 +100,8 @@ def test_under_a_users_mpiexec_on_a_terminal_tables_fit_it_and_progress_shows(tm
     assert b"sizes" in seen and b"left" in seen          # the progress bar was drawn (and is gone)
     assert "sizes" not in text.split("wrote")[-1]
     # stdout into a file, stderr on the terminal: the file gets every column, plain, as before
-    code, lines, _ = _on_terminal([], tmp_path, command=f"{mpiexec} -n 2 {sys.executable} -m collbench allreduce "
+    code, lines, _ = _on_terminal([], tmp_path,
+                                  command=f"{mpiexec} -n 2 {sys.executable} -m collbench allreduce "
                                                           "-b mpi --sizes 8-1K --rounds 2 > out.txt")
     written = (tmp_path / "out.txt").read_text()
     assert code == 0 and "\x1b" not in written and "max µs" in written and "p95 µs" in written
@@ -101,15 +111,18 @@ def test_under_a_users_mpiexec_on_a_terminal_tables_fit_it_and_progress_shows(tm
 def test_compare_at_80_columns_titles_each_setup(tmp_path):
     from results_helpers import run_of, sweep, write
 
-    series = {(c, b, s): v for (_, _, s), v in sweep().items() for c in ("allreduce", "bcast") for b in ("mpi", "gloo")}
-    base, new = write(run_of(series, seed=1), tmp_path / "a.json"), write(run_of(series, seed=2), tmp_path / "b.json")
+    series = {(c, b, s): v for (_, _, s), v in sweep().items() for c in ("allreduce", "bcast")
+              for b in ("mpi", "gloo")}
+    base, new = write(run_of(series, seed=1), tmp_path / "a.json"), write(run_of(series, seed=2),
+                                                                          tmp_path / "b.json")
     code, lines, _ = _on_terminal(["compare", str(base), str(new)], tmp_path)
     text = "\n".join(lines)
     assert code in (0, 1) and not [line for line in lines if len(line) > 80], text
     titles = [line for line in lines if line.endswith("· 2 ranks · latency")]
     assert sorted(titles) == ["allreduce · gloo · float32 sum · 2 ranks · latency",
                               "allreduce · mpi · float32 sum · 2 ranks · latency",
-                              "bcast · gloo · float32 · 2 ranks · latency", "bcast · mpi · float32 · 2 ranks · latency"]
+                              "bcast · gloo · float32 · 2 ranks · latency",
+                              "bcast · mpi · float32 · 2 ranks · latency"]
     first = lines.index(titles[0])
     assert "size" in lines[first + 2] and "change" in lines[first + 2] and "collective" not in text
     assert text.count("max-T") == 1                     # the method, said once under the last table
@@ -121,12 +134,14 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
     import time
 
     started = time.time()
-    code, lines, seen = _on_terminal(["all", "-n", "2", "-b", "mpi", "--sizes", "8-64M", "--rounds", "5"], tmp_path,
+    code, lines, seen = _on_terminal(["all", "-n", "2", "-b", "mpi", "--sizes", "8-64M", "--rounds",
+                                      "5"], tmp_path,
                                      interrupt_at=b"sizes")
     text = "\n".join(lines)
     assert code == 130, text
     said = [i for i, line in enumerate(lines) if "interrupted by SIGINT" in line]
-    assert said and lines[said[0]].startswith("collbench: interrupted by SIGINT"), text   # not after the bar
+    # not after the bar
+    assert said and lines[said[0]].startswith("collbench: interrupted by SIGINT"), text
     assert not [line for line in lines if len(line) > 80], text          # wrapped between words
     assert all(not line.endswith(("fini", "finishe")) for line in lines)
     time.sleep(1.0)
@@ -137,7 +152,8 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
         except OSError:                   # another job's, gone meanwhile
             return False
 
-    others = subprocess.run(["pgrep", "-x", "mpiexec"], capture_output=True, text=True).stdout.split()
+    others = subprocess.run(["pgrep", "-x", "mpiexec"], capture_output=True,
+                            text=True).stdout.split()
     if others:                            # another job's mpiexec may own a file written meanwhile
         pytest.skip(f"other mpiexec processes run on this host ({len(others)}): the files cannot be told apart")
     left = [p for p in glob.glob("/tmp/hydra_hwloc_xmlfile_*") if written_since(p)]
@@ -150,7 +166,8 @@ def test_a_progress_label_too_long_keeps_the_size_being_measured():
     label = "round 1/5 · allreduce on mpi-pickle at 8"
     assert shorten(label, 60) == label
     assert shorten(label, 30) == "1/5 · allreduce on mpi-p… at 8"
-    assert all(shorten(label, room).endswith(" at 8") and len(shorten(label, room)) <= room for room in range(12, 40))
+    assert all(shorten(label, room).endswith(" at 8") and len(shorten(label, room)) <= room
+               for room in range(12, 40))
     assert len(shorten(label, 8)) <= 8
 
 

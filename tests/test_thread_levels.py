@@ -28,8 +28,10 @@ def _masks(record) -> list:
 def every_level(tmp_path_factory):
     """A self-launched run of allreduce at the four levels side by side, bound a core a rank."""
     folder = tmp_path_factory.mktemp("levels")
-    proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--rounds", "2", "--thread-level", ",".join(LEVELS),
-                "--bind", "core", "-o", "levels.json", "-f", "markdown", *QUICK], folder, timeout=300)
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8,64K", "--rounds", "2", "--thread-level",
+                ",".join(LEVELS),
+                "--bind", "core", "-o", "levels.json", "-f", "markdown", *QUICK], folder,
+               timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc, load_json(folder / "levels.json")
 
@@ -81,11 +83,14 @@ def under_mpiexec(tmp_path_factory):
     if mpiexec is None:
         pytest.skip("no mpiexec")
     folder = tmp_path_factory.mktemp("mpiexec")
-    bound = subprocess.run([mpiexec, "-n", "2", "-bind-to", "core", sys.executable, "-m", "collbench", "allreduce",
-                            "--sizes", "8", "--rounds", "2", "--thread-level", "funneled", "-o", "bound.json", *QUICK],
+    bound = subprocess.run([mpiexec, "-n", "2", "-bind-to", "core", sys.executable, "-m",
+                            "collbench", "allreduce",
+                            "--sizes", "8", "--rounds", "2", "--thread-level", "funneled", "-o",
+                            "bound.json", *QUICK],
                            cwd=folder, capture_output=True, text=True, timeout=180)
     assert bound.returncode == 0, bound.stderr
-    free = mpirun(2, ["allreduce", "--sizes", "8", "--rounds", "2", "-o", "free.json", "--iters", "10", "--warmup",
+    free = mpirun(2, ["allreduce", "--sizes", "8", "--rounds", "2", "-o", "free.json", "--iters",
+                      "10", "--warmup",
                       "1"], folder)
     assert free.returncode == 0, free.stderr
     return folder, free
@@ -109,23 +114,27 @@ def test_by_default_mpi_starts_at_single_and_the_title_says_so(under_mpiexec):
     records = doc["metadata"]["rounds"]
     assert all(r["thread_level_provided"] == "single" for r in records)
     cores = len(os.sched_getaffinity(0))
-    assert all(m == _masks(records[0])[0] and bin(m).count("1") == cores for r in records for m in _masks(r))
+    assert all(m == _masks(records[0])[0] and bin(m).count("1") == cores for r in records
+               for m in _masks(r))
     assert "allreduce · float32 sum · 2 ranks · latency · mpi · thread single" in free.stdout
 
 
 def test_mpi4py_own_variable_chooses_the_level_where_the_option_is_not_given(tmp_path):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1", "-o", "v.json", *QUICK], tmp_path,
-               env={"MPI4PY_RC_THREAD_LEVEL": "serialized"})
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1", "-o", "v.json", *QUICK],
+               tmp_path, env={"MPI4PY_RC_THREAD_LEVEL": "serialized"})
     assert proc.returncode == 0, proc.stderr
     assert {r["thread_level"] for r in load_json(tmp_path / "v.json")["rows"]} == {"serialized"}
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--backend", "gloo", "--thread-level", "single"], "--thread-level is for the MPI backends (mpi, mpi-pickle); "
+    (["--backend", "gloo", "--thread-level", "single"],
+     "--thread-level is for the MPI backends (mpi, mpi-pickle); "
                                                         "gloo has no MPI thread level"),
     (["--backend", "nccl", "--thread-level", "multiple"], "nccl has no MPI thread level"),
-    (["--backend", "gloo,nccl", "--thread-level", "single,multiple"], "gloo, nccl have no MPI thread level"),
-    (["--thread-level", "triple"], "unknown thread level 'triple'; choose from: single, funneled, serialized, multiple"),
+    (["--backend", "gloo,nccl", "--thread-level", "single,multiple"],
+     "gloo, nccl have no MPI thread level"),
+    (["--thread-level", "triple"],
+     "unknown thread level 'triple'; choose from: single, funneled, serialized, multiple"),
     (["--thread-level", " , "], "--thread-level is empty"),
 ])
 def test_a_level_a_backend_cannot_take_is_refused_in_one_line(tmp_path, args, said):
@@ -135,22 +144,29 @@ def test_a_level_a_backend_cannot_take_is_refused_in_one_line(tmp_path, args, sa
 
 
 def test_a_bad_mpi4py_variable_is_bad_input(tmp_path):
-    proc = cli(["allreduce", "-n", "2", "--sizes", "8"], tmp_path, env={"MPI4PY_RC_THREAD_LEVEL": "lots"})
-    assert proc.returncode == 2 and "MPI4PY_RC_THREAD_LEVEL='lots' is not a thread level" in proc.stderr
+    proc = cli(["allreduce", "-n", "2", "--sizes", "8"], tmp_path,
+               env={"MPI4PY_RC_THREAD_LEVEL": "lots"})
+    assert (proc.returncode == 2
+            and "MPI4PY_RC_THREAD_LEVEL='lots' is not a thread level" in proc.stderr)
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--thread-level", "single,multiple"], "MPI starts at one level per launch and mpiexec launched these ranks once"),
-    (["--bind", "core"], "--bind is for collbench's own launch; mpiexec placed these ranks: bind with it"),
+    (["--thread-level", "single,multiple"],
+     "MPI starts at one level per launch and mpiexec launched these ranks once"),
+    (["--bind", "core"],
+     "--bind is for collbench's own launch; mpiexec placed these ranks: bind with it"),
 ])
 def test_under_a_users_launcher_several_levels_and_binding_are_refused(tmp_path, args, said):
     proc = mpirun(2, ["allreduce", "--sizes", "8", "--no-save", *args], tmp_path)
-    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert (proc.returncode == 2 and said in proc.stderr
+            and "Traceback" not in proc.stderr), proc.stderr
 
 
 def test_ab_takes_a_level_a_side(tmp_path):
-    proc = cli(["ab", "--", "allreduce", "-n", "2", "--sizes", "8", "--thread-level", "single,multiple"], tmp_path)
-    assert proc.returncode == 2 and "ab measures one setup a side; give each side its level" in proc.stderr
+    proc = cli(["ab", "--", "allreduce", "-n", "2", "--sizes", "8", "--thread-level",
+                "single,multiple"], tmp_path)
+    assert (proc.returncode == 2
+            and "ab measures one setup a side; give each side its level" in proc.stderr)
 
 
 @pytest.mark.parametrize("level", ["single", "funneled", "serialized", "multiple"])
@@ -160,12 +176,15 @@ def test_oversubscribed_below_multiple_says_that_a_waiting_rank_spins(tmp_path, 
     if shutil.which("taskset") is None:
         pytest.skip("no taskset")
     env = {**os.environ}
-    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
-                           "8", "--rounds", "1", "--iters", "3", "--warmup", "0", "--no-save", "--thread-level", level],
+    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "collbench", "allreduce",
+                           "-n", "2", "--sizes",
+                           "8", "--rounds", "1", "--iters", "3", "--warmup", "0", "--no-save",
+                           "--thread-level", level],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "2 ranks share 1 CPU on a host" in proc.stderr
-    assert (f"at thread level {level}, a waiting rank spins on its core" in proc.stderr) == (level != "multiple")
+    assert (f"at thread level {level}, a waiting rank spins on its core"
+            in proc.stderr) == (level != "multiple")
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -174,24 +193,30 @@ def test_bind_core_binds_within_the_cpus_collbench_was_given(tmp_path, ranks):
     ``taskset -c 1``, no rank may land on CPU 0."""
     if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
         pytest.skip("needs taskset and two CPUs")
-    proc = subprocess.run(["taskset", "-c", "1", sys.executable, "-m", "collbench", "allreduce", "-n", str(ranks),
-                           "--sizes", "8", "--rounds", "1", "--bind", "core", "--thread-level", "multiple",
-                           "-o", "t.json", *QUICK], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(["taskset", "-c", "1", sys.executable, "-m", "collbench", "allreduce",
+                           "-n", str(ranks),
+                           "--sizes", "8", "--rounds", "1", "--bind", "core", "--thread-level",
+                           "multiple",
+                           "-o", "t.json", *QUICK], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180)
     assert proc.returncode == 0, proc.stderr
     (record,) = load_json(tmp_path / "t.json")["metadata"]["rounds"]
     assert _masks(record) == [0b10] * ranks
 
 
-# -- compare: rows match on their level --------------------------------------------------------------
+# -- compare: rows match on their level
+# --------------------------------------------------------------
 
 
 def _run(level: str, scale: float = 1.0):
     from results_helpers import metadata, row_with_rounds, lognormal_samples
     from collbench.results.records import RunResult
 
-    result = RunResult(metadata=metadata(rounds=[{"round": r + 1, "load": {"busy": False}} for r in range(5)]))
+    result = RunResult(metadata=metadata(rounds=[{"round": r + 1, "load": {"busy": False}}
+                                                 for r in range(5)]))
     for i, size in enumerate((8, 1024, 65536)):
-        samples = [lognormal_samples((2.0 + size / 2e3) * scale, 30, seed=i * 10 + r) for r in range(5)]
+        samples = [lognormal_samples((2.0 + size / 2e3) * scale, 30, seed=i * 10 + r)
+                   for r in range(5)]
         row, data = row_with_rounds(samples, size_bytes=size, thread_level=level)
         result.add(row, data)
     return result
@@ -201,14 +226,17 @@ def test_compare_refuses_a_verdict_across_levels_unless_asked():
     from collbench.analysis.compare import compare_runs
     from collbench.errors import UsageError
 
-    with pytest.raises(UsageError, match="ran MPI at thread level single and new at multiple: the level alone"):
+    with pytest.raises(UsageError,
+                       match="ran MPI at thread level single and new at multiple: the level alone"):
         compare_runs(_run("single"), _run("multiple", 3.0), baseline_name="base", new_name="new")
-    comparison = compare_runs(_run("single"), _run("multiple", 3.0), baseline_name="base", new_name="new",
+    comparison = compare_runs(_run("single"), _run("multiple", 3.0), baseline_name="base",
+                              new_name="new",
                               across_levels=True)
     assert comparison.regression and {r.verdict for r in comparison.rows} == {"slower"}
     assert comparison.warnings[0] == "base ran MPI at thread level single and new at multiple: rows are matched " \
                                      "across the levels"
-    same = compare_runs(_run("multiple"), _run("multiple", 3.0))      # one level each side, the same: no word
+    # one level each side, the same: no word
+    same = compare_runs(_run("multiple"), _run("multiple", 3.0))
     assert same.regression and not any("thread level" in w for w in same.warnings)
 
 
@@ -216,7 +244,8 @@ def test_a_file_of_several_levels_compares_each_with_its_own_level(every_level, 
     _, doc = every_level
     path = tmp_path / "levels.json"
     path.write_text(json.dumps(doc))
-    proc = cli(["compare", str(path), str(path), "--threshold", "1000%", "--min-decided", "0%"], tmp_path)
+    proc = cli(["compare", str(path), str(path), "--threshold", "1000%", "--min-decided", "0%"],
+               tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "thread level" not in proc.stderr
 
@@ -233,17 +262,20 @@ def test_an_old_file_is_read_as_multiple_and_unbound_and_says_it_was_assumed(und
     assert binding(result) == "unbound (assumed)"
     folder, _ = under_mpiexec
     report = cli(["report", str(old)], folder)
-    assert report.returncode == 0 and "read as thread level multiple" in report.stdout + report.stderr
+    assert (report.returncode == 0
+            and "read as thread level multiple" in report.stdout + report.stderr)
     refused = cli(["compare", str(old), str(folder / "free.json"), "--allow-missing"], folder)
     assert refused.returncode == 2, refused.stderr
     assert f"{old} ran MPI at thread level multiple and {folder / 'free.json'} at single (assumed for {old}: " \
            "written before levels were recorded)" in refused.stderr
-    asked = cli(["compare", str(old), str(folder / "free.json"), "--allow-missing", "--across-levels"], folder)
+    asked = cli(["compare", str(old), str(folder / "free.json"), "--allow-missing",
+                 "--across-levels"], folder)
     assert asked.returncode in (0, 1, 3) and "rows are matched across the levels" in asked.stderr
     assert "ranks were bound differently: unbound (assumed) in" in asked.stderr
 
 
-# -- helper threads --------------------------------------------------------------------------------------
+# -- helper threads
+# --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -39,7 +39,8 @@ def test_device_timings_on_backends_without_a_gpu_stream_are_one_line_exit_2(run
 
 
 def test_a_timing_list_measures_each_side_by_side_and_rows_record_it(run_dir):
-    proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--sizes", "8,1K", "--timing", "throughput,latency",
+    proc = cli(["allreduce", "-n", "2", "--backend", "mpi", "--sizes", "8,1K", "--timing",
+                "throughput,latency",
                 "--iters", "5", "--rounds", "1", "-q", "-o", "t.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     data = load_json(run_dir / "t.json")
@@ -129,7 +130,8 @@ SETTINGS = harness.TimingSettings(iters=12, warmup=2)
 def test_graph_timing_captures_k_calls_once_and_divides_each_replay_by_k():
     calls, clock = [], StandInClock(seconds=2e-3)
     device = StandInDevice(clock)
-    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None,
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="graph", iters=12, warmup=2), device=device)
     k = m.calls_per_sample
@@ -140,7 +142,8 @@ def test_graph_timing_captures_k_calls_once_and_divides_each_replay_by_k():
 
 def test_device_timing_drops_samples_a_hold_did_not_cover_and_lengthens_the_hold():
     calls, clock = [], StandInClock(seconds=5e-6, early=3)
-    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None,
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="device", iters=12, warmup=2), device=StandInDevice(clock))
     assert m.unheld == 3 and len(m.samples_us[0]) == 12         # the three are measured again
@@ -152,9 +155,11 @@ def test_device_timing_drops_samples_a_hold_did_not_cover_and_lengthens_the_hold
 
 def test_device_timing_with_the_stop_rule_counts_only_covered_samples():
     calls, clock = [], StandInClock(seconds=5e-6, early=4)
-    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None,
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
-                            mode="device", warmup=2, min_iters=10, max_time=0.2), device=StandInDevice(clock))
+                            mode="device", warmup=2, min_iters=10, max_time=0.2),
+                        device=StandInDevice(clock))
     assert m.unheld == 4 and len(m.samples_us[0]) >= 10 and np.isfinite(m.samples_us[0]).all()
     assert np.isfinite(m.rank_means_us[0])
 
@@ -184,8 +189,8 @@ def test_the_budget_bounds_warm_up_and_samples_of_a_slow_call_and_says_it_fell_s
     size took 1 + 5 + 10 calls (0.8 s, four times the budget)."""
     clock, calls = FakeClock(), []
     monkeypatch.setattr(timing_base, "timer", clock)
-    m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
-                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+    m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"),
+                        roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
     assert len(calls) == 1 + 1 + 3, len(calls)       # first call, warm-up, samples
     assert len(m.samples_us[0]) == 3 and m.short
@@ -195,10 +200,11 @@ def test_the_budget_bounds_warm_up_and_samples_of_a_slow_call_and_says_it_fell_s
 def test_a_fast_call_gets_its_whole_warm_up_and_min_iters_and_is_not_short(monkeypatch):
     clock, calls = FakeClock(), []
     monkeypatch.setattr(timing_base, "timer", clock)
-    m = harness.measure(_slow_bound(clock, 1e-6, calls), bench=get_benchmark("allreduce"), roles=Roles(),
-                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+    m = harness.measure(_slow_bound(clock, 1e-6, calls), bench=get_benchmark("allreduce"),
+                        roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
-    assert len(calls) == 1 + 5 + 10 and len(m.samples_us[0]) == 10      # all alike: the CI is reached at once
+    # all alike: the CI is reached at once
+    assert len(calls) == 1 + 5 + 10 and len(m.samples_us[0]) == 10
     assert not m.short and m.precision_reached == (True,)
 
 
@@ -206,8 +212,8 @@ def test_fixed_iters_are_not_budgeted(monkeypatch):
     """--iters N asks for N samples whatever they cost, after --warmup calls."""
     clock, calls = FakeClock(), []
     monkeypatch.setattr(timing_base, "timer", clock)
-    m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"), roles=Roles(),
-                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+    m = harness.measure(_slow_bound(clock, 0.05, calls), bench=get_benchmark("allreduce"),
+                        roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(iters=12, warmup=5, max_time=0.2))
     assert len(calls) == 1 + 5 + 12 and len(m.samples_us[0]) == 12 and not m.short
 
@@ -224,9 +230,11 @@ def test_a_slow_first_warm_up_call_is_timed_again_before_the_warm_up_is_cut(monk
         calls.append(1)
         clock.now += next(durations)
 
-    m = harness.measure(Bound(run=run, run_blocking=run, checked=lambda: None), bench=get_benchmark("allreduce"),
+    m = harness.measure(Bound(run=run, run_blocking=run, checked=lambda: None),
+                        bench=get_benchmark("allreduce"),
                         roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
-                        settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2), called=True)
+                        settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2),
+                        called=True)
     assert len(calls) == 5 + 10 and not m.short          # the check's call stood for the first
 
 
@@ -236,8 +244,8 @@ def test_warm_up_and_samples_together_keep_to_the_budget(monkeypatch, seconds):
     call alone outlasts it, take one warm-up call and one sample."""
     clock, calls = FakeClock(), []
     monkeypatch.setattr(timing_base, "timer", clock)
-    m = harness.measure(_slow_bound(clock, seconds, calls), bench=get_benchmark("allreduce"), roles=Roles(),
-                        barrier=lambda: None, sync=lambda: None, control=OneRank(),
+    m = harness.measure(_slow_bound(clock, seconds, calls), bench=get_benchmark("allreduce"),
+                        roles=Roles(), barrier=lambda: None, sync=lambda: None, control=OneRank(),
                         settings=harness.TimingSettings(warmup=5, min_iters=10, max_time=0.2))
     assert clock.now - seconds <= max(0.2, 2 * seconds) + 1e-9, (len(calls), len(m.samples_us[0]))
     assert len(m.samples_us[0]) >= 1 and m.short == (len(m.samples_us[0]) < 10)
@@ -247,17 +255,21 @@ def test_a_graph_holds_more_calls_where_the_host_is_slow_to_issue_them(monkeypat
     """The graph's calls: as many as make a replay of ~5 ms by the host's time per call, up to
     MAX_GRAPH_CALLS. A graph of ~20 small calls (the throughput timing's 1 ms) left the replay's
     own launch in each call's time: 1.48 µs against nccl-tests -G's 1.03 µs at 1 KiB on an H100."""
-    for host_s, graph_k, throughput_k in ((40e-6, GRAPH.max_calls, (24, 25)), (2e-3, 2, (1,)), (0.01, 1, (1,))):
+    for host_s, graph_k, throughput_k in ((40e-6, GRAPH.max_calls, (24, 25)), (2e-3, 2, (1,)),
+                                          (0.01, 1, (1,))):
         ks = []
         for mode in ("graph", "throughput"):
             clock, calls = FakeClock(), []
             monkeypatch.setattr(timing_base, "timer", clock)
             device = StandInDevice(StandInClock(seconds=1e-6))
-            m = harness.measure(_slow_bound(clock, host_s, calls), bench=get_benchmark("allgather"), roles=Roles(),
+            m = harness.measure(_slow_bound(clock, host_s, calls), bench=get_benchmark("allgather"),
+                                roles=Roles(),
                                 barrier=lambda: None, sync=lambda: None, control=OneRank(),
-                                settings=harness.TimingSettings(mode=mode, iters=3, warmup=2), device=device)
+                                settings=harness.TimingSettings(mode=mode, iters=3, warmup=2),
+                                device=device)
             ks.append(m.calls_per_sample)
-        assert ks[0] == graph_k and ks[1] in throughput_k, (host_s, ks)      # 25 by the figures, 24 by a float's
+        # 25 by the figures, 24 by a float's
+        assert ks[0] == graph_k and ks[1] in throughput_k, (host_s, ks)
 
 
 def test_a_device_whose_capture_returns_the_replay_alone_still_times_graphs():
@@ -269,7 +281,8 @@ def test_a_device_whose_capture_returns_the_replay_alone_still_times_graphs():
         def capture(self, run, calls):
             return super().capture(run, calls)[0]
 
-    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+    m = harness.measure(_bound(calls), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None,
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="graph", iters=3, warmup=1), device=OlderDevice(clock))
     assert len(m.samples_us[0]) == 3 and not m.idle_gpu
@@ -280,11 +293,13 @@ def test_a_capture_that_recorded_no_gpu_work_is_said_in_the_measurement():
     which collbench says in a note instead (the sweep), the samples kept."""
     calls, clock = [], StandInClock(seconds=1e-6)
     device = StandInDevice(clock, empty=True)
-    m = harness.measure(_bound(calls), bench=get_benchmark("bcast"), roles=Roles(), barrier=lambda: None,
+    m = harness.measure(_bound(calls), bench=get_benchmark("bcast"), roles=Roles(),
+                        barrier=lambda: None,
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="graph", iters=4, warmup=1), device=device)
     assert m.idle_gpu and len(m.samples_us[0]) == 4
-    plain = harness.measure(_bound(calls), bench=get_benchmark("bcast"), roles=Roles(), barrier=lambda: None,
+    plain = harness.measure(_bound(calls), bench=get_benchmark("bcast"), roles=Roles(),
+                            barrier=lambda: None,
                             sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                                 mode="graph", iters=4, warmup=1), device=StandInDevice(clock))
     assert not plain.idle_gpu
@@ -296,7 +311,8 @@ def test_device_timing_of_a_call_no_hold_covers_ends_without_samples(iters):
     before it is queued: the hold doubles to its longest, then the size ends with no sample,
     where it looped for ever (--iters) or until --timeout."""
     clock = StandInClock(seconds=5e-6, early=10 ** 9)
-    m = harness.measure(_bound([]), bench=get_benchmark("allreduce"), roles=Roles(), barrier=lambda: None,
+    m = harness.measure(_bound([]), bench=get_benchmark("allreduce"), roles=Roles(),
+                        barrier=lambda: None,
                         sync=lambda: None, control=OneRank(), settings=harness.TimingSettings(
                             mode="device", iters=iters, warmup=2, min_iters=10, max_time=0.2),
                         device=StandInDevice(clock))
@@ -310,15 +326,17 @@ def test_a_barrier_takes_the_host_timings_only_where_a_setup_times_on_the_gpu():
 
     nccl = [Setup("nccl", BackendOptions(), "nccl")]
     notes = _off_device(("latency", "graph", "device"), ("allreduce", "barrier"), nccl, frozenset())
-    assert notes == ["barrier: --timing graph, device not taken: torch's barrier waits on the host for the GPU, "
-                     "so it can neither be captured in a CUDA graph nor timed on the GPU's clock"]
+    assert notes == ["barrier: --timing graph, device not taken: torch's barrier waits on the host "
+                     "for the GPU, so it can neither be captured in a CUDA graph nor timed on the "
+                     "GPU's clock"]
     assert _off_device(("latency", "graph"), ("allreduce",), nccl, frozenset()) == []
-    assert _off_device(("latency", "graph"), ("barrier",), nccl, frozenset({("nccl", "graph")})) == []
+    assert _off_device(("latency", "graph"), ("barrier",), nccl,
+                       frozenset({("nccl", "graph")})) == []
     assert _off_device(("latency", "graph"), ("barrier",), nccl, frozenset()) == [
-        "barrier: --timing graph not taken: torch's barrier waits on the host for the GPU, so it can neither be "
-        "captured in a CUDA graph nor timed on the GPU's clock"]
-    with pytest.raises(UsageError, match=r"^barrier with --timing graph: torch's barrier .* use --timing latency or "
-                                         r"throughput$"):
+        "barrier: --timing graph not taken: torch's barrier waits on the host for the GPU, so it "
+        "can neither be captured in a CUDA graph nor timed on the GPU's clock"]
+    with pytest.raises(UsageError, match=r"^barrier with --timing graph: torch's barrier .* use "
+                                         r"--timing latency or throughput$"):
         _off_device(("graph",), ("barrier",), nccl, frozenset())
 
 
@@ -330,14 +348,17 @@ def test_the_overhead_is_taken_from_the_faster_of_graph_and_device():
 
     from collbench.render.tables import timing_tables
 
-    figures = {"latency": (42.6, 745.8), "throughput": (30.6, 751.2), "graph": (1.48, 889.2), "device": (3.26, 714.4)}
-    rows = [row_with_rounds([[t] * 8] * 3, collective="allgather", backend="nccl", world_size=1, size_bytes=size,
-                            timing=timing)[0]
+    figures = {"latency": (42.6, 745.8), "throughput": (30.6, 751.2), "graph": (1.48, 889.2),
+               "device": (3.26, 714.4)}
+    rows = [row_with_rounds([[t] * 8] * 3, collective="allgather", backend="nccl", world_size=1,
+                            size_bytes=size, timing=timing)[0]
             for timing, times in figures.items() for size, t in zip((1024, 1 << 30), times)]
     [table] = timing_tables(rows)
     lines = {cells[0]: dict(zip(table.headers, cells)) for cells in table.cells}
-    assert (lines["1K"]["overhead µs"], lines["1K"]["of eager"]) == ("29.12", "95%")     # less graph, the faster
-    assert (lines["1G"]["overhead µs"], lines["1G"]["of eager"]) == ("36.80", "5%")      # less device, the faster
+    # less graph, the faster
+    assert (lines["1K"]["overhead µs"], lines["1K"]["of eager"]) == ("29.12", "95%")
+    # less device, the faster
+    assert (lines["1G"]["overhead µs"], lines["1G"]["of eager"]) == ("36.80", "5%")
     assert any("the faster of graph and device" in note for note in table.notes)
 
 
@@ -386,8 +407,8 @@ class _FakeCuda:
 
 
 @pytest.mark.parametrize("warns,empty", [
-    ([("The CUDA Graph is empty. This usually means that the graph was attempted to be captured on wrong device "
-       "or stream.", UserWarning)], True),
+    ([("The CUDA Graph is empty. This usually means that the graph was attempted to be captured on "
+       "wrong device or stream.", UserWarning)], True),
     ([("something else the library said", RuntimeWarning)], False),
     ([], False),
 ])

@@ -88,8 +88,10 @@ def test_the_sides_take_turns_and_never_measure_at_once(tmp_path):
         if s1 != s2:
             assert e1 <= b2, (s1, e1, s2, b2)
     sides = [s for i, (_, _, s) in enumerate(spans) if i % 2 == 0]     # one entry per turn
-    longest = max(len(run) for run in "".join(sides).replace("AB", "A B").replace("BA", "B A").split())
-    assert longest <= 2, sides                   # each round of turns gives each side one, in some order
+    longest = max(len(run) for run
+                  in "".join(sides).replace("AB", "A B").replace("BA", "B A").split())
+    # each round of turns gives each side one, in some order
+    assert longest <= 2, sides
     assert not os.path.exists(path)
 
 
@@ -117,11 +119,13 @@ def test_a_rank_whose_referee_is_gone_measures_without_turns(tmp_path):
 
 
 def _rounds(run_dir, prefix: str) -> list:
-    return [json.loads((run_dir / f"{prefix}-{side}.json").read_text())["metadata"] for side in "ab"]
+    return [json.loads((run_dir / f"{prefix}-{side}.json").read_text())["metadata"]
+            for side in "ab"]
 
 
 def test_an_ab_job_measures_both_sides_at_once_size_by_size(run_dir):
-    proc = cli(["ab", "-o", "sz", "--seed", "4", "--", "allreduce", "-n", "2", "--sizes", "8,1K,64K", "--iters",
+    proc = cli(["ab", "-o", "sz", "--seed", "4", "--", "allreduce", "-n", "2", "--sizes",
+                "8,1K,64K", "--iters",
                 "20", "--warmup", "1", "--rounds", "3"], run_dir, timeout=300)
     assert proc.returncode in (0, 1, 3), proc.stderr
     assert "pair 1/3: a and b, size by size" in proc.stderr
@@ -142,10 +146,12 @@ def test_an_ab_job_measures_both_sides_at_once_size_by_size(run_dir):
 
 def test_a_fixed_rendezvous_makes_the_sides_take_turns_launch_by_launch(run_dir):
     env = {"MASTER_PORT": "29581"}
-    proc = cli(["ab", "-o", "fx", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "10", "--warmup", "1",
+    proc = cli(["ab", "-o", "fx", "--", "allreduce", "-n", "2", "--sizes", "8", "--iters", "10",
+                "--warmup", "1",
                 "--rounds", "2"], run_dir, timeout=300, env=env)
     assert proc.returncode in (0, 1, 3), proc.stderr
-    assert "the sides take turns launch by launch: MASTER_PORT names one port for both sides" in proc.stderr
+    assert ("the sides take turns launch by launch: MASTER_PORT names one port for both sides"
+            in proc.stderr)
     a, b = _rounds(run_dir, "fx")
     assert a["ab"]["turns"] == "launch" and {r["ab_turn"] for r in a["rounds"]} <= {0, 1}
 
@@ -163,10 +169,13 @@ def _alive(prefix: str) -> list:
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_while_both_sides_measure_ends_both(run_dir, signum):
-    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK",
+                                                            "WORLD_SIZE")}
     prefix = f"both{os.getpid()}x{signum}"
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--", "allreduce", "-n", "2",
-                             "--sizes", "8-1M", "--rounds", "3"], cwd=run_dir, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--",
+                             "allreduce", "-n", "2",
+                             "--sizes", "8-1M", "--rounds", "3"], cwd=run_dir, env=env,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None and len(_alive(prefix)) < 6:
@@ -194,7 +203,8 @@ def test_a_rank_that_crashes_as_the_other_side_takes_ctrl_c_counts_as_interrupte
     from collbench.launch.self_launch.relay import Relay
     mpiexec = spawn.find_mpiexec(sys.executable)
     proc = subprocess.Popen([mpiexec, "-n", "1", sys.executable, "-c",
-                             "import os, signal, time; time.sleep(0.3); os.kill(os.getpid(), signal.SIGSEGV)"],
+                             "import os, signal, time; time.sleep(0.3); os.kill(os.getpid(), "
+                             "signal.SIGSEGV)"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     noted, codes = [], []
     waiter = threading.Thread(target=lambda: codes.append(spawn._wait_forwarding(
@@ -215,11 +225,15 @@ def _rank_of_guardian(pid: int, ours: set) -> bool:
 
 
 def test_a_rank_killed_in_one_side_lets_the_other_finish_its_round(run_dir):
-    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK",
+                                                            "WORLD_SIZE")}
     prefix = f"kill{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--b-env", "SIDE_B=1", "--",
-                             "allreduce", "-n", "2", "--sizes", "8-1M", "--rounds", "2"], cwd=run_dir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--b-env",
+                             "SIDE_B=1", "--",
+                             "allreduce", "-n", "2", "--sizes", "8-1M", "--rounds", "2"],
+                            cwd=run_dir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     victim, deadline = None, time.monotonic() + 90
     while victim is None and time.monotonic() < deadline and proc.poll() is None:
         ours = set()
@@ -231,9 +245,9 @@ def test_a_rank_killed_in_one_side_lets_the_other_finish_its_round(run_dir):
             if b"SIDE_B=1" in environ and b"PMI_RANK=1" in environ:
                 ours.add(pid)
         # rank 1 of side b itself, whose parent is its guardian: a guardian that has not forked
-        # yet has no children either, and killing it was another fault (a rank orphaned in MPI_Init);
-        # not a short-lived helper the rank itself started, whose parent is in ours too (CI once
-        # killed a pid gone 0.5 s later)
+        # yet has no children either, and killing it was another fault (a rank orphaned in
+        # MPI_Init); not a short-lived helper the rank itself started, whose parent is in ours too
+        # (CI once killed a pid gone 0.5 s later)
         victim = next((pid for pid in ours if _rank_of_guardian(pid, ours)), None)
         time.sleep(0.05)
     assert victim is not None
@@ -263,7 +277,8 @@ def _side(scale, side: str, turns: str, rounds: int = 10):
     """One side of a job whose rounds 2, 5 and 8 met a state of the machine, twice as slow, that
     both sides met (the same draws on both sides)."""
     run = run_of(SERIES, seed=4, rounds=rounds, launch_sd=0.02, scale=scale)
-    run.metadata.update(metadata(rounds=[{"round": r + 1, "load": {"busy": False}} for r in range(rounds)]))
+    run.metadata.update(metadata(rounds=[{"round": r + 1, "load": {"busy": False}}
+                                         for r in range(rounds)]))
     run.metadata["ab"] = {"job": "j", "side": side, "turns": turns}
     for row in range(len(run.rows)):
         for i in (1, 4, 7):
@@ -285,11 +300,15 @@ def _bump(run, row: int, round_index: int, factor: float):
 def test_size_by_size_every_round_pairs_and_a_one_sided_round_is_set_aside():
     from collbench.analysis.compare import compare_runs
 
-    slower = compare_runs(_side(1.0, "A", "size"), _bump(_side(1.25, "B", "size"), 2, 3, 2.5), threshold=0.10)
-    assert {r.verdict for r in slower.rows} == {"slower"}, [(r.verdict, r.reason) for r in slower.rows]
+    slower = compare_runs(_side(1.0, "A", "size"), _bump(_side(1.25, "B", "size"), 2, 3, 2.5),
+                          threshold=0.10)
+    assert {r.verdict for r in slower.rows} == {"slower"}, [(r.verdict, r.reason)
+                                                            for r in slower.rows]
     assert all(r.ratio == pytest.approx(1.25, rel=0.02) for r in slower.rows)
-    assert [r.rounds_new for r in slower.rows] == [10, 10, 9, 10, 10, 10]     # the bumped round's pair went
-    same = compare_runs(_side(1.0, "A", "size"), _bump(_side(1.0, "B", "size"), 2, 3, 0.4), threshold=0.10)
+    # the bumped round's pair went
+    assert [r.rounds_new for r in slower.rows] == [10, 10, 9, 10, 10, 10]
+    same = compare_runs(_side(1.0, "A", "size"), _bump(_side(1.0, "B", "size"), 2, 3, 0.4),
+                        threshold=0.10)
     assert {r.verdict for r in same.rows} == {"same"}
 
 
@@ -300,9 +319,13 @@ def test_a_row_with_too_few_pairs_stays_out_of_the_family():
     from collbench.analysis.compare import compare_runs
 
     base, new = _side(1.0, "A", "size"), _side(1.25, "B", "size")
-    r = new.rows[0]                      # side B measured two of its rounds of this row, wildly apart
-    new.rows[0] = dc.replace(r, time_us_round_p50s=tuple(m * (1.0 if i == 0 else 5.0) if i < 2 else None
-                                                         for i, m in enumerate(r.time_us_round_p50s)))
+    # side B measured two of its rounds of this row, wildly apart
+    r = new.rows[0]
+    new.rows[0] = dc.replace(r,
+                             time_us_round_p50s=tuple(m * (1.0 if i == 0 else 5.0)
+                                                      if i < 2 else None
+                                                         for i, m
+                                                      in enumerate(r.time_us_round_p50s)))
     c = compare_runs(base, new, threshold=0.10)
     assert [x.verdict for x in c.rows[1:]] == ["slower"] * 5
     assert c.rows[0].verdict != "slower" and c.rows[0].p_adjusted is None

@@ -1,6 +1,7 @@
 """collbench's graph timing beside nccl-tests' -G, per collective and size, on one GPU machine.
 
-    python benchmarks/gpu/against_nccl_tests.py timings.json nccl-tests-G.txt [more nccl-tests output ...]
+    python benchmarks/gpu/against_nccl_tests.py timings.json nccl-tests-G.txt [more nccl-tests
+    output ...]
 
 ``timings.json``: a collbench result with ``--timing graph`` rows (and others); the text files:
 what nccl-tests' ``*_perf -b 1K -e 1G -f 4 -g 1 -G 20`` printed. Prints, per collective measured
@@ -16,7 +17,8 @@ import json
 import re
 import sys
 
-NAMES = {"all_gather_perf": "allgather", "reduce_scatter_perf": "reduce_scatter", "alltoall_perf": "alltoall",
+NAMES = {"all_gather_perf": "allgather", "reduce_scatter_perf": "reduce_scatter",
+         "alltoall_perf": "alltoall",
          "gather_perf": "gather", "scatter_perf": "scatter"}
 SMALL, LARGE = (1 << 20, 1.3), (64 << 20, 1.05)
 
@@ -55,7 +57,8 @@ def main(argv: list) -> int:
         target = SMALL[1] if key[1] <= SMALL[0] else LARGE[1] if key[1] >= LARGE[0] else None
         ok = target is None or ratio <= target
         missed += not ok
-        print(f"{key[0]:<15} {key[1]:>11} {r['time_us_p50']:>10.2f} {theirs[key]:>17.2f} {ratio:>6.2f}  "
+        print(f"{key[0]:<15} {key[1]:>11} {r['time_us_p50']:>10.2f} {theirs[key]:>17.2f} "
+              f"{ratio:>6.2f}  "
               + ("-" if target is None else f"≤{target} {'ok' if ok else 'MISSED'}"))
     return 1 if missed else 0
 

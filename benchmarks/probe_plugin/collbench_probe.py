@@ -40,7 +40,8 @@ class Probe:
                 return call()
             return run
 
-        return Bound(run=counted(bound.run), run_blocking=counted(bound.run_blocking), checked=bound.checked)
+        return Bound(run=counted(bound.run), run_blocking=counted(bound.run_blocking),
+                     checked=bound.checked)
 
 
 class ProbeMpi(Probe, MpiBackend):
@@ -71,4 +72,5 @@ class SpinMpi(MpiBackend):
                 return result
             return run
 
-        return Bound(run=spun(bound.run), run_blocking=spun(bound.run_blocking), checked=bound.checked)
+        return Bound(run=spun(bound.run), run_blocking=spun(bound.run_blocking),
+                     checked=bound.checked)

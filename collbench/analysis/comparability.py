@@ -80,33 +80,39 @@ def pages(result: RunResult) -> str:
         return ""
     said = settings.get("pages")
     if said is None:
-        return PAGES_BEFORE if result.metadata.get("format") != "csv" or "rounds" in settings else ""
+        return (PAGES_BEFORE
+                if result.metadata.get("format") != "csv" or "rounds" in settings else "")
     return str(said)
 
 
-def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str) -> list:
+def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str,
+                      new_name: str) -> list:
     notes = [f"{name} is a CSV without run metadata: host and library were not checked"
-             for name, result in ((baseline_name, baseline), (new_name, new)) if _csv_without_metadata(result)]
+             for name, result in ((baseline_name, baseline), (new_name, new))
+             if _csv_without_metadata(result)]
     if notes:
         return notes
     bound = binding(baseline), binding(new)
     if all(bound) and bound[0] != bound[1]:
-        notes.append(f"ranks were bound differently: {bound[0]} in {baseline_name}, {bound[1]} in {new_name}")
+        notes.append(f"ranks were bound differently: {bound[0]} in {baseline_name}, {bound[1]} in "
+                     f"{new_name}")
     paged = pages(baseline), pages(new)
     if all(paged) and paged[0] != paged[1]:
-        notes.append(f"the buffers were on other pages: {paged[0]} in {baseline_name}, {paged[1]} in {new_name} "
-                     "(copies of large messages may differ 2x)")
+        notes.append(f"the buffers were on other pages: {paged[0]} in {baseline_name}, {paged[1]} "
+                     f"in {new_name} (copies of large messages may differ 2x)")
     for label, path in CHECKED_METADATA:
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
         if a is None or b is None:       # e.g. torch is only recorded by runs that used it
             continue
         if a != b:
-            notes.append(f"{label} differs: {_show(a) if a is not None else '(not recorded)'} in {baseline_name}, "
-                         f"{_show(b) if b is not None else '(not recorded)'} in {new_name}")
+            notes.append(f"{label} differs: {_show(a) if a is not None else '(not recorded)'} in "
+                         f"{baseline_name}, {_show(b) if b is not None else '(not recorded)'} in "
+                         f"{new_name}")
     return notes
 
 
-def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str, matched: list) -> list:
+def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str,
+                 matched: list) -> list:
     """Differences in what was measured, and failed result checks, among ``matched`` (base, new) row pairs."""
     notes = []
     for label in ("dtype", "op"):
@@ -114,22 +120,26 @@ def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_na
         a = sorted({getattr(r, label) for r in baseline.rows if label != "op" or r.op != "none"})
         b = sorted({getattr(r, label) for r in new.rows if label != "op" or r.op != "none"})
         if a and b and a != b:
-            notes.append(f"{label} differs: {','.join(a)} in {baseline_name}, {','.join(b)} in {new_name}")
+            notes.append(f"{label} differs: {','.join(a)} in {baseline_name}, {','.join(b)} in "
+                         f"{new_name}")
     missing = len(baseline.rows) - len(matched)
     if missing > 0:
-        notes.append(f"{missing} row(s) of {baseline_name} are missing from {new_name}: a partial or "
-                     f"interrupted run? (missing rows fail the gate unless --allow-missing)")
+        notes.append(f"{missing} row(s) of {baseline_name} are missing from {new_name}: a partial "
+                     "or interrupted run? (missing rows fail the gate unless --allow-missing)")
     placement = sorted({(b.ranks_per_node, n.ranks_per_node) for b, n in matched
                         if b.ranks_per_node != n.ranks_per_node})
     if placement:
         pairs = ", ".join(f"{a} vs {b}" for a, b in placement)
-        notes.append(f"ranks per node differ in matched rows ({pairs}): the ranks were placed differently")
+        notes.append(f"ranks per node differ in matched rows ({pairs}): the ranks were placed "
+                     "differently")
     windows = [(b, n) for b, n in matched if b.window_used != n.window_used]
     if windows:
         b, n = windows[0]
-        notes.append(f"{len(windows)} matched row(s) sent another window (window_used), a slow pair's shrunk to keep "
-                     f"to --max-time: {b.window_used} in {baseline_name}, {n.window_used} in {new_name} for "
-                     f"{b.collective}{' pair ' + b.pair if b.pair else ''} at {format_size(b.size_bytes)}"
+        notes.append(f"{len(windows)} matched row(s) sent another window (window_used), a slow "
+                     f"pair's shrunk to keep to --max-time: {b.window_used} in {baseline_name}, "
+                     f"{n.window_used} in {new_name} for "
+                     f"{b.collective}{' pair ' + b.pair if b.pair else ''} at "
+                     f"{format_size(b.size_bytes)}"
                      + (" and others" if len(windows) > 1 else ""))
     for name, side in ((baseline_name, 0), (new_name, 1)):
         wrong = sum(1 for pair in matched if not pair[side].check.startswith(("ok", "skipped")))

@@ -14,11 +14,13 @@ from collbench.stats.calibration import POWER
 from collbench.stats.verdict import CAUSES
 
 COMPARISON_SCHEMA = "collbench.comparison"
-COMPARISON_SCHEMA_VERSION = 3     # 3: status, decided, each row's cause (confidence added beside it)
+# 3: status, decided, each row's cause (confidence added beside it)
+COMPARISON_SCHEMA_VERSION = 3
 
 _CONFIG = (("dtype", "dtype"), ("op", "op"), ("world_size", "ranks"), ("timing", "timing"))
 _METRIC_LABEL = {"time_us_p50": "p50 µs", "busbw_gbps": "busbw GB/s"}
-_NOISE = {"both": "both files' rounds", "baseline": "the baseline's rounds", "new": "the new file's rounds",
+_NOISE = {"both": "both files' rounds", "baseline": "the baseline's rounds",
+          "new": "the new file's rounds",
           "assumed": "an assumed spread", "paired": "the log ratios within the job's pairs"}
 
 
@@ -126,10 +128,11 @@ def detection_line(c: Comparison) -> str:
     if not unable:
         return f"detects changes of {_shares(able)} {power} on {len(able)} row(s); {threshold}"
     if not able:
-        return (f"detects changes of {_shares(unable)} {power} on {len(unable)} row(s); {threshold}: "
-                f"none can be gated at it")
-    return (f"detects changes of {_shares(able)} {power} on {len(able)} of {len(able) + len(unable)} rows, "
-            f"{_shares(unable)} on the other {len(unable)}; {threshold}")
+        return (f"detects changes of {_shares(unable)} {power} on {len(unable)} row(s); "
+                f"{threshold}: none can be gated at it")
+    return (f"detects changes of {_shares(able)} {power} on {len(able)} of "
+            f"{len(able) + len(unable)} rows, {_shares(unable)} on the other {len(unable)}; "
+            f"{threshold}")
 
 
 def first_line(c: Comparison) -> str:
@@ -158,7 +161,8 @@ def unjudged_line(c: Comparison, limit: int = 6) -> str:
 
 def summary_line(c: Comparison) -> str:
     counts = c.counts
-    parts = [f"{counts[v]} {v}" for v in VERDICTS if v in ("slower", "faster", "same", "inconclusive") or counts[v]]
+    parts = [f"{counts[v]} {v}" for v in VERDICTS if v in ("slower", "faster", "same",
+                                                           "inconclusive") or counts[v]]
     return ", ".join(parts)
 
 
@@ -171,14 +175,15 @@ def method_line(c: Comparison) -> str:
         shown = f"±{max(drifts):.1%}" if max(drifts) - min(drifts) < 0.0005 else \
             f"±{min(drifts):.1%} to ±{max(drifts):.1%} (median ±{c.drift_sd:.1%})"
         drift = f"{shown}, {c.drift_source}"
-    return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of the per-round "
-            f"medians (interleaved pairs: the mean ratio within pairs, a pair set aside where a round, or its ratio, "
-            f"lay far out; rounds far above a row's fastest set aside), "
-            f"{c.ci_label} from Student t on their logs (rounds' spread from {noise}, moderated by the trend of the rows' "
-            f"spreads against their time per backend and timing; drift of whole runs "
-            f"{drift}); slower or faster when beyond "
-            f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); same when the {c.ci_label} "
-            f"lies inside ±{c.threshold * 100:g}%; otherwise inconclusive")
+    return (f"metric {c.metric} ({direction} is better); change = ratio of the geometric means of "
+            "the per-round medians (interleaved pairs: the mean ratio within pairs, a pair set "
+            "aside where a round, or its ratio, lay far out; rounds far above a row's fastest set "
+            f"aside), {c.ci_label} from Student t on their logs (rounds' spread from {noise}, "
+            "moderated by the trend of the rows' spreads against their time per backend and "
+            f"timing; drift of whole runs {drift}); slower or faster when beyond "
+            f"±{c.threshold * 100:g}% and adjusted p < {c.alpha:g} (max-T over {c.tested} rows); "
+            f"same when the {c.ci_label} lies inside ±{c.threshold * 100:g}%; otherwise "
+            "inconclusive")
 
 
 def noisy_line(c: Comparison, limit: int = 6) -> str:
@@ -188,8 +193,8 @@ def noisy_line(c: Comparison, limit: int = 6) -> str:
         return ""
     shown = ", ".join(f"{_where(r)} (detects {r.detectable:.0%})" for r in noisy[:limit])
     more = f" and {len(noisy) - limit} more" if len(noisy) > limit else ""
-    return (f"{len(noisy)} row(s) too noisy to gate at ±{c.threshold * 100:g}% with these rounds — the change "
-            f"each detects with {POWER:.0%} power: {shown}{more}")
+    return (f"{len(noisy)} row(s) too noisy to gate at ±{c.threshold * 100:g}% with these rounds — "
+            f"the change each detects with {POWER:.0%} power: {shown}{more}")
 
 
 def _notes(c: Comparison) -> tuple:
@@ -201,7 +206,8 @@ def comparison_table(c: Comparison) -> TableModel:
     varying = _varying(c)
     varying_fields = {f for f, _ in varying}
     first = c.rows[0]
-    fixed = [rank_count_text(first.field(f)) if f == "world_size" else str(first.field(f)) for f, _ in _CONFIG
+    fixed = [rank_count_text(first.field(f)) if f == "world_size" else str(first.field(f))
+             for f, _ in _CONFIG
              if f not in varying_fields and not (f == "op" and first.field(f) == "none")]
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
@@ -211,11 +217,14 @@ def comparison_table(c: Comparison) -> TableModel:
     for r in c.rows:
         size = r.field("size_bytes")
         cells.append((r.field("collective"), r.backend, *[str(r.field(f)) for f, _ in varying],
-                      format_size(size) if size else "-", _value(r.baseline_value), _value(r.new_value),
-                      _change(r), _interval(r), _rounds(r), _p(r), r.verdict) + ((r.reason,) if show_reason else ()))
+                      format_size(size) if size else "-", _value(r.baseline_value),
+                      _value(r.new_value),
+                      _change(r), _interval(r), _rounds(r), _p(r), r.verdict)
+                     + ((r.reason,) if show_reason else ()))
     title = f"{c.baseline_name} → {c.new_name}" + (f" · {' · '.join(fixed)}" if fixed else "")
     notes = _notes(c)
-    # On a narrow terminal: the size, the change and the verdict stay; the medians, p and rounds go first.
+    # On a narrow terminal: the size, the change and the verdict stay; the medians, p and rounds go
+    # first.
     priorities = (3, 2, *[4] * len(varying), 0, 5, 5, 0, 1, 6, 4, 0) + ((1,) if show_reason else ())
     return TableModel(title, headers, tuple(cells), notes, priorities)
 
@@ -223,9 +232,10 @@ def comparison_table(c: Comparison) -> TableModel:
 def _setup_title(r: RowComparison) -> str:
     """"allreduce · mpi · float32 sum · 2 ranks · latency": what a row compared, but its size."""
     op, row = r.field("op"), r.baseline or r.new
-    data = f"{r.field('dtype')}{'' if op == 'none' else ' ' + op}" if row is None or row.size_bytes else ""
-    parts = [r.field("collective"), r.field("backend"), data, rank_count_text(r.field("world_size")),
-             r.field("timing")]
+    data = (f"{r.field('dtype')}{'' if op == 'none' else ' ' + op}"
+            if row is None or row.size_bytes else "")
+    parts = [r.field("collective"), r.field("backend"), data,
+             rank_count_text(r.field("world_size")), r.field("timing")]
     parts += setup_words({name: r.field(name) for name in MATCH_FIELDS}, SAID_FIELDS)
     parts += [f"group {r.field('group')}"] * bool(r.field("split"))
     return " · ".join(str(p) for p in parts if p)
@@ -236,22 +246,27 @@ def comparison_tables(c: Comparison) -> list:
     it, as a run's tables are; the method and the noisy rows said once, under the last."""
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
-    headers = ("size", f"baseline {label}", f"new {label}", "change", c.ci_label, "rounds", "p (adj.)",
+    headers = ("size", f"baseline {label}", f"new {label}", "change", c.ci_label, "rounds",
+               "p (adj.)",
                "verdict") + (("why",) if show_reason else ())
-    # On a narrow terminal: the size, the change and the verdict stay; p, rounds and the medians go first.
+    # On a narrow terminal: the size, the change and the verdict stay; p, rounds and the medians go
+    # first.
     priorities = (0, 3, 3, 0, 1, 4, 5, 0) + ((2,) if show_reason else ())
     groups: dict = {}
     for r in c.rows:
         groups.setdefault(_setup_title(r), []).append(r)
     tables = []
     for title, rows in groups.items():
-        cells = tuple((format_size(r.field("size_bytes")) if r.field("size_bytes") else "-", _value(r.baseline_value),
+        cells = tuple((format_size(r.field("size_bytes")) if r.field("size_bytes") else "-",
+                       _value(r.baseline_value),
                        _value(r.new_value), _change(r), _interval(r), _rounds(r), _p(r), r.verdict)
                       + ((r.reason,) if show_reason else ()) for r in rows)
         if any(math.isfinite(_overlap_of(row)) for r in rows for row in (r.baseline, r.new)):
-            # --api nonblocking: the gate is on the time; how much of it hid behind compute is reported
+            # --api nonblocking: the gate is on the time; how much of it hid behind compute is
+            # reported
             tables.append(TableModel(title, headers + ("overlap %",), tuple(
-                line + (_overlap_change(r),) for line, r in zip(cells, rows)), (), priorities + (2,)))
+                line + (_overlap_change(r),) for line, r in zip(cells, rows)), (),
+                                     priorities + (2,)))
             continue
         tables.append(TableModel(title, headers, cells, (), priorities))
     tables[-1] = dataclasses.replace(tables[-1], notes=_notes(c))
@@ -286,7 +301,8 @@ def to_summary_markdown(c: Comparison) -> str:
     if undecided_line(c):
         lines += [f"> **{'Undecided' if c.blind else 'Not decided'}:** {undecided_line(c)}", ""]
     if c.unjudged:
-        lines += [f"> **{'Not judged' if c.allow_missing else 'Failed'}:** {unjudged_line(c, limit=20)}", ""]
+        lines += [f"> **{'Not judged' if c.allow_missing else 'Failed'}:** "
+                  f"{unjudged_line(c, limit=20)}", ""]
     lines += [f"> **Warning:** {w}" for w in c.warnings]
     if c.warnings:
         lines.append("")
@@ -309,32 +325,40 @@ def _detects(c: Comparison) -> dict:
     """``detection_line`` as numbers: the rows within the threshold and beyond it, each with the
     smallest and largest change they detect."""
     def part(values):
-        return {"rows": len(values), "low": min(values) if values else None, "high": max(values) if values else None}
+        return {"rows": len(values), "low": min(values) if values else None,
+                "high": max(values) if values else None}
     able, unable = c.detection()
-    return {"line": detection_line(c), "power": POWER, "threshold": c.threshold, "within_threshold": part(able),
-            "beyond_threshold": part(unable)}
+    return {"line": detection_line(c), "power": POWER, "threshold": c.threshold,
+            "within_threshold": part(able), "beyond_threshold": part(unable)}
 
 
 def to_json(c: Comparison) -> str:
     rows = []
     for r in c.rows:
         record = dict(zip(MATCH_FIELDS, r.key))
-        record.update(baseline=_number(r.baseline_value), new=_number(r.new_value), ratio=_number(r.ratio),
+        record.update(baseline=_number(r.baseline_value), new=_number(r.new_value),
+                      ratio=_number(r.ratio),
                       change=_number(r.change), change_ci_low=_number(r.change_low),
-                      change_ci_high=_number(r.change_high), p_value=r.p_value, p_adjusted=r.p_adjusted,
-                      rounds_baseline=r.rounds_baseline, rounds_new=r.rounds_new, noise=r.noise or None,
+                      change_ci_high=_number(r.change_high), p_value=r.p_value,
+                      p_adjusted=r.p_adjusted,
+                      rounds_baseline=r.rounds_baseline, rounds_new=r.rounds_new,
+                      noise=r.noise or None,
                       detectable_change=_number(r.detectable), rounds_needed=r.rounds_needed,
                       drift_sd=_number(r.drift_sd), verdict=r.verdict, reason=r.reason or None,
                       cause=r.cause or None)
         if any(row is not None and math.isfinite(row.overlap_pct) for row in (r.baseline, r.new)):
-            record.update(overlap_pct_baseline=_number(_overlap_of(r.baseline)), overlap_pct_new=_number(_overlap_of(r.new)))
+            record.update(overlap_pct_baseline=_number(_overlap_of(r.baseline)),
+                          overlap_pct_new=_number(_overlap_of(r.new)))
         rows.append(record)
     doc = {"schema": COMPARISON_SCHEMA, "schema_version": COMPARISON_SCHEMA_VERSION,
            "baseline": c.baseline_name, "new": c.new_name, "metric": c.metric,
-           "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha, "confidence": c.confidence,
+           "lower_is_better": c.lower_is_better, "threshold": c.threshold, "alpha": c.alpha,
+           "confidence": c.confidence,
            "rows_tested": c.tested, "multiple_comparisons": "max-T", "regression": c.regression,
-           "passed": c.passed, "status": c.status, "decided": {"rows": c.decided, "of": len(c.compared),
-                                                                 "needed": c.min_decided, "why_not": c.causes()},
+           "passed": c.passed, "status": c.status,
+           "decided": {"rows": c.decided, "of": len(c.compared),
+                                                                 "needed": c.min_decided,
+                       "why_not": c.causes()},
            "allow_missing": c.allow_missing, "fail_on_inconclusive": c.fail_on_inconclusive,
            "detects": _detects(c),
            "unjudged": [f"{_where(r)} ({r.verdict})" for r in c.unjudged],

@@ -33,13 +33,15 @@ GROUP_FIELDS = tuple(name for name in KEY_FIELDS if name not in BY_SIZE)
 @dataclass(frozen=True)
 class AlphaBetaFit:
     alpha_us: float          # start-up latency, µs
-    beta_gbps: float         # asymptotic bandwidth size_bytes / time, GB/s (1e9 bytes/s); inf: no size term
+    beta_gbps: float         # asymptotic bandwidth size_bytes / time, GB/s (1e9 bytes/s); inf: no
+                             # size term
     half_peak_bytes: float   # n½ = α·β: the size at which bandwidth reaches half of β
     rms_rel_error: float     # root-mean-square of (model - t) / t over the points
     points: int
 
     def predict_us(self, size_bytes) -> np.ndarray:
-        inverse = 0.0 if math.isinf(self.beta_gbps) else 1.0 / (self.beta_gbps * 1e3)   # µs per byte
+        # µs per byte
+        inverse = 0.0 if math.isinf(self.beta_gbps) else 1.0 / (self.beta_gbps * 1e3)
         return self.alpha_us + np.asarray(size_bytes, dtype=np.float64) * inverse
 
 
@@ -60,8 +62,10 @@ def fit_alpha_beta(size_bytes, time_us) -> Optional[AlphaBetaFit]:
     n, t = n[keep], t[keep]
     if len(np.unique(n)) < MIN_POINTS:
         return None
-    scale = float(n.max())                                  # keeps the two columns of similar magnitude
-    design = np.column_stack([1.0 / t, (n / scale) / t])    # unknowns: α, scale/β  (relative residuals)
+    # keeps the two columns of similar magnitude
+    scale = float(n.max())
+    # unknowns: α, scale/β  (relative residuals)
+    design = np.column_stack([1.0 / t, (n / scale) / t])
     candidates = [_solve(design, (0, 1)), _solve(design, (0,)), _solve(design, (1,))]
     feasible = [(x, res) for x, res in candidates if x[0] >= 0 and x[1] >= 0]
     (alpha_us, slope), _ = min(feasible, key=lambda c: c[1])
@@ -111,6 +115,7 @@ def fit_rows(rows) -> list:
     for r in rows:
         if r.size_bytes > 0:
             groups.setdefault(tuple(getattr(r, f) for f in GROUP_FIELDS), []).append(r)
-    return [GroupFit(key, fit_alpha_beta([r.size_bytes for r in group], [r.time_us_p50 for r in group]),
+    return [GroupFit(key,
+                     fit_alpha_beta([r.size_bytes for r in group], [r.time_us_p50 for r in group]),
                      _bus_factor(group), len(group))
             for key, group in groups.items()]

@@ -26,7 +26,8 @@ def _bus_factor(row) -> float:
     collective = BENCHMARKS.get(row.collective)
     if collective is not None:
         return collective.bus_factor(row.world_size)
-    return row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 1.0   # a collective this version lacks
+    # a collective this version lacks
+    return row.busbw_gbps / row.algbw_gbps if row.algbw_gbps else 1.0
 
 
 def _round_kind(settings: dict):
@@ -54,7 +55,8 @@ def merge_runs(named: list) -> tuple:
         run_id = str(result.metadata.get("run_id") or Path(name).name)
         for part in run_id.split("+"):
             if part in seen:
-                raise UsageError(f"{seen[part]} and {name} hold the same run ({part}); merge each run once")
+                raise UsageError(f"{seen[part]} and {name} hold the same run ({part}); merge each "
+                                 "run once")
             seen[part] = name
         own = {r["round"]: r for r in (result.metadata.get("rounds") or []) if isinstance(r, dict)
                and isinstance(r.get("round"), int)}
@@ -68,20 +70,26 @@ def merge_runs(named: list) -> tuple:
         keys: set = set()
         for row, data in zip(result.rows, result.rounds):
             if not data:
-                raise UsageError(f"{name}: row {row.collective} {row.backend} {row.size_bytes} has no rounds to merge")
+                raise UsageError(f"{name}: row {row.collective} {row.backend} {row.size_bytes} has "
+                                 "no rounds to merge")
             if row.key() in keys:         # one run measures each row once: which copy would count?
-                raise UsageError(f"{name}: two rows for {row.collective} {backend_label(row)} {row.size_bytes} B "
-                                 f"{row.timing}; merge files of one run each")
+                raise UsageError(f"{name}: two rows for {row.collective} {backend_label(row)} "
+                                 f"{row.size_bytes} B {row.timing}; merge files of one run each")
             keys.add(row.key())
             entry = rows.setdefault(row.key(), [row, []])
             entry[1] += [dataclasses.replace(d, round=renumber[d.round]) for d in data]
-        sources.append({"file": str(name), "run_id": run_id, "timestamp": result.metadata.get("timestamp"),
+        sources.append({"file": str(name), "run_id": run_id,
+                        "timestamp": result.metadata.get("timestamp"),
                         "rounds": len(numbers)})
         offset += len(numbers)
-    settings = first.metadata.get("settings") if isinstance(first.metadata.get("settings"), dict) else {}
-    kinds = {_round_kind(r.metadata["settings"]) for _, r in named if isinstance(r.metadata.get("settings"), dict)}
-    settings = {**settings, "rounds": offset, "round_kind": kinds.pop() if len(kinds) == 1 else "mixed"}
-    merged = RunResult(metadata={**first.metadata, "settings": settings, "rounds": records, "merged_from": sources,
+    settings = (first.metadata.get("settings")
+                if isinstance(first.metadata.get("settings"), dict) else {})
+    kinds = {_round_kind(r.metadata["settings"]) for _, r in named
+             if isinstance(r.metadata.get("settings"), dict)}
+    settings = {**settings, "rounds": offset,
+                "round_kind": kinds.pop() if len(kinds) == 1 else "mixed"}
+    merged = RunResult(metadata={**first.metadata, "settings": settings, "rounds": records,
+                                 "merged_from": sources,
                                  "run_id": "+".join(s["run_id"] for s in sources)})
     mixed = []
     for row, data in rows.values():
@@ -92,17 +100,18 @@ def merge_runs(named: list) -> tuple:
             mixed.append((row, sent))
     if mixed:       # one run shrank a slow pair's window, another did not, or to another size
         first, sent = mixed[0]
-        warnings.append(f"{len(mixed)} row(s) sent other windows in some of the runs ({first.collective}"
-                        f"{' pair ' + first.pair if first.pair else ''} at {first.size_bytes} B: "
-                        f"{', '.join(map(str, sorted(sent)))}): their rounds mix windows, and window_used gives "
-                        "the smallest")
+        warnings.append(f"{len(mixed)} row(s) sent other windows in some of the runs "
+                        f"({first.collective}{' pair ' + first.pair if first.pair else ''} at "
+                        f"{first.size_bytes} B: {', '.join(map(str, sorted(sent)))}): their rounds "
+                        "mix windows, and window_used gives the smallest")
     merged.rows[:] = moderate_rows(merged.rows)
-    merged.notes.extend(note for _, result in named for note in result.notes if note not in merged.notes)
+    merged.notes.extend(note for _, result in named for note in result.notes
+                        if note not in merged.notes)
     warnings += _runs_apart(named, merged)
     shared = set.intersection(*({r.key() for r in result.rows} for _, result in named))
     if not shared:           # runs of two sweeps: the file is their union, no row has more rounds
-        warnings.append("the files share no row (another sweep, collective or backend): the merged file holds "
-                        "each file's rows with their own rounds only")
+        warnings.append("the files share no row (another sweep, collective or backend): the merged "
+                        "file holds each file's rows with their own rounds only")
     return merged, warnings
 
 
@@ -114,10 +123,12 @@ def _runs_apart(named: list, merged: RunResult) -> list:
 
     names = {str(r.metadata.get("run_id") or Path(name).name): name for name, r in named}
     rounds = FileRounds.of(merged)
-    out = [f"{printable(names.get(run_id, run_id))}: its sweep lay {math.expm1(distance):+.0%} above the fastest "
-           "run's on most rows, a state of the machine that outlasted its launches; compare sets it aside"
+    out = [f"{printable(names.get(run_id, run_id))}: its sweep lay {math.expm1(distance):+.0%} "
+           "above the fastest run's on most rows, a state of the machine that outlasted its "
+           "launches; compare sets it aside"
            for run_id, distance in rounds.slow.items()]
-    out += [f"{printable(names.get(run_id, run_id))}: it lost {share:.0%} of its rounds as interference (the median "
-            f"over rows), over {NOISY_RUN_FACTOR:g}x the other runs' share: it ran in a noisy period, and compare "
-            "leaves it out; measure it again" for run_id, share in rounds.noisy.items()]
+    out += [f"{printable(names.get(run_id, run_id))}: it lost {share:.0%} of its rounds as "
+            f"interference (the median over rows), over {NOISY_RUN_FACTOR:g}x the other runs' "
+            "share: it ran in a noisy period, and compare leaves it out; measure it again"
+            for run_id, share in rounds.noisy.items()]
     return out

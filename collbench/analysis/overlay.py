@@ -28,11 +28,11 @@ from collbench.results import link_map
 from collbench.render.tables import TableModel, build_tables, format_us, level_word, link_tables, setup_text
 
 DIFF_NOTES = (
-    "change: of the later run's median time against the first run's (positive: slower); apart: the two rows' 95% "
-    "CIs of the median do not overlap, a change beyond either run's own noise — run to run with 2+ rounds, within "
-    "one launch with one round",
-    "descriptive only: collbench compare FIRST LATER decides on the rounds, with the drift between runs and every "
-    "row adjusted together",
+    "change: of the later run's median time against the first run's (positive: slower); apart: the "
+    "two rows' 95% CIs of the median do not overlap, a change beyond either run's own noise — run "
+    "to run with 2+ rounds, within one launch with one round",
+    "descriptive only: collbench compare FIRST LATER decides on the rounds, with the drift between "
+    "runs and every row adjusted together",
 )
 
 
@@ -48,8 +48,8 @@ class Runs:
 
     def row_run_labels(self) -> list:
         """Per row of ``rows()``, its run's label; "" for every row when the files merge."""
-        return [label if self.separate else "" for label, (_, result) in zip(self.labels, self.loaded)
-                for _ in result.rows]
+        return [label if self.separate else ""
+                for label, (_, result) in zip(self.labels, self.loaded) for _ in result.rows]
 
 
 def file_labels(names) -> tuple:
@@ -60,7 +60,8 @@ def file_labels(names) -> tuple:
     while True:
         labels = [str(Path(*p[-d:])) for p, d in zip(parts, depth)]
         counts = Counter(labels)
-        clashing = [i for i, text in enumerate(labels) if counts[text] > 1 and depth[i] < len(parts[i])]
+        clashing = [i for i, text in enumerate(labels)
+                    if counts[text] > 1 and depth[i] < len(parts[i])]
         if not clashing:
             return tuple(labels) if len(counts) == len(labels) else tuple(str(n) for n in names)
         for i in clashing:
@@ -69,7 +70,8 @@ def file_labels(names) -> tuple:
 
 def _check_labels(labels: tuple, files: int) -> None:
     if len(labels) != files:
-        raise UsageError(f"--label given {len(labels)} time(s) for {files} file(s): give one per file, in order")
+        raise UsageError(f"--label given {len(labels)} time(s) for {files} file(s): give one per "
+                         "file, in order")
     if any(not text.strip() for text in labels):
         raise UsageError("--label must not be empty")
     twice = [text for text, count in Counter(labels).items() if count > 1]
@@ -96,7 +98,8 @@ def load_runs(paths, labels=()) -> Runs:
     for i, path in enumerate(paths):
         try:
             resolved = Path(path).resolve()
-        except (OSError, RuntimeError):        # a symlink loop: load_result says what is wrong with it
+        # a symlink loop: load_result says what is wrong with it
+        except (OSError, RuntimeError):
             resolved = Path(path).absolute()
         if resolved in seen:
             again = "given again" if path == seen[resolved] else f"is {seen[resolved]} again"
@@ -107,8 +110,10 @@ def load_runs(paths, labels=()) -> Runs:
     loaded = tuple((paths[i], load_result(paths[i])) for i in kept)
     for path, result in loaded:
         if not result.rows:
-            raise UsageError(f"{path}: holds no rows: nothing was measured, or every row was cut off")
-        patterns.take_back(result.metadata.get("matrices"))    # a matrix pattern's rows, for plot and report
+            raise UsageError(f"{path}: holds no rows: nothing was measured, or every row was cut "
+                             "off")
+        # a matrix pattern's rows, for plot and report
+        patterns.take_back(result.metadata.get("matrices"))
     names = tuple(labels[i] for i in kept) if labels else file_labels([paths[i] for i in kept])
     return Runs(loaded, names, bool(labels) or _share_rows(loaded), tuple(notes))
 
@@ -125,10 +130,13 @@ def run_tables(runs: Runs) -> list:
     tables = []
     for label, (_, result) in zip(runs.labels, runs.loaded):
         roots[label] = root_rank(result.metadata)
-        maps, rest = link_map.split(list(result.rows), link_map.placement(result.metadata))     # each run's map apart
-        tables += [dataclasses.replace(t, title=f"{t.title} · {label}") for lmap in maps for t in link_tables(lmap)]
+        # each run's map apart
+        maps, rest = link_map.split(list(result.rows), link_map.placement(result.metadata))
+        tables += [dataclasses.replace(t, title=f"{t.title} · {label}") for lmap in maps
+                   for t in link_tables(lmap)]
         for row in rest:
-            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label], backend_label(row))
+            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, roots[label],
+                   backend_label(row))
             parts.setdefault(key, {}).setdefault(label, []).append(row)
     for key, by_run in parts.items():
         if len(by_run) == 1:
@@ -136,7 +144,8 @@ def run_tables(runs: Runs) -> list:
             table = build_tables(rows, roots[label])[0]
             tables.append(dataclasses.replace(table, title=f"{table.title} · {label}"))
         else:
-            rows = [dataclasses.replace(r, backend=label) for label, rows in by_run.items() for r in rows]
+            rows = [dataclasses.replace(r, backend=label) for label, rows in by_run.items()
+                    for r in rows]
             table = build_tables(rows, roots[next(iter(by_run))])[0]
             level = level_word(rows)            # the backend's, said after it
             title = table.title[:len(table.title) - len(level)] if level else table.title
@@ -154,7 +163,8 @@ def _positive(value: float) -> bool:
 
 def _apart(first, later) -> str:
     """Whether the two rows' 95% CIs of the median are apart: above, below, or overlap."""
-    bounds = (first.time_us_ci_low, first.time_us_ci_high, later.time_us_ci_low, later.time_us_ci_high)
+    bounds = (first.time_us_ci_low, first.time_us_ci_high, later.time_us_ci_low,
+              later.time_us_ci_high)
     if not all(math.isfinite(b) for b in bounds):
         return "-"
     if later.time_us_ci_low > first.time_us_ci_high:
@@ -186,21 +196,24 @@ def _diff_table(first_label: str, first_rows, label: str, rows) -> TableModel:
         else:
             shown, verdict = "-", "-" if first and later else f"only in {first_label if first else label}"
         cells.append((row.collective, backend_label(row)) + ((_setup(row),) if several else ()) + (
-            format_size(row.size_bytes) if row.size_bytes else "-", format_us(first.time_us_p50) if first else "-",
+            format_size(row.size_bytes) if row.size_bytes else "-",
+            format_us(first.time_us_p50) if first else "-",
             format_us(later.time_us_p50) if later else "-", shown, verdict))
     summary = (f"{moved['apart ↑']} row(s) slower and {moved['apart ↓']} faster beyond both CIs, of {len(changes)} "
                f"compared; median change {median(changes) * 100:+.1f}%") if changes else "no row to compare"
-    # On a narrow terminal the setup and the medians go before the change and whether it is beyond the CIs.
+    # On a narrow terminal the setup and the medians go before the change and whether it is beyond
+    # the CIs.
     priorities = (0, 0) + ((3,) if several else ()) + (0, 2, 1, 0, 0)
-    return TableModel(f"{label} against {first_label}: median time", headers, tuple(cells), (summary,) + DIFF_NOTES,
-                      priorities=priorities)
+    return TableModel(f"{label} against {first_label}: median time", headers, tuple(cells),
+                      (summary,) + DIFF_NOTES, priorities=priorities)
 
 
 def diff_tables(runs: Runs) -> list:
     """Per later file, each row's median time against the first file's, and whether their CIs
     are apart."""
     if len(runs.loaded) < 2:
-        raise UsageError("--diff needs two or more files: runs of one setup, the first the reference")
+        raise UsageError("--diff needs two or more files: runs of one setup, the first the "
+                         "reference")
     (_, first), others = runs.loaded[0], runs.loaded[1:]
     return [_diff_table(runs.labels[0], first.rows, label, result.rows)
             for label, (_, result) in zip(runs.labels[1:], others)]

@@ -28,29 +28,32 @@ def _listed(names: list) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
-_ROOTED = _listed([name for name, c in COLLECTIVES.items() if c.rooted])    # bcast, reduce, gather and scatter
+# bcast, reduce, gather and scatter
+_ROOTED = _listed([name for name, c in COLLECTIVES.items() if c.rooted])
 _PAIRED = _listed([name for name, c in BENCHMARKS.items() if c.paired])      # pingpong, bw and bibw
 _PATTERNED = _listed([name for name, c in BENCHMARKS.items() if c.patterned])      # alltoallv
 _SAME_WORK = ", ".join(name for name, c in BENCHMARKS.items() if c.same_work)
 
 RULE_NOTES = (
-    "slowest: the rank with the highest mean time per call against the median rank of its round (median over "
-    f"rounds), the one the collective ends on; the root of {_ROOTED} is left out, its part differs by design",
-    f"outliers: a rank beyond the median rank by more than {K_SPREADS:g} robust spreads (1.4826 × the median "
-    f"absolute deviation) and by more than {MARGIN:.0%}, in more than half of the rounds",
-    "a rank late into a call delays every rank as much: it makes every rank slower, not one; this view finds "
-    "ranks that end late (slow to unpack, reduce or receive)",
+    "slowest: the rank with the highest mean time per call against the median rank of its round "
+    f"(median over rounds), the one the collective ends on; the root of {_ROOTED} is left out, its "
+    "part differs by design",
+    f"outliers: a rank beyond the median rank by more than {K_SPREADS:g} robust spreads (1.4826 × "
+    f"the median absolute deviation) and by more than {MARGIN:.0%}, in more than half of the rounds",
+    "a rank late into a call delays every rank as much: it makes every rank slower, not one; this "
+    "view finds ranks that end late (slow to unpack, reduce or receive)",
 )
-NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED}, the two sides "
-                   f"of {_PAIRED} (the others wait), and the ranks of {_PATTERNED} (as many bytes as its "
-                   "pattern gives each) do different work, and with fewer than 3 ranks compared neither is an "
-                   "outlier of the other")
+NOT_JUDGED_NOTE = (f"-: outliers not judged: the root and the tree positions of {_ROOTED}, the two "
+                   f"sides of {_PAIRED} (the others wait), and the ranks of {_PATTERNED} (as many "
+                   "bytes as its pattern gives each) do different work, and with fewer than 3 "
+                   "ranks compared neither is an outlier of the other")
 HOST_NOTES = (
-    f"per host: every round of the rows where every rank does the same work ({_SAME_WORK}), with the hosts as "
-    "that round placed the ranks; median ×: its ranks' times against "
-    "the median rank of their round; slowest in: rounds whose slowest rank ran there; expected: the rounds its "
-    "share of the ranks would give it; outlier in: rounds with a rank there beyond the outlier rule in that "
-    "round (3+ ranks). A bad node holds the slowest rank far more often than expected, in every collective",
+    f"per host: every round of the rows where every rank does the same work ({_SAME_WORK}), with "
+    "the hosts as that round placed the ranks; median ×: its ranks' times against the median rank "
+    "of their round; slowest in: rounds whose slowest rank ran there; expected: the rounds its "
+    "share of the ranks would give it; outlier in: rounds with a rank there beyond the outlier "
+    "rule in that round (3+ ranks). A bad node holds the slowest rank far more often than "
+    "expected, in every collective",
 )
 
 
@@ -59,7 +62,8 @@ def per_rank_rows(loaded) -> list:
     merged: dict = {}
     for name, result in loaded:
         if result.metadata.get("format") == "csv":
-            raise UsageError(f"{name}: a CSV holds no per-rank times; report --per-rank needs the JSON file")
+            raise UsageError(f"{name}: a CSV holds no per-rank times; report --per-rank needs the "
+                             "JSON file")
         for row, view in zip(result.rows, row_views(result, keep_slots=True)):
             merged[row.key()] = (row, view)
     return list(merged.values())
@@ -86,17 +90,24 @@ def size_tables(entries) -> list:
     the slowest rank@host, its time, the median rank's, their ratio and the outliers."""
     groups: dict = {}
     for row, view in entries:
-        groups.setdefault((row.collective, row.dtype, row.op, row.timing, row.world_size, row.pattern),
+        groups.setdefault((row.collective, row.dtype, row.op, row.timing, row.world_size,
+                           row.pattern),
                           []).append((row, view))
-    headers = ("backend", "size", "rounds", "slowest rank", "its µs", "median rank µs", "× median", "outliers")
+    headers = ("backend", "size", "rounds", "slowest rank", "its µs", "median rank µs", "× median",
+               "outliers")
     tables = []
     for group in groups.values():
-        cells = tuple((backend_label(row), format_size(row.size_bytes) if row.size_bytes else "-", str(row.rounds),
-                       "-" if view.slowest_rank is None else label(view.slowest_rank, view.slowest_host),
-                       format_us(view.slowest_us), format_us(view.median_us), _times(view.slowest_rel), _outliers(view))
+        cells = tuple((backend_label(row), format_size(row.size_bytes) if row.size_bytes else "-",
+                       str(row.rounds),
+                       "-" if view.slowest_rank is None
+                       else label(view.slowest_rank, view.slowest_host),
+                       format_us(view.slowest_us), format_us(view.median_us),
+                       _times(view.slowest_rel), _outliers(view))
                       for row, view in group)
-        notes = (NOT_JUDGED_NOTE,) if any(v.outliers is None and v.slowest_rank is not None for _, v in group) else ()
-        tables.append(TableModel(_title(group[0][0]), headers, cells, notes, (0, 0, 5, 0, 3, 3, 1, 2)))
+        notes = (NOT_JUDGED_NOTE,) if any(v.outliers is None and v.slowest_rank is not None
+                                          for _, v in group) else ()
+        tables.append(TableModel(_title(group[0][0]), headers, cells, notes,
+                                 (0, 0, 5, 0, 3, 3, 1, 2)))
     return tables
 
 
@@ -113,7 +124,8 @@ def _rank_ranges(ranks) -> str:
 
 @dataclass
 class _Host:
-    by_rank: dict = field(default_factory=dict)     # rank -> its relative times, every row and round
+    by_rank: dict = field(default_factory=dict)     # rank -> its relative times, every row and
+                                                    # round
     slowest: int = 0                                # rounds whose slowest rank ran here
     share: float = 0.0                              # rounds its share of the ranks would give it
     flagged: int = 0                                # judged rounds with an outlier here
@@ -147,21 +159,23 @@ def host_table(entries) -> TableModel:
         center = median(h.rels()) if h.by_rank else math.nan
         worst = max(sorted(h.by_rank), key=lambda r: median(h.by_rank[r])) if h.by_rank else None
         lines.append((-center if math.isfinite(center) else math.inf, (
-            name, _rank_ranges(h.by_rank) if h.by_rank else "-", _times(center), f"{h.slowest} of {rounds}",
+            name, _rank_ranges(h.by_rank) if h.by_rank else "-", _times(center),
+            f"{h.slowest} of {rounds}",
             f"{h.share:.1f}", f"{h.flagged} of {judged}",
             "-" if worst is None else f"{worst} ({_times(median(h.by_rank[worst]))})")))
     lines.sort(key=lambda line: line[0])
-    headers = ("host", "ranks", "median ×", "slowest in", "expected", "outlier in", "its slowest rank")
-    return TableModel("per host", headers, tuple(line[1] for line in lines), HOST_NOTES + RULE_NOTES,
-                      (0, 3, 0, 1, 2, 1, 2))
+    headers = ("host", "ranks", "median ×", "slowest in", "expected", "outlier in",
+               "its slowest rank")
+    return TableModel("per host", headers, tuple(line[1] for line in lines),
+                      HOST_NOTES + RULE_NOTES, (0, 3, 0, 1, 2, 1, 2))
 
 
 #: the most ranks whose bytes the view lists, a line each
 MAX_BYTES_RANKS = 64
 BYTES_NOTES = (
-    "sent, received: what each rank's call sends and receives at the largest size of its row, as its pattern "
-    "spreads the bytes; its µs: its mean time per call (median over rounds); GB/s: its heavier side's bytes "
-    "over that time",
+    "sent, received: what each rank's call sends and receives at the largest size of its row, as "
+    "its pattern spreads the bytes; its µs: its mean time per call (median over rounds); GB/s: its "
+    "heavier side's bytes over that time",
 )
 
 
@@ -184,7 +198,8 @@ def bytes_tables(loaded) -> list:
             bench = BENCHMARKS.get(row.collective)
             if bench is None or not bench.patterned or not row.pattern or not row.count:
                 continue
-            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, row.pattern, backend_label(row))
+            key = (row.collective, row.dtype, row.op, row.timing, row.world_size, row.pattern,
+                   backend_label(row))
             if key not in largest or row.size_bytes > largest[key][0].size_bytes:
                 largest[key] = (row, rounds, [by_round.get(d.round, default) for d in rounds], root)
     return [_bytes_table(*entry) for entry in largest.values()]
@@ -205,23 +220,26 @@ def _unlisted(row, n: int) -> str:
 
 def _bytes_table(row, rounds, hosts, root) -> TableModel:
     n, itemsize = row.group_size or row.world_size, row.size_bytes // row.count
-    title = (f"{row.collective} · {row.dtype} · {rank_count_text(n)} · pattern {row.pattern} · {backend_label(row)} "
-             f"· bytes per rank at {format_size(row.size_bytes)}")
+    title = (f"{row.collective} · {row.dtype} · {rank_count_text(n)} · pattern {row.pattern} · "
+             f"{backend_label(row)} · bytes per rank at {format_size(row.size_bytes)}")
     headers = ("rank", "sent", "received", "its µs", "GB/s")
     why = _unlisted(row, n)
     if why:
         return TableModel(title, headers, (), (f"not listed: {why}",))
-    spread = BENCHMARKS[row.collective].rank_elements(row.count, n, Roles(root=root, pattern=row.pattern))
+    spread = BENCHMARKS[row.collective].rank_elements(row.count, n,
+                                                      Roles(root=root, pattern=row.pattern))
     cells = []
     for rank, (sent, received) in enumerate(spread):
-        times = [d.rank_means_us[rank] for d in rounds if d.rank_means_us and len(d.rank_means_us) == n
+        times = [d.rank_means_us[rank] for d in rounds
+                 if d.rank_means_us and len(d.rank_means_us) == n
                  and d.rank_means_us[rank] is not None and math.isfinite(d.rank_means_us[rank])]
         us = median(times) if times else math.nan
         heavier = max(sent, received) * itemsize
         gbps = heavier / (us * 1e3) if us > 0 else math.nan
-        where = next((names[rank] for names in hosts if names is not None and len(names) == n), None)
-        cells.append((label(rank, where), _amount(sent * itemsize), _amount(received * itemsize), format_us(us),
-                      format_gbps(gbps)))
+        where = next((names[rank] for names in hosts if names is not None and len(names) == n),
+                     None)
+        cells.append((label(rank, where), _amount(sent * itemsize), _amount(received * itemsize),
+                      format_us(us), format_gbps(gbps)))
     return TableModel(title, headers, tuple(cells), BYTES_NOTES, (0, 0, 0, 1, 0))
 
 

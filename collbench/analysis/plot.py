@@ -30,7 +30,8 @@ INSTALL_HINT = 'plotting needs matplotlib: pip install "collbench[plot]"'
 
 #: What tells one section of the figure from another: a row's identity less its backend (a
 #: colour) and its size (the x axis).
-SECTION_FIELDS = tuple(f for f in KEY_FIELDS if f not in ("backend", "group_hosts", "group_size") + BY_SIZE + PER_BACKEND)
+SECTION_FIELDS = tuple(f for f in KEY_FIELDS
+                       if f not in ("backend", "group_hosts", "group_size") + BY_SIZE + PER_BACKEND)
 
 #: How a title says a field's value, given the section's whole key; "" where it goes unsaid (no
 #: reduction, one window, every rank on one host...). Other fields are said as they are.
@@ -38,7 +39,8 @@ _SAID = {
     "op": lambda k: "" if k["op"] == "none" else k["op"],
     "pattern": lambda k: f"pattern {k['pattern']}" if k["pattern"] else "",
     "world_size": lambda k: rank_count_text(k["world_size"]),
-    "ranks_per_node": lambda k: "" if k["ranks_per_node"] == k["world_size"] else f"{k['ranks_per_node']} per host",
+    "ranks_per_node": lambda k: ""
+    if k["ranks_per_node"] == k["world_size"] else f"{k['ranks_per_node']} per host",
     "group": lambda k: f"group {k['group']}" if k["split"] else "",
 }
 
@@ -114,7 +116,8 @@ def sweep_of(rows, run_labels=()) -> Sweep:
             groups.setdefault(key, {}).setdefault((backend_label(r), run), []).append(r)
     at = SECTION_FIELDS.index("collective")
     collectives = list(dict.fromkeys(key[at] for key in groups))
-    keys = sorted(groups, key=lambda key: collectives.index(key[at]))     # a collective's setups together
+    # a collective's setups together
+    keys = sorted(groups, key=lambda key: collectives.index(key[at]))
     varying = [f for i, f in enumerate(SECTION_FIELDS) if len({key[i] for key in keys}) > 1]
     sections = []
     for key in keys:
@@ -176,7 +179,8 @@ def figure_of(rows, *, run_labels=(), where: link_map.Placement = link_map.Place
     label of its run (files of one setup measured again), or nothing. Rows that form link maps
     are drawn as heat maps instead (``where``: ``link_map.placement``)."""
     rows = list(rows)
-    _check_heat_maps(link_map.groups(rows))          # before the maps are judged: that takes time too
+    # before the maps are judged: that takes time too
+    _check_heat_maps(link_map.groups(rows))
     maps, rest = link_map.split(rows, where)
     if maps:
         notes = [where.crowded] * bool(where.crowded)
@@ -191,17 +195,20 @@ def figure_of(rows, *, run_labels=(), where: link_map.Placement = link_map.Place
     if skipped:
         notes.append(f"{skipped} row(s) without a size (barrier) are not on the log–log plot")
     if not any(r.busbw_gbps > 0 for s in sweep.sections for line in s.lines for r in line.rows):
-        notes.append("no bus bandwidth to draw: it is 0 for every row (one rank moves nothing to others); "
-                     "the bandwidth panels are empty")
+        notes.append("no bus bandwidth to draw: it is 0 for every row (one rank moves nothing to "
+                     "others); the bandwidth panels are empty")
     if len(sweep.backends) > len(_palette()):
-        notes.append(f"{len(sweep.backends)} backends: past {len(_palette())} their colours come again")
+        notes.append(f"{len(sweep.backends)} backends: past {len(_palette())} their colours come "
+                     "again")
     return _sweep_figure(sweep), notes
 
 
-def plot_rows(rows, path, *, force: bool = False, run_labels=(), where: link_map.Placement = link_map.Placement()) -> list:
+def plot_rows(rows, path, *, force: bool = False, run_labels=(),
+              where: link_map.Placement = link_map.Placement()) -> list:
     """Write ``figure_of`` the rows to ``path`` (.png, .svg, .pdf); returns notes for the user."""
     path = check_plot_path(path, force)
-    with warnings.catch_warnings():   # a band of 1e-300 to 1e300 µs overflows the log scale's transform
+    # a band of 1e-300 to 1e300 µs overflows the log scale's transform
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         figure, notes = figure_of(rows, run_labels=run_labels, where=where)
         _save(figure, path)
@@ -232,7 +239,8 @@ def size_ticks(sizes) -> tuple:
     at most ``SIZE_TICKS`` of them."""
     low = math.floor(math.log2(min(sizes)))
     high = math.ceil(math.log2(max(sizes)))
-    step = next((s for s in SIZE_STEPS if high // s - -(-low // s) + 1 <= SIZE_TICKS), SIZE_STEPS[-1])
+    step = next((s for s in SIZE_STEPS if high // s - -(-low // s) + 1 <= SIZE_TICKS),
+                SIZE_STEPS[-1])
     return (tuple(2 ** e for e in range(-(-low // step) * step, high + 1, step)),
             tuple(2 ** e for e in range(low, high + 1)))
 
@@ -278,13 +286,15 @@ def _sweep_figure(sweep: Sweep):
     figure = Figure(figsize=(wide * across, 3.1 * down + key_height + 0.5), layout="constrained")
     FigureCanvasAgg(figure)
     key, body = figure.subfigures(2, 1, height_ratios=(key_height, 3.1 * down))
-    places = body.subfigures(down, across, squeeze=False, wspace=0.02, hspace=0.02, edgecolor="0.85",
-                             linewidth=1.0).ravel()
+    places = body.subfigures(down, across, squeeze=False, wspace=0.02, hspace=0.02,
+                             edgecolor="0.85", linewidth=1.0).ravel()
     for place in places[count:]:
         place.set_visible(False)
-    labelled, every = size_ticks([r.size_bytes for s in sweep.sections for line in s.lines for r in line.rows])
+    labelled, every = size_ticks([r.size_bytes for s in sweep.sections for line in s.lines
+                                  for r in line.rows])
     shade = 0.18 / math.sqrt(len(sweep.runs))        # the bands of more runs overlap: each lighter
-    with warnings.catch_warnings():      # an empty log axis (no bandwidth on one rank): said on the panel
+    # an empty log axis (no bandwidth on one rank): said on the panel
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         for place, section, its_traffic in zip(places, sweep.sections, traffic):
             place.suptitle(section.title, fontweight="bold")
@@ -301,16 +311,17 @@ def _sweep_figure(sweep: Sweep):
                 sizes = [r.size_bytes for r in line.rows]
                 latency.plot(sizes, [r.time_us_p50 for r in line.rows], **drawn)
                 latency.fill_between(sizes, [_time_band(r, True) for r in line.rows],
-                                     [_time_band(r, False) for r in line.rows], color=colour, alpha=shade, linewidth=0)
+                                     [_time_band(r, False) for r in line.rows], color=colour,
+                                     alpha=shade, linewidth=0)
                 moved = [r for r in line.rows if r.busbw_gbps > 0]
                 sizes = [r.size_bytes for r in moved]
                 bandwidth.plot(sizes, [r.busbw_gbps for r in moved], **drawn)
                 bandwidth.fill_between(sizes, [_bandwidth_band(r, True) for r in moved],
-                                       [_bandwidth_band(r, False) for r in moved], color=colour, alpha=shade,
-                                       linewidth=0)
+                                       [_bandwidth_band(r, False) for r in moved], color=colour,
+                                       alpha=shade, linewidth=0)
             if not any(r.busbw_gbps > 0 for line in section.lines for r in line.rows):
-                bandwidth.text(0.5, 0.5, "no bus bandwidth:\n0 for every row", transform=bandwidth.transAxes,
-                               ha="center", va="center", color="0.4")
+                bandwidth.text(0.5, 0.5, "no bus bandwidth:\n0 for every row",
+                               transform=bandwidth.transAxes, ha="center", va="center", color="0.4")
             for axes, ylabel in ((latency, "time (µs)"), (bandwidth, "bus bandwidth (GB/s)")):
                 axes.set_xscale("log", base=2)
                 axes.set_yscale("log")
@@ -319,7 +330,8 @@ def _sweep_figure(sweep: Sweep):
                 axes.xaxis.set_major_formatter(FuncFormatter(_size_ticks))
                 axes.xaxis.set_minor_formatter(NullFormatter())
                 axes.yaxis.set_major_formatter(FuncFormatter(_value_ticks))
-                axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+                axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False,
+                                                            minor_thresholds=(1, 0.4)))
                 axes.set_xlabel("message size (bytes)", fontsize="small")
                 axes.set_ylabel(ylabel, fontsize="small")
                 axes.tick_params(labelsize="small")
@@ -371,12 +383,17 @@ def _key(sweep: Sweep, colours) -> list:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    groups = [("backend", [Line2D([], [], color=colours[sweep.colour(b) % len(colours)], linewidth=2.5, label=b)
+    groups = [("backend",
+               [Line2D([], [], color=colours[sweep.colour(b) % len(colours)], linewidth=2.5,
+                       label=b)
                            for b in sweep.backends])]
     if any(sweep.runs):
-        groups.append(("run", [Line2D([], [], color="black", linestyle=dash, marker=mark, markersize=4, label=run)
+        groups.append(("run",
+                       [Line2D([], [], color="black", linestyle=dash, marker=mark, markersize=4,
+                               label=run)
                                for run in sweep.runs for dash, mark in [sweep.style(run)]]))
-    line_means, band_means = what_is_drawn([r for s in sweep.sections for line in s.lines for r in line.rows])
+    line_means, band_means = what_is_drawn([r for s in sweep.sections for line in s.lines
+                                            for r in line.rows])
     groups.append(("line and band", [Line2D([], [], color="0.3", label=line_means),
                                      Patch(facecolor="0.3", alpha=0.3, label=band_means)]))
     return groups
@@ -392,16 +409,19 @@ def _legend(key, groups: list) -> None:
     for heading, group in groups:
         headings.append(len(handles))
         padding = depth - 1 - len(group)
-        handles += [Line2D([], [], linestyle="none"), *group, *[Line2D([], [], linestyle="none")] * padding]
+        handles += [Line2D([], [], linestyle="none"), *group,
+                    *[Line2D([], [], linestyle="none")] * padding]
         labels += [heading, *(h.get_label() for h in group), *[""] * padding]
-    legend = key.legend(handles=handles, labels=labels, loc="center", ncols=len(groups), fontsize="small",
+    legend = key.legend(handles=handles, labels=labels, loc="center", ncols=len(groups),
+                        fontsize="small",
                         frameon=False, handlelength=3)
     for i in headings:
         legend.get_texts()[i].set_fontweight("bold")
 
 
 def _save(figure, path: Path) -> None:
-    image = io.BytesIO()            # drawn in memory, then written whole: a full disk leaves no half image
+    # drawn in memory, then written whole: a full disk leaves no half image
+    image = io.BytesIO()
     figure.savefig(image, format=path.suffix.lstrip(".").lower(), dpi=120)
     try:
         write_atomic(path, image.getvalue())
@@ -422,18 +442,20 @@ def _check_heat_maps(groups: list) -> None:
     each map, ``link_map.groups``)."""
     ranks = max((len(link_map.ranks_of(members)) for members in groups), default=0)
     if ranks > link_map.MOST_DRAWN_RANKS:
-        raise UsageError(f"a heat map of {ranks:,} ranks is more than plot draws ({link_map.MOST_DRAWN_RANKS} ranks at "
-                         "most): collbench report names the hosts, ranks and pairs that lie out, and the result "
-                         "file holds every pair")
+        raise UsageError(f"a heat map of {ranks:,} ranks is more than plot draws "
+                         f"({link_map.MOST_DRAWN_RANKS} ranks at most): collbench report names the "
+                         "hosts, ranks and pairs that lie out, and the result file holds every "
+                         "pair")
     if len(groups) > MOST_HEAT_MAPS:
-        raise UsageError(f"{len(groups):,} heat maps (sizes and backends of collbench pairs) are more than plot "
-                         f"draws in one image ({MOST_HEAT_MAPS} at most): measure fewer sizes per file")
+        raise UsageError(f"{len(groups):,} heat maps (sizes and backends of collbench pairs) are "
+                         f"more than plot draws in one image ({MOST_HEAT_MAPS} at most): measure "
+                         "fewer sizes per file")
 
 
 def heat_maps(maps: list):
-    """The Figure of one heat map per link map, rank against rank: latency (µs) or bandwidth from row to column
-    (GB/s), on a scale from 0 where darker is slower; lines between hosts; what lies out framed
-    in red, named hosts' and ranks' labels in red."""
+    """The Figure of one heat map per link map, rank against rank: latency (µs) or bandwidth from
+    row to column (GB/s), on a scale from 0 where darker is slower; lines between hosts; what lies
+    out framed in red, named hosts' and ranks' labels in red."""
     import numpy as np
 
     Figure, FigureCanvasAgg = _import_matplotlib()
@@ -458,13 +480,15 @@ def heat_maps(maps: list):
         finite = grid[np.isfinite(grid)]
         top = float(finite.max()) if finite.size else 1.0
         # from 0: figures that differ by a few percent look alike, a link at a third stands out
-        image = axes.imshow(grid, cmap="magma" if lmap.one_way else "magma_r", interpolation="nearest",
+        image = axes.imshow(grid, cmap="magma" if lmap.one_way else "magma_r",
+                            interpolation="nearest",
                             vmin=0.0, vmax=top)
         figure.colorbar(image, ax=axes, shrink=0.8, label=link_map.unit(lmap))
         labels = [str(r) for r in ranks]
         axes.set_xticks(range(len(ranks)), labels, fontsize="small")
         axes.set_yticks(range(len(ranks)), labels, fontsize="small")
-        named = {r for f in lmap.findings if f.what == "host" for r in ranks if lmap.host(r) == f.name}
+        named = {r for f in lmap.findings if f.what == "host" for r in ranks
+                 if lmap.host(r) == f.name}
         named |= {int(f.name) for f in lmap.findings if f.what == "rank"}
         for tick in list(axes.get_xticklabels()) + list(axes.get_yticklabels()):
             if int(tick.get_text()) in named:
@@ -476,7 +500,8 @@ def heat_maps(maps: list):
         for f in lmap.findings:
             if f.what == "pair":
                 a, b = (int(x) for x in f.name.split("-"))
-                for y, x in {(index[a], index[b]), (index[b], index[a]) if not lmap.one_way else (index[a], index[b])}:
+                for y, x in {(index[a], index[b]),
+                             (index[b], index[a]) if not lmap.one_way else (index[a], index[b])}:
                     axes.add_patch(_frame(x, y))
         if len(ranks) <= ANNOTATED_RANKS:
             middle = top / 2
@@ -484,12 +509,14 @@ def heat_maps(maps: list):
                 for x in range(len(ranks)):
                     if np.isfinite(grid[y, x]):
                         dark = grid[y, x] < middle if lmap.one_way else grid[y, x] > middle
-                        axes.text(x, y, f"{grid[y, x]:.3g}", ha="center", va="center", fontsize="x-small",
+                        axes.text(x, y, f"{grid[y, x]:.3g}", ha="center", va="center",
+                                  fontsize="x-small",
                                   color="white" if dark else "black")
         axes.set_xlabel("to rank" if lmap.one_way else "rank")
         axes.set_ylabel("from rank" if lmap.one_way else "rank")
         row = lmap.first
-        axes.set_title(f"{row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · {link_map.unit(lmap)}"
+        axes.set_title(f"{row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · "
+                       f"{link_map.unit(lmap)}"
                        + (" (from row to column)" if lmap.one_way else ""), fontsize="medium")
     figure.suptitle("collbench pairs" + ("" if not any(m.findings for m in maps) else
                                           " · red: lies out (see the terminal or report)"))

@@ -41,13 +41,16 @@ class Report:
 def build_report(paths, labels=()) -> Report:
     runs = load_runs(paths, labels)
     if runs.separate:
-        fits = [(label, fit) for label, (_, result) in zip(runs.labels, runs.loaded) for fit in fit_rows(result.rows)]
+        fits = [(label, fit) for label, (_, result) in zip(runs.labels, runs.loaded)
+                for fit in fit_rows(result.rows)]
     else:
         fits = [("", fit) for fit in fit_rows(runs.rows())]
-    file_notes = tuple(line for name, result in runs.loaded for line in _shown_notes(name, result.notes))
-    return Report(tuple(name for name, _ in runs.loaded), tuple(runs.rows()), tuple(fit for _, fit in fits),
-                  runs.notes + file_notes, runs.loaded, tuple(label for label, _ in fits) if runs.separate else (),
-                  runs)
+    file_notes = tuple(line for name, result in runs.loaded
+                       for line in _shown_notes(name, result.notes))
+    return Report(tuple(name for name, _ in runs.loaded), tuple(runs.rows()),
+                  tuple(fit for _, fit in fits),
+                  runs.notes + file_notes, runs.loaded,
+                  tuple(label for label, _ in fits) if runs.separate else (), runs)
 
 
 #: A file's own notes shown by report, at most (a crafted file can hold 100,000).
@@ -60,8 +63,8 @@ def _shown_notes(name: str, notes: list) -> list:
     unique = list(dict.fromkeys(notes))
     lines = [f"{name}: {note}" for note in unique[:MAX_NOTES_SHOWN]]
     if len(unique) > MAX_NOTES_SHOWN:
-        lines.append(f"{name}: {len(unique) - MAX_NOTES_SHOWN:,} more notes not shown (the file's \"notes\" "
-                     "list holds them all)")
+        lines.append(f"{name}: {len(unique) - MAX_NOTES_SHOWN:,} more notes not shown (the file's "
+                     "\"notes\" list holds them all)")
     return lines
 
 
@@ -69,7 +72,8 @@ def _setup(g: GroupFit) -> str:
     """Its dtype, op, ranks and timing, then what else sets its rows apart (a pair, a split's group)."""
     words = setup_words(g.columns)
     group = [f"group {g.field('group')}"] * bool(g.field("split"))
-    return ", ".join([setup_text(g.field("dtype"), g.field("op"), g.field("world_size"), g.field("timing")),
+    return ", ".join([setup_text(g.field("dtype"), g.field("op"), g.field("world_size"),
+                                 g.field("timing")),
                       *words, *group])
 
 
@@ -100,8 +104,10 @@ def fit_table(fits, run_labels=()) -> TableModel:
     for i, g in enumerate(fits):
         f = g.fit
         values = (f"{f.alpha_us:.2f}", _gbps(f.beta_gbps), _gbps(g.bus_beta_gbps),
-                  format_approx_size(f.half_peak_bytes), f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
-        cells.append((g.field("collective"), backend_label(g.columns)) + ((run_labels[i],) if run_labels else ())
+                  format_approx_size(f.half_peak_bytes),
+                  f"{f.rms_rel_error * 100:.1f}%") if f else ("-",) * 5
+        cells.append((g.field("collective"), backend_label(g.columns))
+                     + ((run_labels[i],) if run_labels else ())
                      + (_setup(g), *values, str(g.points)))
     notes = [FIT_NOTE]
     if any(g.fit is None for g in fits):
@@ -122,11 +128,14 @@ def next_run(result):
     rounds = FileRounds.of(result)
     kept = [run for run in runs if run not in rounds.slow and run not in rounds.noisy] or runs
     last = {number for number, run in ids.items() if run == kept[-1]}
-    records = [r for r in result.metadata.get("rounds", []) if isinstance(r, dict) and r.get("round") in last]
+    records = [r for r in result.metadata.get("rounds", [])
+               if isinstance(r, dict) and r.get("round") in last]
     out = RunResult(metadata={**result.metadata, "rounds": records, "run_id": kept[-1]})
     for i, row in enumerate(result.rows):
-        medians = tuple(m for n, m in zip(result.round_numbers(i), row.time_us_round_p50s) if n in last)
-        data = tuple(d for d in (result.rounds[i] if i < len(result.rounds) else ()) if d.round in last)
+        medians = tuple(m for n, m in zip(result.round_numbers(i), row.time_us_round_p50s)
+                        if n in last)
+        data = tuple(d for d in (result.rounds[i] if i < len(result.rounds) else ())
+                     if d.round in last)
         out.add(dataclasses.replace(row, time_us_round_p50s=medians, rounds=len(medians)), data)
     return out
 
@@ -139,9 +148,11 @@ def gate_sensitivity(result, alpha: float, threshold: float):
     compare would refuse the file."""
     try:
         comparison = compare_runs(result, next_run(result), threshold=threshold, alpha=alpha)
-    except UsageError:              # nothing compare could judge (no round medians, rows it refuses)
+    # nothing compare could judge (no round medians, rows it refuses)
+    except UsageError:
         return None, [(row, math.nan) for row in result.rows]
-    found = {r.key: r.detectable if r.noise not in ("", "assumed") else math.nan for r in comparison.rows}
+    found = {r.key: r.detectable if r.noise not in ("", "assumed") else math.nan
+             for r in comparison.rows}
     return comparison, [(row, found.get(match_key(row), math.nan)) for row in result.rows]
 
 
@@ -153,30 +164,35 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
     run detects, and whether that is within ``threshold`` (rows that are not cannot be gated
     on there: they come out inconclusive, not as false alarms)."""
     several = len(named) > 1
-    headers = (("file",) if several else ()) + ("collective", "backend", "size", "timing", "rounds", "run cv",
+    headers = (("file",) if several else ()) + ("collective", "backend", "size", "timing", "rounds",
+                                                "run cv",
                                                 "detects", f"gate at ±{threshold:.0%}")
     cells, lines = [], []
     for name, result in named:
         comparison, found_rows = gate_sensitivity(result, alpha, threshold)
         if comparison is not None:
-            lines.append(f"{name + ': ' if several else ''}against one more run like this one, compare "
-                         f"{detection_line(comparison)}")
+            lines.append(f"{name + ': ' if several else ''}against one more run like this one, "
+                         f"compare {detection_line(comparison)}")
         for r, found in found_rows:
-            verdict = (NEEDS_ROUNDS if math.isnan(found) else "ok" if found <= threshold else "too noisy")
+            verdict = (NEEDS_ROUNDS if math.isnan(found) else "ok"
+                       if found <= threshold else "too noisy")
             cv = "-" if math.isnan(r.run_to_run_cv) else f"{r.run_to_run_cv:.1%}"
             cells.append(((name,) if several else ()) + (
-                r.collective + (f" {r.pair}" if r.pair else ""), backend_label(r), format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
+                r.collective + (f" {r.pair}" if r.pair else ""), backend_label(r),
+                format_size(r.size_bytes) if r.size_bytes else "-", r.timing, str(r.rounds),
                 cv, "-" if math.isnan(found) else share_text(found), verdict))
     notes = tuple(lines) + (
-        "detects: the change collbench compare calls with 80% power when this file is the baseline and the new file "
-        "one more run like its last, meeting the machine as it did (compare's own computation): the rounds' spread "
-        "moderated by its trend, the drift of whole runs between the two (assumed, or measured in a file merged "
-        f"from 3+ runs), the rows adjusted together (max-T), alpha {alpha:g}. A new run that lies as a whole above "
-        "or below this one reads as a state of the machine and raises it (compare says by how much). Rows above "
-        "the threshold give inconclusive verdicts there, not false alarms; a baseline merged from several runs "
+        "detects: the change collbench compare calls with 80% power when this file is the baseline "
+        "and the new file one more run like its last, meeting the machine as it did (compare's own "
+        "computation): the rounds' spread moderated by its trend, the drift of whole runs between "
+        "the two (assumed, or measured in a file merged from 3+ runs), the rows adjusted together "
+        f"(max-T), alpha {alpha:g}. A new run that lies as a whole above or below this one reads as "
+        "a state of the machine and raises it (compare says by how much). Rows above the threshold "
+        "give inconclusive verdicts there, not false alarms; a baseline merged from several runs "
         "(collbench merge), more rounds, or both sides in one job (collbench ab) lower the figure",)
     priorities = ((0,) if several else ()) + (2, 1, 0, 4, 3, 2, 1, 0)        # the verdict stays
-    return TableModel("what a comparison against this baseline can detect", headers, tuple(cells), notes, priorities)
+    return TableModel("what a comparison against this baseline can detect", headers, tuple(cells),
+                      notes, priorities)
 
 
 def report_tables(report: Report, threshold: float, alpha: float) -> list:
@@ -199,7 +215,8 @@ def per_rank_view(report: Report) -> list:
     if not report.runs.separate:
         return per_rank_tables(report.loaded)
     return [dataclasses.replace(table, title=f"{table.title} · {label}")
-            for label, loaded in zip(report.runs.labels, report.loaded) for table in per_rank_tables([loaded])]
+            for label, loaded in zip(report.runs.labels, report.loaded)
+            for table in per_rank_tables([loaded])]
 
 
 def markdown_document(heading: str, report: Report, tables) -> str:

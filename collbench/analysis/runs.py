@@ -42,13 +42,16 @@ def cpu_shares(result: RunResult) -> dict:
     most ranks on one host), for rounds whose every host recorded it (``cpuload.round_load``)."""
     out = {}
     for record in _round_records(result):
-        load = record.get("load") if isinstance(record, dict) and isinstance(record.get("load"), dict) else {}
+        load = (record.get("load")
+                if isinstance(record, dict) and isinstance(record.get("load"), dict) else {})
         hosts = load.get("hosts") if isinstance(load.get("hosts"), dict) else {}
-        shares = [(h.get("cpu_share"), h.get("ranks")) for h in hosts.values() if isinstance(h, dict)]
+        shares = [(h.get("cpu_share"), h.get("ranks")) for h in hosts.values()
+                  if isinstance(h, dict)]
         if shares and isinstance(record.get("round"), int) and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                for pair in shares for v in pair):
-            out[record["round"]] = (float(min(v for v, _ in shares)), int(max(r for _, r in shares)))
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and v > 0 for pair in shares for v in pair):
+            out[record["round"]] = (float(min(v for v, _ in shares)),
+                                    int(max(r for _, r in shares)))
     return out
 
 
@@ -64,23 +67,28 @@ class SideRounds:
     """One side's rounds of one row, as a comparison uses them."""
 
     runs: list              # the counted round medians, grouped by run
-    set_aside: int          # rounds set aside as interference (or as a lone fast round, or in a slow run)
+    set_aside: int          # rounds set aside as interference (or as a lone fast round, or in a
+                            # slow run)
     busy_share: float       # the share of the counted rounds that ran on a busy machine
-    fast_gap: float         # log distance from the counted rounds down to a lone faster round, else 0:
-                            # which of the two is the row's own time is uncertain by that much
+    fast_gap: float         # log distance from the counted rounds down to a lone faster round, else
+                            # 0: which of the two is the row's own time is uncertain by that much
     by_round: dict          # round number -> counted median
-    floor_var: float        # how far below its counted mean each run's fastest round lay, squared and
-                            # weighted as one run's drift is (``stats.runs.floor_gap``)
+    floor_var: float        # how far below its counted mean each run's fastest round lay, squared
+                            # and weighted as one run's drift is (``stats.runs.floor_gap``)
     run_keys: tuple = ()    # the run id of each group in ``runs``
-    cpu_share: float = math.nan   # the median over counted rounds of the share of their usable cores
-                                  # the ranks used (``cpu_shares``); nan where a round did not record it
+    cpu_share: float = math.nan   # the median over counted rounds of the share of their usable
+                                  # cores the ranks used (``cpu_shares``); nan where a round did not
+                                  # record it
     ranks_per_host: int = 0       # the most ranks one host had in those rounds
     fastest: float = math.nan     # log of the fastest counted round
     positive: int = 0             # its rounds with a median, counted or not
-    reach_runs: tuple = ()        # per run, a slow run set aside among them, how slow each of its rounds ran: its log,
-                                  # plus the interference window where it was set aside above (``state_reach``)
-    measured: dict = dataclasses.field(default_factory=dict)   # round number -> median, counted or not (the
-                                  # pairs of an interleaved job: what moved both sides cancels in a pair)
+    reach_runs: tuple = ()        # per run, a slow run set aside among them, how slow each of its
+                                  # rounds ran: its log, plus the interference window where it was
+                                  # set aside above (``state_reach``)
+    measured: dict = dataclasses.field(default_factory=dict)   # round number -> median, counted or
+                                                               # not (the
+                                  # pairs of an interleaved job: what moved both sides cancels in a
+                                  # pair)
 
 
 @dataclass(frozen=True)
@@ -93,23 +101,27 @@ class FileRounds:
     priors: tuple                  # per row: its noise.SpreadPrior, or None without a model
     ids: dict                      # round number -> run id
     busy: dict                     # round number -> other processes' CPU cores, busy rounds only
-    shares: dict                   # round number -> (share of usable cores the ranks used, ranks per host)
+    shares: dict                   # round number -> (share of usable cores the ranks used, ranks
+                                   # per host)
     slow: dict                     # run id -> log distance of its sweep above the fastest run's
-    kept_spread: float = math.nan  # with runs set aside: how far the kept runs' sweeps spread (their
-                                   # drift), in units of each row's clean spread (``stats.runs.slow_runs``)
-    noisy: dict = dataclasses.field(default_factory=dict)   # run id -> its rounds' spread, for runs of a merged
+    kept_spread: float = math.nan  # with runs set aside: how far the kept runs' sweeps spread
+                                   # (their drift), in units of each row's clean spread
+                                   # (``stats.runs.slow_runs``)
+    noisy: dict = dataclasses.field(default_factory=dict)   # run id -> its rounds' spread, for runs
+                                                            # of a merged
                                    # file that ran in a noisy period (``noisy_runs``): set aside
 
     @classmethod
     def of(cls, result: RunResult) -> "FileRounds":
         model = file_noise(result.rows)
-        priors = tuple(model.noise(r.time_us_round_p50s, noise_stratum(r)) if model is not None else None
-                       for r in result.rows)
+        priors = tuple(model.noise(r.time_us_round_p50s, noise_stratum(r))
+                       if model is not None else None for r in result.rows)
         every = cls(result, priors, run_ids(result), busy_rounds(result), cpu_shares(result), {})
         rows = [every.row(i) for i in range(len(result.rows))]
         keys = list(dict.fromkeys(k for side in rows for k in side.run_keys))
         aligned = [[dict(zip(side.run_keys, side.runs)).get(k, []) for k in keys] for side in rows]
-        distance, kept = slow_runs(aligned, [row_clean_sd(p) for p in priors]) if keys else ([], math.nan)
+        distance, kept = slow_runs(aligned,
+                                   [row_clean_sd(p) for p in priors]) if keys else ([], math.nan)
         slow = {k: float(d) for k, d in zip(keys, distance) if d > 0}
         noisy = noisy_runs(result, every.ids, [row_clean_sd(p) for p in priors])
         if noisy:
@@ -134,10 +146,12 @@ class FileRounds:
         grouped: dict = {}
         for number, median in zip(self.result.round_numbers(i), row.time_us_round_p50s):
             grouped.setdefault(self.ids.get(number, ""), []).append((number, median))
-        runs, keys, by_round, per_run = [], [], {}, []      # per_run: (counted rounds, fast gap, floor gap)
+        # per_run: (counted rounds, fast gap, floor gap)
+        runs, keys, by_round, per_run = [], [], {}, []
         busy_counted = positive = 0
         window = interference_window(clean_sd)
-        reach_runs = []                                     # per run: how slow each round ran (state_reach)
+        # per run: how slow each round ran (state_reach)
+        reach_runs = []
         measured = {}
         for key, entries in grouped.items():
             medians = [m for _, m in entries]
@@ -163,18 +177,20 @@ class FileRounds:
             logs = np.log([m for _, m in counted])
             prior = self.priors[i]
             per_run.append((len(logs), float(logs.min()) - fastest,
-                            floor_gap(logs, fastest, prior.log_sd if prior is not None else math.nan)))
+                            floor_gap(logs, fastest,
+                                      prior.log_sd if prior is not None else math.nan)))
         total = len(by_round)
         weighted = [(k / total) ** 2 for k, _, _ in per_run]
         shares = [self.shares.get(n) for n in by_round]
         known = bool(shares) and all(s is not None for s in shares)
         return SideRounds(runs, positive - total, busy_counted / total if total else 0.0,
-                          math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))), by_round,
+                          math.sqrt(sum(w * g * g for w, (_, g, _) in zip(weighted, per_run))),
+                          by_round,
                           sum(w * f * f for w, (_, _, f) in zip(weighted, per_run)), tuple(keys),
                           float(np.median([s for s, _ in shares])) if known else math.nan,
                           max(r for _, r in shares) if known else 0,
-                          math.log(min(by_round.values())) if by_round else math.nan, positive, tuple(reach_runs),
-                          measured)
+                          math.log(min(by_round.values())) if by_round else math.nan, positive,
+                          tuple(reach_runs), measured)
 
 
 def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
@@ -193,7 +209,8 @@ def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
     out = {}
     for key, share in medians.items():
         others = [v for k, v in medians.items() if k != key]
-        if len(others) >= 2 and share > max(NOISY_RUN_SHARE, NOISY_RUN_FACTOR * float(np.median(others))):
+        if len(others) >= 2 and share > max(NOISY_RUN_SHARE,
+                                            NOISY_RUN_FACTOR * float(np.median(others))):
             out[key] = share
     return out
 
@@ -228,30 +245,36 @@ def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,
         if side.slow:
             above = ", ".join(f"+{math.expm1(d):.0%}" for d in side.slow.values())
             one = len(side.slow) == 1
-            notes.append(f"{name}: {len(side.slow)} of {side.runs} merged runs lay far above the fastest run on "
-                         f"most rows ({above}) and {'was' if one else 'were'} set aside as interference: a state "
-                         f"of the machine that outlasted {'its' if one else 'their'} launches")
+            notes.append(f"{name}: {len(side.slow)} of {side.runs} merged runs lay far above the "
+                         f"fastest run on most rows ({above}) and {'was' if one else 'were'} set "
+                         "aside as interference: a state of the machine that outlasted "
+                         f"{'its' if one else 'their'} launches")
         if side.noisy:
             lost = ", ".join(f"{v:.0%}" for v in side.noisy.values())
-            notes.append(f"{name}: {len(side.noisy)} of {side.runs} merged runs ran in a noisy period ({lost} of "
-                         f"their rounds set aside as interference, over {NOISY_RUN_FACTOR:g}x the other runs' share) "
-                         f"and {'was' if len(side.noisy) == 1 else 'were'} left out: merge a run measured again "
-                         f"instead")
+            notes.append(f"{name}: {len(side.noisy)} of {side.runs} merged runs ran in a noisy "
+                         f"period ({lost} of their rounds set aside as interference, over "
+                         f"{NOISY_RUN_FACTOR:g}x the other runs' share) and "
+                         f"{'was' if len(side.noisy) == 1 else 'were'} left out: merge a run "
+                         "measured again instead")
         if side.busy:
             rounds_total = len(_round_records(side.result))
-            worst = max((v for v in side.busy.values() if isinstance(v, (int, float))), default=math.nan)
-            notes.append(f"{name}: {len(side.busy)} of {rounds_total} round(s) ran while other processes used up to "
-                         f"{worst:.2f} CPU cores beyond the idle ones (a busy machine); every round counts, and "
-                         f"those far above their row's fastest are set aside as interference: {share}")
+            worst = max((v for v in side.busy.values() if isinstance(v, (int, float))),
+                        default=math.nan)
+            notes.append(f"{name}: {len(side.busy)} of {rounds_total} round(s) ran while other "
+                         f"processes used up to {worst:.2f} CPU cores beyond the idle ones (a busy "
+                         "machine); every round counts, and those far above their row's fastest "
+                         f"are set aside as interference: {share}")
         elif total and aside / total > 0.2 and not side.slow:
-            notes.append(f"{name}: {share} lay far above their row's fastest round and were set aside as "
-                         f"interference: the rounds varied beyond what the rows' noise model expects (the load "
-                         f"meter saw no other work)")
+            notes.append(f"{name}: {share} lay far above their row's fastest round and were set "
+                         "aside as interference: the rounds varied beyond what the rows' noise "
+                         "model expects (the load meter saw no other work)")
     single = [r for r in compared if r.noise == "assumed"]
     if single:
         measured_once = all(r.baseline.rounds < 2 and r.new.rounds < 2 for r in single)
-        notes.append(f"{len(single)} row(s) have a single counted round on each side: their run-to-run spread "
-                     f"is assumed to be {assumed_log_sd:.0%} (sd of log medians), so only large changes are called; "
+        notes.append(f"{len(single)} row(s) have a single counted round on each side: their "
+                     f"run-to-run spread is assumed to be {assumed_log_sd:.0%} (sd of log medians), "
+                     "so only large changes are called; "
                      + ("measure with --rounds 3 or more" if measured_once else
-                        "interference set the other rounds aside: measure again on a quieter machine, or with more rounds"))
+                        "interference set the other rounds aside: measure again on a quieter "
+                        "machine, or with more rounds"))
     return notes

@@ -8,8 +8,8 @@ backend whose library is missing is.
 
 Here: ``base`` (the interface and the control channel), ``devices`` (where buffers live),
 ``mpi``, ``mpi_pickle``, ``gloo``, ``nccl``, and what they share: ``_mpi`` (mpi4py, MPI's
-names of reductions and pair types, the MPI control channel), ``_torch`` (torch.distributed's set-up, the torch control channel),
-``torchdist`` (the torch backends' calls).
+names of reductions and pair types, the MPI control channel), ``_torch`` (torch.distributed's
+set-up, the torch control channel), ``torchdist`` (the torch backends' calls).
 
 May import: ``collbench.errors``, ``collbench.versions``, ``collbench.benchmarks``,
 ``collbench.measure`` (the bound call and the control channel a backend makes),
@@ -48,7 +48,8 @@ def plugins() -> dict:
     except Exception:       # a broken installed distribution must not stop collbench
         return {}
     return {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name)
-            if ep.name not in _BUILTIN and ep.name != "all" and ep.name.strip() == ep.name and "," not in ep.name}
+            if ep.name not in _BUILTIN and ep.name != "all" and ep.name.strip() == ep.name
+            and "," not in ep.name}
 
 
 def names() -> tuple:
@@ -73,7 +74,8 @@ def backend_class(name: str) -> type[Backend]:
         raise BackendUnavailable(f"plugin {ep.value} did not import ({type(exc).__name__}"
                                  f"{': ' + detail if detail else ''})") from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
-        raise BackendUnavailable(f"plugin {ep.value} is not a subclass of collbench.backends.base.Backend")
+        raise BackendUnavailable(f"plugin {ep.value} is not a subclass of "
+                                 "collbench.backends.base.Backend")
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise BackendUnavailable(f"plugin {ep.value} does not implement {missing}")
@@ -117,8 +119,8 @@ def self_launch_ranks(name: str) -> Optional[int]:
     preference); a plugin's answer that is not a count of ranks is refused in one line."""
     asked = asked_of(name, "self_launch_ranks")
     if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int) or asked < 1):
-        raise PluginFault(f"backend plugin {name}: its self_launch_ranks() gave {asked!r}, not a number of "
-                         f"ranks (1 or more) or None")
+        raise PluginFault(f"backend plugin {name}: its self_launch_ranks() gave {asked!r}, not a "
+                          "number of ranks (1 or more) or None")
     return asked
 
 
@@ -126,7 +128,8 @@ def uses_mpi(name: str) -> bool:
     return backend_class(name).uses_mpi
 
 
-def make_control(mpi_launcher: bool, backends, options: BackendOptions = BackendOptions()) -> Control:
+def make_control(mpi_launcher: bool, backends,
+                 options: BackendOptions = BackendOptions()) -> Control:
     """The ranks' channel for small messages outside timed regions: MPI when the launcher is an
     MPI one or a backend uses MPI, else a gloo process group of its own, on the default group,
     which meets as ``options.init_method`` says."""
@@ -157,7 +160,8 @@ def parse_backends(text: str) -> tuple[list[str], list[str]]:
     for item in items:
         for name in names() if item == "all" else (item,):
             if name not in names():
-                raise UsageError(f"unknown backend {name!r}; choose from: {', '.join(names())}, or all")
+                raise UsageError(f"unknown backend {name!r}; choose from: {', '.join(names())}, or "
+                                 "all")
             if name in chosen:
                 continue
             reason = unavailable_reason(name)

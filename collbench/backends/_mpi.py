@@ -20,12 +20,13 @@ from collbench.launch import processes
 from collbench.launch.liveness import supervise
 
 INSTALL_HINT = 'pip install "collbench[mpich]" (or pip install mpi4py mpich)'
-#: The reductions MPI defines, by collbench's name (mpi4py's is it upper-cased: MPI.SUM, MPI.MAXLOC);
-#: MPI has no average.
+#: The reductions MPI defines, by collbench's name (mpi4py's is it upper-cased: MPI.SUM,
+#: MPI.MAXLOC); MPI has no average.
 MPI_OPS = ("sum", "max", "min", "prod", "land", "lor", "band", "bor", "maxloc", "minloc")
 #: MPI's predefined pair types (mpi4py's names; MPI_2INT is INT_INT), by the C type of the value
 #: (numpy's character code: float, double, int, long, short).
-MPI_PAIR_TYPES = {"f": "FLOAT_INT", "d": "DOUBLE_INT", "i": "INT_INT", "l": "LONG_INT", "h": "SHORT_INT"}
+MPI_PAIR_TYPES = {"f": "FLOAT_INT", "d": "DOUBLE_INT", "i": "INT_INT", "l": "LONG_INT",
+                  "h": "SHORT_INT"}
 
 
 def mpi_pair_type(numpy_type: np.dtype) -> Optional[str]:
@@ -53,10 +54,11 @@ def mpi_module():
                 from mpi4py import MPI
     except Exception as exc:  # mpi4py missing (ImportError), or no loadable libmpi (RuntimeError)
         limits = processes.low_limits()
-        if "ulimit -v" in limits and any(s in str(exc) for s in ("failed to map segment", "Cannot allocate memory")):
+        if "ulimit -v" in limits and any(s in str(exc) for s in ("failed to map segment",
+                                                                 "Cannot allocate memory")):
             # every rank of the host has the same limit: the first says it, not each
-            raise HostUsageError(f"MPI's library cannot be loaded on {socket.gethostname()}: the address space ran "
-                                 f"out{limits}; raise the limit") from None
+            raise HostUsageError(f"MPI's library cannot be loaded on {socket.gethostname()}: the "
+                                 f"address space ran out{limits}; raise the limit") from None
         raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
     return MPI
 
@@ -75,7 +77,8 @@ def cuda_aware() -> Optional[bool]:
     mpi_module()
     try:
         with open("/proc/self/maps") as maps:
-            paths = list(dict.fromkeys(line.split()[-1] for line in maps if "libmpi" in line.split()[-1]))
+            paths = list(dict.fromkeys(line.split()[-1] for line in maps
+                                       if "libmpi" in line.split()[-1]))
     except OSError:
         return None
     for path in paths:
@@ -95,7 +98,8 @@ def probe_cuda_aware() -> Optional[bool]:
     import subprocess
     import sys
     try:
-        probe = subprocess.run([sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=30)
+        probe = subprocess.run([sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True,
+                               timeout=30)
     except subprocess.TimeoutExpired:
         return None
     said = probe.stdout.split()
@@ -124,7 +128,8 @@ def mpi_unavailable_reason() -> Optional[str]:
         pass
     import subprocess
     import sys
-    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                           timeout=60)
     if probe.returncode != 0:
         lines = probe.stderr.strip().splitlines()
         return f"no MPI library could be loaded ({lines[-1] if lines else 'unknown error'}); install one with: {INSTALL_HINT}"
@@ -220,9 +225,10 @@ class MpiBase:
         if getattr(self.options, "api", "blocking") == "persistent" and not persistent_collectives(self.MPI,
                                                                                                   self.whole):
             from collbench.errors import BackendDeclined
-            raise BackendDeclined(f"--api persistent: {library_version()} (MPI {'%d.%d' % self.MPI.Get_version()}) "
-                                  "has no persistent collectives (MPI-4's MPI_Allreduce_init …); use MPICH 4 or "
-                                  "Open MPI 5 and later")
+            raise BackendDeclined(f"--api persistent: {library_version()} (MPI "
+                                  f"{'%d.%d' % self.MPI.Get_version()}) has no persistent "
+                                  "collectives (MPI-4's MPI_Allreduce_init …); use MPICH 4 or Open "
+                                  "MPI 5 and later")
 
     def split(self, groups: tuple) -> None:
         """Measure on a communicator per group (``comm.Split``, coloured by group); ``whole``

@@ -8,8 +8,8 @@ Rendezvous (``--init-method``):
   * ``env://``: MASTER_ADDR/MASTER_PORT in the environment (torchrun, collbench's local
     self-launch, or the user) win. Otherwise, under an MPI launcher, rank 0 opens a TCP store
     on a free port and broadcasts the port through MPI; each rank connects at the address it
-    reached rank 0's coordinator with (``collbench.launch.network.rendezvous``). The store listens on
-    127.0.0.1 when all ranks share a host.
+    reached rank 0's coordinator with (``collbench.launch.network.rendezvous``). The store listens
+    on 127.0.0.1 when all ranks share a host.
   * ``tcp://HOST:PORT`` and ``file:///PATH`` go to ``init_process_group`` as they are, once
     ``collbench.launch.network.rendezvous`` has checked what torch would only time out on.
 """
@@ -62,7 +62,8 @@ def torch_modules():
         import torch
         import torch.distributed as dist
     except ImportError as exc:
-        raise BackendUnavailable(f"torch is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
+        raise BackendUnavailable(f"torch is not usable here ({exc}); install it with: "
+                                 f"{INSTALL_HINT}") from None
     if not dist.is_available():
         raise BackendUnavailable("this torch build has no torch.distributed")
     return torch, dist
@@ -126,7 +127,8 @@ def remove_rendezvous_file(control: Control) -> None:
 def _init_env(control: Optional[Control]) -> None:
     env = os.environ
     self_launched = detect(env).self_launched == "local"
-    user_address = environment.MASTER_ADDR in env and environment.MASTER_PORT in env and not self_launched
+    user_address = (environment.MASTER_ADDR in env and environment.MASTER_PORT in env
+                    and not self_launched)
     if user_address or (control is None and not self_launched):
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
         if environment.MASTER_ADDR not in env:                 # one process, no launcher at all
@@ -134,12 +136,14 @@ def _init_env(control: Optional[Control]) -> None:
         # Before torch is imported, which takes seconds: a rendezvous that cannot succeed is
         # said at once. Rank 0 listens at MASTER_PORT (unless torchrun's agent does already).
         rendezvous.refuse_rank0_finding(
-            rendezvous.master_port_problem() if rank == 0 and env.get(_AGENT_STORE) != "True" else None, control)
+            rendezvous.master_port_problem()
+            if rank == 0 and env.get(_AGENT_STORE) != "True" else None, control)
         _choose_interface(rendezvous.towards_master(rank))
         if rank != 0:
             rendezvous.await_master(rank)
         _, dist = torch_modules()
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size,
+                                timeout=INIT_TIMEOUT)
         return
     _, dist = torch_modules()
     if self_launched:
@@ -172,23 +176,28 @@ def _init_at(method: "rendezvous.InitMethod", control: Optional[Control]) -> Non
     rank, size = (control.rank, control.size) if control is not None else _world_from_env()
     if method.scheme == "tcp://":
         agent = _torchrun_store_at(method)
-        _, dist = torch_modules()       # first: rank 0 listens only once torch is imported, as slowly as the others
+        # first: rank 0 listens only once torch is imported, as slowly as the others
+        _, dist = torch_modules()
         # collbench's own ranks are watched by their launching process, which stops them if
         # rank 0 ends (as for env://); the others wait a while for rank 0, then say so
         _choose_interface(rendezvous.meet_at_tcp(method, rank, control, rank0_listens=not agent,
-                                                 patient=detect(os.environ).self_launched != "local"))
+                                                 patient=detect(os.environ).self_launched
+                                                 != "local"))
         if not agent and os.environ.get(_AGENT_STORE) == "True":
             os.environ[_AGENT_STORE] = "False"        # rank 0 hosts the store at HOST:PORT
     else:
         _, dist = torch_modules()
-        exchange = control if control is not None or size == 1 else _master_exchange(dist, rank, size)
+        exchange = (control if control is not None or size == 1
+                    else _master_exchange(dist, rank, size))
         rendezvous.meet_at_file(method, rank, exchange)
         if control is not None:
-            _choose_interface(rendezvous.gloo_interface() if rendezvous.joined() is not None else _loopback_name())
+            _choose_interface(rendezvous.gloo_interface()
+                              if rendezvous.joined() is not None else _loopback_name())
         else:
-            _choose_interface(rendezvous.towards_master(rank) if os.environ.get(environment.MASTER_ADDR)
-                              else _loopback_name())
-    dist.init_process_group("gloo", init_method=method.url, rank=rank, world_size=size, timeout=INIT_TIMEOUT)
+            _choose_interface(rendezvous.towards_master(rank)
+                              if os.environ.get(environment.MASTER_ADDR) else _loopback_name())
+    dist.init_process_group("gloo", init_method=method.url, rank=rank, world_size=size,
+                            timeout=INIT_TIMEOUT)
 
 
 def _torchrun_store_at(method: "rendezvous.InitMethod") -> bool:
@@ -199,7 +208,8 @@ def _torchrun_store_at(method: "rendezvous.InitMethod") -> bool:
     if env.get(_AGENT_STORE) != "True" or str(method.port) != env.get(environment.MASTER_PORT, "").strip():
         return False
     try:
-        return addresses.resolve(method.host) == addresses.resolve(env.get(environment.MASTER_ADDR, ""))
+        return (addresses.resolve(method.host)
+                == addresses.resolve(env.get(environment.MASTER_ADDR, "")))
     except addresses.RouteError:
         return False
 
@@ -210,7 +220,8 @@ def _master_exchange(dist, rank: int, size: int) -> "_StoreExchange":
     env = os.environ
     address, port = env[environment.MASTER_ADDR], int(env[environment.MASTER_PORT])
     if env.get(_AGENT_STORE) == "True":
-        return _StoreExchange(dist.TCPStore(address, port, None, is_master=False, timeout=INIT_TIMEOUT), rank, size)
+        return _StoreExchange(dist.TCPStore(address, port, None, is_master=False,
+                                            timeout=INIT_TIMEOUT), rank, size)
     if rank != 0 and detect(env).self_launched != "local":
         rendezvous.await_master(rank)
     return _StoreExchange(_store(dist, address, port, rank, size), rank, size)
@@ -264,12 +275,14 @@ def _store(dist, address: str, port: int, rank: int, size: int, local: bool = Tr
     if rank != 0:
         return dist.TCPStore(address, port, size, is_master=False, timeout=INIT_TIMEOUT)
     if not local or not address.startswith("127."):
-        return dist.TCPStore(address, port, size, is_master=True, timeout=INIT_TIMEOUT, wait_for_workers=False)
+        return dist.TCPStore(address, port, size, is_master=True, timeout=INIT_TIMEOUT,
+                             wait_for_workers=False)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((address, port))
     listener.listen(max(128, size))
-    store = dist.TCPStore(address, listener.getsockname()[1], size, is_master=True, timeout=INIT_TIMEOUT,
+    store = dist.TCPStore(address, listener.getsockname()[1], size, is_master=True,
+                          timeout=INIT_TIMEOUT,
                           wait_for_workers=False, master_listen_fd=listener.fileno())
     listener.detach()                # the store serves on this descriptor, and closes it itself
     return store

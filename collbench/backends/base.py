@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from collbench.backends.devices import HostDevice
-from collbench.measure.calls import Bound, Control, grouped  # the calls the harness drives: here for backends and plugins
+# the calls the harness drives: here for backends and plugins
+from collbench.measure.calls import Bound, Control, grouped
 
 if TYPE_CHECKING:
     from collbench.benchmarks.base import Benchmark, Roles
@@ -205,8 +206,8 @@ class Backend(ABC):
         are (its device's kind), the object its messages are (mpi-pickle's payload), how its
         ranks met (the torch backends' init method), how its calls were issued (``--api``), the
         MPI thread level it ran at (the MPI backends)."""
-        return {"buffers": self.device.kind, "payload": "", "init_method": "", "api": self.options.api,
-                "thread_level": ""}
+        return {"buffers": self.device.kind, "payload": "", "init_method": "",
+                "api": self.options.api, "thread_level": ""}
 
     def close(self) -> None: ...
 

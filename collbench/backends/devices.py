@@ -37,7 +37,8 @@ class Buffers:
     send: Any
     recv: Any               # the same object as ``send`` for in-place collectives
     in_place: bool
-    held: list = field(default_factory=list)     # what the device must free (MPI.Alloc_mem's memory)
+    held: list = field(default_factory=list)     # what the device must free (MPI.Alloc_mem's
+                                                 # memory)
 
 
 def _spin(units: int) -> float:
@@ -116,7 +117,8 @@ class HostDevice:
 
     def table(self, values: np.ndarray, dtype) -> np.ndarray:
         """Check values (``values``, of ``dtype.host``) as an array of the buffers' type."""
-        return np.ascontiguousarray(values, dtype=dtype.numpy if dtype.numpy is not None else dtype.host)
+        return np.ascontiguousarray(values,
+                                    dtype=dtype.numpy if dtype.numpy is not None else dtype.host)
 
     @staticmethod
     def count(mask) -> int:
@@ -187,7 +189,8 @@ class TorchDevice:
     """torch tensors on ``device`` (a ``torch.device``): the CPU, or one CUDA GPU."""
 
     #: the element types it takes: torch's names are collbench's
-    DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8"})
+    DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int32", "int64", "int8",
+                        "uint8"})
 
     def __init__(self, torch, device) -> None:
         self.torch, self.device = torch, device
@@ -253,8 +256,10 @@ class TorchDevice:
 
     def compute(self):
         """What the overlap computes between a call's start and its wait: on a GPU a kernel on the
-        current stream, which runs beside the library's own stream; on the CPU, work on this core."""
-        return CudaCompute(CudaClock(self.torch, self.device)) if self.asynchronous else HostCompute()
+        current stream, which runs beside the library's own stream; on the CPU, work on this
+        core."""
+        return (CudaCompute(CudaClock(self.torch, self.device))
+                if self.asynchronous else HostCompute())
 
     def capture(self, run, calls: int):
         """``calls`` calls of ``run`` captured once in a CUDA graph; returns what replays them, and
@@ -283,7 +288,8 @@ class TorchDevice:
             if EMPTY_GRAPH in str(warning.message):
                 empty = True
             else:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+                warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                       warning.lineno)
         return graph.replay, empty
 
     def cache_size(self) -> tuple:
@@ -292,7 +298,8 @@ class TorchDevice:
         from collbench.measure import caches
         if not self.asynchronous:                    # main memory: the host's
             return caches.host_cache()
-        size = int(getattr(self.torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
+        size = int(getattr(self.torch.cuda.get_device_properties(self.device), "L2_cache_size", 0)
+                   or 0)
         return (size, "the GPU's L2, torch.cuda.get_device_properties") if size > 0 else \
             (caches.ASSUMED_BYTES, "assumed: torch does not say the GPU's L2")
 

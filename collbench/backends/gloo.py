@@ -25,8 +25,9 @@ class GlooBackend(TorchBackend):
         if collective.reduces and op == "avg":
             installed = _torch.installed_version()
             if installed is not None and installed < AVG_SINCE:
-                return (f"gloo averages from torch {'.'.join(map(str, AVG_SINCE))} on (ReduceOp.AVG), and torch "
-                        f"{'.'.join(map(str, installed))} is installed here")
+                return (f"gloo averages from torch {'.'.join(map(str, AVG_SINCE))} on "
+                        f"(ReduceOp.AVG), and torch {'.'.join(map(str, installed))} is installed "
+                        "here")
         return super().supports(collective=collective, dtype=dtype, op=op)
 
     @classmethod

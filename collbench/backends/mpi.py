@@ -37,11 +37,13 @@ class MpiBackend(MpiBase, Backend):
         """Whether the MPI library takes GPU memory (``--buffers cuda``), asked of a one-rank job."""
         from collbench.backends._mpi import probe_cuda_aware
         aware = probe_cuda_aware()
-        return {"MPI CUDA-aware": {True: "yes (--buffers cuda)", False: "no (--buffers numpy or mpi)"}.get(
+        return {"MPI CUDA-aware": {True: "yes (--buffers cuda)",
+                                   False: "no (--buffers numpy or mpi)"}.get(
             aware, "unknown (the library does not say)")}
 
     @classmethod
-    def options_problem(cls, options, *, collective=None, dtype=None, op: str = "") -> Optional[str]:
+    def options_problem(cls, options, *, collective=None, dtype=None,
+                        op: str = "") -> Optional[str]:
         if options.buffers != "cuda":
             return None
         if collective is not None:        # a tensor has no value-index pair type to lay them out in
@@ -65,7 +67,8 @@ class MpiBackend(MpiBase, Backend):
             if not aware:
                 raise BackendDeclined(f"--buffers cuda: {library_version()} "
                                       f"{'cannot take' if aware is False else 'does not say whether it takes'} "
-                                      "GPU memory (MPIX_Query_cuda_support); use a CUDA-aware MPI build")
+                                      "GPU memory (MPIX_Query_cuda_support); use a CUDA-aware MPI "
+                                      "build")
             from collbench.backends._torch import torch_modules
             from collbench.launch.origin.launcher import detect
             torch, _ = torch_modules()
@@ -78,32 +81,38 @@ class MpiBackend(MpiBase, Backend):
     def supports(cls, *, collective, dtype, op: str) -> Optional[str]:
         pair = _pairs(collective, dtype, op)
         if pair is not None and mpi_pair_type(pair) is None:
-            paired = [name for name, d in DTYPES.items() if d.numpy is not None and mpi_pair_type(pair_dtype(d))]
-            return (f"MPI's value-index pair types hold {', '.join(paired)} only (MPI_FLOAT_INT, MPI_DOUBLE_INT, "
-                    f"MPI_2INT, MPI_LONG_INT); mpi-pickle reduces {dtype.name} pairs")
+            paired = [name for name, d in DTYPES.items()
+                      if d.numpy is not None and mpi_pair_type(pair_dtype(d))]
+            return (f"MPI's value-index pair types hold {', '.join(paired)} only (MPI_FLOAT_INT, "
+                    f"MPI_DOUBLE_INT, MPI_2INT, MPI_LONG_INT); mpi-pickle reduces {dtype.name} "
+                    "pairs")
         return super().supports(collective=collective, dtype=dtype, op=op)
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
-        pair = mpi_pair_type(buffers.send.dtype)      # maxloc's pairs: mpi4py is told their MPI type
+        # maxloc's pairs: mpi4py is told their MPI type
+        pair = mpi_pair_type(buffers.send.dtype)
 
         def typed(view):
             return [view, getattr(self.MPI, pair)] if pair else view
 
         # in place: the input lies in the receive buffer, which is as long as it needs
-        in_place = not buffers.in_place and collective.placement(self.family, self.options.placement) == IN_PLACE
+        in_place = (not buffers.in_place
+                    and collective.placement(self.family, self.options.placement) == IN_PLACE)
         work = buffers.recv[:max(send_len, recv_len) if in_place else recv_len]
         c = BufferCall(self.rank, self.size, roles, self.comm, typed(buffers.send[:send_len]),
-                       typed(buffers.recv[:recv_len]), self._ops[op], api=self.options.api, in_place=in_place,
-                       in_place_marker=self.MPI.IN_PLACE, work=typed(work))
+                       typed(buffers.recv[:recv_len]), self._ops[op], api=self.options.api,
+                       in_place=in_place, in_place_marker=self.MPI.IN_PLACE, work=typed(work))
         call = collective.buffer_call(c)
         view = buffers.recv[:recv_len]
-        keeps = buffers.in_place and self.rank == roles.root    # the bcast root's buffer is its source
+        # the bcast root's buffer is its source
+        keeps = buffers.in_place and self.rank == roles.root
         at = collective.in_place_input(self.size, self.rank, roles, send_len) if in_place else None
 
         def reset():
             if not keeps:
                 self.device.poison(work)
-            if at is not None:                  # this rank's input, where the in-place call takes it
+            # this rank's input, where the in-place call takes it
+            if at is not None:
                 buffers.recv[at:at + send_len] = buffers.send[:send_len]
             self.device.synchronize()           # GPU memory: the poison is written before MPI reads
 

@@ -35,7 +35,8 @@ def _as_array(result, payload, dtype, pieces: bool, recv_len: int) -> Optional[n
         got = payload.values(result, dtype)
     if len(got) < recv_len:
         rest = np.empty(recv_len - len(got), got.dtype)
-        rest[...] = sentinel(got.dtype)           # a pair's sentinel is a tuple: one element's fields
+        # a pair's sentinel is a tuple: one element's fields
+        rest[...] = sentinel(got.dtype)
         got = np.concatenate([got, rest])
     return got
 
@@ -77,11 +78,12 @@ class MpiPickleBackend(MpiBase, Backend):
         combine = payload.combiner(OPS[op].combine if op in OPS else None, dtype)
         call = collective.object_call(ObjectCall(
             self.rank, self.size, roles, self.comm, payload.make(values), recv_len, combine,
-            piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype), room=payload.room,
-            api=self.options.api, send_len=send_len))
+            piece=lambda obj, start, stop: payload.piece(obj, start, stop, dtype),
+            room=payload.room, api=self.options.api, send_len=send_len))
 
         return Bound(run=call, run_blocking=call,
-                     checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects, recv_len))
+                     checked=lambda: _as_array(call(), payload, dtype, collective.gathers_objects,
+                                               recv_len))
 
     def barrier(self) -> None:
         self.whole.barrier()

@@ -37,7 +37,8 @@ def gpu_summary() -> str:
 class NcclBackend(TorchBackend):
     name = "nccl"
     pg_backend = "nccl"
-    reduce_ops = {op: name for op, name in TorchBackend.reduce_ops.items() if op not in ("band", "bor")}
+    reduce_ops = {op: name for op, name in TorchBackend.reduce_ops.items()
+                  if op not in ("band", "bor")}
     missing_ops = {**TorchBackend.missing_ops,
                    "band": "NCCL has no bitwise reductions (torch refuses ReduceOp.BAND with nccl)",
                    "bor": "NCCL has no bitwise reductions (torch refuses ReduceOp.BOR with nccl)"}
@@ -51,7 +52,8 @@ class NcclBackend(TorchBackend):
             return missing
         torch, dist = _torch.torch_modules()
         if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-            why = ("it is a CPU-only build; install a CUDA build of torch" if torch.version.cuda is None
+            why = ("it is a CPU-only build; install a CUDA build of torch"
+                   if torch.version.cuda is None
                    else "check CUDA_VISIBLE_DEVICES and the NVIDIA driver")
             return f"nccl needs a CUDA GPU, and torch {torch.__version__} sees no CUDA device ({why})"
         if not dist.is_nccl_available():
@@ -77,7 +79,8 @@ class NcclBackend(TorchBackend):
         try:
             group = self.dist.new_group(ranks=ranks, backend="nccl", device_id=gpu)
         except TypeError:             # torch before 2.6 has no device_id here; the all_reduce below
-            group = self.dist.new_group(ranks=ranks, backend="nccl")   # creates the communicator as early
+            # creates the communicator as early
+            group = self.dist.new_group(ranks=ranks, backend="nccl")
         if ranks is None or self.dist.get_rank() in ranks:
             token = self.torch.ones(1, device=gpu)
             self.dist.all_reduce(token, group=group)      # make sure the communicator exists now

@@ -77,7 +77,8 @@ def tell_mpi4py() -> None:
 def provided(MPI) -> str:
     """The level the library gave (MPI_Query_thread), by name."""
     level = MPI.Query_thread()
-    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled", MPI.THREAD_SERIALIZED: "serialized",
+    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+             MPI.THREAD_SERIALIZED: "serialized",
              MPI.THREAD_MULTIPLE: "multiple"}
     return names.get(level, str(level))
 

@@ -23,13 +23,16 @@ class TorchBackend(Backend):
     pg_backend: str = ""
     family = "tensor"
     #: collbench's reductions it issues, by torch's ReduceOp name
-    reduce_ops = {"sum": "SUM", "max": "MAX", "min": "MIN", "prod": "PRODUCT", "band": "BAND", "bor": "BOR",
+    reduce_ops = {"sum": "SUM", "max": "MAX", "min": "MIN", "prod": "PRODUCT", "band": "BAND",
+                  "bor": "BOR",
                   "avg": "AVG"}
     #: why the others cannot be measured here
     missing_ops = {"land": "torch.distributed has no logical and (ReduceOp.BAND is bitwise)",
                    "lor": "torch.distributed has no logical or (ReduceOp.BOR is bitwise)",
-                   "maxloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle",
-                   "minloc": "torch.distributed has no value-index reductions; use mpi or mpi-pickle"}
+                   "maxloc": "torch.distributed has no value-index reductions; use mpi or "
+                             "mpi-pickle",
+                   "minloc": "torch.distributed has no value-index reductions; use mpi or "
+                             "mpi-pickle"}
     ops = tuple(reduce_ops)
     takes_options = ("init_method", "api", "placement", "cache", "coalesce")
 
@@ -37,8 +40,10 @@ class TorchBackend(Backend):
         self.torch, self.dist = _torch.torch_modules()
         _torch.init_default_group(control, self.options.init_method)
         self.device = TorchDevice(self.torch, self._torch_device())
-        self.whole = self.group = self._new_group()    # the group measured on: the whole, or this rank's
-        self._ops = {**{op: getattr(self.dist.ReduceOp, name) for op, name in self.reduce_ops.items()},
+        # the group measured on: the whole, or this rank's
+        self.whole = self.group = self._new_group()
+        self._ops = {**{op: getattr(self.dist.ReduceOp, name)
+                        for op, name in self.reduce_ops.items()},
                      "none": self.dist.ReduceOp.SUM}
 
     def _torch_device(self):
@@ -81,7 +86,8 @@ class TorchBackend(Backend):
         rv = sv if buffers.in_place else buffers.recv[:recv_len]
         api = self.options.api
         in_place = collective.placement(self.family, self.options.placement) == IN_PLACE
-        call, reset = collective.tensor_call(TensorCall(self.rank, self.size, roles, self.dist, self.group, sv, rv,
+        call, reset = collective.tensor_call(TensorCall(self.rank, self.size, roles, self.dist,
+                                                        self.group, sv, rv,
                                                         self._ops[op], self.device, api, in_place))
         if api != "blocking" and collective.kind == COLLECTIVE:
             sync = self.device.synchronize

@@ -23,11 +23,12 @@ class Allgatherv(OnePiecePerRank):
     gathers_objects = True
     same_work = False          # the ranks contribute pieces of different lengths
     part_per_rank = "contributes, by its piece,"
-    summary = ("Measure allgatherv across sizes: every rank contributes a piece of its own length, sized by "
-               "--pattern, and ends with the whole array (the size).")
-    lacks = {"gloo": "gloo's all_gather takes pieces of one length only (torch checks); allgatherv runs on mpi, "
-                     "mpi-pickle and nccl"}
-    #: allgather's factors per byte of buffer (benchmarks/memory_factors.py), not measured for allgatherv itself
+    summary = ("Measure allgatherv across sizes: every rank contributes a piece of its own length, "
+               "sized by --pattern, and ends with the whole array (the size).")
+    lacks = {"gloo": "gloo's all_gather takes pieces of one length only (torch checks); allgatherv "
+                     "runs on mpi, mpi-pickle and nccl"}
+    #: allgather's factors per byte of buffer (benchmarks/memory_factors.py), not measured for
+    #: allgatherv itself
     memory_factors = {"buffer": (1.25, 1.25), "object": (2.30, 2.30), "tensor": (1.80, 1.80)}
 
     def received(self, n, rank, roles, elements, recv_len):

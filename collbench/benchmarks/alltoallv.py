@@ -25,7 +25,8 @@ def _elements(c) -> int:
     """The call's size in elements, which the pattern scales: what the average rank sends."""
     if c.roles.elements:
         return c.roles.elements
-    send = c.send              # roles bound without it (a plugin's own binding): every rank sends the same
+    # roles bound without it (a plugin's own binding): every rank sends the same
+    send = c.send
     if getattr(c, "send_len", 0):
         return c.send_len
     return int(send.numel()) if hasattr(send, "numel") else len(send)
@@ -39,8 +40,9 @@ class Alltoallv(Collective):
     #: a pattern gives the ranks different bytes: the per-rank view does not judge them alike
     same_work = False
     part_per_rank = "sends each rank, on average,"
-    summary = ("Measure alltoallv across sizes: each rank sends each rank a piece of its own length, spread as "
-               "--pattern says (uniform, spread:F, zipf:S, matrix:FILE); the size is what a rank sends in all.")
+    summary = ("Measure alltoallv across sizes: each rank sends each rank a piece of its own "
+               "length, spread as --pattern says (uniform, spread:F, zipf:S, matrix:FILE); the size "
+               "is what a rank sends in all.")
     memory_factors = {"buffer": (1.25, 1.25), "object": (2.35, 2.35), "tensor": (1.25, 1.25)}
 
     bus_factor = staticmethod(ring_factor)
@@ -67,7 +69,8 @@ class Alltoallv(Collective):
         receives = patterns.received(matrix, rank)
         starts = patterns.displacements(receives)
         # what rank j sends this rank starts where its pieces for the ranks before this one end
-        return tuple(Part(starts[j], receives[j], j, sum(matrix[j][:rank])) for j in range(n) if receives[j])
+        return tuple(Part(starts[j], receives[j], j, sum(matrix[j][:rank])) for j in range(n)
+                     if receives[j])
 
     def buffer_call(self, c):
         sends, sdispls, receives, rdispls = _mine(c)
@@ -82,7 +85,8 @@ class Alltoallv(Collective):
         sends, _, receives, _ = _mine(c)
         out = c.recv[:sum(receives)]            # torch wants the pieces to fill the tensors
         source = c.send[:sum(sends)]
-        return c.issue(c.dist.all_to_all_single, out, source, list(receives), list(sends), group=c.group), c.poison
+        return c.issue(c.dist.all_to_all_single, out, source, list(receives), list(sends),
+                       group=c.group), c.poison
 
 
 BENCHMARK = Alltoallv()

@@ -348,7 +348,8 @@ class Benchmark:
     def timed_on(self, rank: int, roles: Roles) -> bool:
         """Whether ``rank``'s clock makes its group's samples (the maximum over such ranks):
         every rank taking part, or the rank that starts a pair's exchanges."""
-        return rank == (roles.pair_of(rank) or (None,))[0] if self.paired else self.takes_part(rank, roles)
+        return (rank == (roles.pair_of(rank) or (None,))[0]
+                if self.paired else self.takes_part(rank, roles))
 
     def group_count(self, roles: Roles) -> int:
         """How many measurements one call makes: one per pair measuring at once, or per group of
@@ -427,7 +428,8 @@ class Benchmark:
         if api not in self.apis:
             return f"{self.name} is measured with the {' or '.join(self.apis)} api only" + (
                 f" ({self.api_note})" if self.api_note else "")
-        if api != "blocking" and family == "object" and (self.kind == COLLECTIVE or api == "persistent"):
+        if api != "blocking" and family == "object" and (self.kind == COLLECTIVE
+                                                         or api == "persistent"):
             return f"mpi4py's pickle API has no {api} {'collectives' if self.kind == COLLECTIVE else 'calls'}; use mpi"
         if api == "persistent" and family == "tensor":
             return "torch.distributed has no persistent calls; use mpi"

@@ -25,7 +25,8 @@ class Bcast(Collective):
         return lambda: c.comm.bcast(mine, root=c.root)
 
     def tensor_call(self, c):
-        return c.issue(c.dist.broadcast, c.send, src=c.global_rank(c.root), group=c.group), c.poison_unless_root
+        return c.issue(c.dist.broadcast, c.send, src=c.global_rank(c.root),
+                       group=c.group), c.poison_unless_root
 
 
 BENCHMARK = Bcast()

@@ -27,15 +27,15 @@ def both_ways(receive, send, count: int, wait_all):
 class BiBandwidth(Windowed):
     name, position = "bibw", 22
     summary = "Measure the bandwidth both ways at once between two ranks (osu_bibw)."
-    timed_as = ("both ranks of the pair post --window non-blocking receives and sends, then wait for all, timed "
-                "on the first; time per message = the window's time / window")
+    timed_as = ("both ranks of the pair post --window non-blocking receives and sends, then wait "
+                "for all, timed on the first; time per message = the window's time / window")
 
     def bus_factor(self, n):
         return 2.0
 
     def buffer_call(self, c):
-        return both_ways(partial(c.comm.Irecv, c.recv, c.peer, TAG), partial(c.comm.Isend, c.send, c.peer, TAG),
-                         c.window, mpi_wait_all)
+        return both_ways(partial(c.comm.Irecv, c.recv, c.peer, TAG),
+                         partial(c.comm.Isend, c.send, c.peer, TAG), c.window, mpi_wait_all)
 
     def object_call(self, c):
         return both_ways(partial(c.comm.irecv, pickle_room(c), source=c.peer, tag=TAG),

@@ -72,8 +72,9 @@ class Bandwidth(Windowed):
     name, position = "bw", 21
     directed = True
     summary = "Measure the bandwidth from one rank to another (osu_bw): windows of non-blocking sends."
-    timed_as = ("--window non-blocking sends from the pair's first rank, then a one-element acknowledgement, "
-                "timed on the sender; time per message = the window's time / window")
+    timed_as = ("--window non-blocking sends from the pair's first rank, then a one-element "
+                "acknowledgement, timed on the sender; time per message = the window's time / "
+                "window")
 
     def received(self, n, rank, roles, elements, recv_len):
         a, b = roles.pair_of(rank) or (None, None)
@@ -92,8 +93,8 @@ class Bandwidth(Windowed):
         if c.leads:
             return window(partial(comm.isend, c.send, peer, TAG), c.window, pickle_wait_all,
                           partial(comm.recv, source=peer, tag=ACK_TAG))
-        return window(partial(comm.irecv, pickle_room(c), source=peer, tag=TAG), c.window, pickle_wait_all,
-                      partial(comm.send, c.piece(c.send, 0, 1), peer, ACK_TAG))
+        return window(partial(comm.irecv, pickle_room(c), source=peer, tag=TAG), c.window,
+                      pickle_wait_all, partial(comm.send, c.piece(c.send, 0, 1), peer, ACK_TAG))
 
     def tensor_call(self, c):
         dist, peer, group = c.dist, c.peer, c.group

@@ -91,7 +91,8 @@ class CheckPattern:
     name: str
     value: Callable[[np.ndarray, np.ndarray, int], np.ndarray]             # (rank, k, n) -> values
     period: Callable[[int], int]
-    reduced: Optional[Callable[[np.ndarray, int], np.ndarray]] = None      # (k, n) -> reduction over ranks
+    # (k, n) -> reduction over ranks
+    reduced: Optional[Callable[[np.ndarray, int], np.ndarray]] = None
     tolerance: Optional[Callable[[int], float]] = None
     shift: Callable[[int, int], tuple] = lambda r, n: (r, 0)
 
@@ -130,8 +131,10 @@ def _sum_op(limit: int) -> CheckPattern:
         j = np.arange(length)
         c = j % m                                    # the first contributing rank
         count = np.where(c < n, (n - 1 - c) // m + 1, 0)
-        whole, rest = count // 3, count % 3          # contributors i = 0..count-1 add 1 + (i + j) % 3
-        table = count + 3 * whole + np.where(rest >= 1, j % 3, 0) + np.where(rest >= 2, (j + 1) % 3, 0)
+        # contributors i = 0..count-1 add 1 + (i + j) % 3
+        whole, rest = count // 3, count % 3
+        table = (count + 3 * whole + np.where(rest >= 1, j % 3, 0)
+                 + np.where(rest >= 2, (j + 1) % 3, 0))
         return table[np.asarray(k) % length]
 
     return CheckPattern("sum", value, lambda n: period(n)[1], reduced)
@@ -146,7 +149,8 @@ def _extreme_ops(limit: int) -> dict:
     def five(n):
         return 5
 
-    return {"max": CheckPattern("max", value, five, lambda k, n: min(n, span) - 1 + np.asarray(k) % 5),
+    return {"max": CheckPattern("max", value, five, lambda k,
+                                n: min(n, span) - 1 + np.asarray(k) % 5),
             "min": CheckPattern("min", value, five, lambda k, n: np.asarray(k) % 5)}
 
 
@@ -173,10 +177,14 @@ def _ranks_and_one(n: int) -> int:
 
 
 _LOGICAL = {
-    "land": CheckPattern("land", lambda r, k, n: 1 - _marked(k, n, r), _ranks_and_one, lambda k, n: _marked(k, n, n)),
-    "lor": CheckPattern("lor", lambda r, k, n: _marked(k, n, r), _ranks_and_one, lambda k, n: 1 - _marked(k, n, n)),
-    "band": CheckPattern("band", lambda r, k, n: MASK - _bits(k, n, r), _ranks_and_one, lambda k, n: _bits(k, n, n)),
-    "bor": CheckPattern("bor", lambda r, k, n: _bits(k, n, r), _ranks_and_one, lambda k, n: MASK - _bits(k, n, n)),
+    "land": CheckPattern("land", lambda r, k, n: 1 - _marked(k, n, r), _ranks_and_one, lambda k,
+                         n: _marked(k, n, n)),
+    "lor": CheckPattern("lor", lambda r, k, n: _marked(k, n, r), _ranks_and_one, lambda k,
+                        n: 1 - _marked(k, n, n)),
+    "band": CheckPattern("band", lambda r, k, n: MASK - _bits(k, n, r), _ranks_and_one, lambda k,
+                         n: _bits(k, n, n)),
+    "bor": CheckPattern("bor", lambda r, k, n: _bits(k, n, r), _ranks_and_one, lambda k,
+                        n: MASK - _bits(k, n, n)),
 }
 
 
@@ -199,7 +207,8 @@ def _loc_op(name: str, dtype: str) -> CheckPattern:
 
     def reduced(k, n):
         c, halves = np.asarray(k) % 5, (n + 1) // 2       # s = r // 2 runs over 0..halves-1
-        extreme = 4 - c if maxloc else (5 - c) % 5         # the s whose value is 4 (0), if a rank has it
+        # the s whose value is 4 (0), if a rank has it
+        extreme = 4 - c if maxloc else (5 - c) % 5
         s = np.where(extreme < halves, extreme, halves - 1 if maxloc else 0)
         return pairs((c + s) % 5, 2 * s)                   # the lower rank of the two with that s
 
@@ -245,7 +254,8 @@ def _moved(limit: int) -> CheckPattern:
         return 1 + (np.asarray(r) % s + step(r) * np.asarray(k, dtype=np.int64)) % s
 
     def shift(r: int, n: int) -> tuple:
-        c = int(step(r))                 # value(r, k) = value((c - 1) s, k + r c⁻¹): one table per step
+        # value(r, k) = value((c - 1) s, k + r c⁻¹): one table per step
+        c = int(step(r))
         return (c - 1) * s, (r % s) * pow(c, -1, s) % s
 
     return CheckPattern(NO_OP, value, lambda n: s, shift=shift)
@@ -264,7 +274,8 @@ def pattern(op: str, dtype: str) -> CheckPattern:
     return _LOGICAL[name] if name in _LOGICAL else made[name]()
 
 
-def expected(check: CheckPattern, n: int, parts, recv_len: int, host: np.dtype) -> Optional[np.ndarray]:
+def expected(check: CheckPattern, n: int, parts, recv_len: int,
+             host: np.dtype) -> Optional[np.ndarray]:
     """The whole receive buffer as it must be, on the host (None where nothing arrives): for
     tests and small buffers; the check itself never builds it (``Tables.count_wrong``)."""
     if not parts:
@@ -313,8 +324,10 @@ class Tables:
         if base not in self._made:
             period = self.check.period(self.n)
             k = np.arange(period * -(-SHORTEST_TABLE // period))
-            values = self.check.reduced(k, self.n) if base == REDUCED else self.check.value(base, k, self.n)
-            self._made[base] = self.device.table(np.asarray(values).astype(self.element.host), self.element)
+            values = (self.check.reduced(k, self.n)
+                      if base == REDUCED else self.check.value(base, k, self.n))
+            self._made[base] = self.device.table(np.asarray(values).astype(self.element.host),
+                                                 self.element)
         return self._made[base], phase
 
     def fill(self, view, rank: int) -> None:
@@ -345,7 +358,8 @@ class Tables:
             table, phase = self._table(part.source)
             period = len(table)
             view = got[part.start:part.start + part.length]
-            for start, stop, rows, t0, t1 in _pieces(part.length, period, (phase + part.offset) % period, chunk):
+            for start, stop, rows, t0, t1 in _pieces(part.length, period,
+                                                     (phase + part.offset) % period, chunk):
                 piece = view[start:stop] if rows is None else view[start:stop].reshape(rows, period)
                 wrong = wrong + device.count(_unequal(piece, table[t0:t1], tolerance, device.widen))
         return int(wrong)                # the one value that leaves the device

@@ -54,7 +54,8 @@ PAIR_FIELDS = ("value", "index")
 def pair_dtype(dtype: Dtype) -> np.dtype:
     """A value–index pair of ``dtype`` laid out as C's struct {value; int index}: aligned, so
     that {double, int} takes 16 bytes, MPI_DOUBLE_INT's extent."""
-    value = dtype.numpy if dtype.numpy is not None else np.dtype(np.float16)   # bfloat16's size and alignment
+    # bfloat16's size and alignment
+    value = dtype.numpy if dtype.numpy is not None else np.dtype(np.float16)
     return np.dtype([(PAIR_FIELDS[0], value), (PAIR_FIELDS[1], np.intc)], align=True)
 
 

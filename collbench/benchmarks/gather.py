@@ -28,7 +28,8 @@ class Gather(Collective):
 
     def tensor_call(self, c):
         pieces = list(c.recv.chunk(c.n)) if c.rank == c.root and c.recv.numel() else None
-        return c.issue(c.dist.gather, c.send, gather_list=pieces, dst=c.global_rank(c.root), group=c.group), c.poison
+        return c.issue(c.dist.gather, c.send, gather_list=pieces, dst=c.global_rank(c.root),
+                       group=c.group), c.poison
 
 
 BENCHMARK = Gather()

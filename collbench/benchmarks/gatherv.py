@@ -18,10 +18,11 @@ class Gatherv(OnePiecePerRank):
     gathers_objects = True
     rooted = True
     part_per_rank = "contributes, by its piece,"
-    summary = ("Measure gatherv across sizes: every rank sends the root a piece of its own length, sized by "
-               "--pattern; the size is the root's whole array.")
+    summary = ("Measure gatherv across sizes: every rank sends the root a piece of its own length, "
+               "sized by --pattern; the size is the root's whole array.")
     lacks = {"gloo": TORCH, "nccl": TORCH}
-    #: gather's factors per byte of buffer (benchmarks/memory_factors.py), not measured for gatherv itself
+    #: gather's factors per byte of buffer (benchmarks/memory_factors.py), not measured for gatherv
+    #: itself
     memory_factors = {"buffer": (1.25, 1.15), "object": (2.30, 0.95)}
 
     def received(self, n, rank, roles, elements, recv_len):

@@ -68,15 +68,16 @@ class Pattern:
         """Why this pattern cannot spread a world (or group) of n ranks ("" when it can)."""
         if self.kind == "matrix" and len(_MATRICES[self.digest]) != n:
             size = len(_MATRICES[self.digest])
-            return (f"--pattern matrix:{_SOURCES.get(self.digest, self.digest):.80} is a {size} x {size} matrix: "
-                    f"it spreads {size} ranks, not {n}")
+            return (f"--pattern matrix:{_SOURCES.get(self.digest, self.digest):.80} is a {size} x "
+                    f"{size} matrix: it spreads {size} ranks, not {n}")
         return ""
 
     def weights(self, n: int) -> list:
         """``weights[i][j]``: rank i's share of its sends that go to rank j (each row adds up to 1)."""
         if self.kind == "spread" and n > 1:
             pairs = n * (n - 1) / 2
-            return [[(1 - self.parameter) / n + self.parameter * ((j - i) % n) / pairs for j in range(n)]
+            return [[(1 - self.parameter) / n + self.parameter * ((j - i) % n) / pairs
+                     for j in range(n)]
                     for i in range(n)]
         if self.kind == "zipf":
             places = list(range(n))
@@ -84,7 +85,8 @@ class Pattern:
             law = [1.0 / (places[j] + 1) ** self.parameter for j in range(n)]
             total = sum(law)
             return [[w / total for w in law] for _ in range(n)]
-        if self.kind == "matrix":        # the average rank's row adds up to 1, each row in its own proportion
+        # the average rank's row adds up to 1, each row in its own proportion
+        if self.kind == "matrix":
             rows = _MATRICES[self.digest]
             grand = sum(map(sum, rows))
             return [[w * len(rows) / grand for w in row] for row in rows]
@@ -161,15 +163,17 @@ def read_matrix(path: str) -> str:
         if len(row) != len(cells):
             raise UsageError(f"{where}: line {number} holds something other than plain numbers")
         if not all(math.isfinite(x) and x >= 0 for x in row):
-            raise UsageError(f"{where}: line {number}: every entry must be a finite number, 0 or more")
+            raise UsageError(f"{where}: line {number}: every entry must be a finite number, 0 or "
+                             "more")
         rows.append(tuple(row))
     if not rows:
         raise UsageError(f"{where}: no numbers in it")
     if not sum(map(sum, rows)) > 0:
         raise UsageError(f"{where}: every entry is 0: nothing would move")
     if any(len(row) != len(rows) for row in rows):
-        raise UsageError(f"{where}: {len(rows)} rows of {'/'.join(sorted({str(len(r)) for r in rows}))} "
-                         f"entries: a traffic matrix is n rows of n")
+        raise UsageError(f"{where}: {len(rows)} rows of "
+                         f"{'/'.join(sorted({str(len(r)) for r in rows}))} entries: a traffic "
+                         "matrix is n rows of n")
     digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
     _MATRICES[digest] = tuple(rows)
     _SOURCES.setdefault(digest, path)
@@ -186,7 +190,8 @@ def kept(name: str) -> dict:
     ``MAX_KEPT_RANKS`` ranks read in this process, else {}."""
     kind, _, digest = name.partition(":")
     rows = _MATRICES.get(digest) if kind == "matrix" else None
-    return {digest: [list(row) for row in rows]} if rows is not None and len(rows) <= MAX_KEPT_RANKS else {}
+    return ({digest: [list(row) for row in rows]}
+            if rows is not None and len(rows) <= MAX_KEPT_RANKS else {})
 
 
 def take_back(matrices) -> None:
@@ -201,10 +206,11 @@ def take_back(matrices) -> None:
             continue
         try:
             if not all(isinstance(row, list) and len(row) == len(rows) and all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-                    for x in row) for row in rows):
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                    and x >= 0 for x in row) for row in rows):
                 continue
-            matrix = [tuple(float(x) for x in row) for row in rows]       # named as read_matrix names it
+            # named as read_matrix names it
+            matrix = [tuple(float(x) for x in row) for row in rows]
         except OverflowError:             # a whole number past what a float holds
             continue
         if sum(map(sum, matrix)) > 0 and hashlib.sha256(repr(matrix).encode()).hexdigest()[:12] == digest:
@@ -257,7 +263,8 @@ def counts(name: str, n: int, elements: int) -> tuple:
     sizes' are kept: a block asks for its size's several times in a row."""
     weights = parse(name).weights(n)
     totals = _whole([elements * sum(shares) for shares in weights], elements * n)
-    return tuple(tuple(_whole([total * share / sum(shares) for share in shares], total) if total else [0] * n)
+    return tuple(tuple(_whole([total * share / sum(shares) for share in shares], total)
+                       if total else [0] * n)
                  for shares, total in zip(weights, totals))
 
 

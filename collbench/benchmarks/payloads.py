@@ -68,9 +68,11 @@ def _list_values(obj, dtype) -> np.ndarray:
 
 PAYLOADS = {
     "array": Payload("array", lambda v: v, lambda o, a, b, dt: o[a:b], lambda o, dt: np.asarray(o)),
-    "bytes": Payload("bytes", lambda v: v.tobytes(), lambda o, a, b, dt: o[a * dt.itemsize:b * dt.itemsize],
+    "bytes": Payload("bytes", lambda v: v.tobytes(), lambda o, a, b,
+                     dt: o[a * dt.itemsize:b * dt.itemsize],
                      lambda o, dt: np.frombuffer(o, dtype=dt)),
-    "list": Payload("list", lambda v: v.tolist(), lambda o, a, b, dt: o[a:b], _list_values, overhead_per_element=32),
+    "list": Payload("list", lambda v: v.tolist(), lambda o, a, b, dt: o[a:b], _list_values,
+                    overhead_per_element=32),
     "dict": Payload("dict", lambda v: dict(enumerate(v.tolist())), _dict_piece,
                     lambda o, dt: _list_values(list(o.values()), dt), overhead_per_element=120),
 }

@@ -44,7 +44,8 @@ class OnePiecePerRank(Collective):
         whole array on the other (the root's only, where there is one)."""
         piece = patterns.pieces(roles.pattern, n, elements)
         whole = [elements if not self.rooted or r == roles.root else 0 for r in range(n)]
-        return [(piece[r], whole[r]) if self.pieces_sent else (whole[r], piece[r]) for r in range(n)]
+        return [(piece[r], whole[r]) if self.pieces_sent else (whole[r], piece[r])
+                for r in range(n)]
 
     def placements(self, family):
         return (OUT_OF_PLACE,)

@@ -29,10 +29,10 @@ def round_trip(send, recv, leads: bool):
 
 class PingPong(PointToPoint):
     name, position = "pingpong", 20
-    summary = ("Measure the latency between two ranks (osu_latency): half a round trip (blocking; --api "
-               "nonblocking: Isend/Irecv, each waited for; persistent: Send_init/Recv_init).")
-    timed_as = ("a round trip of blocking send and receive between the pair, timed on its first rank and "
-                "halved; no barrier between round trips")
+    summary = ("Measure the latency between two ranks (osu_latency): half a round trip (blocking; "
+               "--api nonblocking: Isend/Irecv, each waited for; persistent: Send_init/Recv_init).")
+    timed_as = ("a round trip of blocking send and receive between the pair, timed on its first "
+                "rank and halved; no barrier between round trips")
 
     def messages_per_call(self, roles):
         return 2

@@ -26,7 +26,8 @@ class Reduce(Collective):
         return lambda: c.comm.reduce(c.send, op=c.ufunc, root=c.root)
 
     def tensor_call(self, c):
-        return c.issue(c.dist.reduce, c.recv, dst=c.global_rank(c.root), op=c.op, group=c.group), c.restore
+        return c.issue(c.dist.reduce, c.recv, dst=c.global_rank(c.root), op=c.op,
+                       group=c.group), c.restore
 
 
 BENCHMARK = Reduce()

@@ -30,7 +30,8 @@ def _discover() -> dict:
 BENCHMARKS: dict[str, Benchmark] = _discover()
 #: every benchmark's name, in order: the commands
 NAMES = tuple(BENCHMARKS)
-COLLECTIVES: dict[str, Benchmark] = {name: b for name, b in BENCHMARKS.items() if b.kind == COLLECTIVE}
+COLLECTIVES: dict[str, Benchmark] = {name: b for name, b in BENCHMARKS.items()
+                                     if b.kind == COLLECTIVE}
 #: the collectives in order that ``collbench all`` measures
 ORDER = tuple(name for name, b in COLLECTIVES.items() if b.in_all)
 

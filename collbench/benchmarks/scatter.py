@@ -24,7 +24,8 @@ class Scatter(Collective):
         return (Part(0, recv_len, roles.root, rank * (elements // n)),)
 
     def buffer_call(self, c):
-        return c.issue("Scatter", c.send, c.in_place_marker if c.in_place and c.rank == c.root else c.recv, c.root)
+        return c.issue("Scatter", c.send,
+                       c.in_place_marker if c.in_place and c.rank == c.root else c.recv, c.root)
 
     def object_call(self, c):
         pieces = c.chunks(c.recv_len) if c.rank == c.root else None
@@ -32,7 +33,8 @@ class Scatter(Collective):
 
     def tensor_call(self, c):
         pieces = list(c.send.chunk(c.n)) if c.rank == c.root and c.send.numel() else None
-        return c.issue(c.dist.scatter, c.recv, scatter_list=pieces, src=c.global_rank(c.root), group=c.group), c.poison
+        return c.issue(c.dist.scatter, c.recv, scatter_list=pieces, src=c.global_rank(c.root),
+                       group=c.group), c.poison
 
 
 BENCHMARK = Scatter()

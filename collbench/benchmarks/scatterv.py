@@ -21,7 +21,8 @@ class Scatterv(OnePiecePerRank):
     summary = ("Measure scatterv across sizes: the root sends every rank a piece of its own length, sized by "
                "--pattern; the size is the root's whole array.")
     lacks = {"gloo": TORCH, "nccl": TORCH}
-    #: scatter's factors per byte of buffer (benchmarks/memory_factors.py), not measured for scatterv itself
+    #: scatter's factors per byte of buffer (benchmarks/memory_factors.py), not measured for
+    #: scatterv itself
     memory_factors = {"buffer": (1.25, 1.25), "object": (2.35, 1.60)}
 
     def received(self, n, rank, roles, elements, recv_len):
@@ -37,7 +38,8 @@ class Scatterv(OnePiecePerRank):
     def object_call(self, c):
         sizes = patterns.pieces(c.roles.pattern, c.n, c.send_len)
         starts = patterns.displacements(sizes)
-        pieces = [c.piece(c.send, at, at + k) for at, k in zip(starts, sizes)] if c.rank == c.root else None
+        pieces = [c.piece(c.send, at, at + k)
+                  for at, k in zip(starts, sizes)] if c.rank == c.root else None
         return lambda: c.comm.scatter(pieces, root=c.root)
 
 

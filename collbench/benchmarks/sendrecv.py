@@ -25,10 +25,12 @@ class SendRecv(PointToPoint):
         return partial(c.comm.Sendrecv, c.send, c.right, TAG, c.recv, c.left, TAG)
 
     def object_call(self, c):
-        return partial(c.comm.sendrecv, c.send, dest=c.right, sendtag=TAG, source=c.left, recvtag=TAG)
+        return partial(c.comm.sendrecv, c.send, dest=c.right, sendtag=TAG, source=c.left,
+                       recvtag=TAG)
 
     def tensor_call(self, c):
-        ops = [c.dist.P2POp(c.dist.isend, c.send, c.global_rank(c.right), c.group), c.dist.P2POp(c.dist.irecv, c.recv, c.global_rank(c.left), c.group)]
+        ops = [c.dist.P2POp(c.dist.isend, c.send, c.global_rank(c.right), c.group),
+               c.dist.P2POp(c.dist.irecv, c.recv, c.global_rank(c.left), c.group)]
 
         def call():            # one batch: NCCL runs it as one group
             for work in c.dist.batch_isend_irecv(ops):

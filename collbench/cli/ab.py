@@ -12,10 +12,12 @@ import click
 from collbench.cli import params
 
 #: Options of the measuring command that ``ab`` sets itself for each side.
-_OWNED = {"-o": "ab writes one file per side (its own -o PREFIX)", "--output": "ab writes one file per side",
+_OWNED = {"-o": "ab writes one file per side (its own -o PREFIX)",
+          "--output": "ab writes one file per side",
           "--no-save": "ab keeps both sides' files", "-q": "ab prints its own progress (ab -q)",
           "--quiet": "ab prints its own progress (ab -q)", "-f": "ab prints the comparison (ab -f)",
-          "--format": "ab prints the comparison (ab -f)", "--seed": "ab chooses the seed of both sides (ab --seed)"}
+          "--format": "ab prints the comparison (ab -f)",
+          "--seed": "ab chooses the seed of both sides (ab --seed)"}
 
 
 def _side_options(letter: str):
@@ -25,45 +27,53 @@ def _side_options(letter: str):
         f = click.option(f"--{letter.lower()}-backend", default=None,
                          help=f"Backend of side {letter} [default: the command's].")(f)
         f = click.option(f"--{letter.lower()}-python", default=None, metavar="PYTHON",
-                         help=f"Interpreter of side {letter}, with collbench installed [default: this one].")(f)
+                         help=f"Interpreter of side {letter}, with collbench installed [default: "
+                              "this one].")(f)
         f = click.option(f"--{letter.lower()}-env", multiple=True, metavar="NAME=VALUE",
                          help=f"Variable set for side {letter}'s ranks only; repeatable.")(f)
         return f
     return apply
 
 
-@click.command("ab", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("ab",
+               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @_side_options("A")
 @_side_options("B")
 @click.option("-o", "--output", "prefix", default=None, metavar="PREFIX",
               help="Files PREFIX-LABEL.json, one per side [default: results/ab-DATE-TIME].")
 @click.option("--force", is_flag=True, help="Overwrite existing output files.")
-@click.option("--threshold", default="5%", show_default=True, help="Smallest change that counts (5% or 0.05).")
+@click.option("--threshold", default="5%", show_default=True,
+              help="Smallest change that counts (5% or 0.05).")
 @click.option("--metric", type=click.Choice(("time_us_p50", "busbw_gbps")), default="time_us_p50",
               show_default=True, help="Median time or bus bandwidth.")
 @click.option("--alpha", type=params.ALPHA, default=0.05, show_default=True,
               help="Family-wise significance level (max-T over the rows).")
 @click.option("--seed", type=params.Whole(min=0, max=2**31 - 1), default=None,
               help="Seed of the pair order and of the sizes' order [default: random, recorded].")
-@click.option("-f", "--format", "fmt", type=click.Choice(("table", "markdown", "json")), default="table",
+@click.option("-f", "--format", "fmt", type=click.Choice(("table", "markdown", "json")),
+              default="table",
               show_default=True, help="How the comparison is printed.")
 @click.option("--allow-missing", is_flag=True,
-              help="Let rows that B lacks or could not measure pass; without it they fail, as in compare.")
+              help="Let rows that B lacks or could not measure pass; without it they fail, as in "
+                   "compare.")
 @click.option("--fail-on-inconclusive", is_flag=True,
               help="Fail (exit 1) when any row is inconclusive, as in compare.")
 @click.option("--min-decided", type=params.SHARE, default="80%", show_default=True,
-              help="The share of rows that must be decided to pass; below it, exit 3 (undecided), as in compare.")
+              help="The share of rows that must be decided to pass; below it, exit 3 (undecided), "
+                   "as in compare.")
 @click.option("--max-rounds", type=params.Whole(min=1, max=1000), default=None, metavar="N",
-              help="Pairs the job may go to where rows are undecided: after the command's --rounds, and "
-                   "after twice as many and so on, it judges, and adds pairs while fewer than --min-decided "
-                   "of the rows are decided [default: 4 x --rounds; equal to --rounds adds none].")
+              help="Pairs the job may go to where rows are undecided: after the command's --rounds, "
+                   "and after twice as many and so on, it judges, and adds pairs while fewer than "
+                   "--min-decided of the rows are decided [default: 4 x --rounds; equal to --rounds "
+                   "adds none].")
 @click.option("--turns", type=click.Choice(("size", "launch")), default="size", show_default=True,
-              help="How a pair's two launches take turns: at once, size by size (what moves the machine "
-                   "in a second moves both), or one launch after the other.")
+              help="How a pair's two launches take turns: at once, size by size (what moves the "
+                   "machine in a second moves both), or one launch after the other.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines; the comparison only.")
 @click.option("-v", "--verbose", is_flag=True, help="Print the launch commands.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing, fail_on_inconclusive,
+def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allow_missing,
+               fail_on_inconclusive,
                min_decided, max_rounds, turns, quiet, verbose, **sides) -> None:
     """Measure two setups of COMMAND in one job, taking turns size by size, then compare B with A.
 
@@ -95,7 +105,8 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     threshold_value = parse_threshold(threshold)
     here = launch.detect()
     if here.name != "none":
-        raise UsageError("collbench ab launches its ranks itself, round by round: run it outside mpiexec/srun")
+        raise UsageError("collbench ab launches its ranks itself, round by round: run it outside "
+                         "mpiexec/srun")
     name, args, target = _measuring_command(command)
     labels, made = _sides(sides)
     paths, new_folder = _outputs(prefix, labels, force)
@@ -111,23 +122,30 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     n = opts.get("nprocs") or min(default_nprocs(b) for b in backends_of)
     seed = seed if seed is not None else new_seed()
     looks = interleaved.looks(rounds, max_rounds)
-    judged = dict(_at_looks(alpha, len(looks)), metric=metric, threshold=threshold_value, baseline_name=labels[0],
-                  new_name=labels[1], allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
-                  across_levels=True, min_decided=min_decided)     # sides may differ in level on purpose
+    judged = dict(_at_looks(alpha, len(looks)), metric=metric, threshold=threshold_value,
+                  baseline_name=labels[0],
+                  new_name=labels[1], allow_missing=allow_missing,
+                  fail_on_inconclusive=fail_on_inconclusive,
+                  # sides may differ in level on purpose
+                  across_levels=True, min_decided=min_decided)
     if not quiet:
-        print(f"collbench ab: {rounds} pair{'s' * (rounds != 1)} of {name} on {n} ranks"
-              f"{f', up to {max_rounds} where rows are undecided' if max_rounds > rounds else ''}; "
-              f"A ({labels[0]}): {made[0].describe()}; B ({labels[1]}): {made[1].describe()}; seed {seed}",
+        print(f"collbench ab: {rounds} pair{'s' * (rounds != 1)} of {name} on {n} "
+              f"ranks{f', up to {max_rounds} where rows are undecided' if max_rounds > rounds else ''}; "
+              f"A ({labels[0]}): {made[0].describe()}; B ({labels[1]}): {made[1].describe()}; seed "
+              f"{seed}",
               file=sys.stderr, flush=True)
     turns = _turns(turns, args, made)
 
     def more(done: int) -> int:
-        return _more_pairs(done, looks, lambda: compare_runs(load_result(paths[0]), load_result(paths[1]), **judged),
+        return _more_pairs(done, looks,
+                           lambda: compare_runs(load_result(paths[0]), load_result(paths[1]),
+                                                **judged),
                            quiet)
 
     code = interleaved.run_interleaved(tuple(made), [name] + args, paths, n=n, bind=plan.bind,
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
-                              rounds=rounds, seed=seed, quiet=quiet, verbose=verbose, turns=turns, more=more)
+                              rounds=rounds, seed=seed, quiet=quiet, verbose=verbose, turns=turns,
+                                       more=more)
     if code not in (0, 1):
         sys.exit(code)
     comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), **judged)
@@ -159,7 +177,8 @@ def _turns(turns: str, args: list, made: list) -> str:
 
     why_not = interleaved.why_not_at_once(args, tuple(made)) if turns == "size" else ""
     if why_not:
-        print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr, flush=True)
+        print(f"collbench ab: the sides take turns launch by launch: {why_not}", file=sys.stderr,
+              flush=True)
         return "launch"
     return turns
 
@@ -172,7 +191,8 @@ def _max_rounds(given, rounds: int) -> int:
     if given is None:
         return min(4 * rounds, max(MAX_ROUNDS, rounds))
     if given < rounds:
-        raise UsageError(f"--max-rounds {given} is below the command's --rounds {rounds}: give at least {rounds}")
+        raise UsageError(f"--max-rounds {given} is below the command's --rounds {rounds}: give at "
+                         f"least {rounds}")
     return given
 
 
@@ -202,7 +222,8 @@ def _more_pairs(done: int, looks: list, judge, quiet: bool) -> int:
     if not quiet:
         said = (f"{c.decided} of {len(c.compared)} rows decided at alpha {c.alpha:.3g} "
                 f"(look {looks.index(done) + 1} of {len(looks)})")
-        print(f"collbench ab: after {done} pairs, {said}; {why or f'{len(left)} undecided: {step} more pairs'}",
+        print(f"collbench ab: after {done} pairs, {said}; "
+              f"{why or f'{len(left)} undecided: {step} more pairs'}",
               file=sys.stderr, flush=True)
     return 0 if why else step
 
@@ -220,7 +241,8 @@ def _measuring_command(command) -> tuple:
     group = context.find_root().command          # the collbench group, which holds the command
     target = group.get_command(context, name) if name and isinstance(group, click.Group) else None
     if target is None or not getattr(target, "benchmarks", ()):
-        raise UsageError(f"ab needs a measuring command (a benchmark such as allreduce or pingpong, or all) after its options, got {name!r}")
+        raise UsageError("ab needs a measuring command (a benchmark such as allreduce or pingpong, "
+                         f"or all) after its options, got {name!r}")
     for arg in args[1:]:
         flag = arg.split("=", 1)[0]
         if flag in _OWNED:
@@ -238,7 +260,8 @@ def _sides(sides: dict) -> tuple:
         if not label or not all(c.isalnum() or c in "-_." for c in label):
             raise UsageError(f"bad side label {label!r}: use letters, digits, '-', '_' or '.'")
     if labels[0] == labels[1]:
-        raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label different names")
+        raise UsageError(f"both sides are labelled {labels[0]!r}: give --a-label and --b-label "
+                         "different names")
     made = [interleaved.Side(label, interleaved.parse_assignments(sides[f"{x}_env"], f"--{x}-env"),
                     sides[f"{x}_python"] or sys.executable, sides[f"{x}_backend"])
             for x, label in zip("ab", labels)]
@@ -254,7 +277,8 @@ def _outputs(prefix, labels: tuple, force: bool) -> tuple:
     from collbench.errors import UsageError
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    new_folder = None            # the default folder, made as a plain run makes it (and gone on bad input)
+    # the default folder, made as a plain run makes it (and gone on bad input)
+    new_folder = None
     if prefix is None:
         prefix = str(Path("results") / f"ab-{stamp}")
         new_folder = None if Path("results").exists() else Path("results")
@@ -278,7 +302,8 @@ def _plans(target, name: str, args: list, paths: tuple, force: bool, made: list,
     from collbench.errors import UsageError
     from collbench.run.plan import build_plan
 
-    ctx = target.make_context(name, list(args) + ["-o", str(paths[0])] + (["--force"] if force else []))
+    ctx = target.make_context(name,
+                              list(args) + ["-o", str(paths[0])] + (["--force"] if force else []))
     benches = target.benchmarks
     opts, collectives = {**defaults_without(benches), **ctx.params}, tuple(b.name for b in benches)
     if hasattr(target, "plan_options"):            # pairs: its own options make the plan's
@@ -287,7 +312,8 @@ def _plans(target, name: str, args: list, paths: tuple, force: bool, made: list,
     backends_of = []
     for side in made:
         side_opts = {**opts, "backend": side.backend or opts["backend"]}
-        plan = build_plan(collectives, side_opts, [name] + list(args), here)   # every bad input, once per side
+        # every bad input, once per side
+        plan = build_plan(collectives, side_opts, [name] + list(args), here)
         backends_of.append(parse_backends(side_opts["backend"])[0])
         if len(plan.thread_levels) > 1:
             raise UsageError(f"--thread-level {','.join(plan.thread_levels)}: ab measures one setup a side; give "

@@ -33,7 +33,8 @@ class CommandGroup(click.Group):
         return first + sorted(name for name in self.commands if name not in first)
 
     def format_commands(self, ctx, formatter):
-        rows = [(name, self.commands[name].get_short_help_str(limit=200)) for name in self.list_commands(ctx)
+        rows = [(name, self.commands[name].get_short_help_str(limit=200))
+                for name in self.list_commands(ctx)
                 if name in self.commands and not self.commands[name].hidden]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
@@ -87,7 +88,9 @@ def _make_command(name):
 
     what = "the time of a barrier" if not bench.moves_data else f"{name} across sizes (and backends)"
     command.__doc__ = (bench.summary or f"Measure {what}.") + (
-        "" if bench.size_is_per_rank or not bench.moves_data else _WHOLE_ARRAY.format(part=bench.part_per_rank))
+        ""
+        if bench.size_is_per_rank or not bench.moves_data
+        else _WHOLE_ARRAY.format(part=bench.part_per_rank))
     if bench.summary:
         command.__doc__ += f"\n\n    One sample: {bench.timed_as}."
     made = cli.command(name, cls=BenchCommand)(command)
@@ -129,13 +132,17 @@ def _pairs_command():
     benches = [get_benchmark(name) for name in METRICS.values()]
     own = ("pair", "sizes")
 
-    @click.option("--metric", type=click.Choice(list(METRICS)), default="latency", show_default=True,
+    @click.option("--metric", type=click.Choice(list(METRICS)), default="latency",
+                  show_default=True,
                   help="latency: pingpong's half round trip; bw: bw's window of sends, each way.")
     @click.option("-s", "--sizes", default=None,
                   help="Sizes, as for the other commands [default: 8 for latency, 1M for bw].")
-    @click.option("--cross-host", is_flag=True, help="Only pairs whose ranks are on different hosts.")
-    @click.option("--per-host", is_flag=True, help="One rank per host (the first): host-to-host links only.")
-    @click.option("--serial", is_flag=True, help="One pair at a time, instead of every disjoint pair at once.")
+    @click.option("--cross-host", is_flag=True,
+                  help="Only pairs whose ranks are on different hosts.")
+    @click.option("--per-host", is_flag=True,
+                  help="One rank per host (the first): host-to-host links only.")
+    @click.option("--serial", is_flag=True,
+                  help="One pair at a time, instead of every disjoint pair at once.")
     @bench_options(benches, leave_out=own)
     @click.pass_context
     def pairs_command(ctx, metric, sizes, cross_host, per_host, serial, **opts):
@@ -157,14 +164,16 @@ def _pairs_command():
 
         opts = dict(ctx.params)
         metric, sizes = opts.pop("metric"), opts.pop("sizes")
-        cross_host, per_host, serial = opts.pop("cross_host"), opts.pop("per_host"), opts.pop("serial")
+        cross_host, per_host, serial = (opts.pop("cross_host"), opts.pop("per_host"),
+                                        opts.pop("serial"))
         window_given = ctx.get_parameter_source("window") is not click.core.ParameterSource.DEFAULT
         if metric == "latency" and window_given:
             raise UsageError("--window applies to --metric bw only (pingpong sends one message at a time)")
         select = "per-host" if per_host else "cross-host" if cross_host else "all"
         pairing = Pairing(metric=metric, select=select, serial=serial)
         return {**defaults_without(benches, leave_out=own), **opts,
-                "sizes": sizes if sizes is not None else ("8" if metric == "latency" else "1M"), "pairing": pairing}
+                "sizes": sizes if sizes is not None else ("8" if metric == "latency" else "1M"),
+                "pairing": pairing}
 
     made = cli.command("pairs", cls=BenchCommand)(pairs_command)
     made.benchmarks = tuple(benches)
@@ -251,7 +260,8 @@ def _main(argv) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:        # SIGINT's own handler, where something put it back
         interrupted(signal.SIGINT)
-    except ImportError as exc:       # a module a command loads when it runs: missing, broken, or no room
+    # a module a command loads when it runs: missing, broken, or no room
+    except ImportError as exc:
         from collbench.cli.broken import refuse
 
         refuse(exc)
@@ -260,16 +270,18 @@ def _main(argv) -> None:
             limits = processes.low_limits()
         except (MemoryError, ImportError):      # no room left even for that
             limits = ""
-        print(f"collbench: error: out of memory{limits or ' (a limit such as ulimit -v may be too low)'}",
+        print("collbench: error: out of "
+              f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
               file=sys.stderr)
         sys.exit(2)
     except RuntimeError as exc:
         if "can't start new thread" not in str(exc):
             raise
-        print("collbench: error: cannot start a thread: a limit on memory or processes (ulimit -v, ulimit -u) "
-              "is too low", file=sys.stderr)
+        print("collbench: error: cannot start a thread: a limit on memory or processes (ulimit -v, "
+              "ulimit -u) is too low", file=sys.stderr)
         sys.exit(2)
-    except OSError as exc:         # a file that could not be read or written (a full disk, a folder gone)
+    # a file that could not be read or written (a full disk, a folder gone)
+    except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
         sys.exit(2)
@@ -287,7 +299,8 @@ def _report(exc: CollbenchError) -> None:
     if not exc.every_rank or detected_rank(on_host=exc.per_host) == 0:
         from collbench.launch import notes
 
-        notes.say(f"collbench: error: {one_line(exc)}")       # noted: the launching process says no more
+        # noted: the launching process says no more
+        notes.say(f"collbench: error: {one_line(exc)}")
     else:
         # Leave after rank 0, which says it: a launcher such as torchrun stops every rank
         # as soon as one exits, and rank 0 must not be stopped before it has spoken.
@@ -317,7 +330,8 @@ def _end_job_from_here(exc: CollbenchError) -> None:
 
     sys.stderr.flush()
     leaving(exc.exit_code)          # MPI_Abort ends this process with it, before main could say so
-    abort_mpi_job(exc.exit_code)    # without MPI here, the guardians' start-up deadline ends the job
+    # without MPI here, the guardians' start-up deadline ends the job
+    abort_mpi_job(exc.exit_code)
 
 
 def _register_file_commands() -> None:

@@ -47,11 +47,12 @@ def refuse(exc: ImportError) -> None:
     name = getattr(exc, "name", None) or _failing_module(exc) or "a module"
     who = f"rank {launcher.rank} " if launcher is not None and launcher.world_size > 1 else ""
     if _no_room(exc):                  # not a broken install: the address space ran out
-        print(f"collbench: error: {who}out of memory while loading {name} ({address_limit()})", file=sys.stderr,
-              flush=True)
+        print(f"collbench: error: {who}out of memory while loading {name} ({address_limit()})",
+              file=sys.stderr, flush=True)
     else:
-        print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python {sys.executable}; "
-              f"install collbench's requirements there, or fix PYTHONPATH)", file=sys.stderr, flush=True)
+        print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python "
+              f"{sys.executable}; install collbench's requirements there, or fix PYTHONPATH)",
+              file=sys.stderr, flush=True)
     if launcher is not None and launcher.shares_mpi_world and launcher.world_size > 1 and name != "mpi4py":
         try:
             from mpi4py import MPI

@@ -51,7 +51,8 @@ def environment_report() -> dict:
         info[f"backend {name}"] = ("usable" if reason is None else f"unusable: {reason}") + origin
         try:
             found.update(backend_class(name).environment())      # the GPUs nccl sees, say
-        except Exception:      # a plugin that does not import was named above; its hook is not env's to fail
+        # a plugin that does not import was named above; its hook is not env's to fail
+        except Exception:
             pass
     from collbench.launch.network.rendezvous import check_variables
 
@@ -67,12 +68,13 @@ def _huge_pages() -> str:
     from collbench.backends import pages
 
     setting = pages.kernel_setting()
-    kernel = f"the kernel's transparent huge pages: {setting}" if setting else "the kernel does not say"
+    kernel = (f"the kernel's transparent huge pages: {setting}"
+              if setting else "the kernel does not say")
     return f"{kernel}; buffers on {pages.DEFAULT} pages unless --pages huge"
 
 
-_LEVEL_PROBE = ("import mpi4py; mpi4py.rc.thread_level = 'multiple'\n"
-                "from mpi4py import MPI; from collbench.backends.threads import provided; print(provided(MPI))")
+_LEVEL_PROBE = ("import mpi4py; mpi4py.rc.thread_level = 'multiple'\nfrom mpi4py import MPI; from "
+                "collbench.backends.threads import provided; print(provided(MPI))")
 
 
 def _thread_level() -> str:
@@ -90,8 +92,10 @@ def _thread_level() -> str:
     import subprocess
     import sys
     try:
-        probe = subprocess.run([sys.executable, "-c", _LEVEL_PROBE], capture_output=True, text=True, timeout=60)
-        most = probe.stdout.split()[-1] if probe.returncode == 0 and probe.stdout.split() else "unknown"
+        probe = subprocess.run([sys.executable, "-c", _LEVEL_PROBE], capture_output=True, text=True,
+                               timeout=60)
+        most = (probe.stdout.split()[-1]
+                if probe.returncode == 0 and probe.stdout.split() else "unknown")
     except (OSError, subprocess.TimeoutExpired):
         most = "unknown"
     return f"{asked} asked ({why}; --thread-level chooses); the library gives up to {most}"
@@ -117,4 +121,5 @@ def print_report() -> None:
     from collbench.render.tables import TableModel
 
     found = tuple(environment_report().items())
-    print_tables([TableModel("collbench env", ("", ""), found, wrapped=(1,))])    # long reasons wrap
+    # long reasons wrap
+    print_tables([TableModel("collbench env", ("", ""), found, wrapped=(1,))])

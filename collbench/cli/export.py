@@ -16,8 +16,8 @@ from collbench.render.ci_export import TARGETS, UNITS
 @click.command("export")
 @click.argument("file")
 @click.option("--to", "target", type=click.Choice(tuple(TARGETS)), required=True,
-              help="github-action-benchmark: its customSmallerIsBetter JSON (median µs); bencher: Bencher "
-                   "Metric Format (latency in ns, bus-bandwidth in GB/s).")
+              help="github-action-benchmark: its customSmallerIsBetter JSON (median µs); bencher: "
+                   "Bencher Metric Format (latency in ns, bus-bandwidth in GB/s).")
 @click.option("-o", "--output", metavar="FILE", help="File to write; - or none: stdout.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def export_command(file, target, output, force) -> None:
@@ -39,15 +39,18 @@ def export_command(file, target, output, force) -> None:
         check_writable_path(output, force)
     done = export(load_result(file), target, source=file)
     if done.left_out:
-        print(f"collbench: {done.left_out} row(s) of {file} have no median time; left out", file=sys.stderr)
+        print(f"collbench: {done.left_out} row(s) of {file} have no median time; left out",
+              file=sys.stderr)
     if output is None:
         asked_for("the export")
         sys.stdout.write(done.text)
         sys.stdout.flush()
         if target in UNITS:
-            print(f"collbench: {done.benchmarks} benchmarks for {target}: {UNITS[target]}", file=sys.stderr)
+            print(f"collbench: {done.benchmarks} benchmarks for {target}: {UNITS[target]}",
+                  file=sys.stderr)
         return
     write_atomic(Path(output), done.text)
     units = f": {UNITS[target]}" if target in UNITS else ""
-    print(f"collbench: wrote {done.benchmarks} benchmarks for {target} to {printable(str(output))}{units}",
+    print(f"collbench: wrote {done.benchmarks} benchmarks for {target} to "
+          f"{printable(str(output))}{units}",
           file=sys.stderr)

@@ -52,7 +52,8 @@ class Bounded(click.ParamType):
                  unit: str = "") -> None:
         self.low, self.high, self.low_open, self.high_open, self.unit = low, high, low_open, high_open, unit
 
-    def convert(self, value, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> float:
+    def convert(self, value, param: Optional[click.Parameter],
+                ctx: Optional[click.Context]) -> float:
         if isinstance(value, float) and math.isfinite(value):
             number = value
         else:
@@ -92,7 +93,8 @@ class Share(click.ParamType):
 
     name = "share"
 
-    def convert(self, value, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> float:
+    def convert(self, value, param: Optional[click.Parameter],
+                ctx: Optional[click.Context]) -> float:
         if isinstance(value, float):
             return value
         text = str(value).strip()
@@ -172,7 +174,8 @@ class Mask(click.ParamType):
         except ValueError:
             mask = -1
         if not 0 < mask < 1 << 31 or len(text) > 12:
-            self.fail(f"{value!r} is not a mask: a number from 1 to 2^31 - 1, decimal or 0x hexadecimal",
+            self.fail(f"{value!r} is not a mask: a number from 1 to 2^31 - 1, decimal or 0x "
+                      "hexadecimal",
                       param, ctx)
         return mask
 
@@ -203,8 +206,9 @@ class Choices(click.ParamType):
         if wrong and self._every is not None:
             wrong = [item for item in wrong if item not in self.choices]
         if wrong:
-            self.fail(f"{str(value)[:60]!r}: {wrong[0][:20]!r} is not one of {', '.join(self.choices)} (a comma "
-                      "list measures each side by side)", param, ctx)
+            self.fail(f"{str(value)[:60]!r}: {wrong[0][:20]!r} is not one of "
+                      f"{', '.join(self.choices)} (a comma list measures each side by side)", param,
+                      ctx)
         return tuple(dict.fromkeys(items))
 
 

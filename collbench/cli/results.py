@@ -21,7 +21,8 @@ def _console():
 
     console = Console(file=sys.stdout, highlight=False, soft_wrap=False)
     if not console.is_terminal:   # piped: never squeeze columns to a guessed 80-character terminal
-        console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400, no_color=True)
+        console = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=400,
+                          no_color=True)
     return console
 
 
@@ -95,12 +96,14 @@ def _warn(text: str) -> None:
     print(line, file=sys.stderr)
 
 
-ALLOW_MISSING_HELP = ("Let rows of the baseline that the new run lacks (missing) or could not measure (unmeasured: "
-                      "no value, no round median) pass; they are still named. Without it they fail the gate.")
-FAIL_ON_INCONCLUSIVE_HELP = ("Fail (exit 1) when any row is inconclusive: a gate that must decide every row rather "
-                             "than pass what it cannot see.")
-MIN_DECIDED_HELP = ("The share of the compared rows that must be decided (same, slower or faster) for the gate to "
-                    "pass; below it, exit 3 (undecided). 0% passes whatever it could not see.")
+ALLOW_MISSING_HELP = ("Let rows of the baseline that the new run lacks (missing) or could not "
+                      "measure (unmeasured: no value, no round median) pass; they are still named. "
+                      "Without it they fail the gate.")
+FAIL_ON_INCONCLUSIVE_HELP = ("Fail (exit 1) when any row is inconclusive: a gate that must decide "
+                             "every row rather than pass what it cannot see.")
+MIN_DECIDED_HELP = ("The share of the compared rows that must be decided (same, slower or faster) "
+                    "for the gate to pass; below it, exit 3 (undecided). 0% passes whatever it "
+                    "could not see.")
 
 
 @click.command("compare")
@@ -109,18 +112,21 @@ MIN_DECIDED_HELP = ("The share of the compared rows that must be decided (same, 
 @click.option("--threshold", default="5%", show_default=True,
               help="Smallest change that counts: a percentage (5%) or a fraction (0.05).")
 @click.option("--metric", type=click.Choice(("time_us_p50", "busbw_gbps")), default="time_us_p50",
-              show_default=True, help="Median time (lower is better) or bus bandwidth (higher is better).")
+              show_default=True,
+              help="Median time (lower is better) or bus bandwidth (higher is better).")
 @click.option("--alpha", type=params.ALPHA, default=0.05,
               show_default=True, help="Family-wise significance level (max-T over the rows).")
 @click.option("-f", "--format", "fmt", type=click.Choice(tuple(COMPARE_FORMATS)), default="table",
               show_default=True, help="table, markdown (fits a CI job summary) or json.")
 @click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP)
 @click.option("--fail-on-inconclusive", is_flag=True, help=FAIL_ON_INCONCLUSIVE_HELP)
-@click.option("--min-decided", type=params.SHARE, default="80%", show_default=True, help=MIN_DECIDED_HELP)
+@click.option("--min-decided", type=params.SHARE, default="80%", show_default=True,
+              help=MIN_DECIDED_HELP)
 @click.option("--across-levels", is_flag=True,
-              help="Match rows whose MPI thread levels differ (refused by default: the level alone moves the times).")
-def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing, fail_on_inconclusive,
-                    min_decided, across_levels) -> None:
+              help="Match rows whose MPI thread levels differ (refused by default: the level alone "
+                   "moves the times).")
+def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing,
+                    fail_on_inconclusive, min_decided, across_levels) -> None:
     """Compare NEW with BASELINE row by row on their rounds; exit 1 on a regression.
 
     A row is slower only when the change of its per-round medians is beyond the threshold and
@@ -141,8 +147,10 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing,
 
     threshold_value = parse_threshold(threshold)
     comparison = compare_runs(load_result(baseline), load_result(new), metric=metric,
-                              threshold=threshold_value, alpha=alpha, baseline_name=baseline, new_name=new,
-                              allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive,
+                              threshold=threshold_value, alpha=alpha, baseline_name=baseline,
+                              new_name=new,
+                              allow_missing=allow_missing,
+                              fail_on_inconclusive=fail_on_inconclusive,
                               across_levels=across_levels, min_decided=min_decided)
     for warning in comparison.warnings:
         _warn(warning)
@@ -152,8 +160,9 @@ def compare_command(baseline, new, threshold, metric, alpha, fmt, allow_missing,
         sys.exit(comparison.status)
 
 
-LABEL_HELP = ("The label of each file's run in tables and legends, in the order of FILES (repeat it, one per file); "
-              "files given labels are runs of their own even when they share no row.")
+LABEL_HELP = ("The label of each file's run in tables and legends, in the order of FILES (repeat "
+              "it, one per file); files given labels are runs of their own even when they share no "
+              "row.")
 
 
 @click.command("report")
@@ -164,12 +173,14 @@ LABEL_HELP = ("The label of each file's run in tables and legends, in the order 
               help="The compare threshold to judge each row's noise against: 5% or 0.05.")
 @click.option("--label", "labels", multiple=True, metavar="TEXT", help=LABEL_HELP)
 @click.option("--diff", is_flag=True,
-              help="Instead of the tables: per row, the change of each later file's median time against the first "
-                   "file's, and whether their 95% CIs are apart (descriptive; compare decides).")
+              help="Instead of the tables: per row, the change of each later file's median time "
+                   "against the first file's, and whether their 95% CIs are apart (descriptive; "
+                   "compare decides).")
 @click.option("--per-rank", is_flag=True,
-              help="Instead of the tables: per size, the slowest rank and its host, its time against the median "
-                   "rank and the outlier ranks; then per host, how its ranks compare, so a bad node stands out "
-                   "(JSON files only; the rules: docs/results-format.md).")
+              help="Instead of the tables: per size, the slowest rank and its host, its time "
+                   "against the median rank and the outlier ranks; then per host, how its ranks "
+                   "compare, so a bad node stands out (JSON files only; the rules: "
+                   "docs/results-format.md).")
 def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
     """Re-render the tables of result FILES (JSON or CSV) with a latency–bandwidth fit.
 
@@ -189,11 +200,13 @@ def report_command(files, fmt, threshold, labels, diff, per_rank) -> None:
     if diff and per_rank:
         raise UsageError("--diff and --per-rank are two views: choose one")
     threshold_value = parse_threshold(threshold)
-    report = build_report(files, tuple(printable(label) for label in labels))   # an ESC shows, not acts
+    # an ESC shows, not acts
+    report = build_report(files, tuple(printable(label) for label in labels))
     if diff:
         from collbench.analysis.overlay import diff_tables
 
-        heading, tables = "collbench report: change against the first file", diff_tables(report.runs)
+        heading, tables = ("collbench report: change against the first file",
+                           diff_tables(report.runs))
     elif per_rank:
         heading, tables = "collbench report: per rank", per_rank_view(report)
     else:
@@ -225,7 +238,8 @@ def plot_command(files, output, force, labels) -> None:
     runs = load_runs(files, tuple(printable(label) for label in labels))
     if output is None:            # beside a run's default files, in a folder made as a run makes it
         output = default_plot_path()
-    for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force, run_labels=runs.row_run_labels(),
+    for note in list(runs.notes) + plot_rows(runs.rows(), output, force=force,
+                                             run_labels=runs.row_run_labels(),
                                              where=placement(runs.loaded[0][1].metadata)):
         print(f"collbench: {note}", file=sys.stderr)
     print(f"collbench: wrote {printable(str(output))}", file=sys.stderr)
@@ -233,7 +247,8 @@ def plot_command(files, output, force, labels) -> None:
 
 @click.command("merge")
 @click.argument("files", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, metavar="FILE", help="The merged result to write (.json).")
+@click.option("-o", "--output", required=True, metavar="FILE",
+              help="The merged result to write (.json).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def merge_command(files, output, force) -> None:
     """Merge runs of one sweep (JSON FILES) into one file: their rounds side by side.
@@ -258,8 +273,8 @@ def merge_command(files, output, force) -> None:
         _warn(warning)
     write_atomic(Path(output), JsonExporter.render(merged))
     runs = len(merged.metadata["merged_from"])
-    print(f"collbench: merged {runs} runs, {merged.metadata['settings']['rounds']} rounds, {len(merged.rows)} rows "
-          f"into {printable(str(output))}", file=sys.stderr)
+    print(f"collbench: merged {runs} runs, {merged.metadata['settings']['rounds']} rounds, "
+          f"{len(merged.rows)} rows into {printable(str(output))}", file=sys.stderr)
 
 
 def register(group) -> None:

@@ -36,8 +36,10 @@ from typing import Callable, Optional
 from collbench import environment
 from collbench.render.console import STREAM_ERRORS
 
-_ASCII = {"µ": "u", "±": "+/-", "→": "->", "←": "<-", "×": "x", "·": "-", "‡": "!", "†": "+", "–": "-",
-          "—": "-", "≥": ">=", "≤": "<=", "½": "1/2", "α": "alpha", "β": "beta", "…": "...", "≈": "~",
+_ASCII = {"µ": "u", "±": "+/-", "→": "->", "←": "<-", "×": "x", "·": "-", "‡": "!", "†": "+",
+          "–": "-",
+          "—": "-", "≥": ">=", "≤": "<=", "½": "1/2", "α": "alpha", "β": "beta", "…": "...",
+          "≈": "~",
           "−": "-", "²": "^2", "√": "sqrt", "Δ": "d", "‘": "'", "’": "'", "“": '"', "”": '"'}
 ERRORS = STREAM_ERRORS        # render fits tables on what this handler writes
 
@@ -112,7 +114,8 @@ class SafeStream(io.TextIOBase):
         for line in text.split("\n"):
             lead = len(line) - len(line.lstrip("\r"))
             if line[lead:].startswith("collbench:") and len(line) - lead > width:
-                line = line[:lead] + "\n".join(textwrap.wrap(line[lead:], width, break_on_hyphens=False))
+                line = line[:lead] + "\n".join(textwrap.wrap(line[lead:], width,
+                                                             break_on_hyphens=False))
             lines.append(line)
         return "\n".join(lines)
 

@@ -49,7 +49,8 @@ class Journal:
                 for line in fh:
                     try:
                         journal.entries.append(json.loads(line))
-                    except json.JSONDecodeError:      # a line cut short by a crash: the rest is gone too
+                    # a line cut short by a crash: the rest is gone too
+                    except json.JSONDecodeError:
                         break
         except (FileNotFoundError, NotADirectoryError):
             pass
@@ -61,8 +62,8 @@ class Journal:
         name: a later run on this host tells from it whether the run is over."""
         folder = Path(tempfile.mkdtemp(prefix=PREFIX))
         me, parent = os.getpid(), os.getppid()
-        (folder / OWNER).write_text(f"{socket.gethostname()} {me} {processes.started_at(me)} {parent} "
-                                    f"{processes.started_at(parent)}\n", encoding="utf-8")
+        (folder / OWNER).write_text(f"{socket.gethostname()} {me} {processes.started_at(me)} "
+                                    f"{parent} {processes.started_at(parent)}\n", encoding="utf-8")
         return cls(folder, owned=True)
 
     def of_type(self, kind: str) -> list:
@@ -102,7 +103,8 @@ def orphans(folder=None) -> list:
         except (OSError, ValueError, UnicodeDecodeError):
             continue                  # being made, or not one of ours: not ours to judge
         if name == host and len(pids) == 2 and (path / NAME).is_file() and not any(
-                processes.alive(pid) and str(processes.started_at(pid)) == start for pid, start in pids):
+                processes.alive(pid) and str(processes.started_at(pid)) == start
+                for pid, start in pids):
             found.append(path)
     return found
 
@@ -144,14 +146,16 @@ def restore(journal: Journal, collector) -> Optional[list]:
     return [Path(p) for p in outputs[0]["paths"]]
 
 
-def rebuild(folder, *, remove: bool = False, python: str = sys.executable, seconds: float = 120.0) -> int:
+def rebuild(folder, *, remove: bool = False, python: str = sys.executable,
+            seconds: float = 120.0) -> int:
     """Rewrite the result files from the journal in ``folder`` (and, with ``remove``, take the
     folder away), in a process of its own: ``python -m collbench.live.recover``, the
     results' writer, which needs numpy where the guardian, the stand-in and this room import
     only the standard library. It says in one line if it cannot; returns its exit code (2 when
     it could not run)."""
     try:
-        return subprocess.run([python, "-m", "collbench.live.recover", str(folder), *(["--remove"] if remove else [])],
+        return subprocess.run([python, "-m", "collbench.live.recover", str(folder),
+                               *(["--remove"] if remove else [])],
                               stdin=subprocess.DEVNULL, timeout=seconds).returncode
     except (OSError, subprocess.SubprocessError):
         return 2

@@ -148,7 +148,8 @@ def remove_stale_startup_outputs() -> None:
     folder = tempfile.gettempdir()
     prefix = f"collbench-{STARTUP_PREFIX}"
     try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n[len(prefix):].isdigit()]
+        names = [n for n in os.listdir(folder)
+                 if n.startswith(prefix) and n[len(prefix):].isdigit()]
     except OSError:
         return
     for name in names:
@@ -171,7 +172,8 @@ def startup_words(path: str) -> str:
         return ""
     # collbench's own lines are not the library's: a rank interrupted while its library started
     # says so into the same file ("collbench: interrupted by SIGTERM; …")
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("collbench:")]
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.startswith("collbench:")]
     for line in lines:
         if " UCX  ERROR " in line:
             return "UCX: " + line.split(" UCX  ERROR ", 1)[1].strip()
@@ -246,7 +248,8 @@ def files_clause(paths, kept: str, side: str = "") -> str:
     paths = [str(p) for p in paths or ()]
     if not paths:
         number = os.environ.get(environment.ROUND, "")
-        paths, kept = launch_files(os.environ.get(environment.STATE), int(number) if number.isdigit() else 1)
+        paths, kept = launch_files(os.environ.get(environment.STATE),
+                                   int(number) if number.isdigit() else 1)
     if not paths:            # --no-save, or stopped before any file was claimed
         side = side or _ab_side()
         return f"nothing of {side} was saved" if side else "nothing was saved"
@@ -274,8 +277,8 @@ def _ab_side() -> str:
 def clear(state: str) -> None:
     """Before each launch: the notes of the one before go."""
     for note in Path(state).iterdir():
-        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED, SAID_FIRST,
-                                 STARTUP_PREFIX, JOB_CODE)):
+        if note.name.startswith((EARLY_END_PREFIX, GUARDIAN_PREFIX, ORPHANED_PREFIX, EXPLAINED,
+                                 SAID_FIRST, STARTUP_PREFIX, JOB_CODE)):
             try:
                 note.unlink()
             except OSError:

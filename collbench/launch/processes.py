@@ -67,7 +67,8 @@ def started_at(pid: int, boot: Optional[float] = None) -> Optional[float]:
     boot = boot_time() if boot is None else boot
     fields = _stat(pid)
     try:
-        return boot + int(fields[_START_TICKS]) / clock_ticks() if fields and boot is not None else None
+        return (boot + int(fields[_START_TICKS]) / clock_ticks()
+                if fields and boot is not None else None)
     except (ValueError, IndexError, OSError):
         return None
 
@@ -203,8 +204,8 @@ def open_files_problem(ranks: int) -> str:
             return ""
     except (OSError, ValueError):
         return ""
-    return (f"ulimit -n is {soft}, and a rank of a {ranks}-rank job needs about {need} open files (its libraries' "
-            "own, and its connections to the other ranks); raise it")
+    return (f"ulimit -n is {soft}, and a rank of a {ranks}-rank job needs about {need} open files "
+            "(its libraries' own, and its connections to the other ranks); raise it")
 
 
 def adopt_orphans() -> bool:

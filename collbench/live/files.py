@@ -10,10 +10,9 @@ cost stays flat however many sizes came before, and never left half written.
   one looks); beyond, once ``1 / SAVE_SHARE`` times the last rewrite's cost has passed, so that
   the files take at most that share of the run's time and neither a 10,000-size sweep nor the
   40th round of a long sweep spends it rewriting a growing file (benchmarks/README.md, "files at
-  the 40th round"). The cost per size is thus bounded by one rewrite of ``EVERY_SIZE_S``, whatever came
-  before. What the files do not hold yet is
-  in the journal (``journal``); they are rewritten at every round's end, at the end of the
-  run, and on any early end (a signal, a timeout, an abort).
+  the 40th round"). The cost per size is thus bounded by one rewrite of ``EVERY_SIZE_S``, whatever
+  came before. What the files do not hold yet is in the journal (``journal``); they are rewritten at
+  every round's end, at the end of the run, and on any early end (a signal, a timeout, an abort).
 * **Failures.** A write that fails (a full disk, a folder gone) is one line naming the file
   and how many rows it still holds (its last whole version: writes are atomic). "wrote" is
   only ever said of a file whose last write is complete.
@@ -67,12 +66,14 @@ def check_output_settings(settings) -> None:
             raise UsageError(f"--results-dir {settings.results_dir!r} is not a folder")
         parent = folder if folder.exists() else folder.parent
         if not parent.is_dir():
-            raise UsageError(f"--results-dir {settings.results_dir!r}: folder {str(parent)!r} does not exist")
+            raise UsageError(f"--results-dir {settings.results_dir!r}: folder {str(parent)!r} does "
+                             "not exist")
         if not os.access(parent, os.W_OK):
             raise UsageError(f"--results-dir {settings.results_dir!r} is not writable")
 
 
-#: the locks this process holds on its ``-o`` files, for as long as it lives: (lock file, descriptor)
+#: the locks this process holds on its ``-o`` files, for as long as it lives: (lock file,
+#: descriptor)
 _locks: list = []
 
 
@@ -206,7 +207,8 @@ class ResultFiles:
 
     def __init__(self, paths) -> None:
         self.paths = [Path(p) for p in paths]
-        self.rows_in: dict = {p: None for p in self.paths}    # rows each file held at its last whole write
+        # rows each file held at its last whole write
+        self.rows_in: dict = {p: None for p in self.paths}
         self._cost = 0.0
         self._done_at = 0.0
 

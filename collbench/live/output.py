@@ -54,7 +54,8 @@ class Output:
     the rank while the main thread is inside a collective): a lock keeps them apart.
     """
 
-    def __init__(self, settings: OutputSettings, collector, *, total_steps: int, done_steps: int = 0,
+    def __init__(self, settings: OutputSettings, collector, *, total_steps: int,
+                 done_steps: int = 0,
                  prints_final: bool = True, round_label: str = "", journal=None,
                  round_steps: int = 0) -> None:
         from rich.console import Console
@@ -66,8 +67,8 @@ class Output:
         self.round_label = round_label
         self._lock = threading.Lock()
         self._dirty = False
-        # The user's streams as this rank's output reaches them (collbench.launch.origin.terminal): a
-        # rank under a launcher writes through the launcher's pipes. None: this process's own.
+        # The user's streams as this rank's output reaches them (collbench.launch.origin.terminal):
+        # a rank under a launcher writes through the launcher's pipes. None: this process's own.
         seen = settings.terminals
         out_tty = seen.stdout if seen else sys.stdout.isatty()
         err_tty = seen.stderr if seen else sys.stderr.isatty()
@@ -79,7 +80,8 @@ class Output:
         else:
             # One terminal behind both streams: the tables share stderr's pipe with the progress
             # bar, so that the launcher, copying each stream on its own, cannot reorder them.
-            self.console = Console(file=sys.stderr if tables_on_stderr else sys.stdout, highlight=False,
+            self.console = Console(file=sys.stderr if tables_on_stderr else sys.stdout,
+                                   highlight=False,
                                    soft_wrap=False, force_terminal=True, width=columns)
         # soft_wrap: what others write to stderr while the bar redirects it goes out as written
         self.err = Console(file=sys.stderr, highlight=False, soft_wrap=True, force_terminal=err_tty,
@@ -89,7 +91,8 @@ class Output:
         self.table_order: tuple = ()     # collectives in the plan's order: how their tables print
         self._finished: list = []
         self._printed: set = set()
-        self._said: set = set()           # the notes printed under a table so far: each is said once
+        # the notes printed under a table so far: each is said once
+        self._said: set = set()
         self.progress = None
         if not settings.quiet and self.err.is_terminal and total_steps > 0:
             from collbench.live.progress import ProgressBar
@@ -108,10 +111,12 @@ class Output:
             try:
                 self.journal = Journal.create()
             except OSError as exc:
-                raise OutputFailed(Path(tempfile.gettempdir()), exc, "the run's journal goes there") from None
+                raise OutputFailed(Path(tempfile.gettempdir()), exc,
+                                   "the run's journal goes there") from None
         earlier = restore(self.journal, self.collector)
         self._known_notes = set(self.collector.notes)
-        self.files = ResultFiles(earlier if earlier is not None else claimed(self.journal) or claim(self.settings))
+        self.files = ResultFiles(earlier if earlier is not None else claimed(self.journal)
+                                 or claim(self.settings))
         try:
             if earlier is None:
                 self._append({"type": "run", "metadata": self.collector.metadata})
@@ -177,7 +182,8 @@ class Output:
         try:
             self.journal.append(entry)
         except OSError as exc:
-            raise OutputFailed(self.journal.path, exc, "the run's journal; the result files keep what was "
+            raise OutputFailed(self.journal.path, exc,
+                               "the run's journal; the result files keep what was "
                                                        "written to them before") from None
 
     def _record(self, entry: dict, save: bool = False) -> None:
@@ -230,7 +236,8 @@ class Output:
     def _print_tables(self, collective: str) -> None:
         rows = self.collector.rows_of(collective)
         exporter = STDOUT_FORMATS[self.settings.print_format]
-        streams = exporter is None or hasattr(exporter, "render_tables")     # tables as collectives finish
+        # tables as collectives finish
+        streams = exporter is None or hasattr(exporter, "render_tables")
         if not self._prints_stdout() or not rows or not streams:
             return
         if self.progress:                # the bar (stderr) steps aside while tables print (stdout)
@@ -265,7 +272,8 @@ class Output:
         """This process's rounds ran to their end."""
         if self.progress:
             self.progress.stop()
-            self.progress = None             # gone for good: printing the tables must not bring it back
+            # gone for good: printing the tables must not bring it back
+            self.progress = None
         with self._lock:
             if self._dirty:
                 self.files.save(self.collector.run_result())
@@ -275,16 +283,20 @@ class Output:
             return
         self._print_ready(everything=True)
         exporter = STDOUT_FORMATS[self.settings.print_format]
-        whole = exporter is not None and not hasattr(exporter, "render_tables")   # one document at the end
+        # one document at the end
+        whole = exporter is not None and not hasattr(exporter, "render_tables")
         if self._prints_stdout() and whole:
             _asked_for(f"-f {self.settings.print_format}")
             self._print_line(exporter.render(self.collector.run_result()).rstrip("\n"))
         written = self.files.written()
         if written and not self.settings.quiet:
-            line = "collbench: wrote " + ", ".join(printable(str(p)) for p in written)   # a name's ESC or line end
-            if self.err.is_terminal and len(line) > self.err.width:     # one file a line, not a wrapped one
+            # a name's ESC or line end
+            line = "collbench: wrote " + ", ".join(printable(str(p)) for p in written)
+            # one file a line, not a wrapped one
+            if self.err.is_terminal and len(line) > self.err.width:
                 for path in written:
-                    self.err.print(f"collbench: wrote {printable(str(path))}", markup=False, highlight=False)
+                    self.err.print(f"collbench: wrote {printable(str(path))}", markup=False,
+                                   highlight=False)
             else:
                 self.err.print(line, markup=False, highlight=False)
 
@@ -316,9 +328,11 @@ def _rebuild_orphans() -> None:
         try:
             paths = recover.rebuild(folder, remove=True)
         except recover.FAILURES as exc:
-            sys.stderr.write(printable(f"collbench: an earlier run left its journal in {folder}, and its files could "
-                                       f"not be rebuilt from it: {exc} (remove the folder if they are not wanted)") + "\n")
+            sys.stderr.write(printable(f"collbench: an earlier run left its journal in {folder}, "
+                                       f"and its files could not be rebuilt from it: {exc} (remove "
+                                       "the folder if they are not wanted)") + "\n")
             continue
         if paths:
-            sys.stderr.write(printable(f"collbench: an earlier run on this host ended before it could finish its "
-                                       f"files: rebuilt {', '.join(map(str, paths))} from its journal") + "\n")
+            sys.stderr.write(printable("collbench: an earlier run on this host ended before it "
+                                       "could finish its files: rebuilt "
+                                       f"{', '.join(map(str, paths))} from its journal") + "\n")

@@ -41,7 +41,8 @@ class Estimate:
         self.steps = max(steps, 1)
         self.rounds_left = rounds_left           # after the current one
         self.round_seconds = _cycle_seconds(earlier_rounds)
-        self.round_started: Optional[float] = None      # at the round's first measurement, not its set-up
+        # at the round's first measurement, not its set-up
+        self.round_started: Optional[float] = None
         self.done = 0
 
     def round_begins(self) -> None:
@@ -52,7 +53,9 @@ class Estimate:
         self.done += 1
 
     def next_round(self, finished_round_seconds: float) -> None:
-        self.round_seconds = finished_round_seconds if self.round_seconds is None else (self.round_seconds + finished_round_seconds) / 2
+        self.round_seconds = (finished_round_seconds
+                              if self.round_seconds is None
+                              else (self.round_seconds + finished_round_seconds) / 2)
         self.rounds_left = max(self.rounds_left - 1, 0)
         self.round_started = None
         self.done = 0
@@ -64,7 +67,8 @@ class Estimate:
         if own is None and self.round_seconds is None:
             return None
         # Early in a round, the rounds before it know best; its own pace takes over as it goes.
-        per_round = own if self.round_seconds is None else self.round_seconds if own is None else share * own + (1 - share) * self.round_seconds
+        per_round = (own if self.round_seconds is None else self.round_seconds
+                     if own is None else share * own + (1 - share) * self.round_seconds)
         return max(per_round - elapsed, 0.0) + self.rounds_left * per_round
 
 
@@ -97,7 +101,8 @@ class ProgressBar:
     """A transient rich progress bar on stderr: "round 2/5 · allreduce on mpi at 1K", a bar,
     "37/120 sizes" and the time left."""
 
-    def __init__(self, console, total: int, done: int, steps: int, rounds_left: int, earlier_rounds: list) -> None:
+    def __init__(self, console, total: int, done: int, steps: int, rounds_left: int,
+                 earlier_rounds: list) -> None:
         from rich.progress import BarColumn, Progress, TextColumn
         from rich.table import Column
 
@@ -113,7 +118,8 @@ class ProgressBar:
                        no_wrap=True, overflow="ellipsis", max_width=self.room)),
                    BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=3))]
         if counter:
-            columns.append(TextColumn("{task.completed}/{task.total} sizes", table_column=Column(no_wrap=True)))
+            columns.append(TextColumn("{task.completed}/{task.total} sizes",
+                                      table_column=Column(no_wrap=True)))
         columns.append(TextColumn("{task.fields[left]}", table_column=Column(no_wrap=True)))
         self.progress = Progress(*columns, console=console, transient=True, expand=True)
         self.task = self.progress.add_task("collbench", total=total, completed=done,

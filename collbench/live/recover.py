@@ -3,9 +3,9 @@
 A rank 0 killed outright (SIGKILL, the kernel's out-of-memory killer) leaves files that may lag
 the journal by the last few sizes (``files`` rewrites them on a schedule). Whoever outlives it
 rebuilds them: the self-launching process after the launch ends, or its stand-in if it died
-(``collbench.launch.self_launch.janitor``), or, under a user's launcher, rank 0's guardian (``python -m
-collbench.live.recover FOLDER``, a process of its own, so the guardian stays small).
-Rebuilding twice gives the same files.
+(``collbench.launch.self_launch.janitor``), or, under a user's launcher, rank 0's guardian (``python
+-m collbench.live.recover FOLDER``, a process of its own, so the guardian stays small). Rebuilding
+twice gives the same files.
 """
 
 from __future__ import annotations

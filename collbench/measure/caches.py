@@ -82,7 +82,8 @@ def _bytes(text: str) -> int:
 
 def sets(set_bytes: int, cache_bytes: int) -> int:
     """How many buffer sets of ``set_bytes`` (a rank's send and receive buffers at one size) a
-    cold pool holds: enough to span ``SPAN`` × ``cache_bytes``, at least 2, at most ``MOST_SETS``."""
+    cold pool holds: enough to span ``SPAN`` × ``cache_bytes``, at least 2, at most
+    ``MOST_SETS``."""
     stride = padded(set_bytes)
     return min(MOST_SETS, max(2, math.ceil(SPAN * cache_bytes / stride)))
 
@@ -128,5 +129,5 @@ def rotating(bounds: list) -> Bound:
     def complete(started: tuple) -> None:
         completes[started[0]](started[1])
 
-    return Bound(run=run, run_blocking=run_blocking, checked=bounds[0].checked, start=start, complete=complete,
-                 release=release)
+    return Bound(run=run, run_blocking=run_blocking, checked=bounds[0].checked, start=start,
+                 complete=complete, release=release)

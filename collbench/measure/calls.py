@@ -54,8 +54,8 @@ class Bound:
     persistent request), once no sample calls it again. ``reset`` and ``result`` are a two-step
     call's own (what ``checked`` does around it), for a group of such calls to check each.
 
-    A group of ``calls`` calls issued as one (``--coalesce``: ``Backend.coalesced``) runs them all in
-    ``run``; ``checked_all`` resets every call's receive side, runs the group once and returns
+    A group of ``calls`` calls issued as one (``--coalesce``: ``Backend.coalesced``) runs them all
+    in ``run``; ``checked_all`` resets every call's receive side, runs the group once and returns
     what arrived for each, in order.
     """
 
@@ -71,7 +71,8 @@ class Bound:
     calls: int = 1
 
     @classmethod
-    def two_step(cls, start: Callable[[], Any], complete: Callable[[Any], None], reset: Callable[[], None],
+    def two_step(cls, start: Callable[[], Any], complete: Callable[[Any], None],
+                 reset: Callable[[], None],
                  result: Callable[[], Any], release: Callable[[], None] = _nothing) -> "Bound":
         """A call started and completed apart: ``checked`` resets, runs it whole and returns
         ``result()``."""
@@ -83,8 +84,8 @@ class Bound:
             whole()
             return result()
 
-        return cls(run=whole, run_blocking=whole, checked=checked, start=start, complete=complete, release=release,
-                   reset=reset, result=result)
+        return cls(run=whole, run_blocking=whole, checked=checked, start=start, complete=complete,
+                   release=release, reset=reset, result=result)
 
 
 def grouped(bounds: list, issue: Callable[[list], None]) -> Bound:

@@ -93,7 +93,8 @@ def per_call(m: Measurement, calls: int) -> Measurement:
     """``m`` of a group of ``calls`` calls issued as one (``--coalesce``) as the time per call."""
     if calls == 1:
         return m
-    means = [x / calls if x is not None else None for x in m.rank_means_us] if m.rank_means_us else m.rank_means_us
+    means = ([x / calls if x is not None else None for x in m.rank_means_us]
+             if m.rank_means_us else m.rank_means_us)
     return dataclasses.replace(m, samples_us=[s / calls for s in m.samples_us], rank_means_us=means,
                                calls_per_sample=m.calls_per_sample * calls)
 
@@ -103,7 +104,8 @@ IDLE = Bound(run=_nothing, run_blocking=_nothing, checked=lambda: None)
 
 
 def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, sync: Callable,
-            control: Control, settings: TimingSettings, device=None, called: bool = False) -> Measurement:
+            control: Control, settings: TimingSettings, device=None,
+            called: bool = False) -> Measurement:
     """The first call, warm-up, batching, then batches of samples until the stop rule (decided on
     rank 0) says enough, and the overlap where a call has two steps. ``device``: where the
     buffers live, whose clock and graphs the device timings use; ``called``: the check has just
@@ -118,13 +120,15 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
         first_call = base.timer() - t0
     budget.start()                           # the budget counts from here: set-up is behind
     warm = warm_up(bound.run_blocking, part.pace, control, part.timed, settings, budget)
-    k, batch = batching(timing, float(np.median(warm)) if warm else first_call, control, part.timed, settings,
-                        budget, bench.self_paced)
-    sampler = timing.sampler(SamplerContext(bound, part.pace, sync, k, device, control, len(warm), part.taking_part))
+    k, batch = batching(timing, float(np.median(warm)) if warm else first_call, control, part.timed,
+                        settings, budget, bench.self_paced)
+    sampler = timing.sampler(SamplerContext(bound, part.pace, sync, k, device, control, len(warm),
+                                            part.taking_part))
     rule = StopRule(settings, budget, part.group_count, sampler)
     mine: list = []
     while batch:
-        if bench.self_paced:        # untimed: brings the pair back into step after the stop rule's messages
+        # untimed: brings the pair back into step after the stop rule's messages
+        if bench.self_paced:
             bound.run_blocking()
         before = len(mine)
         sampler.take(batch, mine)
@@ -132,11 +136,13 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
         lengthen = rule.add(top) if control.rank == 0 else False
         if rule.fixed:
             break
-        batch, lengthen = control.bcast((rule.decide(len(mine)), lengthen) if control.rank == 0 else None)
+        batch, lengthen = control.bcast((rule.decide(len(mine)), lengthen)
+                                        if control.rank == 0 else None)
         if lengthen:
             sampler.lengthen()
     sampler.close()
-    samples = [np.asarray(m, dtype=np.float64) * 1e6 for m in rule.maxima] if control.rank == 0 else []
+    samples = [np.asarray(m, dtype=np.float64) * 1e6
+               for m in rule.maxima] if control.rank == 0 else []
     reached = rule.reached
     if settings.iters and control.rank == 0:
         reached = [relative_ci_halfwidth(m) <= settings.precision for m in samples]
@@ -144,11 +150,13 @@ def measure(bound: Bound, *, bench: Benchmark, roles: Roles, barrier: Callable, 
     if bound.start is not None and timing.overlaps and device is not None:
         pure = float(np.median(np.concatenate([m for m in samples if len(m)]))) * 1e-6 \
             if control.rank == 0 and any(len(m) for m in samples) else None
-        overall, compute = overlap(bound, pace=part.pace, sync=sync, control=control, device=device, pure_s=pure,
+        overall, compute = overlap(bound, pace=part.pace, sync=sync, control=control, device=device,
+                                   pure_s=pure,
                                    iters=settings.iters or max(settings.min_iters, OVERLAP_SAMPLES),
-                                   max_time=settings.max_time / 2, group_count=part.group_count, group=part.group,
-                                   timed=part.timed)
-    return Measurement(samples, control.gather(part.mean_us(mine)), len(mine), k, tuple(bool(r) for r in reached),
+                                   max_time=settings.max_time / 2, group_count=part.group_count,
+                                   group=part.group, timed=part.timed)
+    return Measurement(samples, control.gather(part.mean_us(mine)), len(mine), k,
+                       tuple(bool(r) for r in reached),
                        rule.unheld, overall, compute, rule.short, sampler.empty)
 
 
@@ -161,7 +169,8 @@ class _Part:
     def __init__(self, bench: Benchmark, roles: Roles, rank: int, barrier: Callable) -> None:
         self.taking_part, self.timed = bench.takes_part(rank, roles), bench.timed_on(rank, roles)
         self.group_count, self.group = bench.group_count(roles), bench.group_of(rank, roles)
-        self.per_call = bench.messages_per_call(roles.as_sent(self.group))     # a slow pair's window may be its own
+        # a slow pair's window may be its own
+        self.per_call = bench.messages_per_call(roles.as_sent(self.group))
         self.pace = _nothing if bench.self_paced else barrier
 
     def mean_us(self, taken: list) -> float:
@@ -185,19 +194,23 @@ def _maxima(part: _Part, taken: list, control: Control) -> np.ndarray:
 OVERLAP_SAMPLES = 50
 
 
-def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, device, pure_s: Optional[float],
-            iters: int, max_time: float, group_count: int, group: Optional[int], timed: bool) -> tuple:
+def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, device,
+            pure_s: Optional[float],
+            iters: int, max_time: float, group_count: int, group: Optional[int],
+            timed: bool) -> tuple:
     """OSU's overlap of a non-blocking call (osu_iallreduce …): work from ``device.compute()`` that
     lasts at least the pure call's time (``pure_s``, rank 0's median of the samples; each rank
     calibrates its own, and once more, longer, where its samples' compute fell short of the call)
     is put between ``start`` and ``complete``; the calibration and the samples cost a few times
-    the call's time, and the samples at most ``max_time`` (twice that where calibrated again). Returns, on rank 0, per group, each sample's overall time
-    (start to complete) and its compute's time (µs, maxima over the timed ranks); empty lists
-    elsewhere. The overlap is then 100 · max(0, 1 − (overall − compute) / pure)."""
+    the call's time, and the samples at most ``max_time`` (twice that where calibrated again).
+    Returns, on rank 0, per group, each sample's overall time (start to complete) and its compute's
+    time (µs, maxima over the timed ranks); empty lists elsewhere. The overlap is then 100 · max(0,
+    1 − (overall − compute) / pure)."""
     pure_s = control.bcast(pure_s)
     if pure_s is None or not math.isfinite(pure_s) or pure_s <= 0:     # no samples to calibrate by
         return [], []
-    n = control.bcast(max(1, min(iters, int(max_time / (2 * pure_s)))) if control.rank == 0 else None)
+    n = control.bcast(max(1, min(iters, int(max_time / (2 * pure_s))))
+                      if control.rank == 0 else None)
     work = device.compute()                    # the buffers' device says what compute is
     target = pure_s
     for attempt in range(2):
@@ -227,5 +240,6 @@ def overlap(bound: Bound, *, pace: Callable, sync: Callable, control: Control, d
         if timed:
             here[group] = np.asarray(values, dtype=np.float64) * 1e6
         top = control.reduce_max(here.ravel())
-        out.append([row.tolist() for row in np.asarray(top).reshape(group_count, -1)] if control.rank == 0 else [])
+        out.append([row.tolist() for row in np.asarray(top).reshape(group_count, -1)]
+                   if control.rank == 0 else [])
     return out[0], out[1]

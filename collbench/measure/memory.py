@@ -5,12 +5,12 @@ MPI, torch and its communicators: its base, in use already), a factor per byte o
 send and receive buffers that depends on the collective and the backend family (the buffers
 themselves, the library's temporary buffers, pickles and unpickled results for mpi4py's object
 API), plus the fill and check temporaries, which grow with the size up to a cap. Both are
-measured, not guessed (each collective's ``memory_factors``, ``WORK_BYTES``). Summed over the ranks of each host, that
-must fit a budget: what is available there (MemAvailable, or the room left under a cgroup
-memory limit, v1 or v2, when the ranks run in one, as in containers and under Slurm), less a
-reserve for everything else, and within ``COLLBENCH_MEMORY_LIMIT`` when the user sets it.
-Sizes that do not fit are skipped with a note rather than killed by the kernel; the sweep asks
-again, from every rank, before each large size, since other processes come and go.
+measured, not guessed (each collective's ``memory_factors``, ``WORK_BYTES``). Summed over the ranks
+of each host, that must fit a budget: what is available there (MemAvailable, or the room left under
+a cgroup memory limit, v1 or v2, when the ranks run in one, as in containers and under Slurm), less
+a reserve for everything else, and within ``COLLBENCH_MEMORY_LIMIT`` when the user sets it. Sizes
+that do not fit are skipped with a note rather than killed by the kernel; the sweep asks again, from
+every rank, before each large size, since other processes come and go.
 """
 
 from __future__ import annotations
@@ -68,14 +68,16 @@ def factor(family: Optional[str], collective: str) -> Factor:
     measured = get_benchmark(collective).memory_factors
     if family in measured:
         return Factor(*measured[family])
-    known = list(measured.values()) or [f for c in COLLECTIVES.values() for f in c.memory_factors.values()]
+    known = list(measured.values()) or [f for c in COLLECTIVES.values()
+                                        for f in c.memory_factors.values()]
     return Factor(max(root for root, _ in known), max(others for _, others in known))
 
 
 def rank_need(collective: str, family: Optional[str], nominal: int, is_root: bool) -> int:
     """Bytes one rank takes beyond its base at a size whose send + receive buffers are ``nominal``."""
     f = factor(family, collective)
-    return min(WORK_BYTES, WORK_PER_BYTE * nominal) + int((f.root if is_root else f.others) * nominal)
+    return min(WORK_BYTES, WORK_PER_BYTE * nominal) + int((f.root if is_root else f.others)
+                                                          * nominal)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def budgets(probes: list) -> dict:
     return out
 
 
-def shortfall(need: Callable[[int], int], probes: list, base_bytes: list, allocated: int = 0) -> Optional[Shortfall]:
+def shortfall(need: Callable[[int], int], probes: list, base_bytes: list,
+              allocated: int = 0) -> Optional[Shortfall]:
     """None when every host has room for what its ranks still need; else the host short of it by
     the most. ``need(rank)``: what the rank takes beyond its base, ``base_bytes[rank]`` (what it
     held when the sweep started). What a rank has grown since counts as room for this size only
@@ -134,13 +137,15 @@ def shortfall(need: Callable[[int], int], probes: list, base_bytes: list, alloca
     worst = None
     for host, budget in budgets(probes).items():
         ranks = [r for r, p in enumerate(probes) if p.host == host]
-        more = sum(max(0, need(r) - min(max(0, probes[r].held - base_bytes[r]), allocated)) for r in ranks)
+        more = sum(max(0, need(r) - min(max(0, probes[r].held - base_bytes[r]), allocated))
+                   for r in ranks)
         if more > budget and (worst is None or more - budget > worst.need - worst.budget):
             worst = Shortfall(host, more, budget, len(ranks))
     return worst
 
 
-def is_large(collective: str, family: Optional[str], nominal: int, ranks_per_host: int, probes: list) -> bool:
+def is_large(collective: str, family: Optional[str], nominal: int, ranks_per_host: int,
+             probes: list) -> bool:
     """Whether a size is worth asking every rank about again just before it is measured: its
     ranks on one host need more than ``RECHECK_BYTES`` or ``RECHECK_SHARE`` of the smallest
     budget beyond their base."""
@@ -163,17 +168,18 @@ def _amount(n: int) -> str:
 
 def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
     when = "now " if now else ""
-    if short.rank is not None and short.budget <= 0:     # the need is not the point: nothing is left
-        return (f"{where}: rank {short.rank} on {short.host} has {when}no address space left "
-                f"for buffers under its ulimit -v (the libraries keep {_amount(SPACE_RESERVE)} of it; raise "
-                "it); skipped, as its allocation would fail")
+    # the need is not the point: nothing is left
+    if short.rank is not None and short.budget <= 0:
+        return (f"{where}: rank {short.rank} on {short.host} has {when}no address space left for "
+                f"buffers under its ulimit -v (the libraries keep {_amount(SPACE_RESERVE)} of it; "
+                "raise it); skipped, as its allocation would fail")
     if short.rank is not None:
-        return (f"{where}: needs about {_amount(short.need)} more address space in rank {short.rank} on "
-                f"{short.host}, more than the {_amount(short.budget)} its ulimit -v leaves{' now' if now else ''}; "
-                "skipped, as its allocation would fail")
+        return (f"{where}: needs about {_amount(short.need)} more address space in rank "
+                f"{short.rank} on {short.host}, more than the {_amount(short.budget)} its ulimit -v "
+                f"leaves{' now' if now else ''}; skipped, as its allocation would fail")
     return (f"{where}: needs about {_amount(short.need)} more on {short.host} ({short.ranks} "
-            f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} {when}available "
-            "there; skipped, as it would run out of memory")
+            f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} "
+            f"{when}available there; skipped, as it would run out of memory")
 
 
 # What this host has ------------------------------------------------------------------------------
@@ -203,7 +209,8 @@ def _meminfo_available() -> int:
         return UNLIMITED
 
 
-def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[tuple]:
+def memory_cgroup(proc_cgroup: str = "/proc/self/cgroup",
+                  root: str = "/sys/fs/cgroup") -> Optional[tuple]:
     """(1 or 2, folder) of this process's memory cgroup, or None. Under a cgroup namespace (a
     container) /proc says "/" and the mount is the process's own cgroup already."""
     try:
@@ -252,8 +259,8 @@ def cgroup_room(found: Optional[tuple], root: str = "/sys/fs/cgroup") -> Optiona
     if found is None:
         return None
     version, folder = found
-    names = (("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file") if version == 1 else
-             ("memory.max", "memory.current", "inactive_file"))
+    names = (("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+             if version == 1 else ("memory.max", "memory.current", "inactive_file"))
     mount = os.path.join(root, "memory") if version == 1 else root
     room = None
     while True:
@@ -298,7 +305,8 @@ def address_space_room() -> Optional[int]:
 
 
 def probe() -> Probe:
-    return Probe(socket.gethostname(), available_bytes(), held_bytes(), user_limit(), address_space_room())
+    return Probe(socket.gethostname(), available_bytes(), held_bytes(), user_limit(),
+                 address_space_room())
 
 
 #: What one self-launched rank holds before any buffer: the rank (interpreter, numpy, mpi4py,
@@ -315,6 +323,7 @@ def check_rank_count(n: int, torch: bool) -> None:
     base = TORCH_RANK_BASE_BYTES if torch else RANK_BASE_BYTES
     room = available_bytes()
     if n * base > room:
-        raise UsageError(f"-n {n}: {n} ranks on this host would need about {_amount(n * base)} before any "
-                         f"buffer ({_amount(base)} each), and {_amount(room)} is available; at most "
-                         f"{room // base} fit here; use fewer, or a launcher that spreads them over hosts")
+        raise UsageError(f"-n {n}: {n} ranks on this host would need about {_amount(n * base)} "
+                         f"before any buffer ({_amount(base)} each), and {_amount(room)} is "
+                         f"available; at most {room // base} fit here; use fewer, or a launcher "
+                         "that spreads them over hosts")

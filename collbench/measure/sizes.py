@@ -76,19 +76,23 @@ def _parse_range(item: str) -> list[int]:
         factor, increment = 2, 0
     elif step[0] in "xX*":
         if len(step) > 12:
-            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor is too large")
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor is "
+                             "too large")
         digits = step[1:].strip()
         if not (digits.isascii() and digits.isdigit()):
-            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: expected xN, e.g. x4")
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: expected xN, "
+                             "e.g. x4")
         factor, increment = int(digits), 0
         if factor < 2:
-            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor must be at least 2")
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the factor must "
+                             "be at least 2")
     elif step[0] == "+":
         factor, increment = 1, parse_bytes(step[1:]) if step[1:].strip() else 0
         if increment <= 0:
             raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the step must be a positive size, e.g. +8K")
     else:
-        raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: use xN (factor) or +SIZE (step)")
+        raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: use xN (factor) or "
+                         "+SIZE (step)")
     sizes, value = [], lo
     while value <= hi:
         sizes.append(value)
@@ -102,7 +106,8 @@ def parse_sizes(spec: str) -> list[int]:
     """Parse a ``--sizes`` value into a sorted list of distinct byte counts."""
     items = [part.strip() for part in spec.split(",")]
     if not spec.strip() or any(not part for part in items):
-        raise UsageError(f"bad --sizes {_short(spec)!r}: empty item; expected e.g. 1K-1M, 8-1M:x4, 8,1K,1M")
+        raise UsageError(f"bad --sizes {_short(spec)!r}: empty item; expected e.g. 1K-1M, 8-1M:x4, "
+                         "8,1K,1M")
     sizes: set[int] = set()
     for item in items:
         if "-" in item or ":" in item:

@@ -57,7 +57,8 @@ def warm_up(run: Callable, pace: Callable, control, timed: bool, settings, budge
     return warm
 
 
-def warmups_within(loop: LatencySampler, control, timed: bool, warmups: int, share: float, warm: list) -> int:
+def warmups_within(loop: LatencySampler, control, timed: bool, warmups: int, share: float,
+                   warm: list) -> int:
     """The warm-up calls still to make, of ``warmups``, for all of them, those made here included,
     to take ``share`` seconds at most: the first call, timed on every rank, says how long one
     takes on the slowest; where only some of the rest fit, a second says it again (the first
@@ -89,13 +90,16 @@ def batching(timing: Timing, estimate: float, control, timed: bool, settings, bu
     k, batch = 1, settings.iters or settings.min_iters
     if not (timing.batched or budget.on):
         return k, batch
-    longest = control.reduce_max(np.asarray([estimate if timed else 0.0]))     # an idle rank's says nothing
+    # an idle rank's says nothing
+    longest = control.reduce_max(np.asarray([estimate if timed else 0.0]))
     if control.rank == 0:
         slowest = float(longest[0])
         if timing.batched:
             k = max(1, min(timing.max_calls, int(timing.sample_s / max(slowest, 1e-9))))
-        if budget.on:      # a self-paced pair's batch starts with a call that brings it back in step
-            batch = first_batch(slowest * k, budget.left() - slowest * self_paced, settings.min_iters)
+        # a self-paced pair's batch starts with a call that brings it back in step
+        if budget.on:
+            batch = first_batch(slowest * k, budget.left() - slowest * self_paced,
+                                settings.min_iters)
     return control.bcast((k, batch) if control.rank == 0 else None)
 
 
@@ -107,7 +111,8 @@ def first_batch(per_sample: float, left: float, min_iters: int) -> int:
     return max(1, min(min_iters, int(left / per_sample)))
 
 
-def next_batch(n: int, rel: float, precision: float, per_iter: float, left: float, min_iters: int) -> int:
+def next_batch(n: int, rel: float, precision: float, per_iter: float, left: float,
+               min_iters: int) -> int:
     """How many more iterations to run before deciding again: ``per_iter`` seconds each, ``left``
     seconds of the budget to go; up to ``min_iters`` where time allows."""
     needed = n * (rel / precision) ** 2 if math.isfinite(rel) else 2 * n
@@ -154,7 +159,8 @@ class StopRule:
         rel = [relative_ci_halfwidth(np.asarray(m)) for m in self.maxima]
         self.reached = [r <= s.precision for r in rel]
         count = len(self.maxima[0])
-        if self.uncovered >= self.sampler.tries:      # nothing is timed: the size ends without samples
+        # nothing is timed: the size ends without samples
+        if self.uncovered >= self.sampler.tries:
             return 0
         if s.iters:                                   # the samples not timed, again
             return max(0, s.iters - count)
@@ -166,5 +172,5 @@ class StopRule:
         done = count >= MAX_SAMPLES or (count >= 1 and spent + per_iter > self.budget.seconds) or (
             count >= s.min_iters and all(self.reached))
         self.short = done and count < s.min_iters
-        return 0 if done else next_batch(count, max(rel), s.precision, per_iter, self.budget.seconds - spent,
-                                         s.min_iters)
+        return 0 if done else next_batch(count, max(rel), s.precision, per_iter,
+                                         self.budget.seconds - spent, s.min_iters)

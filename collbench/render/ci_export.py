@@ -44,10 +44,11 @@ def benchmark_name(row: Row, root: int = 0) -> str:
     and the pairs measured with it where they are not the default (a tracker must not mix them)."""
     data = bool(row.size_bytes)
     rooted = [text for text in [root_text(row.collective, root)] if text]
-    parts = [row.collective, backend_label(row)] + [row.dtype] * data + [row.op] * (row.op != "none") + rooted
+    parts = ([row.collective, backend_label(row)] + [row.dtype] * data + [row.op]
+             * (row.op != "none") + rooted)
     where = setup_words(row) + [f"group {row.group}"] * bool(row.split)
-    return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data + [row.timing]
-                    + where)
+    return " ".join(parts + [rank_count_text(row.world_size)] + [format_size(row.size_bytes)] * data
+                    + [row.timing] + where)
 
 
 def _finite(value: float) -> bool:
@@ -73,11 +74,13 @@ def _named_rows(result: RunResult, source: str) -> tuple:
 def _ci(row: Row) -> tuple:
     """(low, high) of the median's 95% CI, or None where the file has none."""
     low, high = row.time_us_ci_low, row.time_us_ci_high
-    return (low, high) if _finite(low) and _finite(high) and 0 < low <= row.time_us_p50 <= high else None
+    return ((low, high)
+            if _finite(low) and _finite(high) and 0 < low <= row.time_us_p50 <= high else None)
 
 
 def _extra(row: Row, ci) -> str:
-    lines = [f"size_bytes: {row.size_bytes}", f"rounds: {row.rounds}", f"iterations: {row.iterations}"]
+    lines = [f"size_bytes: {row.size_bytes}", f"rounds: {row.rounds}",
+             f"iterations: {row.iterations}"]
     if ci:
         lines.insert(0, f"95% CI: {ci[0]:.6g} - {ci[1]:.6g} us")
     if _finite(row.busbw_gbps) and row.busbw_gbps > 0:
@@ -129,11 +132,13 @@ def bencher(named: list) -> dict:
     return doc
 
 
-#: target -> the document of [(name, row)]; json.dumps keeps it ASCII (± as \u00b1), whatever the locale.
+#: target -> the document of [(name, row)]; json.dumps keeps it ASCII (± as \u00b1), whatever the
+#: locale.
 TARGETS = {"github-action-benchmark": github_action_benchmark, "bencher": bencher}
 #: what a target's values are where its format does not say (Bencher's has no units): said
 #: whenever they are written
-UNITS = {"bencher": "latency in nanoseconds (Bencher's built-in Latency measure), bus-bandwidth in GB/s"}
+UNITS = {"bencher": "latency in nanoseconds (Bencher's built-in Latency measure), bus-bandwidth in "
+                    "GB/s"}
 
 
 def export(result: RunResult, target: str, source: str = "result") -> Export:

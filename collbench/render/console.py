@@ -41,11 +41,14 @@ def to_rich(table: TableModel, plain: bool = False, flat: bool = False):
     t = Table(box=box.ASCII if plain else box.SIMPLE_HEAVY, show_header=any(table.headers))
     for i, h in enumerate(table.headers):
         prose = i in table.wrapped
-        t.add_column(escape(flat_header(h) if flat else h), justify="left" if i == 0 or prose else "right",
-                     no_wrap=not prose, overflow="fold" if prose else "ellipsis",   # a long path folds, whole
+        t.add_column(escape(flat_header(h) if flat else h),
+                     justify="left" if i == 0 or prose else "right",
+                     # a long path folds, whole
+                     no_wrap=not prose, overflow="fold" if prose else "ellipsis",
                      min_width=10 if prose else None)
     for line in table.cells:
-        t.add_row(*(escape(cell) for cell in line))     # cells are text, never rich markup ("[plot]")
+        # cells are text, never rich markup ("[plot]")
+        t.add_row(*(escape(cell) for cell in line))
     return t
 
 
@@ -62,8 +65,8 @@ def without(table: TableModel, dropped: set) -> TableModel:
     def pick(values) -> tuple:
         return tuple(values[i] for i in keep)
 
-    return TableModel(table.title, pick(table.headers), tuple(pick(line) for line in table.cells), table.notes,
-                      pick(table.priorities) if table.priorities else (),
+    return TableModel(table.title, pick(table.headers), tuple(pick(line) for line in table.cells),
+                      table.notes, pick(table.priorities) if table.priorities else (),
                       tuple(keep.index(i) for i in table.wrapped if i in keep))
 
 
@@ -73,7 +76,8 @@ def fit(table: TableModel, width: Optional[int], measure) -> TableModel:
     if width is None or measure(table) <= width:
         return table
     priorities = _priorities(table)
-    order = sorted((i for i, p in enumerate(priorities) if p > 0), key=lambda i: (-priorities[i], -i))
+    order = sorted((i for i, p in enumerate(priorities) if p > 0),
+                   key=lambda i: (-priorities[i], -i))
     if not order:            # nothing may go: the table runs past the edge, and says nothing of it
         return table
     dropped: set = set()
@@ -100,7 +104,8 @@ def _names(dropped: list, headers: tuple) -> str:
     for what, owners in groups.items():
         named = [o for o in owners if o]
         parts.append(f"{what} ({', '.join(named)})" if named and set(named) != every else what)
-    whole = every and all(set(o for o in owners if o) == every for owners in groups.values() if any(owners))
+    whole = every and all(set(o for o in owners if o) == every for owners in groups.values()
+                          if any(owners))
     return ", ".join(parts) + (" of every backend" if whole and len(every) > 1 and all(
         any(o for o in owners) for owners in groups.values()) else "")
 
@@ -127,16 +132,19 @@ def as_written(table: TableModel, encoding: str) -> TableModel:
         return tuple(written(v) for v in values)
 
     return dataclasses.replace(table, title=written(table.title), headers=cells(table.headers),
-                               cells=tuple(cells(line) for line in table.cells), notes=cells(table.notes))
+                               cells=tuple(cells(line) for line in table.cells),
+                               notes=cells(table.notes))
 
 
-def print_table(console, table: TableModel, width: Optional[int], plain: bool, said: Optional[set] = None) -> None:
+def print_table(console, table: TableModel, width: Optional[int], plain: bool,
+                said: Optional[set] = None) -> None:
     """Draw ``table`` on a rich ``console``, fitted to ``width`` (None: every column). ``said``:
     the notes printed under earlier tables of the same output, which are not repeated (and
     this table's are added to it)."""
     table = as_written(table, console.encoding)
 
-    def measure(t: TableModel) -> int:      # wrapped columns at their narrowest (their longest word)
+    # wrapped columns at their narrowest (their longest word)
+    def measure(t: TableModel) -> int:
         size = console.measure(to_rich(t, plain), options=console.options.update_width(100_000))
         return size.minimum if t.wrapped else size.maximum
 
@@ -176,7 +184,8 @@ def in_parts(table: TableModel, width: Optional[int], measure) -> list:
     return parts
 
 
-def _print_fitted(console, fitted: TableModel, width: Optional[int], plain: bool, said: Optional[set]) -> None:
+def _print_fitted(console, fitted: TableModel, width: Optional[int], plain: bool,
+                  said: Optional[set]) -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -190,7 +199,8 @@ def _print_fitted(console, fitted: TableModel, width: Optional[int], plain: bool
         Console(file=console.file, highlight=False, force_terminal=not plain, no_color=plain,
                 width=max(drawn, MIN_WIDTH))
     wrap = width or max(natural, 100)
-    for line in textwrap.wrap(fitted.title, wrap, break_on_hyphens=False):   # at the width, not the table's
+    # at the width, not the table's
+    for line in textwrap.wrap(fitted.title, wrap, break_on_hyphens=False):
         console.print(Text(line, style="bold" if not plain else ""), no_wrap=True, crop=False,
                       width=max(wrap, len(line)))
     target.print(rendered, width=drawn if fitted.wrapped else None)

@@ -29,8 +29,8 @@ class MarkdownExporter:
         meta = result.metadata
         head = ["# collbench results", "",
                 f"- collbench {meta.get('collbench_version', '?')}, {meta.get('timestamp', '')}",
-                f"- {meta.get('world_size', '?')} rank{'' if meta.get('world_size') == 1 else 's'} on "
-                f"{', '.join(str(h) for h in meta.get('hostnames', []))}",
+                f"- {meta.get('world_size', '?')} rank{'' if meta.get('world_size') == 1 else 's'} "
+                f"on {', '.join(str(h) for h in meta.get('hostnames', []))}",
                 f"- MPI: {meta.get('versions', {}).get('mpi_library', '-')}", "", ""]
         body = [to_markdown(t) for t in build_tables(result.rows, root_rank(meta), placement(meta))]
         notes = [f"- {n}" for n in result.notes]

@@ -31,7 +31,8 @@ class TableModel:
     headers: tuple           # all empty (""): a table without a header line
     cells: tuple             # per line of the table, a tuple of its cell texts
     notes: tuple = ()
-    priorities: tuple = ()   # per column: 0 always shown, higher numbers dropped first to fit a width
+    priorities: tuple = ()   # per column: 0 always shown, higher numbers dropped first to fit a
+                             # width
     wrapped: tuple = ()      # columns of prose: left-aligned, wrapped to fit a width
 
 
@@ -69,7 +70,8 @@ def _lopsided(row: Row) -> bool:
     upper side clearly longer than its lower (a CI of the rounds alone is even on the log scale)."""
     if not (row.time_us_p50 > 0 and row.time_us_ci_low > 0 and row.time_us_ci_high > 0):
         return False
-    below, above = math.log(row.time_us_p50 / row.time_us_ci_low), math.log(row.time_us_ci_high / row.time_us_p50)
+    below, above = (math.log(row.time_us_p50 / row.time_us_ci_low),
+                    math.log(row.time_us_ci_high / row.time_us_p50))
     return above > 1.25 * below and above - below >= 0.01
 
 
@@ -90,10 +92,11 @@ def _wide_note(rows: list, name) -> list:
     if not wide:
         return []
     rounds = [m for r in wide for m in r.time_us_round_p50s if m and m > 0]
-    ran = f" (their rounds ran {format_us(min(rounds))}–{format_us(max(rounds))} µs)" if rounds else ""
-    return [f"{_listed([name(r) for r in wide])}: the 95% CI spans {WIDE_CI:g}× its p50 or more{ran}, so the next "
-            "run may land anywhere in it and the p50 is not a figure to quote; measure again with more rounds or "
-            "on a quieter machine"]
+    ran = (f" (their rounds ran {format_us(min(rounds))}–{format_us(max(rounds))} µs)"
+           if rounds else "")
+    return [f"{_listed([name(r) for r in wide])}: the 95% CI spans {WIDE_CI:g}× its p50 or "
+            f"more{ran}, so the next run may land anywhere in it and the p50 is not a figure to "
+            "quote; measure again with more rounds or on a quieter machine"]
 
 
 def _ci_pct(row: Row) -> str:
@@ -180,11 +183,11 @@ def _busiest(row: Row) -> str:
 
 
 #: what the busiest column means, said under a table that has it
-BUSIEST_NOTE = ("busiest: the busiest rank's bytes, sent or received, over the size; algbw and busbw count "
-                "that rank's bytes, as nccl-tests' alltoallv does")
+BUSIEST_NOTE = ("busiest: the busiest rank's bytes, sent or received, over the size; algbw and "
+                "busbw count that rank's bytes, as nccl-tests' alltoallv does")
 #: the same for the collectives of one piece per rank (allgatherv, gatherv, scatterv)
-PIECES_NOTE = ("busiest: the largest piece over the mean piece; algbw and busbw count the whole array, which "
-               "every rank (or the root) moves whatever its pieces")
+PIECES_NOTE = ("busiest: the largest piece over the mean piece; algbw and busbw count the whole "
+               "array, which every rank (or the root) moves whatever its pieces")
 
 
 def _busiest_note(rows: list) -> tuple:
@@ -215,12 +218,15 @@ def _slowest_groups(rows: list) -> tuple[list, dict, tuple]:
     kept, spread = [], {}
     for members in by.values():
         times = [r.time_us_p50 for r in members if math.isfinite(r.time_us_p50)]
-        slowest = max(members, key=lambda r: r.time_us_p50 if math.isfinite(r.time_us_p50) else -math.inf)
+        slowest = max(members,
+                      key=lambda r: r.time_us_p50 if math.isfinite(r.time_us_p50) else -math.inf)
         kept.append(slowest)
-        spread[id(slowest)] = (max(times) / min(times) if times and min(times) > 0 else math.nan, len(members))
+        spread[id(slowest)] = (max(times) / min(times) if times and min(times) > 0 else math.nan,
+                               len(members))
     counts = {n for _, n in spread.values()}
-    note = (f"split: p50 and the figures are the slowest of the {'/'.join(map(str, sorted(counts)))} groups "
-            "measuring at once; spread: its median / the fastest group's (the files have each group's rows)",)
+    note = ("split: p50 and the figures are the slowest of the "
+            f"{'/'.join(map(str, sorted(counts)))} groups measuring at once; spread: its median / "
+            "the fastest group's (the files have each group's rows)",)
     return kept, spread, note
 
 
@@ -249,12 +255,16 @@ def _single(title: str, rows: list) -> TableModel:
         columns += [("group", 2, lambda r: str(r.group)), ("spread", 1, _spread(spread))]
     if rounds:
         columns.append(("run cv", 4, _cv))
-    columns += [("avg µs", 6, lambda r: format_us(r.time_us_rank_avg)), ("min µs", 10, lambda r: format_us(r.time_us_min)),
-                ("p95 µs", 12, lambda r: format_us(r.time_us_p95)), ("max µs", 11, lambda r: format_us(r.time_us_max))]
+    columns += [("avg µs", 6, lambda r: format_us(r.time_us_rank_avg)),
+                ("min µs", 10, lambda r: format_us(r.time_us_min)),
+                ("p95 µs", 12, lambda r: format_us(r.time_us_p95)),
+                ("max µs", 11, lambda r: format_us(r.time_us_max))]
     if sized:
-        columns += [("algbw GB/s", 5, lambda r: format_gbps(r.algbw_gbps)), ("busbw GB/s", 3, lambda r: format_gbps(r.busbw_gbps))]
+        columns += [("algbw GB/s", 5, lambda r: format_gbps(r.algbw_gbps)),
+                    ("busbw GB/s", 3, lambda r: format_gbps(r.busbw_gbps))]
     if _overlaps(rows):
-        columns += [("overlap %", 1, _overlap), ("overall µs", 2, lambda r: format_us(r.overall_us)),
+        columns += [("overlap %", 1, _overlap),
+                    ("overall µs", 2, lambda r: format_us(r.overall_us)),
                     ("compute µs", 2, lambda r: format_us(r.compute_us))]
     if sized:
         columns.append(("check", 1, lambda r: r.check))
@@ -306,7 +316,8 @@ def _multi(title: str, rows: list, backends: list) -> TableModel:
 
     columns += [(f"{_stacked(b)}\n/{backends[0]}", 1, ratio(b)) for b in backends[1:]]
     busiest = _busiest_note(rows)
-    return _columns(columns, sizes, title, _summary(rows, backends) + split_note + busiest + _notes(rows))
+    return _columns(columns, sizes, title,
+                    _summary(rows, backends) + split_note + busiest + _notes(rows))
 
 
 def _overlaps(rows: list) -> bool:
@@ -324,16 +335,19 @@ def _summary(rows: list, backends: list) -> tuple:
     parts, counts = [], set()
     for b in backends:
         bus = [r.busbw_gbps for r in rows
-               if backend_label(r) == b and r.size_bytes and r.busbw_gbps and math.isfinite(r.busbw_gbps)]
+               if backend_label(r) == b and r.size_bytes and r.busbw_gbps
+               and math.isfinite(r.busbw_gbps)]
         if bus:
-            mean = format_gbps(sum(bus) / len(bus)) if sum(bus) / len(bus) >= 0.001 else f"{sum(bus) / len(bus):.2g}"
+            mean = (format_gbps(sum(bus) / len(bus))
+                    if sum(bus) / len(bus) >= 0.001 else f"{sum(bus) / len(bus):.2g}")
             parts.append(f"{b} {mean}" if len(backends) > 1 else mean)
             counts.add(len(bus))
     if not parts:
         return ()
     count = counts.pop() if len(counts) == 1 else None
     over = "the sizes" if count is None else f"{count} size{'s' * (count != 1)}"
-    return (f"avg bus bandwidth: {', '.join(parts)} GB/s (mean over {over}, as nccl-tests prints it)",)
+    return (f"avg bus bandwidth: {', '.join(parts)} GB/s (mean over {over}, as nccl-tests prints "
+            "it)",)
 
 
 def _notes(rows: list) -> tuple:
@@ -341,30 +355,35 @@ def _notes(rows: list) -> tuple:
     most = max(r.rounds for r in rows)
     if most > 1:
         aside = sum(r.rounds_set_aside for r in rows)
-        notes.append(f"{most} rounds: p50 is the geometric mean of the round medians, its 95% CI comes from "
-                     f"their spread, moderated by what rows of like time in this file spread by, and the spread between runs (run cv: "
-                     f"standard deviation / mean of the round medians)")
+        notes.append(f"{most} rounds: p50 is the geometric mean of the round medians, its 95% CI "
+                     "comes from their spread, moderated by what rows of like time in this file "
+                     "spread by, and the spread between runs (run cv: standard deviation / mean of "
+                     "the round medians)")
         if aside:                         # this table's own: the note above is said once for all
-            notes.append(f"{aside} round median(s) far above their row's fastest set aside as interference")
+            notes.append(f"{aside} round median(s) far above their row's fastest set aside as "
+                         "interference")
         if any(_lopsided(r) for r in rows):      # said once for all tables, as the note above
-            notes.append("a CI far longer above its p50 than below reaches up to where a fifth or more of the row's "
-                         "rounds ran, set aside: a state of the machine that the next run may settle in")
+            notes.append("a CI far longer above its p50 than below reaches up to where a fifth or "
+                         "more of the row's rounds ran, set aside: a state of the machine that the "
+                         "next run may settle in")
     else:
-        notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one that holds "
-                     "from one run to the next")
+        notes.append("one round: the CI describes this launch only; --rounds 2 or more gives one "
+                     "that holds from one run to the next")
     notes += _cold_note(rows)
     grouped = sorted({r.coalesce for r in rows if r.coalesce > 1})
     if grouped:
-        notes.append(f"{'/'.join(map(str, grouped))} grouped: that many calls issued as one group, each on buffers "
-                     "of its own (torch's coalescing manager; MPI's non-blocking calls, all started, then "
-                     "completed), timed as a group; p50 and the other times are per call (the group's over its "
-                     "calls)")
+        notes.append(f"{'/'.join(map(str, grouped))} grouped: that many calls issued as one group, "
+                     "each on buffers of its own (torch's coalescing manager; MPI's non-blocking "
+                     "calls, all started, then completed), timed as a group; p50 and the other "
+                     "times are per call (the group's over its calls)")
     if _overlaps(rows):
-        notes.append("overlap %: how much of a call compute between its start and its wait hid, as OSU defines it: "
-                     "100·max(0, 1 − (overall − compute) / p50), the compute lasting at least p50 (docs/methodology.md)")
+        notes.append("overlap %: how much of a call compute between its start and its wait hid, as "
+                     "OSU defines it: 100·max(0, 1 − (overall − compute) / p50), the compute "
+                     "lasting at least p50 (docs/methodology.md)")
     if any(r.rounds_disagree for r in rows):
-        notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the file's noise model "
-                     f"expects of rows like it at its time (its CI rests on its own rounds alone)")
+        notes.append(f"{DISAGREE_MARK} rounds disagree: their medians spread far more than the "
+                     "file's noise model expects of rows like it at its time (its CI rests on its "
+                     "own rounds alone)")
     several = len({r.backend for r in rows}) > 1
 
     def name(r: Row) -> str:
@@ -373,14 +392,15 @@ def _notes(rows: list) -> tuple:
     notes += _wide_note(rows, lambda r: name(r) if r.size_bytes else r.collective)
     notes += _budget_notes(rows, name)
     if any(not r.precision_reached for r in rows):
-        notes.append("* precision not reached in every round: a round's CI of its median stayed wider than "
-                     "--precision, or it had too few samples (under 6) for one")
+        notes.append("* precision not reached in every round: a round's CI of its median stayed "
+                     "wider than --precision, or it had too few samples (under 6) for one")
     wrong = [r for r in rows if r.check.startswith("wrong")]
     checked = [r for r in rows if r.check != "skipped"]
     if wrong:
         notes.append(f"{len(wrong)} row(s) FAILED the result check")
     elif checked:
-        notes.append("every checked result: ok" if len(checked) < len(rows) else "every result checked: ok")
+        notes.append("every checked result: ok"
+                     if len(checked) < len(rows) else "every result checked: ok")
     return tuple(notes)
 
 
@@ -390,11 +410,12 @@ def _cold_note(rows: list) -> tuple:
     if not cold:
         return ()
     short = [r for r in cold if r.cache_span < 2]
-    less = (f"; at {_listed(list(dict.fromkeys(_size(r) for r in short)))} the pool's sets spanned less "
-            f"({min(r.cache_span for r in short):.2g}× at least), so some data may still be in that cache"
+    less = (f"; at {_listed(list(dict.fromkeys(_size(r) for r in short)))} the pool's sets spanned "
+            f"less ({min(r.cache_span for r in short):.2g}× at least), so some data may still be in "
+            "that cache"
             if short else "")
-    return (f"cold cache: each call on the next of a pool of page-aligned buffer sets spanning twice the cache "
-            f"behind them (IMB's -off_cache){less}",)
+    return ("cold cache: each call on the next of a pool of page-aligned buffer sets spanning "
+            f"twice the cache behind them (IMB's -off_cache){less}",)
 
 
 def _listed(names: list, most: int = 6) -> str:
@@ -411,16 +432,18 @@ def _budget_notes(rows: list, name) -> list:
         if r.window_used < r.window:
             shrunk.setdefault((r.window, r.window_used), []).append(name(r))
     for (window, used), names in sorted(shrunk.items()):
-        notes.append(f"window {window} shrunk to {used} for {_listed(names)}: a whole window would have taken over "
-                     "half a round's share of --max-time")
+        notes.append(f"window {window} shrunk to {used} for {_listed(names)}: a whole window would "
+                     "have taken over half a round's share of --max-time")
     short = [r for r in rows if r.rounds_short]
     if short:
-        notes.append(f"fewer than --min-iters samples in a round for {_listed([name(r) for r in short])}: its share of "
-                     "--max-time ran out first (iterations says how many; a longer --max-time gives more)")
+        notes.append("fewer than --min-iters samples in a round for "
+                     f"{_listed([name(r) for r in short])}: its share of --max-time ran out first "
+                     "(iterations says how many; a longer --max-time gives more)")
     return notes
 
 
-def build_tables(rows: Iterable[Row], root: int = 0, where: link_map.Placement = link_map.Placement()) -> list:
+def build_tables(rows: Iterable[Row], root: int = 0,
+                 where: link_map.Placement = link_map.Placement()) -> list:
     """One table per (collective, setup), its backends side by side; ``root``: the run's root
     rank, named in the titles of rooted collectives when it is not 0. Rows of many pairs
     (``collbench pairs``) make link maps instead: a matrix where it fits and what lies out;
@@ -453,7 +476,8 @@ def timing_tables(rows: list) -> list:
     slowest group's."""
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r.collective, r.dtype, r.op, r.world_size, *setup_words(r), backend_label(r)), []).append(r)
+        groups.setdefault((r.collective, r.dtype, r.op, r.world_size, *setup_words(r),
+                           backend_label(r)), []).append(r)
     tables = []
     eager_order, own_order = eager_and_own(dict.fromkeys(r.timing for r in rows))
     for group in groups.values():
@@ -483,12 +507,13 @@ def timing_tables(rows: list) -> list:
         columns += [(f"{t} µs", 0, p50(t)) for t in timings]
         columns += [("overhead µs", 0, beyond), ("of eager", 1, lambda size: beyond(size, True))]
         data = f"{first.dtype}{'' if first.op == 'none' else ' ' + first.op}"
-        title = " · ".join([first.collective, data, rank_count_text(first.world_size), *setup_words(first),
-                            backend_label(first), "timings side by side"])
+        title = " · ".join([first.collective, data, rank_count_text(first.world_size),
+                            *setup_words(first), backend_label(first), "timings side by side"])
         own = {("graph",): "graph (the same calls replayed from a CUDA graph)",
-               ("device",): "device (one call on the GPU's clock)"}.get(tuple(owns), "the faster of graph and device")
-        note = (f"overhead: {eager} less {own}, what a call costs beyond the library's own time on the device; "
-                "docs/methodology.md says what each timing includes")
+               ("device",): "device (one call on the GPU's clock)"}.get(tuple(owns),
+                                                                        "the faster of graph and device")
+        note = (f"overhead: {eager} less {own}, what a call costs beyond the library's own time on "
+                "the device; docs/methodology.md says what each timing includes")
         tables.append(_columns(columns, sizes, title, (note,)))
     return tables
 
@@ -507,7 +532,8 @@ def _host_legend(lmap: link_map.LinkMap) -> str:
     by_host: dict = {}
     for rank in lmap.ranks:
         by_host.setdefault(lmap.host(rank), []).append(str(rank))
-    return "hosts: " + "; ".join(f"{host}: ranks {','.join(ranks)}" for host, ranks in by_host.items())
+    return "hosts: " + "; ".join(f"{host}: ranks {','.join(ranks)}"
+                                 for host, ranks in by_host.items())
 
 
 def link_tables(lmap: link_map.LinkMap) -> list:
@@ -519,9 +545,10 @@ def link_tables(lmap: link_map.LinkMap) -> list:
     for kind, pairs in classes.items():
         values = [link_map.figure(lmap, lmap.time(p)) for p in pairs]
         med = float(np.median(values))
-        summary.append(f"{kind}: {len(pairs)} pair{'s' * (len(pairs) != 1)}, median {_fmt(lmap, med)} "
-                       f"({_fmt(lmap, min(values))} to {_fmt(lmap, max(values))})")
-    notes = tuple(summary) + ((_host_legend(lmap),) if len({lmap.host(r) for r in ranks}) > 1 else ()) \
+        summary.append(f"{kind}: {len(pairs)} pair{'s' * (len(pairs) != 1)}, median "
+                       f"{_fmt(lmap, med)} ({_fmt(lmap, min(values))} to {_fmt(lmap, max(values))})")
+    notes = tuple(summary) + ((_host_legend(lmap),)
+                              if len({lmap.host(r) for r in ranks}) > 1 else ()) \
         + tuple(_budget_notes(list(lmap.rows.values()), lambda r: r.pair))
     tables = []
     if len(ranks) <= MATRIX_RANKS:
@@ -533,8 +560,10 @@ def link_tables(lmap: link_map.LinkMap) -> list:
                 text = "·" if pair not in lmap.rows else _figure_text(lmap, lmap.time(pair))
                 line.append(text + ("!" if "%d-%d" % pair in flagged else ""))
             lines.append(tuple(line))
-        tables.append(TableModel(link_map.describe(lmap), ("",) + tuple(str(r) for r in ranks), tuple(lines),
-                                 notes + ("! lies out (below)",) * bool(flagged), (0,) * (len(ranks) + 1)))
+        tables.append(TableModel(link_map.describe(lmap), ("",) + tuple(str(r) for r in ranks),
+                                 tuple(lines),
+                                 notes + ("! lies out (below)",) * bool(flagged),
+                                 (0,) * (len(ranks) + 1)))
     else:
         drawn = "collbench plot draws it" if len(ranks) <= link_map.MOST_DRAWN_RANKS else \
             f"collbench plot draws maps of up to {link_map.MOST_DRAWN_RANKS} ranks"
@@ -542,13 +571,15 @@ def link_tables(lmap: link_map.LinkMap) -> list:
         tables.append(TableModel(link_map.describe(lmap), ("",), (), notes, (0,)))
     if lmap.findings:
         cells = tuple((_what(f), f"{f.links_out} of {f.links}" if f.what != "pair" else "-",
-                       _fmt(lmap, link_map.figure(lmap, f.time_us)), _fmt(lmap, link_map.figure(lmap, f.reference_us)),
+                       _fmt(lmap, link_map.figure(lmap, f.time_us)),
+                       _fmt(lmap, link_map.figure(lmap, f.reference_us)),
                        _how_far(lmap, f)) for f in lmap.findings)
         tables.append(TableModel(f"lies out · {lmap.first.collective} · {backend_label(lmap.first)} · "
                                  f"{format_size(lmap.first.size_bytes)}",
                                  ("what", "links out", "figure", "median", "how far"), cells,
-                                 (f"median: of the comparable links that do not touch it; how far: its figure over "
-                                  f"the median, and in robust σ; rule: {link_map.RULE}",), (0,) * 5))
+                                 ("median: of the comparable links that do not touch it; how far: "
+                                  "its figure over the median, and in robust σ; rule: "
+                                  f"{link_map.RULE}",), (0,) * 5))
     else:
         tables[-1] = dataclasses.replace(tables[-1], notes=tables[-1].notes + (
             lmap.crowded or f"nothing lies out (rule: {link_map.RULE})",))
@@ -592,7 +623,8 @@ _NUMBER = re.compile(r"[-+±]?[\d.,]+[KMGT]?[%×*‡]*(?:[–…][-+]?[\d.,]+%?[
 
 
 def _numeric(table: TableModel, column: int) -> bool:
-    return all(_NUMBER.fullmatch(line[column].strip("*")) for line in table.cells if column < len(line))
+    return all(_NUMBER.fullmatch(line[column].strip("*")) for line in table.cells
+               if column < len(line))
 
 
 def _cell(text: str) -> str:
@@ -606,7 +638,8 @@ def to_markdown(table: TableModel, level: int = 2, heading: bool = True) -> str:
     headers = [_cell(flat_header(h)) for h in table.headers]
     lines = [f"{'#' * level} {table.title}", ""] if heading else []
     lines += ["| " + " | ".join(headers) + " |",
-              "|" + "|".join("---:" if i and _numeric(table, i) else "---" for i in range(len(table.headers))) + "|"]
+              "|" + "|".join("---:" if i and _numeric(table, i) else "---"
+                             for i in range(len(table.headers))) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in line) + " |" for line in table.cells]
     for note in table.notes:
         lines += ["", f"_{note}_"]

@@ -89,9 +89,11 @@ def build_row(identity: RowIdentity, rounds: Sequence[RoundData]) -> Row:
     algbw, busbw = bandwidths(busiest_bytes(identity), p50, identity.bus_factor)
     nan = math.nan
     set_aside = across.set_aside if len(rounds) > 1 else 0
-    overall, compute = _median([r.overall_us for r in rounds]), _median([r.compute_us for r in rounds])
+    overall, compute = (_median([r.overall_us for r in rounds]),
+                        _median([r.compute_us for r in rounds]))
     return Row(
-        **{name: getattr(identity, name) for name in KEY_FIELDS}, iterations=sum(r.iterations for r in rounds),
+        **{name: getattr(identity, name) for name in KEY_FIELDS},
+        iterations=sum(r.iterations for r in rounds),
         time_us_p50=p50, time_us_ci_low=lo, time_us_ci_high=hi,
         time_us_mean=pooled.mean if pooled else nan, time_us_min=pooled.min if pooled else nan,
         time_us_p95=pooled.p95 if pooled else nan, time_us_p99=pooled.p99 if pooled else nan,
@@ -127,9 +129,10 @@ def moderate(row: Row, model: Optional[NoiseModel], bus_factor: Optional[float] 
     algbw, busbw = bandwidths(busiest_bytes(row), across.center, bus_factor)
     return dataclasses.replace(row, time_us_p50=across.center, time_us_ci_low=across.ci_low,
                                time_us_ci_high=across.ci_high, run_to_run_cv=across.cv,
-                               algbw_gbps=algbw, busbw_gbps=busbw, rounds_set_aside=across.set_aside,
-                               rounds_disagree=across.disagree,
-                               overlap_pct=overlap_pct(row.overall_us, row.compute_us, across.center))
+                               algbw_gbps=algbw, busbw_gbps=busbw,
+                               rounds_set_aside=across.set_aside, rounds_disagree=across.disagree,
+                               overlap_pct=overlap_pct(row.overall_us, row.compute_us,
+                                                       across.center))
 
 
 def file_noise(rows: Sequence[Row]) -> Optional[NoiseModel]:

@@ -96,7 +96,8 @@ class Collector:
                 if e.moderated is None:
                     e.moderated = moderate(e.row, self._model, e.identity.bus_factor)
             self.result.rows[:] = [e.moderated for e in ordered]
-            self.result.rounds[:] = [tuple(sorted(e.rounds, key=lambda d: d.round)) for e in ordered]
+            self.result.rounds[:] = [tuple(sorted(e.rounds, key=lambda d: d.round))
+                                     for e in ordered]
             self._dirty = False
         return self.result
 
@@ -107,7 +108,8 @@ class Collector:
 
     @staticmethod
     def entry(identity: RowIdentity, sort_key: tuple, data: RoundData) -> dict:
-        return {"type": "measure", "identity": _shallow(identity), "sort": list(sort_key), "data": _shallow(data)}
+        return {"type": "measure", "identity": _shallow(identity), "sort": list(sort_key),
+                "data": _shallow(data)}
 
     def replay(self, entry: dict) -> Optional[Row]:
         identity = RowIdentity(**entry["identity"])

@@ -78,7 +78,8 @@ def read_results(path_or_paths) -> pd.DataFrame:
     names = _ordered({name for record in records for name in record})
     frame = pd.DataFrame(records, columns=names)
     frame = frame.astype({name: _dtype(name) for name in names if _dtype(name)})
-    metadata = {path: {**csv_metadata(run.metadata), "notes": list(run.notes)} for path, run in zip(paths, runs)}
+    metadata = {path: {**csv_metadata(run.metadata), "notes": list(run.notes)}
+                for path, run in zip(paths, runs)}
     frame.attrs = metadata[paths[0]] if len(paths) == 1 else metadata
     return frame
 
@@ -100,9 +101,11 @@ def _paths(path_or_paths) -> list:
 def _run_values(path: str, metadata: dict) -> dict:
     """The run columns of a file's rows."""
     hosts = metadata.get("hostnames")
-    values = {"file": path, "run_id": metadata.get("run_id"), "timestamp": metadata.get("timestamp"),
+    values = {"file": path, "run_id": metadata.get("run_id"),
+              "timestamp": metadata.get("timestamp"),
               "hostnames": ",".join(map(str, hosts)) if isinstance(hosts, list) else None,
-              "cpu_model": metadata.get("cpu_model"), "collbench_version": metadata.get("collbench_version")}
+              "cpu_model": metadata.get("cpu_model"),
+              "collbench_version": metadata.get("collbench_version")}
     for name, version in (metadata.get("versions") or {}).items():
         values.setdefault(f"{name}_version", version)
     return values
@@ -110,7 +113,8 @@ def _run_values(path: str, metadata: dict) -> dict:
 
 def _ordered(names: set) -> list:
     """The run columns, the row's, then the round medians by round."""
-    versions = sorted(name for name in names if name.endswith("_version") and name not in RUN_COLUMNS)
+    versions = sorted(name for name in names
+                      if name.endswith("_version") and name not in RUN_COLUMNS)
     rounds = sorted((name for name in names if name.startswith(ROUND_COLUMN.format(""))),
                     key=lambda name: int(name.rsplit("_", 1)[1]))
     return [*RUN_COLUMNS, *versions, *ROW_COLUMNS, *rounds]

@@ -23,10 +23,13 @@ def _clean(value):
 
 def _round_record(r) -> dict:
     return {"round": r.round, "iterations": r.iterations, "time_us_p50": _clean(r.time_us_p50),
-            "time_us_ci_low": _clean(r.time_us_ci_low), "time_us_ci_high": _clean(r.time_us_ci_high),
-            "precision_reached": r.precision_reached, "check": r.check, "calls_per_sample": r.calls_per_sample,
+            "time_us_ci_low": _clean(r.time_us_ci_low),
+            "time_us_ci_high": _clean(r.time_us_ci_high),
+            "precision_reached": r.precision_reached, "check": r.check,
+            "calls_per_sample": r.calls_per_sample,
             "samples_us": [round(v, 4) for v in r.samples_us] if r.samples_us is not None else None,
-            "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us] if r.rank_means_us is not None else None,
+            "rank_means_us": [_clean(round(m, 4)) for m in r.rank_means_us]
+            if r.rank_means_us is not None else None,
             **({"overall_us": _clean(r.overall_us), "compute_us": _clean(r.compute_us)}
                if math.isfinite(r.overall_us) else {}),
             **({"window": r.window} if r.window else {}), **({"short": True} if r.short else {})}
@@ -65,11 +68,14 @@ class JsonExporter:
         texts = []
         for row, rounds, view in zip(result.rows, result.rounds, row_views(result)):
             cached = memo.get(row.key())
-            if cached is None or cached.rounds != rounds:    # tuples of the same RoundData: compared by identity
-                cached = _JsonRowMemo(rounds, json.dumps([_round_record(r) for r in rounds], default=str))
+            # tuples of the same RoundData: compared by identity
+            if cached is None or cached.rounds != rounds:
+                cached = _JsonRowMemo(rounds,
+                                      json.dumps([_round_record(r) for r in rounds], default=str))
                 memo[row.key()] = cached
             if cached.row is not row or cached.view is not view:
-                cached.row, cached.view, cached.text = row, view, cls._row_text(row, view, cached.details)
+                cached.row, cached.view, cached.text = (row, view,
+                                                        cls._row_text(row, view, cached.details))
             texts.append(cached.text)
         head = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "metadata": result.metadata,
                 "notes": result.notes}
@@ -98,7 +104,8 @@ CSV_LEFT_OUT = {"metadata": ("rank_hosts",), "round": ("order", "rank_hosts"), "
 
 
 def _without(record, names) -> dict:
-    return {k: v for k, v in record.items() if k not in names} if isinstance(record, dict) else record
+    return ({k: v for k, v in record.items() if k not in names}
+            if isinstance(record, dict) else record)
 
 
 def csv_metadata(metadata: dict) -> dict:
@@ -109,7 +116,8 @@ def csv_metadata(metadata: dict) -> dict:
     if isinstance(meta.get("rounds"), list):
         rounds = [_without(r, CSV_LEFT_OUT["round"]) for r in meta["rounds"]]
         meta["rounds"] = [{**r, "load": _without(r["load"], CSV_LEFT_OUT["load"])}
-                          if isinstance(r, dict) and isinstance(r.get("load"), dict) else r for r in rounds]
+                          if isinstance(r, dict) and isinstance(r.get("load"), dict) else r
+                          for r in rounds]
     return meta
 
 
@@ -136,5 +144,6 @@ class CsvExporter:
             record = r.to_dict()
             record["time_us_round_p50s"] = " ".join(f"{v:.6g}" for v in r.time_us_round_p50s)
             record.update(csv_fields(view))
-            writer.writerow([_cell(record.get(name)) for name in columns] + [metadata if i == 0 else ""])
+            writer.writerow([_cell(record.get(name)) for name in columns]
+                            + [metadata if i == 0 else ""])
         return out.getvalue()

@@ -38,9 +38,9 @@ OUT_SIGMAS = 3.5
 OUT_RATIO = 1.25
 MAD_TO_SIGMA = 1.4826
 SAME_HOST, ACROSS_HOSTS = "within a host", "across hosts"
-RULE = (f"a pair lies out when slower than the median of comparable pairs (same host; across hosts) by over "
-        f"{OUT_SIGMAS} robust σ ({MAD_TO_SIGMA} × MAD) and over {(OUT_RATIO - 1) * 100:.0f}%; a host or rank "
-        "with most of its links out is named instead")
+RULE = ("a pair lies out when slower than the median of comparable pairs (same host; across hosts) "
+        f"by over {OUT_SIGMAS} robust σ ({MAD_TO_SIGMA} × MAD) and over "
+        f"{(OUT_RATIO - 1) * 100:.0f}%; a host or rank with most of its links out is named instead")
 MIN_PAIRS = 3
 
 
@@ -55,7 +55,8 @@ class Finding:
     kind: str                # SAME_HOST or ACROSS_HOSTS
     time_us: float
     reference_us: float
-    sigmas: float            # (time - reference) / robust sigma; inf when the reference has no spread
+    sigmas: float            # (time - reference) / robust sigma; inf when the reference has no
+                             # spread
     links_out: int = 1
     links: int = 1
     direction: str = ""      # for a host or rank of a one-way map: "from" or "to"
@@ -73,7 +74,8 @@ class LinkMap:
     rows: dict
     hosts: list
     one_way: bool
-    crowded: str = ""        # why nothing is judged: more ranks on a host than it has CPUs, or too many ranks
+    crowded: str = ""        # why nothing is judged: more ranks on a host than it has CPUs, or too
+                             # many ranks
     findings: list = field(default_factory=list)
 
     @property
@@ -111,7 +113,8 @@ def parse_pair(text: str) -> Optional[tuple]:
 
 
 def map_key(row) -> tuple:
-    return (row.collective, row.backend, row.dtype, row.op, row.world_size, row.size_bytes, row.timing, row.window,
+    return (row.collective, row.backend, row.dtype, row.op, row.world_size, row.size_bytes,
+            row.timing, row.window,
             *(getattr(row, name) for name in PER_BACKEND))      # --buffers numpy,mpi: a map each
 
 
@@ -122,8 +125,9 @@ def crowding(metadata: dict) -> str:
     other 8 µs, each time another."""
     per_node, cpus = metadata.get("ranks_per_node"), metadata.get("cpu_count")
     if isinstance(per_node, int) and isinstance(cpus, int) and 0 < cpus < per_node:
-        return (f"{per_node} ranks share a host with {cpus} CPUs: pairs at once and waiting ranks take turns on "
-                "the cores, so nothing is judged; give every rank a core (or fewer ranks)")
+        return (f"{per_node} ranks share a host with {cpus} CPUs: pairs at once and waiting ranks "
+                "take turns on the cores, so nothing is judged; give every rank a core (or fewer "
+                "ranks)")
     return ""
 
 
@@ -159,7 +163,8 @@ def groups(rows) -> list:
         if bench is not None and bench.paired and parse_pair(row.pair) is not None and \
                 math.isfinite(row.time_us_p50) and row.time_us_p50 > 0:
             found.setdefault(map_key(row), []).append(row)
-    return [members for members in found.values() if len({parse_pair(r.pair) for r in members}) >= MIN_PAIRS]
+    return [members for members in found.values()
+            if len({parse_pair(r.pair) for r in members}) >= MIN_PAIRS]
 
 
 def ranks_of(members) -> set:
@@ -175,10 +180,12 @@ def split(rows: list, where: Placement = Placement()) -> tuple[list, list]:
     for members in groups(rows):
         by_pair = {parse_pair(r.pair): r for r in members}
         n = members[0].world_size
-        known = list(hosts) if hosts and len(hosts) == n else []       # unknown: "?" (``LinkMap.host``)
+        # unknown: "?" (``LinkMap.host``)
+        known = list(hosts) if hosts and len(hosts) == n else []
         one_way = BENCHMARKS[members[0].collective].directed
         ranks = len(ranks_of(members))
-        unjudged = crowded or (f"not judged: {ranks:,} ranks, more than the {MOST_JUDGED_RANKS:,} collbench judges"
+        unjudged = crowded or (f"not judged: {ranks:,} ranks, more than the {MOST_JUDGED_RANKS:,} "
+                               "collbench judges"
                                if ranks > MOST_JUDGED_RANKS else "")
         lmap = LinkMap(by_pair, known, one_way, unjudged)
         lmap.findings = [] if unjudged else judge(lmap)
@@ -204,7 +211,8 @@ def lies_out(value: float, reference: tuple) -> tuple[bool, float, float]:
     return (over > OUT_SIGMAS * sigma and value > OUT_RATIO * med), med, sigmas
 
 
-def _entity_findings(lmap: LinkMap, what: str, members: dict, pairs_of_kind: dict, excluded) -> list:
+def _entity_findings(lmap: LinkMap, what: str, members: dict, pairs_of_kind: dict,
+                     excluded) -> list:
     """Hosts or ranks (``members``: name → ranks) whose links of a kind lie out in majority,
     each against the links of that kind that touch neither it nor anything already named. In a
     one-way map its outgoing and incoming links are judged apart (a link can be slow one way);
@@ -217,7 +225,8 @@ def _entity_findings(lmap: LinkMap, what: str, members: dict, pairs_of_kind: dic
             if not others:
                 continue
             reference = _stats([lmap.time(p) for p in others])
-            sides = {"from": [p for p in pairs if p[0] in ranks], "to": [p for p in pairs if p[1] in ranks]} \
+            sides = {"from": [p for p in pairs if p[0] in ranks],
+                     "to": [p for p in pairs if p[1] in ranks]} \
                 if lmap.one_way else {"": [p for p in pairs if p[0] in ranks or p[1] in ranks]}
             out_sides = {}
             for direction, mine in sides.items():
@@ -231,7 +240,8 @@ def _entity_findings(lmap: LinkMap, what: str, members: dict, pairs_of_kind: dic
             out = [p for _, o in out_sides.values() for p in o]
             value = float(np.median([lmap.time(p) for p in mine]))
             _, med, sigmas = lies_out(value, reference)
-            found.append(Finding(what, name, kind, value, med, sigmas, len(out), len(mine), direction))
+            found.append(Finding(what, name, kind, value, med, sigmas, len(out), len(mine),
+                                 direction))
     return found
 
 
@@ -248,10 +258,12 @@ def judge(lmap: LinkMap) -> list:
         return pair[0] in named or pair[1] in named
 
     if len(hosts) >= 3 or (len(hosts) == 2 and SAME_HOST in classes):
-        for f in _entity_findings(lmap, "host", {h: r for h, r in hosts.items()}, classes, excluded):
+        for f in _entity_findings(lmap, "host", {h: r for h, r in hosts.items()}, classes,
+                                  excluded):
             findings.append(f)
             named.update(hosts[f.name])
-    singles = {str(r): {r} for r in lmap.ranks if r not in named and len(hosts.get(lmap.host(r), ())) > 1}
+    singles = {str(r): {r} for r in lmap.ranks
+               if r not in named and len(hosts.get(lmap.host(r), ())) > 1}
     if len(singles) >= 3:
         for f in _entity_findings(lmap, "rank", singles, classes, excluded):
             findings.append(f)
@@ -284,6 +296,6 @@ def describe(lmap: LinkMap) -> str:
     at_once = max(r.pairs_at_once for r in lmap.rows.values())
     hosts = len({lmap.host(r) for r in lmap.ranks})
     metric = "GB/s row→column" if lmap.one_way else "µs"
-    return (f"pairs · {row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · {metric} · "
-            f"{len(lmap.ranks)} ranks, {hosts} host{'s' * (hosts != 1)} · "
+    return (f"pairs · {row.collective} · {backend_label(row)} · {format_size(row.size_bytes)} · "
+            f"{metric} · {len(lmap.ranks)} ranks, {hosts} host{'s' * (hosts != 1)} · "
             f"{'1 pair at a time' if at_once == 1 else f'≤{at_once} at once'}")

@@ -30,18 +30,20 @@ from collbench.errors import UsageError, printable
 from collbench.versions import tidy_library_version
 from collbench.results.formats import CSV_METADATA_COLUMN
 from collbench.results.paths import NOT_FILES
-from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES, LONGEST_TEXT,
-                                      MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS, RoundData, Row,
+from collbench.results.records import (ADDED_IN, ADDED_LATER, ASSUMED_SETUP, COLUMN_TYPES,
+                                       LONGEST_TEXT,
+                                      MPI_BACKENDS, ROW_FIELDS, SCHEMA, SCHEMA_VERSION, WIDE_FIELDS,
+                                       RoundData, Row,
                                       RunResult, backend_label, older_value, windows_sent)
 
 #: Larger files are not read: the largest sweep collbench makes (10,000 sizes, 10 rounds of
 #: samples) is a few hundred MB, and a file is held twice while it is decoded.
 MAX_FILE_BYTES = 1 << 30
 #: Nor are files of more values than this (an upper bound counted on the bytes: commas, ``[`` and
-#: ``{`` of JSON; commas, line ends and spaces of CSV). Parsed, and with the rows made of them, values
-#: cost up to about 100 bytes each (an empty list alone is 64), so this bounds the memory of reading
-#: one file to about 2 GB; honest files hold one value per 6-14 bytes (benchmarks/README.md, "Large
-#: result files").
+#: ``{`` of JSON; commas, line ends and spaces of CSV). Parsed, and with the rows made of them,
+#: values cost up to about 100 bytes each (an empty list alone is 64), so this bounds the memory of
+#: reading one file to about 2 GB; honest files hold one value per 6-14 bytes (benchmarks/README.md,
+#: "Large result files").
 MAX_VALUES = 20_000_000
 
 #: Beyond this a figure is not a measurement (a microsecond count of 30 years is 1e15).
@@ -73,7 +75,8 @@ def _shown(v) -> str:
 def _check_regular(name: str, mode: int) -> None:
     for test, kind in NOT_FILES:
         if test(mode):
-            hint = "; to read a stream, pipe it in and give - as the file" if test is stat.S_ISFIFO else ""
+            hint = ("; to read a stream, pipe it in and give - as the file"
+                    if test is stat.S_ISFIFO else "")
             raise UsageError(f"{name}: not a result file but {kind}{hint}")
     if not stat.S_ISREG(mode):
         raise UsageError(f"{name}: not a regular file")
@@ -111,7 +114,8 @@ def _no_binary(chunk: bytes, name: str, offset: int) -> None:
     it is read (a disk image or a core file can be most of MAX_FILE_BYTES)."""
     at = chunk.find(b"\0")
     if at >= 0:
-        raise UsageError(f"{name}: not a collbench result file (binary: a NUL byte at byte {offset + at})")
+        raise UsageError(f"{name}: not a collbench result file (binary: a NUL byte at byte "
+                         f"{offset + at})")
 
 
 def _read_file(path: Path) -> bytearray:
@@ -120,7 +124,9 @@ def _read_file(path: Path) -> bytearray:
     name = str(path)
     try:
         _check_regular(name, os.stat(path).st_mode)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path,
+                     os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise UsageError(f"{name}: no such file") from None
     except OSError as exc:
@@ -130,11 +136,12 @@ def _read_file(path: Path) -> bytearray:
             info = os.fstat(f.fileno())
             _check_regular(name, info.st_mode)
             if info.st_size > MAX_FILE_BYTES:
-                raise UsageError(f"{name}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench result file")
+                raise UsageError(f"{name}: larger than {MAX_FILE_BYTES >> 30} GiB; not a collbench "
+                                 "result file")
             if info.st_size == 0:
                 if f.read(1):
-                    raise UsageError(f"{name}: a file of no size that still holds bytes (/proc, /sys?); "
-                                     "not a result file")
+                    raise UsageError(f"{name}: a file of no size that still holds bytes (/proc, "
+                                     "/sys?); not a result file")
                 return bytearray()
             _no_binary(os.pread(f.fileno(), min(info.st_size, _CHUNK), 0), name, 0)
             return _read_bounded(f, name, info.st_size)
@@ -220,7 +227,8 @@ def _check(v) -> str:
     text = _text(v)
     if text in ("ok", "skipped"):
         return text
-    if not (text.startswith("wrong:") and text[6:].isdigit() and text[6:].isascii() and len(text) < 26):
+    if not (text.startswith("wrong:") and text[6:].isdigit() and text[6:].isascii()
+            and len(text) < 26):
         raise ValueError("not ok, skipped or wrong:N")
     return text
 
@@ -242,13 +250,16 @@ def _column_check(name: str, kind: str):
         return _check
     if kind == "float":
         return partial(_figure, limit=math.inf if name in WIDE_FIELDS else _LARGEST,
-                       # a time in µs, the wide ones (CI ends) excepted: a wild round can put them anywhere
-                       smallest=SMALLEST_TIME_US if name.startswith("time_us") and name not in WIDE_FIELDS else 0.0)
+                       # a time in µs, the wide ones (CI ends) excepted: a wild round can put them
+                       # anywhere
+                       smallest=SMALLEST_TIME_US
+                       if name.startswith("time_us") and name not in WIDE_FIELDS else 0.0)
     return {"int": _count, "str": _text, "bool": _flag}[kind]
 
 
 #: The check of each row column but the round medians (``_medians``).
-_CHECKS = {name: _column_check(name, kind) for name, kind in COLUMN_TYPES.items() if kind != "tuple"}
+_CHECKS = {name: _column_check(name, kind) for name, kind in COLUMN_TYPES.items()
+           if kind != "tuple"}
 
 
 # -- CSV cells, read as the type of their column -----------------------------------------------
@@ -317,7 +328,8 @@ def _medians(v, where: str) -> tuple:
 #: stay bounded.
 MOST_RANKS = 1 << 24
 #: Counts a row has at least one of.
-_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds", "group_size", "window_used")
+_AT_LEAST_ONE = ("world_size", "ranks_per_node", "window", "pairs_at_once", "rounds", "group_size",
+                 "window_used")
 
 
 def _check_identity(values: dict, where: str) -> None:
@@ -328,7 +340,8 @@ def _check_identity(values: dict, where: str) -> None:
             raise UsageError(f"{where}: bad value {values[name]} in column {name}: less than 1")
     ranks = values["world_size"]
     if ranks > MOST_RANKS:
-        raise UsageError(f"{where}: bad value {ranks} in column world_size: more than {MOST_RANKS:,} ranks")
+        raise UsageError(f"{where}: bad value {ranks} in column world_size: more than "
+                         f"{MOST_RANKS:,} ranks")
     for name in ("ranks_per_node", "group_size"):
         if values[name] > ranks:
             raise UsageError(f"{where}: {name} ({values[name]}) is more than world_size ({ranks})")
@@ -351,7 +364,8 @@ def _row(record: dict, where: str) -> Row:
     """A row from a JSON object, or from a CSV line's cells read as their columns' types."""
     missing = _missing_columns(record)
     if missing:
-        raise UsageError(f"{where}: not a collbench result (missing columns: {', '.join(missing[:4])})")
+        raise UsageError(f"{where}: not a collbench result (missing columns: "
+                         f"{', '.join(missing[:4])})")
     values = {}
     for name, check in _CHECKS.items():
         v = record[name] if name in record else older_value(name, values)
@@ -361,13 +375,16 @@ def _row(record: dict, where: str) -> Row:
             raise _bad(where, v, name, exc) from None
     _check_identity(values, where)
     medians = record.get("time_us_round_p50s")
-    values["time_us_round_p50s"] = _medians(medians, where) if medians is not None else (values["time_us_p50"],)
+    values["time_us_round_p50s"] = (_medians(medians, where)
+                                    if medians is not None else (values["time_us_p50"],))
     if len(values["time_us_round_p50s"]) != values["rounds"]:
         raise UsageError(f"{where}: rounds says {values['rounds']} but time_us_round_p50s holds "
                          f"{len(values['time_us_round_p50s'])} medians")
-    for name, most in (("rounds_set_aside", "rounds"), ("rounds_short", "rounds"), ("window_used", "window")):
+    for name, most in (("rounds_set_aside", "rounds"), ("rounds_short", "rounds"),
+                       ("window_used", "window")):
         if values[name] > values[most]:
-            raise UsageError(f"{where}: {name} ({values[name]}) is more than {most} ({values[most]})")
+            raise UsageError(f"{where}: {name} ({values[name]}) is more than {most} "
+                             f"({values[most]})")
     return Row(**values)
 
 
@@ -390,7 +407,8 @@ def _round(d, where: str) -> RoundData:
             raise UsageError(f"{where}: a round_details entry lacks {name}")
     parsed = {}
     for name, parse, default in (("round", _count, None), ("iterations", _count, None),
-                                 ("time_us_p50", lambda v: _figure(v, smallest=SMALLEST_TIME_US), None),
+                                 ("time_us_p50", lambda v: _figure(v, smallest=SMALLEST_TIME_US),
+                                  None),
                                  ("time_us_ci_low", lambda v: _figure(v, limit=math.inf), None),
                                  ("time_us_ci_high", lambda v: _figure(v, limit=math.inf), None),
                                  ("precision_reached", _flag, False), ("check", _check, "skipped"),
@@ -428,22 +446,26 @@ def _checked_rounds(row: Row, rounds: tuple, where: str) -> tuple:
         return rounds
     numbers = [d.round for d in rounds]
     if len(set(numbers)) != len(numbers):
-        raise UsageError(f"{where}: round_details names round {Counter(numbers).most_common(1)[0][0]} twice")
+        raise UsageError(f"{where}: round_details names round "
+                         f"{Counter(numbers).most_common(1)[0][0]} twice")
     if len(rounds) != row.rounds:
-        raise UsageError(f"{where}: rounds says {row.rounds} but round_details holds {len(rounds)} rounds")
+        raise UsageError(f"{where}: rounds says {row.rounds} but round_details holds {len(rounds)} "
+                         "rounds")
     sent = windows_sent(rounds, row.window)
     if min(sent) != row.window_used or max(sent) > row.window:
-        raise UsageError(f"{where}: window_used says {row.window_used} but round_details sent windows of "
-                         f"{', '.join(map(str, sorted(sent)))} (window {row.window})")
+        raise UsageError(f"{where}: window_used says {row.window_used} but round_details sent "
+                         f"windows of {', '.join(map(str, sorted(sent)))} (window {row.window})")
     for d, median in zip(sorted(rounds, key=lambda d: d.round), row.time_us_round_p50s):
         if d.time_us_p50 != median and not (math.isnan(d.time_us_p50) and math.isnan(median)):
-            raise UsageError(f"{where}: round {d.round}'s median in round_details ({d.time_us_p50:g}) is not the "
-                             f"one in time_us_round_p50s ({median:g})")
+            raise UsageError(f"{where}: round {d.round}'s median in round_details "
+                             f"({d.time_us_p50:g}) is not the one in time_us_round_p50s "
+                             f"({median:g})")
     return rounds
 
 
 #: The metadata entries that compare, report and merge read, and the type each must have.
-_METADATA_TYPES = {"rounds": list, "settings": dict, "versions": dict, "hostnames": list, "rank_hosts": list,
+_METADATA_TYPES = {"rounds": list, "settings": dict, "versions": dict, "hostnames": list,
+                   "rank_hosts": list,
                    "merged_from": list, "environment": dict}
 
 
@@ -465,7 +487,8 @@ def _checked_metadata(metadata, path) -> dict:
         raise UsageError(f"{path}: metadata is not an object")
     for key, kind in _METADATA_TYPES.items():
         if metadata.get(key) is not None and not isinstance(metadata[key], kind):
-            raise UsageError(f"{path}: metadata.{key} is not {'a list' if kind is list else 'an object'}")
+            raise UsageError(f"{path}: metadata.{key} is not "
+                             f"{'a list' if kind is list else 'an object'}")
     versions = metadata.get("versions") or {}
     if isinstance(versions.get("mpi_library"), str):
         versions["mpi_library"] = tidy_library_version(versions["mpi_library"])
@@ -509,8 +532,8 @@ def _parse(text: str, where: str):
 
 def _schema_version(version, path) -> int:
     if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
-        raise UsageError(f"{path}: unsupported schema version {_shown(version)} (this collbench reads "
-                         f"1..{SCHEMA_VERSION})")
+        raise UsageError(f"{path}: unsupported schema version {_shown(version)} (this collbench "
+                         f"reads 1..{SCHEMA_VERSION})")
     return version
 
 
@@ -534,7 +557,8 @@ def _load_json(path, text: str) -> RunResult:
         raise UsageError(f"{path}: rows is not a list")
     result = RunResult(metadata=metadata, notes=_notes(doc.get("notes"), path))
     for i, record in enumerate(rows):
-        rows[i] = None                    # its parsed object goes as its row comes: one of the two at a time
+        # its parsed object goes as its row comes: one of the two at a time
+        rows[i] = None
         where = f"{path} row {i}"
         if not isinstance(record, dict):
             raise UsageError(f"{where} is not an object")
@@ -585,8 +609,8 @@ def _csv_lines(path, text: str):
             if not line or (len(line) == 1 and not line[0].strip()):
                 continue
             if width is not None and len(line) > width:
-                raise UsageError(f"{path}: not a readable CSV (expected {width} fields in line {number}, "
-                                 f"saw {len(line)})")
+                raise UsageError(f"{path}: not a readable CSV (expected {width} fields in line "
+                                 f"{number}, saw {len(line)})")
             width = width or len(line)
             yield line
     except csv.Error as exc:
@@ -602,7 +626,8 @@ def _csv_header(path, header: list) -> dict:
         raise UsageError(f"{path}: not a readable CSV (column {_cut(ascii(twice[0])[1:-1])} appears twice)")
     missing = _missing_columns(header)
     if missing:               # said even when there is no row to read
-        raise UsageError(f"{path}: not a collbench result (missing columns: {', '.join(missing[:4])})")
+        raise UsageError(f"{path}: not a collbench result (missing columns: "
+                         f"{', '.join(missing[:4])})")
     return {name: i for i, name in enumerate(header)}
 
 
@@ -627,14 +652,16 @@ def _load_csv(path, text: str) -> RunResult:
     cell as its column's type."""
     lines = _csv_lines(path, text)
     index = _csv_header(path, next(lines))
-    columns = [(name, index[name], _FROM_CELL[COLUMN_TYPES[name]]) for name in ROW_FIELDS if name in index]
+    columns = [(name, index[name], _FROM_CELL[COLUMN_TYPES[name]]) for name in ROW_FIELDS
+               if name in index]
     first = next(lines, None)
     metadata = {}
     if first is not None and CSV_METADATA_COLUMN in index:
         metadata = _csv_metadata(path, _cell(first, index[CSV_METADATA_COLUMN]))
     result = RunResult(metadata={**metadata, "source": str(path), "format": "csv"})
     for number, line in enumerate(itertools.chain([first] if first is not None else [], lines)):
-        result.add(_row({name: read(_cell(line, i)) for name, i, read in columns}, f"{path} row {number}"))
+        result.add(_row({name: read(_cell(line, i)) for name, i, read in columns},
+                        f"{path} row {number}"))
     return _assumed(result, "thread_level" not in index)
 
 
@@ -690,11 +717,13 @@ def _rows_hold_together(name: str, result: RunResult) -> None:
         if row.key() in seen:
             raise UsageError(f"{name}: two rows for {what}; a file holds one run, each row once")
         seen.add(row.key())
-        medians = [m for m in row.time_us_round_p50s if m is not None and math.isfinite(m) and m > 0]
+        medians = [m for m in row.time_us_round_p50s
+                   if m is not None and math.isfinite(m) and m > 0]
         if not medians:
             continue
         p50 = row.time_us_p50
-        if not (math.isfinite(p50) and min(medians) * (1 - _ROUNDING) <= p50 <= max(medians) * (1 + _ROUNDING)):
+        if not (math.isfinite(p50)
+                and min(medians) * (1 - _ROUNDING) <= p50 <= max(medians) * (1 + _ROUNDING)):
             raise UsageError(f"{name}: {what}: its p50 {p50:g} µs lies outside its round medians "
                              f"({min(medians):g}-{max(medians):g} µs): the file is corrupt")
         low, high = row.time_us_ci_low, row.time_us_ci_high

@@ -61,7 +61,8 @@ def remove_partial() -> None:
 
 
 #: what a path that is not a regular file is, as a line says it
-NOT_FILES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+NOT_FILES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"),
+             (stat.S_ISCHR, "a character device"),
              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
@@ -78,8 +79,9 @@ def refuse_special(path) -> None:
         raise UsageError(f"output {str(path)!r} is a directory; give a file name")
     if not stat.S_ISREG(mode):
         kind = next((kind for test, kind in NOT_FILES if test(mode)), "not a regular file")
-        raise UsageError(f"output {str(path)!r} is {kind}: collbench writes a result whole and renames it into "
-                         "place, which would replace it; give a file name (--no-save keeps no file)")
+        raise UsageError(f"output {str(path)!r} is {kind}: collbench writes a result whole and "
+                         "renames it into place, which would replace it; give a file name "
+                         "(--no-save keeps no file)")
 
 
 def check_writable_path(path, force: bool) -> Path:

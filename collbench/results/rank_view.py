@@ -28,11 +28,13 @@ from collbench.benchmarks.registry import BENCHMARKS
 
 K_SPREADS = 3.5        # Iglewicz and Hoaglin's cut-off for the modified z-score
 MARGIN = 0.25          # and at least 25% slower than the median rank: tiny spreads flag nothing
-MAD_SCALE = 1.4826     # a normal distribution's standard deviation, from its median absolute deviation
+# a normal distribution's standard deviation, from its median absolute deviation
+MAD_SCALE = 1.4826
 MIN_PEERS = 3
 
 #: The per-rank fields of a row, in file order (JSON rows and CSV columns).
-RANK_FIELDS = ("slowest_rank", "slowest_rank_host", "slowest_rank_us", "slowest_rank_rel", "outlier_ranks")
+RANK_FIELDS = ("slowest_rank", "slowest_rank_host", "slowest_rank_us", "slowest_rank_rel",
+               "outlier_ranks")
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,12 @@ class RankView:
     slowest_us: float = math.nan          # its mean time per call, median over rounds
     slowest_rel: float = math.nan         # its relative time
     median_us: float = math.nan           # the median peer's mean, median over rounds
-    same_work: bool = False               # every peer does the same work (no root, no tree positions)
-    outliers: Optional[tuple] = None      # Outlier per outlier rank, slowest first; None: not judged
-    per_round: tuple = ()                 # RoundRanks per round, for the per-host summary only (``keep_slots``)
+    same_work: bool = False               # every peer does the same work (no root, no tree
+                                          # positions)
+    outliers: Optional[tuple] = None      # Outlier per outlier rank, slowest first; None: not
+                                          # judged
+    per_round: tuple = ()                 # RoundRanks per round, for the per-host summary only
+                                          # (``keep_slots``)
 
 
 def outliers_of(means: dict) -> set:
@@ -73,7 +78,8 @@ def outliers_of(means: dict) -> set:
         return set()
     center = median(means.values())
     spread = MAD_SCALE * median(abs(m - center) for m in means.values())
-    return {rank for rank, m in means.items() if m - center > K_SPREADS * spread and m > center * (1.0 + MARGIN)}
+    return {rank for rank, m in means.items()
+            if m - center > K_SPREADS * spread and m > center * (1.0 + MARGIN)}
 
 
 def _hosts(names: list) -> Optional[str]:
@@ -116,8 +122,10 @@ def rank_view(rounds: Sequence, hosts: Sequence, *, collective: str, root: int =
                 flagged_on.setdefault(r, []).append(names[r])
         if keep_slots:
             top = max(sorted(peers), key=lambda r: peers[r])
-            per_round.append(RoundRanks(tuple((r, names[r], m / center) for r, m in peers.items()), names[top],
-                                        tuple(names[r] for r in sorted(here or ())), here is not None))
+            per_round.append(RoundRanks(tuple((r, names[r], m / center) for r, m in peers.items()),
+                                        names[top],
+                                        tuple(names[r] for r in sorted(here or ())),
+                                        here is not None))
     if not rels:
         return RankView()
     combined = {r: median(v) for r, v in rels.items()}
@@ -125,9 +133,10 @@ def rank_view(rounds: Sequence, hosts: Sequence, *, collective: str, root: int =
     outliers = None
     if judged:
         outliers = tuple(sorted((Outlier(r, _hosts(flagged_on[r]), combined[r], n)
-                                 for r, n in flagged.items() if 2 * n > judged), key=lambda o: (-o.rel, o.rank)))
-    return RankView(slowest, _hosts(placed[slowest]), median(times[slowest]), combined[slowest], median(centers),
-                    same_work, outliers, tuple(per_round))
+                                 for r, n in flagged.items() if 2 * n > judged),
+                                key=lambda o: (-o.rel, o.rank)))
+    return RankView(slowest, _hosts(placed[slowest]), median(times[slowest]), combined[slowest],
+                    median(centers), same_work, outliers, tuple(per_round))
 
 
 def round_hosts(metadata: dict) -> tuple:
@@ -152,7 +161,8 @@ def root_of(metadata: dict) -> int:
 
 
 class _HostsMemo(NamedTuple):
-    stamp: tuple       # (rounds in the metadata, identity of its rank_hosts) when ``hosts`` was read
+    stamp: tuple       # (rounds in the metadata, identity of its rank_hosts) when ``hosts`` was
+                       # read
     hosts: tuple       # round_hosts(metadata)
 
 
@@ -171,7 +181,8 @@ def row_views(result, *, keep_slots: bool = False) -> list:
     recomputes only the row that changed; views with their rounds' ranks (a tuple per rank and
     round, too many to keep for a large run) are computed afresh."""
     rounds_meta = result.metadata.get("rounds")
-    stamp = (len(rounds_meta) if isinstance(rounds_meta, list) else 0, id(result.metadata.get("rank_hosts")))
+    stamp = (len(rounds_meta) if isinstance(rounds_meta, list) else 0,
+             id(result.metadata.get("rank_hosts")))
     hosts_memo = result.cache.get("round_hosts")
     if hosts_memo is None or hosts_memo.stamp != stamp:      # rounds only ever get appended
         hosts_memo = result.cache["round_hosts"] = _HostsMemo(stamp, round_hosts(result.metadata))
@@ -196,11 +207,12 @@ def _number(value: float, digits: int):
 def json_fields(view: RankView) -> dict:
     """The row's per-rank fields as the JSON file holds them."""
     outliers = None if view.outliers is None else [
-        {"rank": o.rank, "host": o.host, "rel": _number(o.rel, 3), "rounds_flagged": o.rounds_flagged}
+        {"rank": o.rank, "host": o.host, "rel": _number(o.rel, 3),
+         "rounds_flagged": o.rounds_flagged}
         for o in view.outliers]
     return {"slowest_rank": view.slowest_rank, "slowest_rank_host": view.slowest_host,
-            "slowest_rank_us": _number(view.slowest_us, 4), "slowest_rank_rel": _number(view.slowest_rel, 3),
-            "outlier_ranks": outliers}
+            "slowest_rank_us": _number(view.slowest_us, 4),
+            "slowest_rank_rel": _number(view.slowest_rel, 3), "outlier_ranks": outliers}
 
 
 def label(rank: int, host: Optional[str]) -> str:

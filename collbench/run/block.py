@@ -27,17 +27,19 @@ class Block:
     the collective and backend, the roles, the round, the timing settings, and this rank's place
     in the group it measures in."""
 
-    def __init__(self, sweep, coll: Benchmark, backend_name: str, backend, roles: Roles, round_number: int,
-                 settings: harness.TimingSettings) -> None:
+    def __init__(self, sweep, coll: Benchmark, backend_name: str, backend, roles: Roles,
+                 round_number: int, settings: harness.TimingSettings) -> None:
         self.sweep, self.coll, self.backend_name, self.backend = sweep, coll, backend_name, backend
         self.roles, self.round_number, self.settings = roles, round_number, settings
         self.plan, self.control = sweep.plan, sweep.control
         self.n, self.mine = sweep.group_size, sweep.group_rank
         self.op_name = self.plan.op if coll.reduces else NO_OP
         self.element = sweep._element(coll)
-        self.tables = Tables(pattern(self.op_name, self.plan.dtype), self.n, self.element, backend.device)
+        self.tables = Tables(pattern(self.op_name, self.plan.dtype), self.n, self.element,
+                             backend.device)
         self.placement = coll.placement(backend.family, backend.options.placement)
-        self.received = coll.received_in_place if self.placement == IN_PLACE and not coll.in_place else coll.received
+        self.received = (coll.received_in_place
+                         if self.placement == IN_PLACE and not coll.in_place else coll.received)
         self.timings = sweep.timings_of(backend_name, coll)
         self.buffers = None               # a rank outside the pair holds none
         self.allocated = 0
@@ -65,8 +67,8 @@ class Block:
         self._watch(f"allocation for {coll.name} on {self.backend_name}")
         kept = len(points)
         with sweep.phase("setup"):
-            while kept and not sweep._still_fits(coll, self.backend_name, backend, points[kept - 1], self.roles,
-                                                 self.round_number):
+            while kept and not sweep._still_fits(coll, self.backend_name, backend, points[kept - 1],
+                                                 self.roles, self.round_number):
                 kept -= 1
         if not kept:
             return 0
@@ -84,7 +86,8 @@ class Block:
         with self.sweep.phase("setup"):           # in place, the receive buffer holds the input too
             buffers = self.backend.allocate(
                 send_len=point.send_len, dtype=self.element, in_place=self.coll.in_place,
-                recv_len=max(point.send_len, point.recv_len) if self.placement == IN_PLACE else point.recv_len)
+                recv_len=max(point.send_len, point.recv_len)
+                if self.placement == IN_PLACE else point.recv_len)
         with self.sweep.phase("check"):
             self.backend.fill(buffers, tables=self.tables, rank=self.mine, length=point.send_len)
         return buffers
@@ -92,8 +95,8 @@ class Block:
     def fits(self, point, last: bool) -> bool:
         """Whether ``point`` still fits the hosts' memory now (the largest kept was asked already)."""
         with self.sweep.phase("setup"):
-            return last or self.sweep._still_fits(self.coll, self.backend_name, self.backend, point, self.roles,
-                                                  self.round_number, self.allocated)
+            return last or self.sweep._still_fits(self.coll, self.backend_name, self.backend, point,
+                                                  self.roles, self.round_number, self.allocated)
 
     def release(self) -> None:
         if self.buffers is not None:      # before the next block allocates its own
@@ -104,18 +107,23 @@ class Block:
     def identity(self, point, g: int, timing: str) -> RowIdentity:
         """The row of group ``g`` at ``point`` and ``timing``."""
         coll, control, sweep = self.coll, self.control, self.sweep
-        return RowIdentity(collective=coll.name, backend=self.backend.name, dtype=self.plan.dtype, op=self.op_name,
-                           world_size=control.size, ranks_per_node=sweep.ranks_per_node, size_bytes=point.size_bytes,
+        return RowIdentity(collective=coll.name, backend=self.backend.name, dtype=self.plan.dtype,
+                           op=self.op_name,
+                           world_size=control.size, ranks_per_node=sweep.ranks_per_node,
+                           size_bytes=point.size_bytes,
                            per_rank_bytes=point.per_rank_bytes, count=point.elements, timing=timing,
                            bus_factor=coll.bus_factor(self.n), **coll.row_axes(self.roles, g),
-                           **sweep._group_axes(self.roles, g), **self.backend.row_axes(), placement=self.placement,
+                           **sweep._group_axes(self.roles, g), **self.backend.row_axes(),
+                           placement=self.placement,
                            **self._traffic(point), cache=caches.COLD if self.cold else caches.HOT,
-                           cache_span=self.pool_span(point) if self.cold else 0.0, coalesce=self.grouped)
+                           cache_span=self.pool_span(point) if self.cold else 0.0,
+                           coalesce=self.grouped)
 
     def pool_span(self, point) -> float:
         """How many times the cache a cold pool spans at ``point``: its sets, each page-aligned."""
         stride = self.sweep.set_stride(self.coll, point, self.placement == IN_PLACE)
-        return round(stride * self.sweep.pool_sets(self.backend, stride) / self.sweep.cache_bytes(self.backend), 3)
+        return round(stride * self.sweep.pool_sets(self.backend, stride)
+                     / self.sweep.cache_bytes(self.backend), 3)
 
     def pooled(self, point, sent: Roles, first) -> tuple:
         """(the call timed at ``point``: ``first`` and a cold pool's other sets in turn, or a group
@@ -133,7 +141,8 @@ class Block:
         if not self.coll.patterned:
             return {"pattern": "", "imbalance_sent": 1.0, "imbalance_received": 1.0}
         sent, received = self.coll.imbalance(point.elements, self.n, self.roles)
-        return {"pattern": self.roles.pattern, "imbalance_sent": sent, "imbalance_received": received}
+        return {"pattern": self.roles.pattern, "imbalance_sent": sent,
+                "imbalance_received": received}
 
     def bind(self, point, sent: Roles, buffers=None):
         """The call at ``point`` as the pairs send it, on the block's buffers (or ``buffers``, a
@@ -157,17 +166,22 @@ class Block:
             where += f" at {format_size(point.size_bytes)}"
         self._watch(where)
         sweep.out.step(where)
-        with sweep.phase("setup"):          # a block with no timing left only checks: nothing to budget
-            sent = sweep._as_sent(self.coll, self.roles, self.settings, lambda r: self.bind(point, r),
+        # a block with no timing left only checks: nothing to budget
+        with sweep.phase("setup"):
+            sent = sweep._as_sent(self.coll, self.roles, self.settings,
+                                  lambda r: self.bind(point, r),
                                   lambda g: self.identity(point, g, self.timings[0])) if self.timings else self.roles
         bound, pool = self.bind(point, sent), []
         if bound is not harness.IDLE and (self.cold or self.grouped > 1):
             bound, pool = self.pooled(point, sent, bound)
         checked = self.plan.check and self.coll.moves_data      # a barrier carries nothing to check
-        wrong = self.check(bound, point, sent, where) if checked else [0] * self.coll.group_count(self.roles)
+        wrong = (self.check(bound, point, sent, where)
+                 if checked else [0] * self.coll.group_count(self.roles))
         for i, timing in enumerate(self.timings):
-            with sweep.phase("timed"):   # the check's call stands for the first call of the first timing
-                m = harness.measure(bound, bench=self.coll, roles=sent, barrier=self.backend.barrier,
+            # the check's call stands for the first call of the first timing
+            with sweep.phase("timed"):
+                m = harness.measure(bound, bench=self.coll, roles=sent,
+                                    barrier=self.backend.barrier,
                                     sync=self.backend.synchronize, control=self.control,
                                     settings=dataclasses.replace(self.settings, mode=timing),
                                     device=self.backend.device, called=checked and i == 0)
@@ -195,7 +209,8 @@ class Block:
                 wrong[g] += by_rank[r]
         if sum(wrong):
             self.sweep.failures.append(f"{where}: {sum(wrong)} wrong elements"
-                                       + (f" (round {self.round_number})" if self.sweep.total_rounds > 1 else ""))
+                                       + (f" (round {self.round_number})"
+                                          if self.sweep.total_rounds > 1 else ""))
         return wrong
 
     def emit(self, m: harness.Measurement, point, sent: Roles, timing: str, where: str, wrong: list,
@@ -203,17 +218,19 @@ class Block:
         """Rank 0: a measurement's notes, and one round of one row per group that has samples."""
         out, coll = self.sweep.out, self.coll
         if m.idle_gpu:
-            out.note(f"{coll.name} on {self.backend_name}, {self.placement}, graph timing: the captured calls put "
-                     "no work on the GPU (as NCCL's in-place collectives on one rank do), so its time is an empty "
-                     "graph's replay")
+            out.note(f"{coll.name} on {self.backend_name}, {self.placement}, graph timing: the "
+                     "captured calls put no work on the GPU (as NCCL's in-place collectives on one "
+                     "rank do), so its time is an empty graph's replay")
         if not all(len(x) for x in m.samples_us):
-            out.note(f"{where}, {timing} timing: not timed{' for some pairs' if len(m.samples_us) > 1 else ''}, "
-                     f"as no hold on the stream, up to {MAX_HOLD_S * 1e3:.0f} ms, covered the call: it waits on "
-                     "the host, or takes longer to queue")
+            out.note(f"{where}, {timing} timing: not "
+                     f"timed{' for some pairs' if len(m.samples_us) > 1 else ''}, as no hold on the "
+                     f"stream, up to {MAX_HOLD_S * 1e3:.0f} ms, covered the call: it waits on the "
+                     "host, or takes longer to queue")
         elif m.unheld:
             out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the stream ended "
                      "before their call was queued; the hold was lengthened")
-        means = [x if x is not None and not math.isnan(x) else math.nan for x in (m.rank_means_us or [])]
+        means = [x if x is not None and not math.isnan(x) else math.nan
+                 for x in (m.rank_means_us or [])]
         groups = [coll.group_of(r, self.roles) for r in range(self.control.size)]
         for g, samples in enumerate(m.samples_us):
             if not len(samples):            # device timing that no hold covered: no row
@@ -222,8 +239,10 @@ class Block:
             own = [x if groups[r] == g else math.nan for r, x in enumerate(means)]
             window = sent.window_at(g)
             out.add(self.identity(point, g, timing),
-                    self.sweep._sort_key(self.coll, self.backend_name, point, self.roles, g, timing),
-                    round_data(self.round_number, samples, own, precision_reached=m.precision_reached[g],
+                    self.sweep._sort_key(self.coll, self.backend_name, point, self.roles, g,
+                                         timing),
+                    round_data(self.round_number, samples, own,
+                               precision_reached=m.precision_reached[g],
                                check=check, calls_per_sample=m.calls_per_sample,
                                overall_us=m.overall_us[g] if m.overall_us else (),
                                compute_us=m.compute_us[g] if m.compute_us else (),

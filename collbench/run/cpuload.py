@@ -127,7 +127,8 @@ def round_load(reports: list, hosts: list) -> dict:
     used on average, and whether that was more than the ranks' idle cores (busy)."""
     per_host: dict = {}
     for rank, (report, host) in enumerate(zip(reports, hosts)):
-        entry = per_host.setdefault(host, {"ranks": 0, "own_cpu_s": 0.0, "reader": report, "reports": []})
+        entry = per_host.setdefault(host,
+                                    {"ranks": 0, "own_cpu_s": 0.0, "reader": report, "reports": []})
         entry["ranks"] += 1
         entry["own_cpu_s"] += report["own_cpu_s"]
         entry["reports"].append(report)
@@ -156,10 +157,13 @@ def round_load(reports: list, hosts: list) -> dict:
         busy = busy or host_busy
         worst = max(worst, other)
         summary[host] = {"other_cpu_cores": round(other, 3),
-                         "cpu_wait_share": round(wait_share, 3) if wait_share is not None else None, "steal_cores": round(reader["host_steal_s"] / reader["wall_s"], 3),
-                         "own_cpu_cores": round(entry["own_cpu_s"] / reader["wall_s"], 3), "cpus": reader["cpus"],
-                         "ranks": entry["ranks"], "resolution_cores": round(resolution, 3), "busy": host_busy,
-                         **({"usable_cpus": joined,
-                             "cpu_share": round(entry["own_cpu_s"] / reader["wall_s"] / min(entry["ranks"], joined), 3)}
+                         "cpu_wait_share": round(wait_share, 3) if wait_share is not None else None,
+                         "steal_cores": round(reader["host_steal_s"] / reader["wall_s"], 3),
+                         "own_cpu_cores": round(entry["own_cpu_s"] / reader["wall_s"], 3),
+                         "cpus": reader["cpus"],
+                         "ranks": entry["ranks"], "resolution_cores": round(resolution, 3),
+                         "busy": host_busy, **({"usable_cpus": joined,
+                             "cpu_share": round(entry["own_cpu_s"] / reader["wall_s"]
+                                                / min(entry["ranks"], joined), 3)}
                             if joined else {})}
     return {"busy": busy, "other_cpu_cores": round(worst, 3), "hosts": summary}

@@ -68,19 +68,21 @@ class Split:
         n = len(hosts)
         distinct = list(dict.fromkeys(hosts))
         if self.mode == "inter" and len(distinct) < 2:
-            return (f"--split inter puts a rank of each host in a group, but all {n} ranks are on one host "
-                    f"({distinct[0]}); use --split intra or --split N")
+            return (f"--split inter puts a rank of each host in a group, but all {n} ranks are on "
+                    f"one host ({distinct[0]}); use --split intra or --split N")
         if self.mode.isdigit() and n % int(self.mode):
             return f"--split {self.mode} cannot make {self.mode} equal groups of {n} ranks"
         groups = self.groups(hosts)
         sizes = sorted({len(g) for g in groups})
         if sizes[0] < 2:
             lone = next(g for g in groups if len(g) < 2)
-            return (f"{self.option_text} leaves rank {lone[0]} in a group of its own, which has nobody to "
-                    "communicate with; every group needs at least 2 ranks")
+            return (f"{self.option_text} leaves rank {lone[0]} in a group of its own, which has "
+                    "nobody to communicate with; every group needs at least 2 ranks")
         if len(sizes) > 1:
-            counts = ", ".join(f"{len(g)}" for g in groups[:8]) + (", ..." if len(groups) > 8 else "")
-            why = " (hosts run different numbers of ranks)" if self.mode in ("intra", "inter") else ""
+            counts = (", ".join(f"{len(g)}" for g in groups[:8])
+                      + (", ..." if len(groups) > 8 else ""))
+            why = (" (hosts run different numbers of ranks)"
+                   if self.mode in ("intra", "inter") else "")
             return (f"{self.option_text} makes groups of unequal sizes ({counts}){why}; groups must be "
                     "equal to be compared")
         return None
@@ -88,7 +90,8 @@ class Split:
     @property
     def option_text(self) -> str:
         """The option as the user gave it: "--split 2", "--split-mask 0x1"."""
-        return f"--split-mask {self.mode[len('mask:'):]}" if self.mode.startswith("mask:") else f"--split {self.mode}"
+        return (f"--split-mask {self.mode[len('mask:'):]}"
+                if self.mode.startswith("mask:") else f"--split {self.mode}")
 
     def group_hosts(self, group: tuple, hosts: list) -> str:
         """The hosts of a group's ranks, each once, in rank order."""

@@ -103,13 +103,14 @@ def why_not_at_once(argv: list, sides: tuple) -> str:
     user fixed (``--init-method``, ``MASTER_PORT``) would be the same for both."""
     if any(arg == "--init-method" or arg.startswith("--init-method=") for arg in argv):
         return "--init-method names one rendezvous for both sides"
-    if environment.MASTER_PORT in os.environ or any(environment.MASTER_PORT in side.env for side in sides):
+    if environment.MASTER_PORT in os.environ or any(environment.MASTER_PORT in side.env
+                                                    for side in sides):
         return f"{environment.MASTER_PORT} names one port for both sides"
     return ""
 
 
-def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: tuple, rounds: int, seed: int,
-                    quiet: bool, verbose: bool, bind: str = "none", turns: str = "size",
+def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: tuple, rounds: int,
+                    seed: int, quiet: bool, verbose: bool, bind: str = "none", turns: str = "size",
                     more: Optional[Callable[[int], int]] = None) -> int:
     """Measure ``argv`` (a measuring command, without outputs) once per side and round, in
     pairs, writing side i's rows to ``paths[i]``; returns 0, or the exit code that stopped it
@@ -123,7 +124,8 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
     launchers = []
 
     def described(i: int, pairs: int) -> str:
-        return json.dumps({"job": job, "side": "AB"[i], "label": sides[i].label, "differs": sides[i].describe(),
+        return json.dumps({"job": job, "side": "AB"[i], "label": sides[i].label,
+                           "differs": sides[i].describe(),
                            "other": sides[1 - i].label, "pairs": pairs, "turns": turns})
     try:
         for i, (side, path) in enumerate(zip(sides, paths)):
@@ -131,19 +133,24 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             command = list(argv) + (["--backend", side.backend] if side.backend else []) + \
                 ["-o", str(path), "--force", "--seed", str(seed), "--rounds", str(rounds), "-q"]
             launchers.append(RoundLauncher(n, command, use_mpi[i], rounds, seed, python=side.python,
-                                           extra_env={**side.env, environment.AB: described(i, rounds)}, bind=bind,
+                                           extra_env={**side.env,
+                                                      environment.AB: described(i, rounds)},
+                                           bind=bind,
                                            side=side.label, shares_signals=turns == "size"))
-        for launcher in launchers[:-1]:     # the last one's handler notes the signals between launches
+        # the last one's handler notes the signals between launches
+        for launcher in launchers[:-1]:
             launcher.stopped_by = launchers[-1].stopped_by
         pair = _pair_at_once if turns == "size" else _pair_in_turn
         number, total = 0, rounds
-        draws = random.Random(seed)         # pair_orders' draws, one pair at a time, however many are added
+        # pair_orders' draws, one pair at a time, however many are added
+        draws = random.Random(seed)
         while number < total:
             number += 1
             first = draws.randrange(2)
             codes = pair(launchers, sides, number, total, first, seed=seed, n=n, quiet=quiet,
                          verbose=verbose and number == 1)
-            failed = next((i for i in (0, 1) if codes[i] is not None and codes[i] is not NOT_LAUNCHED), None)
+            failed = next((i for i in (0, 1)
+                           if codes[i] is not None and codes[i] is not NOT_LAUNCHED), None)
             if failed is not None:
                 _say_stopped(sides, paths, number, total, failed, codes)
                 return codes[failed]
@@ -158,43 +165,50 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             launcher.close()
 
 
-#: A side's entry in a pair's codes when its launch was never started (the other one stopped the job).
+#: A side's entry in a pair's codes when its launch was never started (the other one stopped the
+#: job).
 NOT_LAUNCHED = False
 
 
-def _pair_in_turn(launchers: list, sides: tuple, number: int, rounds: int, first: int, **how) -> list:
+def _pair_in_turn(launchers: list, sides: tuple, number: int, rounds: int, first: int,
+                  **how) -> list:
     """One pair, one launch after the other: each side's code (None: its round completed;
     NOT_LAUNCHED: the other side's stopped the job first)."""
     order = (first, 1 - first)
     if not how["quiet"]:
-        print(f"collbench ab: pair {number}/{rounds}: {sides[order[0]].label}, then {sides[order[1]].label}",
+        print(f"collbench ab: pair {number}/{rounds}: {sides[order[0]].label}, then "
+              f"{sides[order[1]].label}",
               file=sys.stderr, flush=True)
     codes: list = [NOT_LAUNCHED, NOT_LAUNCHED]
     for turn, i in enumerate(order):
-        codes[i] = launchers[i].launch(number, verbose=how["verbose"], env={environment.AB_TURN: str(turn)})
+        codes[i] = launchers[i].launch(number, verbose=how["verbose"],
+                                       env={environment.AB_TURN: str(turn)})
         if codes[i] is not None:
             break
     return codes
 
 
-def _pair_at_once(launchers: list, sides: tuple, number: int, rounds: int, first: int, *, seed: int, n: int,
-                  quiet: bool, verbose: bool) -> list:
+def _pair_at_once(launchers: list, sides: tuple, number: int, rounds: int, first: int, *, seed: int,
+                  n: int, quiet: bool, verbose: bool) -> list:
     """One pair, both launches at once, taking turns size by size (``turns.Referee``): each
     side's code. Side A is waited for on a thread of its own, B on this one, which signals reach."""
     if not quiet:
-        print(f"collbench ab: pair {number}/{rounds}: {sides[0].label} and {sides[1].label}, size by size",
+        print(f"collbench ab: pair {number}/{rounds}: {sides[0].label} and {sides[1].label}, size "
+              "by size",
               file=sys.stderr, flush=True)
     # In side A's state folder, which its stand-in removes should this process be killed; a
     # folder of its own where that path is too long for a Unix socket (108 bytes)
     path = os.path.join(launchers[0].state, f"turns-{number}")
     folder = tempfile.mkdtemp(prefix="collbench-ab-", dir="/tmp") if len(path) > 100 else None
-    referee = turns.Referee(os.path.join(folder, "turns") if folder else path, n, seed * 1000 + number)
+    referee = turns.Referee(os.path.join(folder, "turns") if folder else path, n,
+                            seed * 1000 + number)
     codes: list = [None, None]
     errors: list = []
 
     def run(i: int) -> None:
         try:
-            codes[i] = launchers[i].launch(number, verbose=verbose, env={environment.AB_TURN: "size",
+            codes[i] = launchers[i].launch(number, verbose=verbose,
+                                           env={environment.AB_TURN: "size",
                                                                          environment.AB_TURNS: referee.path})
         except BaseException as exc:      # said on this thread, after the other side's launch ended
             errors.append(exc)
@@ -215,9 +229,11 @@ def _pair_at_once(launchers: list, sides: tuple, number: int, rounds: int, first
     return codes
 
 
-def _say_stopped(sides: tuple, paths: tuple, number: int, rounds: int, failed: int, codes: list) -> None:
+def _say_stopped(sides: tuple, paths: tuple, number: int, rounds: int, failed: int,
+                 codes: list) -> None:
     """The line of a pair that a side's launch stopped: what each file keeps."""
-    kept = f"{paths[0]} and {paths[1]} keep the pairs before it" if number > 1 else "no pair was completed"
+    kept = (f"{paths[0]} and {paths[1]} keep the pairs before it"
+            if number > 1 else "no pair was completed")
     done = [i for i in (0, 1) if i != failed and codes[i] is None]
     for i in done:                  # the other side finished its round of this pair
         kept += f"; {paths[i]} keeps {sides[i].label}'s round {number} too" if number > 1 else \

@@ -11,7 +11,8 @@ from collections import Counter
 from collbench import __version__
 from collbench.results.records import SCHEMA_VERSION
 
-ENV_PREFIXES = ("NCCL_", "OMPI_", "MPICH_", "UCX_", "I_MPI_", "FI_", "GLOO_", "TORCH_DIST", "CUDA_VISIBLE")
+ENV_PREFIXES = ("NCCL_", "OMPI_", "MPICH_", "UCX_", "I_MPI_", "FI_", "GLOO_", "TORCH_DIST",
+                "CUDA_VISIBLE")
 
 
 def cpu_model() -> str:
@@ -37,7 +38,8 @@ def gpus() -> list:
                               "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [line.strip() for line in smi.stdout.splitlines() if line.strip()] if smi.returncode == 0 else []
+    return ([line.strip() for line in smi.stdout.splitlines() if line.strip()]
+            if smi.returncode == 0 else [])
 
 
 def relevant_env() -> dict:

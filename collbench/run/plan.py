@@ -17,8 +17,8 @@ from collbench.launch.origin import launcher as launch
 from collbench.launch.network import rendezvous
 from collbench.launch.self_launch import spawn
 from collbench.launch.origin.terminal import user_terminals
-from collbench.backends import (BUILTIN_NAMES, PluginFault, asked_of, backend_class, names, parse_backends,
-                                self_launch_ranks, uses_mpi)
+from collbench.backends import (BUILTIN_NAMES, PluginFault, asked_of, backend_class, names,
+                                parse_backends, self_launch_ranks, uses_mpi)
 from collbench.backends import threads
 from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks import patterns
@@ -61,10 +61,12 @@ def _untimed(modes: tuple, setups: list) -> tuple[frozenset, list]:
         if not cannot:
             continue
         why = (f"--timing {mode} times calls queued on a GPU stream with CUDA events and graphs "
-               f"({timings.get_timing(mode).summary})" if timings.on_device(mode) else f"--timing {mode}")
+               f"({timings.get_timing(mode).summary})"
+               if timings.on_device(mode) else f"--timing {mode}")
         if len(cannot) == len(setups):
             takers = [b for b in BUILTIN_NAMES if _takes(backend_class(b), mode)]
-            raise UsageError(f"{why}: {', '.join(cannot)} cannot; use {' or '.join(takers) or 'another timing'}")
+            raise UsageError(f"{why}: {', '.join(cannot)} cannot; use "
+                             f"{' or '.join(takers) or 'another timing'}")
         pairs.update((key, mode) for key in cannot)
         notes.append(f"{why}: {', '.join(cannot)} cannot; skipped there")
     return frozenset(pairs), notes
@@ -74,7 +76,8 @@ def _off_device(modes: tuple, collectives, setups: list, untimed: frozenset) -> 
     """A note for each collective whose calls cannot be timed on a GPU's own clock (barrier) where
     the run asks a setup for a device timing: it takes the host's timings only. An error where
     it is the only collective and no host timing is asked."""
-    asked = [m for m in modes if timings.on_device(m) and any((s.key, m) not in untimed for s in setups)]
+    asked = [m for m in modes
+             if timings.on_device(m) and any((s.key, m) not in untimed for s in setups)]
     notes = []
     for cname in collectives if asked else ():
         why = get_benchmark(cname).not_on_device
@@ -92,7 +95,8 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
     starts: an error when the user named both the collective and the backend, else a note."""
     dtype = dtype_of(opts["dtype"])
     named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
-    per_backend = Counter(setup.name for setup in setups)     # a comma list's other choices may still run
+    # a comma list's other choices may still run
+    per_backend = Counter(setup.name for setup in setups)
     pairs, why, placed = set(), {}, {}
     asked_placement = tuple(_choices(opts.get("placement", "out-of-place"))) != ("out-of-place",)
     for cname in collectives:
@@ -105,13 +109,18 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
             # library lacks, whatever the setup's options (said once for the backend)
             whole = op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family) or \
                 _ungrouped(coll, setup.options)
-            lacked = None if whole else _answer(setup.name, "supports", collective=coll, dtype=dtype, op=op)
+            lacked = None if whole else _answer(setup.name, "supports", collective=coll,
+                                                dtype=dtype, op=op)
             reason = whole or lacked or \
-                _answer(setup.name, "options_problem", options=setup.options, collective=coll, dtype=dtype, op=op)
+                _answer(setup.name, "options_problem", options=setup.options, collective=coll,
+                        dtype=dtype, op=op)
             if reason is None:
                 # a placement the collective lacks here: its only form, measured once
-                asked, form = setup.options.placement, coll.placement(cls.family, setup.options.placement)
-                siblings = measured.setdefault((setup.name, dataclasses.replace(setup.options, placement="")), set())
+                asked, form = (setup.options.placement,
+                               coll.placement(cls.family, setup.options.placement))
+                siblings = measured.setdefault((setup.name,
+                                                dataclasses.replace(setup.options, placement="")),
+                                               set())
                 if form != asked and asked_placement:
                     names = placed.setdefault(("no buffers to place" if not form else
                                                f"only {form.replace('-', ' ')}", cname), [])
@@ -135,13 +144,15 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
     if len(pairs) == len(collectives) * len(setups):      # said once per backend and reason
         raise UsageError("nothing to measure: " + "; ".join(
             f"{backend} ({which(names)}): {reason}" for (backend, reason), names in why.items()))
-    # one line per reason and set of backends: "allreduce, reduce on gloo: only in place; measured once"
+    # one line per reason and set of backends: "allreduce, reduce on gloo: only in place; measured
+    # once"
     once: dict = {}
     for (reason, cname), names in placed.items():
         once.setdefault((reason, ", ".join(names)), []).append(cname)
     return frozenset(pairs), [f"{which(names)} on {backend}: {reason}; skipped"
                               for (backend, reason), names in why.items()] + [
-        f"{which(cnames)} on {backends}: {reason}; measured once" for (reason, backends), cnames in once.items()]
+        f"{which(cnames)} on {backends}: {reason}; measured once"
+        for (reason, backends), cnames in once.items()]
 
 
 def _answer(name: str, method: str, **kwargs):
@@ -163,7 +174,8 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
     combination of the choices it takes (``--buffers numpy,mpi``: mpi twice, side by side), as
     long as it can run so (``options_problem``). A choice that none of the run's backends takes
     (``--payload list`` without mpi-pickle) is refused."""
-    choices = {f.name: _choices(opts.get(f.name, f.default)) for f in dataclasses.fields(BackendOptions)}
+    choices = {f.name: _choices(opts.get(f.name, f.default))
+               for f in dataclasses.fields(BackendOptions)}
     if choices["coalesce"] != (1,):              # --coalesce K: beside the calls one at a time
         choices["coalesce"] = (1, *choices["coalesce"])
     for f in dataclasses.fields(BackendOptions):
@@ -171,17 +183,21 @@ def _setups(backends: list, opts: dict) -> tuple[list, list]:
         if not others or any(f.name in backend_class(b).takes_options for b in backends):
             continue
         takers = [b for b in BUILTIN_NAMES if f.name in backend_class(b).takes_options]
-        raise UsageError(f"--{f.name.replace('_', '-')} {','.join(map(str, others))} is for {' and '.join(takers)}, which this "
-                         f"run does not measure (--backend {','.join(backends)})")
+        raise UsageError(f"--{f.name.replace('_', '-')} {','.join(map(str, others))} is for "
+                         f"{' and '.join(takers)}, which this run does not measure (--backend "
+                         f"{','.join(backends)})")
     kept, notes = [], []
     for name in backends:
         takes = backend_class(name).takes_options
-        axes = [[(f.name, value) for value in (choices[f.name] if f.name in takes else (f.default,))]
+        axes = [[(f.name, value)
+                 for value in (choices[f.name] if f.name in takes else (f.default,))]
                 for f in dataclasses.fields(BackendOptions) if f.name != "init_method"]
         for combination in itertools.product(*axes):
-            options = _grouped(BackendOptions(**dict(combination), init_method=choices["init_method"][0]))
+            options = _grouped(BackendOptions(**dict(combination),
+                                              init_method=choices["init_method"][0]))
             setup = Setup(name, options, _setup_key(name, options, takes))
-            if any(setup.key == other.key for other in kept):     # a group's calls: nonblocking already asked
+            # a group's calls: nonblocking already asked
+            if any(setup.key == other.key for other in kept):
                 continue
             reason = asked_of(name, "options_problem", options=options) or _group_problem(options)
             if reason is None:
@@ -222,21 +238,24 @@ def _refuse_levels_without_mpi(opts: dict) -> None:
     if opts.get("thread_level") is None or not named or "all" in named or any(b not in names() for b in named):
         return
     if not any(uses_mpi(b) for b in named):
-        raise UsageError(f"--thread-level is for the MPI backends (mpi, mpi-pickle); {', '.join(named)} "
-                         f"{'has' if len(named) == 1 else 'have'} no MPI thread level")
+        raise UsageError("--thread-level is for the MPI backends (mpi, mpi-pickle); "
+                         f"{', '.join(named)} {'has' if len(named) == 1 else 'have'} no MPI thread "
+                         "level")
 
 
 def _thread_levels(opts: dict, backends: list, launcher: launch.Launcher) -> tuple:
     """The MPI thread levels the run measures at (``--thread-level``), in the order given."""
     given = opts.get("thread_level")
     levels = threads.parse_levels(given)
-    if given is not None and not any(uses_mpi(b) for b in backends):     # --backend all found no MPI
-        raise UsageError(f"--thread-level is for the MPI backends (mpi, mpi-pickle); {', '.join(backends)} "
-                         f"{'has' if len(backends) == 1 else 'have'} no MPI thread level")
+    # --backend all found no MPI
+    if given is not None and not any(uses_mpi(b) for b in backends):
+        raise UsageError("--thread-level is for the MPI backends (mpi, mpi-pickle); "
+                         f"{', '.join(backends)} {'has' if len(backends) == 1 else 'have'} no MPI "
+                         "thread level")
     if len(levels) > 1 and not launcher.by_collbench:
-        raise UsageError(f"--thread-level {','.join(levels)}: MPI starts at one level per launch and {launcher.name} "
-                         "launched these ranks once; give one level, or let collbench launch its ranks (no "
-                         "launcher) to measure several")
+        raise UsageError(f"--thread-level {','.join(levels)}: MPI starts at one level per launch "
+                         f"and {launcher.name} launched these ranks once; give one level, or let "
+                         "collbench launch its ranks (no launcher) to measure several")
     return levels
 
 
@@ -263,16 +282,18 @@ def _bind(opts: dict, launcher: launch.Launcher) -> str:
     that launcher did is recorded and nothing is changed, so --bind is refused there."""
     bind = opts.get("bind")
     if bind is not None and not launcher.by_collbench:
-        raise UsageError(f"--bind is for collbench's own launch; {launcher.name} placed these ranks: bind with it "
-                         "(mpiexec -bind-to core, srun --cpu-bind=cores)")
+        raise UsageError(f"--bind is for collbench's own launch; {launcher.name} placed these "
+                         "ranks: bind with it (mpiexec -bind-to core, srun --cpu-bind=cores)")
     return bind or "none"
 
 
 def _setup_key(name: str, options: BackendOptions, takes: tuple) -> str:
     """How a setup is named: as the rows it measures are labelled (``records.backend_label``)."""
-    row = {"backend": name, "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
+    row = {"backend": name,
+           "buffers": options.buffers if "buffers" in takes else usual_buffers(name),
            "payload": options.payload if "payload" in takes else "", "api": options.api,
-           "placement": options.placement, "thread_level": options.thread_level if "thread_level" in takes else "",
+           "placement": options.placement,
+           "thread_level": options.thread_level if "thread_level" in takes else "",
            "cache": options.cache, "coalesce": options.coalesce}
     return backend_label(row)
 
@@ -287,7 +308,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if opts["root"] < 0:
         raise UsageError(f"--root must be 0 or more, got {opts['root']}")
     spreads = _patterns(opts)
-    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"], pattern=spreads[0])
+    roles = Roles(root=opts["root"], pairs=(opts["pair"],), window=opts["window"],
+                  pattern=spreads[0])
     if opts["nprocs"] is not None and opts["nprocs"] < 1:
         raise UsageError(f"-n/--np must be at least 1, got {opts['nprocs']}")
     _refuse_levels_without_mpi(opts)
@@ -303,7 +325,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
             raise UsageError("no usable backend under " + launcher.name)
     if not all(uses_mpi(b) for b in backends):
         rendezvous.check_variables(os.environ)
-        rendezvous.check_init_method(opts.get("init_method", "env://"), here=launcher.name == "none")
+        rendezvous.check_init_method(opts.get("init_method", "env://"),
+                                     here=launcher.name == "none")
     levels = _thread_levels(opts, backends, launcher)
     bind = _bind(opts, launcher)
     setups, more = _setups(backends, {**opts, "thread_level": levels})
@@ -313,11 +336,12 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     notes += more
     modes = timings.timing_modes(_choices(opts["timing"]))
     if "graph" in modes and any(setup.options.cache == "cold" for setup in setups):
-        raise UsageError("--cache cold with --timing graph: a graph replays the calls it captured on the buffers "
-                         "they were captured with; time cold buffers with latency, throughput or device timing")
+        raise UsageError("--cache cold with --timing graph: a graph replays the calls it captured "
+                         "on the buffers they were captured with; time cold buffers with latency, "
+                         "throughput or device timing")
     if "graph" in modes and any(setup.options.coalesce > 1 for setup in setups):
-        raise UsageError("--coalesce with --timing graph: a graph replays one captured call; time groups with "
-                         "latency, throughput or device timing")
+        raise UsageError("--coalesce with --timing graph: a graph replays one captured call; time "
+                         "groups with latency, throughput or device timing")
     untimed, more = _untimed(modes, setups)
     notes += more + _off_device(modes, collectives, setups, untimed)
     if opts["output"] and opts["no_save"]:
@@ -333,9 +357,12 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         check_output_settings(output)
     split = Split.of(opts.get("split"), opts.get("split_mask"))
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
-                dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"), timing_modes=modes, untimed=untimed,
-                timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv), notes=tuple(notes),
-                verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"], seed=opts["seed"],
+                dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"),
+                timing_modes=modes, untimed=untimed,
+                timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv),
+                notes=tuple(notes),
+                verbose=opts["verbose"], timeout=opts["timeout"], rounds=opts["rounds"],
+                seed=opts["seed"],
                 shuffle=opts["shuffle"], unsupported=unsupported, setups=tuple(setups), split=split,
                 thread_levels=levels if any(uses_mpi(b) for b in backends) else (), bind=bind,
                 pages=opts.get("pages") or "small", patterns=spreads)
@@ -344,7 +371,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
 def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher) -> int:
     try:
         plan = build_plan(collectives, opts, argv, launcher)
-    except (SharedUsageError, BackendUnavailable):    # a library missing on one node: each rank says so
+    # a library missing on one node: each rank says so
+    except (SharedUsageError, BackendUnavailable):
         raise
     except UsageError as exc:      # the same options meet the same verdict on every rank
         raise SharedUsageError(str(exc)) from None
@@ -358,15 +386,17 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
         if n > 1:
             use_mpi = any(uses_mpi(b) for b in plan.backends)
             seed = plan.seed if plan.seed is not None else new_seed()
-            if plan.output.print_format != "table":     # rank 0's document reaches stdout through us
+            # rank 0's document reaches stdout through us
+            if plan.output.print_format != "table":
                 mark = getattr(sys.stdout, "asked_for", None)
                 if mark is not None:
                     mark(f"-f {plan.output.print_format}")
             # The files are claimed before the first launch: a run started beside this one with
             # the same -o is refused now, not after it has measured (live.files).
-            return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose, rounds=plan.rounds,
-                                     seed=seed, claim=lambda: claim(plan.output), levels=plan.thread_levels,
-                                     bind=plan.bind)
+            return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose,
+                                     rounds=plan.rounds,
+                                     seed=seed, claim=lambda: claim(plan.output),
+                                     levels=plan.thread_levels, bind=plan.bind)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
         raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
                          f"started by {launcher.name}; drop -n under a launcher")

@@ -4,7 +4,8 @@
   ranks once per round and tells them which round they are (``COLLBENCH_ROUND``) and where the
   earlier rounds left their data (``COLLBENCH_STATE``, a folder with the run's journal,
   ``collbench.launch.journal``). Under a user's launcher the rounds run inside the job, each
-  on freshly duplicated communicators and freshly allocated buffers. The result file records which kind of rounds it holds.
+  on freshly duplicated communicators and freshly allocated buffers. The result file records which
+  kind of rounds it holds.
 * **Order.** Within a round the collectives are shuffled, then the backends of each collective,
   then the sizes of each (collective, backend) block, from a generator seeded with
   (seed, round). A block's buffers are allocated once at its largest size, so sizes are shuffled
@@ -46,7 +47,8 @@ class Schedule:
     seed: int
     shuffle: bool
     state: Optional[Path] = None   # self-launched rounds: the folder the parent made
-    levels: int = 1                # MPI thread levels measured: a self-launched row's rounds are total / levels
+    levels: int = 1                # MPI thread levels measured: a self-launched row's rounds are
+                                   # total / levels
     budget_rounds: int = 0         # the rounds a size's budget is shared among (0: total_rounds)
 
     @property
@@ -67,16 +69,20 @@ class Schedule:
         return 1.0 / max(1, per_row)
 
 
-def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.environ, levels: int = 1) -> Schedule:
+def schedule_from(rounds: int, seed: Optional[int], shuffle: bool, env=os.environ,
+                  levels: int = 1) -> Schedule:
     """The schedule of this process: one round of a self-launched run (from the environment the
     parent set) or every round, in-job. ``seed`` None: the parent's, or one chosen now (rank 0's
     choice is broadcast by the caller)."""
     if env.get(environment.LAUNCHED) and env.get(environment.ROUND) and env.get(environment.STATE):
         total = int(env.get(environment.ROUNDS, rounds))
         budget = env.get(environment.BUDGET_ROUNDS, "")
-        return Schedule(total, (int(env[environment.ROUND]),), KIND_LAUNCH, int(env[environment.SEED]), shuffle,
-                        Path(env[environment.STATE]), levels, int(budget) if budget.isdigit() else 0)
-    return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB, seed if seed is not None else new_seed(), shuffle)
+        return Schedule(total, (int(env[environment.ROUND]),), KIND_LAUNCH,
+                        int(env[environment.SEED]), shuffle,
+                        Path(env[environment.STATE]), levels,
+                        int(budget) if budget.isdigit() else 0)
+    return Schedule(rounds, tuple(range(1, rounds + 1)), KIND_IN_JOB,
+                    seed if seed is not None else new_seed(), shuffle)
 
 
 @dataclass(frozen=True)

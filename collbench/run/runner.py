@@ -30,7 +30,8 @@ from collbench import environment
 from collbench.backends import backend_class, make_control, threads
 from collbench.results.collector import Collector
 from collbench.launch.journal import Journal
-from collbench.errors import (BackendDeclined, HostUsageError, SharedUsageError, UsageError, check_interrupted,
+from collbench.errors import (BackendDeclined, HostUsageError, SharedUsageError, UsageError,
+                              check_interrupted,
                              printable)
 from collbench.results.records import axes_problem
 from collbench.launch.origin.launcher import Launcher
@@ -70,8 +71,10 @@ class Plan:
     op: str = "sum"
     roles: Roles = Roles()        # the root, the pair, the window
     pairing: Optional[Pairing] = None     # collbench pairs: which pairs, how many at once
-    timing_modes: tuple = ("latency",)            # timing names (``measure.timings``), in their order
-    untimed: frozenset = frozenset()      # (backend setup's key, timing) pairs that setup cannot time
+    timing_modes: tuple = ("latency",)            # timing names (``measure.timings``), in their
+                                                  # order
+    untimed: frozenset = frozenset()      # (backend setup's key, timing) pairs that setup cannot
+                                          # time
     timing_settings: harness.TimingSettings = harness.TimingSettings()
     check: bool = True
     output: OutputSettings = OutputSettings()
@@ -103,7 +106,8 @@ def setups_of(plan: Plan) -> tuple:
 
 #: what gloo (and torch's stores) say when a peer's connection went: the peer's end, not this
 #: rank's failure, most likely
-_PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused", re.IGNORECASE)
+_PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused",
+                        re.IGNORECASE)
 
 
 def run(plan: Plan, launcher: Launcher) -> int:
@@ -122,18 +126,21 @@ def run(plan: Plan, launcher: Launcher) -> int:
         # collbench's run never exits this way: a backend's library or plugin called sys.exit in
         # the middle of it. Leaving quietly would keep the others waiting in their collective
         # (and this rank in MPI's finalisation): end the whole job, naming this rank.
-        print(f"collbench: rank {launcher.rank} failed at {supervise.current_position() or 'start-up'}: a backend "
-              f"ended the process (sys.exit({exc.code!r}))", file=sys.stderr)
+        print(f"collbench: rank {launcher.rank} failed at "
+              f"{supervise.current_position() or 'start-up'}: a backend ended the process "
+              f"(sys.exit({exc.code!r}))", file=sys.stderr)
         supervise.abort_job(1)
     except Exception as exc:
         if signals.stopping(peer_lost=_PEER_LOST.search(str(exc)) is not None):
-            time.sleep(60)          # a peer gone because the job is being stopped: the signal says it
+            # a peer gone because the job is being stopped: the signal says it
+            time.sleep(60)
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job. Every rank may meet
         # the same (GLOO_SOCKET_IFNAME naming no interface): the job says the first. One in the
         # start-up is the environment's (exit 2); later, a library's (1).
         where = supervise.current_position() or "start-up"
-        notes.say_first(f"collbench: rank {launcher.rank} failed at {where}: {type(exc).__name__}: {_said(exc)}")
+        notes.say_first(f"collbench: rank {launcher.rank} failed at {where}: {type(exc).__name__}: "
+                        f"{_said(exc)}")
         if plan.verbose:
             import traceback
             traceback.print_exc()
@@ -142,7 +149,8 @@ def run(plan: Plan, launcher: Launcher) -> int:
 
 #: Lines of a library's error that are advice or a stack, not its cause (torch's CUDA errors end
 #: with the first two, its C++ errors carry the others).
-_ADVICE = ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA", "might be asynchronously reported", "Exception raised from",
+_ADVICE = ("CUDA_LAUNCH_BLOCKING", "TORCH_USE_CUDA_DSA", "might be asynchronously reported",
+           "Exception raised from",
            "frame #")
 
 
@@ -177,11 +185,12 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     pages.use(plan.pages)
     if level:
         threads.ask_for(level)
-    control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)   # one init method
+    # one init method
+    control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)
     provided = getattr(control, "thread_level", "") if level else ""
     if provided and provided != level:
-        plan = dataclasses.replace(plan, notes=plan.notes + (f"MPI was asked for thread level {level} and gave "
-                                                             f"{provided}",))
+        plan = dataclasses.replace(plan, notes=plan.notes + ("MPI was asked for thread level "
+                                                             f"{level} and gave {provided}",))
     # below MULTIPLE only the main thread calls MPI: a helper thread's abort ends its process
     supervise.set_job_abort(threads.abort_from_any_thread(control.abort, provided or "multiple"))
     if launcher.world_size_variable and launcher.world_size != control.size:
@@ -195,21 +204,27 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     problem = roles_problem(plan, control.size)
     if problem:
         raise SharedUsageError(problem)
-    schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle, levels=len(plan.thread_levels) or 1)
+    schedule = rounds.schedule_from(plan.rounds, plan.seed, plan.shuffle,
+                                    levels=len(plan.thread_levels) or 1)
     if schedule.kind == rounds.KIND_IN_JOB:        # rank 0's seed for everyone
-        schedule = dataclasses.replace(schedule, seed=control.bcast(schedule.seed if control.rank == 0 else None))
+        schedule = dataclasses.replace(schedule,
+                                       seed=control.bcast(schedule.seed
+                                                          if control.rank == 0 else None))
     resuming = schedule.first > 1
     # Rank 0 alone can judge its paths, and every rank must stop on them; self-launched, the
     # launching process judged and claimed them before the first launch.
     judged = resuming or launcher.self_launched
-    problem = control.bcast(_output_problem(plan.output) if control.rank == 0 and not judged else None)
+    problem = control.bcast(_output_problem(plan.output)
+                            if control.rank == 0 and not judged else None)
     if problem:
         raise SharedUsageError(problem)
     backends: dict = {}
     try:
         bind = plan.bind if launcher.by_collbench else "launcher"
-        launch = {"thread_level": level, "thread_level_provided": provided, "bind": bind} if level else {"bind": bind}
-        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule, launch, elsewhere)
+        launch = {"thread_level": level, "thread_level_provided": provided,
+                  "bind": bind} if level else {"bind": bind}
+        code = _measure(plan, launcher, control, backends, watchdog, startup_limit, schedule,
+                        launch, elsewhere)
     finally:
         for backend in backends.values():
             backend.close()
@@ -220,8 +235,10 @@ def _run(plan: Plan, launcher: Launcher) -> int:
 
 #: what every rank must agree on before anything is measured: the plan's fields that decide the
 #: collectives called, their buffers, their order and how long they run
-_AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes", "untimed",
-           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split", "thread_levels",
+_AGREED = ("collectives", "backends", "sizes", "dtype", "op", "roles", "pairing", "timing_modes",
+           "untimed",
+           "timing_settings", "check", "rounds", "seed", "shuffle", "timeout", "setups", "split",
+           "thread_levels",
            "patterns")
 
 
@@ -249,12 +266,14 @@ def plan_disagreement(prints: list) -> Optional[str]:
     for rank, other in enumerate(prints[1:], start=1):
         fields = [name for name in _AGREED if other.get(name) != first.get(name)]
         if fields:
-            differ = "; ".join(f"{name.replace('_', ' ')} {_short(other.get(name))} (rank 0: {_short(first.get(name))})"
+            differ = "; ".join(f"{name.replace('_', ' ')} {_short(other.get(name))} (rank 0: "
+                               f"{_short(first.get(name))})"
                                for name in fields[:3])
             more = [r for r, p in enumerate(prints) if r > rank and p != first]
-            others = f" (and rank{'s' if len(more) > 1 else ''} {', '.join(map(str, more[:5]))})" if more else ""
-            return (f"rank {rank}{others} was started with another command than rank 0: {differ}; every rank must run "
-                    "the same collbench command")
+            others = (f" (and rank{'s' if len(more) > 1 else ''} {', '.join(map(str, more[:5]))})"
+                      if more else "")
+            return (f"rank {rank}{others} was started with another command than rank 0: {differ}; "
+                    "every rank must run the same collbench command")
     return None
 
 
@@ -271,7 +290,8 @@ def roles_problem(plan: Plan, n: int) -> Optional[str]:
     short = [b.name for b in benches if b.min_ranks > n]
     if short:
         return f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; {n} started"
-    spread = [patterns.problem(p, n) for p in plan.patterns] if any(bench.patterned for bench in benches) else []
+    spread = ([patterns.problem(p, n) for p in plan.patterns]
+              if any(bench.patterned for bench in benches) else [])
     if any(spread):
         return next(problem for problem in spread if problem)
     a, b = plan.roles.pairs[0]
@@ -292,14 +312,16 @@ def _extended(metadata: dict, schedule: rounds.Schedule) -> dict:
     """The metadata the run's first launch recorded, with the rounds this launch was told the
     run has: more, where an A/B job added pairs (``ab --max-rounds``)."""
     if isinstance(metadata.get("settings"), dict):
-        metadata["settings"]["rounds"] = max(schedule.total_rounds, metadata["settings"].get("rounds") or 0)
+        metadata["settings"]["rounds"] = max(schedule.total_rounds,
+                                             metadata["settings"].get("rounds") or 0)
     side = notes.ab_side()
     if side is not None and isinstance(metadata.get("ab"), dict):
         metadata["ab"]["pairs"] = side.get("pairs", metadata["ab"].get("pairs"))
     return metadata
 
 
-def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Schedule, backends: dict) -> dict:
+def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Schedule,
+              backends: dict) -> dict:
     """The run's metadata; ``keys``: every setup the run measures, at this launch's level and the others'."""
     hosts = list(launcher.hosts)
     versions = {}
@@ -308,20 +330,24 @@ def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Sched
     timing = {k: v for k, v in dataclasses.asdict(plan.timing_settings).items() if k != "mode"}
     settings = {**timing, "timings": list(plan.timing_modes), "check": plan.check,
                 "timer": harness.TIMER_NAME, "timer_resolution_s": harness.timer_resolution(),
-                "root": plan.roles.root, "pair": list(plan.roles.pairs[0]), "window": plan.roles.window,
+                "root": plan.roles.root, "pair": list(plan.roles.pairs[0]),
+                "window": plan.roles.window,
                 **({"pairs": dataclasses.asdict(plan.pairing)} if plan.pairing else {}),
                 "backends": keys, "timeout_s": plan.timeout,      # the setups measured, by key
                 "rounds": schedule.total_rounds, "round_kind": schedule.kind, "seed": schedule.seed,
                 "thread_levels": list(plan.thread_levels), "bind": plan.bind, "pages": plan.pages,
-                "shuffle": schedule.shuffle, "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
-    metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv), settings=settings,
-                       versions=versions)
+                "shuffle": schedule.shuffle,
+                "max_time_per_round": plan.timing_settings.max_time * schedule.budget_share()}
+    metadata = collect(hostnames=hosts, launcher=launcher.name, argv=list(plan.argv),
+                       settings=settings, versions=versions)
     cold = {key: _cache_of(backend) for key, backend in backends.items()
             if getattr(backend.options, "cache", caches.HOT) == caches.COLD}     # of any collective
-    if cold:                                         # what --cache cold spanned, per setup (rank 0's)
+    # what --cache cold spanned, per setup (rank 0's)
+    if cold:
         metadata["settings"]["caches"] = cold
     matrices = {digest: rows for p in plan.patterns for digest, rows in patterns.kept(p).items()}
-    if matrices:                                     # report --per-rank says each rank's bytes from it
+    # report --per-rank says each rank's bytes from it
+    if matrices:
         metadata["matrices"] = matrices
     metadata["run_id"] = uuid.uuid4().hex[:12]      # names this run's rounds when files are merged
     side = notes.ab_side()
@@ -336,10 +362,13 @@ def _cache_of(backend) -> dict:
     return {"bytes": size, "from": source, "span": caches.SPAN, "most_sets": caches.MOST_SETS}
 
 
-def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule, journal):
-    label = f"round {schedule.first}/{schedule.total_rounds} · " if schedule.total_rounds > 1 else ""
+def _open_output(plan: Plan, collector: Collector, sweep: Sweep, schedule: rounds.Schedule,
+                 journal):
+    label = (f"round {schedule.first}/{schedule.total_rounds} · "
+             if schedule.total_rounds > 1 else "")
     out = Output(plan.output, collector, total_steps=sweep.steps * schedule.total_rounds,
-                 done_steps=sweep.steps * (schedule.first - 1), prints_final=schedule.measures_last_round,
+                 done_steps=sweep.steps * (schedule.first - 1),
+                 prints_final=schedule.measures_last_round,
                  round_label=label, journal=journal, round_steps=sweep.steps)
     out.table_order = tuple(plan.collectives)
     return out
@@ -363,11 +392,12 @@ def at_launch_level(plan: Plan) -> tuple:
         return level == plan.thread_levels[0]
 
     kept = tuple(s for s in setups_of(plan) if here(s))
-    return dataclasses.replace(plan, setups=kept, backends=tuple(dict.fromkeys(s.name for s in kept))), level
+    return dataclasses.replace(plan, setups=kept,
+                               backends=tuple(dict.fromkeys(s.name for s in kept))), level
 
 
-def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, startup_limit: float,
-             schedule: rounds.Schedule, launch: dict, elsewhere: list) -> int:
+def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog,
+             startup_limit: float, schedule: rounds.Schedule, launch: dict, elsewhere: list) -> int:
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     plan = _set_up(_split(plan, launcher), control, backends, watchdog, startup_limit)
     most_per_node = ranks_per_node(launcher.hosts)
@@ -377,7 +407,8 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
     if is_rank0:
         earlier = journal.of_type("run") if journal is not None else []
         collector = Collector(_extended(earlier[0]["metadata"], schedule) if earlier else
-                              _metadata(plan, launcher, [*backends, *elsewhere], schedule, backends))
+                              _metadata(plan, launcher, [*backends, *elsewhere], schedule,
+                                        backends))
     sweep = Sweep(plan, control, backends, most_per_node, watchdog, list(launcher.hosts))
     if not sweep.steps:
         raise SharedUsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
@@ -392,16 +423,19 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog, 
         raise SharedUsageError(problem)
     if is_rank0:
         later = schedule.first if schedule.kind == rounds.KIND_LAUNCH else 1
-        supervise.set_result_files(out.paths, out.journal.folder, notes.kept_after_rounds(later, measured=False))
+        supervise.set_result_files(out.paths, out.journal.folder,
+                                   notes.kept_after_rounds(later, measured=False))
         supervise.before_exit(out.save_now)      # an early end: the files are made whole
     cpu_sets = control.gather(sorted(cpuload.affinity()))
-    crowded = _crowded(list(launcher.hosts), cpu_sets, launch.get("thread_level_provided", "")) if is_rank0 else []
+    crowded = _crowded(list(launcher.hosts), cpu_sets,
+                       launch.get("thread_level_provided", "")) if is_rank0 else []
     kernels = control.gather(pages.kernel_setting())
     launch = {**launch, "pages": plan.pages, "transparent_hugepages": kernels}
     crowded += _without_huge_pages(plan.pages, list(launcher.hosts), kernels) if is_rank0 else []
     for note in list(plan.notes) + list(dict.fromkeys(sweep.notes)) + crowded:
         out.note(note)
-    settings = dataclasses.replace(plan.timing_settings, max_time=plan.timing_settings.max_time * schedule.budget_share())
+    settings = dataclasses.replace(plan.timing_settings,
+                                   max_time=plan.timing_settings.max_time * schedule.budget_share())
     completed = False
     try:
         for number in schedule.own_rounds:
@@ -431,7 +465,9 @@ def _split(plan: Plan, launcher: Launcher) -> Plan:
     problem = plan.split.problem(list(launcher.hosts))
     if problem:
         raise SharedUsageError(problem)
-    plan = dataclasses.replace(plan, roles=dataclasses.replace(plan.roles, groups=plan.split.groups(list(launcher.hosts))))
+    plan = dataclasses.replace(plan,
+                               roles=dataclasses.replace(plan.roles,
+                                                         groups=plan.split.groups(list(launcher.hosts))))
     problem = roles_problem(plan, len(plan.roles.groups[0]))     # the root is each group's
     if problem:
         raise SharedUsageError(problem.replace("world", "group") + f" ({plan.split.option_text})")
@@ -462,12 +498,13 @@ def _set_up(plan: Plan, control, backends: dict, watchdog, startup_limit: float)
         kept.append(setup)
     if not backends:
         raise SharedUsageError("nothing to measure: " + "; ".join(declined))
-    return dataclasses.replace(plan, backends=tuple(dict.fromkeys(s.name for s in kept)), setups=tuple(kept),
-                               notes=plan.notes + tuple(declined))
+    return dataclasses.replace(plan, backends=tuple(dict.fromkeys(s.name for s in kept)),
+                               setups=tuple(kept), notes=plan.notes + tuple(declined))
 
 
 def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule, number: int,
-           settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float, launch: dict) -> None:
+           settings: harness.TimingSettings, hosts: list, first: bool, setup_limit: float,
+           launch: dict) -> None:
     """Measure round ``number``: fresh communicators (after the first round of this process),
     the round's order from rank 0, and the CPU the host spent on others meanwhile."""
     wall = time.monotonic()
@@ -480,7 +517,8 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
             for backend in backends.values():
                 backend.renew()
     is_rank0 = control.rank == 0
-    order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle) if is_rank0 else None)
+    order = control.bcast(rounds.order(sweep.blocks(), schedule.seed, number, schedule.shuffle)
+                          if is_rank0 else None)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     meter = cpuload.CpuMeter()
     control.barrier()
@@ -497,18 +535,23 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
         patterned = {b.pattern: {"pattern": b.pattern} for b in order if b.pattern}
         turn = rounds.ab_turn()
         # at once with the other side, size by size: the turns this side took and its wait for them
-        taken = {"ab_turns": {"taken": sweep.turns.taken, "waited_s": round(sweep.turns.waited_s, 3)}} \
+        taken = {"ab_turns": {"taken": sweep.turns.taken,
+                              "waited_s": round(sweep.turns.waited_s, 3)}} \
             if sweep.turns is not None else {}
-        out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind, "started": started,
-                        "rank0_pid": os.getpid(),
+        out.round_done({"round": number, "run_id": out.run_id, "kind": schedule.kind,
+                        "started": started, "rank0_pid": os.getpid(),
                         "seconds": round(time.monotonic() - wall, 3),
-                        "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES}, "rank_hosts": hosts,
+                        "spent_s": {name: round(sweep.spent[name], 3) for name in PHASES},
+                        "rank_hosts": hosts,
                         "load": cpuload.round_load(reports, hosts), **launch,
-                        "cpu_sets": [report.get("cpu_set") for report in reports], "huge_pages_kib": huge,
+                        "cpu_sets": [report.get("cpu_set") for report in reports],
+                        "huge_pages_kib": huge,
                         **({"ab_turn": turn} if turn is not None else {}), **taken,
                         "order": [{"collective": b.collective, "backend": b.backend,
-                                   "sizes": [sizes[b.collective, b.backend, b.pattern][i] for i in b.points],
-                                   **patterned.get(b.pattern, {}), **_pairs_of(sweep, b)} for b in order]})
+                                   "sizes": [sizes[b.collective, b.backend, b.pattern][i]
+                                             for i in b.points],
+                                   **patterned.get(b.pattern, {}), **_pairs_of(sweep, b)}
+                                  for b in order]})
 
 
 def _pairs_of(sweep: Sweep, block: rounds.Block) -> dict:
@@ -533,8 +576,9 @@ def _crowded(hosts: list, cpu_sets: list, level: str) -> list:
     ranks, cpus = worst[0], len(worst[1]) or (os.cpu_count() or 1)
     if ranks <= cpus:
         return []
-    spin = (f" at thread level {level}, a waiting rank spins on its core: a call may take a scheduler slice "
-            "(ms); --thread-level multiple yields" if level in ("single", "funneled", "serialized") else "")
+    spin = (f" at thread level {level}, a waiting rank spins on its core: a call may take a "
+            "scheduler slice (ms); --thread-level multiple yields"
+            if level in ("single", "funneled", "serialized") else "")
     return [f"{ranks} ranks share {cpus} CPU{'s' if cpus > 1 else ''} on a host: they take turns on the cores, so "
             f"the times include waiting for one (oversubscribed){';' + spin if spin else ''}"]
 
@@ -548,7 +592,8 @@ def _without_huge_pages(asked: str, hosts: list, kernels: list) -> list:
         return []
     said = {setting or "none to read" for setting in kernels}
     return [f"--pages huge: the kernel of {', '.join(lacking)} gives no transparent huge pages "
-            f"(transparent_hugepage: {', '.join(sorted(said))}); the buffers there are on small pages"]
+            f"(transparent_hugepage: {', '.join(sorted(said))}); the buffers there are on small "
+            "pages"]
 
 
 #: What CUDA's documentation gives as the resolution of the time between two events.
@@ -562,9 +607,12 @@ def _warn_resolution(out, collector: Collector) -> None:
     rows = collector.run_result().rows
     low = [r for r in rows if not on_device(r.timing) and r.time_us_p50 < limit]
     if low:
-        out.note(f"{len(low)} median(s) are under 10x the timer resolution ({limit:.3f} µs); treat them with care")
-    coarse = [r for r in rows if on_device(r.timing) and r.time_us_p50 < 10 * EVENT_RESOLUTION_US / min(
+        out.note(f"{len(low)} median(s) are under 10x the timer resolution ({limit:.3f} µs); treat "
+                 "them with care")
+    coarse = [r for r in rows
+              if on_device(r.timing) and r.time_us_p50 < 10 * EVENT_RESOLUTION_US / min(
         (d.calls_per_sample for d in collector.rounds_of(r)), default=1)]
     if coarse:
         out.note(f"{len(coarse)} median(s) timed on the GPU are under 10x what CUDA events resolve "
-                 f"({EVENT_RESOLUTION_US} µs a sample, over the calls a graph replays); treat them with care")
+                 f"({EVENT_RESOLUTION_US} µs a sample, over the calls a graph replays); treat them "
+                 "with care")

@@ -37,7 +37,8 @@ class SizePoint:
     recv_len: int
 
 
-def size_points(coll: Benchmark, sizes, itemsize: int, n: int, roles: Roles = Roles()) -> tuple[list, list]:
+def size_points(coll: Benchmark, sizes, itemsize: int, n: int,
+                roles: Roles = Roles()) -> tuple[list, list]:
     """Round each size down to whole elements that split evenly over n ranks."""
     if not coll.moves_data:
         return [SizePoint(0, 0, 0, 0, 0)], []
@@ -52,7 +53,8 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int, roles: Roles = Ro
             continue
         seen.add(elements)
         # a benchmark's own lengths(elements, n), written before patterns, keeps working
-        send, recv = coll.lengths(elements, n, roles) if coll.patterned else coll.lengths(elements, n)
+        send, recv = (coll.lengths(elements, n, roles)
+                      if coll.patterned else coll.lengths(elements, n))
         per_rank = elements * itemsize if coll.size_is_per_rank else elements * itemsize // n
         points.append(SizePoint(elements, elements * itemsize, per_rank, send, recv))
     if not small:
@@ -135,8 +137,10 @@ class Sweep:
     """The sizes each (collective, backend) measures, the layouts, and one round's walk over them.
     ``hosts``: every rank's host, in rank order."""
 
-    def __init__(self, plan, control, backends: dict, ranks_per_node: int, watchdog: Watchdog, hosts: list) -> None:
-        self.plan, self.control, self.backends, self.ranks_per_node = plan, control, backends, ranks_per_node
+    def __init__(self, plan, control, backends: dict, ranks_per_node: int, watchdog: Watchdog,
+                 hosts: list) -> None:
+        self.plan, self.control, self.backends, self.ranks_per_node = (plan, control, backends,
+                                                                       ranks_per_node)
         self.watchdog = watchdog
         self.layouts = [plan.roles]
         if plan.pairing is not None:
@@ -149,7 +153,8 @@ class Sweep:
         #: this rank's place in its group (the world, without a split), where fills and checks
         #: are made; every group has the same size
         self.group_size = len(groups[0]) if groups else control.size
-        self.group_rank = groups[plan.roles.group_index(control.rank)].index(control.rank) if groups else control.rank
+        self.group_rank = (groups[plan.roles.group_index(control.rank)].index(control.rank)
+                           if groups else control.rank)
         self.failures: list = []
         #: seconds of this round's wall time by what they went to (``PHASES``), on this rank
         self.spent: Counter = Counter()
@@ -159,7 +164,8 @@ class Sweep:
         self.turns = None
         #: the most of this rank's memory seen on huge pages this round, its buffers filled (KiB)
         self.huge_pages_kib = None
-        self.probes = control.bcast(control.gather(memory.probe()))      # every rank's view of its host
+        # every rank's view of its host
+        self.probes = control.bcast(control.gather(memory.probe()))
         self.base_bytes = [p.held for p in self.probes]                      # each rank's base
         self.points: dict = {}
         self.notes: list = []
@@ -186,27 +192,30 @@ class Sweep:
         if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
             return []
         itemsize = self._element(coll).itemsize
-        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size, self.roles_of(0, spread))
+        points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size,
+                                    self.roles_of(0, spread))
         self.notes += notes
         limit = backend.max_message_bytes()
         if limit is not None:
             over = [p for p in points if max(p.send_len, p.recv_len) * itemsize > limit]
-            self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: a message beyond "
-                           f"{backend_name}'s {format_size(limit)} limit; skipped" for p in over]
+            self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: a "
+                           f"message beyond {backend_name}'s {format_size(limit)} limit; skipped"
+                           for p in over]
             points = [p for p in points if p not in over]
         device_free = backend.device_memory_bytes()
-        if device_free is not None:           # one device per rank: the fullest device decides for all
+        # one device per rank: the fullest device decides for all
+        if device_free is not None:
             gathered = self.control.gather(device_free)
             room = self.control.bcast(memory.headroom(min(gathered)) if gathered else None)
             # the buffers, and what the check holds there beside them (check.WORK_BYTES)
             def need(p) -> int:
-                return (p.send_len + p.recv_len) * itemsize + check.WORK_BYTES + self._pool(coll, backend, p)
+                return ((p.send_len + p.recv_len) * itemsize + check.WORK_BYTES
+                        + self._pool(coll, backend, p))
             over = [p for p in points if need(p) > room]
-            self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: needs about "
-                           f"{need(p) / memory.GiB:.2f} GiB on "
-                           "each device, more than "
-                           f"the {room / memory.GiB:.2f} GiB free on the fullest; skipped, as it would run out of "
-                           "device memory" for p in over]
+            self.notes += [f"{coll.name} on {backend_name} at {format_size(p.size_bytes)}: needs "
+                           f"about {need(p) / memory.GiB:.2f} GiB on each device, more than the "
+                           f"{room / memory.GiB:.2f} GiB free on the fullest; skipped, as it would "
+                           "run out of device memory" for p in over]
             return [p for p in points if p not in over]
         fits = []
         for p in points:
@@ -224,14 +233,16 @@ class Sweep:
         """The bytes of a rank's buffers at ``point``, with the copies of a message its family
         keeps in flight (the pickle API's window)."""
         itemsize = self._element(coll).itemsize
-        return int((point.send_len + point.recv_len) * itemsize * coll.copies_in_flight(backend.family, roles)
-                   * backend.memory_scale(itemsize))
+        return int((point.send_len + point.recv_len) * itemsize
+                   * coll.copies_in_flight(backend.family, roles) * backend.memory_scale(itemsize))
 
     def _pool(self, coll: Benchmark, backend, point: SizePoint) -> int:
         """The bytes of a cold block's pool beyond its first set of buffers (0 for a hot one):
-        plain buffers, which the library's copies of a message (``memory.rank_need``) do not scale."""
+        plain buffers, which the library's copies of a message (``memory.rank_need``) do not
+        scale."""
         stride = self.set_stride(coll, point, False)
-        extra = (self.pool_sets(backend, stride) if caches.is_cold(coll, backend) else self.grouped(coll, backend)) - 1
+        extra = (self.pool_sets(backend, stride)
+                 if caches.is_cold(coll, backend) else self.grouped(coll, backend)) - 1
         return int(stride * extra * backend.memory_scale(self._element(coll).itemsize))
 
     @staticmethod
@@ -272,13 +283,14 @@ class Sweep:
         nominal = self._nominal(coll, backend, point, layouts[0])
         pool = self._pool(coll, backend, point)
         first = layouts[0]
-        roots = ({members[first.root] for members in first.groups} if first.groups else {first.root}) \
+        roots = ({members[first.root] for members in first.groups}
+                 if first.groups else {first.root}) \
             if coll.rooted else set()
         return lambda r: (memory.rank_need(coll.name, backend.family, nominal, r in roots) + pool
                           if any(coll.takes_part(r, roles) for roles in layouts) else 0)
 
-    def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint, roles: Roles,
-                    round_number: int, allocated: int = 0) -> bool:
+    def _still_fits(self, coll: Benchmark, backend_name: str, backend, point: SizePoint,
+                    roles: Roles, round_number: int, allocated: int = 0) -> bool:
         """Just before a large size on host memory: every rank says what its host has now and rank
         0 decides for all (outside any timed region); a size that no longer fits is skipped with
         a note. ``allocated``: the bytes of the block's buffers, held already. Small sizes and
@@ -290,7 +302,8 @@ class Sweep:
         probes = self.control.gather(memory.probe())
         note = None
         if self.control.rank == 0:
-            short = memory.shortfall(self._need(coll, backend, point, [roles]), probes, self.base_bytes, allocated)
+            short = memory.shortfall(self._need(coll, backend, point, [roles]), probes,
+                                     self.base_bytes, allocated)
             if short is not None:
                 where = f"{coll.name} on {backend_name} at {format_size(point.size_bytes)}"
                 note = memory.skip_note(where, short, now=True)
@@ -300,7 +313,8 @@ class Sweep:
             self.out.note(note)
         return note is None
 
-    def _as_sent(self, coll: Benchmark, roles: Roles, settings: harness.TimingSettings, bind, identity) -> Roles:
+    def _as_sent(self, coll: Benchmark, roles: Roles, settings: harness.TimingSettings, bind,
+                 identity) -> Roles:
         """``roles`` as the pairs send them at a size: where one window of a pair would take more
         than WINDOW_SHARE of the budget (the round's share of --max-time), in adaptive mode, that
         pair's window shrinks to the largest power of two that fits (one message at least), and
@@ -324,11 +338,13 @@ class Sweep:
                 chosen = []
                 for a, b in roles.pairs:       # each pair on its slower rank
                     one, more = (max(times[a][i], times[b][i]) for i in (0, 1))
-                    chosen.append(fitting_window(roles.window, one, max(more - one, 0.0) / (several - 1),
+                    chosen.append(fitting_window(roles.window, one,
+                                                 max(more - one, 0.0) / (several - 1),
                                                  settings.max_time * WINDOW_SHARE))
                 chosen = tuple(chosen)
             chosen = control.bcast(chosen)
-        return roles if all(w == roles.window for w in chosen) else dataclasses.replace(roles, windows=chosen)
+        return (roles if all(w == roles.window for w in chosen)
+                else dataclasses.replace(roles, windows=chosen))
 
     def phase(self, name: str) -> _Phase:
         """``with sweep.phase("check"):`` counts the block's time as that phase's (``PHASES``)."""
@@ -337,7 +353,8 @@ class Sweep:
     @property
     def steps(self) -> int:
         """Measurements in one round."""
-        return sum(len(points) * len(self.timings_of(b, get_benchmark(c))) for (c, b, _), points in self.points.items()) \
+        return sum(len(points) * len(self.timings_of(b, get_benchmark(c)))
+                   for (c, b, _), points in self.points.items()) \
             * len(self.layouts)
 
     def timings_of(self, backend: str, coll: Benchmark) -> list:
@@ -349,11 +366,13 @@ class Sweep:
     def blocks(self) -> list:
         """(collective, backend, layout, number of sizes, pattern) in plan order: what
         ``rounds.order`` shuffles."""
-        return [(c, b, layout, len(self.points[c, b, p]), p) for c in self.plan.collectives for b in self.backends
+        return [(c, b, layout, len(self.points[c, b, p]), p) for c in self.plan.collectives
+                for b in self.backends
                 for p in self.patterns_of(get_benchmark(c)) for layout in range(len(self.layouts))
                 if self.points[c, b, p]]
 
-    def run(self, out, round_number: int, order: list, settings: harness.TimingSettings, total_rounds: int) -> None:
+    def run(self, out, round_number: int, order: list, settings: harness.TimingSettings,
+            total_rounds: int) -> None:
         """Round ``round_number`` of ``total_rounds``: every block in ``order``; in the final round
         the output prints each collective's table when it is complete."""
         final = round_number == total_rounds
@@ -365,8 +384,10 @@ class Sweep:
                 out.collective_done(current, final)
             current = block.collective
             points = self.points[block.collective, block.backend, block.pattern]
-            Block(self, get_benchmark(block.collective), block.backend, self.backends[block.backend],
-                  self.roles_of(block.layout, block.pattern), round_number, settings).run(points, block.points)
+            Block(self, get_benchmark(block.collective), block.backend,
+                  self.backends[block.backend],
+                  self.roles_of(block.layout, block.pattern), round_number,
+                  settings).run(points, block.points)
             self.control.barrier()
         if current is not None:
             out.collective_done(current, final)
@@ -382,7 +403,10 @@ class Sweep:
     def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, roles: Roles, group: int,
                   timing: str) -> tuple:
         plan = self.plan
-        spread = plan.patterns.index(roles.pattern) if coll.patterned and roles.pattern in plan.patterns else 0
-        return (plan.collectives.index(coll.name), list(self.backends).index(backend), spread, point.size_bytes,
-                tuple(roles.pairs[group]) if coll.paired else (group,), plan.timing_modes.index(timing))
+        spread = (plan.patterns.index(roles.pattern)
+                  if coll.patterned and roles.pattern in plan.patterns else 0)
+        return (plan.collectives.index(coll.name), list(self.backends).index(backend), spread,
+                point.size_bytes,
+                tuple(roles.pairs[group]) if coll.paired else (group,),
+                plan.timing_modes.index(timing))
 

@@ -39,7 +39,8 @@ class Turns:
 
     def __init__(self, path: str, side: str, rank: int, meter=None) -> None:
         self.meter = meter
-        self.taken, self.waited_s = 0, 0.0          # turns taken, and the time spent waiting for them
+        # turns taken, and the time spent waiting for them
+        self.taken, self.waited_s = 0, 0.0
         self._sock: Optional[socket.socket] = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.connect(path)
@@ -140,7 +141,8 @@ class Referee:
         started = time.monotonic()
         idle = False
         while not self._stop.is_set():
-            self._poll(0.05 if idle else 0.0)       # after a round of turns both sides are ready: no wait
+            # after a round of turns both sides are ready: no wait
+            self._poll(0.05 if idle else 0.0)
             idle = True
             waiting = [s for s in ("A", "B") if not self._out(s)]
             ready = [s for s in waiting if self._ready(s)]
@@ -184,7 +186,8 @@ class Referee:
             except OSError:
                 self._drop(conn)
         self.turns[side] += 1
-        lost_at = None          # a rank of the side ended: the others get BROKEN_GRACE_S to end their turn
+        # a rank of the side ended: the others get BROKEN_GRACE_S to end their turn
+        lost_at = None
         while not self._stop.is_set() and ranks and not all(ranks.values()):
             if self._broken(side):
                 lost_at = lost_at or time.monotonic()

@@ -21,8 +21,8 @@ import numpy as np
 from collbench.stats.distributions import t_quantile, t_two_sided_p
 from collbench.stats.noise import fit_trends, moderated
 from collbench.stats.runs import log_runs, within_run_squares
-from collbench.stats.calibration import (CONFIDENCE, MIN_LOG_SD, MIN_PAIR_SD, MIN_PAIRS_TO_SET_ASIDE, PAIR_WIDTH,
-                                         PAIR_WIDTH_FEW)
+from collbench.stats.calibration import (CONFIDENCE, MIN_LOG_SD, MIN_PAIR_SD,
+                                         MIN_PAIRS_TO_SET_ASIDE, PAIR_WIDTH, PAIR_WIDTH_FEW)
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,8 @@ class Spread:
 
     log_sd: float
     df: float            # degrees of freedom of that estimate (inf: assumed)
-    source: str          # both, baseline, new (the sides with two or more rounds in a run), or assumed
+    source: str          # both, baseline, new (the sides with two or more rounds in a run), or
+                         # assumed
 
 
 def within_spread(baseline, new, *, assumed_log_sd: float) -> Spread:
@@ -135,7 +136,8 @@ def pairs_kept(pairs: tuple) -> tuple:
     return tuple(p for p, x in zip(pairs, d) if abs(x - centre) <= width)
 
 
-def paired_changes(rows_pairs, known_vars=None, confidence: float = CONFIDENCE, strata=None) -> list:
+def paired_changes(rows_pairs, known_vars=None, confidence: float = CONFIDENCE,
+                   strata=None) -> list:
     """Per row, the change from A to B estimated on its pairs — (A's round median, B's round
     median) of rounds measured one after the other in one job, both counted — or None with
     fewer than two pairs. The estimate is the mean log ratio within pairs: what moved the machine
@@ -143,19 +145,23 @@ def paired_changes(rows_pairs, known_vars=None, confidence: float = CONFIDENCE, 
     of the rows' variances of those log ratios against their time, per stratum (``strata``: each
     row's; ``noise.fit_trends``), as ``summarize_rounds`` is, plus the row's ``known_vars``
     entry, taken as known (as ``estimate_change``'s ``known_var``)."""
-    diffs = [None if len(pairs) < 2 else np.log(np.asarray([b for _, b in pairs])) - np.log(np.asarray([a for a, _ in pairs]))
-             for pairs in rows_pairs]
-    times = [float(np.exp(np.median(np.log(np.asarray(pairs, dtype=np.float64))))) if d is not None else math.nan
-             for d, pairs in zip(diffs, rows_pairs)]
+    diffs = [None if len(pairs) < 2
+             else np.log(np.asarray([b for _, b in pairs]))
+             - np.log(np.asarray([a for a, _ in pairs])) for pairs in rows_pairs]
+    times = [float(np.exp(np.median(np.log(np.asarray(pairs, dtype=np.float64)))))
+             if d is not None else math.nan for d, pairs in zip(diffs, rows_pairs)]
     strata = list(strata) if strata is not None else [None] * len(diffs)
-    trends = fit_trends(strata, times, [float(d.var(ddof=1)) if d is not None else math.nan for d in diffs])
+    trends = fit_trends(strata, times,
+                        [float(d.var(ddof=1)) if d is not None else math.nan for d in diffs])
     out = []
-    for d, t, stratum, known in zip(diffs, times, strata, known_vars if known_vars is not None else [0.0] * len(diffs)):
+    for d, t, stratum, known in zip(diffs, times, strata,
+                                    known_vars if known_vars is not None else [0.0] * len(diffs)):
         if d is None:
             out.append(None)
             continue
         n = len(d)
-        m = moderated(max(float(d.var(ddof=1)), MIN_LOG_SD ** 2), float(n - 1), trends.variance(t, stratum))
+        m = moderated(max(float(d.var(ddof=1)), MIN_LOG_SD ** 2), float(n - 1),
+                      trends.variance(t, stratum))
         se = math.sqrt(m.variance / n + known)
         estimate = float(d.mean())
         half = t_quantile(0.5 + confidence / 2, m.df) * se
@@ -172,8 +178,8 @@ def detectable_change(se: float, df: float, critical: float, power: float = 0.8)
     return math.expm1((critical + t_quantile(power, df)) * se)
 
 
-def rounds_needed(log_sd: float, half_width: float, *, drift_var: float = 0.0, confidence: float = CONFIDENCE,
-                  limit: int = 1000) -> Optional[int]:
+def rounds_needed(log_sd: float, half_width: float, *, drift_var: float = 0.0,
+                  confidence: float = CONFIDENCE, limit: int = 1000) -> Optional[int]:
     """Rounds on each side (one run each) for the CI of a change to be at most ±``half_width``
     (relative) wide; None if more than ``limit`` — or if the drift between runs
     (``drift_var``: its share of the estimate's variance) alone is too wide, which no number
@@ -184,11 +190,13 @@ def rounds_needed(log_sd: float, half_width: float, *, drift_var: float = 0.0, c
     sd = max(log_sd, MIN_LOG_SD)
 
     def fits(n: int) -> bool:
-        return t_quantile(0.5 + confidence / 2, 2 * n - 2) * math.sqrt(sd * sd * 2.0 / n + drift_var) <= target
+        return (t_quantile(0.5 + confidence / 2, 2 * n - 2)
+                * math.sqrt(sd * sd * 2.0 / n + drift_var) <= target)
 
     if not fits(limit):
         return None
-    lo, hi = 1, limit                 # the half-width shrinks as n grows: bisect for the first n that fits
+    # the half-width shrinks as n grows: bisect for the first n that fits
+    lo, hi = 1, limit
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if fits(mid):

@@ -93,7 +93,8 @@ def max_t_adjust(t_values, within_var, within_df, drift_var, drift_df: float, *,
         estimated = _chi2_ratio(rng, dfw, n)
         estimated *= vw
         estimated += vk
-        drift_scale = rng.chisquare(drift_df, size=(n, 1)) / drift_df if np.isfinite(drift_df) else 1.0
+        drift_scale = (rng.chisquare(drift_df, size=(n, 1)) / drift_df
+                       if np.isfinite(drift_df) else 1.0)
         estimated += vd * drift_scale
         np.sqrt(estimated, out=estimated)
         deviation /= estimated

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from collbench.stats.calibration import (MIN_LIKENESS, STARVED_BUSY_SHARE, STARVED_DEFICIT, STATE_LIKENESS_WEIGHT,
-                                         STATE_RUN_LIKENESS)
+from collbench.stats.calibration import (MIN_LIKENESS, STARVED_BUSY_SHARE, STARVED_DEFICIT,
+                                         STATE_LIKENESS_WEIGHT, STATE_RUN_LIKENESS)
 
 
 def starvation(sides: tuple) -> tuple:
@@ -20,7 +20,8 @@ def starvation(sides: tuple) -> tuple:
     of the ranks on a host: up to f to the power of minus the ranks per host."""
     for i in (0, 1):
         mine, other = sides[i], sides[1 - i]
-        if mine.busy_share < STARVED_BUSY_SHARE or not (math.isfinite(mine.cpu_share) and math.isfinite(other.cpu_share)):
+        if mine.busy_share < STARVED_BUSY_SHARE or not (math.isfinite(mine.cpu_share)
+                                                        and math.isfinite(other.cpu_share)):
             continue
         f = min(1.0, mine.cpu_share / other.cpu_share)
         if 1.0 - f > STARVED_DEFICIT:
@@ -50,7 +51,8 @@ def state_evidence(faster: list, slower: list) -> float:
         per_run = n / r
         found = (spread / (mean * (1.0 - mean)) - 1.0 / per_run) / (1.0 - 1.0 / per_run)
         found = min(max(found, MIN_LIKENESS), 0.99)
-        likeness = (STATE_RUN_LIKENESS * STATE_LIKENESS_WEIGHT + found * (r - 1)) / (STATE_LIKENESS_WEIGHT + r - 1)
+        likeness = ((STATE_RUN_LIKENESS * STATE_LIKENESS_WEIGHT + found * (r - 1))
+                    / (STATE_LIKENESS_WEIGHT + r - 1))
     total = (1.0 - likeness) / likeness
     a, b = mean * total, (1.0 - mean) * total
     return math.exp(sum(_lbeta(a + m, b) - _lbeta(a, b) for m in slower if m > 0))

@@ -2,9 +2,9 @@
 
 The rows of one sweep do not share one noise: on a GPU the rows bound by per-call overhead
 move far more from round to round than those bound by memory bandwidth, and on a CPU the
-shortest rows carry the scheduler's jitter (benchmarks/README.md, "The noise model"). So the spread of a row's
-round medians (the sd of their logs) is modelled per **stratum** — the rows of one backend setup
-and one timing, as the caller labels them — with a **trend** against the row's time t:
+shortest rows carry the scheduler's jitter (benchmarks/README.md, "The noise model"). So the spread
+of a row's round medians (the sd of their logs) is modelled per **stratum** — the rows of one
+backend setup and one timing, as the caller labels them — with a **trend** against the row's time t:
 
     variance(t) = c · ((1 − w) + w · (t_ref / t)²)
 
@@ -32,15 +32,17 @@ from typing import Optional, Sequence
 import numpy as np
 
 from collbench.stats.distributions import f_quantile, normal_quantile
-from collbench.stats.calibration import (DISAGREE_LEVEL, INTERFERENCE_WIDTH, MIN_CLEAN_SD, MIN_LOG_SD,
-                                         MIN_ROUNDS_TO_SET_ASIDE, MIN_ROWS_FOR_PRIOR, OWN_WIDTH, OWN_WIDTH_FEW,
-                                         PRIOR_DF, STATE_LOG_SHIFT, STATE_SEEN_SHARE)
+from collbench.stats.calibration import (DISAGREE_LEVEL, INTERFERENCE_WIDTH, MIN_CLEAN_SD,
+                                         MIN_LOG_SD,
+                                         MIN_ROUNDS_TO_SET_ASIDE, MIN_ROWS_FOR_PRIOR, OWN_WIDTH,
+                                         OWN_WIDTH_FEW, PRIOR_DF, STATE_LOG_SHIFT, STATE_SEEN_SHARE)
 
 
 #: The shapes the trend is fitted over: w = 0 (flat), 1 (absolute jitter only) and between them
 #: evenly in log(w / (1 − w)), from an absolute jitter felt only by rows 10⁴ times shorter than the
 #: typical one to a relative one felt only by rows 10⁴ times longer.
-_SHAPES = (0.0,) + tuple(float(1.0 / (1.0 + np.exp(-u))) for u in np.linspace(-18.0, 18.0, 145)) + (1.0,)
+_SHAPES = (0.0,) + tuple(float(1.0 / (1.0 + np.exp(-u)))
+                         for u in np.linspace(-18.0, 18.0, 145)) + (1.0,)
 
 
 def _blom(k: int, n: int) -> float:
@@ -55,7 +57,8 @@ def expected_fastest(n: int) -> float:
 
 def positive(values: Sequence[float]) -> np.ndarray:
     """The finite, positive ones of ``values`` (missing and non-positive medians measure nothing)."""
-    return np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0], dtype=np.float64)
+    return np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0],
+                      dtype=np.float64)
 
 
 def row_time(medians: Sequence[float]) -> float:
@@ -85,7 +88,8 @@ def interference_window(clean_sd: float) -> float:
 def _within(medians: Sequence[float], window: float) -> np.ndarray:
     """Which of ``medians`` lie within ``window`` (log) of the fastest round that another round
     confirms (a boolean per median); nan window: every positive median."""
-    x = np.asarray([v if v is not None and math.isfinite(v) and v > 0 else math.nan for v in medians],
+    x = np.asarray([v if v is not None and math.isfinite(v) and v > 0 else math.nan
+                    for v in medians],
                    dtype=np.float64)
     ok = np.isfinite(x)
     if ok.sum() < 2 or not math.isfinite(window):
@@ -123,7 +127,8 @@ def _own_width(logs: np.ndarray) -> float:
     scale = own_scale(logs)
     if not math.isfinite(scale):
         return math.nan
-    return max((OWN_WIDTH + OWN_WIDTH_FEW / (len(logs) - 3)) * scale, interference_window(MIN_CLEAN_SD))
+    return max((OWN_WIDTH + OWN_WIDTH_FEW / (len(logs) - 3)) * scale,
+               interference_window(MIN_CLEAN_SD))
 
 
 def own_window(medians: Sequence[float]) -> float:
@@ -226,7 +231,8 @@ def fit_trends(strata, times, variances) -> Trends:
     if len(every) < MIN_ROWS_FOR_PRIOR:
         return Trends({}, None)
     pooled = fit_trend(*zip(*every))
-    own = {s: fit_trend(*zip(*pairs)) for s, pairs in groups.items() if len(pairs) >= MIN_ROWS_FOR_PRIOR}
+    own = {s: fit_trend(*zip(*pairs)) for s, pairs in groups.items()
+           if len(pairs) >= MIN_ROWS_FOR_PRIOR}
     return Trends(own if len(groups) > 1 else {}, pooled)
 
 
@@ -257,8 +263,11 @@ class NoiseModel:
         t = row_time(medians)
         window = self.window.variance(t, stratum)
         spread = self.spread.variance(t, stratum)
-        return SpreadPrior(max(math.sqrt(spread), MIN_LOG_SD) if math.isfinite(spread) else math.nan, self.df,
-                           self.rows, max(math.sqrt(window), MIN_CLEAN_SD) if math.isfinite(window) else math.nan)
+        return SpreadPrior(max(math.sqrt(spread), MIN_LOG_SD)
+                           if math.isfinite(spread) else math.nan, self.df,
+                           self.rows,
+                           max(math.sqrt(window), MIN_CLEAN_SD)
+                           if math.isfinite(window) else math.nan)
 
 
 def noise_model(rows_medians, strata=None) -> Optional[NoiseModel]:
@@ -290,7 +299,8 @@ class Moderated:
     beyond: bool         # the row's own spread lies beyond its trend: it is not moderated
 
 
-def moderated(variance: float, df: float, prior_variance: float, prior_df: float = PRIOR_DF) -> Moderated:
+def moderated(variance: float, df: float, prior_variance: float,
+              prior_df: float = PRIOR_DF) -> Moderated:
     """A row's variance moderated by its trend's, as limma does: (d·s² + d0·s0²) / (d + d0) with
     d + d0 degrees of freedom — unless the row's own lies beyond what the trend allows (the F test
     at DISAGREE_LEVEL): the trend does not describe that row, and its own rounds stand alone
@@ -299,7 +309,8 @@ def moderated(variance: float, df: float, prior_variance: float, prior_df: float
         return Moderated(variance, df, False)
     if variance / prior_variance > f_quantile(1.0 - DISAGREE_LEVEL, df, prior_df):
         return Moderated(variance, df, True)
-    return Moderated((df * variance + prior_df * prior_variance) / (df + prior_df), df + prior_df, False)
+    return Moderated((df * variance + prior_df * prior_variance) / (df + prior_df), df + prior_df,
+                     False)
 
 
 def machine_state(changes, units, strata) -> list:
@@ -320,7 +331,8 @@ def machine_state(changes, units, strata) -> list:
         return out
 
     def shift(rows):
-        return (float(np.median([changes[i] / units[i] for i in rows])), float(np.median([changes[i] for i in rows])))
+        return (float(np.median([changes[i] / units[i] for i in rows])),
+                float(np.median([changes[i] for i in rows])))
 
     pooled = shift(every)
     own = {s: shift(rows) for s, rows in groups.items() if len(rows) >= MIN_ROWS_FOR_PRIOR}

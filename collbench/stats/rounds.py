@@ -26,8 +26,8 @@ import numpy as np
 
 from collbench.stats.distributions import t_quantile
 from collbench.stats.calibration import BETWEEN_RUNS_FACTOR, CONFIDENCE
-from collbench.stats.noise import (NoiseModel, SpreadPrior, clean_rounds, moderated, own_rounds, positive,
-                                   set_aside_above, state_level)
+from collbench.stats.noise import (NoiseModel, SpreadPrior, clean_rounds, moderated, own_rounds,
+                                   positive, set_aside_above, state_level)
 
 #: The largest log an interval's end is given: a wild spread makes a huge end, not an overflow.
 _LARGEST_LOG = 700.0
@@ -45,10 +45,13 @@ def row_clean_sd(prior: Optional[SpreadPrior]) -> float:
 @dataclass(frozen=True)
 class RoundsSummary:
     rounds: int          # rounds counted (those set aside as interference are not)
-    center: float        # geometric mean of the counted round medians; the median itself for one round
+    center: float        # geometric mean of the counted round medians; the median itself for one
+                         # round
     ci_low: float        # 95% CI of the centre from the spread of the rounds; nan under 2 rounds
-    ci_high: float       # (up to the level a state of the machine held a fifth of the rounds at: noise.state_level)
-    cv: float            # standard deviation / mean of the counted round medians; nan under 2 rounds
+    ci_high: float       # (up to the level a state of the machine held a fifth of the rounds at:
+                         # noise.state_level)
+    cv: float            # standard deviation / mean of the counted round medians; nan under 2
+                         # rounds
     log_sd: float        # standard deviation of their logs; nan under 2 rounds
     disagree: bool       # their spread lies beyond what the row's trend allows (noise.moderated): ‡
     set_aside: int = 0   # rounds set aside as interference (``noise.own_rounds``)
@@ -89,9 +92,10 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
         if not with_prior:
             return RoundsSummary(1, center, nan, nan, nan, nan, False, set_aside)
         # Interference left one round: the row's trend still says how far it may lie.
-        half = t_quantile(0.5 + confidence / 2, prior.df) * prior.log_sd * math.sqrt(1.0 + BETWEEN_RUNS_FACTOR ** 2)
-        return RoundsSummary(1, center, center * math.exp(-half), _reaching(center * math.exp(half), state),
-                             nan, nan, False, set_aside)
+        half = (t_quantile(0.5 + confidence / 2, prior.df) * prior.log_sd
+                * math.sqrt(1.0 + BETWEEN_RUNS_FACTOR ** 2))
+        return RoundsSummary(1, center, center * math.exp(-half),
+                             _reaching(center * math.exp(half), state), nan, nan, False, set_aside)
     sd = float(logs.std(ddof=1))
     var, df = sd * sd, float(n - 1)
     between, disagree = 0.0, False
@@ -105,8 +109,8 @@ def summarize_rounds(medians: Sequence[float], confidence: float = CONFIDENCE, p
     half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(var / n + between)
     cv = float(x.std(ddof=1) / x.mean())
     top = min(float(logs.mean() + half), _LARGEST_LOG)
-    return RoundsSummary(n, center, float(np.exp(logs.mean() - half)), _reaching(math.exp(top), state),
-                         cv, sd, bool(disagree), set_aside)
+    return RoundsSummary(n, center, float(np.exp(logs.mean() - half)),
+                         _reaching(math.exp(top), state), cv, sd, bool(disagree), set_aside)
 
 
 def _reaching(high: float, state: float) -> float:

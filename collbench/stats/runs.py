@@ -10,8 +10,8 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.stats.calibration import (DRIFT_FACTOR, DRIFT_OVERRULE_LEVEL, INTERFERENCE_WIDTH, MIN_CLEAN_SD,
-                                         MIN_ROWS_FOR_PRIOR, MIN_RUNS_FOR_DRIFT)
+from collbench.stats.calibration import (DRIFT_FACTOR, DRIFT_OVERRULE_LEVEL, INTERFERENCE_WIDTH,
+                                         MIN_CLEAN_SD, MIN_ROWS_FOR_PRIOR, MIN_RUNS_FOR_DRIFT)
 from collbench.stats.distributions import chi2_quantile
 from collbench.stats.noise import expected_fastest, positive
 
@@ -104,7 +104,8 @@ def slow_runs(rows_runs, clean_sds) -> tuple:
         return none
     fastest = ordered[gaps[0]]
     far = effects - effects[fastest] > INTERFERENCE_WIDTH
-    means = np.array([[g.mean() for g in log_runs(runs)] for runs in rows_runs if len(log_runs(runs)) == k])
+    means = np.array([[g.mean() for g in log_runs(runs)] for runs in rows_runs
+                      if len(log_runs(runs)) == k])
     distance = np.where(far, np.median(means - means[:, [fastest]], axis=0), 0.0)
     kept = effects[~far]
     return distance, float(np.std(kept, ddof=1)) if len(kept) > 1 else math.nan
@@ -113,12 +114,12 @@ def slow_runs(rows_runs, clean_sds) -> tuple:
 def floor_gap(logs: np.ndarray, fastest: float, log_sd: float) -> float:
     """Noise only adds time, so a row's own time may lie as low as a run's fastest round rather
     than at the mean of those counted: how far the fastest lies below that mean beyond what the
-    row's modelled spread ``log_sd`` (nan: without a model, the counted rounds' own) puts there. Squared and
-    weighted by the run's share of the side's counted rounds squared (all of it for a side of
-    one run), it is what keeps a stored baseline honest about states of the machine that
+    row's modelled spread ``log_sd`` (nan: without a model, the counted rounds' own) puts there.
+    Squared and weighted by the run's share of the side's counted rounds squared (all of it for a
+    side of one run), it is what keeps a stored baseline honest about states of the machine that
     outlast launches, where only one launch in several shows what a row could do (docs/compare.md,
-    "Interference, busy rounds and what a shared machine adds"). Two sides of
-    one interleaved job share such states pair by pair and do not need it."""
+    "Interference, busy rounds and what a shared machine adds"). Two sides of one interleaved job
+    share such states pair by pair and do not need it."""
     sd = log_sd if math.isfinite(log_sd) else float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
     return max(0.0, float(logs.mean()) - fastest + sd * expected_fastest(len(logs)))
 
@@ -129,7 +130,8 @@ def estimate_drift(units: list, sides: list) -> tuple:
     from enough runs measured, whichever is larger. ``sides``: per side, every row's rounds
     grouped by run, in the order of ``units``. One machine-wide factor, felt by each row in
     proportion to its noise."""
-    best = ((DRIFT_FACTOR, math.inf), f"assumed: {DRIFT_FACTOR:g} × each row's modelled spread of rounds")
+    best = ((DRIFT_FACTOR, math.inf),
+            f"assumed: {DRIFT_FACTOR:g} × each row's modelled spread of rounds")
     for rows in sides:
         found = drift_between_runs(rows, units)
         # A side of several runs that drifted clearly more than assumed (beyond DRIFT_OVERRULE_LEVEL

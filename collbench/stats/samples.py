@@ -30,7 +30,8 @@ def median_ci_indices(n: int, confidence: float = CONFIDENCE) -> tuple[int, int]
         log_half_n = -n * math.log(2.0)
         cdf, j = 0.0, 0
         while j + 1 <= n // 2:
-            cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + log_half_n)
+            cdf += math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                            + log_half_n)
             if cdf > alpha / 2:
                 break
             j += 1
@@ -85,4 +86,5 @@ def summarize(samples: np.ndarray, confidence: float = CONFIDENCE) -> Summary:
         return Summary(0, nan, nan, nan, nan, nan, nan, nan, nan)
     lo, hi = median_ci(x, confidence)
     p50, p95, p99 = np.percentile(x, [50, 95, 99])
-    return Summary(len(x), float(p50), lo, hi, float(x.mean()), float(x.min()), float(p95), float(p99), float(x.max()))
+    return Summary(len(x), float(p50), lo, hi, float(x.mean()), float(x.min()), float(p95),
+                   float(p99), float(x.max()))

@@ -21,8 +21,8 @@ from typing import Optional
 import numpy as np
 
 from collbench.stats.calibration import CONFIDENCE, MIN_LOG_SD, MIN_PAIRS_SHARE, MIN_PAIRS_TO_CALL, POWER, STATE_ROW_SHARE
-from collbench.stats.change import (Change, Spread, detectable_change, estimate_change, log_change, paired_changes,
-                                    rounds_needed, run_concentration, within_spread)
+from collbench.stats.change import (Change, Spread, detectable_change, estimate_change, log_change,
+                                    paired_changes, rounds_needed, run_concentration, within_spread)
 from collbench.stats.family import max_t_adjust
 from collbench.stats.holds import explained_by
 from collbench.stats.noise import fit_trends, machine_state, moderated, row_time
@@ -53,9 +53,12 @@ class Verdict:
     p_adjusted: Optional[float]     # max-T adjusted over every row tested (family.max_t_adjust)
     rounds_baseline: int            # rounds counted on each side (interference set aside)
     rounds_new: int
-    noise: str                      # where the run-to-run spread came from: both, baseline, new, assumed
-    detectable: float               # change this comparison detects with POWER, rows adjusted together
-    rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's side of it
+    noise: str                      # where the run-to-run spread came from: both, baseline, new,
+                                    # assumed
+    detectable: float               # change this comparison detects with POWER, rows adjusted
+                                    # together
+    rounds_needed: Optional[int]    # per side, for the CI to clear the threshold on the estimate's
+                                    # side of it
     verdict: str                    # slower, faster, same, inconclusive or insufficient data
     reason: str = ""                # why a row is inconclusive, or what limited it
     drift_sd: float = math.nan      # the drift of whole runs this row carries (sd of log medians)
@@ -78,34 +81,40 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
     baseline, the drift of whole runs and the machine's state; the rows adjusted together
     (max-T); each row's verdict. ``confidence``: of each row's CI, which a row must lie within
     the threshold by to be the same."""
-    raw = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd) for p in pending}
+    raw = {p.key: within_spread(p.base_runs, p.new_runs, assumed_log_sd=assumed_log_sd)
+           for p in pending}
     spreads, units = time_spreads(pending, raw, assumed_log_sd)
     if one_job:
         drift_df, drift_source = math.inf, "none: both sides took turns in one job"
         pending = [dataclasses.replace(p, drift_sd=0.0) for p in pending]
     else:
-        drift, drift_source = estimate_drift(units, [[p.base_runs for p in pending], [p.new_runs for p in pending]])
+        drift, drift_source = estimate_drift(units,
+                                             [[p.base_runs for p in pending],
+                                              [p.new_runs for p in pending]])
         pending, drift_df, drift_source = machine_state_drift(pending, drift, drift_source, units)
     # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
     paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
                                                                [p.known_var for p in pending],
                                                                confidence=confidence,
                                                                strata=[p.stratum for p in pending])))
-    own_var = {}                     # per row: (the variance its own rounds give the estimate, its df)
+    # per row: (the variance its own rounds give the estimate, its df)
+    own_var = {}
     for i, p in enumerate(pending):
         estimate = paired[p.key]
         if estimate is not None:
             own_var[p.key] = (estimate.se ** 2 - p.known_var, estimate.df)
         else:
-            estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key], drift=(p.drift_sd, drift_df),
+            estimate = estimate_change(p.base_runs, p.new_runs, spread=spreads[p.key],
+                                       drift=(p.drift_sd, drift_df),
                                        known_var=p.known_var, confidence=confidence)
             if estimate is not None:
                 w = spreads[p.key]
-                own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2 * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new),
-                                  w.df)
+                own_var[p.key] = (max(w.log_sd, MIN_LOG_SD) ** 2
+                                  * (1.0 / estimate.n_baseline + 1.0 / estimate.n_new), w.df)
         if estimate is not None:
             concentration = 0.0 if one_job else p.concentration
-            pending[i] = dataclasses.replace(p, change=estimate, drift_var=p.drift_sd ** 2 * concentration)
+            pending[i] = dataclasses.replace(p, change=estimate,
+                                             drift_var=p.drift_sd ** 2 * concentration)
     # A row of an interleaved job that kept too few of its pairs is never called (decide), so it
     # stays out of the family: with two pairs left (one df) its own t has tails so heavy that
     # the family's largest |t| held every other row back (a +25% job: p 1e-7, adjusted 0.06).
@@ -113,9 +122,11 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
     family = max_t_adjust(
         [p.change.estimate / p.change.se for p in tested],
         [own_var[p.key][0] for p in tested], [own_var[p.key][1] for p in tested],
-        [p.drift_var for p in tested], drift_df, known_var=[p.known_var for p in tested], alpha=alpha)
+        [p.drift_var for p in tested], drift_df, known_var=[p.known_var for p in tested],
+        alpha=alpha)
     adjusted = dict(zip((p.key for p in tested), family.adjusted))
-    verdicts = {p.key: decide(p, adjusted.get(p.key), threshold, alpha, family.critical, confidence) for p in pending}
+    verdicts = {p.key: decide(p, adjusted.get(p.key), threshold, alpha, family.critical, confidence)
+                for p in pending}
     return Judgement(verdicts, pending, len(tested), drift_source)
 
 
@@ -132,9 +143,10 @@ class Evidence:
     lower_is_better: bool
     base_runs: list                 # counted round medians grouped by run
     new_runs: list
-    block_var: float = 0.0          # taken as known: how far below the counted rounds each side's fastest lay
-                                    # (runs.SideRounds.floor_var),
-    gap_var: float = 0.0            # and the doubt a lone fast round casts (runs.SideRounds.fast_gap)
+    block_var: float = 0.0          # taken as known: how far below the counted rounds each side's
+                                    # fastest lay (runs.SideRounds.floor_var),
+    gap_var: float = 0.0            # and the doubt a lone fast round casts
+                                    # (runs.SideRounds.fast_gap)
     pairs: tuple = ()               # one interleaved job: (A, B) medians of the pairs both counted
     paired_rounds: int = 0          # and the pairs both sides measured, counted or not
     stratum: tuple = ()             # the row's noise stratum (aggregate.noise_stratum)
@@ -142,15 +154,18 @@ class Evidence:
     change: Optional[Change] = None
     drift_sd: float = math.nan      # the drift of whole runs the row carries (sd)
     drift_var: float = 0.0          # the drift's share of the estimate's variance
-    state_var: float = 0.0          # taken as known: a state of the machine moves each row by a share of its own
-    starved: tuple = ()             # (side, log slowdown it can explain) where one side's ranks lacked CPU (starvation)
-    reached: tuple = ((), ())       # (new slower, new faster): how often the other side's set-aside rounds ran
-                                    # that slow, (rounds, of rounds), or () (state_reach)
+    state_var: float = 0.0          # taken as known: a state of the machine moves each row by a
+                                    # share of its own
+    starved: tuple = ()             # (side, log slowdown it can explain) where one side's ranks
+                                    # lacked CPU (starvation)
+    reached: tuple = ((), ())       # (new slower, new faster): how often the other side's set-aside
+                                    # rounds ran that slow, (rounds, of rounds), or () (state_reach)
 
     @property
     def time(self) -> float:
         """The time the row's trend is read at: the median of both sides' counted round medians."""
-        return row_time([m for side in (self.base_runs, self.new_runs) for run in side for m in run])
+        return row_time([m for side in (self.base_runs, self.new_runs) for run in side
+                         for m in run])
 
     @property
     def concentration(self) -> float:
@@ -180,33 +195,39 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
     lower_is_better = p.lower_is_better
     c = p.change
     if c is None or not (math.isfinite(p.base_value) and math.isfinite(p.new_value)):
-        return Verdict(math.nan, math.nan, math.nan, None, None, 0, 0, "", math.nan, None, "insufficient data",
+        return Verdict(math.nan, math.nan, math.nan, None, None, 0, 0, "", math.nan, None,
+                       "insufficient data",
                        "no round medians to compare", cause="data")
     ratio, low, high = _metric_change(c, lower_is_better)
     detect = detectable_change(c.se, c.df, critical, POWER)
     # Enough rounds for the CI to clear the threshold on whichever side of it the estimate lies.
-    fixed = p.drift_var + p.known_var               # what more rounds in the same runs do not average out
+    # what more rounds in the same runs do not average out
+    fixed = p.drift_var + p.known_var
     within_sd = math.sqrt(max(c.se ** 2 - fixed, 0.0) / (1.0 / c.n_baseline + 1.0 / c.n_new))
-    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4), drift_var=fixed,
-                           confidence=confidence)
+    needed = rounds_needed(within_sd, max(abs(abs(ratio - 1.0) - threshold), threshold / 4),
+                           drift_var=fixed, confidence=confidence)
     beyond = abs(ratio - 1.0) > threshold
     significant = p_adj is not None and p_adj < alpha
     reason, cause = "", ""
-    reached = p.reached[0 if c.estimate > 0 else 1]       # the other side's slow rounds, in the change's direction
+    # the other side's slow rounds, in the change's direction
+    reached = p.reached[0 if c.estimate > 0 else 1]
     if significant and beyond and _starvation_explains(p):
         verdict, cause = "inconclusive", "starved"
-        reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} while other "
-                  f"processes were busy: a slowdown of up to {explained_by(p.starved)} may be the machine's; "
-                  f"measure again on a quiet one, or both sides in one job (collbench ab)")
+        reason = (f"the {'new' if p.starved[0] == 1 else 'baseline'} run's ranks {STARVED_WHY} "
+                  f"while other processes were busy: a slowdown of up to {explained_by(p.starved)} "
+                  "may be the machine's; measure again on a quiet one, or both sides in one job "
+                  "(collbench ab)")
     elif beyond and few_pairs(p) and c.p_value is not None and c.p_value < alpha:
         verdict, cause = "inconclusive", "pairs"
-        reason = (f"only {len(p.pairs)} of its {p.paired_rounds} pairs counted, the others set aside as "
-                  "interference: too few to call; measure again on a quieter machine, or more rounds")
+        reason = (f"only {len(p.pairs)} of its {p.paired_rounds} pairs counted, the others set "
+                  "aside as interference: too few to call; measure again on a quieter machine, or "
+                  "more rounds")
     elif significant and beyond and reached:
         verdict, cause = "inconclusive", "state"
-        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} of its "
-                  f"{reached[1]} rounds (set aside as interference): a state of the machine that lasted the "
-                  f"other's whole run can do this; measure both sides in one job (collbench ab)")
+        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} "
+                  f"of its {reached[1]} rounds (set aside as interference): a state of the machine "
+                  "that lasted the other's whole run can do this; measure both sides in one job "
+                  "(collbench ab)")
     elif significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
     elif low >= -threshold and high <= threshold:
@@ -216,32 +237,38 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
         if low > threshold or high < -threshold:
             cause = "family"
             reason = ("beyond the threshold at 95% for this row alone, not with every row tested at once: "
-                      + ("measure more rounds" if p.pairs else "measure both sides in one job (collbench ab)"))
+                      + ("measure more rounds" if p.pairs else "measure both sides in one job "
+                                                               "(collbench ab)"))
         elif needed is None:
             cause = ("floor" if p.block_var > max(p.drift_var, p.gap_var) else
-                     "lone" if p.gap_var > p.drift_var else "drift" if p.drift_var > 0 else "rounds")
-            reason = ("its rounds spread far above its fastest (a state of the machine that outlasted "
-                      "launches?): measure both sides in one job (collbench ab), or merge more runs into the "
-                      "baseline" if p.block_var > max(p.drift_var, p.gap_var) else
-                      "a lone round ran far faster than those counted: which is the row's own time is "
-                      "uncertain; measure more rounds" if p.gap_var > p.drift_var else
-                      "the drift between runs (or the machine's state) hides a change this size: measure both "
-                      "sides in one job (collbench ab), or merge runs from other times into the baseline"
+                     "lone" if p.gap_var > p.drift_var else "drift"
+                     if p.drift_var > 0 else "rounds")
+            reason = ("its rounds spread far above its fastest (a state of the machine that "
+                      "outlasted launches?): measure both sides in one job (collbench ab), or merge "
+                      "more runs into the baseline"
+                      if p.block_var > max(p.drift_var, p.gap_var) else
+                      "a lone round ran far faster than those counted: which is the row's own time "
+                      "is uncertain; measure more rounds" if p.gap_var > p.drift_var else
+                      "the drift between runs (or the machine's state) hides a change this size: "
+                      "measure both sides in one job (collbench ab), or merge runs from other times "
+                      "into the baseline"
                       if p.drift_var > 0 else
                       "more than 1000 rounds per side would be needed")
         else:
             reason = f"needs about {needed} rounds per side"
-    return Verdict(ratio, low, high, c.p_value, p_adj, c.n_baseline, c.n_new, c.noise, detect, needed, verdict, reason,
-                   p.drift_sd, cause)
+    return Verdict(ratio, low, high, c.p_value, p_adj, c.n_baseline, c.n_new, c.noise, detect,
+                   needed, verdict, reason, p.drift_sd, cause)
 
 
 def few_pairs(p: Evidence) -> bool:
     """Whether a row of an interleaved job kept too few of its pairs to be called: fewer than
     half of those both sides measured, or than MIN_PAIRS_TO_CALL."""
-    return bool(p.paired_rounds) and len(p.pairs) < max(MIN_PAIRS_SHARE * p.paired_rounds, MIN_PAIRS_TO_CALL)
+    return bool(p.paired_rounds) and len(p.pairs) < max(MIN_PAIRS_SHARE * p.paired_rounds,
+                                                        MIN_PAIRS_TO_CALL)
 
 
-#: The words of a row that the other side's own slow rounds kept from a verdict (its warning counts them).
+#: The words of a row that the other side's own slow rounds kept from a verdict (its warning counts
+#: them).
 STATE_WHY = "own rounds ran this slow"
 
 #: The words of a row that starved ranks kept from a verdict, which its warning counts.
@@ -270,8 +297,8 @@ def machine_state_drift(pending: list, drift: tuple, source: str, units: list) -
     drift: a uniform change smaller than a few times that can be the machine, and only one
     interleaved job (``collbench ab``) settles it; one beyond it is called, and so is a change
     confined to some rows, which does not move the median. Runs of a merged file set aside as a
-    slow state (``analysis.runs.FileRounds.slow``) leave the spread of the kept runs as a floor of the drift
-    (two runs measure it poorly)."""
+    slow state (``analysis.runs.FileRounds.slow``) leave the spread of the kept runs as a floor of
+    the drift (two runs measure it poorly)."""
     (rows_drift, df), measured = drift, source.startswith("measured")
     states = machine_state([log_change(p.base_runs, p.new_runs) for p in pending], units,
                            [p.stratum for p in pending])

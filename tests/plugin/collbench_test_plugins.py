@@ -1,8 +1,9 @@
 """Backends for collbench's tests, installed as a plugin through the ``collbench.backends`` entry
 points (see pyproject.toml), the way a third-party backend would be.
 
-``plain-mpi`` is the ``mpi`` backend under another name; ``no-prod-mpi`` refuses ``--op prod``. The ``faulty-*`` backends wrap a real
-backend and misbehave as a broken library or host would, as the environment asks:
+``plain-mpi`` is the ``mpi`` backend under another name; ``no-prod-mpi`` refuses ``--op prod``. The
+``faulty-*`` backends wrap a real backend and misbehave as a broken library or host would, as the
+environment asks:
 
 FAULTY_CORRUPT=R           rank R sends its first three elements one too large: every rank that
                            receives them holds data that really arrived wrong
@@ -17,7 +18,8 @@ FAULTY_EXIT=R:BYTES:HOW    rank R leaves as it binds its call at BYTES: HOW is `
                            ``raise-1`` raise an error of several lines, as torch's CUDA and NCCL
                            errors are
 FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank that
-                           unpacks or reduces slowly would: its own call ends late, the others' do not
+                           unpacks or reduces slowly would: its own call ends late, the others' do
+                           not
 FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps them, as a leak or
                            a greedy neighbour in its memory cgroup would: WHEN is ``call`` (when
                            its first size is bound, inside the collective's position) or ``renew``
@@ -98,12 +100,14 @@ class Faulty:
             folder, how = child.rsplit(":", 1)
             helper = subprocess.Popen(["sleep", "1000"], start_new_session=how == "new")
             status = Path(f"/proc/{helper.pid}/status").read_text()
-            blocked = next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:"))
+            blocked = next(line.split()[1] for line in status.splitlines()
+                           if line.startswith("SigBlk:"))
             Path(folder, str(self.rank)).write_text(f"{helper.pid} {blocked}")
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         self._itemsize = dtype.itemsize
-        return super().allocate(send_len=send_len, recv_len=recv_len, dtype=dtype, in_place=in_place)
+        return super().allocate(send_len=send_len, recv_len=recv_len, dtype=dtype,
+                                in_place=in_place)
 
     def fill(self, buffers, *, tables, rank, length):
         super().fill(buffers, tables=tables, rank=rank, length=length)
@@ -127,28 +131,35 @@ class Faulty:
                 kind, code = how.rsplit("-", 1)
                 if kind == "_exit":
                     os._exit(int(code))
-                if kind == "raise" and code == "0":      # a library's error of several lines: torch's CUDA errors
-                    raise RuntimeError("CUDA error: operation not permitted when stream is capturing\n"
-                                       "CUDA kernel errors might be asynchronously reported at some other API call\n"
-                                       "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
-                if kind == "raise":                      # torch's NCCL errors, which say the cause last
-                    raise RuntimeError("NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled "
-                                       "cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.9\n"
-                                       "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
-                                       "Cuda failure 'out of memory'")
+                # a library's error of several lines: torch's CUDA errors
+                if kind == "raise" and code == "0":
+                    raise RuntimeError("CUDA error: operation not permitted when stream is "
+                                       "capturing\nCUDA kernel errors might be asynchronously "
+                                       "reported at some other API call\nCompile with "
+                                       "`TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+                # torch's NCCL errors, which say the cause last
+                if kind == "raise":
+                    raise RuntimeError("NCCL error in: "
+                                       "../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled "
+                                       "cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+                                       "version 2.28.9\nncclUnhandledCudaError: Call to CUDA "
+                                       "function failed.\nLast error:\nCuda failure 'out of memory'")
                 sys.exit(int(code))
-        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op, roles=roles)
+        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len,
+                             op=op, roles=roles)
         hang = os.environ.get("FAULTY_HANG")
         if hang:
             rank, name, size = hang.split(":")
-            if (int(rank), name, int(size)) == (self.rank, collective.name, max(send_len, recv_len) * self._itemsize):
+            if (int(rank), name, int(size)) == (self.rank, collective.name,
+                                                max(send_len, recv_len) * self._itemsize):
                 return Bound(run=_forever, run_blocking=_forever, checked=_forever)
         slow = os.environ.get("FAULTY_SLOW")
         if slow:
             rank, seconds = slow.split(":")
             if int(rank) == self.rank:
                 return Bound(run=_then_sleep(bound.run, float(seconds)),
-                             run_blocking=_then_sleep(bound.run_blocking, float(seconds)), checked=bound.checked)
+                             run_blocking=_then_sleep(bound.run_blocking, float(seconds)),
+                             checked=bound.checked)
         return bound
 
 
@@ -228,8 +239,8 @@ class TimedLibraryMpi(MpiBackend):
     name = "timed-library-mpi"
 
     def bind(self, buffers, *, collective, send_len, recv_len, op, roles) -> Bound:
-        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len, op=op,
-                             roles=roles)
+        bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len,
+                             op=op, roles=roles)
         if bound.start is None:
             return bound
         kind, seconds = os.environ["TIMED_LIBRARY"].split(":")
@@ -243,7 +254,8 @@ class TimedLibraryMpi(MpiBackend):
             def complete(handle):
                 done, request = handle
                 real_complete(request)
-                time.sleep(max(0.0, done - time.monotonic()))   # what the background has not done yet
+                # what the background has not done yet
+                time.sleep(max(0.0, done - time.monotonic()))
         else:
             def start():
                 return real_start()
@@ -252,8 +264,8 @@ class TimedLibraryMpi(MpiBackend):
                 time.sleep(seconds)
                 real_complete(request)
         whole = lambda: complete(start())      # noqa: E731
-        return Bound(run=whole, run_blocking=whole, checked=bound.checked, start=start, complete=complete,
-                     release=bound.release)
+        return Bound(run=whole, run_blocking=whole, checked=bound.checked, start=start,
+                     complete=complete, release=bound.release)
 
 
 class RaisingSupports(MpiBackend):

@@ -22,7 +22,8 @@ class TwoSampler(base.Sampler):
 class Two(base.Timing):
     name = "two"
     summary = "a barrier, then two blocking calls back to back, on the host clock, / 2"
-    batched, sample_s, max_calls = True, 1.0, 2       # k = 2 wherever a call takes under half a second
+    # k = 2 wherever a call takes under half a second
+    batched, sample_s, max_calls = True, 1.0, 2
 
     def own_sampler(self, ctx):
         return TwoSampler(ctx)

@@ -30,7 +30,8 @@ import time
 from typing import Callable, Optional
 
 from collbench.launch import notes
-from collbench.launch.liveness.wire import (BEAT_S, EARLY_EXIT_GRACE, EXIT_LOST, EXIT_TIMEOUT, LOST_AFTER, MessageReader,
+from collbench.launch.liveness.wire import (BEAT_S, EARLY_EXIT_GRACE, EXIT_LOST, EXIT_TIMEOUT,
+                                            LOST_AFTER, MessageReader,
                                            send_message)
 
 
@@ -79,7 +80,8 @@ class Coordinator:
     """The job's referee, in rank 0's guardian. ``stop_here(code)`` ends rank 0 (its guardian
     and rank) once the others have been told."""
 
-    def __init__(self, listener: socket.socket, token: str, stop_here: Callable[[int], None]) -> None:
+    def __init__(self, listener: socket.socket, token: str,
+                 stop_here: Callable[[int], None]) -> None:
         self.listener = listener
         self.token = token
         self.stop_here = stop_here
@@ -89,7 +91,8 @@ class Coordinator:
         self.aborted = False
         self.files: list = []            # rank 0's result files, to name in the line
         self.kept = notes.EVERY_SIZE     # and what they hold (notes.kept_after_rounds)
-        self._early: dict = {}           # rank -> (when to act, code): ranks that left with an error
+        # rank -> (when to act, code): ranks that left with an error
+        self._early: dict = {}
         self._selector = selectors.DefaultSelector()
 
     def start(self) -> None:
@@ -134,7 +137,8 @@ class Coordinator:
         if messages is None:
             self._drop(peer)
             if peer.rank is not None and not peer.done and not self.finished:
-                self.abort(EXIT_LOST, f"{peer.name()} was lost: its guardian's connection closed without "
+                self.abort(EXIT_LOST,
+                           f"{peer.name()} was lost: its guardian's connection closed without "
                                       "a word (the process was killed, or its host went down)")
             return
         for message in messages:
@@ -146,7 +150,8 @@ class Coordinator:
             if kind != "hello" or message.get("token") != self.token:
                 self._drop(peer)        # not one of ours
                 return
-            peer.rank, peer.host, peer.pid = int(message["rank"]), str(message["host"]), int(message["pid"])
+            peer.rank, peer.host, peer.pid = (int(message["rank"]), str(message["host"]),
+                                              int(message["pid"]))
             self.size = int(message["size"])
             self.peers[peer.rank] = peer
             send_message(peer.sock, {"t": "welcome", "observed": peer.address})
@@ -159,14 +164,16 @@ class Coordinator:
         if kind == "beat":
             peer.position, peer.state = str(message.get("where", "")), str(message.get("state", ""))
         elif kind == "died":
-            self.abort(int(message.get("code", EXIT_LOST)), f"{peer.name()} {message.get('how', 'died')} during "
+            self.abort(int(message.get("code", EXIT_LOST)),
+                       f"{peer.name()} {message.get('how', 'died')} during "
                        f"{message.get('where') or 'start-up'}", told=peer)
             peer.settled = True          # its rank has ended; its guardian waits for ours to leave
         elif kind == "abort-job":
             # The rank printed why itself, and waits to be stopped like the others: told as
             # they are, not merely acknowledged (its link must not take rank 0's end for a loss).
             self.abort(int(message.get("code", 1)), None)
-        elif kind == "stopped":          # after an abort: its rank has ended, its guardian waits for ours
+        # after an abort: its rank has ended, its guardian waits for ours
+        elif kind == "stopped":
             peer.settled = True
         elif kind == "signalled":        # the job is ended from outside (Ctrl-C, a signal to the
             peer.done = True             # launcher), which rank 0 says: its end is no loss
@@ -196,9 +203,11 @@ class Coordinator:
         for rank, (deadline, code) in list(self._early.items()):
             if now >= deadline:
                 peer = self.peers[rank]
-                self.abort(code, f"{peer.name()} ended{_by_signal(code)} with code {code} while the other ranks went on")
+                self.abort(code,
+                           f"{peer.name()} ended{_by_signal(code)} with code {code} while the other ranks went on")
                 return
-        lost_hosts = {p.host for p in self.peers.values() if not p.done and now - p.last_seen > LOST_AFTER}
+        lost_hosts = {p.host for p in self.peers.values()
+                      if not p.done and now - p.last_seen > LOST_AFTER}
         if not lost_hosts:
             return
         # A host that went down stopped every guardian on it within the same beat: name them
@@ -207,8 +216,10 @@ class Coordinator:
         for p in sorted(self.peers.values(), key=lambda p: p.rank):
             if p.host in lost_hosts and not p.done and now - p.last_seen > 2 * BEAT_S:
                 by_host.setdefault(p.host, []).append(p.rank)
-        hosts = "; ".join(f"{host} (rank{'s' if len(r) > 1 else ''} {rank_ranges(r)})" for host, r in by_host.items())
-        self.abort(EXIT_LOST, f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
+        hosts = "; ".join(f"{host} (rank{'s' if len(r) > 1 else ''} {rank_ranges(r)})"
+                          for host, r in by_host.items())
+        self.abort(EXIT_LOST,
+                   f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
                               "or its guardian is stopped")
 
     def _timeout_line(self, reporter: _Peer, message: dict) -> str:
@@ -231,8 +242,8 @@ class Coordinator:
             parts.append(f"rank{plural} {rank_ranges([p.rank for p in peers])} on {hosts} {label}")
         absent = sorted(set(range(self.size or 0)) - set(self.peers))
         if absent:          # in start-up: ranks that never reached the job's channel
-            parts.append(f"rank{'s' if len(absent) > 1 else ''} {rank_ranges(absent)} not joined yet (still "
-                         "starting, or never started)")
+            parts.append(f"rank{'s' if len(absent) > 1 else ''} {rank_ranges(absent)} not joined "
+                         "yet (still starting, or never started)")
         return f"timeout: {what} did not finish within {limit:g} s (--timeout): " + "; ".join(parts)
 
     def abort(self, code: int, why: Optional[str], told: Optional[_Peer] = None) -> None:
@@ -249,7 +260,8 @@ class Coordinator:
             if now - p.last_seen > 2 * BEAT_S:
                 p.settled = True
         if why:
-            notes.say(f"collbench: {why}; the job is stopped; {notes.files_clause(self.files, self.kept)}")
+            notes.say(f"collbench: {why}; the job is stopped; "
+                      f"{notes.files_clause(self.files, self.kept)}")
         else:                               # the rank that asked printed why
             notes.leave(notes.EXPLAINED)
         if told is not None:

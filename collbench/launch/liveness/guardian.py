@@ -21,11 +21,13 @@ from collbench.launch.journal import rebuild
 from collbench.launch.liveness import coordinator
 from collbench.launch.liveness.link import Link, connect, hello_message
 from collbench.launch.liveness.oom import OomWatch
-from collbench.launch.liveness.wire import (EXIT_BAD_ENVIRONMENT, EXIT_LOST, EXIT_TIMEOUT, RANK_EXIT_CODES, STOP_GRACE, MessageReader,
+from collbench.launch.liveness.wire import (EXIT_BAD_ENVIRONMENT, EXIT_LOST, EXIT_TIMEOUT,
+                                            RANK_EXIT_CODES, STOP_GRACE, MessageReader,
                                            send_message)
 
 STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
-STOPPED_FIRST_S = 1.0             # and a stopped rank's guardian, to name it before the others speak
+# and a stopped rank's guardian, to name it before the others speak
+STOPPED_FIRST_S = 1.0
 #: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
 #: rewriting the result files from the journal: about a second)
 JOB_EXIT_WAIT = 30.0
@@ -50,7 +52,8 @@ def shared_memory_explained(sig: int, folder: str = "/dev/shm", *, in_startup: b
     try:
         fs = os.statvfs(folder)
     except OSError:
-        return ", most likely shared memory that could not be backed (/dev/shm)" if sig == signal.SIGBUS else ""
+        return (", most likely shared memory that could not be backed (/dev/shm)"
+                if sig == signal.SIGBUS else "")
     free = fs.f_bavail * fs.f_frsize
     read_only = bool(fs.f_flag & os.ST_RDONLY)
     if sig != signal.SIGBUS and not (in_startup and (read_only or free < SHARED_MEMORY_LOW)):
@@ -59,26 +62,32 @@ def shared_memory_explained(sig: int, folder: str = "/dev/shm", *, in_startup: b
         return f", most likely for MPI's shared memory ({folder} is read-only: make it writable)"
     free_text = f"{free / (1 << 20):.1f} MiB" if free >= 1 << 20 else f"{free // 1024} KiB"
     return (f", most likely for MPI's shared memory ({folder} has {free_text} free of "
-            f"{fs.f_blocks * fs.f_frsize / (1 << 20):.1f} MiB; give it more room, e.g. docker --shm-size)")
+            f"{fs.f_blocks * fs.f_frsize / (1 << 20):.1f} MiB; give it more room, e.g. docker "
+            "--shm-size)")
 
 
 class Guardian:
     """The parent of one rank: waits for it, speaks for it to the coordinator, ends it on demand."""
 
-    def __init__(self, child: int, rank: int, size: int, position, channel, listener, token) -> None:
+    def __init__(self, child: int, rank: int, size: int, position, channel, listener,
+                 token) -> None:
         self.child, self.rank, self.size, self.position = child, rank, size, position
         self.channel = channel
         self.link: Optional[Link] = None
         self.stop_code: Optional[int] = None
         self.oom = OomWatch()
         self.journal: Optional[str] = None     # rank 0: the run's journal folder, once it has files
-        self.files: list = []                  # and the files, and what they keep (``notes.files_clause``)
+        # and the files, and what they keep (``notes.files_clause``)
+        self.files: list = []
         self.kept = notes.EVERY_SIZE
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
-        self._startup_words: Optional[str] = None   # what its MPI library said as it failed to start
-        self._server: Optional[threading.Thread] = None      # reads the rank's requests (``_serve_rank``)
-        self._spoken = False                   # the rank's end was said (``_report``, ``_watch_launcher``)
+        # what its MPI library said as it failed to start
+        self._startup_words: Optional[str] = None
+        # reads the rank's requests (``_serve_rank``)
+        self._server: Optional[threading.Thread] = None
+        # the rank's end was said (``_report``, ``_watch_launcher``)
+        self._spoken = False
         self._speaking = threading.Lock()
         # The launcher's process that started this guardian, one rank of several (mpiexec's
         # proxy, srun's step, torchrun's agent): (pid, name); None for one rank (its parent is
@@ -222,21 +231,23 @@ class Guardian:
         (SHARED_EXIT_CODES), or any end after the launcher's process that started it was gone."""
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            how, code, crashed = (f"was killed by signal {sig} ({signal.Signals(sig).name}){self.oom.explain(sig)}"
-                                  f"{shared_memory_explained(sig, in_startup=self.link is None)}", 128 + sig, True)
+            how, code, crashed = (f"was killed by signal {sig} "
+                                  f"({signal.Signals(sig).name}){self.oom.explain(sig)}{shared_memory_explained(sig, in_startup=self.link is None)}", 128 + sig, True)
         else:
             code = os.WEXITSTATUS(status)
             how, crashed = f"exited with code {code}", code not in RANK_EXIT_CODES
             if code in SHARED_EXIT_CODES and self.channel is not None and self.chosen_exit is None and \
                     self._server is not None:
-                self._server.join(1.0)       # the rank's last word, its exit code, may still be in the channel
+                # the rank's last word, its exit code, may still be in the channel
+                self._server.join(1.0)
             if code in SHARED_EXIT_CODES and self.channel is not None and code != self.chosen_exit:
-                how += (" without collbench choosing it (a library or a plugin ended the process before the run's "
-                        "end)" if code == 0 else
+                how += (" without collbench choosing it (a library or a plugin ended the process "
+                        "before the run's end)" if code == 0 else
                         " without collbench choosing it (a library ended the process: MPICH's fatal errors exit "
                         "with the error's class, 1 for MPI_ERR_BUFFER, 2 for MPI_ERR_COUNT)")
                 crashed = True
-            if crashed:              # not a code of collbench's: the job's code says a rank was lost
+            # not a code of collbench's: the job's code says a rank was lost
+            if crashed:
                 how += shared_memory_explained(0, in_startup=self.link is None)
                 code = EXIT_LOST
             if not crashed and self._refused_to_start(status):     # and the launcher ended it (143)
@@ -278,14 +289,17 @@ class Guardian:
         how, code, crashed = self._ending(status)
         link = self.link if self.link is not None and not self.link.ended else None
         if crashed:
-            if self._first_to_speak():          # else its launcher's end was said (``_watch_launcher``)
+            # else its launcher's end was said (``_watch_launcher``)
+            if self._first_to_speak():
                 where = self.position.read() or "start-up"
-                told = link is not None and link.tell_and_wait({"t": "died", "how": how, "where": where,
-                                                                "code": code})
+                told = link is not None and link.tell_and_wait({"t": "died", "how": how,
+                                                                "where": where, "code": code})
                 if not told:              # noted first: its launcher's pipes may be gone with it
-                    notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) "
-                                    f"{how} during {where}; {self._aftermath()}")
-                elif self.coordinator is not None:     # rank 0's: the others are told before it leaves
+                    notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on "
+                                    f"{socket.gethostname()}) {how} during {where}; "
+                                    f"{self._aftermath()}")
+                # rank 0's: the others are told before it leaves
+                elif self.coordinator is not None:
                     self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
                 else:
                     # A launcher that ends the job's processes the moment one exits with an error
@@ -296,7 +310,8 @@ class Guardian:
         elif link is not None:
             link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
             if self.coordinator is not None and self.coordinator.aborted:   # rank 0 left early: the
-                self.coordinator.wait_for_peers(STOP_GRACE + 2.0)           # others are being stopped
+                # others are being stopped
+                self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
         self._settle()
         os._exit(code)
 
@@ -306,11 +321,13 @@ class Guardian:
         (they wait for it in MPI's start-up), and no result file was written yet."""
         if self.link is None and self.size > 1 and not os.environ.get(environment.LAUNCHED):
             limit = f" ({self.startup_limit:g} s)" if self.startup_limit else ""
-            srun = " (srun does with --kill-on-bad-exit)" if environment.SLURM_STEP_ID in os.environ else ""
-            return (f"the other ranks cannot be told, and wait for it until their start-up limit{limit} unless the "
-                    f"launcher ends them{srun}")
+            srun = (" (srun does with --kill-on-bad-exit)"
+                    if environment.SLURM_STEP_ID in os.environ else "")
+            return ("the other ranks cannot be told, and wait for it until their start-up "
+                    f"limit{limit} unless the launcher ends them{srun}")
         if not self.files and self.rank != 0 and not os.environ.get(environment.STATE):
-            return "the job is stopped"          # rank 0's files: this guardian cannot know what they keep
+            # rank 0's files: this guardian cannot know what they keep
+            return "the job is stopped"
         return f"the job is stopped; {notes.files_clause(self.files, self.kept)}"
 
     def _serve_rank(self) -> None:
@@ -337,10 +354,12 @@ class Guardian:
                     self.chosen_exit = int(message.get("code", -1))
                     send_message(self.channel, {"t": "noted"})
                 elif message.get("t") in ("timeout", "abort-job"):
-                    if message.get("t") == "abort-job":         # it may leave through MPI_Abort with it
+                    # it may leave through MPI_Abort with it
+                    if message.get("t") == "abort-job":
                         self.chosen_exit = int(message.get("code", -1))
                     stopping = self.stop_code is not None        # the job is ending already
-                    taken = stopping or (self.link is not None and not self.link.ended and self.link.send(message))
+                    taken = stopping or (self.link is not None and not self.link.ended
+                                         and self.link.send(message))
                     send_message(self.channel, {"t": "taken" if taken else "refused"})
 
     def _thread(self, target, *args, name: Optional[str] = None) -> threading.Thread:
@@ -353,9 +372,9 @@ class Guardian:
         except RuntimeError:
             self._signal(signal.SIGKILL)
             limits = processes.low_limits() or " (ulimit -v, ulimit -u)"
-            notes.say_first(f"collbench: rank {self.rank} (on {socket.gethostname()}) cannot start a thread to watch "
-                            f"it: a limit on memory or processes{limits} is too low; the job is stopped; "
-                            f"{notes.files_clause(self.files, self.kept)}")
+            notes.say_first(f"collbench: rank {self.rank} (on {socket.gethostname()}) cannot start "
+                            f"a thread to watch it: a limit on memory or processes{limits} is too "
+                            f"low; the job is stopped; {notes.files_clause(self.files, self.kept)}")
             notes.leave(f"{notes.EARLY_END_PREFIX}{self.rank}", "2")
             os._exit(2)
         return thread
@@ -370,24 +389,31 @@ class Guardian:
         if self.link is not None or self.stop_code is not None:
             return
         where = f"rank {self.rank} (pid {self.child} on {socket.gethostname()})"
-        if processes.state(self.child) in ("T", "t"):      # the one the others wait for: it says so first
+        # the one the others wait for: it says so first
+        if processes.state(self.child) in ("T", "t"):
             notes.say_first(f"collbench: {where} was stopped (SIGSTOP or a debugger) in "
                             f"{self.position.read() or 'start-up'} and had not joined the job after {limit:g} s; "
                             f"the job is stopped; {notes.files_clause(self.files, self.kept)}")
         else:
-            time.sleep(STOPPED_FIRST_S)        # a stopped rank's guardian names it, where there is one
+            # a stopped rank's guardian names it, where there is one
+            time.sleep(STOPPED_FIRST_S)
             if self.link is not None or self.stop_code is not None:
                 return
-            stopped = processes.stopped_ranks(processes.tree(os.getppid()))     # this host's part of the job
+            # this host's part of the job
+            stopped = processes.stopped_ranks(processes.tree(os.getppid()))
             if stopped:
                 pid, rank = stopped[0]
-                notes.say_first(f"collbench: rank {rank} (pid {pid} on {socket.gethostname()}) was stopped (SIGSTOP "
-                                f"or a debugger) in start-up: {where} waited {limit:g} s for it to join the job; the "
-                                f"job is stopped; {notes.files_clause(self.files, self.kept)}")
+                notes.say_first(f"collbench: rank {rank} (pid {pid} on {socket.gethostname()}) was "
+                                f"stopped (SIGSTOP or a debugger) in start-up: {where} waited "
+                                f"{limit:g} s for it to join the job; the job is stopped; "
+                                f"{notes.files_clause(self.files, self.kept)}")
             else:
-                notes.say_first(f"collbench: {where} was still in {self.position.read() or 'start-up'} after {limit:g} "
-                                "s: another rank may have failed while starting, or never started; stopping it")
-        notes.leave(notes.JOB_CODE, str(EXIT_TIMEOUT))     # a stopped rank cannot end: the launch ends with it
+                notes.say_first(f"collbench: {where} was still in "
+                                f"{self.position.read() or 'start-up'} after {limit:g} s: another "
+                                "rank may have failed while starting, or never started; stopping "
+                                "it")
+        # a stopped rank cannot end: the launch ends with it
+        notes.leave(notes.JOB_CODE, str(EXIT_TIMEOUT))
         self.stop(EXIT_TIMEOUT)
 
     def _ended_before_joining(self, status: int) -> None:
@@ -400,7 +426,8 @@ class Guardian:
     def _join(self, request: dict) -> dict:
         hello = hello_message(request["token"], self.rank, self.size, self.child)
         try:
-            sock, address, local, lines = connect(request["candidates"], int(request["port"]), hello)
+            sock, address, local, lines = connect(request["candidates"], int(request["port"]),
+                                                  hello)
         except OSError as exc:
             return {"t": "join-failed", "error": str(exc)}
         self.link = Link(sock, lines, self.rank, self.child, self.position.read, self.stop)
@@ -438,9 +465,10 @@ class Guardian:
         where = self.position.read() or "start-up"
         how = f"lost {self._launcher_gone()} which ended under it (killed, or it failed)"
         link = self.link if self.link is not None and not self.link.ended else None
-        if link is None or not link.tell_and_wait({"t": "died", "how": how, "where": where, "code": EXIT_LOST}):
-            notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on {socket.gethostname()}) {how} during "
-                            f"{where}; {self._aftermath()}")
+        if link is None or not link.tell_and_wait({"t": "died", "how": how, "where": where,
+                                                   "code": EXIT_LOST}):
+            notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on "
+                            f"{socket.gethostname()}) {how} during {where}; {self._aftermath()}")
         self.stop(EXIT_LOST)
 
     def _parent_gone(self) -> bool:

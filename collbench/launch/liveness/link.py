@@ -37,11 +37,13 @@ def connect(candidates: list, port: int, hello: dict) -> tuple:
                     break
                 kinds = [m.get("t") for m in messages]
                 if "welcome" in kinds:
-                    lines.early = messages[kinds.index("welcome") + 1:]    # a roster may follow at once
+                    # a roster may follow at once
+                    lines.early = messages[kinds.index("welcome") + 1:]
                     return sock, address, sock.getsockname()[0], lines
         tried.append(f"{address}: no answer from a collbench coordinator")
         sock.close()
-    raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried) + ")")
+    raise OSError(f"cannot reach rank 0's coordinator on port {port} (tried " + "; ".join(tried)
+                  + ")")
 
 
 #: How long a guardian waits, once rank 0's end of its line closed, before it says so: a
@@ -53,14 +55,16 @@ CLOSED_GRACE_S = 1.0
 class Link:
     """A guardian's connection to the coordinator, once its rank has joined the job."""
 
-    def __init__(self, sock: socket.socket, lines: MessageReader, rank: int, child: int, where: Callable[[], str],
-                 stop: Callable[[int], None]) -> None:
+    def __init__(self, sock: socket.socket, lines: MessageReader, rank: int, child: int,
+                 where: Callable[[], str], stop: Callable[[int], None]) -> None:
         self.sock, self.lines, self.rank, self.child = sock, lines, rank, child
         self.where, self.stop = where, stop
         self.roster: dict = {}
         self.ended = False
-        self.aborted = False         # the coordinator ended the job: its guardian still has to leave
-        self.ending: Callable[[], bool] = lambda: False      # the guardian is already stopping its rank
+        # the coordinator ended the job: its guardian still has to leave
+        self.aborted = False
+        # the guardian is already stopping its rank
+        self.ending: Callable[[], bool] = lambda: False
         self._acked = threading.Event()
         self._send_lock = threading.Lock()
         sock.settimeout(BEAT_S)
@@ -100,7 +104,8 @@ class Link:
                 return
             if now - last_beat >= BEAT_S:
                 last_beat = now
-                self.send({"t": "beat", "where": self.where(), "state": processes.state(self.child)})
+                self.send({"t": "beat", "where": self.where(),
+                           "state": processes.state(self.child)})
 
     def _lost(self, how: str, closed: bool = False) -> None:
         if self.ended:
@@ -115,12 +120,13 @@ class Link:
                 time.sleep(0.05)
         here = socket.gethostname()
         mine = [r for r, h in self.roster.items() if h == self.roster.get(self.rank) and r != 0]
-        if self.ending():          # told to stop from outside (Ctrl-C reached every process): no news
+        # told to stop from outside (Ctrl-C reached every process): no news
+        if self.ending():
             pass
         elif self.rank != 0 and (not mine or self.rank == min(mine)):       # one line per host
             notes.say(f"collbench: rank {self.rank} on {here}: lost contact with rank 0 on "
-                      f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or its host "
-                      "is down or cut off; stopping the ranks here")
+                      f"{self.roster.get(0, 'its host')} ({how}): rank 0's guardian was killed, or "
+                      "its host is down or cut off; stopping the ranks here")
         self.stop(EXIT_LOST)
 
     def wait_for_coordinator_exit(self, seconds: float) -> None:
@@ -140,4 +146,5 @@ class Link:
 
 
 def hello_message(token: str, rank: int, size: int, pid: int) -> dict:
-    return {"t": "hello", "token": token, "rank": rank, "size": size, "host": socket.gethostname(), "pid": pid}
+    return {"t": "hello", "token": token, "rank": rank, "size": size, "host": socket.gethostname(),
+            "pid": pid}

@@ -16,7 +16,8 @@ from typing import Optional
 VMSTAT = "/proc/vmstat"
 
 
-def _cgroup_counter_file(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> Optional[str]:
+def _cgroup_counter_file(proc_cgroup: str = "/proc/self/cgroup",
+                         root: str = "/sys/fs/cgroup") -> Optional[str]:
     """The file that counts OOM kills in this process's memory cgroup (v1 or v2), if any."""
     try:
         with open(proc_cgroup, encoding="ascii") as fh:
@@ -30,7 +31,8 @@ def _cgroup_counter_file(proc_cgroup: str = "/proc/self/cgroup", root: str = "/s
             mount, name = root, "memory.events"
         else:
             continue
-        for folder in (os.path.join(mount, path.lstrip("/")), mount):    # a container sees its own as "/"
+        # a container sees its own as "/"
+        for folder in (os.path.join(mount, path.lstrip("/")), mount):
             if os.path.isfile(os.path.join(folder, name)):
                 return os.path.join(folder, name)
     return None

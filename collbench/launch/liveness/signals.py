@@ -39,7 +39,8 @@ def stopping(peer_lost: bool = False) -> bool:
     return _stopping.wait(EARLY_EXIT_GRACE + ECHO_GRACE if peer_lost else ECHO_GRACE)
 
 
-_pipe: list = []          # this rank's wakeup pipe (read end, write end), once handle_signals made it
+# this rank's wakeup pipe (read end, write end), once handle_signals made it
+_pipe: list = []
 
 
 def _nothing(signum, _frame) -> None:
@@ -87,7 +88,8 @@ def handle_signals(rank: int) -> None:
     interpreter's finalisation) when a handler of Python's no longer stands, and it killed ranks.
     """
     wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})   # before any thread: they inherit it
+    # before any thread: they inherit it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     woken, wake = os.pipe()
     os.set_blocking(wake, False)
     _pipe[:] = [woken, wake]
@@ -118,16 +120,19 @@ def handle_signals(rank: int) -> None:
             # ended (it does so when it leaves the clean-up to collbench). That process's guardian
             # tells the coordinator, which names it and ends the job: this rank waits to be told.
             signum = next_signal()
-        deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))   # a stuck save must not keep us
+        # a stuck save must not keep us
+        deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))
         deadline.daemon = True
         deadline.start()
-        if signum == signal.SIGUSR1:      # the guardian's "stop now": it, or the coordinator, says why;
+        # the guardian's "stop now": it, or the coordinator, says why;
+        if signum == signal.SIGUSR1:
             if supervise.guardian_died():   # or the guardian died (PR_SET_PDEATHSIG), and cannot
                 notes.orphaned(rank)
         elif rank == 0:
             if user_terminals().stderr:
                 sys.stderr.write(END_PROGRESS_LINE)
-            notes.say(f"collbench: interrupted by {signal.Signals(signum).name}; {saved_results_clause()}")
+            notes.say(f"collbench: interrupted by {signal.Signals(signum).name}; "
+                      f"{saved_results_clause()}")
         else:
             time.sleep(1.0)
         supervise.run_before_exit()

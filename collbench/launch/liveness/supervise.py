@@ -9,8 +9,8 @@
   SIGUSR1 if its guardian dies (``PR_SET_PDEATHSIG``): it saves what it must and leaves, so a
   launcher's clean-up never leaves an orphan rank. While MPI starts (``startup_output``) that
   signal is SIGKILL: mpi4py starts MPI holding the interpreter's lock, so no thread of the rank
-  could take a SIGUSR1 there, and nothing is measured yet. A self-launched rank's guardian also ends its
-  rank when the collbench process that launched it is gone. Where the position lives: a few
+  could take a SIGUSR1 there, and nothing is measured yet. A self-launched rank's guardian also ends
+  its rank when the collbench process that launched it is gone. Where the position lives: a few
   shared bytes (mmap), written by the rank before each size, outside any timed region.
 * A **watchdog** thread per rank (``watchdog``): if one size takes longer than ``--timeout``
   seconds, it tells the coordinator, which names the ranks still in the collective and the
@@ -71,7 +71,8 @@ _position: Optional[_Position] = None
 _rank_label = "rank 0"
 _channel: Optional[socket.socket] = None   # the rank's end of its line to the guardian
 _channel_lock = threading.Lock()
-_coordinator_at: Optional[dict] = None     # rank 0: the port and token of its guardian's coordinator
+# rank 0: the port and token of its guardian's coordinator
+_coordinator_at: Optional[dict] = None
 _guardian_pid: Optional[int] = None        # the rank's guardian (its parent)
 
 
@@ -111,7 +112,8 @@ def guard_rank(launcher) -> None:
     if pair is not None:
         pair[1].close()
     from collbench.launch.liveness.guardian import Guardian
-    Guardian(child, rank, size, position, pair[0] if pair else None, listener, token).run(tuple(noted))
+    Guardian(child, rank, size, position, pair[0] if pair else None, listener,
+             token).run(tuple(noted))
 
 
 @contextlib.contextmanager
@@ -153,7 +155,8 @@ def _output_kept(guardian: int):
                 os.dup2(fd, target)
         finally:
             os.close(fd)
-    except OSError:               # no room for a descriptor, or the name taken: both stay as they are
+    # no room for a descriptor, or the name taken: both stay as they are
+    except OSError:
         _restore(saved)
         with contextlib.suppress(OSError):
             os.unlink(path)
@@ -258,7 +261,8 @@ def coordinator_at() -> Optional[dict]:
 def join_job(candidates: list, port: int, token: str, seconds: float = 30.0) -> Optional[dict]:
     """Have the guardian connect to the coordinator: {"address", "local"} on success,
     {"error"} on failure, None when this rank has no guardian."""
-    answer = ask_guardian({"t": "join", "candidates": candidates, "port": port, "token": token}, seconds)
+    answer = ask_guardian({"t": "join", "candidates": candidates, "port": port, "token": token},
+                          seconds)
     if answer is None:
         return None if _channel is None else {"error": "its guardian did not answer"}
     if answer.get("t") == "joined":
@@ -294,7 +298,8 @@ def set_result_files(paths, journal=None, kept: str = "") -> None:
     if _channel is not None and _result_files:
         with _channel_lock:
             wire.send_message(_channel, {"t": "files", "paths": _result_files, "kept": _kept[0],
-                                                "journal": str(journal) if journal is not None else None})
+                                                "journal": str(journal)
+                                         if journal is not None else None})
 
 
 def forget_journal() -> None:

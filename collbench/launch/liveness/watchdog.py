@@ -53,8 +53,9 @@ class Watchdog:
             if expired and _report(what, limit):     # the coordinator ends the job; wait for it
                 time.sleep(LOST_AFTER + 2 * STOP_GRACE)
             if expired:
-                sys.stderr.write(f"collbench: {supervise.rank_label()}: timeout: {what} did not finish within "
-                                 f"{limit:g} s (--timeout); aborting the job; {supervise.saved_results_clause()}\n")
+                sys.stderr.write(f"collbench: {supervise.rank_label()}: timeout: {what} did not "
+                                 f"finish within {limit:g} s (--timeout); aborting the job; "
+                                 f"{supervise.saved_results_clause()}\n")
                 sys.stderr.flush()
                 supervise.abort_job(EXIT_TIMEOUT)
 

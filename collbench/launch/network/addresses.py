@@ -117,7 +117,8 @@ def source_address(destination: str, port: int = 9) -> str:
         except OSError as exc:
             if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
                 raise RouteError(f"no route from {socket.gethostname()} to {destination}") from None
-            raise RouteError(f"cannot reach {destination} from {socket.gethostname()}: {exc.strerror}") from None
+            raise RouteError(f"cannot reach {destination} from {socket.gethostname()}: "
+                             f"{exc.strerror}") from None
         return s.getsockname()[0]
 
 
@@ -128,13 +129,14 @@ def await_listener(address: str, port: int, patience: float) -> None:
     deadline = time.monotonic() + patience
     while True:
         try:
-            with socket.create_connection((address, port), timeout=max(0.5, min(3.0, deadline - time.monotonic()))):
+            with socket.create_connection((address, port),
+                                          timeout=max(0.5, min(3.0, deadline - time.monotonic()))):
                 return
         except OSError as exc:
             met = exc.strerror or str(exc)
         if time.monotonic() >= deadline:
-            raise RouteError(f"nothing at {address}:{port} accepted a connection from {socket.gethostname()} "
-                             f"within {patience:g} s ({met.lower()})")
+            raise RouteError(f"nothing at {address}:{port} accepted a connection from "
+                             f"{socket.gethostname()} within {patience:g} s ({met.lower()})")
         time.sleep(0.25)
 
 

@@ -79,10 +79,12 @@ def join(control) -> Optional[Joined]:
 
 
 def _verdict(reports: list, rank0_host: str) -> dict:
-    failed = [(r, rep) for r, rep in enumerate(reports) if rep["answer"] is not None and "error" in rep["answer"]]
+    failed = [(r, rep) for r, rep in enumerate(reports)
+              if rep["answer"] is not None and "error" in rep["answer"]]
     if failed:
         r, rep = failed[0]
-        more = f" (and {len(failed) - 1} more rank{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+        more = (f" (and {len(failed) - 1} more rank{'s' if len(failed) > 2 else ''})"
+                if len(failed) > 1 else "")
         return {"error": f"rank {r} on {rep['host']} cannot reach rank 0 on {rank0_host}{more}: "
                          f"{rep['answer']['error']}"}
     used = [rep["answer"]["address"] for rep in reports if rep["answer"] is not None]
@@ -113,7 +115,8 @@ def towards_master(rank: int) -> Optional[str]:
     MASTER_PORT already (torchrun's agents, before any rank starts): the address they reached
     this host at names the interface."""
     address = os.environ.get(environment.MASTER_ADDR, "")
-    return _towards(rank, address, int(os.environ.get(environment.MASTER_PORT, "0")), f"MASTER_ADDR {address!r}")
+    return _towards(rank, address, int(os.environ.get(environment.MASTER_PORT, "0")),
+                    f"MASTER_ADDR {address!r}")
 
 
 def _towards(rank: int, address: str, port: int, named: str) -> Optional[str]:
@@ -141,8 +144,9 @@ def await_master(rank: int) -> None:
     try:
         addresses.await_listener(address, port, MASTER_PATIENCE)
     except addresses.RouteError as exc:
-        raise UsageError(f"rendezvous of rank {rank} with MASTER_ADDR {address!r} cannot succeed: {exc}: rank 0 "
-                         "is not running there, or MASTER_ADDR and MASTER_PORT differ between ranks") from None
+        raise UsageError(f"rendezvous of rank {rank} with MASTER_ADDR {address!r} cannot succeed: "
+                         f"{exc}: rank 0 is not running there, or MASTER_ADDR and MASTER_PORT "
+                         "differ between ranks") from None
 
 
 def check_local_master(env) -> None:
@@ -158,15 +162,17 @@ def check_local_master(env) -> None:
         raise UsageError(f"MASTER_ADDR={address!r}: {exc}; a run started with -n puts every rank on this host: "
                          "unset MASTER_ADDR, or name this host") from None
     if not addresses.is_loopback(resolved) and resolved not in addresses.outward_addresses():
-        raise UsageError(f"MASTER_ADDR={address!r} ({resolved}) is not an address of {socket.gethostname()}, and "
-                         "a run started with -n puts every rank here: unset MASTER_ADDR (collbench then uses "
-                         "127.0.0.1), or start the ranks on their hosts with torchrun")
+        raise UsageError(f"MASTER_ADDR={address!r} ({resolved}) is not an address of "
+                         f"{socket.gethostname()}, and a run started with -n puts every rank here: "
+                         "unset MASTER_ADDR (collbench then uses 127.0.0.1), or start the ranks on "
+                         "their hosts with torchrun")
 
 
 def check_variables(env) -> None:
     """torch reads MASTER_ADDR and MASTER_PORT itself, deep in its rendezvous: check them first."""
     port = env.get(environment.MASTER_PORT)
-    if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5 and 0 < int(port) < 65536):
+    if port is not None and not (port.strip().isdigit() and len(port.strip()) <= 5
+                                 and 0 < int(port) < 65536):
         raise UsageError(f"MASTER_PORT={port[:20]!r} is not a TCP port (1-65535); fix or unset it")
     if environment.MASTER_ADDR in env and not env[environment.MASTER_ADDR].strip():
         raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, or unset it")
@@ -208,15 +214,15 @@ def parse_init_method(url: str) -> InitMethod:
         if not parts.hostname:
             raise bad("no host; give tcp://HOST:PORT with HOST an address of rank 0's host")
         if not port:
-            raise bad(f"{'port 0 is no place to listen at' if port == 0 else 'no port'}; give tcp://HOST:PORT "
-                      "with PORT from 1 to 65535, where rank 0 listens")
+            raise bad(f"{'port 0 is no place to listen at' if port == 0 else 'no port'}; give "
+                      "tcp://HOST:PORT with PORT from 1 to 65535, where rank 0 listens")
         if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
             raise bad("give tcp://HOST:PORT and nothing more")
         return InitMethod(url, "tcp://", host=parts.hostname, port=port)
     if scheme == "file":
         if parts.netloc:
-            raise bad(f"a file:// path starts after the third slash: file:///PATH (here the host part is "
-                      f"{parts.netloc!r})")
+            raise bad("a file:// path starts after the third slash: file:///PATH (here the host "
+                      f"part is {parts.netloc!r})")
         if not parts.path.startswith("/") or parts.path.endswith("/") or parts.query or parts.fragment:
             raise bad("give file:///PATH with PATH the absolute path of a file (not a folder)")
         return InitMethod(url, "file://", path=parts.path)
@@ -254,8 +260,8 @@ def _listen_problem(method: InitMethod, host: str) -> Optional[str]:
         return f"{said}: {exc}"
     if not addresses.is_loopback(address) and address not in addresses.outward_addresses():
         named = method.host if method.host == address else f"{method.host} ({address})"
-        return (f"{said}: {named} is not an address of {host}, rank 0's host, where it listens; give one of "
-                "its addresses (127.0.0.1 when every rank runs there)")
+        return (f"{said}: {named} is not an address of {host}, rank 0's host, where it listens; "
+                "give one of its addresses (127.0.0.1 when every rank runs there)")
     taken = _port_taken(method.port)
     if taken:
         return f"{said}: rank 0 cannot listen at port {method.port} on {host} ({taken}); choose a free port"
@@ -279,8 +285,9 @@ def master_port_problem(env=os.environ) -> Optional[str]:
     port = env[environment.MASTER_PORT]
     taken = _port_taken(int(port))
     if taken:
-        return (f"MASTER_PORT {port}: rank 0 cannot listen there on {socket.gethostname()} ({taken}); "
-                "choose a free port, or unset MASTER_ADDR and MASTER_PORT and collbench finds one")
+        return (f"MASTER_PORT {port}: rank 0 cannot listen there on {socket.gethostname()} "
+                f"({taken}); choose a free port, or unset MASTER_ADDR and MASTER_PORT and collbench "
+                "finds one")
     return None
 
 
@@ -312,9 +319,9 @@ def _file_problem(method: InitMethod, where: str, *, first: bool) -> Optional[st
     if kind:
         return f"{said}: {path} is {kind} {where}, not a file torch's file store can keep; name a new file"
     if first and os.path.lexists(path):
-        return (f"{said}: {path} exists {where}, left by a run that did not end cleanly (torch's file store "
-                "removes it when every rank ends normally) or in use by a run now; remove it if no run uses it, "
-                "or name another path")
+        return (f"{said}: {path} exists {where}, left by a run that did not end cleanly (torch's "
+                "file store removes it when every rank ends normally) or in use by a run now; "
+                "remove it if no run uses it, or name another path")
     return None
 
 
@@ -327,7 +334,8 @@ def _special(path: str) -> str:
         mode = os.stat(path).st_mode
     except OSError:
         return "a broken link" if os.path.islink(path) else ""
-    for test, kind in ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+    for test, kind in ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"),
                        (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return kind
@@ -366,28 +374,32 @@ def meet_at_file(method: InitMethod, rank: int, exchange) -> None:
     mine = None
     if first["problem"] is None and rank != 0:
         where = f"on rank {rank}'s host {host}"
-        mine = _file_problem(method, where, first=False) or _sees(method, first["mark"], first["host"], where)
+        mine = _file_problem(method, where, first=False) or _sees(method, first["mark"],
+                                                                  first["host"], where)
     reports = exchange.gather(mine)
     verdict = None
     if rank == 0:
         _remove(first["mark"])
         failed = [report for report in reports if report]
-        more = f" (and {len(failed) - 1} more rank{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+        more = (f" (and {len(failed) - 1} more rank{'s' if len(failed) > 2 else ''})"
+                if len(failed) > 1 else "")
         verdict = first["problem"] or (failed[0] + more if failed else None)
     verdict = exchange.bcast(verdict)
     if verdict:
-        exchange.gather(None)     # rank 0, which may host the exchange's store, ends after the others read it
+        # rank 0, which may host the exchange's store, ends after the others read it
+        exchange.gather(None)
         raise SharedUsageError(verdict)
 
 
 def _leave_mark(method: InitMethod, host: str) -> tuple:
     """(the mark made beside PATH, None), or (None, why it could not be made)."""
-    mark = f"{method.path}.collbench-{os.urandom(4).hex()}"     # not secrets: it loads hashlib, noisy where no room is left
+    # not secrets: it loads hashlib, noisy where no room is left
+    mark = f"{method.path}.collbench-{os.urandom(4).hex()}"
     try:
         os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except OSError as exc:
-        return None, (f"--init-method {method.url}: cannot create a file in {method.folder} on {host} "
-                      f"({(exc.strerror or str(exc)).lower()})")
+        return None, (f"--init-method {method.url}: cannot create a file in {method.folder} on "
+                      f"{host} ({(exc.strerror or str(exc)).lower()})")
     return mark, None
 
 
@@ -395,9 +407,10 @@ def _sees(method: InitMethod, mark: str, rank0_host: str, where: str) -> Optiona
     deadline = time.monotonic() + FILE_PATIENCE
     while not os.path.exists(mark):
         if time.monotonic() > deadline:
-            return (f"--init-method {method.url}: {os.path.basename(mark)}, made beside it by rank 0 on "
-                    f"{rank0_host}, is not there {where} after {FILE_PATIENCE:g} s: the ranks do not share "
-                    f"{method.folder}; file:// needs a path every host sees (a shared file system)")
+            return (f"--init-method {method.url}: {os.path.basename(mark)}, made beside it by rank "
+                    f"0 on {rank0_host}, is not there {where} after {FILE_PATIENCE:g} s: the ranks "
+                    f"do not share {method.folder}; file:// needs a path every host sees (a shared "
+                    "file system)")
         time.sleep(0.1)
     return None
 
@@ -418,17 +431,17 @@ def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool 
     reach HOST:PORT within ``MASTER_PATIENCE`` seconds (when ``patient``: not where collbench's
     launching process watches rank 0); torch alone would try for its whole timeout and then
     say little. Returns the interface gloo should bind: the one that routes to HOST."""
-    refuse_rank0_finding(_listen_problem(method, socket.gethostname()) if rank == 0 and rank0_listens else None,
-                         exchange)
+    refuse_rank0_finding(_listen_problem(method, socket.gethostname())
+                         if rank == 0 and rank0_listens else None, exchange)
     named = f"tcp://{method.host}:{method.port}"
     interface = _towards(rank, method.host, method.port, named)
     if patient and (rank != 0 or not rank0_listens):
         try:
             addresses.await_listener(method.host, method.port, MASTER_PATIENCE)
         except addresses.RouteError as exc:
-            raise UsageError(f"rendezvous of rank {rank} at {named} cannot succeed: {exc}: rank 0 is not "
-                             f"listening there (it did not start or it failed, {method.host} is not its host, or a "
-                             "firewall is in between)") from None
+            raise UsageError(f"rendezvous of rank {rank} at {named} cannot succeed: {exc}: rank 0 "
+                             f"is not listening there (it did not start or it failed, {method.host} "
+                             "is not its host, or a firewall is in between)") from None
     return interface
 
 
@@ -440,7 +453,9 @@ def init_methods_here(env=os.environ) -> str:
     else:
         plain = "env:// (MASTER_ADDR unset: collbench finds rank 0)"
     reachable = ", ".join(["127.0.0.1"] + addresses.outward_addresses())
-    folders = list(dict.fromkeys(f for f in (tempfile.gettempdir(), os.getcwd()) if os.access(f, os.W_OK | os.X_OK)))
-    files = (f"file:///PATH in {' or '.join(folders)} (writable here; across hosts, a folder they share)" if folders
+    folders = list(dict.fromkeys(f for f in (tempfile.gettempdir(), os.getcwd())
+                                 if os.access(f, os.W_OK | os.X_OK)))
+    files = (f"file:///PATH in {' or '.join(folders)} (writable here; across hosts, a folder they "
+             "share)" if folders
              else f"not file:// in {tempfile.gettempdir()} or {os.getcwd()} (not writable here)")
     return f"{plain}; tcp://ADDRESS:PORT with ADDRESS one of {reachable}; {files}"

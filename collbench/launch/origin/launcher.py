@@ -31,14 +31,16 @@ class Launcher:
     ``detect`` fills it from the environment; once ranks can talk, the runner adds every rank's
     host (``with_hosts``)."""
 
-    name: str          # mpiexec, srun, torchrun, collbench (self-launched local processes), env, none
+    name: str          # mpiexec, srun, torchrun, collbench (self-launched local processes), env,
+                       # none
     rank: int
     world_size: int
     local_rank: int
     shares_mpi_world: bool  # ranks share an MPI world (mpi4py can be used)
     hosts: tuple = ()  # every rank's host name, in rank order, once known
     world_size_variable: str = ""  # the variable the world size came from ("" when none said it)
-    self_launched: str = ""  # how collbench itself launched this process: "local", "mpi", "" (it did not)
+    self_launched: str = ""  # how collbench itself launched this process: "local", "mpi", "" (it
+                             # did not)
     #: how MPI reaches the launcher: "pmi" (PMI-1 or PMI-2: PMI_FD or PMI_PORT), "pmix" (a PMIx
     #: server), "" (no way: srun --mpi=none, torch's launchers, no launcher)
     pmi: str = ""
@@ -70,9 +72,9 @@ def _first(env: Mapping[str, str], *names: str) -> str:
 
 def _stray(env: Mapping[str, str], present: list, lacking: str, fix: str) -> StrayLauncherVariables:
     shown = ", ".join(f"{n}={env[n]!r}" if len(env[n]) < 40 else n for n in present)
-    return StrayLauncherVariables(f"{shown} {'is' if len(present) == 1 else 'are'} set, but {lacking}: no launcher "
-                                  f"started this process (left over from another job?); unset "
-                                  f"{' '.join(present)}, or {fix}")
+    return StrayLauncherVariables(f"{shown} {'is' if len(present) == 1 else 'are'} set, but "
+                                  f"{lacking}: no launcher started this process (left over from "
+                                  f"another job?); unset {' '.join(present)}, or {fix}")
 
 
 def _rank_and_size(env, present: list, rank_names: tuple, size_names: tuple, fix: str) -> tuple:
@@ -108,10 +110,13 @@ def _open_mpi(env) -> Optional[Launcher]:
     if not present:
         return None
     if not _pmix_server(env) and "OMPI_MCA_orte_hnp_uri" not in env and "OMPI_MCA_ess_base_jobid" not in env:
-        raise _stray(env, present, "no Open MPI runtime is there (no PMIX_NAMESPACE or PMIX_SERVER_URI*)", _MPI_FIX)
-    rank, size = _rank_and_size(env, present, ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",), _MPI_FIX)
+        raise _stray(env, present, "no Open MPI runtime is there (no PMIX_NAMESPACE or "
+                                   "PMIX_SERVER_URI*)", _MPI_FIX)
+    rank, size = _rank_and_size(env, present, ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",),
+                                _MPI_FIX)
     return Launcher("mpiexec", rank, size, _int(env, "OMPI_COMM_WORLD_LOCAL_RANK") or 0, True,
-                    world_size_variable="OMPI_COMM_WORLD_SIZE", pmi="pmix" if _pmix_server(env) else "")
+                    world_size_variable="OMPI_COMM_WORLD_SIZE",
+                    pmi="pmix" if _pmix_server(env) else "")
 
 
 def _pmi(env) -> Optional[Launcher]:
@@ -119,13 +124,15 @@ def _pmi(env) -> Optional[Launcher]:
     if not present:
         return None
     if not _fd_open(env.get("PMI_FD")) and "PMI_PORT" not in env:
-        raise _stray(env, present, "there is no open PMI_FD or PMI_PORT to reach a launcher through", _MPI_FIX)
+        raise _stray(env, present,
+                     "there is no open PMI_FD or PMI_PORT to reach a launcher through", _MPI_FIX)
     if not _fd_open(env.get("PMI_FD")) and _nothing_listens(env["PMI_PORT"]):
-        raise _stray(env, present + ["PMI_PORT"], "nothing listens at that port on this host", _MPI_FIX)
+        raise _stray(env, present + ["PMI_PORT"], "nothing listens at that port on this host",
+                     _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("PMI_RANK",), ("PMI_SIZE",), _MPI_FIX)
     local = _int(env, "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID") or 0
-    return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local, True,
-                    world_size_variable="PMI_SIZE", pmi="pmi")
+    return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local,
+                    True, world_size_variable="PMI_SIZE", pmi="pmi")
 
 
 def _nothing_listens(address: str) -> bool:
@@ -142,33 +149,39 @@ def _pmix(env) -> Optional[Launcher]:
     if "PMIX_RANK" not in env:
         return None
     if not _pmix_server(env):
-        raise _stray(env, ["PMIX_RANK"], "no PMIx server is there (no PMIX_NAMESPACE or PMIX_SERVER_URI*)", _MPI_FIX)
+        raise _stray(env, ["PMIX_RANK"],
+                     "no PMIx server is there (no PMIX_NAMESPACE or PMIX_SERVER_URI*)", _MPI_FIX)
     size_variable = _first(env, "SLURM_STEP_NUM_TASKS", "PMIX_SIZE", "SLURM_NTASKS")
     if size_variable:
         rank, size = _rank_and_size(env, ["PMIX_RANK"], ("PMIX_RANK",), (size_variable,), _MPI_FIX)
     else:                   # MPI will tell; the runner checks it against nothing
         rank, size = _int(env, "PMIX_RANK") or 0, 1
     local = _int(env, "PMIX_LOCAL_RANK", "SLURM_LOCALID") or 0
-    return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local, True,
-                    world_size_variable=size_variable, pmi="pmix")
+    return Launcher("srun" if environment.SLURM_STEP_ID in env else "mpiexec", rank, size, local,
+                    True, world_size_variable=size_variable, pmi="pmix")
 
 
 def _torch_like(env, *, marked: bool) -> Optional[Launcher]:
     """torchrun and collbench's own local launch (``marked``: they say who they are), or
     RANK and WORLD_SIZE set by hand (the rest)."""
     ours = environment.TORCHELASTIC_RUN_ID in env or env.get(environment.LAUNCHED) == "local"
-    present = [n for n in (environment.RANK, environment.WORLD_SIZE, environment.TORCHELASTIC_RUN_ID) if n in env]
+    present = [n for n in (environment.RANK, environment.WORLD_SIZE,
+                           environment.TORCHELASTIC_RUN_ID) if n in env]
     if not present or ours != marked:
         return None
-    missing = [n for n in (environment.RANK, environment.WORLD_SIZE, environment.MASTER_ADDR, environment.MASTER_PORT)
+    missing = [n for n in (environment.RANK, environment.WORLD_SIZE, environment.MASTER_ADDR,
+                           environment.MASTER_PORT)
                if not env.get(n, "").strip()]
     if missing:
         names = ", ".join(missing[:-1]) + " and " + missing[-1] if len(missing) > 1 else missing[0]
-        raise _stray(env, present, f"{names} {'is' if len(missing) == 1 else 'are'} not", _TORCH_FIX)
-    rank, size = _rank_and_size(env, present, (environment.RANK,), (environment.WORLD_SIZE,), _TORCH_FIX)
+        raise _stray(env, present, f"{names} {'is' if len(missing) == 1 else 'are'} not",
+                     _TORCH_FIX)
+    rank, size = _rank_and_size(env, present, (environment.RANK,), (environment.WORLD_SIZE,),
+                                _TORCH_FIX)
     local = _int(env, environment.LOCAL_RANK) or 0
     if env.get(environment.LAUNCHED) == "local":
-        return Launcher("collbench", rank, size, local, False, world_size_variable=environment.WORLD_SIZE)
+        return Launcher("collbench", rank, size, local, False,
+                        world_size_variable=environment.WORLD_SIZE)
     name = "torchrun" if environment.TORCHELASTIC_RUN_ID in env else "env"
     return Launcher(name, rank, size, local, False, world_size_variable=environment.WORLD_SIZE)
 
@@ -177,7 +190,8 @@ def _slurm_step(env) -> Optional[Launcher]:
     """srun without PMI variables (``--mpi=none``): a step's task. An MPI library that links
     Slurm's own PMI library may start from that; the others see a world of one rank in each
     task (``pmi.world_mismatch``). A bare SLURM_PROCID (an sbatch script, no step) is no launch."""
-    if not ("SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env and environment.SLURM_STEP_ID in env):
+    if not ("SLURM_STEP_NUM_TASKS" in env and "SLURM_PROCID" in env
+            and environment.SLURM_STEP_ID in env):
         return None
     rank, size = _rank_and_size(env, ["SLURM_PROCID", "SLURM_STEP_NUM_TASKS"], ("SLURM_PROCID",),
                                 ("SLURM_STEP_NUM_TASKS",), _MPI_FIX)

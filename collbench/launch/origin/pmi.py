@@ -46,12 +46,14 @@ def world_mismatch(launcher: Launcher, started: int) -> UsageError:
     srun with no MPI plugin is the common case: each of its N tasks is a world of one rank, all
     alike, so rank 0 alone says it. Otherwise the variables are most likely left over."""
     if launcher.name == "srun" and not launcher.pmi and started == 1:
-        return SharedUsageError(f"srun started {launcher.world_size} tasks, but MPI sees each one alone (a world of "
-                                "1 rank): srun gave them no MPI plugin (--mpi=none, Slurm's MpiDefault), so MPI has "
-                                f"no way to find the others; {SRUN_FIX}")
-    return UsageError(f"{launcher.world_size_variable}={launcher.world_size} says {launcher.world_size} ranks, but "
-                      f"{started} started: a variable left over from another job? unset it, or start collbench "
-                      "under the launcher that set it")
+        return SharedUsageError(f"srun started {launcher.world_size} tasks, but MPI sees each one "
+                                "alone (a world of 1 rank): srun gave them no MPI plugin "
+                                "(--mpi=none, Slurm's MpiDefault), so MPI has no way to find the "
+                                f"others; {SRUN_FIX}")
+    return UsageError(f"{launcher.world_size_variable}={launcher.world_size} says "
+                      f"{launcher.world_size} ranks, but {started} started: a variable left over "
+                      "from another job? unset it, or start collbench under the launcher that set "
+                      "it")
 
 
 def mpi_start_problem(launcher: Launcher, env: Mapping[str, str] = os.environ) -> Optional[str]:
@@ -79,21 +81,23 @@ def shared_memory_problem(launcher: Launcher, folder: Path = SHARED_MEMORY) -> O
     if not read_only and os.access(folder, os.W_OK | os.X_OK):
         return None
     why = "is mounted read-only" if read_only else "is not writable by this user"
-    return (f"{folder} {why} on {socket.gethostname()}: MPI keeps the memory the ranks of a host share there (MPICH's and UCX's shared "
-            f"memory) and would fail in MPI_Init; make it writable (a container: docker run --shm-size=1g, or "
-            f"mount -o remount,rw {folder})")
+    return (f"{folder} {why} on {socket.gethostname()}: MPI keeps the memory the ranks of a host "
+            "share there (MPICH's and UCX's shared memory) and would fail in MPI_Init; make it "
+            f"writable (a container: docker run --shm-size=1g, or mount -o remount,rw {folder})")
 
 
 def _pmix_problem() -> Optional[str]:
     """An MPICH built without PMIx aborts in MPI_Init under srun --mpi=pmix; MPICH names its
     configure options in its description of itself, and speaks PMIx only when built with it."""
     library = mpi_library_description()
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in library.splitlines())}
+    fields = {key.strip(): value.strip()
+              for key, _, value in (line.partition(":") for line in library.splitlines())}
     configure = fields.get("MPICH configure")
     if configure is None or "pmix" in configure.lower():      # not MPICH, or MPICH with PMIx
         return None
-    return (f"srun started collbench with its PMIx plugin (--mpi=pmix), but the MPI library collbench uses "
-            f"(MPICH {fields.get('MPICH Version', '')}, built without PMIx) cannot start from it; {SRUN_FIX}")
+    return ("srun started collbench with its PMIx plugin (--mpi=pmix), but the MPI library "
+            f"collbench uses (MPICH {fields.get('MPICH Version', '')}, built without PMIx) cannot "
+            f"start from it; {SRUN_FIX}")
 
 
 _LIBRARY_PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
@@ -105,8 +109,8 @@ def mpi_library_description(seconds: float = 120.0) -> str:
     MPI_Init), as mpi4py loads it, in a process of its own: this one initialises MPI on its
     first import of mpi4py. "" when it cannot be had."""
     try:
-        probe = subprocess.run([sys.executable, "-c", _LIBRARY_PROBE], stdin=subprocess.DEVNULL, capture_output=True,
-                               text=True, timeout=seconds)
+        probe = subprocess.run([sys.executable, "-c", _LIBRARY_PROBE], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=seconds)
     except (OSError, subprocess.SubprocessError):
         return ""
     return probe.stdout if probe.returncode == 0 else ""
@@ -145,7 +149,8 @@ def _stale_shared_memory(job_id: str) -> Optional[str]:
     path, made = stale[0]
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(made))
     more = f" (and {len(stale) - 1} more)" if len(stale) > 1 else ""
-    return (f"{path}{more}, from {when}, is MPICH's shared memory for Slurm job step {job_id}, left by an earlier job "
-            f"with the same number: MPI_Init would take it for this job's and wait forever; remove it "
-            f"(rm {SHARED_MEMORY}/mpich_*_{fnv1a(job_id):x}_*) and start again")
+    return (f"{path}{more}, from {when}, is MPICH's shared memory for Slurm job step {job_id}, left "
+            "by an earlier job with the same number: MPI_Init would take it for this job's and "
+            f"wait forever; remove it (rm {SHARED_MEMORY}/mpich_*_{fnv1a(job_id):x}_*) and start "
+            "again")
 

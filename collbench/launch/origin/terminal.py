@@ -74,14 +74,16 @@ def _srun(env: Mapping[str, str]) -> Optional[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and processes.name(int(entry)) == "srun":
             try:
-                if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{entry}/fd")):
+                if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes
+                       for fd in os.listdir(f"/proc/{entry}/fd")):
                     return int(entry)
             except OSError:
                 continue
     return None
 
 
-def launcher_terminal(pid: Optional[int] = None, env: Mapping[str, str] = os.environ) -> Optional[Terminals]:
+def launcher_terminal(pid: Optional[int] = None,
+                      env: Mapping[str, str] = os.environ) -> Optional[Terminals]:
     """The streams of the launcher that started this process (``pid``'s, by default this
     one's): the nearest launcher among its ancestors, or the srun it reports to; None when
     neither runs on this host or its streams cannot be read (another user's process)."""
@@ -111,7 +113,8 @@ def launcher_terminal(pid: Optional[int] = None, env: Mapping[str, str] = os.env
 def mark_terminals(env: dict) -> None:
     """Tell self-launched ranks, which write through the launcher's pipes, what the user's
     streams are: terminals or not, one terminal behind both, and its width (``COLUMNS``)."""
-    for stream, name in ((sys.stdout, environment.STDOUT_TTY), (sys.stderr, environment.STDERR_TTY)):
+    for stream, name in ((sys.stdout, environment.STDOUT_TTY),
+                         (sys.stderr, environment.STDERR_TTY)):
         if stream.isatty():
             env[name] = "1"
     if one_terminal():
@@ -124,7 +127,8 @@ def user_terminals(env: Optional[Mapping[str, str]] = None) -> Terminals:
     """The user's streams as this rank's output reaches them (see the module's docstring)."""
     env = os.environ if env is None else env
     if env.get(environment.LAUNCHED):
-        return Terminals(env.get(environment.STDOUT_TTY) == "1", env.get(environment.STDERR_TTY) == "1",
+        return Terminals(env.get(environment.STDOUT_TTY) == "1",
+                         env.get(environment.STDERR_TTY) == "1",
                          env.get(environment.ONE_TERMINAL) == "1")
     return launcher_terminal() or Terminals(sys.stdout.isatty(), sys.stderr.isatty())
 

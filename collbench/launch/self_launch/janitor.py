@@ -58,7 +58,8 @@ class Janitor:
     def __init__(self, prefix: str = ROUNDS_PREFIX) -> None:
         self.prefix = os.path.join(tempfile.gettempdir(), f"{prefix}{os.urandom(8).hex()}-")
         try:
-            self.process = subprocess.Popen([sys.executable, "-m", "collbench.launch.self_launch.janitor",
+            self.process = subprocess.Popen([sys.executable, "-m",
+                                             "collbench.launch.self_launch.janitor",
                                              str(os.getpid()), self.prefix],
                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -69,9 +70,11 @@ class Janitor:
         """A new private folder that the stand-in finishes should this process die. It names
         its owner (this process), so that should the stand-in die too, the next run's stand-in
         finishes it (``orphaned``)."""
-        made = tempfile.mkdtemp(prefix=os.path.basename(self.prefix), dir=os.path.dirname(self.prefix))
+        made = tempfile.mkdtemp(prefix=os.path.basename(self.prefix),
+                                dir=os.path.dirname(self.prefix))
         with contextlib.suppress(OSError):
-            Path(made, OWNER).write_text(f"{os.getpid()} {processes.started_at(os.getpid()) or 0:.2f} "
+            Path(made, OWNER).write_text(f"{os.getpid()} "
+                                         f"{processes.started_at(os.getpid()) or 0:.2f} "
                                          f"{socket.gethostname()}")
         return made
 

@@ -47,23 +47,28 @@ def mpiexec_flavour(mpiexec: str) -> str:
 def _binding(flavour: str, n: int, bind: str) -> list:
     """The launcher's binding flags. Both launchers bind over the whole machine, whatever CPUs
     collbench itself was given (``taskset -c 1 mpiexec -bind-to core`` puts a rank on CPU 0), so
-    where collbench runs on fewer CPUs than the machine has, ``core`` binds round the ones it has."""
+    where collbench runs on fewer CPUs than the machine has, ``core`` binds round the ones it
+    has."""
     if flavour not in ("mpich", "openmpi"):
         return []
     if bind != "core":
         return ["-bind-to" if flavour == "mpich" else "--bind-to", bind]
     machine = os.cpu_count() or 1
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(machine))
+    allowed = (sorted(os.sched_getaffinity(0))
+               if hasattr(os, "sched_getaffinity") else list(range(machine)))
     narrowed, cpus = len(allowed) < machine, ",".join(str(c) for c in allowed)
     if flavour == "mpich":
         return ["-bind-to", f"user:{cpus}" if narrowed else "core"]
     crowded = n > len(allowed)
     if narrowed and n > machine:
-        # Open MPI 5.0 fails with "Out of resource" mapping more ranks than the machine has CPUs onto a PE list.
-        raise UsageError(f"Open MPI cannot bind {n} ranks to cores within CPUs {cpus}: use --bind none, or fewer ranks")
+        # Open MPI 5.0 fails with "Out of resource" mapping more ranks than the machine has CPUs
+        # onto a PE list.
+        raise UsageError(f"Open MPI cannot bind {n} ranks to cores within CPUs {cpus}: use --bind "
+                         "none, or fewer ranks")
     overload = ["--bind-to", "core:overload-allowed" if crowded else "core"]
     if narrowed:
-        return ["--map-by", f"pe-list={cpus}:ordered" + (":oversubscribe" if crowded else "")] + overload
+        return ["--map-by",
+                f"pe-list={cpus}:ordered" + (":oversubscribe" if crowded else "")] + overload
     return (["--map-by", "core:oversubscribe"] if crowded else []) + overload
 
 
@@ -145,14 +150,15 @@ def hydra_launcher_problem(mpiexec: str, env: dict) -> Optional[str]:
         setting = f"{variable}={value}"
         available = _hydra_launchers(mpiexec)
         if available and value not in available:
-            return (f"{setting}: MPICH's mpiexec has no such launcher (it has {', '.join(available)}); "
-                    f"unset {variable} or choose one of them")
+            return (f"{setting}: MPICH's mpiexec has no such launcher (it has "
+                    f"{', '.join(available)}); unset {variable} or choose one of them")
         if value == "slurm" and not env.get("SLURM_JOB_ID"):
-            return (f"{setting}: mpiexec would start the ranks through srun, but this is not inside a Slurm "
-                    f"allocation (no SLURM_JOB_ID); unset {variable}, or run collbench inside salloc or sbatch")
+            return (f"{setting}: mpiexec would start the ranks through srun, but this is not inside "
+                    f"a Slurm allocation (no SLURM_JOB_ID); unset {variable}, or run collbench "
+                    "inside salloc or sbatch")
         if value == "manual":
-            return (f"{setting}: mpiexec would wait for its proxies to be started by hand; collbench launches "
-                    f"its ranks itself: unset {variable}")
+            return (f"{setting}: mpiexec would wait for its proxies to be started by hand; "
+                    f"collbench launches its ranks itself: unset {variable}")
     return None
 
 
@@ -160,7 +166,8 @@ def _hydra_launchers(mpiexec: str) -> tuple:
     """The launchers this MPICH's mpiexec has (``mpiexec -info``); () if it does not say."""
     try:
         out = subprocess.run([mpiexec, "-info"], capture_output=True, text=True, timeout=20,
-                             env={k: v for k, v in os.environ.items() if k not in HYDRA_LAUNCHER_VARIABLES})
+                             env={k: v for k, v in os.environ.items()
+                                  if k not in HYDRA_LAUNCHER_VARIABLES})
     except (OSError, subprocess.TimeoutExpired):
         return ()
     for line in out.stdout.splitlines():

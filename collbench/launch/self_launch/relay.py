@@ -33,7 +33,8 @@ class Relay:
     what MPICH's mpiexec said first of its own failure ("unrecognized launcher: bogus"), left
     out of the output but kept for the line that says why the job ended."""
 
-    NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED", b"This typically refers to a problem",
+    NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED",
+             b"This typically refers to a problem",
              b"Please see the FAQ page", b"[mpiexec@", b"[proxy:", b"Abort(", b"Assertion failed",
              b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again",
              b"Ctrl-C caught", b"Sending Ctrl-C")
@@ -46,8 +47,10 @@ class Relay:
         #: print as it reaches them (tracebacks of ranks it interrupted while Python started,
         #: Python's fatal start-up lines) is left out
         self.quiet = False
-        self._threads = [threading.Thread(target=self._copy, args=(process.stdout, sys.stdout, False), daemon=True),
-                         threading.Thread(target=self._copy, args=(process.stderr, sys.stderr, True), daemon=True)]
+        self._threads = [threading.Thread(target=self._copy,
+                                          args=(process.stdout, sys.stdout, False), daemon=True),
+                         threading.Thread(target=self._copy,
+                                          args=(process.stderr, sys.stderr, True), daemon=True)]
         for t in self._threads:
             t.start()
 
@@ -82,7 +85,8 @@ class Relay:
                     keep.append(line + b"\n")
             if held and not waiting and not (errors and self.quiet) \
                     and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
-                self._noise(held)          # a partial line (a progress bar, or a line cut by the pipe):
+                # a partial line (a progress bar, or a line cut by the pipe):
+                self._noise(held)
                 keep.append(held)          # noted if it is collbench's, and passed on now
                 held = b""
             if keep:
@@ -114,7 +118,8 @@ class Relay:
         if text.startswith(b"collbench:"):
             self.spoke = True
             self.said.append(text.decode("utf-8", "replace").rstrip("\r"))
-        elif text.startswith(b"[mpiexec@") and not self.launcher_said:   # [mpiexec@host] where (file:line): what
+        # [mpiexec@host] where (file:line): what
+        elif text.startswith(b"[mpiexec@") and not self.launcher_said:
             self.launcher_said = text.decode("utf-8", "replace").rsplit("): ", 1)[-1].strip()[:200]
         return interrupted or text.startswith(self.NOISE)
 
@@ -130,7 +135,8 @@ class Relay:
         try:
             out.write(data)
             out.flush()
-        except OSError as exc:       # the run goes on, files are written; a full disk is said at the end
+        # the run goes on, files are written; a full disk is said at the end
+        except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.EBADF) and hasattr(target, "failed"):
                 target.failed(exc.strerror or str(exc))
         except ValueError:           # a closed stream

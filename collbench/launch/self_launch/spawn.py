@@ -43,8 +43,10 @@ def _lingering(procs: list) -> str:
     stopped = [(pid, _name(pid)) for p in procs if p.poll() is None for pid in processes.tree(p.pid)
                if processes.state(pid) in ("T", "t")]
     if stopped:
-        return "stopped (SIGSTOP or a debugger): " + ", ".join(f"{name} (pid {pid})" for pid, name in stopped)
-    return "still running: " + ", ".join(f"{_name(p.pid)} (pid {p.pid})" for p in procs if p.poll() is None)
+        return "stopped (SIGSTOP or a debugger): " + ", ".join(f"{name} (pid {pid})"
+                                                               for pid, name in stopped)
+    return "still running: " + ", ".join(f"{_name(p.pid)} (pid {p.pid})" for p in procs
+                                         if p.poll() is None)
 
 
 def _name(pid: int) -> str:
@@ -65,7 +67,8 @@ LATE_SIGNAL_S = 0.5
 
 
 def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], str], state: str,
-                     completed: Callable[[], bool] = lambda: False, noted: list = (), share: bool = False) -> int:
+                     completed: Callable[[], bool] = lambda: False, noted: list = (),
+                     share: bool = False) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
@@ -77,12 +80,15 @@ def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], st
     # an ab pair, launched at the same time) learns of them from ``noted``, which they join.
     on_main = threading.current_thread() is threading.main_thread()
     waiter = _Waiter(procs, relay, state, completed, noted, share and on_main, on_main)
-    old = {s: signal.signal(s, waiter.forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
+    old = {s: signal.signal(s, waiter.forward)
+           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
         if on_main else {}
     try:
-        if noted:          # a signal that came as the launch started, before this took over: the ranks
+        # a signal that came as the launch started, before this took over: the ranks
+        if noted:
             waiter.passed_on(noted[0], signal.SIGTERM)     # may be starting Python, to which SIGINT
-        while waiter.pending:                              # means a traceback each; SIGTERM ends them quietly
+        # means a traceback each; SIGTERM ends them quietly
+        while waiter.pending:
             waiter.look(on_main)
             waiter.reap()
         if relay is not None:
@@ -99,24 +105,28 @@ class _Waiter:
     """One launch's processes as ``_wait_forwarding`` watches them: the signals it passed on, the
     failures it saw, what it stopped and when."""
 
-    def __init__(self, procs: list, relay: Optional[Relay], state: str, completed: Callable[[], bool],
+    def __init__(self, procs: list, relay: Optional[Relay], state: str,
+                 completed: Callable[[], bool],
                  noted: list, share: bool, on_main: bool = True) -> None:
         self.procs, self.relay, self.state, self.completed = procs, relay, state, completed
         self.noted, self.share, self.seen, self.on_main = noted, share, len(noted), on_main
         self.pending = list(procs)
         self.received: list = []          # signals passed on, the first deciding the exit code
         self.kill_at: Optional[float] = None
-        self.proxies: dict = {}           # mpiexec's children (its proxies): pid -> name, as they came
+        # mpiexec's children (its proxies): pid -> name, as they came
+        self.proxies: dict = {}
         self.finished_at: Optional[float] = None
         self.ended = False                # the launch was ended after it completed (LINGER_S)
         self.looked_at = 0.0
         self.code = 0                     # the first failure's exit code
         self.killed: list = []            # (rank, pid, signal) of local ranks killed outright
         self.stop_at: Optional[float] = None
-        self.early: Optional[int] = None  # a rank's exit code in its start-up (notes.ended_in_startup)
+        # a rank's exit code in its start-up (notes.ended_in_startup)
+        self.early: Optional[int] = None
         self.early_stop_at: Optional[float] = None
         self.aborted_at: Optional[float] = None   # when the coordinator's end of the job was seen
-        self.abandoned: Optional[int] = None      # its code, where the launch was killed for not ending
+        # its code, where the launch was killed for not ending
+        self.abandoned: Optional[int] = None
 
     def stop_all(self, signum: int) -> None:
         for p in self.procs:
@@ -159,12 +169,14 @@ class _Waiter:
         if relay is not None and procs[0].poll() is None:
             for pid in processes.children(procs[0].pid):
                 name = processes.name(pid)
-                if name and name != processes.name(procs[0].pid):      # not a fork of it yet to exec
+                # not a fork of it yet to exec
+                if name and name != processes.name(procs[0].pid):
                     self.proxies[pid] = name
         if self.early is None:
             self.early = notes.ended_in_startup(self.state) or None
             if self.early is not None:       # the others may wait for it inside MPI_Init for ever:
-                self.early_stop_at = now + COORDINATOR_GRACE      # let them say their own piece, then stop them
+                # let them say their own piece, then stop them
+                self.early_stop_at = now + COORDINATOR_GRACE
         if self.early_stop_at is not None and now > self.early_stop_at:
             self.early_stop_at = None
             self.stop_all(signal.SIGTERM)
@@ -177,8 +189,8 @@ class _Waiter:
             self._abort_overdue(now)
         if self.finished_at is not None and self.kill_at is None and now - self.finished_at > LINGER_S:
             print(f"collbench: the ranks finished, but the launch did not end {LINGER_S:g} s later "
-                  f"({_lingering(self.pending)}); it is ended, and the result files are whole", file=sys.stderr,
-                  flush=True)
+                  f"({_lingering(self.pending)}); it is ended, and the result files are whole",
+                  file=sys.stderr, flush=True)
             self._kill_trees()            # nothing is left to save: woken, a stopped process would
             self.ended = True             # only report its peers gone
         if self.stop_at is not None and now > self.stop_at:
@@ -231,14 +243,16 @@ class _Waiter:
                 # own ended is named once the others had EARLY_EXIT_GRACE to follow it (a signal
                 # to the whole job ends them all).
                 signalled = rc - 128 in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
-                self.stop_at = time.monotonic() + COORDINATOR_GRACE + (EARLY_EXIT_GRACE if signalled else 0)
+                self.stop_at = (time.monotonic() + COORDINATOR_GRACE
+                                + (EARLY_EXIT_GRACE if signalled else 0))
 
 
 def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     """The exit code of a launch that ended, with one line where nobody else said what ended it:
     a proxy of mpiexec lost, a rank's start-up, a signal passed on, mpiexec killed or failing."""
     if w.abandoned is not None and not w.received:
-        return w.abandoned                  # the coordinator's line said why; the launch would not end
+        # the coordinator's line said why; the launch would not end
+        return w.abandoned
     if w.code != 0:          # a rank refused to start, or died, as a Ctrl-C reached it too
         w.late_signal()
     relay, state, code, received = w.relay, w.state, w.code, w.received
@@ -247,15 +261,17 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     # mpiexec's own failure (255) with one of its proxies gone: the proxy was killed (or
     # failed), mpiexec ended at once, and the ranks it started outlive it for a while. Not
     # after a signal to this process: Ctrl-C reaches the proxies too (one process group).
-    proxy_gone = next(((pid, name) for pid, name in w.proxies.items() if not processes.alive(pid)), None) \
+    proxy_gone = next(((pid, name) for pid, name in w.proxies.items() if not processes.alive(pid)),
+                      None) \
         if relay is not None and not received and code not in JOB_EXIT_CODES and code >= 64 \
         and not relay.spoke else None
     startup = _startup_clause(state)
     if proxy_gone is not None:
         pid, name = proxy_gone
-        print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended under it (killed, "
-              f"or it failed), and mpiexec with code {code}{startup}{processes.low_limits()}; the job is stopped; "
-              f"{saved()}", file=sys.stderr, flush=True)
+        print(f"collbench: mpiexec's {name} (pid {pid}), which started ranks of the job, ended "
+              "under it (killed, or it failed), and mpiexec with code "
+              f"{code}{startup}{processes.low_limits()}; the job is stopped; {saved()}",
+              file=sys.stderr, flush=True)
         # a limit too low for mpiexec's own processes (ulimit -f 1) is the environment's fault
         return EXIT_BAD_ENVIRONMENT if processes.low_limits() else EXIT_LOST
     # A line noted but never seen: its writer was killed before mpiexec passed it on.
@@ -276,22 +292,25 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
         if lost_line or not ((relay is not None and relay.spoke) or said is not None):
             if sys.stderr.isatty():
                 sys.stderr.write(END_PROGRESS_LINE)
-            print(said if lost_line else f"collbench: interrupted by {signal.Signals(received[0]).name}; "
-                  f"{saved()}", file=sys.stderr, flush=True)
+            print(said if lost_line else "collbench: interrupted by "
+                                         f"{signal.Signals(received[0]).name}; {saved()}",
+                  file=sys.stderr, flush=True)
         return 128 + received[0]
     if relay is None:
         return 128 - code if code < 0 else code
     return _launcher_ending(w, said, startup, saved)
 
 
-def _launcher_ending(w: _Waiter, said: Optional[str], startup: str, saved: Callable[[], str]) -> int:
+def _launcher_ending(w: _Waiter, said: Optional[str], startup: str,
+                     saved: Callable[[], str]) -> int:
     """``_ending`` under mpiexec, where mpiexec's own code says what happened: killed, failed
     itself, or passing on a rank's death by a signal."""
     relay, code = w.relay, w.code
     if code < 0:
         if not relay.spoke:     # mpiexec itself killed: nobody else can say it
-            print(f"collbench: mpiexec (pid {w.procs[0].pid}) was killed by signal {-code} ({_signal_name(-code)}); "
-                  f"the job is stopped; {saved()}", file=sys.stderr, flush=True)
+            print(f"collbench: mpiexec (pid {w.procs[0].pid}) was killed by signal {-code} "
+                  f"({_signal_name(-code)}); the job is stopped; {saved()}", file=sys.stderr,
+                  flush=True)
         return 128 - code
     if code not in JOB_EXIT_CODES and code >= 64 and not relay.spoke:
         # mpiexec's own failure (255: it could not start the ranks, or one of its proxies died
@@ -301,8 +320,8 @@ def _launcher_ending(w: _Waiter, said: Optional[str], startup: str, saved: Calla
             return code
         why = f": it said {printable(relay.launcher_said)!r}" if relay.launcher_said else \
             " (its proxy was killed, or it could not start the ranks)"
-        print(f"collbench: mpiexec ended with code {code} before any rank could say why{why}{startup}"
-              f"{processes.low_limits()}; {saved()}", file=sys.stderr, flush=True)
+        print(f"collbench: mpiexec ended with code {code} before any rank could say "
+              f"why{why}{startup}{processes.low_limits()}; {saved()}", file=sys.stderr, flush=True)
         return code
     if code not in JOB_EXIT_CODES and 0 < code < 64:
         # mpiexec passes on a rank's death by signal N as exit code N
@@ -330,8 +349,8 @@ def _lost_rank(state: Optional[str], code: int) -> str:
     if not lost:
         return f"a rank was killed by {how} before collbench could say where"
     named = "; ".join(f"rank {rank} (pid {pid} on {host})" for rank, pid, host in lost)
-    return (f"{named} was lost: its guardian was killed by {how}, and mpiexec ended the job before the "
-            "others could say where it was")
+    return (f"{named} was lost: its guardian was killed by {how}, and mpiexec ended the job before "
+            "the others could say where it was")
 
 
 def _result_paths(state: str) -> list:
@@ -360,29 +379,35 @@ def _die_with_parent(signum: int, core: Optional[int] = None):
     return prepare
 
 
-def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool, bind: str = "none") -> tuple:
+def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool,
+           bind: str = "none") -> tuple:
     """Start one launch of n ranks; returns the processes to wait for, and the relay of
     mpiexec's output (None for local processes, which write straight to ours)."""
     if use_mpi:
         mpiexec = find_mpiexec(base[0])
         if mpiexec is None:
-            raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
-                             'pip install "collbench[mpich]", or start collbench under your own launcher')
+            raise UsageError('no mpiexec found beside Python or on PATH; install one with: pip '
+                             'install "collbench[mpich]", or start collbench under your own '
+                             'launcher')
         env[environment.LAUNCHED] = "mpi"
         cmd = mpiexec_command(mpiexec, n, base, env, coordinated=True, bind=bind)
         if verbose:
             print("collbench: launching: " + " ".join(cmd), file=sys.stderr, flush=True)
         process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent(signal.SIGTERM))
+                                   stdin=subprocess.DEVNULL,
+                                   preexec_fn=_die_with_parent(signal.SIGTERM))
         return [process], Relay(process)
-    env.update({environment.LAUNCHED: "local", environment.WORLD_SIZE: str(n), environment.LOCAL_WORLD_SIZE: str(n)})
+    env.update({environment.LAUNCHED: "local", environment.WORLD_SIZE: str(n),
+                environment.LOCAL_WORLD_SIZE: str(n)})
     if verbose:
         print(f"collbench: launching {n} local processes: " + " ".join(base)
               + f" (rendezvous {env[environment.MASTER_ADDR]}:{env[environment.MASTER_PORT]})",
               file=sys.stderr, flush=True)
     cores = sorted(os.sched_getaffinity(0)) if bind == "core" else []
-    return [subprocess.Popen(base, env={**env, environment.RANK: str(r), environment.LOCAL_RANK: str(r)},
-                             preexec_fn=_die_with_parent(signal.SIGTERM, cores[r % len(cores)] if cores else None))
+    return [subprocess.Popen(base,
+                             env={**env, environment.RANK: str(r), environment.LOCAL_RANK: str(r)},
+                             preexec_fn=_die_with_parent(signal.SIGTERM,
+                                                         cores[r % len(cores)] if cores else None))
             for r in range(n)], None
 
 
@@ -417,14 +442,16 @@ class RoundLauncher:
         self.rendezvous_file = _rendezvous_file(self.argv)
         env = dict(os.environ)
         env.update(self.extra_env)
-        env[environment.PARENT_PID] = str(os.getpid())      # the ranks end when this process does, however it ends
+        # the ranks end when this process does, however it ends
+        env[environment.PARENT_PID] = str(os.getpid())
         mark_terminals(env)             # the ranks write through the launcher's pipes
         problem = processes.open_files_problem(self.n)     # mpiexec needs them too: it failed first
         if problem:
             raise UsageError(problem)
         if self.use_mpi and find_mpiexec(self.python) is None:
-            raise UsageError('no mpiexec found beside Python or on PATH; install one with: '
-                             'pip install "collbench[mpich]", or start collbench under your own launcher')
+            raise UsageError('no mpiexec found beside Python or on PATH; install one with: pip '
+                             'install "collbench[mpich]", or start collbench under your own '
+                             'launcher')
         if not self.use_mpi:
             rendezvous.check_local_master(env)
         self.user_port = env.get(environment.MASTER_PORT)
@@ -467,14 +494,16 @@ class RoundLauncher:
         in one line with what the files keep; None when none came."""
         if not self.stopped_by:
             return None
-        kept = "nothing measured" if completed == 0 else "round 1" if completed == 1 else f"rounds 1-{completed}"
+        kept = ("nothing measured" if completed == 0 else "round 1"
+                if completed == 1 else f"rounds 1-{completed}")
         paths = _result_paths(self.state)
         print(f"collbench: interrupted by {signal.Signals(self.stopped_by[0]).name}; "
               f"{notes.files_clause(paths, kept, self.side) if paths and completed else self._nothing()}",
               file=sys.stderr, flush=True)
         return 128 + self.stopped_by[0]
 
-    def launch(self, number: int, *, verbose: bool = False, env: Optional[dict] = None) -> Optional[int]:
+    def launch(self, number: int, *, verbose: bool = False,
+               env: Optional[dict] = None) -> Optional[int]:
         """Round ``number``; None when it completed (a wrong result included: reported, and the
         rounds go on), else the exit code that ends the run."""
         stopped = self.stopped(number - 1)
@@ -486,10 +515,14 @@ class RoundLauncher:
             env[environment.MASTER_ADDR] = env.get(environment.MASTER_ADDR, "127.0.0.1")
             env[environment.MASTER_PORT] = self.user_port or str(free_port())
         began = time.time()
-        procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose, bind=self.bind)
+        procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose,
+                              bind=self.bind)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
-        code = _wait_forwarding(procs, relay, lambda: notes.files_clause(*notes.launch_files(self.state, number), self.side),
-                                self.state, lambda: self._completed(number), self.stopped_by, self.shares_signals)
+        code = _wait_forwarding(procs, relay,
+                                lambda: notes.files_clause(*notes.launch_files(self.state, number),
+                                                           self.side),
+                                self.state, lambda: self._completed(number), self.stopped_by,
+                                self.shares_signals)
         for proc in procs:                    # the relay has read them to their end
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
@@ -507,11 +540,13 @@ class RoundLauncher:
             paths = _result_paths(self.state)
             # an interruption is said as it happens, by rank 0 or here (_wait_forwarding)
             interrupted = code - 128 in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-            explained = (relay is not None and relay.spoke) or notes.explanation(self.state) is not None
+            explained = ((relay is not None and relay.spoke)
+                         or notes.explanation(self.state) is not None)
             if number > 1 and paths and not (explained or interrupted):
                 # nobody said how it ended (the ranks say it with what the files keep)
                 print(f"collbench: stopped in round {number} of {self.rounds}; "
-                      f"{notes.files_clause(*notes.launch_files(self.state, number))}", file=sys.stderr, flush=True)
+                      f"{notes.files_clause(*notes.launch_files(self.state, number))}",
+                      file=sys.stderr, flush=True)
             return code
         return None
 
@@ -520,7 +555,8 @@ class RoundLauncher:
 
     def _completed(self, number: int) -> bool:
         """Whether rank 0 recorded round ``number`` as complete in the run's journal."""
-        return any(e["record"]["round"] == number for e in Journal.open(Path(self.state)).of_type("round"))
+        return any(e["record"]["round"] == number
+                   for e in Journal.open(Path(self.state)).of_type("round"))
 
     def close(self) -> None:
         for signum, handler in getattr(self, "_handlers", {}).items():
@@ -585,7 +621,8 @@ def self_launch(n: int, argv: list, *, use_mpi: bool, verbose: bool, rounds: int
                                    env={environment.THREAD_LEVEL: level} if level else None)
             if code is not None:
                 return code
-        stopped = launcher.stopped(len(order))        # after the last launch, before this process ends
+        # after the last launch, before this process ends
+        stopped = launcher.stopped(len(order))
         return stopped if stopped is not None else 1 if launcher.check_failed else 0
     finally:
         launcher.close()

@@ -65,8 +65,8 @@ def choices() -> tuple:
 
 
 def timing_modes(asked_for) -> tuple:
-    """The timings of ``--timing`` (a comma list, ``both`` standing for latency and throughput), each
-    once, in the order of ``choices``: how tables and rows order them."""
+    """The timings of ``--timing`` (a comma list, ``both`` standing for latency and throughput),
+    each once, in the order of ``choices``: how tables and rows order them."""
     known = BUILTIN_CHOICES if all(c in BUILTIN_CHOICES for c in asked_for) else choices()
     asked = set()
     for choice in asked_for:
@@ -85,6 +85,7 @@ def eager_and_own(names) -> tuple:
     """Of the timings ``names``: (the host's, batched ones first: what a call costs with the
     framework's dispatch; the device's own), for the tables that set them side by side. A name
     no timing has here (a plugin's, from another machine's file) is left out."""
-    known = [t for t in (TIMINGS.get(n) or (_plugins().get(n) if n not in TIMINGS else None) for n in names) if t]
+    known = [t for t in (TIMINGS.get(n) or (_plugins().get(n) if n not in TIMINGS else None)
+                         for n in names) if t]
     host = sorted((t for t in known if not t.on_device), key=lambda t: not t.batched)
     return tuple(t.name for t in host), tuple(t.name for t in known if t.on_device)

@@ -9,7 +9,8 @@ class GraphSampler(Sampler):
     def __init__(self, ctx) -> None:
         self.clock, self.pace, self.k = ctx.device.clock(), ctx.pace, ctx.calls
         captured = ctx.device.capture(ctx.bound.run, self.k)
-        # (replay, empty); a plugin's device written before the second answer returns the replay alone
+        # (replay, empty); a plugin's device written before the second answer returns the replay
+        # alone
         self.replay, self.empty = (captured, False) if callable(captured) else captured
 
     def take(self, n: int, out: list) -> None:

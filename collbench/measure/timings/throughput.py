@@ -11,7 +11,8 @@ class ThroughputSampler(Sampler):
         self.run, self.sync, self.pace, self.k = ctx.bound.run, ctx.sync, ctx.pace, ctx.calls
 
     def take(self, n: int, out: list) -> None:
-        run, sync, pace, k, now, append = self.run, self.sync, self.pace, self.k, base.timer, out.append
+        run, sync, pace, k, now, append = (self.run, self.sync, self.pace, self.k, base.timer,
+                                           out.append)
         calls = range(k)
         for _ in range(n):
             pace()
