@@ -302,7 +302,8 @@ def main() -> int:
         for level in levels if rep % 2 == 0 else reversed(levels):
             runs.setdefault(("imb", level), []).append(imb(binary, level))
             for collective, _, _ in COLLECTIVES:
-                runs.setdefault((collective, level), []).append(collbench(collective, level, folder, args))
+                runs.setdefault((collective, level), []).append(
+                    collbench(collective, level, folder, args))
             runs.setdefault(("bare", level), []).append(bare(level))
             print(f"repetition {rep + 1}/{args.reps}, {level}: done", file=sys.stderr, flush=True)
     report(runs, levels)

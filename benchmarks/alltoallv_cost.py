@@ -69,7 +69,8 @@ def hot_ranks(folder: Path, args) -> None:
     hot = next(p for p in launches[0] if p != "uniform")
     print(f"\n4 ranks, thread {args.level}: alltoallv {hot} against uniform, in one launch each, "
           f"median of {args.reps} launches")
-    print(f"{'size':>9} {'backend':8} {'busiest':>8} {'uniform µs':>11} {'zipf µs':>9} {'ratio':>6} {'/busiest':>9}")
+    print(f"{'size':>9} {'backend':8} {'busiest':>8} {'uniform µs':>11} {'zipf µs':>9} "
+          f"{'ratio':>6} {'/busiest':>9}")
     for key in sorted(launches[0]["uniform"]):
         even = statistics.median(launch["uniform"][key]["time_us_p50"] for launch in launches)
         skew = statistics.median(launch[hot][key]["time_us_p50"] for launch in launches)

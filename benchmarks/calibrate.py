@@ -111,10 +111,10 @@ def _variants(args) -> dict:
 
 def _collect(folder: Path, args) -> dict:
     """Run the sweeps; returns wall seconds per kind."""
-    kinds = ["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour + \
-        ["pinned-neighbour"] * args.pinned_neighbour + \
-        [k for k in AB_KINDS if k.rsplit("-", 1)[1] in args.ab_kinds.split(",")
-         for _ in range(args.ab)]
+    kinds = (["quiet"] * (2 * args.runs) + ["pinned"] * args.pinned + ["neighbour"] * args.neighbour
+             + ["pinned-neighbour"] * args.pinned_neighbour
+             + [k for k in AB_KINDS if k.rsplit("-", 1)[1] in args.ab_kinds.split(",")
+                for _ in range(args.ab)])
     variants = _variants(args)
     jobs = [(variant, kind) for variant in variants for kind in kinds]
     random.Random(args.seed).shuffle(jobs)
@@ -269,8 +269,8 @@ def analyse_runs(runs: dict, args) -> None:
     print(f"\n{len(quiet)} quiet, {len(runs['pinned'])} pinned, {len(runs['neighbour'])} neighbour "
           f"runs of {rows_total} rows, {len(quiet[0].metadata.get('rounds', []))} rounds each; "
           f"baseline = {args.baseline_runs} quiet run(s) merged, new = {args.new_runs} run(s) "
-          f"merged; threshold {args.threshold}, alpha {args.alpha}; {args.splits} random splits per "
-          "line")
+          f"merged; threshold {args.threshold}, alpha {args.alpha}; {args.splits} random splits "
+          "per line")
     spread = [r.run_to_run_cv for r in merge(quiet).rows if np.isfinite(r.run_to_run_cv)]
     print(f"run-to-run cv per row over every quiet round: median {np.median(spread):.1%}, "
           f"90th percentile {np.percentile(spread, 90):.1%}, max {np.max(spread):.1%}")
@@ -309,8 +309,8 @@ def analyse_runs(runs: dict, args) -> None:
             extra = (f"; among rows able to see it ({seen / max(1, args.splits):.0f} of "
                      f"{rows_total} per comparison): {seen_slower / max(1, seen):.1%}"
                      if gate is not None else "")
-            print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}; comparisons exiting 1 "
-                  f"{exits}/{args.splits}")
+            print(f"{label:<42} rows called slower {slower / rows:6.1%}{extra}; comparisons "
+                  f"exiting 1 {exits}/{args.splits}")
         else:
             measured = sum(1 for _, source in drifts if source.startswith("measured"))
             print(f"{label:<42} rows flagged {flagged / rows:6.2%}   same {same / rows:6.1%}   "

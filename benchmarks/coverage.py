@@ -201,8 +201,8 @@ def main() -> int:
     print("own: the interval from a row's own rounds; moder.: moderated by the file's noise model "
           "(what collbench writes); targets: coverage 0.95, alarms 0.05 or less. The models' and "
           "the empirical line's centre is the mean of every round, interference included; "
-          "collbench's centre leaves interference out, so the bimodal and empirical lines no longer "
-          "measure it: the next-runs line does")
+          "collbench's centre leaves interference out, so the bimodal and empirical lines no "
+          "longer measure it: the next-runs line does")
     return 0
 
 

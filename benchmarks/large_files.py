@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """How much memory and time do the commands that read result files take on large honest files?
 
-    python benchmarks/large_files.py                     # compare and report of 1,000 to 200,000 rows: about 30 minutes on 2 cores
+    python benchmarks/large_files.py                     # compare and report of 1,000 to 200,000
+                                                           rows: about 30 minutes on 2 cores
     python benchmarks/large_files.py --quick             # 1,000 and 10,000 rows
     python benchmarks/large_files.py --rows 20000 --rounds 10 --samples 100 --commands
-    compare,export
+        compare,export
     python benchmarks/large_files.py --one-field 600   # report of a CSV that is one field of 600 MB
 
 For each row count it writes two runs of one sweep (a baseline and a new run, seeds apart) as a

@@ -6,7 +6,7 @@ memory guard's figures (each collective module's ``memory_factors`` and
     python benchmarks/memory_factors.py                  # every case: 20-40 minutes on 2 cores
     python benchmarks/memory_factors.py --quick          # 2 ranks, 64M and 256M only
     python benchmarks/memory_factors.py --only gloo --collectives allreduce,reduce
-    python benchmarks/memory_factors.py --from-log out.txt   # the summary again, from a saved output
+    python benchmarks/memory_factors.py --from-log out.txt  # the summary again, from a saved output
 
 For each backend (mpi, mpi-pickle, gloo), collective, rank count and size, ``collbench COLL
 --sizes S`` runs under ``mpiexec`` (``_peak_rss.py``: each rank reports its VmHWM, the kernel's
@@ -219,8 +219,8 @@ def from_log(path: str) -> list:
     for line in Path(path).read_text().splitlines():
         head = re.match(r"(\S+), (\d+) ranks: base ([\d, ]+) MiB", line)
         if head:
-            backend, n, base = head.group(1), int(head.group(2)), [int(x) * 2**20
-                                                                   for x in head.group(3).split(",")]
+            backend, n, base = (head.group(1), int(head.group(2)),
+                                [int(x) * 2**20 for x in head.group(3).split(",")])
             continue
         case = re.match(r"\s+(\w+)\s+\S+: peak ([\d, ]+) MiB; nominal send\+recv (\d+) MiB", line)
         if case:

@@ -211,7 +211,8 @@ def side_by_side(mpiexec: str, pairs: int, workdir: str) -> None:
                            "8,1048576"], env)
     proc, wall = run(cmd, cwd=workdir, env=env)
     print(f"  {'backend':<11} {'size':>5} {'block':>5}  {'harness p50 µs [95% CI]':>26}  "
-          f"{'bare p50 µs [95% CI]':>26}  {'ratio':>6}  {'pooled':>6}  pair ratios (min, quartiles, max)")
+          f"{'bare p50 µs [95% CI]':>26}  {'ratio':>6}  {'pooled':>6}  "
+          "pair ratios (min, quartiles, max)")
     for line in proc.stdout.splitlines():
         if not line.startswith("{"):
             continue
@@ -270,8 +271,8 @@ def startup(workdir: str, repeats: int) -> None:
     names = imported_modules(proc.stderr)
     processes = names.count("mpi4py.MPI")          # imported by the ranks only, once each
     bad = forbidden_in(names)
-    print(f"  MPI-only run (launcher + {RANKS} ranks, PYTHONPROFILEIMPORTTIME=1): import lists from {processes} "
-          f"rank processes; torch/matplotlib among them: {bad or 'none'}")
+    print(f"  MPI-only run (launcher + {RANKS} ranks, PYTHONPROFILEIMPORTTIME=1): import lists "
+          f"from {processes} rank processes; torch/matplotlib among them: {bad or 'none'}")
     if processes != RANKS:
         print(f"  warning: expected import lists from {RANKS} ranks, got {processes}")
     record("MPI-only run imports torch/matplotlib", ", ".join(bad) or "no", "no",
@@ -352,7 +353,8 @@ def sweep(workdir: str) -> None:
               if not r["precision_reached"]]
     iters = sum(r["iterations"] for r in rows)
     print(f"  adaptive (defaults: {rows[0]['rounds']} rounds, precision 2 %, max-time 1 s): "
-          f"{wall:.1f} s, {len(rows)} rows, {reached} reached precision, {iters:,} timed iterations")
+          f"{wall:.1f} s, {len(rows)} rows, {reached} reached precision, "
+          f"{iters:,} timed iterations")
     if missed:
         print("    not reached: " + ", ".join(missed))
     fixed_wall, fixed_rows = 0.0, []
@@ -412,8 +414,8 @@ def memory(mpiexec: str, workdir: str, top: str) -> None:
         ratio = max(peaks) / buffers
         print(f"  {name:<9}: peak "
               + ", ".join(f"rank {r} {p / mib:.0f} MiB" for r, p in enumerate(peaks))
-              + f"; largest buffer set (send + receive, {format_size(largest)}) {buffers / mib:.0f} MiB;"
-              f" ratio {ratio:.2f} ({wall:.0f} s)")
+              + f"; largest buffer set (send + receive, {format_size(largest)}) "
+              f"{buffers / mib:.0f} MiB; ratio {ratio:.2f} ({wall:.0f} s)")
         record(f"peak RSS / buffers, {name}", f"{ratio:.2f}x", f"<= {MEMORY_FACTOR_MAX:.0f}x",
                ratio <= MEMORY_FACTOR_MAX)
 

@@ -87,8 +87,8 @@ def in_process(sizes: int, folder: Path) -> bool:
     later = statistics.fmean(costs[step:]) if len(costs) > step else steady
     flat = (medians[-1] <= FLAT_FACTOR * max(steady, 1e-6)
             and later <= FLAT_FACTOR * max(steady, 1e-6))
-    print(f"   median size, last thousand / second thousand: {medians[-1] / steady:.2f}; every size "
-          "after the first thousand, rewrites included (mean) / second thousand's median: "
+    print(f"   median size, last thousand / second thousand: {medians[-1] / steady:.2f}; every "
+          "size after the first thousand, rewrites included (mean) / second thousand's median: "
           f"{later / steady:.2f} (targets <= {FLAT_FACTOR:g}); every size rewrites the files up to "
           f"{EVERY_SIZE_ROWS} rows: at most {max(costs[:EVERY_SIZE_ROWS]) * 1e3:.1f} ms then")
     return flat and rows == sizes

@@ -52,7 +52,8 @@ def collect(folder: Path, args) -> None:
             for hog in hogs:
                 hog.kill()
                 hog.wait()
-        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
+        status = ("ok" if proc.returncode == 0
+                  else f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
         print(f"{path.name}: {time.monotonic() - start:.0f} s, {status}", flush=True)
 
 

@@ -27,7 +27,8 @@ def pytest_configure(config):
     if "not live" in (config.getoption("markexpr", "") or ""):
         _processes_skip()
         # a line per live test skipped would bury the answer: they are counted at the end instead
-        config.option.reportchars = (config.option.reportchars or "").replace("a", "fEX").replace("s", "")
+        config.option.reportchars = ((config.option.reportchars or "").replace("a", "fEX")
+                                     .replace("s", ""))
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from collbench.results.aggregate import build_row, round_data
-from collbench.results.records import MPI_BACKENDS, USUAL_THREAD_LEVEL, Row, RowIdentity, RunResult, with_older
+from collbench.results.records import (MPI_BACKENDS, USUAL_THREAD_LEVEL, Row, RowIdentity,
+                                       RunResult, with_older)
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.render.exporters import exporter_for

@@ -45,7 +45,8 @@ def why_not() -> str:
         return "starting slurmd and munged needs root"
     missing = [name for name in PROGRAMS if _which(name) is None]
     if missing:
-        return (f"{', '.join(missing)} not installed (apt-get install slurmctld slurmd slurm-client munge)")
+        return (f"{', '.join(missing)} not installed (apt-get install slurmctld slurmd "
+                "slurm-client munge)")
     return ""
 
 
@@ -184,7 +185,8 @@ class Cluster:
         deadline = time.monotonic() + seconds
         while True:
             states = self.node_states()
-            if states and all(s == "idle" for s in states.values()) and len(states) == len(self.nodes):
+            if (states and all(s == "idle" for s in states.values())
+                    and len(states) == len(self.nodes)):
                 return
             dead = [p for p in self.processes if p.poll() is not None]
             if dead or time.monotonic() > deadline:
@@ -279,7 +281,8 @@ class Cluster:
                 for job in range(self.first_job, self.first_job + jobs) for step in range(steps)}
         for path in SHARED_MEMORY.iterdir() if SHARED_MEMORY.is_dir() else ():
             parts = path.name.split("_")      # mpich_shm_HASH_NODE
-            if path.name.startswith(("mpich_shm_", "mpich_vci_")) and len(parts) == 4 and parts[2] in ours:
+            if (path.name.startswith(("mpich_shm_", "mpich_vci_")) and len(parts) == 4
+                    and parts[2] in ours):
                 path.unlink(missing_ok=True)
 
 

@@ -40,7 +40,8 @@ def test_bad_input_is_one_line_and_exit_2(args, says, run_dir):
 
 
 def test_pairs_runs_as_any_measuring_command(run_dir):
-    """ab -- pairs -n 2 failed with AttributeError in parse_sizes, and KeyError 'pair' with --sizes."""
+    """ab -- pairs -n 2 failed with AttributeError in parse_sizes, and KeyError 'pair' with
+    --sizes."""
     proc = cli(["ab", "-o", "pp", "--", "pairs", "-n", "2", "--sizes", "8", "--rounds", "2",
                 "--iters", "20"], run_dir)
     assert proc.returncode in (0, 3), proc.stderr
@@ -141,8 +142,9 @@ def test_two_backends_are_matched_across():
     assert any("matched across the two backends" in w for w in c.warnings)
     assert np.allclose([r.ratio for r in c.rows], 3.0, rtol=0.1)
     assert {r.field("backend") for r in c.rows} == {"mpi → mpi-pickle"}
-    assert "allreduce/mpi → mpi-pickle" in compare_render.noisy_line(dataclasses.replace(c, rows=tuple(
-        dataclasses.replace(r, verdict="inconclusive", detectable=0.5) for r in c.rows)))
+    assert ("allreduce/mpi → mpi-pickle"
+            in compare_render.noisy_line(dataclasses.replace(c, rows=tuple(
+                dataclasses.replace(r, verdict="inconclusive", detectable=0.5) for r in c.rows))))
 
 
 def test_force_overwrites_an_earlier_jobs_files_and_without_it_they_are_kept(run_dir):
@@ -176,8 +178,9 @@ def _second_turn_started(prefix: str) -> bool:
 
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if prefix.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() and \
-                    f"{environment.AB_TURN}=1".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if (prefix.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    and f"{environment.AB_TURN}=1".encode()
+                    in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
                 return True
         except OSError:
             continue
@@ -263,7 +266,8 @@ def _look(verdicts: dict, needed=None, cause="rounds", strict=False, unjudged=0)
     # the last look: nothing is judged
     (_look({"same": 7, "inconclusive": 3}, needed=18), 40, 0, None),
 ])
-def test_pairs_are_added_only_where_an_undecided_row_can_still_be_decided(look, done, adds, says, capsys):
+def test_pairs_are_added_only_where_an_undecided_row_can_still_be_decided(
+        look, done, adds, says, capsys):
     from collbench.cli.ab import _more_pairs
 
     assert _more_pairs(done, [10, 20, 40], lambda: look, quiet=False) == adds

@@ -68,12 +68,13 @@ def files(tmp_path_factory):
     (tmp_path / "good2.json").write_text(json.dumps(other))
     (tmp_path / "trunc.json").write_text(good.read_text()[:500])
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    (tmp_path / "deepmeta.json").write_text('{"schema": "collbench.result", "schema_version": 2, "metadata": '
+    (tmp_path / "deepmeta.json").write_text('{"schema": "collbench.result", "schema_version": 2, '
+                                            '"metadata": '
                                             + "[" * 50_000 + "]" * 50_000 + ', "rows": []}')
-    (tmp_path / "types.json").write_text('{"schema": "collbench.result", "schema_version": 2, "metadata": [], '
-                                         '"rows": {}}')
-    (tmp_path / "rowtypes.json").write_text('{"schema": "collbench.result", "schema_version": 2, "metadata": {}, '
-                                            '"rows": [{"collective": 1}]}')
+    (tmp_path / "types.json").write_text('{"schema": "collbench.result", "schema_version": 2, '
+                                         '"metadata": [], "rows": {}}')
+    (tmp_path / "rowtypes.json").write_text('{"schema": "collbench.result", "schema_version": 2, '
+                                            '"metadata": {}, "rows": [{"collective": 1}]}')
     (tmp_path / "binary.json").write_bytes(bytes(range(256)) * 10)
     return tmp_path
 
@@ -113,7 +114,8 @@ CASES = [
      "nothing listens at that port on this host"),
     ("mpiexec's own failure is quoted", ["allreduce", *RUN], {"HYDRA_HOST_FILE": "/nonexistent"},
      255,
-     "mpiexec ended with code 255 before any rank could say why: it said 'unable to open host file"),
+     "mpiexec ended with code 255 before any rank could say why: "
+     "it said 'unable to open host file"),
     ("a stray PMI_RANK does not silence compare", ["compare", "nope.json", "none.json"],
      {"PMI_RANK": "1"}, 2,
      "nope.json: no such file"),
@@ -221,7 +223,8 @@ def test_a_start_up_every_rank_refuses_under_a_users_mpiexec_is_said(ranks, file
     ("GLOO_SOCKET_IFNAME", "bogus0", "Unable to find address for: bogus0"),
     ("GLOO_DEVICE_TRANSPORT", "bogus", "unsupported gloo device"),
 ])
-def test_a_gloo_start_up_that_every_rank_fails_is_one_line_and_exit_2(variable, value, cause, files):
+def test_a_gloo_start_up_that_every_rank_fails_is_one_line_and_exit_2(
+        variable, value, cause, files):
     """Each rank said its own line, then a summary line, and the job exited 1, the code of a
     failed result check."""
     pytest.importorskip("torch")
@@ -306,7 +309,8 @@ def test_a_closed_stream_changes_nothing(files, closed):
         proc = subprocess.run([sys.executable, "-m", "collbench", *args], cwd=files, env=_env(),
                               timeout=120, preexec_fn=lambda: os.close(close), **kw)
         assert proc.returncode == code, args
-    assert json.loads((files / "c.json").read_text())["rows"], "the file is written, not the closed stream"
+    assert json.loads((files / "c.json").read_text())["rows"], ("the file is written, "
+                                                                "not the closed stream")
 
 
 @pytest.mark.parametrize("args",
@@ -373,12 +377,14 @@ def test_an_address_space_limit_too_low_for_python_is_one_line_and_exit_2(files)
 _ROOM_AFTER_LOADING = r'''
 import resource, sys
 import collbench.cli.app            # what collbench loads before any command
-size = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:")) * 1024
+size = next(int(line.split()[1]) for line in open("/proc/self/status")
+            if line.startswith("VmSize:")) * 1024
 room = size + int(float(sys.argv[1]) * (1 << 20))
 resource.setrlimit(resource.RLIMIT_AS, (room, room))
 sys.argv = ["collbench", *sys.argv[2:]]
 import collbench.__main__ as entry
-entry._room_to_load = lambda: True     # past the check at the start: the room runs out as modules load
+# past the check at the start: the room runs out as modules load
+entry._room_to_load = lambda: True
 entry.main()
 '''
 
@@ -532,7 +538,8 @@ def _pty_run(args, cwd, env, after_rows: Path):
     proc = subprocess.Popen([sys.executable, "-m", "collbench", *args], cwd=cwd, env=env,
                             stdin=secondary,
                             stdout=secondary, stderr=secondary, start_new_session=True,
-                            preexec_fn=lambda: __import__("fcntl").ioctl(0, __import__("termios").TIOCSCTTY, 0))
+                            preexec_fn=lambda: (__import__("fcntl")
+                                                .ioctl(0, __import__("termios").TIOCSCTTY, 0)))
     os.close(secondary)
     seen = b""
     deadline = time.monotonic() + 90
@@ -589,7 +596,8 @@ def test_backend_all_without_a_loadable_mpi_library_skips_mpi_in_one_line(tmp_pa
                 {"MPI4PY_LIBMPI": "/nonexistent/libmpi.so"})
     assert proc.returncode == 0, proc.stderr
     mpi_lines = [line for line in proc.stderr.splitlines() if "mpi" in line.split(":")[1]]
-    assert len(mpi_lines) == 1 and "skipping backends mpi, mpi-pickle: no MPI library could be loaded" in mpi_lines[0]
+    assert (len(mpi_lines) == 1
+            and "skipping backends mpi, mpi-pickle: no MPI library could be loaded" in mpi_lines[0])
     assert "gloo" in proc.stdout
 
 
@@ -627,8 +635,9 @@ def _rank_process(marker: str, rank: int, variable: str) -> int:
             if not entry.name.isdigit():
                 continue
             try:
-                if marker.encode() in (entry / "cmdline").read_bytes() and \
-                        f"{variable}={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                if (marker.encode() in (entry / "cmdline").read_bytes()
+                        and f"{variable}={rank}".encode()
+                        in (entry / "environ").read_bytes().split(b"\0")):
                     ours.add(int(entry.name))
             except OSError:
                 continue
@@ -714,7 +723,8 @@ def test_the_state_of_a_self_launched_run_goes_with_its_killed_parent(tmp_path, 
         job.kill()
         job.wait(timeout=10)
         deadline = time.monotonic() + 30
-        while (list(private.iterdir()) or _processes_naming(str(private))) and time.monotonic() < deadline:
+        while ((list(private.iterdir()) or _processes_naming(str(private)))
+               and time.monotonic() < deadline):
             time.sleep(0.2)
     finally:
         job.kill()

@@ -22,7 +22,8 @@ def _by_setup(rows) -> dict:
 
 
 def _every_api(run_dir, command: str, backends: str, sizes: str) -> tuple:
-    """``command`` on ``backends`` with every api side by side, self-launched: (the process, its file)."""
+    """``command`` on ``backends`` with every api side by side, self-launched: (the process, its
+    file)."""
     pytest.importorskip("torch")
     proc = cli([command, "-n", "2", "--backend", backends, "--api",
                 "blocking,nonblocking,persistent",
@@ -34,8 +35,8 @@ def _every_api(run_dir, command: str, backends: str, sizes: str) -> tuple:
 @pytest.mark.mpi
 def test_every_api_side_by_side_on_mpi_and_gloo_checks_ok_and_says_what_it_skips(run_dir):
     proc, data = _every_api(run_dir, "all", "mpi,gloo", "1K,64K")
-    assert "every collective on gloo (persistent): torch.distributed has no persistent calls; use mpi; skipped" \
-        in proc.stderr
+    assert ("every collective on gloo (persistent): torch.distributed has no persistent calls; "
+            "use mpi; skipped" in proc.stderr)
     setups = _by_setup(data["rows"])
     assert set(setups) == {("mpi", "blocking"), ("mpi", "nonblocking"), ("mpi", "persistent"),
                            ("gloo", "blocking"), ("gloo", "nonblocking")}
@@ -111,8 +112,8 @@ def test_point_to_point_takes_the_apis_that_apply(run_dir):
                                     ("mpi-pickle", "blocking"), ("mpi-pickle", "nonblocking"),
                                     ("gloo", "blocking"), ("gloo", "nonblocking")}
     assert all(r["check"] == "ok" and r["overlap_pct"] is None for r in rows)
-    assert "pingpong on mpi-pickle (persistent): mpi4py's pickle API has no persistent calls; use mpi; skipped" \
-        in proc.stderr
+    assert ("pingpong on mpi-pickle (persistent): mpi4py's pickle API has no persistent calls; "
+            "use mpi; skipped" in proc.stderr)
 
 
 @pytest.mark.parametrize("args,fragment", [

@@ -160,7 +160,8 @@ def test_sum_pattern_keeps_every_rank_while_it_can_and_every_element_nonzero():
 
 
 def test_the_simulation_catches_a_pattern_that_is_not_exact():
-    """Every rank adding (rank + 1) + k % 7, the earlier pattern, rounds in float16 at 64 ranks and beyond."""
+    """Every rank adding (rank + 1) + k % 7, the earlier pattern, rounds in float16 at 64 ranks
+    and beyond."""
     k, n = np.arange(96), 64
     values = np.stack([(r + 1) + k % 7 for r in range(n)])
     exact = values.sum(axis=0)

@@ -34,7 +34,8 @@ BIG = 64 << 20
     (64, 0.05, 0.01, 0.1, 4),        # 50 ms for the first, 10 ms each next: 4 take 80 ms
     (1, 5.0, 5.0, 0.1, 1),
 ])
-def test_a_window_shrinks_to_the_largest_power_of_two_that_fits(window, first, each, most, expected):
+def test_a_window_shrinks_to_the_largest_power_of_two_that_fits(
+        window, first, each, most, expected):
     assert fitting_window(window, first, each, most) == expected
 
 
@@ -112,7 +113,8 @@ def _written(run_dir) -> dict:
     ("window_used", 0, "bad value 0 in column window_used: less than 1"),
     ("rounds_short", 2, "rounds_short (2) is more than rounds (1)"),
 ])
-def test_a_file_whose_window_or_short_rounds_contradict_the_row_is_refused(run_dir, column, value, said):
+def test_a_file_whose_window_or_short_rounds_contradict_the_row_is_refused(
+        run_dir, column, value, said):
     doc = _written(run_dir)
     doc["rows"][0][column] = value
     (run_dir / "bad.json").write_text(json.dumps(doc))
@@ -173,7 +175,8 @@ def test_merging_runs_that_sent_other_windows_says_so(run_dir):
     proc = cli(["merge", "w.json", "whole.json", "-o", "m.json"], run_dir)
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stderr.split())
-    assert f"1 row(s) sent other windows in some of the runs (bw pair 0-1 at 67108864 B: {used}, 64)" in said, said
+    assert (f"1 row(s) sent other windows in some of the runs (bw pair 0-1 at 67108864 B: "
+            f"{used}, 64)" in said), said
     merged = load_result(run_dir / "m.json")         # what merge writes, its loader reads
     (row,) = [r for r in merged.rows if r.size_bytes == BIG]
     assert row.rounds == 2 and row.window_used == used

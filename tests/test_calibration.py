@@ -16,9 +16,11 @@ def _constants(path: Path) -> dict:
     """Module-level NAME = <number or expression> assignments: name -> line."""
     found = {}
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
             name = node.targets[0].id
-            if name.lstrip("_").isupper() and name != "TERMS" and isinstance(node.value, (ast.Constant, ast.BinOp, ast.Tuple)):
+            if (name.lstrip("_").isupper() and name != "TERMS"
+                    and isinstance(node.value, (ast.Constant, ast.BinOp, ast.Tuple))):
                 value = node.value.value if isinstance(node.value, ast.Constant) else 0
                 if not isinstance(value, str):
                     found[name] = node.lineno
@@ -40,7 +42,8 @@ def test_each_constant_says_what_set_it():
     bare = []
     for name, line in _constants(ROOT / "stats" / "calibration.py").items():
         above = line - 2
-        while above >= 0 and not lines[above].startswith("#:") and "=" in lines[above] and not lines[above].startswith("def"):
+        while (above >= 0 and not lines[above].startswith("#:") and "=" in lines[above]
+               and not lines[above].startswith("def")):
             # a constant defined right under the one its comment speaks of (OWN_WIDTH_FEW)
             above -= 1
         if above < 0 or not lines[above].startswith("#:"):

@@ -144,7 +144,8 @@ def test_a_check_holds_a_bounded_amount_beside_the_buffers():
 
 
 def test_avg_compares_within_its_tolerance_where_the_buffers_are():
-    """A premultiplied average within the tolerance passes; the sum instead of the average does not."""
+    """A premultiplied average within the tolerance passes; the sum instead of the average does
+    not."""
     n, length = 3, 5000
     check, element = pattern("avg", "float16"), DTYPES["float16"]
     tables = Tables(check, n, element, HostDevice())

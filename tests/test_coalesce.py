@@ -52,7 +52,8 @@ def test_grouped_rows_stand_beside_the_calls_one_at_a_time_and_check(tmp_path):
     for row in rows:
         assert all(d["calls_per_sample"] % row["coalesce"] == 0 for d in row["round_details"])
     said = " ".join(proc.stdout.split())
-    assert "mpi (nonblocking, 4 grouped)" in said and "4 grouped: that many calls issued as one group" in said
+    assert ("mpi (nonblocking, 4 grouped)" in said
+            and "4 grouped: that many calls issued as one group" in said)
     assert all(len(line) <= 80 for line in proc.stdout.splitlines() if line.startswith(("|", "+")))
 
 

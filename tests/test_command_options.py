@@ -129,7 +129,8 @@ def test_help_after_the_end_of_options_is_not_help(tmp_path):
 def test_a_point_to_point_benchmark_needs_two_ranks(tmp_path):
     proc = collbench("pingpong", "-n", "1", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == ["collbench: error: pingpong needs at least 2 ranks; 1 started"]
+    assert (proc.stderr.strip().splitlines()
+            == ["collbench: error: pingpong needs at least 2 ranks; 1 started"])
 
 
 def test_an_unknown_option_is_still_clicks_one_line(tmp_path):
@@ -181,7 +182,8 @@ def test_more_ranks_than_the_host_has_memory_for_are_refused_before_any_starts(t
     proc = collbench("allreduce", "-n", "100000", "--sizes", "8", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("collbench: error: -n 100000: 100000 ranks on this host would need about ")
+    assert line.startswith("collbench: error: -n 100000: 100000 ranks on this host would need "
+                           "about ")
     assert "fit here" in line and not list(tmp_path.iterdir())
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from collbench.analysis.compare import compare_runs, parse_threshold
 
-from collbench.analysis.compare_render import comparison_table, summary_line, to_json, to_summary_markdown
+from collbench.analysis.compare_render import (comparison_table, summary_line, to_json,
+                                               to_summary_markdown)
 from collbench.errors import UsageError
 from collbench.results.loader import load_result
 from collbench.results.records import RunResult
@@ -186,7 +187,8 @@ def _slowed(result: RunResult, factor: float, rounds, keys) -> RunResult:
                   for d in data]
         result.rounds[i] = tuple(slowed)
         result.rows[i] = dataclasses.replace(row,
-                                             time_us_round_p50s=tuple(d.time_us_p50 for d in slowed))
+                                             time_us_round_p50s=tuple(d.time_us_p50
+                                                                      for d in slowed))
     return result
 
 

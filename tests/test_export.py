@@ -12,7 +12,8 @@ from collbench.errors import UsageError
 from collbench.launch.self_launch.mpiexec import find_mpiexec
 from collbench.render.ci_export import TARGETS, benchmark_name, export
 from collbench.results.loader import load_result
-from results_helpers import one_line_error, row_from_samples, row_with_rounds, run_cli, run_of, sweep
+from results_helpers import (one_line_error, row_from_samples, row_with_rounds, run_cli, run_of,
+                             sweep)
 
 #: github-action-benchmark's extractRangeInfo: the range it can rescale with the unit
 RANGE = re.compile(r"(\+-|±)\s*(\d.+)")
@@ -82,7 +83,8 @@ def test_csv_exports_the_same_benchmarks_to_six_digits(run, target):
     proc = run_cli(["export", "x.csv", "--to", target], run)          # stdout without -o
     assert proc.returncode == 0, proc.stderr
     # Bencher's format has no units: they are said, on stderr, so that stdout stays its JSON
-    said = "" if target != "bencher" else f"collbench: {len(from_json)} benchmarks for bencher: latency in nanoseconds"
+    said = ("" if target != "bencher"
+            else f"collbench: {len(from_json)} benchmarks for bencher: latency in nanoseconds")
     assert (proc.stderr.startswith(said)
             and proc.stderr.count("\n") == (target == "bencher")), proc.stderr
     from_csv = json.loads(proc.stdout)
@@ -151,8 +153,8 @@ def test_a_root_other_than_0_is_in_the_names_of_rooted_collectives_only():
     result.add(*row_with_rounds([[3.0, 4.0]] * 2, collective="gather", op="none", size_bytes=1024))
     names = [e["name"] for e
              in json.loads(export(result, "github-action-benchmark", source="r.json").text)]
-    assert "gather mpi float32 root 1 2 ranks 1K latency" in names and not any("allreduce" in n and "root" in n
-                                                                                for n in names)
+    assert ("gather mpi float32 root 1 2 ranks 1K latency" in names
+            and not any("allreduce" in n and "root" in n for n in names))
 
 
 def test_rows_without_a_median_or_bandwidth_are_left_out():
@@ -162,7 +164,8 @@ def test_rows_without_a_median_or_bandwidth_are_left_out():
     done = export(result, "bencher")
     assert (done.benchmarks, done.left_out) == (1, 1)
     assert json.loads(done.text) == {"allreduce mpi float32 sum 2 ranks 64 latency":
-                                     {"latency": {"value": round(result.rows[1].time_us_p50 * 1e3, 3)}}}
+                                     {"latency": {"value":
+                                                  round(result.rows[1].time_us_p50 * 1e3, 3)}}}
     entry = json.loads(export(result, "github-action-benchmark").text)[0]
     assert "range" not in entry and "95% CI" not in entry["extra"]
     result.rows[1] = dataclasses.replace(result.rows[1], time_us_p50=math.nan)

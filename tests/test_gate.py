@@ -114,8 +114,9 @@ def test_a_bad_min_decided_is_one_line_and_exit_2(runner, bad):
 
 def test_compare_says_when_two_runs_met_a_busy_machine_and_points_to_ab(runner):
     proc = _compare(runner, "new.json")
-    assert ("baseline.json and new.json were measured at different times, 97% and 90% of their "
-            "rounds on a busy machine") in proc.stderr and "measure both versions in one job (collbench ab)" in proc.stderr
+    assert (("baseline.json and new.json were measured at different times, 97% and 90% of "
+             "their rounds on a busy machine") in proc.stderr
+            and "measure both versions in one job (collbench ab)" in proc.stderr)
 
 
 def test_report_and_compare_give_one_figure_for_what_a_baseline_detects(runner):

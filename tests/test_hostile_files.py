@@ -24,7 +24,8 @@ import pytest
 
 from collbench.analysis import compare as compare_module
 from collbench.analysis.compare import compare_runs
-from collbench.analysis.compare_render import comparison_tables, outcome, to_json, to_summary_markdown, unjudged_line
+from collbench.analysis.compare_render import (comparison_tables, outcome, to_json,
+                                               to_summary_markdown, unjudged_line)
 from collbench.errors import UsageError
 from collbench.results import loader
 from collbench.results.loader import load_result
@@ -152,7 +153,8 @@ def _overlay_survives_loops(path: str) -> bool:
 @pytest.mark.parametrize("kind, fragment", SPECIAL, ids=[k for k, _ in SPECIAL])
 @pytest.mark.parametrize("reader, args", READERS, ids=[r for r, _ in READERS])
 def test_what_is_not_a_regular_file_is_refused_at_once(files, kind, fragment, reader, args):
-    """/dev/zero once made report read until it was killed at 23.8 GB; a FIFO made every reader wait forever."""
+    """/dev/zero once made report read until it was killed at 23.8 GB; a FIFO made every reader
+    wait forever."""
     if kind.startswith("/") and not os.path.exists(kind):
         pytest.skip(f"no {kind} here")
     path = _special(kind, files)
@@ -224,7 +226,8 @@ WRITERS = [("export", lambda out: ["export", "good.json", "--to", "bencher", "-o
 @pytest.mark.parametrize("kind, fragment",
                          [("device", "a character device"), ("fifo", "a pipe (FIFO)")])
 @pytest.mark.parametrize("writer, args", WRITERS, ids=[w for w, _ in WRITERS])
-def test_an_output_that_is_a_device_or_a_fifo_is_refused_and_left_as_it_is(files, kind, fragment, writer, args):
+def test_an_output_that_is_a_device_or_a_fifo_is_refused_and_left_as_it_is(
+        files, kind, fragment, writer, args):
     """export -o /dev/null --force said "wrote" and renamed a regular file over /dev/null (as root:
     the machine's own); a FIFO was replaced the same way. A copy of /dev/null's device stands in."""
     path = files / f"out-{kind}-{writer.replace(' ', '-')}.json"
@@ -280,7 +283,7 @@ BROKEN_JSON = [
      "bad value -1000000000.0 in time_us_round_p50s: negative"),
     ("one negative round median",
      _first_row(lambda r: (r["time_us_round_p50s"].__setitem__(0, -1.0),
-                                                          r["round_details"][0].__setitem__("time_us_p50", -1.0))),
+                           r["round_details"][0].__setitem__("time_us_p50", -1.0))),
      "bad value -1.0 in time_us_round_p50s: negative"),
     ("a round median of 1e308", _medians(1e308), "in time_us_round_p50s: out of range"),
     ("a subnormal median", _each_row(lambda r: r.__setitem__("time_us_p50", 1e-320)),
@@ -414,8 +417,8 @@ def test_report_shows_a_bounded_number_of_a_files_notes(files):
     path = _broken(files, "many-notes.json", lambda doc: doc.__setitem__("notes", notes))
     shown = [n for n in build_report([path]).notes if n.startswith(str(path))]
     assert len(shown) == MAX_NOTES_SHOWN + 1
-    assert shown[-1] == f"{path}: {100_000 - MAX_NOTES_SHOWN:,} more notes not shown (the file's \"notes\" list " \
-        "holds them all)"
+    assert shown[-1] == (f"{path}: {100_000 - MAX_NOTES_SHOWN:,} more notes not shown (the file's "
+                         "\"notes\" list holds them all)")
 
 
 # --- text that reaches the terminal -------------------------------------------------------------
@@ -461,8 +464,8 @@ def test_terminal_escapes_in_a_file_never_reach_the_terminal(files):
         said = proc.stdout + proc.stderr
         assert not [c for c in RAW if c in said], (args, said)
     warned = cli(["compare", "base.json", "escapes.json"], files, timeout=LIMIT).stderr
-    assert "hostnames differs: node1 in base.json, node\\x1b[2J\\x1b]0;pwned\\x07 ok\\x9b31m\\u202e\\x7f in " \
-        "escapes.json" in warned, warned
+    assert ("hostnames differs: node1 in base.json, node\\x1b[2J\\x1b]0;pwned\\x07 "
+            "ok\\x9b31m\\u202e\\x7f in escapes.json" in warned), warned
     assert "MPI library differs: MPICH 4.2 in base.json, MPICH\\x1b[2J" in warned, warned
     merged = (files / "merged.json").read_text(encoding="utf-8")
     assert not [c for c in RAW if c in json.loads(merged)["metadata"]["hostnames"][0]]
@@ -608,7 +611,8 @@ def test_a_baseline_whose_medians_are_null_cannot_open_the_gate(files):
     nulls = [r for r in c.rows if r.field("size_bytes") >= 1024]
     assert nulls and {r.verdict for r in nulls} == {"unmeasured"} and not c.passed
     assert all(r.reason == "halfnull.json has no time_us_p50" for r in nulls)
-    assert unjudged_line(c).startswith(f"{len(nulls)} row(s) of halfnull.json that it has no median for fail the gate")
+    assert unjudged_line(c).startswith(f"{len(nulls)} row(s) of halfnull.json that it has no "
+                                       "median for fail the gate")
     # the rows it can judge are slower
     assert compare_runs(base, slow, allow_missing=True).regression
     proc = cli(["compare", "halfnull.json", "good.json"], files)
@@ -661,7 +665,7 @@ def test_the_cli_gate_fails_a_run_it_cannot_judge_unless_allowed(files, name, ch
 def test_merge_takes_a_round_kind_that_is_not_text(files):
     path = _broken(files, "kind.json",
                    lambda doc: (doc["metadata"]["settings"].__setitem__("round_kind", []),
-                                                   doc["metadata"].__setitem__("run_id", "kind-run")))
+                                doc["metadata"].__setitem__("run_id", "kind-run")))
     proc = cli(["merge", "base.json", path, "-o", "m.json", "--force"], files, timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
     assert (json.loads((files / "m.json").read_text())["metadata"]["settings"]["round_kind"]
@@ -733,4 +737,5 @@ def test_plot_refuses_more_heat_maps_than_one_image_holds(files):
     _pairs_file(files / "many-maps.csv", [(0, 1), (0, 2), (1, 2)], ranks=3,
                 sizes=[8 * (i + 1) for i in range(MOST_HEAT_MAPS + 1)])
     _refused(["plot", "many-maps.csv", "-o", "many.png", "--force"], files,
-             f"{MOST_HEAT_MAPS + 1} heat maps (sizes and backends of collbench pairs) are more than plot draws")
+             f"{MOST_HEAT_MAPS + 1} heat maps (sizes and backends of collbench pairs) are more "
+             "than plot draws")

@@ -42,7 +42,8 @@ def test_two_runs_with_one_output_the_second_gives_way_before_it_measures(tmp_pa
                                  "--dtype", "float64", "-o", "r.json", "-v"], cwd=tmp_path,
                                 env=_env(), capture_output=True, text=True, timeout=120)
         assert second.returncode == 2, second.stderr
-        assert second.stderr.strip() == "collbench: error: output 'r.json' exists; use --force to overwrite it"
+        assert second.stderr.strip() == ("collbench: error: output 'r.json' exists; use --force "
+                                         "to overwrite it")
         # -v: it would have said so had it launched
         assert "launching" not in second.stderr
     finally:
@@ -118,7 +119,8 @@ def test_a_master_addr_that_is_not_this_host_is_one_line_before_any_rank_starts(
 
 @pytest.mark.mpi
 def test_an_address_space_limit_skips_the_size_that_cannot_fit_and_measures_the_rest(tmp_path):
-    """ulimit -v: the memory guard sees it as it sees a cgroup's limit (an allocation would fail)."""
+    """ulimit -v: the memory guard sees it as it sees a cgroup's limit (an allocation would
+    fail)."""
     proc = subprocess.run(["bash", "-c",
                            f"ulimit -v 1200000; exec {sys.executable} -m collbench allreduce "
                            "--sizes 8,512M -n 2 -o r.json"], cwd=tmp_path, env=_env(),
@@ -149,7 +151,8 @@ def test_a_rank_whose_numpy_is_broken_ends_the_job_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
     assert said == ["collbench: error: rank 2 cannot import numpy: numpy is broken here (Python "
-                    f"{sys.executable}; install collbench's requirements there, or fix PYTHONPATH)"], proc.stderr
+                    f"{sys.executable}; install collbench's requirements there, or fix "
+                    "PYTHONPATH)"], proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -200,7 +203,8 @@ def test_a_stopped_launcher_process_does_not_keep_a_finished_run_waiting(tmp_pat
             if _named([pid], "collbench") and _tree_of(pid)[1:]][-1]
         os.kill(target, signal.SIGSTOP)
         deadline = time.monotonic() + 60          # the ranks finish: the file holds every size
-        while len(json.loads(out.read_text())["rows"]) < 14 and run.poll() is None and time.monotonic() < deadline:
+        while (len(json.loads(out.read_text())["rows"]) < 14 and run.poll() is None
+               and time.monotonic() < deadline):
             time.sleep(0.1)
     for victim, run in runs.items():
         out, err = run.communicate(timeout=120)
@@ -360,7 +364,8 @@ def _mpmd_start(tmp_path, other: list, limit: tuple = ()) -> subprocess.Popen:
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _mpmd(tmp_path, other: list, timeout: float = 150, limit: tuple = ()) -> subprocess.CompletedProcess:
+def _mpmd(tmp_path, other: list, timeout: float = 150,
+          limit: tuple = ()) -> subprocess.CompletedProcess:
     job = _mpmd_start(tmp_path, other, limit)
     try:
         out, err = job.communicate(timeout=timeout)
@@ -388,8 +393,8 @@ def test_ranks_started_with_another_command_are_named_before_anything_is_measure
     proc = _mpmd(tmp_path, [sys.executable, "-m", "collbench", *other, "--no-save"], timeout=120)
     assert proc.returncode == 2, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert len(said) == 1 and said[0].startswith("collbench: error: rank 2 was started with another command than "
-                                                 "rank 0: "), proc.stderr
+    assert len(said) == 1 and said[0].startswith("collbench: error: rank 2 was started with "
+                                                 "another command than rank 0: "), proc.stderr
     assert differs in said[0] and said[0].endswith("every rank must run the same collbench command")
     for noise in ("Traceback", "KeyError", "truncated", "CHECK FAILED"):
         assert noise not in proc.stderr

@@ -91,7 +91,8 @@ def _rows_met_by(folder: Path, scheme: str) -> None:
     rows = load_json(folder / "r.json")["rows"]
     assert rows and {r["init_method"] for r in rows} == {f"{scheme}://"}
     assert {r["check"] for r in rows} == {"ok"} and {r["world_size"] for r in rows} == {2}
-    assert not list(folder.glob("rendezvous*")), "torch's file, or collbench's mark beside it, is left"
+    assert not list(folder.glob("rendezvous*")), \
+        "torch's file, or collbench's mark beside it, is left"
 
 
 @pytest.mark.parametrize("scheme", ["env", "tcp", "file"])
@@ -139,9 +140,9 @@ def test_a_file_an_earlier_run_left_is_refused_and_kept(tmp_path, launch):
     # torchrun: a rank failed
     assert proc.returncode == (2 if launch != "torchrun" else 1), proc.stderr
     assert _said(proc) == [f"collbench: error: --init-method file://{stale}: {stale} exists on "
-                           f"{os.uname().nodename}, left by a run that did not end cleanly (torch's "
-                           "file store removes it when every rank ends normally) or in use by a "
-                           "run now; remove it if no run uses it, or name another path"], \
+                           f"{os.uname().nodename}, left by a run that did not end cleanly "
+                           "(torch's file store removes it when every rank ends normally) or in "
+                           "use by a run now; remove it if no run uses it, or name another path"], \
         proc.stderr
     if launch == "self":
         assert "launching" not in proc.stderr          # said before any rank started
@@ -159,8 +160,9 @@ def test_a_missing_folder_is_one_line(tmp_path, launch):
     proc = (_self_launched([*args, "-n", "2"], tmp_path)
             if launch == "self" else _mpiexec(args, tmp_path))
     assert proc.returncode == 2, proc.stderr
-    assert _said(proc) == [f"collbench: error: --init-method file://{tmp_path}/gone/rendezvous: the folder "
-                           f"{tmp_path}/gone does not exist on {os.uname().nodename}"], proc.stderr
+    assert _said(proc) == [f"collbench: error: --init-method file://{tmp_path}/gone/rendezvous: "
+                           f"the folder {tmp_path}/gone does not exist on "
+                           f"{os.uname().nodename}"], proc.stderr
     assert "Traceback" not in proc.stderr
     _nothing_left(tmp_path)
 
@@ -184,8 +186,9 @@ def test_a_folder_the_ranks_do_not_share_is_one_line(tmp_path):
                           env=_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     said = _said(proc)
-    assert len(said) == 1 and f"is not there on rank 1's host {os.uname().nodename} after 5 s: the ranks do not " \
-        f"share {shared}; file:// needs a path every host sees" in said[0], proc.stderr
+    assert (len(said) == 1
+            and f"is not there on rank 1's host {os.uname().nodename} after 5 s: the ranks do "
+                f"not share {shared}; file:// needs a path every host sees" in said[0]), proc.stderr
     assert not list(shared.iterdir())                  # rank 0's mark went with the run
     _nothing_left(tmp_path)
 
@@ -240,8 +243,9 @@ def test_a_rank_nobody_listens_for_says_so_naming_the_address(tmp_path):
     assert proc.returncode == 2, proc.stderr
     said = _said(proc)
     assert len(said) == 1 and said[0].startswith(
-        f"collbench: error: rendezvous of rank 1 at tcp://127.0.0.1:{port} cannot succeed: nothing "
-        f"at 127.0.0.1:{port} accepted a connection from {os.uname().nodename} within 10 s"), proc.stderr
+        f"collbench: error: rendezvous of rank 1 at tcp://127.0.0.1:{port} cannot succeed: "
+        f"nothing at 127.0.0.1:{port} accepted a connection from {os.uname().nodename} within "
+        "10 s"), proc.stderr
     _nothing_left(tmp_path)
 
 
@@ -306,6 +310,6 @@ def test_env_with_a_master_port_taken_is_one_line_under_mpiexec(tmp_path):
     assert proc.returncode == 2, proc.stderr
     said = _said(proc)
     assert said == [f"collbench: error: MASTER_PORT {port}: rank 0 cannot listen there on "
-                    f"{socket.gethostname()} (address already in use); choose a free port, or unset "
-                    "MASTER_ADDR and MASTER_PORT and collbench finds one"], proc.stderr
+                    f"{socket.gethostname()} (address already in use); choose a free port, or "
+                    "unset MASTER_ADDR and MASTER_PORT and collbench finds one"], proc.stderr
     _nothing_left(tmp_path)

@@ -70,7 +70,8 @@ def _rank_process(marker: str, rank: int, variable: str) -> int:
         ours = set()
         for pid in _collbench_pids(marker):
             try:
-                if f"{variable}={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                if (f"{variable}={rank}".encode()
+                        in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
                     ours.add(pid)
             except OSError:
                 continue
@@ -85,7 +86,8 @@ def _rank_process(marker: str, rank: int, variable: str) -> int:
 
 
 def _collbench_lines(stderr: str) -> list:
-    """collbench's lines, less the note that 3 ranks share this 2-CPU host (not about the failure)."""
+    """collbench's lines, less the note that 3 ranks share this 2-CPU host (not about the
+    failure)."""
     return [line for line in stderr.splitlines()
             if line.startswith("collbench:") and "oversubscribed" not in line]
 
@@ -277,7 +279,8 @@ def test_a_rank_stopped_in_start_up_is_named(tmp_path):
     lines = _collbench_lines(stderr)
     assert job.returncode not in (0, 1, 2) and len(lines) == 1, stderr
     assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) was "
-                               "stopped (SIGSTOP or a debugger) in start-up: rank 0 (pid "), lines[0]
+                               "stopped (SIGSTOP or a debugger) in start-up: rank 0 "
+                               "(pid "), lines[0]
     assert "keeps round 1" in lines[0] and json.loads(out.read_text())["rows"]
     assert not _collbench_pids(_marker(tmp_path))
 
@@ -305,7 +308,8 @@ def test_no_rank_outlives_the_self_launching_process(tmp_path, backend, how):
         job.kill()
         for pid in _collbench_pids(_marker(tmp_path)):
             os.kill(pid, signal.SIGKILL)
-    assert not left, f"left running after {signal.Signals(how).name} to the self-launching process: {left}"
+    assert not left, (f"left running after {signal.Signals(how).name} to the self-launching "
+                      f"process: {left}")
     assert json.loads(out.read_text())["rows"]
 
 
@@ -416,10 +420,12 @@ from collbench.launch.liveness.supervise import _Position
 from collbench.launch.liveness.wire import MessageReader
 
 # a SIGINT that the test's own shell ignores (a job in the background) must still end the rank
-rank = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+rank = subprocess.Popen(["sleep", "30"],
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 ours, coordinators = socket.socketpair()
 guardian = Guardian(rank.pid, 0, 2, _Position(), None, None, None)
-guardian.link = Link(ours, MessageReader(ours), 0, rank.pid, lambda: "bcast on mpi at 8", guardian.stop)
+guardian.link = Link(ours, MessageReader(ours), 0, rank.pid, lambda: "bcast on mpi at 8",
+                     guardian.stop)
 ours.settimeout(30)                      # the send below may wait on the coordinator's side
 signal.signal(signal.SIGINT, guardian._forward)
 main, heard = threading.get_ident(), []
@@ -443,6 +449,7 @@ guardian.link.send({"t": "bye", "code": 0, "pad": "x" * (4 << 20)})
 reader.join()
 print(json.dumps({"heard": heard, "rank": rank.wait(10)}))
 '''
+
 
 
 def test_a_signal_that_comes_while_the_guardian_speaks_does_not_silence_its_line(tmp_path):

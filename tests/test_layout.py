@@ -101,7 +101,8 @@ def test_a_package_imports_only_what_it_may(package):
                     continue
                 if not any(name == a or name.startswith(a + ".") for a in allowed):
                     wrong.append(f"{path.name}:{line} imports {name}")
-            elif top not in sys.stdlib_module_names and top != "__future__" and top not in THIRD_PARTY[package]:
+            elif (top not in sys.stdlib_module_names and top != "__future__"
+                  and top not in THIRD_PARTY[package]):
                 wrong.append(f"{path.name}:{line} imports {name}")
     assert not wrong, "\n".join(wrong)
 
@@ -188,7 +189,9 @@ def test_one_reader_of_a_process_record():
     assert readers == ["launch/processes.py"]
 
 
-_VARIABLE = re.compile(r"^(COLLBENCH_[A-Z0-9_]+|MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GLOO_SOCKET_IFNAME|TORCHELASTIC_[A-Z_]+|SLURM_[A-Z_]+|PMIX?_[A-Z_]+|OMPI_COMM_WORLD_[A-Z_]+|COLUMNS)$")
+_VARIABLE = re.compile(r"^(COLLBENCH_[A-Z0-9_]+|MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|"
+                       r"LOCAL_WORLD_SIZE|GLOO_SOCKET_IFNAME|TORCHELASTIC_[A-Z_]+|SLURM_[A-Z_]+|"
+                       r"PMIX?_[A-Z_]+|OMPI_COMM_WORLD_[A-Z_]+|COLUMNS)$")
 
 
 def test_each_environment_variable_is_named_in_one_module():
@@ -197,7 +200,8 @@ def test_each_environment_variable_is_named_in_one_module():
     where = {}
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _VARIABLE.match(node.value):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and _VARIABLE.match(node.value)):
                 where.setdefault(node.value, set()).add(str(path.relative_to(ROOT)))
     assert "COLLBENCH_STATE" in where and "PMI_RANK" in where, "the scan finds variables"
     spread = {name: sorted(modules) for name, modules in where.items() if len(modules) > 1}

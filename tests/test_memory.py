@@ -94,7 +94,8 @@ def test_shortfall_sums_the_ranks_of_each_host_and_names_the_worst():
 
 
 def test_shortfall_credits_growth_only_up_to_the_blocks_buffers():
-    """A rank that grew by its block's buffers has them already; growth beyond (a leak) is in use."""
+    """A rank that grew by its block's buffers has them already; growth beyond (a leak) is in
+    use."""
     need = 3 * GiB
     budget = memory.headroom(2 * GiB)
     grown = [Probe("a", 2 * GiB, 100 * MiB + 2 * GiB, None)]
@@ -128,8 +129,8 @@ def test_a_ranks_own_address_space_note_names_its_amounts():
                          "skipped, as its allocation would fail")
     some_left = memory.skip_note("allreduce on mpi at 256M",
                                  Shortfall("vm", 934 * MiB, 70 * MiB, 1, rank=1), now=True)
-    assert "needs about 934 MiB more address space in rank 1 on vm, more than the 70 MiB its ulimit -v leaves now;" \
-        in some_left
+    assert ("needs about 934 MiB more address space in rank 1 on vm, more than the 70 MiB its "
+            "ulimit -v leaves now;" in some_left)
 
 
 def test_user_limit(monkeypatch):
@@ -195,8 +196,8 @@ def test_a_bad_memory_limit_is_one_line_and_exit_2(run_dir):
     proc = cli(["allreduce", "-n", "2", "--sizes", "1K"], run_dir, timeout=60,
                env={environment.MEMORY_LIMIT: "lots"})
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == ["collbench: error: COLLBENCH_MEMORY_LIMIT='lots' is not a size "
-                                                "(e.g. 8G, 512M)"]
+    assert proc.stderr.strip().splitlines() == ["collbench: error: COLLBENCH_MEMORY_LIMIT='lots' "
+                                                "is not a size (e.g. 8G, 512M)"]
 
 
 # Real runs in a memory cgroup of their own

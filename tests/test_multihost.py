@@ -397,7 +397,8 @@ def _torchrun(host: Host, node_rank: int, master: str, args: list) -> list:
     ("address", ("nowhere", "loopback")),
     ("name", ("loopback", "loopback")),       # MASTER_ADDR node1 is 127.0.1.1 on node1 itself
 ])
-def test_gloo_under_torchrun_across_two_hosts_without_gloo_socket_ifname(hosts, tmp_path, master, names):
+def test_gloo_under_torchrun_across_two_hosts_without_gloo_socket_ifname(
+        hosts, tmp_path, master, names):
     _names(hosts, names)
     out = tmp_path / "r.json"
     args = ["allreduce", "--backend", "gloo", "--sizes", "8,64K", *QUICK, "-o", out]

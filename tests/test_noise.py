@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from collbench.analysis.compare import compare_runs
-from collbench.analysis.compare_render import detection_line, first_line, to_json, to_summary_markdown
+from collbench.analysis.compare_render import (detection_line, first_line, to_json,
+                                               to_summary_markdown)
 from collbench.analysis.report import gate_sensitivity, sensitivity_table
 from collbench.stats.noise import fit_trend, fit_trends, machine_state, moderated, noise_model
 from collbench.results.aggregate import build_row, moderate_rows, round_data

@@ -93,7 +93,8 @@ def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, ho
         found = []
         for entry in Path("/proc").iterdir():
             try:
-                if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes().replace(b"\0", b" "):
+                if (entry.name.isdigit() and marker.encode()
+                        in (entry / "cmdline").read_bytes().replace(b"\0", b" ")):
                     found.append(int(entry.name))
             except OSError:
                 continue

@@ -32,7 +32,8 @@ def _sent(op, dtype, n, k):
 
 
 def _reference(op, sent):
-    """The reduction over ranks (axis 0) the plain numpy way, independent of collbench's combiners."""
+    """The reduction over ranks (axis 0) the plain numpy way, independent of collbench's
+    combiners."""
     if op in ("maxloc", "minloc"):
         values = sent[VALUE]
         # the first: the lowest rank
@@ -150,8 +151,10 @@ def test_int8_and_uint8_poison_differs_from_every_pattern_value(dtype):
 
 
 def test_each_op_refuses_the_dtypes_it_does_not_take_by_name():
-    assert op_refusal("land", "float32") == "land takes integer dtypes only: int32, int64, int8, uint8"
-    assert op_refusal("avg", "int64") == "avg takes float dtypes only: float32, float64, float16, bfloat16"
+    assert (op_refusal("land", "float32")
+            == "land takes integer dtypes only: int32, int64, int8, uint8")
+    assert (op_refusal("avg", "int64")
+            == "avg takes float dtypes only: float32, float64, float16, bfloat16")
     assert op_refusal("maxloc", "int8") is None and op_refusal(NO_OP, "float32") is None
 
 
@@ -185,7 +188,8 @@ def test_logical_and_bitwise_ops_check_ok_on_real_ranks(run_dir, collective, op,
     ("reduce", "minloc", "float64", "mpi,mpi-pickle", ["--root", "1"]),
     ("reduce_scatter", "maxloc", "int32", "mpi,mpi-pickle", []),
     ("reduce_scatter", "minloc", "int64", "mpi,mpi-pickle", []),
-    ("reduce_scatter", "maxloc", "int8", "mpi-pickle", ["--payload", "list"]),    # no MPI pair type: pickle only
+    # no MPI pair type: pickle only
+    ("reduce_scatter", "maxloc", "int8", "mpi-pickle", ["--payload", "list"]),
     ("allreduce", "minloc", "float16", "mpi-pickle", ["--payload", "bytes"]),
 ])
 def test_maxloc_and_minloc_pairs_check_ok_on_real_ranks(run_dir, collective, op, dtype, backends,

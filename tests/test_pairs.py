@@ -49,7 +49,8 @@ def test_which_pairs_cross_host_per_host_both_ways_and_serial():
     assert len(both) == 20 and set(both) == {(b, a) for a, b in both}    # each way once
     serial = Pairing(serial=True).steps(hosts)
     assert all(len(step) == 1 for step in serial) and len(serial) == 10
-    assert Pairing(select="cross-host").problem(["a", "a"]).startswith("--cross-host needs ranks on two hosts")
+    assert Pairing(select="cross-host").problem(["a", "a"]).startswith("--cross-host needs ranks "
+                                                                       "on two hosts")
     layouts = Pairing(metric="bw").layouts(hosts, Roles(window=16))
     assert all(roles.window == 16 for roles in layouts)
 
@@ -211,7 +212,8 @@ def test_compare_report_and_plot_of_pairs_runs(run_dir):
                               text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
     names = [e["name"] for e in json.loads(exported.stdout)]
-    assert len(set(names)) == 6 and "pingpong mpi float32 4 ranks 8 latency pair 0-2 2 pairs at once" in names
+    assert (len(set(names)) == 6
+            and "pingpong mpi float32 4 ranks 8 latency pair 0-2 2 pairs at once" in names)
 
 
 @pytest.mark.parametrize("args,said", [

@@ -13,7 +13,8 @@ import pytest
 from collbench.launch.self_launch.mpiexec import find_mpiexec
 from collbench.results.aggregate import round_data
 from collbench.results.loader import load_result
-from collbench.results.rank_view import RANK_FIELDS, json_fields, outliers_of, rank_view, round_hosts, row_views
+from collbench.results.rank_view import (RANK_FIELDS, json_fields, outliers_of, rank_view,
+                                         round_hosts, row_views)
 from collbench.results.records import ROW_FIELDS
 from results_helpers import one_line_error, run_cli, write
 
@@ -94,7 +95,8 @@ def test_round_hosts_from_metadata():
 
 
 def test_version_1_file_gets_the_fields_and_still_compares(tmp_path):
-    """An old file: its rank means are round 1's; rewritten, it carries the fields and loads as before."""
+    """An old file: its rank means are round 1's; rewritten, it carries the fields and loads as
+    before."""
     old = load_result(V1)
     views = row_views(old)
     assert all(v.slowest_rank in (0, 1) and v.slowest_host == "vm" for v in views)

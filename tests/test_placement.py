@@ -76,7 +76,8 @@ def test_in_place_under_a_real_mpiexec(run_dir):
 @pytest.mark.parametrize("collective,wrong",
                          [("allreduce", 6), ("allgather", 6), ("reduce_scatter", 3)])
 def test_a_wrong_in_place_result_is_caught(collective, wrong, run_dir, plugin_env):
-    """Rank 1's input is three elements off: in place, it reaches the call through the receive buffer."""
+    """Rank 1's input is three elements off: in place, it reaches the call through the receive
+    buffer."""
     proc = cli([collective, "-n", "2", "--backend", "faulty-mpi", "--placement", "in-place",
                 "--sizes", "1K", *FAST,
                 "-o", "c.json"], run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})

@@ -50,7 +50,8 @@ def legends(figure) -> list:
 
 
 def line_styles(figure) -> dict:
-    """{line label ("backend · run"): {(colour, line style, marker) of every panel it is drawn in}}."""
+    """{line label ("backend · run"): {(colour, line style, marker) of every panel it is drawn
+    in}}."""
     styles = {}
     for axes in figure.axes:
         for line in axes.get_lines():
@@ -101,7 +102,8 @@ def test_the_legend_says_what_a_line_and_a_band_are_as_the_rows_were_measured():
                                           "its 95% confidence interval (order statistics of the "
                                           "samples)")
     assert what_is_drawn(several) == ("geometric mean of the rounds' median times",
-                                      "its 95% confidence interval (from the spread between rounds)")
+                                      "its 95% confidence interval (from the spread between "
+                                      "rounds)")
     assert "95% confidence interval" in what_is_drawn(several + [one_round])[1]
 
 
@@ -352,7 +354,8 @@ def test_plot_of_two_real_runs_of_every_collective(tmp_path):
 def test_file_labels_tell_clashing_names_apart():
     from collbench.analysis.overlay import file_labels
     assert file_labels(["a.json", "b/c.json"]) == ("a.json", "c.json")
-    assert file_labels(["before/run.json", "after/run.json", "x.json"]) == ("before/run.json", "after/run.json",
+    assert file_labels(["before/run.json", "after/run.json", "x.json"]) == ("before/run.json",
+                                                                             "after/run.json",
                                                                              "x.json")
     assert file_labels(["a/b/run.json", "c/b/run.json"]) == ("a/b/run.json", "c/b/run.json")
     assert file_labels(["run.json", "/tmp/old/run.json"]) == ("run.json", "old/run.json")

@@ -37,7 +37,8 @@ def test_env_lists_plugins_and_why_a_broken_one_cannot_run(run_dir, plugin_env):
     shown = cli(["env"], run_dir, env={**plugin_env, "COLUMNS": "200"})
     assert (shown.returncode == 0 and "backend plain-mpi" in shown.stdout
             and "backend broken" in shown.stdout)
-    code = "import json; from collbench.cli.env import environment_report; print(json.dumps(environment_report()))"
+    code = ("import json; from collbench.cli.env import environment_report; "
+            "print(json.dumps(environment_report()))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir,
                           env={**os.environ, **plugin_env},
                           capture_output=True, text=True, timeout=60)
@@ -45,8 +46,8 @@ def test_env_lists_plugins_and_why_a_broken_one_cannot_run(run_dir, plugin_env):
     info = json.loads(proc.stdout)
     assert info["backend plain-mpi"] == "usable (plugin collbench_test_plugins:PlainMpi)"
     assert info["backend broken"].startswith("unusable: plugin "
-                                             "collbench_test_plugins_missing:Nothing did not import "
-                                             "(ModuleNotFoundError")
+                                             "collbench_test_plugins_missing:Nothing did not "
+                                             "import (ModuleNotFoundError")
     assert "not a subclass of collbench.backends.base.Backend" in info["backend not-a-backend"]
     assert info["backend mpi"] == "usable"          # a plugin cannot take a built-in name
     assert "backend all" not in info                # nor the word that means every backend
@@ -88,8 +89,8 @@ def test_a_plugin_whose_answers_fail_is_named_in_one_line(run_dir, plugin_env):
                env=plugin_env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == ("collbench: error: backend plugin text-ranks: its "
-                                   "self_launch_ranks() gave '2', not a number of ranks (1 or more) "
-                                   "or None")
+                                   "self_launch_ranks() gave '2', not a number of ranks "
+                                   "(1 or more) or None")
     proc = cli(["all", "-n", "2", "--backend", "mpi,raising-supports", "--sizes", "8", *FAST,
                 "--no-save"],
                run_dir, env=plugin_env)

@@ -1,4 +1,5 @@
-"""The README's quick-start commands, .ci/run and the CI recipe of docs/ci-recipe.md must never drift apart."""
+"""The README's quick-start commands, .ci/run and the CI recipe of docs/ci-recipe.md must never
+drift apart."""
 
 from pathlib import Path
 
@@ -55,8 +56,8 @@ def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
 
     recipe = (ROOT / "docs" / "ci-recipe.md").read_text()
     commands = _recipe_commands(recipe)
-    assert [c.split()[1] for c in commands if c.startswith("collbench")] == ["all", "all", "all", "merge", "report",
-                                                                             "all", "compare"]
+    assert ([c.split()[1] for c in commands if c.startswith("collbench")]
+            == ["all", "all", "all", "merge", "report", "all", "compare"])
     assert commands.index(next(c for c in commands if "merge" in c)) < commands.index(
         next(c for c in commands if "compare" in c))
     (tmp_path / "results").mkdir()
@@ -67,7 +68,8 @@ def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
     for command in commands:
         if command.startswith("git "):
             continue
-        shrunk = command.replace("--sizes 8-1M", "--sizes 8,64").replace("--rounds 10", "--rounds 2")
+        shrunk = (command.replace("--sizes 8-1M", "--sizes 8,64")
+                  .replace("--rounds 10", "--rounds 2"))
         proc = subprocess.run(["bash", "-c", "set -o pipefail; " + shrunk], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         codes.append(proc.returncode)

@@ -220,8 +220,9 @@ def test_a_library_error_that_says_its_cause_last_keeps_it(run_dir, plugin_env):
                env={**plugin_env, "FAULTY_EXIT": "0:64:raise-1"}, timeout=120)
     assert proc.returncode == 1, proc.stderr
     said = [line for line in proc.stderr.splitlines() if line.startswith("collbench:")]
-    assert said and said[0].startswith("collbench: rank 0 failed at allreduce on faulty-mpi at 64: "
-                                       "RuntimeError: NCCL error in: ") and said[0].endswith(" … Cuda failure 'out of memory'"), said
+    assert (said and said[0].startswith("collbench: rank 0 failed at allreduce on faulty-mpi "
+                                        "at 64: RuntimeError: NCCL error in: ")
+            and said[0].endswith(" … Cuda failure 'out of memory'")), said
 
 
 @pytest.mark.mpi
@@ -230,7 +231,8 @@ def test_a_library_error_that_says_its_cause_last_keeps_it(run_dir, plugin_env):
     (64, ["-o", "w.json"], "; the job is stopped; w.json keeps every size finished before"),
     (64, ["--no-save"], "; the job is stopped; nothing was saved"),
 ])
-def test_the_line_about_an_early_end_says_what_the_files_keep(at, saving, says, run_dir, plugin_env):
+def test_the_line_about_an_early_end_says_what_the_files_keep(
+        at, saving, says, run_dir, plugin_env):
     """It said "keeps every size finished before" of a file with none, and "result files keep…"
     under --no-save."""
     proc = cli(["allreduce", "-n", "2", "--backend", "faulty-mpi", "--sizes", "8-1K", *FAST,
@@ -337,7 +339,8 @@ def test_signal_on_launching_process(signum, code, backend, run_dir, plugin_env)
     rows = load_result(run_dir / name).rows
     assert 2 <= len(rows) < 18
     deadline = time.time() + 5            # a rank may take its one-second grace to leave
-    while subprocess.run(["pgrep", "-f", name], capture_output=True).returncode == 0 and time.time() < deadline:
+    while (subprocess.run(["pgrep", "-f", name], capture_output=True).returncode == 0
+           and time.time() < deadline):
         time.sleep(0.1)
     assert (subprocess.run(["pgrep", "-f", name], capture_output=True).returncode
             == 1), "ranks left behind"
@@ -408,7 +411,8 @@ def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
     relay.write_text(textwrap.dedent(f"""
         import subprocess, sys, time
         from collbench.launch.self_launch.relay import Relay
-        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
         relay = Relay(proc)
         time.sleep({quiet_after!r})
         relay.quiet = sys.argv[1] == "quiet"
@@ -429,7 +433,8 @@ def test_a_frames_line_that_lost_its_indent_between_two_tracebacks_is_left_out(t
         for line in ("Traceback (most recent call last):", "Traceback (most recent call last):",
                      '  File "<frozen runpy>", line 198, in _run_module_as_main',
                      '  File "/usr/lib/python3.11/re/__init__.py", line 125, in <module>',
-                     "KeyboardInterrupt", "import enum", "KeyboardInterrupt", "collbench: interrupted by SIGINT"):
+                     "KeyboardInterrupt", "import enum", "KeyboardInterrupt",
+                     "collbench: interrupted by SIGINT"):
             sys.stderr.write(line + "\\n")
             sys.stderr.flush()
     """)
@@ -476,12 +481,13 @@ def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left
     quiet, loud = _relayed(tmp_path, """
         import sys, time
         sys.stderr.write("Fatal Python error: init_import_site: Failed to import the site module\\n"
-                         "Python runtime state: initialized\\nTraceback (most recent call last):\\n")
+                         "Python runtime state: initialized\\n"
+                         "Traceback (most recent call last):\\n")
         sys.stderr.flush()
         time.sleep(0.4)
         sys.stderr.write('  File "<frozen site>", line 1, in <module>\\nKeyboardInterrupt\\n')
         sys.stderr.write("collbench: interrupted by SIGINT\\n")
-    """, quiet_after=0.2)                      # the first lines are through; the handler runs now
+    """, quiet_after=0.2)         # the first lines are through; the handler runs now
     assert quiet == "collbench: interrupted by SIGINT\n", quiet
     assert loud.startswith("Fatal Python error: init_import_site") and "KeyboardInterrupt\n" in loud
     assert loud.endswith("collbench: interrupted by SIGINT\n"), loud
@@ -593,7 +599,8 @@ def test_pickle_message_limit_skips_with_note(run_dir, plugin_env):
 @pytest.mark.mpi
 @pytest.mark.parametrize("backend", ["mpi", "mpi-pickle", "gloo"])
 def test_check_catches_corruption(backend, run_dir, plugin_env):
-    """Rank 1 sends three wrong elements through the real library; both ranks' sums are wrong there."""
+    """Rank 1 sends three wrong elements through the real library; both ranks' sums are wrong
+    there."""
     if backend == "gloo":
         pytest.importorskip("torch")
     proc = cli(["allreduce", "-n", "2", "--backend", f"faulty-{backend}", "--sizes", "1K,4K", *FAST,

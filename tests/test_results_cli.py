@@ -15,7 +15,8 @@ SERIES = sweep(backends=("mpi", "mpi-pickle"))
 
 @pytest.fixture
 def files(tmp_path):
-    """base.json; same.json (another run, same speed); slow.json (3x); fast.json (0.5x); CSVs of base and slow."""
+    """base.json; same.json (another run, same speed); slow.json (3x); fast.json (0.5x); CSVs of
+    base and slow."""
     base, same = run_of(SERIES, seed=1), run_of(SERIES, seed=2)
     slow, fast = run_of(SERIES, seed=3, scale=3.0), run_of(SERIES, seed=4, scale=0.5)
     paths = {name: write(run, tmp_path / f"{name}.json")
@@ -309,7 +310,8 @@ def test_report_shows_runs_of_one_setup_side_by_side(files, tmp_path):
     text = proc.stdout
     assert "## allreduce · float32 sum · 2 ranks · latency · mpi · thread single\n" in text
     assert "## allreduce · float32 sum · 2 ranks · latency · mpi-pickle · thread single\n" in text
-    assert "| size | base.json p50 µs | base.json CI |" in text and "| slow.json p50 µs | slow.json CI |" in text
+    assert ("| size | base.json p50 µs | base.json CI |" in text
+            and "| slow.json p50 µs | slow.json CI |" in text)
     for title in ("allreduce · float32 sum · 2 ranks · latency · mpi · thread single",
                   "allreduce · float32 sum · 2 ranks · latency · mpi-pickle · thread single"):
         rows = _table(text, title)

@@ -12,7 +12,8 @@ from collbench.results.loader import load_result
 from collbench.results.rank_view import RANK_FIELDS
 from collbench.results.records import ROW_FIELDS, SCHEMA, SCHEMA_VERSION, Row
 from collbench.versions import tidy_library_version
-from results_helpers import metadata, one_line_error, row_from_samples, run_cli, run_of, sweep, write
+from results_helpers import (metadata, one_line_error, row_from_samples, run_cli, run_of, sweep,
+                             write)
 
 SERIES = sweep(backends=("mpi", "mpi-pickle"))
 FLOATS = [f for f in ROW_FIELDS
@@ -344,9 +345,11 @@ def _violations(value, schema: dict, where: str = "$") -> list:
             return [f"{where}: {type(value).__name__} is not {allowed}"]
     if "const" in schema and value != schema["const"]:
         out.append(f"{where}: {value!r} is not {schema['const']!r}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < schema.get("minimum", value):
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and value < schema.get("minimum", value)):
         out.append(f"{where}: {value} below {schema['minimum']}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > schema.get("maximum", value):
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and value > schema.get("maximum", value)):
         out.append(f"{where}: {value} above {schema['maximum']}")
     if isinstance(value, dict):
         out += [f"{where}: lacks {k}" for k in schema.get("required", []) if k not in value]
@@ -368,7 +371,8 @@ def test_the_published_schema_is_the_one_the_rows_declare_and_files_follow_it(tm
 
     root = Path(__file__).resolve().parent.parent
     published = json.loads((root / "docs" / "result.schema.json").read_text())
-    assert published == json_schema(), "docs/result.schema.json is stale: collbench schema > docs/result.schema.json"
+    assert published == json_schema(), ("docs/result.schema.json is stale: collbench schema > "
+                                        "docs/result.schema.json")
     row_schema = published["properties"]["rows"]["items"]
     assert set(ROW_FIELDS) <= set(row_schema["properties"])
     assert all(row_schema["properties"][name]["description"] for name in ROW_FIELDS)

@@ -123,7 +123,8 @@ def test_order_keeps_blocks_and_shuffles_within():
     assert (sorted((b.collective, b.backend, b.layout) for b in one)
             == sorted(blk[:3] for blk in blocks))
     assert all(sorted(b.points)
-               == list(range({blk[:3]: blk[3] for blk in blocks}[b.collective, b.backend, b.layout]))
+               == list(range({blk[:3]: blk[3] for blk in blocks}[b.collective, b.backend,
+                                                                  b.layout]))
                for b in one)
     collectives = [b.collective for b in one]
     # a collective's blocks stay together
@@ -155,7 +156,8 @@ def test_a_wrong_result_does_not_stop_the_rounds(run_dir, plugin_env):
                 "--rounds", "2",
                 "-o", "c.json"], run_dir, env={**plugin_env, "FAULTY_CORRUPT": "1"})
     assert proc.returncode == 1
-    assert proc.stderr.count("CHECK FAILED: allreduce on faulty-mpi at 1K: 6 wrong elements (round") == 2
+    assert proc.stderr.count("CHECK FAILED: allreduce on faulty-mpi at 1K: 6 wrong elements "
+                             "(round") == 2
     (row,) = load_result(run_dir / "c.json").rows
     assert row.rounds == 2 and row.check == "wrong:6"
 

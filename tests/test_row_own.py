@@ -14,7 +14,8 @@ H100 = ROOT / "benchmarks" / "data" / "h100-runs"
 
 
 def _only(path: Path, collective: str, out: Path) -> Path:
-    """``path`` as a run of one collective: the same rows, and rounds, as ``collbench gather`` would write."""
+    """``path`` as a run of one collective: the same rows, and rounds, as ``collbench gather``
+    would write."""
     data = json.loads(path.read_text())
     data["rows"] = [r for r in data["rows"] if r["collective"] == collective]
     out.write_text(json.dumps(data))

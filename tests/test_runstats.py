@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from collbench.results.aggregate import build_row, moderate_rows, round_data, worst_check
-from collbench.stats.distributions import f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile, t_two_sided_p
+from collbench.stats.distributions import (f_cdf, f_quantile, incomplete_beta, t_cdf, t_quantile,
+                                           t_two_sided_p)
 from collbench.stats import runs as runstats
 from collbench.stats.noise import SpreadPrior, noise_model
 from collbench.stats.change import detectable_change, estimate_change, rounds_needed, within_spread

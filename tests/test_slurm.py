@@ -63,7 +63,8 @@ def cluster(munge, tmp_path_factory):
         assert not c.leftovers(), "processes of the cluster left running"
 
 
-def _srun(cluster, args: list, *, cwd, timeout: float = 240, env=None, node=None) -> subprocess.CompletedProcess:
+def _srun(cluster, args: list, *, cwd, timeout: float = 240, env=None,
+          node=None) -> subprocess.CompletedProcess:
     return subprocess.run(cluster.client(["srun", *args], node), cwd=cwd,
                           env={**cluster.env, **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
@@ -221,7 +222,8 @@ def _long() -> list:
 
 
 def _rank_process(cluster, rank: int) -> int:
-    """The pid of the rank itself (not its guardian, whose child it is) with SLURM_PROCID ``rank``."""
+    """The pid of the rank itself (not its guardian, whose child it is) with SLURM_PROCID
+    ``rank``."""
     ours = set(cluster.leftovers())
     for pid in ours:
         try:
@@ -230,7 +232,8 @@ def _rank_process(cluster, rank: int) -> int:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        if f"SLURM_PROCID={rank}".encode() in environ and argv[1:3] == [b"-m", b"collbench"] and parent in ours:
+        if (f"SLURM_PROCID={rank}".encode() in environ and argv[1:3] == [b"-m", b"collbench"]
+                and parent in ours):
             parent_argv = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
             if parent_argv[1:3] == [b"-m", b"collbench"]:
                 return pid
@@ -393,8 +396,8 @@ def test_a_world_of_one_under_srun_without_a_plugin_is_said_by_rank_0_alone():
             and "PMI_SIZE=4 says 4 ranks, but 2 started" in str(error))
 
 
-MPICH = ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC 2026\nMPICH ABI:   "
-         "       18:2:6\nMPICH Device:       ch4:ucx ofi\nMPICH configure:    "
+MPICH = ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC 2026\n"
+         "MPICH ABI:          18:2:6\nMPICH Device:       ch4:ucx ofi\nMPICH configure:    "
          "--with-device=ch4:ucx,ofi --with-pm=hydra:gforker\n")
 
 

@@ -163,8 +163,10 @@ def test_the_printed_tables_show_what_the_file_keeps_in_the_plans_order(tmp_path
 
 
 def test_titles_name_a_root_other_than_0_for_rooted_collectives_only():
-    assert build_tables(_rows("bcast"), root=1)[0].title == "bcast · float32 · root 1 · 2 ranks · latency · mpi · thread single"
-    assert build_tables(_rows("bcast"), root=0)[0].title == "bcast · float32 · 2 ranks · latency · mpi · thread single"
+    assert (build_tables(_rows("bcast"), root=1)[0].title
+            == "bcast · float32 · root 1 · 2 ranks · latency · mpi · thread single")
+    assert (build_tables(_rows("bcast"), root=0)[0].title
+            == "bcast · float32 · 2 ranks · latency · mpi · thread single")
     assert "root" not in build_tables(_rows("allreduce"), root=1)[0].title
 
 

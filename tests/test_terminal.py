@@ -102,7 +102,7 @@ def test_under_a_users_mpiexec_on_a_terminal_tables_fit_it_and_progress_shows(tm
     # stdout into a file, stderr on the terminal: the file gets every column, plain, as before
     code, lines, _ = _on_terminal([], tmp_path,
                                   command=f"{mpiexec} -n 2 {sys.executable} -m collbench allreduce "
-                                                          "-b mpi --sizes 8-1K --rounds 2 > out.txt")
+                                          "-b mpi --sizes 8-1K --rounds 2 > out.txt")
     written = (tmp_path / "out.txt").read_text()
     assert code == 0 and "\x1b" not in written and "max µs" in written and "p95 µs" in written
     assert max(len(line) for line in written.splitlines()) > 80
@@ -155,7 +155,8 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
     others = subprocess.run(["pgrep", "-x", "mpiexec"], capture_output=True,
                             text=True).stdout.split()
     if others:                            # another job's mpiexec may own a file written meanwhile
-        pytest.skip(f"other mpiexec processes run on this host ({len(others)}): the files cannot be told apart")
+        pytest.skip(f"other mpiexec processes run on this host ({len(others)}): the files cannot "
+                    "be told apart")
     left = [p for p in glob.glob("/tmp/hydra_hwloc_xmlfile_*") if written_since(p)]
     assert not left, left
 

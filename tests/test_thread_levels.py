@@ -233,8 +233,8 @@ def test_compare_refuses_a_verdict_across_levels_unless_asked():
                               new_name="new",
                               across_levels=True)
     assert comparison.regression and {r.verdict for r in comparison.rows} == {"slower"}
-    assert comparison.warnings[0] == "base ran MPI at thread level single and new at multiple: rows are matched " \
-                                     "across the levels"
+    assert comparison.warnings[0] == ("base ran MPI at thread level single and new at multiple: "
+                                      "rows are matched across the levels")
     # one level each side, the same: no word
     same = compare_runs(_run("multiple"), _run("multiple", 3.0))
     assert same.regression and not any("thread level" in w for w in same.warnings)
@@ -266,8 +266,8 @@ def test_an_old_file_is_read_as_multiple_and_unbound_and_says_it_was_assumed(und
             and "read as thread level multiple" in report.stdout + report.stderr)
     refused = cli(["compare", str(old), str(folder / "free.json"), "--allow-missing"], folder)
     assert refused.returncode == 2, refused.stderr
-    assert f"{old} ran MPI at thread level multiple and {folder / 'free.json'} at single (assumed for {old}: " \
-           "written before levels were recorded)" in refused.stderr
+    assert (f"{old} ran MPI at thread level multiple and {folder / 'free.json'} at single "
+            f"(assumed for {old}: written before levels were recorded)" in refused.stderr)
     asked = cli(["compare", str(old), str(folder / "free.json"), "--allow-missing",
                  "--across-levels"], folder)
     assert asked.returncode in (0, 1, 3) and "rows are matched across the levels" in asked.stderr

@@ -363,7 +363,8 @@ def test_the_overhead_is_taken_from_the_faster_of_graph_and_device():
 
 
 class _FakeCuda:
-    """As much of torch.cuda as TorchDevice.capture uses, its graph context warning as torch does."""
+    """As much of torch.cuda as TorchDevice.capture uses, its graph context warning as torch
+    does."""
 
     def __init__(self, warns):
         self.warns, self.capturing = warns, False

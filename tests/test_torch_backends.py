@@ -155,7 +155,8 @@ def test_nccl_every_timing_side_by_side_on_gpu(run_dir):
     # NCCL queues nothing for an in-place collective on one rank: said, not warned
     if n == 1:
         for name in ("allreduce", "bcast", "reduce"):
-            assert f"{name} on nccl, in-place, graph timing: the captured calls put no work on the GPU" in proc.stderr
+            assert (f"{name} on nccl, in-place, graph timing: the captured calls put no work on "
+                    "the GPU" in proc.stderr)
         assert "CUDA Graph is empty" not in proc.stderr
     graphs = [d["calls_per_sample"] for r in rows if r["timing"] == "graph"
               for d in r["round_details"]]

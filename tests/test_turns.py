@@ -287,7 +287,8 @@ def _side(scale, side: str, turns: str, rounds: int = 10):
 
 
 def _bump(run, row: int, round_index: int, factor: float):
-    """One side met interference alone in one of its turns: that round of that row, ``factor`` slower."""
+    """One side met interference alone in one of its turns: that round of that row, ``factor``
+    slower."""
     import dataclasses as dc
 
     r = run.rows[row]

@@ -200,4 +200,4 @@ def test_reduce_scatterv_checks_every_op_kind_on_both_apis_of_mpi4py(tmp_path, o
     assert proc.returncode == 0, proc.stderr
     assert [(r["backend"], r["check"])
             for r in load_json(tmp_path / "r.json")["rows"]] == [("mpi", "ok"),
-                                                                                             ("mpi-pickle", "ok")]
+                                                                 ("mpi-pickle", "ok")]

@@ -24,7 +24,8 @@ SMALL, LARGE = (1 << 20, 1.3), (64 << 20, 1.05)
 
 
 def nccl_tests(paths: list) -> dict:
-    """(collective, size) -> nccl-tests' out-of-place time in µs (the lowest where printed twice)."""
+    """(collective, size) -> nccl-tests' out-of-place time in µs (the lowest where printed
+    twice)."""
     out: dict = {}
     collective = None
     for path in paths:
@@ -48,7 +49,8 @@ def main(argv: list) -> int:
     rows = json.load(open(argv[0]))["rows"]
     theirs = nccl_tests(argv[1:])
     missed = 0
-    print(f"{'collective':<15} {'size':>11} {'graph µs':>10} {'nccl-tests -G µs':>17} {'ratio':>6}  target")
+    print(f"{'collective':<15} {'size':>11} {'graph µs':>10} {'nccl-tests -G µs':>17} "
+          f"{'ratio':>6}  target")
     for r in rows:
         key = (r["collective"], r["size_bytes"])
         if r["timing"] != "graph" or key not in theirs:

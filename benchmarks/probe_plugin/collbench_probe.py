@@ -35,8 +35,8 @@ class Probe:
                 global _calls
                 _calls += 1
                 if _calls == target:
-                    print(f"collbench-probe: rank {rank} first timed iteration at {time.time():.6f}",
-                          file=sys.stderr, flush=True)
+                    print(f"collbench-probe: rank {rank} first timed iteration at "
+                          f"{time.time():.6f}", file=sys.stderr, flush=True)
                 return call()
             return run
 

@@ -113,7 +113,8 @@ def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str,
 
 def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str,
                  matched: list) -> list:
-    """Differences in what was measured, and failed result checks, among ``matched`` (base, new) row pairs."""
+    """Differences in what was measured, and failed result checks, among ``matched`` (base, new)
+    row pairs."""
     notes = []
     for label in ("dtype", "op"):
         # ops only among reducing rows: the others have op "none" in every run

@@ -158,7 +158,8 @@ class Comparison:
 
     @property
     def blind(self) -> bool:
-        """Whether the gate would pass without having decided enough of the rows (``min_decided``)."""
+        """Whether the gate would pass without having decided enough of the rows
+        (``min_decided``)."""
         compared = len(self.compared)
         return self.passed and compared > 0 and self.decided < self.min_decided * compared - 1e-9
 
@@ -185,7 +186,8 @@ class Comparison:
         return tuple(sorted({r.noise for r in self.rows if r.noise}))
 
     def too_noisy(self) -> list:
-        """Rows that could not be decided and whose spread hides a change of the threshold's size."""
+        """Rows that could not be decided and whose spread hides a change of the threshold's
+        size."""
         return [r for r in self.rows if r.verdict == "inconclusive" and math.isfinite(r.detectable)
                 and r.detectable > self.threshold]
 
@@ -257,7 +259,8 @@ def _index(result: RunResult, name: str, across_backends: bool = False,
     for i, row in enumerate(result.rows):
         key = match_key(row, across_backends, across_levels)
         if key in index:
-            raise UsageError(f"{name}: two rows for {_describe(key)}; compare files of one run each")
+            raise UsageError(f"{name}: two rows for {_describe(key)}; compare files of one run "
+                             "each")
         index[key] = i
     return index
 
@@ -315,9 +318,9 @@ def _starved_warnings(pending: list, decided: dict, names: tuple) -> list:
             kept.setdefault(p.starved[0], []).append(p.starved)
     return [f"{names[side]}: on a busy machine its ranks got clearly less of their cores than "
             f"{names[1 - side]}'s (starved); {len(rows)} row(s) "
-            f"{'slower' if side == 1 else 'faster'} by no more than the CPU they lacked can explain "
-            f"(up to {explained_by(min(rows, key=lambda s: s[1]))}) are inconclusive: measure again "
-            "on a quiet machine, or both sides in one job (collbench ab)"
+            f"{'slower' if side == 1 else 'faster'} by no more than the CPU they lacked can "
+            f"explain (up to {explained_by(min(rows, key=lambda s: s[1]))}) are inconclusive: "
+            "measure again on a quiet machine, or both sides in one job (collbench ab)"
             for side, rows in sorted(kept.items())]
 
 
@@ -405,8 +408,8 @@ def _match(baseline: RunResult, new: RunResult, names: tuple, across_levels: boo
     levels = levels_apart(baseline, new, across)
     if levels[0] and not across_levels:
         raise UsageError(f"{baseline_name} ran MPI at thread level {'/'.join(levels[0])} and "
-                         f"{new_name} at "
-                         f"{'/'.join(levels[1])}{_assumed(baseline, new, baseline_name, new_name)}: "
+                         f"{new_name} at {'/'.join(levels[1])}"
+                         f"{_assumed(baseline, new, baseline_name, new_name)}: "
                          "the level alone moves MPI's times 2-3x, so no verdict is called across "
                          "levels; --across-levels compares them anyway")
     base_index = _index(baseline, baseline_name, across, bool(levels[0]))
@@ -418,8 +421,8 @@ def _match(baseline: RunResult, new: RunResult, names: tuple, across_levels: boo
                          f"rows{_apart(baseline, new, across)}): incomparable")
     if len(common) > MAX_COMPARED_ROWS:
         raise UsageError(f"{baseline_name} and {new_name} share {len(common):,} rows; compare "
-                         f"judges at most {MAX_COMPARED_ROWS:,} at once: compare the sweep in parts "
-                         "(a file per collective, or per range of sizes)")
+                         f"judges at most {MAX_COMPARED_ROWS:,} at once: compare the sweep in "
+                         "parts (a file per collective, or per range of sizes)")
     return _Match(across, levels, base_index, new_index, common)
 
 

@@ -211,8 +211,9 @@ def comparison_table(c: Comparison) -> TableModel:
              if f not in varying_fields and not (f == "op" and first.field(f) == "none")]
     label = _METRIC_LABEL[c.metric]
     show_reason = any(r.reason for r in c.rows)
-    headers = ("collective", "backend", *[lbl for _, lbl in varying], "size", f"baseline {label}",
-               f"new {label}", "change", c.ci_label, "rounds", "p (adj.)", "verdict") + (("why",) if show_reason else ())
+    headers = (("collective", "backend", *[lbl for _, lbl in varying], "size", f"baseline {label}",
+                f"new {label}", "change", c.ci_label, "rounds", "p (adj.)", "verdict")
+               + (("why",) if show_reason else ()))
     cells = []
     for r in c.rows:
         size = r.field("size_bytes")

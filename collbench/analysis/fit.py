@@ -55,7 +55,8 @@ def _solve(design: np.ndarray, columns: tuple) -> tuple:
 
 
 def fit_alpha_beta(size_bytes, time_us) -> Optional[AlphaBetaFit]:
-    """Fit t = α + n/β to the points with n > 0 and finite t > 0; None with fewer than MIN_POINTS."""
+    """Fit t = α + n/β to the points with n > 0 and finite t > 0; None with fewer than
+    MIN_POINTS."""
     n = np.asarray(size_bytes, dtype=np.float64)
     t = np.asarray(time_us, dtype=np.float64)
     keep = (n > 0) & np.isfinite(t) & (t > 0)
@@ -104,7 +105,8 @@ class GroupFit:
 
 def _bus_factor(rows: list) -> float:
     for r in rows:
-        if r.algbw_gbps and math.isfinite(r.algbw_gbps) and r.algbw_gbps > 0 and math.isfinite(r.busbw_gbps):
+        if (r.algbw_gbps and math.isfinite(r.algbw_gbps) and r.algbw_gbps > 0
+                and math.isfinite(r.busbw_gbps)):
             return r.busbw_gbps / r.algbw_gbps
     return math.nan
 

@@ -31,7 +31,8 @@ def _bus_factor(row) -> float:
 
 
 def _round_kind(settings: dict):
-    """A run's kind of rounds (launch, communicator, ...): text, or None where the file does not say."""
+    """A run's kind of rounds (launch, communicator, ...): text, or None where the file does not
+    say."""
     kind = settings.get("round_kind")
     return kind if kind is None or isinstance(kind, str) else str(kind)
 

@@ -25,7 +25,8 @@ from collbench.measure.sizes import format_size
 from collbench.results.loader import load_result
 from collbench.results.records import backend_label, root_rank
 from collbench.results import link_map
-from collbench.render.tables import TableModel, build_tables, format_us, level_word, link_tables, setup_text
+from collbench.render.tables import (TableModel, build_tables, format_us, level_word, link_tables,
+                                     setup_text)
 
 DIFF_NOTES = (
     "change: of the later run's median time against the first run's (positive: slower); apart: the "
@@ -178,7 +179,8 @@ def _diff_table(first_label: str, first_rows, label: str, rows) -> TableModel:
     firsts = {match_key(r): r for r in first_rows}
     laters = {match_key(r): r for r in rows}
     if not firsts.keys() & laters.keys():
-        raise UsageError(f"{label} and {first_label} have no row in common: --diff compares runs of one setup")
+        raise UsageError(f"{label} and {first_label} have no row in common: --diff compares runs "
+                         "of one setup")
     keys = list(firsts) + [k for k in laters if k not in firsts]
     several = len({_setup(r) for r in (*first_rows, *rows)}) > 1
     headers = ("collective", "backend") + (("setup",) if several else ()) + (
@@ -194,13 +196,15 @@ def _diff_table(first_label: str, first_rows, label: str, rows) -> TableModel:
             moved[verdict] += 1
             shown = f"{round(change * 100, 1) or 0.0:+.1f}%"
         else:
-            shown, verdict = "-", "-" if first and later else f"only in {first_label if first else label}"
+            shown, verdict = ("-", "-" if first and later
+                              else f"only in {first_label if first else label}")
         cells.append((row.collective, backend_label(row)) + ((_setup(row),) if several else ()) + (
             format_size(row.size_bytes) if row.size_bytes else "-",
             format_us(first.time_us_p50) if first else "-",
             format_us(later.time_us_p50) if later else "-", shown, verdict))
-    summary = (f"{moved['apart ↑']} row(s) slower and {moved['apart ↓']} faster beyond both CIs, of {len(changes)} "
-               f"compared; median change {median(changes) * 100:+.1f}%") if changes else "no row to compare"
+    summary = (f"{moved['apart ↑']} row(s) slower and {moved['apart ↓']} faster beyond both CIs, "
+               f"of {len(changes)} compared; median change {median(changes) * 100:+.1f}%"
+               if changes else "no row to compare")
     # On a narrow terminal the setup and the medians go before the change and whether it is beyond
     # the CIs.
     priorities = (0, 0) + ((3,) if several else ()) + (0, 2, 1, 0, 0)

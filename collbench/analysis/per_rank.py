@@ -39,7 +39,8 @@ RULE_NOTES = (
     f"(median over rounds), the one the collective ends on; the root of {_ROOTED} is left out, its "
     "part differs by design",
     f"outliers: a rank beyond the median rank by more than {K_SPREADS:g} robust spreads (1.4826 × "
-    f"the median absolute deviation) and by more than {MARGIN:.0%}, in more than half of the rounds",
+    f"the median absolute deviation) and by more than {MARGIN:.0%}, in more than half of the "
+    "rounds",
     "a rank late into a call delays every rank as much: it makes every rank slower, not one; this "
     "view finds ranks that end late (slow to unpack, reduce or receive)",
 )
@@ -82,7 +83,8 @@ def _outliers(view) -> str:
 def _title(row) -> str:
     op = "" if row.op == "none" else f" {row.op}"
     spread = f" · pattern {row.pattern}" if row.pattern else ""
-    return f"{row.collective} · {row.dtype}{op} · {rank_count_text(row.world_size)} · {row.timing}{spread} · per rank"
+    return (f"{row.collective} · {row.dtype}{op} · {rank_count_text(row.world_size)} · "
+            f"{row.timing}{spread} · per rank")
 
 
 def size_tables(entries) -> list:
@@ -112,7 +114,8 @@ def size_tables(entries) -> list:
 
 
 def _rank_ranges(ranks) -> str:
-    """0-3,6: sorted ranks, runs collapsed; as launch.liveness.coordinator.rank_ranges (analysis may not import launch)."""
+    """0-3,6: sorted ranks, runs collapsed; as launch.liveness.coordinator.rank_ranges (analysis
+    may not import launch)."""
     runs: list = []
     for r in sorted(ranks):
         if runs and r == runs[-1][-1] + 1:
@@ -212,7 +215,8 @@ def _unlisted(row, n: int) -> str:
     if n != row.world_size:
         return "the ranks of split groups are not listed"
     if not patterns.known(row.pattern):
-        return f"its matrix is not in the file (a file keeps one of up to {patterns.MAX_KEPT_RANKS} ranks)"
+        return ("its matrix is not in the file (a file keeps one of up to "
+                f"{patterns.MAX_KEPT_RANKS} ranks)")
     if patterns.problem(row.pattern, n):
         return f"its pattern does not spread {n} ranks"
     return ""

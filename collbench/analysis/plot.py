@@ -22,7 +22,8 @@ from collbench.errors import UsageError
 from collbench.measure.sizes import format_size
 from collbench.results import link_map
 from collbench.results.paths import check_writable_path, write_atomic
-from collbench.results.records import BY_SIZE, KEY_FIELDS, PER_BACKEND, SAID_FIELDS, backend_label, setup_words
+from collbench.results.records import (BY_SIZE, KEY_FIELDS, PER_BACKEND, SAID_FIELDS, backend_label,
+                                       setup_words)
 from collbench.render.tables import rank_count_text
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -185,7 +186,8 @@ def figure_of(rows, *, run_labels=(), where: link_map.Placement = link_map.Place
     if maps:
         notes = [where.crowded] * bool(where.crowded)
         if rest:
-            notes.append(f"{len(rest)} row(s) outside the link maps are not drawn; plot them from a file of their own")
+            notes.append(f"{len(rest)} row(s) outside the link maps are not drawn; plot them "
+                         "from a file of their own")
         return heat_maps(maps), notes
     sweep = sweep_of(rows, run_labels)
     if not sweep.sections:

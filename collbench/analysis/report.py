@@ -69,7 +69,8 @@ def _shown_notes(name: str, notes: list) -> list:
 
 
 def _setup(g: GroupFit) -> str:
-    """Its dtype, op, ranks and timing, then what else sets its rows apart (a pair, a split's group)."""
+    """Its dtype, op, ranks and timing, then what else sets its rows apart (a pair, a split's
+    group)."""
     words = setup_words(g.columns)
     group = [f"group {g.field('group')}"] * bool(g.field("split"))
     return ", ".join([setup_text(g.field("dtype"), g.field("op"), g.field("world_size"),
@@ -97,7 +98,8 @@ def _gbps(v: float) -> str:
 
 
 def fit_table(fits, run_labels=()) -> TableModel:
-    """The fits; ``run_labels``, when given, is each fit's run label, shown in a column of its own."""
+    """The fits; ``run_labels``, when given, is each fit's run label, shown in a column of its
+    own."""
     headers = ("collective", "backend") + (("run",) if run_labels else ()) + (
         "setup", "α µs", "β GB/s", "bus β GB/s", "n½", "error", "points")
     cells = []
@@ -186,10 +188,11 @@ def sensitivity_table(named: list, threshold: float, alpha: float) -> TableModel
         "and the new file one more run like its last, meeting the machine as it did (compare's own "
         "computation): the rounds' spread moderated by its trend, the drift of whole runs between "
         "the two (assumed, or measured in a file merged from 3+ runs), the rows adjusted together "
-        f"(max-T), alpha {alpha:g}. A new run that lies as a whole above or below this one reads as "
-        "a state of the machine and raises it (compare says by how much). Rows above the threshold "
-        "give inconclusive verdicts there, not false alarms; a baseline merged from several runs "
-        "(collbench merge), more rounds, or both sides in one job (collbench ab) lower the figure",)
+        f"(max-T), alpha {alpha:g}. A new run that lies as a whole above or below this one reads "
+        "as a state of the machine and raises it (compare says by how much). Rows above the "
+        "threshold give inconclusive verdicts there, not false alarms; a baseline merged from "
+        "several runs (collbench merge), more rounds, or both sides in one job (collbench ab) "
+        "lower the figure",)
     priorities = ((0,) if several else ()) + (2, 1, 0, 4, 3, 2, 1, 0)        # the verdict stays
     return TableModel("what a comparison against this baseline can detect", headers, tuple(cells),
                       notes, priorities)

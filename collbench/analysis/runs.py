@@ -204,7 +204,8 @@ def noisy_runs(result: RunResult, ids: dict, clean_sds: list) -> dict:
         for number, median in zip(result.round_numbers(i), row.time_us_round_p50s):
             grouped.setdefault(ids.get(number, ""), []).append(median)
         for key, medians in grouped.items():
-            shares.setdefault(key, []).append(1.0 - float(np.mean(clean_rounds(medians, clean_sds[i]))))
+            shares.setdefault(key, []).append(
+                1.0 - float(np.mean(clean_rounds(medians, clean_sds[i]))))
     medians = {k: float(np.median(v)) for k, v in shares.items()}
     out = {}
     for key, share in medians.items():
@@ -272,8 +273,8 @@ def round_warnings(files: tuple, names: tuple, compared, set_aside: dict,
     if single:
         measured_once = all(r.baseline.rounds < 2 and r.new.rounds < 2 for r in single)
         notes.append(f"{len(single)} row(s) have a single counted round on each side: their "
-                     f"run-to-run spread is assumed to be {assumed_log_sd:.0%} (sd of log medians), "
-                     "so only large changes are called; "
+                     f"run-to-run spread is assumed to be {assumed_log_sd:.0%} (sd of log "
+                     "medians), so only large changes are called; "
                      + ("measure with --rounds 3 or more" if measured_once else
                         "interference set the other rounds aside: measure again on a quieter "
                         "machine, or with more rounds"))

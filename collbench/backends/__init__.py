@@ -92,7 +92,8 @@ def unavailable_reason(name: str) -> Optional[str]:
         if name in _BUILTIN:
             raise
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"its availability check failed ({type(exc).__name__}{': ' + detail if detail else ''})"
+        return ("its availability check failed "
+                f"({type(exc).__name__}{': ' + detail if detail else ''})")
 
 
 class PluginFault(UsageError):

@@ -59,7 +59,8 @@ def mpi_module():
             # every rank of the host has the same limit: the first says it, not each
             raise HostUsageError(f"MPI's library cannot be loaded on {socket.gethostname()}: the "
                                  f"address space ran out{limits}; raise the limit") from None
-        raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: {INSTALL_HINT}") from None
+        raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: "
+                                 f"{INSTALL_HINT}") from None
     return MPI
 
 
@@ -132,7 +133,8 @@ def mpi_unavailable_reason() -> Optional[str]:
                            timeout=60)
     if probe.returncode != 0:
         lines = probe.stderr.strip().splitlines()
-        return f"no MPI library could be loaded ({lines[-1] if lines else 'unknown error'}); install one with: {INSTALL_HINT}"
+        return (f"no MPI library could be loaded ({lines[-1] if lines else 'unknown error'}); "
+                f"install one with: {INSTALL_HINT}")
     return None
 
 
@@ -222,8 +224,8 @@ class MpiBase:
         # other backends' traffic never mix with what is measured.
         self.whole = self.MPI.COMM_WORLD.Dup()
         self.comm = self.whole            # what is measured on: the whole, or this rank's group
-        if getattr(self.options, "api", "blocking") == "persistent" and not persistent_collectives(self.MPI,
-                                                                                                  self.whole):
+        if (getattr(self.options, "api", "blocking") == "persistent"
+                and not persistent_collectives(self.MPI, self.whole)):
             from collbench.errors import BackendDeclined
             raise BackendDeclined(f"--api persistent: {library_version()} (MPI "
                                   f"{'%d.%d' % self.MPI.Get_version()}) has no persistent "

@@ -132,7 +132,8 @@ def _init_env(control: Optional[Control]) -> None:
     if user_address or (control is None and not self_launched):
         rank, size = (control.rank, control.size) if control is not None else _world_from_env()
         if environment.MASTER_ADDR not in env:                 # one process, no launcher at all
-            env[environment.MASTER_ADDR], env[environment.MASTER_PORT] = "127.0.0.1", str(free_port("127.0.0.1"))
+            env[environment.MASTER_ADDR], env[environment.MASTER_PORT] = (
+                "127.0.0.1", str(free_port("127.0.0.1")))
         # Before torch is imported, which takes seconds: a rendezvous that cannot succeed is
         # said at once. Rank 0 listens at MASTER_PORT (unless torchrun's agent does already).
         rendezvous.refuse_rank0_finding(
@@ -205,7 +206,8 @@ def _torchrun_store_at(method: "rendezvous.InitMethod") -> bool:
     torch then makes every rank a client of it. Any other address is rank 0's to host, which
     torch does under torchrun only once told that the agent's store is not the one."""
     env = os.environ
-    if env.get(_AGENT_STORE) != "True" or str(method.port) != env.get(environment.MASTER_PORT, "").strip():
+    if (env.get(_AGENT_STORE) != "True"
+            or str(method.port) != env.get(environment.MASTER_PORT, "").strip()):
         return False
     try:
         return (addresses.resolve(method.host)
@@ -234,7 +236,8 @@ class _StoreExchange:
     def __init__(self, store, rank: int, size: int) -> None:
         self.store, self.rank, self.size = store, rank, size
         # a run torchrun restarts finds its earlier attempt's keys in the agent's store
-        self._prefix = f"collbench/rendezvous/{os.environ.get(environment.TORCHELASTIC_RESTART_COUNT, '0')}/"
+        self._prefix = ("collbench/rendezvous/"
+                        f"{os.environ.get(environment.TORCHELASTIC_RESTART_COUNT, '0')}/")
         self._calls = 0
 
     def _key(self) -> str:

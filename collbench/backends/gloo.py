@@ -32,7 +32,8 @@ class GlooBackend(TorchBackend):
 
     @classmethod
     def environment(cls) -> dict:
-        """The ``--init-method`` forms usable here: the default group, gloo under nccl too, meets so."""
+        """The ``--init-method`` forms usable here: the default group, gloo under nccl too, meets
+        so."""
         if _torch.torch_missing():
             return {}
         from collbench.launch.network.rendezvous import init_methods_here

@@ -34,7 +34,8 @@ class MpiBackend(MpiBase, Backend):
 
     @classmethod
     def environment(cls) -> dict:
-        """Whether the MPI library takes GPU memory (``--buffers cuda``), asked of a one-rank job."""
+        """Whether the MPI library takes GPU memory (``--buffers cuda``), asked of a one-rank
+        job."""
         from collbench.backends._mpi import probe_cuda_aware
         aware = probe_cuda_aware()
         return {"MPI CUDA-aware": {True: "yes (--buffers cuda)",
@@ -65,10 +66,10 @@ class MpiBackend(MpiBase, Backend):
         elif self.options.buffers == "cuda":
             aware = control.bcast(cuda_aware() if control.rank == 0 else None)
             if not aware:
-                raise BackendDeclined(f"--buffers cuda: {library_version()} "
-                                      f"{'cannot take' if aware is False else 'does not say whether it takes'} "
-                                      "GPU memory (MPIX_Query_cuda_support); use a CUDA-aware MPI "
-                                      "build")
+                raise BackendDeclined(
+                    f"--buffers cuda: {library_version()} "
+                    f"{'cannot take' if aware is False else 'does not say whether it takes'} "
+                    "GPU memory (MPIX_Query_cuda_support); use a CUDA-aware MPI build")
             from collbench.backends._torch import torch_modules
             from collbench.launch.origin.launcher import detect
             torch, _ = torch_modules()

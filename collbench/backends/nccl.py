@@ -55,9 +55,11 @@ class NcclBackend(TorchBackend):
             why = ("it is a CPU-only build; install a CUDA build of torch"
                    if torch.version.cuda is None
                    else "check CUDA_VISIBLE_DEVICES and the NVIDIA driver")
-            return f"nccl needs a CUDA GPU, and torch {torch.__version__} sees no CUDA device ({why})"
+            return (f"nccl needs a CUDA GPU, and torch {torch.__version__} sees no CUDA device "
+                    f"({why})")
         if not dist.is_nccl_available():
-            return f"torch {torch.__version__} was built without NCCL; install a CUDA build of torch"
+            return (f"torch {torch.__version__} was built without NCCL; install a CUDA build of "
+                    "torch")
         return None
 
     @classmethod

@@ -50,7 +50,8 @@ def parse_levels(text: Optional[str]) -> tuple:
         raise UsageError(f"--thread-level is empty; choose from: {', '.join(LEVELS)}")
     for level in levels:
         if level not in LEVELS:
-            raise UsageError(f"unknown thread level {level!r:.40}; choose from: {', '.join(LEVELS)}")
+            raise UsageError(f"unknown thread level {level!r:.40}; choose from: "
+                             f"{', '.join(LEVELS)}")
     return tuple(dict.fromkeys(levels))
 
 

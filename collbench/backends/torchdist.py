@@ -52,7 +52,8 @@ class TorchBackend(Backend):
     groups: tuple = ()
 
     def _new_group(self, ranks=None):
-        """A process group over ``ranks`` (every rank: None); every rank calls it for every group."""
+        """A process group over ``ranks`` (every rank: None); every rank calls it for every
+        group."""
         return self.dist.new_group(ranks=ranks, backend=self.pg_backend)
 
     def split(self, groups: tuple) -> None:

@@ -41,8 +41,8 @@ class Alltoallv(Collective):
     same_work = False
     part_per_rank = "sends each rank, on average,"
     summary = ("Measure alltoallv across sizes: each rank sends each rank a piece of its own "
-               "length, spread as --pattern says (uniform, spread:F, zipf:S, matrix:FILE); the size "
-               "is what a rank sends in all.")
+               "length, spread as --pattern says (uniform, spread:F, zipf:S, matrix:FILE); the "
+               "size is what a rank sends in all.")
     memory_factors = {"buffer": (1.25, 1.25), "object": (2.35, 2.35), "tensor": (1.25, 1.25)}
 
     bus_factor = staticmethod(ring_factor)

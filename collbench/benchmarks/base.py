@@ -163,7 +163,8 @@ class BufferCall(Call):
         return self.in_place_marker if self.in_place else self.send
 
     def source_at_root(self) -> Any:
-        """A rooted call's send argument: MPI.IN_PLACE at the root in place, else the send buffer."""
+        """A rooted call's send argument: MPI.IN_PLACE at the root in place, else the send
+        buffer."""
         return self.source if self.rank == self.root else self.send
 
     def issue(self, name: str, *args) -> Callable[[], Any]:
@@ -329,7 +330,8 @@ class Benchmark:
     in_all: ClassVar[bool] = True
 
     def imbalance(self, elements: int, n: int, roles: Roles) -> tuple[float, float]:
-        """(sent, received): the busiest rank's bytes over the size's, where a pattern spreads them."""
+        """(sent, received): the busiest rank's bytes over the size's, where a pattern spreads
+        them."""
         return 1.0, 1.0
 
     def rank_elements(self, elements: int, n: int, roles: Roles) -> Optional[list]:
@@ -379,7 +381,8 @@ class Benchmark:
         return 1
 
     def row_axes(self, roles: Roles, group: int = 0) -> dict:
-        """The row columns that say where measurement ``group`` ran (``collbench.results.records``)."""
+        """The row columns that say where measurement ``group`` ran
+        (``collbench.results.records``)."""
         return {"pair": "%d-%d" % roles.pairs[group] if self.paired else "",
                 "window": roles.window if self.windowed else 1,
                 "pairs_at_once": len(roles.pairs) if self.paired else 1}
@@ -430,7 +433,8 @@ class Benchmark:
                 f" ({self.api_note})" if self.api_note else "")
         if api != "blocking" and family == "object" and (self.kind == COLLECTIVE
                                                          or api == "persistent"):
-            return f"mpi4py's pickle API has no {api} {'collectives' if self.kind == COLLECTIVE else 'calls'}; use mpi"
+            return (f"mpi4py's pickle API has no {api} "
+                    f"{'collectives' if self.kind == COLLECTIVE else 'calls'}; use mpi")
         if api == "persistent" and family == "tensor":
             return "torch.distributed has no persistent calls; use mpi"
         return None

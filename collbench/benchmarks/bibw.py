@@ -8,7 +8,8 @@ figure, size × W × 2 / window time; algorithm bandwidth is one direction's.
 
 from functools import partial
 
-from collbench.benchmarks.bw import Windowed, mpi_wait_all, pickle_room, pickle_wait_all, torch_batch
+from collbench.benchmarks.bw import (Windowed, mpi_wait_all, pickle_room, pickle_wait_all,
+                                     torch_batch)
 from collbench.benchmarks.pingpong import TAG
 
 

@@ -71,7 +71,8 @@ class Windowed(PointToPoint):
 class Bandwidth(Windowed):
     name, position = "bw", 21
     directed = True
-    summary = "Measure the bandwidth from one rank to another (osu_bw): windows of non-blocking sends."
+    summary = ("Measure the bandwidth from one rank to another (osu_bw): windows of non-blocking "
+               "sends.")
     timed_as = ("--window non-blocking sends from the pair's first rank, then a one-element "
                 "acknowledgement, timed on the sender; time per message = the window's time / "
                 "window")

@@ -109,7 +109,8 @@ def _widen_numpy(x: np.ndarray) -> np.ndarray:
 
 
 def sum_stride(n: int, limit: int) -> int:
-    """The stride m: element k sums the ranks r ≡ k (mod m), each 1..3, so the sum is at most limit."""
+    """The stride m: element k sums the ranks r ≡ k (mod m), each 1..3, so the sum is at most
+    limit."""
     return max(1, -(-n // (limit // 3)))
 
 
@@ -163,7 +164,8 @@ BITS = 6                                          # band/bor use bits 0..5: int8
 
 
 def _bits(k, n: int, who) -> np.ndarray:
-    """The bits j < BITS where (k + j) mod (n + 1) is ``who``; looked up in a table of one period."""
+    """The bits j < BITS where (k + j) mod (n + 1) is ``who``; looked up in a table of one
+    period."""
     j = np.arange(n + 1)[:, None] + np.arange(BITS)
     table = ((j % (n + 1) == who) << np.arange(BITS)).sum(axis=1)
     return table[np.asarray(k) % (n + 1)]
@@ -319,7 +321,8 @@ class Tables:
     _made: dict = field(default_factory=dict)
 
     def _table(self, source: int) -> tuple:
-        """(table on the device, phase of index 0) of ``source``'s values (REDUCED: the reduction's)."""
+        """(table on the device, phase of index 0) of ``source``'s values (REDUCED: the
+        reduction's)."""
         base, phase = (REDUCED, 0) if source == REDUCED else self.check.shift(source, self.n)
         if base not in self._made:
             period = self.check.period(self.n)

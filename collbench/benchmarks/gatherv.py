@@ -10,7 +10,8 @@ from collbench.benchmarks import patterns
 from collbench.benchmarks.check import Part
 from collbench.benchmarks.pieces import OnePiecePerRank, length
 
-TORCH = "torch.distributed's gather takes pieces of one length only; gatherv runs on mpi and mpi-pickle"
+TORCH = ("torch.distributed's gather takes pieces of one length only; gatherv runs on mpi and "
+         "mpi-pickle")
 
 
 class Gatherv(OnePiecePerRank):

@@ -73,7 +73,8 @@ class Pattern:
         return ""
 
     def weights(self, n: int) -> list:
-        """``weights[i][j]``: rank i's share of its sends that go to rank j (each row adds up to 1)."""
+        """``weights[i][j]``: rank i's share of its sends that go to rank j (each row adds up
+        to 1)."""
         if self.kind == "spread" and n > 1:
             pairs = n * (n - 1) / 2
             return [[(1 - self.parameter) / n + self.parameter * ((j - i) % n) / pairs
@@ -119,8 +120,8 @@ def parse(text: str) -> Pattern:
             return Pattern("matrix", digest=rest if rest in _MATRICES else read_matrix(rest))
     except ValueError:
         pass
-    raise ValueError(f"pattern {spelled!r:.60}: give uniform, spread:F (0 <= F <= 1), zipf:S[:SEED] "
-                     f"(0 <= S <= {MAX_ZIPF:g}, SEED a whole number) or matrix:FILE")
+    raise ValueError(f"pattern {spelled!r:.60}: give uniform, spread:F (0 <= F <= 1), "
+                     f"zipf:S[:SEED] (0 <= S <= {MAX_ZIPF:g}, SEED a whole number) or matrix:FILE")
 
 
 def read_matrix(path: str) -> str:
@@ -213,7 +214,8 @@ def take_back(matrices) -> None:
             matrix = [tuple(float(x) for x in row) for row in rows]
         except OverflowError:             # a whole number past what a float holds
             continue
-        if sum(map(sum, matrix)) > 0 and hashlib.sha256(repr(matrix).encode()).hexdigest()[:12] == digest:
+        if (sum(map(sum, matrix)) > 0
+                and hashlib.sha256(repr(matrix).encode()).hexdigest()[:12] == digest):
             _MATRICES[digest] = tuple(matrix)
 
 
@@ -236,7 +238,8 @@ def shares(name: str, n: int) -> list:
 
 
 def _plain_number(cell: str) -> bool:
-    """Digits with at most a point and an exponent: no signs of other scripts, no nan or inf words."""
+    """Digits with at most a point and an exponent: no signs of other scripts, no nan or inf
+    words."""
     body = cell.lower()
     return bool(body) and all(c in "0123456789.e+-" for c in body)
 

@@ -44,7 +44,8 @@ class Payload:
         make, values = self.make, self.values
 
         def combine(a, b, *_):
-            return make(np.asarray(ufunc(values(a, dtype), values(b, dtype))).astype(dtype, copy=False))
+            return make(np.asarray(ufunc(values(a, dtype), values(b, dtype))).astype(dtype,
+                                                                                     copy=False))
 
         return combine
 

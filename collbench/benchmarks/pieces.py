@@ -7,7 +7,8 @@ from collbench.benchmarks.base import OUT_OF_PLACE, Collective, Roles, ring_fact
 
 
 def length(buf) -> int:
-    """The elements of a buffer argument: a view, a tensor, or [view, MPI type] for maxloc's pairs."""
+    """The elements of a buffer argument: a view, a tensor, or [view, MPI type] for maxloc's
+    pairs."""
     buf = buf[0] if isinstance(buf, list) else buf
     return int(buf.numel()) if hasattr(buf, "numel") else len(buf)
 

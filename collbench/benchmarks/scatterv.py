@@ -10,7 +10,8 @@ from collbench.benchmarks import patterns
 from collbench.benchmarks.check import Part
 from collbench.benchmarks.pieces import OnePiecePerRank, length
 
-TORCH = "torch.distributed's scatter takes pieces of one length only; scatterv runs on mpi and mpi-pickle"
+TORCH = ("torch.distributed's scatter takes pieces of one length only; scatterv runs on mpi and "
+         "mpi-pickle")
 
 
 class Scatterv(OnePiecePerRank):
@@ -18,8 +19,8 @@ class Scatterv(OnePiecePerRank):
     rooted = True
     pieces_sent = False
     part_per_rank = "receives, by its piece,"
-    summary = ("Measure scatterv across sizes: the root sends every rank a piece of its own length, sized by "
-               "--pattern; the size is the root's whole array.")
+    summary = ("Measure scatterv across sizes: the root sends every rank a piece of its own "
+               "length, sized by --pattern; the size is the root's whole array.")
     lacks = {"gloo": TORCH, "nccl": TORCH}
     #: scatter's factors per byte of buffer (benchmarks/memory_factors.py), not measured for
     #: scatterv itself

@@ -15,8 +15,10 @@ class SendRecv(PointToPoint):
     api_note = "MPI's Sendrecv is one call with no persistent form"
     paired = False          # every rank, with its neighbours
     self_paced = False
-    summary = "Measure sendrecv: every rank sends to rank+1 and receives from rank-1 at once (nccl-tests)."
-    timed_as = "one exchange with both neighbours, after a barrier over every rank; the slowest rank's time"
+    summary = ("Measure sendrecv: every rank sends to rank+1 and receives from rank-1 at once "
+               "(nccl-tests).")
+    timed_as = ("one exchange with both neighbours, after a barrier over every rank; the slowest "
+                "rank's time")
 
     def received(self, n, rank, roles, elements, recv_len):
         return (Part(0, recv_len, (rank - 1) % n),)

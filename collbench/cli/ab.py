@@ -62,10 +62,10 @@ def _side_options(letter: str):
               help="The share of rows that must be decided to pass; below it, exit 3 (undecided), "
                    "as in compare.")
 @click.option("--max-rounds", type=params.Whole(min=1, max=1000), default=None, metavar="N",
-              help="Pairs the job may go to where rows are undecided: after the command's --rounds, "
-                   "and after twice as many and so on, it judges, and adds pairs while fewer than "
-                   "--min-decided of the rows are decided [default: 4 x --rounds; equal to --rounds "
-                   "adds none].")
+              help="Pairs the job may go to where rows are undecided: after the command's "
+                   "--rounds, and after twice as many and so on, it judges, and adds pairs while "
+                   "fewer than --min-decided of the rows are decided [default: 4 x --rounds; "
+                   "equal to --rounds adds none].")
 @click.option("--turns", type=click.Choice(("size", "launch")), default="size", show_default=True,
               help="How a pair's two launches take turns: at once, size by size (what moves the "
                    "machine in a second moves both), or one launch after the other.")
@@ -93,7 +93,6 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
     How it is judged: docs/compare.md, "A/B in one job".
     """
     from collbench.analysis.compare import compare_runs, parse_threshold
-    from collbench.cli.results import COMPARE_FORMATS, _warn
     from collbench.errors import UsageError
     from collbench.launch.origin import launcher as launch
     from collbench.backends import uses_mpi
@@ -129,8 +128,8 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
                   # sides may differ in level on purpose
                   across_levels=True, min_decided=min_decided)
     if not quiet:
-        print(f"collbench ab: {rounds} pair{'s' * (rounds != 1)} of {name} on {n} "
-              f"ranks{f', up to {max_rounds} where rows are undecided' if max_rounds > rounds else ''}; "
+        print(f"collbench ab: {rounds} pair{'s' * (rounds != 1)} of {name} on {n} ranks"
+              f"{f', up to {max_rounds} where rows are undecided' if max_rounds > rounds else ''}; "
               f"A ({labels[0]}): {made[0].describe()}; B ({labels[1]}): {made[1].describe()}; seed "
               f"{seed}",
               file=sys.stderr, flush=True)
@@ -146,6 +145,17 @@ def ab_command(command, prefix, force, threshold, metric, alpha, seed, fmt, allo
                               use_mpi=tuple(any(uses_mpi(b) for b in bs) for bs in backends_of),
                               rounds=rounds, seed=seed, quiet=quiet, verbose=verbose, turns=turns,
                                        more=more)
+    _judge_and_exit(code, paths, judged, fmt, quiet)
+
+
+def _judge_and_exit(code: int, paths: tuple, judged: dict, fmt: str, quiet: bool) -> None:
+    """The end of an ab job whose launches returned ``code``: that code where the job failed,
+    else the two result files compared (``judged``: compare's settings), printed in ``fmt``,
+    and the exit status the comparison calls for."""
+    from collbench.analysis.compare import compare_runs
+    from collbench.cli.results import COMPARE_FORMATS, _warn
+    from collbench.results.loader import load_result
+
     if code not in (0, 1):
         sys.exit(code)
     comparison = compare_runs(load_result(paths[0]), load_result(paths[1]), **judged)
@@ -290,7 +300,8 @@ def _outputs(prefix, labels: tuple, force: bool) -> tuple:
         try:
             new_folder.mkdir()
         except OSError as exc:
-            raise UsageError(f"cannot make the folder {str(new_folder)!r}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot make the folder {str(new_folder)!r}: "
+                             f"{exc.strerror or exc}") from None
     return paths, new_folder
 
 
@@ -316,7 +327,8 @@ def _plans(target, name: str, args: list, paths: tuple, force: bool, made: list,
         plan = build_plan(collectives, side_opts, [name] + list(args), here)
         backends_of.append(parse_backends(side_opts["backend"])[0])
         if len(plan.thread_levels) > 1:
-            raise UsageError(f"--thread-level {','.join(plan.thread_levels)}: ab measures one setup a side; give "
-                             "each side its level (--a-env MPI4PY_RC_THREAD_LEVEL=single --b-env "
+            raise UsageError(f"--thread-level {','.join(plan.thread_levels)}: ab measures one "
+                             "setup a side; give each side its level (--a-env "
+                             "MPI4PY_RC_THREAD_LEVEL=single --b-env "
                              "MPI4PY_RC_THREAD_LEVEL=multiple)")
     return opts, backends_of, plan

@@ -73,8 +73,8 @@ def _bench(collectives, **opts):
     sys.exit(build_and_run(collectives, opts, list(_argv), launcher))
 
 
-_WHOLE_ARRAY = ("\n\n    Sizes are of the whole array over all n ranks, as in nccl-tests: each rank {part} size / n "
-                "(OSU's message size), shown in the table's per-rank column.")
+_WHOLE_ARRAY = ("\n\n    Sizes are of the whole array over all n ranks, as in nccl-tests: each "
+                "rank {part} size / n (OSU's message size), shown in the table's per-rank column.")
 
 
 def _make_command(name):
@@ -86,7 +86,8 @@ def _make_command(name):
     def command(**opts):
         _bench((name,), **{**defaults_without([bench]), **opts})
 
-    what = "the time of a barrier" if not bench.moves_data else f"{name} across sizes (and backends)"
+    what = ("the time of a barrier" if not bench.moves_data
+            else f"{name} across sizes (and backends)")
     command.__doc__ = (bench.summary or f"Measure {what}.") + (
         ""
         if bench.size_is_per_rank or not bench.moves_data
@@ -158,7 +159,8 @@ def _pairs_command():
         _bench((opts["pairing"].benchmark,), **opts)
 
     def plan_options(ctx) -> dict:
-        """The measuring options of a parsed ``pairs`` command line (``collbench ab`` reads them too)."""
+        """The measuring options of a parsed ``pairs`` command line (``collbench ab`` reads them
+        too)."""
         from collbench.errors import UsageError
         from collbench.run.pairing import Pairing
 
@@ -168,7 +170,8 @@ def _pairs_command():
                                         opts.pop("serial"))
         window_given = ctx.get_parameter_source("window") is not click.core.ParameterSource.DEFAULT
         if metric == "latency" and window_given:
-            raise UsageError("--window applies to --metric bw only (pingpong sends one message at a time)")
+            raise UsageError("--window applies to --metric bw only (pingpong sends one message at "
+                             "a time)")
         select = "per-host" if per_host else "cross-host" if cross_host else "all"
         pairing = Pairing(metric=metric, select=select, serial=serial)
         return {**defaults_without(benches, leave_out=own), **opts,

@@ -53,7 +53,8 @@ def refuse(exc: ImportError) -> None:
         print(f"collbench: error: {who}cannot import {name}: {' '.join(str(exc).split())} (Python "
               f"{sys.executable}; install collbench's requirements there, or fix PYTHONPATH)",
               file=sys.stderr, flush=True)
-    if launcher is not None and launcher.shares_mpi_world and launcher.world_size > 1 and name != "mpi4py":
+    if (launcher is not None and launcher.shares_mpi_world and launcher.world_size > 1
+            and name != "mpi4py"):
         try:
             from mpi4py import MPI
 

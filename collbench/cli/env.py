@@ -24,7 +24,8 @@ def _version(module: str) -> str:
 
 
 def environment_report() -> dict:
-    """What ``collbench env`` shows: each item found (versions, launcher, backends) and its value."""
+    """What ``collbench env`` shows: each item found (versions, launcher, backends) and its
+    value."""
     try:
         launcher, stray = launch.detect(), ""
     except UsageError as exc:            # show what is wrong with the environment, not crash on it
@@ -85,8 +86,9 @@ def _thread_level() -> str:
         asked = user_default()
     except UsageError as exc:
         return str(exc)
-    why = "collbench's default" if asked == DEFAULT and not os.environ.get("MPI4PY_RC_THREAD_LEVEL") \
-        else "MPI4PY_RC_THREAD_LEVEL"
+    why = ("collbench's default"
+           if asked == DEFAULT and not os.environ.get("MPI4PY_RC_THREAD_LEVEL")
+           else "MPI4PY_RC_THREAD_LEVEL")
     if importlib.util.find_spec("mpi4py") is None:
         return f"{asked} asked ({why}; --thread-level chooses)"
     import subprocess

@@ -65,13 +65,14 @@ _OPTIONS = (
         help="How a v-collective spreads a rank's bytes over the ranks: uniform; spread:F "
              "(nccl-tests' distance-weighted blend, 0 <= F <= 1); zipf:S[:SEED] (a "
              "mixture-of-experts router: the ranks of a seeded shuffle receive by a Zipf law of "
-             "exponent S); matrix:FILE (n rows of n numbers: what rank i sends rank j, scaled). The "
-             "size is what a rank sends on average; a comma list measures each side by side.")),
+             "exponent S); matrix:FILE (n rows of n numbers: what rank i sends rank j, scaled). "
+             "The size is what a rank sends on average; a comma list measures each side by side.")),
     ("buffers", click.option(
         "--buffers", type=params.Choices(("numpy", "mpi", "cuda")), default="numpy",
         show_default=True,
         help="What the mpi backend's buffers are: numpy arrays, memory from MPI.Alloc_mem, or GPU "
-             "memory (a CUDA-aware MPI only); a comma list (numpy,mpi) measures each side by side.")),
+             "memory (a CUDA-aware MPI only); a comma list (numpy,mpi) measures each "
+             "side by side.")),
     ("payload", click.option(
         "--payload", type=params.Choices(("array", "bytes", "list", "dict")), default="array",
         show_default=True,
@@ -96,9 +97,9 @@ _OPTIONS = (
     ("cache", click.option(
         "--cache", type=params.Choices(("hot", "cold")), default="hot", show_default=True,
         help="hot: every call on one set of buffers, as most benchmarks do; cold: each call on the "
-             "next of a pool of buffer sets spanning twice the last-level cache (a GPU's L2 for its "
-             "buffers), so that no call finds its data in cache (IMB's -off_cache); a comma list "
-             "measures both side by side.")),
+             "next of a pool of buffer sets spanning twice the last-level cache (a GPU's L2 for "
+             "its buffers), so that no call finds its data in cache (IMB's -off_cache); a comma "
+             "list measures both side by side.")),
     ("coalesce", click.option(
         "--coalesce", type=params.Whole(min=1, max=MAX_COALESCE), default=1, show_default=True,
         metavar="K",
@@ -113,13 +114,14 @@ _OPTIONS = (
              "level [default: single, or MPI4PY_RC_THREAD_LEVEL].")),
     ("bind", click.option(
         "--bind", type=click.Choice(("none", "core")), default=None,
-        help="How collbench's own launch binds its ranks: none (free to move), core (one core each) "
-             "[default: none]; under your launcher, bind with it (mpiexec -bind-to core, srun "
-             "--cpu-bind=cores).")),
+        help="How collbench's own launch binds its ranks: none (free to move), core (one core "
+             "each) [default: none]; under your launcher, bind with it (mpiexec -bind-to core, "
+             "srun --cpu-bind=cores).")),
     ("pages", click.option(
         "--pages", type=click.Choice(("small", "huge")), default="small", show_default=True,
-        help="The pages under the ranks' buffers in main memory, whatever their size: small (as a C benchmark's "
-             "malloc gets them) or huge (transparent huge pages, where the kernel has them).")),
+        help="The pages under the ranks' buffers in main memory, whatever their size: small (as a "
+             "C benchmark's malloc gets them) or huge (transparent huge pages, where the kernel "
+             "has them).")),
     ("iters", click.option(
         "--iters", type=params.Whole(min=1, max=MAX_SAMPLES), default=None,
         help=f"Fixed timed iterations per size and round, at most {MAX_SAMPLES:,} (each one's time "
@@ -153,8 +155,8 @@ _OPTIONS = (
         "--timing", type=params.Choices(timings.BUILTIN_CHOICES, timings.choices),
         default="latency", show_default=True,
         help="latency: barrier + one call; throughput: back-to-back calls; graph: calls replayed "
-             "from a CUDA graph; device: one call on the GPU's clock (graph, device: nccl); a comma "
-             "list, both = latency,throughput.")),
+             "from a CUDA graph; device: one call on the GPU's clock (graph, device: nccl); a "
+             "comma list, both = latency,throughput.")),
     ("check", click.option(
         "--check/--no-check", default=True, show_default=True,
         help="Verify every size's result once, outside the timed region.")),

@@ -50,7 +50,8 @@ class Bounded(click.ParamType):
 
     def __init__(self, low: float, high: float, *, low_open: bool = False, high_open: bool = False,
                  unit: str = "") -> None:
-        self.low, self.high, self.low_open, self.high_open, self.unit = low, high, low_open, high_open, unit
+        self.low, self.high, self.low_open, self.high_open, self.unit = (low, high, low_open,
+                                                                         high_open, unit)
 
     def convert(self, value, param: Optional[click.Parameter],
                 ctx: Optional[click.Context]) -> float:
@@ -158,7 +159,8 @@ class SplitMode(click.ParamType):
 
 
 class Mask(click.ParamType):
-    """--split-mask: a non-negative integer, decimal or 0x hexadecimal (as NCCL_TESTS_SPLIT_MASK)."""
+    """--split-mask: a non-negative integer, decimal or 0x hexadecimal (as
+    NCCL_TESTS_SPLIT_MASK)."""
 
     name = "mask"
 

@@ -266,7 +266,8 @@ def merge_command(files, output, force) -> None:
     from collbench.results.loader import load_result
 
     if Path(output).suffix.lower() != ".json":
-        raise UsageError(f"merge writes JSON (the rounds need it): {output!r} does not end in .json")
+        raise UsageError(f"merge writes JSON (the rounds need it): {output!r} "
+                         "does not end in .json")
     check_writable_path(output, force)
     merged, warnings = merge_runs([(str(f), load_result(f)) for f in files])
     for warning in warnings:

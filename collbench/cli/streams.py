@@ -97,7 +97,8 @@ class SafeStream(io.TextIOBase):
         self.failure = self.failure or why
 
     def asked_for(self, what: str) -> None:
-        """What is written next is ``what``, a document the user asked for (``outcome`` names it)."""
+        """What is written next is ``what``, a document the user asked for (``outcome`` names
+        it)."""
         if what not in self.asked:
             self.asked.append(what)
 
@@ -166,7 +167,8 @@ def outcome(code: int) -> int:
     out.flush()
     what = " and ".join(out.asked) or "the output"
     if out.failure:
-        problem = f"could not write {what} to standard output ({out.failure}); what reached it is incomplete"
+        problem = (f"could not write {what} to standard output ({out.failure}); what reached it "
+                   "is incomplete")
     elif 1 in _closed_at_start and out.asked:
         problem = f"standard output is closed: {what} went nowhere"
     else:

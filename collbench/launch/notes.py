@@ -221,7 +221,8 @@ def kept_after_rounds(number: int, measured: bool = True) -> str:
     a size of the first launch had finished)."""
     if number <= 1:
         return EVERY_SIZE if measured else NO_SIZE_YET
-    return f"{'round 1' if number == 2 else f'rounds 1-{number - 1}'} and what round {number} measured"
+    return (f"{'round 1' if number == 2 else f'rounds 1-{number - 1}'} and what round {number} "
+            "measured")
 
 
 def launch_files(state: Optional[str], number: int) -> tuple:

@@ -151,7 +151,8 @@ def listening(port: int) -> Optional[set]:
         read = True
         for row in rows:
             fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if (len(fields) > 9 and fields[3] == "0A"
+                    and int(fields[1].rsplit(":", 1)[1], 16) == port):
                 found.add(fields[9])
     return found if read else None
 

@@ -58,7 +58,8 @@ def check_output_settings(settings) -> None:
         check_result_path(path, settings.force)
         real = os.path.realpath(path)
         if real in seen:
-            raise UsageError(f"-o {path!r} names the same file as -o {seen[real]!r}; give each file once")
+            raise UsageError(f"-o {path!r} names the same file as -o {seen[real]!r}; give each "
+                             "file once")
         seen[real] = path
     if settings.save and not settings.outputs:
         folder = Path(settings.results_dir)
@@ -94,8 +95,8 @@ def _lock(path: Path) -> None:
         owner = os.pread(fd, 16, 0).decode("ascii", "replace").strip()
         os.close(fd)
         by = f" (pid {owner})" if owner.isdigit() else ""
-        raise UsageError(f"output {str(path)!r} is being written by another collbench run{by}: wait for it to "
-                         "end, or give another -o") from None
+        raise UsageError(f"output {str(path)!r} is being written by another collbench run{by}: "
+                         "wait for it to end, or give another -o") from None
     if not _locks:
         atexit.register(_unlock)
     _locks.append((lock, fd))
@@ -198,7 +199,8 @@ def _default_paths(results_dir: str) -> list:
                 json_path.unlink()
         except OSError as exc:
             json_path.unlink(missing_ok=True)
-            raise UsageError(f"cannot create result files in {results_dir!r}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot create result files in {results_dir!r}: "
+                             f"{exc.strerror or exc}") from None
         i += 1
 
 

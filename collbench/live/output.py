@@ -175,7 +175,8 @@ class Output:
         if self.progress:
             self.progress.round_done(float(record.get("seconds", 0.0)))
             total = self.progress.total_rounds
-            if self.round_label and isinstance(record.get("round"), int) and record["round"] < total:
+            if (self.round_label and isinstance(record.get("round"), int)
+                and record["round"] < total):
                 self.round_label = f"round {record['round'] + 1}/{total} · "     # rounds in one job
 
     def _append(self, entry: dict) -> None:

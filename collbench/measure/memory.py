@@ -74,7 +74,8 @@ def factor(family: Optional[str], collective: str) -> Factor:
 
 
 def rank_need(collective: str, family: Optional[str], nominal: int, is_root: bool) -> int:
-    """Bytes one rank takes beyond its base at a size whose send + receive buffers are ``nominal``."""
+    """Bytes one rank takes beyond its base at a size whose send + receive buffers are
+    ``nominal``."""
     f = factor(family, collective)
     return min(WORK_BYTES, WORK_PER_BYTE * nominal) + int((f.root if is_root else f.others)
                                                           * nominal)
@@ -175,8 +176,8 @@ def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
                 "raise it); skipped, as its allocation would fail")
     if short.rank is not None:
         return (f"{where}: needs about {_amount(short.need)} more address space in rank "
-                f"{short.rank} on {short.host}, more than the {_amount(short.budget)} its ulimit -v "
-                f"leaves{' now' if now else ''}; skipped, as its allocation would fail")
+                f"{short.rank} on {short.host}, more than the {_amount(short.budget)} its "
+                f"ulimit -v leaves{' now' if now else ''}; skipped, as its allocation would fail")
     return (f"{where}: needs about {_amount(short.need)} more on {short.host} ({short.ranks} "
             f"rank{'s' if short.ranks > 1 else ''}), more than the {_amount(short.budget)} "
             f"{when}available there; skipped, as it would run out of memory")
@@ -185,14 +186,16 @@ def skip_note(where: str, short: Shortfall, now: bool = False) -> str:
 # What this host has ------------------------------------------------------------------------------
 
 def user_limit() -> Optional[int]:
-    """``COLLBENCH_MEMORY_LIMIT``: the most the ranks on one host may hold together (None: unset)."""
+    """``COLLBENCH_MEMORY_LIMIT``: the most the ranks on one host may hold together (None:
+    unset)."""
     text = os.environ.get(environment.MEMORY_LIMIT, "").strip()
     if not text:
         return None
     try:
         return parse_bytes(text)
     except UsageError:
-        raise UsageError(f"{environment.MEMORY_LIMIT}={text!r} is not a size (e.g. 8G, 512M)") from None
+        raise UsageError(f"{environment.MEMORY_LIMIT}={text!r} is not a size "
+                         "(e.g. 8G, 512M)") from None
 
 
 def _meminfo_available() -> int:
@@ -265,7 +268,8 @@ def cgroup_room(found: Optional[tuple], root: str = "/sys/fs/cgroup") -> Optiona
     room = None
     while True:
         limit, usage = _read(os.path.join(folder, names[0])), _read(os.path.join(folder, names[1]))
-        if limit is not None and usage is not None and limit.strip() != "max" and int(limit) < UNLIMITED:
+        if (limit is not None and usage is not None and limit.strip() != "max"
+                and int(limit) < UNLIMITED):
             here = int(limit) - max(0, int(usage) - _stat(folder, names[2]))
             room = here if room is None else min(room, here)
         parent = os.path.dirname(folder)

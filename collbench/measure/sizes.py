@@ -89,7 +89,8 @@ def _parse_range(item: str) -> list[int]:
     elif step[0] == "+":
         factor, increment = 1, parse_bytes(step[1:]) if step[1:].strip() else 0
         if increment <= 0:
-            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the step must be a positive size, e.g. +8K")
+            raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: the step must "
+                             "be a positive size, e.g. +8K")
     else:
         raise UsageError(f"bad size step {_short(step)!r} in {_short(item)!r}: use xN (factor) or "
                          "+SIZE (step)")

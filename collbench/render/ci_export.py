@@ -65,7 +65,8 @@ def _named_rows(result: RunResult, source: str) -> tuple:
             continue
         name = benchmark_name(row, root)
         if name in seen:
-            raise UsageError(f"{source}: two rows would be named {name!r}; a benchmark name must be unique")
+            raise UsageError(f"{source}: two rows would be named {name!r}; a benchmark name must "
+                             "be unique")
         seen.add(name)
         named.append((name, row))
     return named, left_out

@@ -20,7 +20,8 @@ import numpy as np
 
 from collbench.benchmarks.registry import BENCHMARKS
 from collbench.results import link_map
-from collbench.results.records import BUSIEST_RANK_COUNTS, USUAL_THREAD_LEVEL, Row, backend_label, setup_words
+from collbench.results.records import (BUSIEST_RANK_COUNTS, USUAL_THREAD_LEVEL, Row, backend_label,
+                                       setup_words)
 from collbench.measure.sizes import format_size
 from collbench.measure.timings import eager_and_own
 
@@ -106,7 +107,8 @@ def _ci_pct(row: Row) -> str:
     below = (row.time_us_p50 - row.time_us_ci_low) / row.time_us_p50 * 100
     above = (row.time_us_ci_high - row.time_us_p50) / row.time_us_p50 * 100
     if _lopsided(row):
-        return f"-{below:.{0 if below >= 10 else 1}f}…+{above:.{0 if above >= 10 else 1}f}%{_mark(row)}"
+        return (f"-{below:.{0 if below >= 10 else 1}f}…"
+                f"+{above:.{0 if above >= 10 else 1}f}%{_mark(row)}")
     return f"±{(above + below) / 2:.1f}%{_mark(row)}"
 
 
@@ -137,7 +139,8 @@ def rank_count_text(n) -> str:
 
 
 def setup_text(dtype: str, op: str, world_size: int, timing: str) -> str:
-    """"float32 sum, 2 ranks, latency": what a row measured besides its collective, backend, size."""
+    """"float32 sum, 2 ranks, latency": what a row measured besides its collective, backend,
+    size."""
     return f"{dtype}{'' if op == 'none' else ' ' + op}, {rank_count_text(world_size)}, {timing}"
 
 
@@ -160,7 +163,8 @@ def _title(rows: list, root: int) -> str:
     data = f" · {row.dtype}{op}" if any(r.size_bytes for r in rows) else ""     # barrier: no data
     rooted = "".join(f" · {text}" for text in [root_text(row.collective, root)] if text)
     where = "".join(f" · {word}" for word in setup_words(row))
-    return f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · {row.timing}{where}"
+    return (f"{row.collective}{data}{rooted} · {rank_count_text(row.world_size)} · "
+            f"{row.timing}{where}")
 
 
 def _per_rank(rows: list) -> bool:
@@ -411,8 +415,8 @@ def _cold_note(rows: list) -> tuple:
         return ()
     short = [r for r in cold if r.cache_span < 2]
     less = (f"; at {_listed(list(dict.fromkeys(_size(r) for r in short)))} the pool's sets spanned "
-            f"less ({min(r.cache_span for r in short):.2g}× at least), so some data may still be in "
-            "that cache"
+            f"less ({min(r.cache_span for r in short):.2g}× at least), so some data may still be "
+            "in that cache"
             if short else "")
     return ("cold cache: each call on the next of a pool of page-aligned buffer sets spanning "
             f"twice the cache behind them (IMB's -off_cache){less}",)
@@ -511,7 +515,8 @@ def timing_tables(rows: list) -> list:
                             *setup_words(first), backend_label(first), "timings side by side"])
         own = {("graph",): "graph (the same calls replayed from a CUDA graph)",
                ("device",): "device (one call on the GPU's clock)"}.get(tuple(owns),
-                                                                        "the faster of graph and device")
+                                                                        "the faster of "
+                                                                        "graph and device")
         note = (f"overhead: {eager} less {own}, what a call costs beyond the library's own time on "
                 "the device; docs/methodology.md says what each timing includes")
         tables.append(_columns(columns, sizes, title, (note,)))
@@ -546,7 +551,8 @@ def link_tables(lmap: link_map.LinkMap) -> list:
         values = [link_map.figure(lmap, lmap.time(p)) for p in pairs]
         med = float(np.median(values))
         summary.append(f"{kind}: {len(pairs)} pair{'s' * (len(pairs) != 1)}, median "
-                       f"{_fmt(lmap, med)} ({_fmt(lmap, min(values))} to {_fmt(lmap, max(values))})")
+                       f"{_fmt(lmap, med)} ({_fmt(lmap, min(values))} "
+                       f"to {_fmt(lmap, max(values))})")
     notes = tuple(summary) + ((_host_legend(lmap),)
                               if len({lmap.host(r) for r in ranks}) > 1 else ()) \
         + tuple(_budget_notes(list(lmap.rows.values()), lambda r: r.pair))
@@ -574,7 +580,8 @@ def link_tables(lmap: link_map.LinkMap) -> list:
                        _fmt(lmap, link_map.figure(lmap, f.time_us)),
                        _fmt(lmap, link_map.figure(lmap, f.reference_us)),
                        _how_far(lmap, f)) for f in lmap.findings)
-        tables.append(TableModel(f"lies out · {lmap.first.collective} · {backend_label(lmap.first)} · "
+        tables.append(TableModel(f"lies out · {lmap.first.collective} · "
+                                 f"{backend_label(lmap.first)} · "
                                  f"{format_size(lmap.first.size_bytes)}",
                                  ("what", "links out", "figure", "median", "how far"), cells,
                                  ("median: of the comparable links that do not touch it; how far: "
@@ -628,7 +635,8 @@ def _numeric(table: TableModel, column: int) -> bool:
 
 
 def _cell(text: str) -> str:
-    """A markdown table's cell: a | in a name (a plugin's backend, a label) escaped, not a column."""
+    """A markdown table's cell: a | in a name (a plugin's backend, a label) escaped, not a
+    column."""
     return str(text).replace("|", "\\|")
 
 

@@ -23,7 +23,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from collbench.results.records import KEY_FIELDS, RoundData, Row, RowIdentity, backend_label, bandwidths, busiest_bytes, windows_sent
+from collbench.results.records import (KEY_FIELDS, RoundData, Row, RowIdentity, backend_label,
+                                       bandwidths, busiest_bytes, windows_sent)
 from collbench.stats.noise import NoiseModel, noise_model
 from collbench.stats.rounds import summarize_rounds
 from collbench.stats.samples import summarize
@@ -58,7 +59,8 @@ def overlap_pct(overall_us: float, compute_us: float, pure_us: float) -> float:
 
 
 def worst_check(checks: Sequence[str]) -> str:
-    """ok if every checked round was ok; the largest wrong:N otherwise; skipped if none was checked."""
+    """ok if every checked round was ok; the largest wrong:N otherwise; skipped if none was
+    checked."""
     wrong = [int(c.split(":", 1)[1]) for c in checks if c.startswith("wrong:")]
     if wrong:
         return f"wrong:{max(wrong)}"

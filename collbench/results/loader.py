@@ -161,8 +161,9 @@ def _count_values(data: bytearray, is_csv: bool, name: str) -> None:
     marks = (b",", b"\n", b" ") if is_csv else (b",", b"[", b"{")
     values = sum(data.count(mark) for mark in marks)
     if values > MAX_VALUES:
-        raise UsageError(f"{name}: too large to read: {values:,} values (numbers, lists, objects or cells), more "
-                         f"than the {MAX_VALUES:,} collbench reads in bounded memory")
+        raise UsageError(f"{name}: too large to read: {values:,} values (numbers, lists, objects "
+                         f"or cells), more than the {MAX_VALUES:,} collbench reads in bounded "
+                         "memory")
 
 
 # -- values, as JSON types them ----------------------------------------------------------------
@@ -320,7 +321,8 @@ def _medians(v, where: str) -> tuple:
         try:
             medians.append(_time(x))
         except ValueError as exc:
-            raise UsageError(f"{where}: bad value {_shown(x)} in time_us_round_p50s: {exc}") from None
+            raise UsageError(f"{where}: bad value {_shown(x)} in time_us_round_p50s: "
+                             f"{exc}") from None
     return tuple(medians)
 
 
@@ -346,14 +348,15 @@ def _check_identity(values: dict, where: str) -> None:
         if values[name] > ranks:
             raise UsageError(f"{where}: {name} ({values[name]}) is more than world_size ({ranks})")
     if values["group"] >= ranks:
-        raise UsageError(f"{where}: bad value {values['group']} in column group: not a group of the {ranks} ranks")
+        raise UsageError(f"{where}: bad value {values['group']} in column group: not a group of "
+                         f"the {ranks} ranks")
     pair = values["pair"]
     if pair:
         a, _, b = pair.partition("-")
         if not (a.isdigit() and b.isdigit() and a.isascii() and b.isascii() and int(a) != int(b)
                 and max(int(a), int(b)) < ranks):
-            raise UsageError(f"{where}: bad value {_shown(pair)} in column pair: not A-B, two ranks of the "
-                             f"{ranks} of the run")
+            raise UsageError(f"{where}: bad value {_shown(pair)} in column pair: not A-B, two "
+                             f"ranks of the {ranks} of the run")
 
 
 def _missing_columns(names) -> list:
@@ -420,7 +423,8 @@ def _round(d, where: str) -> RoundData:
         try:
             parsed[name] = parse(v)
         except (TypeError, ValueError) as exc:
-            raise UsageError(f"{where}: bad value {_shown(v)} in round_details {name}: {exc}") from None
+            raise UsageError(f"{where}: bad value {_shown(v)} in round_details {name}: "
+                             f"{exc}") from None
     if parsed["round"] < 1:
         raise UsageError(f"{where}: bad value 0 in round_details round: rounds are numbered from 1")
     return RoundData(**parsed, samples_us=_numbers(d.get("samples_us"), where, "samples_us"),
@@ -525,13 +529,15 @@ def _parse(text: str, where: str):
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except _Duplicate as exc:
-        raise UsageError(f"{where}: the key {_shown(exc.args[0])} appears twice in one object") from None
+        raise UsageError(f"{where}: the key {_shown(exc.args[0])} appears twice in one "
+                         "object") from None
     except RecursionError:
         raise UsageError(f"{where} is nested too deeply") from None
 
 
 def _schema_version(version, path) -> int:
-    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION or version < 1:
+    if (not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION
+            or version < 1):
         raise UsageError(f"{path}: unsupported schema version {_shown(version)} (this collbench "
                          f"reads 1..{SCHEMA_VERSION})")
     return version
@@ -593,7 +599,8 @@ def _text_lines(path, text: str):
         end = text.find("\n", start, start + MAX_CSV_LINE + 1)
         if end < 0 and len(text) - start > MAX_CSV_LINE:
             line = text.count("\n", 0, start) + 1
-            raise UsageError(f"{path}: not a collbench result (line {line} is over {MAX_CSV_LINE:,} characters long)")
+            raise UsageError(f"{path}: not a collbench result (line {line} is over "
+                             f"{MAX_CSV_LINE:,} characters long)")
         end = len(text) if end < 0 else end + 1
         yield text[start:end]
         start = end
@@ -623,7 +630,8 @@ def _csv_header(path, header: list) -> dict:
     """Column name -> its place; a column twice, or a row column missing, is refused."""
     twice = sorted(name for name, n in Counter(header).items() if n > 1)
     if twice:
-        raise UsageError(f"{path}: not a readable CSV (column {_cut(ascii(twice[0])[1:-1])} appears twice)")
+        raise UsageError(f"{path}: not a readable CSV (column {_cut(ascii(twice[0])[1:-1])} "
+                         "appears twice)")
     missing = _missing_columns(header)
     if missing:               # said even when there is no row to read
         raise UsageError(f"{path}: not a collbench result (missing columns: "
@@ -636,7 +644,8 @@ def _cell(line: list, i: int) -> str:
 
 
 def _csv_metadata(path, cell: str) -> dict:
-    """The run metadata of a CSV's first row (its ``run_metadata`` cell), checked as the JSON's is."""
+    """The run metadata of a CSV's first row (its ``run_metadata`` cell), checked as the JSON's
+    is."""
     if not cell:
         raise UsageError(f"{path}: row 0: {CSV_METADATA_COLUMN} is not JSON text")
     metadata = _checked_metadata(_parse(cell, f"{path}: row 0: {CSV_METADATA_COLUMN}"), path)
@@ -678,7 +687,8 @@ _BLANK = re.compile(r"\s*\Z")
 
 
 def load_result(path) -> RunResult:
-    """The run in a result file (``-``: standard input); UsageError, in one line, for anything else."""
+    """The run in a result file (``-``: standard input); UsageError, in one line, for anything
+    else."""
     if str(path) == "-":
         name, data = "-", _read_stdin()
         is_csv = not _JSON_START.match(data)
@@ -729,5 +739,5 @@ def _rows_hold_together(name: str, result: RunResult) -> None:
         low, high = row.time_us_ci_low, row.time_us_ci_high
         if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (low, high)) and not (
                 low <= p50 * (1 + _ROUNDING) and high >= p50 * (1 - _ROUNDING)):
-            raise UsageError(f"{name}: {what}: its 95% CI {low:g}-{high:g} µs does not hold its p50 {p50:g} µs: "
-                             "the file is corrupt")
+            raise UsageError(f"{name}: {what}: its 95% CI {low:g}-{high:g} µs does not hold its "
+                             f"p50 {p50:g} µs: the file is corrupt")

@@ -149,7 +149,8 @@ def round_hosts(metadata: dict) -> tuple:
     by_round = {}
     records = metadata.get("rounds")
     for record in records if isinstance(records, list) else ():
-        if isinstance(record, dict) and isinstance(record.get("round"), int) and names(record.get("rank_hosts")):
+        if (isinstance(record, dict) and isinstance(record.get("round"), int)
+                and names(record.get("rank_hosts"))):
             by_round[record["round"]] = names(record["rank_hosts"])
     return by_round, names(metadata.get("rank_hosts"))
 
@@ -193,7 +194,8 @@ def row_views(result, *, keep_slots: bool = False) -> list:
     for row, rounds in zip(result.rows, result.rounds):
         hosts = tuple(by_round.get(d.round, default) for d in rounds)
         cached = memo.get(row.key())
-        if cached is None or cached.rounds != rounds or cached.hosts != hosts or cached.root != root:
+        if (cached is None or cached.rounds != rounds or cached.hosts != hosts
+                or cached.root != root):
             cached = memo[row.key()] = _ViewMemo(rounds, hosts, root, rank_view(
                 rounds, hosts, collective=row.collective, root=root, keep_slots=keep_slots))
         views.append(cached.view)

@@ -75,8 +75,9 @@ class Row:
     """One row of a result: the single source of the columns of JSON and CSV files, of what the
     loader accepts, of the fields that identify a row and of those ``compare`` matches on."""
 
-    collective: str = column("the benchmark: a collective (allreduce, bcast, ...) or point-to-point (pingpong, bw, "
-                             "bibw, sendrecv)", identity=True, matched=True)
+    collective: str = column("the benchmark: a collective (allreduce, bcast, ...) or "
+                             "point-to-point (pingpong, bw, bibw, sendrecv)",
+                             identity=True, matched=True)
     backend: str = column("mpi, mpi-pickle, gloo, nccl", identity=True, matched=True)
     dtype: str = column("element type, e.g. float32", identity=True, matched=True)
     op: str = column("reduction op; none for collectives that do not reduce", identity=True,
@@ -110,35 +111,39 @@ class Row:
                           identity=True, matched=True, older=lambda r: usual_buffers(r["backend"]),
                           since=5, said=lambda r: "" if r["buffers"] == usual_buffers(r["backend"])
                           else f"{r['buffers']} buffers")
-    payload: str = column("mpi-pickle: the Python object each message is (--payload): array, bytes, list, dict; empty "
-                          "for the other backends", identity=True, matched=True,
+    payload: str = column("mpi-pickle: the Python object each message is (--payload): array, "
+                          "bytes, list, dict; empty for the other backends", identity=True,
+                          matched=True,
                           older=lambda r: "array" if r["backend"] == "mpi-pickle" else "", since=5,
                           said=lambda r: f"{r['payload']} payload"
                           if r["payload"] not in ("", "array") else "")
-    split: str = column("how the ranks were split into groups measuring at once (--split): intra (a "
-                        "group per host), inter (a rank per host), N (N equal groups), mask:M "
-                        "(ranks whose numbers agree outside M); empty: the whole world is one group", identity=True, matched=True, older="",
+    split: str = column("how the ranks were split into groups measuring at once (--split): "
+                        "intra (a group per host), inter (a rank per host), N (N equal groups), "
+                        "mask:M (ranks whose numbers agree outside M); empty: the whole world is "
+                        "one group", identity=True, matched=True, older="",
                         since=5,
                         said=lambda r: f"split {r['split']}, groups of {r['group_size']}"
                         if r["split"] else "")
-    group: int = column("which group of the split the row measured, numbered from 0 in the order of their first "
-                        "ranks; 0 without --split", identity=True, matched=True, older=0, since=5)
+    group: int = column("which group of the split the row measured, numbered from 0 in the "
+                        "order of their first ranks; 0 without --split", identity=True,
+                        matched=True, older=0, since=5)
     group_size: int = column("ranks in the row's group (world_size without --split)", identity=True,
                              matched=True, older=lambda r: r["world_size"], since=5)
     group_hosts: str = column("the hosts of the group's ranks, comma-separated, each once, in rank "
                               "order; empty without --split", identity=True, older="", since=5)
-    init_method: str = column("how the torch backends' ranks met (--init-method): env://, tcp:// or file:// (the "
-                              "scheme only); empty for the MPI backends", identity=True, older="",
+    init_method: str = column("how the torch backends' ranks met (--init-method): env://, tcp:// "
+                              "or file:// (the scheme only); empty for the MPI backends",
+                              identity=True, older="",
                               since=5)
     api: str = column("how each call was issued (--api): blocking; nonblocking (MPI's I... calls, "
                       "torch's async_op), started and then waited for; persistent (MPI-4's "
                       "..._init, started each time)", identity=True,
                       matched=True, older="blocking", since=6,
                       said=lambda r: "" if r["api"] == "blocking" else r["api"])
-    placement: str = column("where the result went (--placement): out-of-place (a receive buffer of "
-                            "its own), in-place (where the input was: MPI.IN_PLACE, torch's "
-                            "in-place forms); empty where there are no buffers to place (barrier, "
-                            "point-to-point)", identity=True, matched=True,
+    placement: str = column("where the result went (--placement): out-of-place (a receive buffer "
+                            "of its own), in-place (where the input was: MPI.IN_PLACE, torch's "
+                            "in-place forms); empty where there are no buffers to place "
+                            "(barrier, point-to-point)", identity=True, matched=True,
                             older=lambda r: usual_placement(r["backend"], r["collective"]), since=6,
                             said=lambda r: ""
                             if r["placement"] in ("", usual_placement(r.get("backend", ""),
@@ -169,7 +174,8 @@ class Row:
     rounds: int = column("rounds that measured this row", older=1, since=2, default=1)
     run_to_run_cv: float = column("standard deviation / mean of the round medians (2+ rounds)",
                                   older=math.nan, since=2, default=math.nan, wide=True)
-    rounds_disagree: bool = column("round medians spread beyond what the file's noise model expects of a row of its time (F test, 1%)", older=False,
+    rounds_disagree: bool = column("round medians spread beyond what the file's noise model "
+                                   "expects of a row of its time (F test, 1%)", older=False,
                                    since=2, default=False)
     time_us_round_p50s: tuple = column("each round's median, in round order (µs)", older=None,
                                        since=2, default=())
@@ -190,22 +196,22 @@ class Row:
                               "two) where one window of a slow pair would have outlasted half its "
                               "share of --max-time (bw, bibw; decided once per run)",
                               older=lambda r: r["window"], since=7, default=1)
-    rounds_short: int = column("rounds whose share of --max-time ran out before --min-iters samples "
-                               "(a slow call or pair): their medians rest on fewer samples, as "
-                               "iterations says", older=0, since=7,
+    rounds_short: int = column("rounds whose share of --max-time ran out before --min-iters "
+                               "samples (a slow call or pair): their medians rest on fewer "
+                               "samples, as iterations says", older=0, since=7,
                                default=0)
     thread_level: str = column("the MPI thread level the ranks asked MPI_Init_thread for "
                                "(--thread-level): single, funneled, serialized or multiple (what "
-                               "the library gave is in each round's record, thread_level_provided); "
-                               "empty for backends that do not use MPI",
+                               "the library gave is in each round's record, "
+                               "thread_level_provided); empty for backends that do not use MPI",
                                identity=True, matched=True, since=8, default="",
                                older=lambda r: MPI_LEVEL_BEFORE
                                if r["backend"] in MPI_BACKENDS else "",
                                said=lambda r: f"thread {r['thread_level']}"
                                if r["thread_level"] not in ("", USUAL_THREAD_LEVEL) else "")
-    pattern: str = column("how a v-collective spread its bytes over the ranks (--pattern): uniform, "
-                          "spread:F, zipf:S:SEED (docs/methodology.md, Patterns); empty for the "
-                          "others", identity=True,
+    pattern: str = column("how a v-collective spread its bytes over the ranks (--pattern): "
+                          "uniform, spread:F, zipf:S:SEED (docs/methodology.md, Patterns); empty "
+                          "for the others", identity=True,
                           matched=True, since=9, default="", older="",
                           said=lambda r: f"pattern {r['pattern']}" if r["pattern"] else "")
     imbalance_sent: float = column("the busiest sender's bytes over what a rank sends on average "
@@ -230,8 +236,8 @@ class Row:
                            said=lambda r: f"{r['coalesce']} grouped" if r["coalesce"] > 1 else "")
     cache_span: float = column("a cold row's pool: how many times the cache behind its buffers its "
                                "sets spanned, each set page-aligned (metadata.settings.caches has "
-                               "the cache's size): 2 or more, less where the pool's 1,024 sets of a "
-                               "small size fall short; 0 for a hot row",
+                               "the cache's size): 2 or more, less where the pool's 1,024 sets of "
+                               "a small size fall short; 0 for a hot row",
                                identity=True, since=10, default=0.0, older=0.0)
 
     def key(self) -> tuple:
@@ -281,7 +287,8 @@ def axes_problem(values: dict) -> Optional[str]:
             return f"{name!r} is not a row column"
         if kind == "str" and not (isinstance(value, str) and value.isprintable()
                                   and len(value) <= LONGEST_TEXT):
-            return f"{name} {value!r:.60} is not printable text of at most {LONGEST_TEXT} characters"
+            return (f"{name} {value!r:.60} is not printable text of at most {LONGEST_TEXT} "
+                    "characters")
         if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             return f"{name} {value!r:.60} is not a whole number of 0 or more"
     return None
@@ -372,12 +379,13 @@ class RoundData:
     time_us_p50: float = column("this round's median (µs)")
     time_us_ci_low: float = column("its within-round 95% CI (order statistics)", wide=True)
     time_us_ci_high: float = column("upper end of its within-round 95% CI", wide=True)
-    precision_reached: bool = column("its CI reached --precision before its share of --max-time ran out")
+    precision_reached: bool = column("its CI reached --precision before its share of --max-time "
+                                     "ran out")
     check: str = column("ok, wrong:N or skipped")
     calls_per_sample: int = column("calls timed together in one sample (throughput and graph: k)",
                                    default=1)
-    samples_us: Optional[tuple] = column("per iteration: max over the timed ranks (latency) or loop / k; per message",
-                                         default=None)
+    samples_us: Optional[tuple] = column("per iteration: max over the timed ranks (latency) or "
+                                         "loop / k; per message", default=None)
     rank_means_us: Optional[tuple] = column("each rank's mean time", default=None)
     overall_us: float = column("--api nonblocking, persistent: this round's median overall time "
                                "(start, compute, complete)", default=math.nan)
@@ -390,7 +398,8 @@ class RoundData:
 
 
 def windows_sent(rounds, window: int) -> set:
-    """The windows a row's rounds sent (``RoundData.window``, 0 standing for the row's ``window``)."""
+    """The windows a row's rounds sent (``RoundData.window``, 0 standing for the row's
+    ``window``)."""
     return {d.window or window for d in rounds}
 
 

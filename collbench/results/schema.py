@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
-from collbench.results.records import ADDED_IN, ADDED_LATER, KEY_FIELDS, SCHEMA, SCHEMA_VERSION, RoundData, Row
+from collbench.results.records import (ADDED_IN, ADDED_LATER, KEY_FIELDS, SCHEMA, SCHEMA_VERSION,
+                                       RoundData, Row)
 
 _JSON_TYPES = {"str": {"type": "string"}, "int": {"type": "integer", "minimum": 0},
                "bool": {"type": "boolean"},
@@ -71,8 +72,9 @@ def json_schema() -> dict:
             "schema": {"const": SCHEMA},
             "schema_version": {"type": "integer", "minimum": 2, "maximum": SCHEMA_VERSION,
                                "description": f"{SCHEMA_VERSION} now; earlier versions lack the "
-                                              f"columns added since ({_added()}); version 1, before "
-                                              "rounds, still loads and is not described here"},
+                                              f"columns added since ({_added()}); version 1, "
+                                              "before rounds, still loads and is not described "
+                                              "here"},
             "metadata": {"type": "object",
                          "description": "the run: versions, hosts, settings, rounds"},
             "notes": {"type": "array", "items": {"type": "string"}},

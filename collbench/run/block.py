@@ -93,7 +93,8 @@ class Block:
         return buffers
 
     def fits(self, point, last: bool) -> bool:
-        """Whether ``point`` still fits the hosts' memory now (the largest kept was asked already)."""
+        """Whether ``point`` still fits the hosts' memory now (the largest kept was asked
+        already)."""
         with self.sweep.phase("setup"):
             return last or self.sweep._still_fits(self.coll, self.backend_name, self.backend, point,
                                                   self.roles, self.round_number, self.allocated)
@@ -168,9 +169,10 @@ class Block:
         sweep.out.step(where)
         # a block with no timing left only checks: nothing to budget
         with sweep.phase("setup"):
-            sent = sweep._as_sent(self.coll, self.roles, self.settings,
-                                  lambda r: self.bind(point, r),
-                                  lambda g: self.identity(point, g, self.timings[0])) if self.timings else self.roles
+            sent = (sweep._as_sent(self.coll, self.roles, self.settings,
+                                   lambda r: self.bind(point, r),
+                                   lambda g: self.identity(point, g, self.timings[0]))
+                    if self.timings else self.roles)
         bound, pool = self.bind(point, sent), []
         if bound is not harness.IDLE and (self.cold or self.grouped > 1):
             bound, pool = self.pooled(point, sent, bound)
@@ -222,13 +224,13 @@ class Block:
                      "captured calls put no work on the GPU (as NCCL's in-place collectives on one "
                      "rank do), so its time is an empty graph's replay")
         if not all(len(x) for x in m.samples_us):
-            out.note(f"{where}, {timing} timing: not "
-                     f"timed{' for some pairs' if len(m.samples_us) > 1 else ''}, as no hold on the "
+            out.note(f"{where}, {timing} timing: not timed"
+                     f"{' for some pairs' if len(m.samples_us) > 1 else ''}, as no hold on the "
                      f"stream, up to {MAX_HOLD_S * 1e3:.0f} ms, covered the call: it waits on the "
                      "host, or takes longer to queue")
         elif m.unheld:
-            out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on the stream ended "
-                     "before their call was queued; the hold was lengthened")
+            out.note(f"{where}, device timing: {m.unheld} sample(s) not counted, as the hold on "
+                     "the stream ended before their call was queued; the hold was lengthened")
         means = [x if x is not None and not math.isnan(x) else math.nan
                  for x in (m.rank_means_us or [])]
         groups = [coll.group_of(r, self.roles) for r in range(self.control.size)]

@@ -26,7 +26,8 @@ BUSY_WAIT_SHARE = 0.25
 
 
 def _host_cpu() -> Optional[tuple]:
-    """(busy seconds, steal seconds, seconds per tick) of the whole host since boot, from /proc/stat."""
+    """(busy seconds, steal seconds, seconds per tick) of the whole host since boot, from
+    /proc/stat."""
     try:
         with open("/proc/stat", encoding="ascii") as fh:
             fields = fh.readline().split()

@@ -83,8 +83,8 @@ class Split:
                       + (", ..." if len(groups) > 8 else ""))
             why = (" (hosts run different numbers of ranks)"
                    if self.mode in ("intra", "inter") else "")
-            return (f"{self.option_text} makes groups of unequal sizes ({counts}){why}; groups must be "
-                    "equal to be compared")
+            return (f"{self.option_text} makes groups of unequal sizes ({counts}){why}; groups "
+                    "must be equal to be compared")
         return None
 
     @property

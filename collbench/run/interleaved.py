@@ -209,7 +209,7 @@ def _pair_at_once(launchers: list, sides: tuple, number: int, rounds: int, first
         try:
             codes[i] = launchers[i].launch(number, verbose=verbose,
                                            env={environment.AB_TURN: "size",
-                                                                         environment.AB_TURNS: referee.path})
+                                                environment.AB_TURNS: referee.path})
         except BaseException as exc:      # said on this thread, after the other side's launch ended
             errors.append(exc)
         finally:

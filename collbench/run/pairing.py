@@ -42,7 +42,8 @@ class Pairing:
         return get_benchmark(self.benchmark).directed
 
     def problem(self, hosts: list) -> Optional[str]:
-        """Why these pairs cannot be chosen among ranks on ``hosts`` (rank r on hosts[r]), or None."""
+        """Why these pairs cannot be chosen among ranks on ``hosts`` (rank r on hosts[r]), or
+        None."""
         if self.select != "all" and len(set(hosts)) < 2:
             return (f"--{self.select} needs ranks on two hosts or more; all {len(hosts)} ranks are "
                     f"on {hosts[0] if hosts else 'one host'}")

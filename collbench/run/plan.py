@@ -84,7 +84,8 @@ def _off_device(modes: tuple, collectives, setups: list, untimed: frozenset) -> 
         if not why:
             continue
         if len(collectives) == 1 and all(timings.on_device(m) for m in modes):
-            raise UsageError(f"{cname} with --timing {','.join(asked)}: {why}; use --timing latency or throughput")
+            raise UsageError(f"{cname} with --timing {','.join(asked)}: {why}; use --timing "
+                             "latency or throughput")
         notes.append(f"{cname}: --timing {', '.join(asked)} not taken: {why}")
     return notes
 
@@ -107,8 +108,8 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
             cls, backend = backend_class(setup.name), setup.key
             # the refusals of a whole setup first (no persistent calls on gloo), then a call its
             # library lacks, whatever the setup's options (said once for the backend)
-            whole = op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family) or \
-                _ungrouped(coll, setup.options)
+            whole = (op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family)
+                     or _ungrouped(coll, setup.options))
             lacked = None if whole else _answer(setup.name, "supports", collective=coll,
                                                 dtype=dtype, op=op)
             reason = whole or lacked or \
@@ -235,7 +236,8 @@ def _refuse_levels_without_mpi(opts: dict) -> None:
     """--thread-level with only backends that do not use MPI named (gloo, nccl) is refused
     before their usability is asked (nccl without a GPU would say that instead)."""
     named = [b.strip() for b in str(opts["backend"]).split(",") if b.strip()]
-    if opts.get("thread_level") is None or not named or "all" in named or any(b not in names() for b in named):
+    if (opts.get("thread_level") is None or not named or "all" in named
+        or any(b not in names() for b in named)):
         return
     if not any(uses_mpi(b) for b in named):
         raise UsageError("--thread-level is for the MPI backends (mpi, mpi-pickle); "
@@ -273,7 +275,8 @@ def _patterns(opts: dict) -> tuple:
             raise UsageError(str(exc)) from None
         names += [name] * (name not in names)
     if len(names) > patterns.MAX_PATTERNS:
-        raise UsageError(f"--pattern: {len(names)} patterns; at most {patterns.MAX_PATTERNS} in one run")
+        raise UsageError(f"--pattern: {len(names)} patterns; at most {patterns.MAX_PATTERNS} "
+                         "in one run")
     return tuple(names)
 
 
@@ -317,8 +320,8 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
     if launcher.name in ("torchrun", "env") and not launcher.shares_mpi_world:
         mpi_here = [b for b in backends if uses_mpi(b)]
         if mpi_here and opts["backend"].strip() != "all":
-            raise UsageError(f"backend {', '.join(mpi_here)} needs an MPI launcher (mpiexec, srun); "
-                             f"under {launcher.name} use gloo or nccl")
+            raise UsageError(f"backend {', '.join(mpi_here)} needs an MPI launcher (mpiexec, "
+                             f"srun); under {launcher.name} use gloo or nccl")
         backends = [b for b in backends if not uses_mpi(b)]
         notes += [f"skipping backend {b}: needs an MPI launcher" for b in mpi_here]
         if not backends:
@@ -398,7 +401,7 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
                                      seed=seed, claim=lambda: claim(plan.output),
                                      levels=plan.thread_levels, bind=plan.bind)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
-        raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} ranks "
-                         f"started by {launcher.name}; drop -n under a launcher")
+        raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} "
+                               f"ranks started by {launcher.name}; drop -n under a launcher")
     from collbench.run.runner import run
     return run(plan, launcher)

@@ -289,7 +289,8 @@ def roles_problem(plan: Plan, n: int) -> Optional[str]:
         return f"--root {plan.roles.root} is outside the world of {n} ranks (0..{n - 1})"
     short = [b.name for b in benches if b.min_ranks > n]
     if short:
-        return f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; {n} started"
+        return (f"{', '.join(short)} needs at least {max(b.min_ranks for b in benches)} ranks; "
+                f"{n} started")
     spread = ([patterns.problem(p, n) for p in plan.patterns]
               if any(bench.patterned for bench in benches) else [])
     if any(spread):
@@ -322,7 +323,8 @@ def _extended(metadata: dict, schedule: rounds.Schedule) -> dict:
 
 def _metadata(plan: Plan, launcher: Launcher, keys: list, schedule: rounds.Schedule,
               backends: dict) -> dict:
-    """The run's metadata; ``keys``: every setup the run measures, at this launch's level and the others'."""
+    """The run's metadata; ``keys``: every setup the run measures, at this launch's level and the
+    others'."""
     hosts = list(launcher.hosts)
     versions = {}
     for backend in backends.values():
@@ -579,8 +581,9 @@ def _crowded(hosts: list, cpu_sets: list, level: str) -> list:
     spin = (f" at thread level {level}, a waiting rank spins on its core: a call may take a "
             "scheduler slice (ms); --thread-level multiple yields"
             if level in ("single", "funneled", "serialized") else "")
-    return [f"{ranks} ranks share {cpus} CPU{'s' if cpus > 1 else ''} on a host: they take turns on the cores, so "
-            f"the times include waiting for one (oversubscribed){';' + spin if spin else ''}"]
+    return [f"{ranks} ranks share {cpus} CPU{'s' if cpus > 1 else ''} on a host: they take turns "
+            "on the cores, so the times include waiting for one "
+            f"(oversubscribed){';' + spin if spin else ''}"]
 
 
 def _without_huge_pages(asked: str, hosts: list, kernels: list) -> list:

@@ -173,8 +173,8 @@ class Sweep:
         for cname in plan.collectives:
             for backend_name, backend in backends.items():
                 for spread in self.patterns_of(get_benchmark(cname)):
-                    self.points[cname, backend_name, spread] = self._points(get_benchmark(cname), backend_name,
-                                                                            backend, spread)
+                    self.points[cname, backend_name, spread] = self._points(
+                        get_benchmark(cname), backend_name, backend, spread)
 
     def patterns_of(self, coll: Benchmark) -> tuple:
         """The patterns ``coll`` measures (``--pattern``'s list), or ("",) where its pieces all

@@ -56,7 +56,8 @@ def expected_fastest(n: int) -> float:
 
 
 def positive(values: Sequence[float]) -> np.ndarray:
-    """The finite, positive ones of ``values`` (missing and non-positive medians measure nothing)."""
+    """The finite, positive ones of ``values`` (missing and non-positive medians measure
+    nothing)."""
     return np.asarray([v for v in values if v is not None and math.isfinite(v) and v > 0],
                       dtype=np.float64)
 

@@ -136,8 +136,10 @@ def estimate_drift(units: list, sides: list) -> tuple:
         found = drift_between_runs(rows, units)
         # A side of several runs that drifted clearly more than assumed (beyond DRIFT_OVERRULE_LEVEL
         # of what the assumption allows for that many runs) overrules it.
-        if found is not None and found[0] ** 2 > DRIFT_FACTOR ** 2 * chi2_quantile(DRIFT_OVERRULE_LEVEL, found[1]) / found[1] \
-                and found[0] > best[0][0]:
+        if (found is not None
+                and found[0] ** 2 > DRIFT_FACTOR ** 2 * chi2_quantile(DRIFT_OVERRULE_LEVEL,
+                                                                      found[1]) / found[1]
+                and found[0] > best[0][0]):
             best = (found, f"measured over {int(found[1]) + 1} runs")
     (factor, df), source = best
     return ([factor * u for u in units], df), source

@@ -20,7 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from collbench.stats.calibration import CONFIDENCE, MIN_LOG_SD, MIN_PAIRS_SHARE, MIN_PAIRS_TO_CALL, POWER, STATE_ROW_SHARE
+from collbench.stats.calibration import (CONFIDENCE, MIN_LOG_SD, MIN_PAIRS_SHARE, MIN_PAIRS_TO_CALL,
+                                         POWER, STATE_ROW_SHARE)
 from collbench.stats.change import (Change, Spread, detectable_change, estimate_change, log_change,
                                     paired_changes, rounds_needed, run_concentration, within_spread)
 from collbench.stats.family import max_t_adjust
@@ -93,10 +94,9 @@ def judge(pending: list, *, one_job: bool, threshold: float, alpha: float, assum
                                               [p.new_runs for p in pending]])
         pending, drift_df, drift_source = machine_state_drift(pending, drift, drift_source, units)
     # pairs of one job: of the known terms only a lone fast round's doubt applies (the others are 0)
-    paired = dict(zip((p.key for p in pending), paired_changes([p.pairs for p in pending],
-                                                               [p.known_var for p in pending],
-                                                               confidence=confidence,
-                                                               strata=[p.stratum for p in pending])))
+    paired = dict(zip((p.key for p in pending),
+                      paired_changes([p.pairs for p in pending], [p.known_var for p in pending],
+                                     confidence=confidence, strata=[p.stratum for p in pending])))
     # per row: (the variance its own rounds give the estimate, its df)
     own_var = {}
     for i, p in enumerate(pending):
@@ -224,10 +224,10 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
                   "more rounds")
     elif significant and beyond and reached:
         verdict, cause = "inconclusive", "state"
-        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in {reached[0]} "
-                  f"of its {reached[1]} rounds (set aside as interference): a state of the machine "
-                  "that lasted the other's whole run can do this; measure both sides in one job "
-                  "(collbench ab)")
+        reason = (f"the {'baseline' if c.estimate > 0 else 'new'} run's {STATE_WHY} in "
+                  f"{reached[0]} of its {reached[1]} rounds (set aside as interference): a state "
+                  "of the machine that lasted the other's whole run can do this; measure both "
+                  "sides in one job (collbench ab)")
     elif significant and beyond:
         verdict = "slower" if (ratio > 1.0) == lower_is_better else "faster"
     elif low >= -threshold and high <= threshold:
@@ -236,7 +236,8 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
         verdict, cause = "inconclusive", "rounds"
         if low > threshold or high < -threshold:
             cause = "family"
-            reason = ("beyond the threshold at 95% for this row alone, not with every row tested at once: "
+            reason = ("beyond the threshold at 95% for this row alone, not with every row tested "
+                      "at once: "
                       + ("measure more rounds" if p.pairs else "measure both sides in one job "
                                                                "(collbench ab)"))
         elif needed is None:
@@ -244,14 +245,14 @@ def decide(p: Evidence, p_adj: Optional[float], threshold: float, alpha: float, 
                      "lone" if p.gap_var > p.drift_var else "drift"
                      if p.drift_var > 0 else "rounds")
             reason = ("its rounds spread far above its fastest (a state of the machine that "
-                      "outlasted launches?): measure both sides in one job (collbench ab), or merge "
-                      "more runs into the baseline"
+                      "outlasted launches?): measure both sides in one job (collbench ab), or "
+                      "merge more runs into the baseline"
                       if p.block_var > max(p.drift_var, p.gap_var) else
                       "a lone round ran far faster than those counted: which is the row's own time "
                       "is uncertain; measure more rounds" if p.gap_var > p.drift_var else
                       "the drift between runs (or the machine's state) hides a change this size: "
-                      "measure both sides in one job (collbench ab), or merge runs from other times "
-                      "into the baseline"
+                      "measure both sides in one job (collbench ab), or merge runs from other "
+                      "times into the baseline"
                       if p.drift_var > 0 else
                       "more than 1000 rounds per side would be needed")
         else:
@@ -318,7 +319,8 @@ def machine_state_drift(pending: list, drift: tuple, source: str, units: list) -
         _, whole, stratum = max(by_state)
         strata = {p.stratum for p in pending}
         where = f" ({stratum[0]}, {stratum[1]})" if len(strata) > 1 else ""
-        source = f"the two sides differ as a whole by {math.expm1(whole):+.0%}{where}, as a state of the machine can"
+        source = (f"the two sides differ as a whole by {math.expm1(whole):+.0%}{where}, as a state "
+                  "of the machine can")
     elif by_kept:
         source = kept_source
     return out, df if keeps_measured else math.inf, source

@@ -9,17 +9,17 @@ FAULTY_CORRUPT=R           rank R sends its first three elements one too large: 
                            receives them holds data that really arrived wrong
 FAULTY_HANG=R:COLL:BYTES   rank R never returns from COLL's calls at BYTES (the sweep's size)
 FAULTY_PAUSE=SECONDS       every rank sleeps this long before each size (a slow sweep)
-FAULTY_CHILD=FOLDER:HOW     every rank starts ``sleep 1000`` as it sets up (HOW ``same`` or ``new``: in a
-                           session of its own) and leaves it running, as a plugin's helper would;
-                           FOLDER/RANK gets its pid and the signals it had blocked (SigBlk)
+FAULTY_CHILD=FOLDER:HOW    every rank starts ``sleep 1000`` as it sets up (HOW ``same`` or ``new``:
+                           in a session of its own) and leaves it running, as a plugin's helper
+                           would; FOLDER/RANK gets its pid and the signals it had blocked (SigBlk)
 FAULTY_EXIT=R:BYTES:HOW    rank R leaves as it binds its call at BYTES: HOW is ``exit-N``
                            (``sys.exit(N)``, through Python's exit) or ``_exit-N`` (``os._exit(N)``,
                            at once), as a library that ends the process would; ``raise-0`` and
                            ``raise-1`` raise an error of several lines, as torch's CUDA and NCCL
                            errors are
-FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank that
-                           unpacks or reduces slowly would: its own call ends late, the others' do
-                           not
+FAULTY_SLOW=R:SECONDS      rank R sleeps this long at the end of each of its timed calls, as a rank
+                           that unpacks or reduces slowly would: its own call ends late, the others'
+                           do not
 FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps them, as a leak or
                            a greedy neighbour in its memory cgroup would: WHEN is ``call`` (when
                            its first size is bound, inside the collective's position) or ``renew``
@@ -143,7 +143,8 @@ class Faulty:
                                        "../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled "
                                        "cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
                                        "version 2.28.9\nncclUnhandledCudaError: Call to CUDA "
-                                       "function failed.\nLast error:\nCuda failure 'out of memory'")
+                                       "function failed.\nLast error:\n"
+                                       "Cuda failure 'out of memory'")
                 sys.exit(int(code))
         bound = super().bind(buffers, collective=collective, send_len=send_len, recv_len=recv_len,
                              op=op, roles=roles)
@@ -208,7 +209,8 @@ class UnusableOnOneRank(MpiBackend):
 
     @classmethod
     def unavailable_reason(cls):
-        if os.environ.get("PMI_RANK") is not None and os.environ.get("PMI_RANK") == os.environ.get("FAULTY_UNUSABLE_ON"):
+        if (os.environ.get("PMI_RANK") is not None
+                and os.environ.get("PMI_RANK") == os.environ.get("FAULTY_UNUSABLE_ON")):
             return f"its library is missing on this node (rank {os.environ['PMI_RANK']})"
         return super().unavailable_reason()
 

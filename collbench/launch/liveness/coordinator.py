@@ -204,7 +204,8 @@ class Coordinator:
             if now >= deadline:
                 peer = self.peers[rank]
                 self.abort(code,
-                           f"{peer.name()} ended{_by_signal(code)} with code {code} while the other ranks went on")
+                           f"{peer.name()} ended{_by_signal(code)} with code {code} while the "
+                           "other ranks went on")
                 return
         lost_hosts = {p.host for p in self.peers.values()
                       if not p.done and now - p.last_seen > LOST_AFTER}

@@ -94,8 +94,9 @@ class Guardian:
         # a shell, which may end before it), or when it is collbench's own launching process
         # (watched as environment.PARENT_PID).
         parent = os.getppid()
-        self.launcher = (parent, processes.name(parent) or "a process") \
-            if size > 1 and parent > 1 and str(parent) != os.environ.get(environment.PARENT_PID, "") else None
+        self.launcher = ((parent, processes.name(parent) or "a process")
+                         if size > 1 and parent > 1
+                         and str(parent) != os.environ.get(environment.PARENT_PID, "") else None)
         self._parent_fd = None
         # a queue whose put a signal handler may make even inside another put (``_forward``)
         self._after_signal: queue.SimpleQueue = queue.SimpleQueue()
@@ -164,7 +165,8 @@ class Guardian:
                 self._kill_after_grace()
 
     def _settle(self, seconds: float = 1.0) -> None:
-        """Before the guardian leaves: what its signal handler left to ``_after_signals`` is done."""
+        """Before the guardian leaves: what its signal handler left to ``_after_signals`` is
+        done."""
         done = threading.Event()
         self._after_signal.put(done)
         done.wait(seconds)
@@ -201,7 +203,8 @@ class Guardian:
         # A journal of the run's own (under a user's launcher) that outlived the rank holds what
         # the files may lack, however the rank ended; rebuilding takes it away
         owned = not os.environ.get(environment.STATE)
-        if self.journal and (ended_early or owned) and os.path.isdir(self.journal) and not self._parent_gone():
+        if self.journal and (ended_early or owned) and os.path.isdir(self.journal) \
+                and not self._parent_gone():
             rebuild(self.journal)            # it may not have saved everything it measured
         if self.stop_code is not None and not self._refused_to_start(status):
             # After the job's abort every guardian leaves at once, rank 0's first: MPICH's launcher
@@ -232,19 +235,22 @@ class Guardian:
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
             how, code, crashed = (f"was killed by signal {sig} "
-                                  f"({signal.Signals(sig).name}){self.oom.explain(sig)}{shared_memory_explained(sig, in_startup=self.link is None)}", 128 + sig, True)
+                                  f"({signal.Signals(sig).name}){self.oom.explain(sig)}"
+                                  f"{shared_memory_explained(sig, in_startup=self.link is None)}",
+                                  128 + sig, True)
         else:
             code = os.WEXITSTATUS(status)
             how, crashed = f"exited with code {code}", code not in RANK_EXIT_CODES
-            if code in SHARED_EXIT_CODES and self.channel is not None and self.chosen_exit is None and \
-                    self._server is not None:
+            if code in SHARED_EXIT_CODES and self.channel is not None and \
+                    self.chosen_exit is None and self._server is not None:
                 # the rank's last word, its exit code, may still be in the channel
                 self._server.join(1.0)
             if code in SHARED_EXIT_CODES and self.channel is not None and code != self.chosen_exit:
                 how += (" without collbench choosing it (a library or a plugin ended the process "
                         "before the run's end)" if code == 0 else
-                        " without collbench choosing it (a library ended the process: MPICH's fatal errors exit "
-                        "with the error's class, 1 for MPI_ERR_BUFFER, 2 for MPI_ERR_COUNT)")
+                        " without collbench choosing it (a library ended the process: MPICH's "
+                        "fatal errors exit with the error's class, 1 for MPI_ERR_BUFFER, 2 for "
+                        "MPI_ERR_COUNT)")
                 crashed = True
             # not a code of collbench's: the job's code says a rank was lost
             if crashed:
@@ -392,8 +398,9 @@ class Guardian:
         # the one the others wait for: it says so first
         if processes.state(self.child) in ("T", "t"):
             notes.say_first(f"collbench: {where} was stopped (SIGSTOP or a debugger) in "
-                            f"{self.position.read() or 'start-up'} and had not joined the job after {limit:g} s; "
-                            f"the job is stopped; {notes.files_clause(self.files, self.kept)}")
+                            f"{self.position.read() or 'start-up'} and had not joined the job "
+                            f"after {limit:g} s; the job is stopped; "
+                            f"{notes.files_clause(self.files, self.kept)}")
         else:
             # a stopped rank's guardian names it, where there is one
             time.sleep(STOPPED_FIRST_S)

@@ -13,7 +13,8 @@ import time
 from typing import Callable
 
 from collbench.launch import notes, processes
-from collbench.launch.liveness.wire import BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER, MessageReader, send_message
+from collbench.launch.liveness.wire import (BEAT_S, CONNECT_TIMEOUT, EXIT_LOST, LOST_AFTER,
+                                            MessageReader, send_message)
 
 
 def connect(candidates: list, port: int, hello: dict) -> tuple:

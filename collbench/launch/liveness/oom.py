@@ -54,7 +54,8 @@ def _count(path: Optional[str]) -> int:
 
 
 class OomWatch:
-    """The kernel's OOM-kill counts when this guardian started, to compare with at its rank's death."""
+    """The kernel's OOM-kill counts when this guardian started, to compare with at its rank's
+    death."""
 
     def __init__(self) -> None:
         self.files = (VMSTAT, _cgroup_counter_file())
@@ -67,5 +68,6 @@ class OomWatch:
     def explain(self, sig: int) -> str:
         """What to add after "was killed by signal N (NAME)": the likely sender of a SIGKILL."""
         if sig == signal.SIGKILL and self.fired():
-            return ", most likely by the kernel's out-of-memory killer (its host or memory cgroup ran out of memory)"
+            return (", most likely by the kernel's out-of-memory killer (its host or memory "
+                    "cgroup ran out of memory)")
         return ""

@@ -114,8 +114,8 @@ def handle_signals(rank: int) -> None:
     def wait() -> None:
         signum = next_signal()
         _stopping.set()
-        while signum == signal.SIGUSR1 and supervise.has_guardian() and not supervise.asked_to_stop() \
-                and not supervise.guardian_died():
+        while (signum == signal.SIGUSR1 and supervise.has_guardian()
+               and not supervise.asked_to_stop() and not supervise.guardian_died()):
             # Not the guardian's: MPICH's launcher tells the ranks that another process of the job
             # ended (it does so when it leaves the clean-up to collbench). That process's guardian
             # tells the coordinator, which names it and ends the job: this rank waits to be told.

@@ -159,8 +159,8 @@ def check_local_master(env) -> None:
     try:
         resolved = addresses.resolve(address)
     except addresses.RouteError as exc:
-        raise UsageError(f"MASTER_ADDR={address!r}: {exc}; a run started with -n puts every rank on this host: "
-                         "unset MASTER_ADDR, or name this host") from None
+        raise UsageError(f"MASTER_ADDR={address!r}: {exc}; a run started with -n puts every rank "
+                         "on this host: unset MASTER_ADDR, or name this host") from None
     if not addresses.is_loopback(resolved) and resolved not in addresses.outward_addresses():
         raise UsageError(f"MASTER_ADDR={address!r} ({resolved}) is not an address of "
                          f"{socket.gethostname()}, and a run started with -n puts every rank here: "
@@ -175,7 +175,8 @@ def check_variables(env) -> None:
                                  and 0 < int(port) < 65536):
         raise UsageError(f"MASTER_PORT={port[:20]!r} is not a TCP port (1-65535); fix or unset it")
     if environment.MASTER_ADDR in env and not env[environment.MASTER_ADDR].strip():
-        raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, or unset it")
+        raise UsageError("MASTER_ADDR is set but empty; give the address of rank 0's host, "
+                         "or unset it")
 
 
 @dataclass(frozen=True)
@@ -216,14 +217,16 @@ def parse_init_method(url: str) -> InitMethod:
         if not port:
             raise bad(f"{'port 0 is no place to listen at' if port == 0 else 'no port'}; give "
                       "tcp://HOST:PORT with PORT from 1 to 65535, where rank 0 listens")
-        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        if (parts.path not in ("", "/") or parts.query or parts.fragment or parts.username
+            or parts.password):
             raise bad("give tcp://HOST:PORT and nothing more")
         return InitMethod(url, "tcp://", host=parts.hostname, port=port)
     if scheme == "file":
         if parts.netloc:
             raise bad("a file:// path starts after the third slash: file:///PATH (here the host "
                       f"part is {parts.netloc!r})")
-        if not parts.path.startswith("/") or parts.path.endswith("/") or parts.query or parts.fragment:
+        if (not parts.path.startswith("/") or parts.path.endswith("/") or parts.query
+            or parts.fragment):
             raise bad("give file:///PATH with PATH the absolute path of a file (not a folder)")
         return InitMethod(url, "file://", path=parts.path)
     if scheme == "env":
@@ -264,7 +267,8 @@ def _listen_problem(method: InitMethod, host: str) -> Optional[str]:
                 "give one of its addresses (127.0.0.1 when every rank runs there)")
     taken = _port_taken(method.port)
     if taken:
-        return f"{said}: rank 0 cannot listen at port {method.port} on {host} ({taken}); choose a free port"
+        return (f"{said}: rank 0 cannot listen at port {method.port} on {host} ({taken}); "
+                "choose a free port")
     return None
 
 
@@ -286,8 +290,8 @@ def master_port_problem(env=os.environ) -> Optional[str]:
     taken = _port_taken(int(port))
     if taken:
         return (f"MASTER_PORT {port}: rank 0 cannot listen there on {socket.gethostname()} "
-                f"({taken}); choose a free port, or unset MASTER_ADDR and MASTER_PORT and collbench "
-                "finds one")
+                f"({taken}); choose a free port, or unset MASTER_ADDR and MASTER_PORT and "
+                "collbench finds one")
     return None
 
 
@@ -312,12 +316,14 @@ def _file_problem(method: InitMethod, where: str, *, first: bool) -> Optional[st
     if not os.path.isdir(folder):
         return f"{said}: the folder {folder} does not exist {where}"
     if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{said}: the folder {folder} is not writable {where} (torch's file store creates the file there)"
+        return (f"{said}: the folder {folder} is not writable {where} (torch's file store "
+                "creates the file there)")
     if os.path.isdir(path):
         return f"{said}: {path} is a folder {where}; name a file in it"
     kind = _special(path)
     if kind:
-        return f"{said}: {path} is {kind} {where}, not a file torch's file store can keep; name a new file"
+        return (f"{said}: {path} is {kind} {where}, not a file torch's file store can keep; "
+                "name a new file")
     if first and os.path.lexists(path):
         return (f"{said}: {path} exists {where}, left by a run that did not end cleanly (torch's "
                 "file store removes it when every rank ends normally) or in use by a run now; "
@@ -440,8 +446,9 @@ def meet_at_tcp(method: InitMethod, rank: int, exchange, *, rank0_listens: bool 
             addresses.await_listener(method.host, method.port, MASTER_PATIENCE)
         except addresses.RouteError as exc:
             raise UsageError(f"rendezvous of rank {rank} at {named} cannot succeed: {exc}: rank 0 "
-                             f"is not listening there (it did not start or it failed, {method.host} "
-                             "is not its host, or a firewall is in between)") from None
+                             "is not listening there (it did not start or it failed, "
+                             f"{method.host} is not its host, or a firewall is "
+                             "in between)") from None
     return interface
 
 
@@ -449,7 +456,8 @@ def init_methods_here(env=os.environ) -> str:
     """What ``collbench env`` says of ``--init-method`` on this host, cheaply: no torch, no
     network, no file written."""
     if env.get(environment.MASTER_ADDR) and env.get(environment.MASTER_PORT):
-        plain = f"env:// (at MASTER_ADDR:MASTER_PORT, {env[environment.MASTER_ADDR]}:{env[environment.MASTER_PORT]})"
+        plain = ("env:// (at MASTER_ADDR:MASTER_PORT, "
+                 f"{env[environment.MASTER_ADDR]}:{env[environment.MASTER_PORT]})")
     else:
         plain = "env:// (MASTER_ADDR unset: collbench finds rank 0)"
     reachable = ", ".join(["127.0.0.1"] + addresses.outward_addresses())

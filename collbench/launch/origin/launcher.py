@@ -50,7 +50,8 @@ class Launcher:
 
     @property
     def by_collbench(self) -> bool:
-        """Whether collbench launches (or launched) these ranks itself, rather than a user's launcher."""
+        """Whether collbench launches (or launched) these ranks itself, rather than a user's
+        launcher."""
         return self.name == "none" or bool(self.self_launched)
 
 
@@ -109,7 +110,8 @@ def _open_mpi(env) -> Optional[Launcher]:
     present = [n for n in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK") if n in env]
     if not present:
         return None
-    if not _pmix_server(env) and "OMPI_MCA_orte_hnp_uri" not in env and "OMPI_MCA_ess_base_jobid" not in env:
+    if (not _pmix_server(env) and "OMPI_MCA_orte_hnp_uri" not in env
+        and "OMPI_MCA_ess_base_jobid" not in env):
         raise _stray(env, present, "no Open MPI runtime is there (no PMIX_NAMESPACE or "
                                    "PMIX_SERVER_URI*)", _MPI_FIX)
     rank, size = _rank_and_size(env, present, ("OMPI_COMM_WORLD_RANK",), ("OMPI_COMM_WORLD_SIZE",),

@@ -149,8 +149,8 @@ def _stale_shared_memory(job_id: str) -> Optional[str]:
     path, made = stale[0]
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(made))
     more = f" (and {len(stale) - 1} more)" if len(stale) > 1 else ""
-    return (f"{path}{more}, from {when}, is MPICH's shared memory for Slurm job step {job_id}, left "
-            "by an earlier job with the same number: MPI_Init would take it for this job's and "
-            f"wait forever; remove it (rm {SHARED_MEMORY}/mpich_*_{fnv1a(job_id):x}_*) and start "
-            "again")
+    return (f"{path}{more}, from {when}, is MPICH's shared memory for Slurm job step {job_id}, "
+            "left by an earlier job with the same number: MPI_Init would take it for this job's "
+            f"and wait forever; remove it (rm {SHARED_MEMORY}/mpich_*_{fnv1a(job_id):x}_*) and "
+            "start again")
 

@@ -153,9 +153,9 @@ def hydra_launcher_problem(mpiexec: str, env: dict) -> Optional[str]:
             return (f"{setting}: MPICH's mpiexec has no such launcher (it has "
                     f"{', '.join(available)}); unset {variable} or choose one of them")
         if value == "slurm" and not env.get("SLURM_JOB_ID"):
-            return (f"{setting}: mpiexec would start the ranks through srun, but this is not inside "
-                    f"a Slurm allocation (no SLURM_JOB_ID); unset {variable}, or run collbench "
-                    "inside salloc or sbatch")
+            return (f"{setting}: mpiexec would start the ranks through srun, but this is not "
+                    f"inside a Slurm allocation (no SLURM_JOB_ID); unset {variable}, or run "
+                    "collbench inside salloc or sbatch")
         if value == "manual":
             return (f"{setting}: mpiexec would wait for its proxies to be started by hand; "
                     f"collbench launches its ranks itself: unset {variable}")

@@ -23,12 +23,14 @@ from collbench import environment
 from collbench.errors import UsageError, interrupted_by, printable
 from collbench.launch import notes, processes
 from collbench.launch.journal import Journal, rebuild, release_claims
-from collbench.launch.liveness.wire import EARLY_EXIT_GRACE, EXIT_BAD_ENVIRONMENT, EXIT_LOST, JOB_EXIT_CODES, STOP_GRACE
+from collbench.launch.liveness.wire import (EARLY_EXIT_GRACE, EXIT_BAD_ENVIRONMENT, EXIT_LOST,
+                                            JOB_EXIT_CODES, STOP_GRACE)
 from collbench.launch.network import rendezvous
 from collbench.launch.network.addresses import free_port
 from collbench.launch.origin.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch.self_launch.janitor import Janitor
-from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command, remove_orphaned_topology_files
+from collbench.launch.self_launch.mpiexec import (find_mpiexec, mpiexec_command,
+                                                  remove_orphaned_topology_files)
 from collbench.launch.self_launch.relay import Relay
 
 
@@ -187,7 +189,8 @@ class _Waiter:
             if self.completed():
                 self.finished_at = now
             self._abort_overdue(now)
-        if self.finished_at is not None and self.kill_at is None and now - self.finished_at > LINGER_S:
+        if (self.finished_at is not None and self.kill_at is None
+                and now - self.finished_at > LINGER_S):
             print(f"collbench: the ranks finished, but the launch did not end {LINGER_S:g} s later "
                   f"({_lingering(self.pending)}); it is ended, and the result files are whole",
                   file=sys.stderr, flush=True)
@@ -196,8 +199,8 @@ class _Waiter:
         if self.stop_at is not None and now > self.stop_at:
             self.stop_at = None            # the coordinator did not end the job: we do
             for rank, pid, sig in self.killed[:1]:
-                print(f"collbench: rank {rank} (pid {pid}) was killed by signal {sig}; stopping the other "
-                      "ranks", file=sys.stderr, flush=True)
+                print(f"collbench: rank {rank} (pid {pid}) was killed by signal {sig}; stopping "
+                      "the other ranks", file=sys.stderr, flush=True)
             self.stop_all(signal.SIGTERM)
 
     def _abort_overdue(self, now: float) -> None:
@@ -497,8 +500,9 @@ class RoundLauncher:
         kept = ("nothing measured" if completed == 0 else "round 1"
                 if completed == 1 else f"rounds 1-{completed}")
         paths = _result_paths(self.state)
-        print(f"collbench: interrupted by {signal.Signals(self.stopped_by[0]).name}; "
-              f"{notes.files_clause(paths, kept, self.side) if paths and completed else self._nothing()}",
+        kept_files = (notes.files_clause(paths, kept, self.side) if paths and completed
+                      else self._nothing())
+        print(f"collbench: interrupted by {signal.Signals(self.stopped_by[0]).name}; {kept_files}",
               file=sys.stderr, flush=True)
         return 128 + self.stopped_by[0]
 
