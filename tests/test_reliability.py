@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -401,10 +402,11 @@ def test_a_signal_while_collbench_starts_is_one_line(signum, delay, group, run_d
                                                    f"{signal.Signals(signum).name}"), err
 
 
-def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
+def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0,
+             wrap_width: Optional[int] = None) -> tuple:
     """What mpiexec's relay passes on of what ``ranks_source`` prints on stderr, with the relay
     made ``quiet`` (a signal ends the job) ``quiet_after`` seconds after it started, and without:
-    the stderr of each, as (quiet, loud)."""
+    the stderr of each, as (quiet, loud). ``wrap_width``: what the ranks wrap their lines at."""
     ranks = tmp_path / "ranks.py"
     ranks.write_text(textwrap.dedent(ranks_source))
     relay = tmp_path / "relay.py"
@@ -413,7 +415,7 @@ def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
         from collbench.launch.self_launch.relay import Relay
         proc = subprocess.Popen([sys.executable, {str(ranks)!r}], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
-        relay = Relay(proc)
+        relay = Relay(proc, {wrap_width!r})
         time.sleep({quiet_after!r})
         relay.quiet = sys.argv[1] == "quiet"
         proc.wait()
@@ -421,6 +423,24 @@ def _relayed(tmp_path, ranks_source: str, quiet_after: float = 0.0) -> tuple:
     """))
     return tuple(subprocess.run([sys.executable, str(relay), how], capture_output=True, text=True,
                                 timeout=60).stderr for how in ("quiet", "loud"))
+
+
+def test_the_parts_of_a_collbench_line_wrapped_by_a_rank_go_on_together(tmp_path):
+    """On a terminal a rank wraps collbench's lines at its width: while a signal ended the job,
+    the relay passed on the line's first part and left out the rest, so a Ctrl-C printed
+    "collbench: interrupted by SIGINT;" and not where the results are (CI, beside two busy
+    loops). The parts go on; a stray line after another rank's traceback still does not."""
+    said = ("collbench: interrupted by SIGINT; /tmp/a-folder-of-the-run/r.json keeps every size "
+            "finished before")
+    wrapped = textwrap.wrap(said, 40, break_on_hyphens=False)
+    quiet, loud = _relayed(tmp_path, f"""
+        import sys
+        for line in ("KeyboardInterrupt", "import enum", *{wrapped!r}):
+            sys.stderr.write(line + "\\n")
+            sys.stderr.flush()
+    """, wrap_width=40)
+    assert len(wrapped) > 2 and quiet == "\n".join(wrapped) + "\n", quiet
+    assert "import enum" in loud
 
 
 def test_a_frames_line_that_lost_its_indent_between_two_tracebacks_is_left_out(tmp_path):

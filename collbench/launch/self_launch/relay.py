@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Optional
 
 
 #: carriage returns and terminal control sequences (cursor, erase) at the start of a line
@@ -31,7 +32,9 @@ class Relay:
     prints on stdout and would corrupt ``-f json``; Ctrl-C chatter; MPI_Abort's line).
     ``spoke``: a collbench line went by on stderr; ``said``: the last of them; ``launcher_said``:
     what MPICH's mpiexec said first of its own failure ("unrecognized launcher: bogus"), left
-    out of the output but kept for the line that says why the job ended."""
+    out of the output but kept for the line that says why the job ended. ``wrap_width``: the
+    width the ranks wrap collbench's lines at (they do so when the user's stderr is a terminal),
+    so that the parts of a wrapped line go on together; None where they do not wrap."""
 
     NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED",
              b"This typically refers to a problem",
@@ -39,8 +42,9 @@ class Relay:
              b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again",
              b"Ctrl-C caught", b"Sending Ctrl-C")
 
-    def __init__(self, process: subprocess.Popen) -> None:
+    def __init__(self, process: subprocess.Popen, wrap_width: Optional[int] = None) -> None:
         self.spoke = False
+        self.wrap_width = wrap_width
         self.said: collections.deque = collections.deque(maxlen=64)
         self.launcher_said = ""
         #: a signal is ending the job: only collbench's own lines go on to stderr; what the ranks
@@ -60,6 +64,7 @@ class Relay:
         held = b""                   # a partial line
         waiting: list = []           # stderr's lines held back from a traceback's first (HOLD_S)
         since = 0.0
+        last = b""                   # the last line passed on, while it is collbench's
         while True:
             if waiting:
                 left = since + HOLD_S - time.monotonic()
@@ -81,8 +86,13 @@ class Relay:
                     since, waiting = time.monotonic(), [line]
                 elif waiting:
                     waiting.append(line)
-                elif not self._noise(line, errors and self._interrupted(line)):
+                elif not self._noise(line, errors and self._interrupted(line)
+                                     and not self._continues(last, line)):
                     keep.append(line + b"\n")
+                    last = line if self._continues(last, line) or _CONTROLS.sub(
+                        b"", line).startswith(b"collbench:") else b""
+                else:
+                    last = b""
             if held and not waiting and not (errors and self.quiet) \
                     and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
                 # a partial line (a progress bar, or a line cut by the pipe):
@@ -112,6 +122,14 @@ class Relay:
         another's (a frame's source line, "import enum", once reached the terminal with no
         indent beside "collbench: interrupted by SIGINT")."""
         return self.quiet and not _CONTROLS.sub(b"", line).startswith(b"collbench:")
+
+    def _continues(self, last: bytes, line: bytes) -> bool:
+        """Whether ``line`` is the next part of collbench's line ``last``, wrapped by the rank
+        that printed it: a word that did not fit after ``last``, with no indent."""
+        if not last or not self.wrap_width or not line[:1].strip() or line.startswith(self.NOISE):
+            return False
+        return len(_CONTROLS.sub(b"", last).decode("utf-8", "replace")) + 1 + len(
+            line.split()[0].decode("utf-8", "replace")) > self.wrap_width
 
     def _noise(self, line: bytes, interrupted: bool = False) -> bool:
         text = _CONTROLS.sub(b"", line)        # what a terminal shows: a bar's erasing left out

@@ -399,7 +399,9 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool,
         process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL,
                                    preexec_fn=_die_with_parent(signal.SIGTERM))
-        return [process], Relay(process)
+        columns = env.get(environment.COLUMNS, "")
+        wraps = env.get(environment.STDERR_TTY) == "1" and columns.isdigit()
+        return [process], Relay(process, int(columns) if wraps else None)
     env.update({environment.LAUNCHED: "local", environment.WORLD_SIZE: str(n),
                 environment.LOCAL_WORLD_SIZE: str(n)})
     if verbose:
