@@ -1,10 +1,8 @@
 """Backend registry: built-in names and plugins, each imported only when a backend is used.
 
-A plugin is a class implementing :class:`collbench.backends.base.Backend`, announced by an
-installed package under the entry point group ``collbench.backends`` (the entry point's name is
-the backend's name). Plugins cannot take a built-in name, ``all``, or a name with a comma or
-surrounding spaces. A plugin that fails to import is unusable with a one-line reason, as a
-backend whose library is missing is.
+A plugin is a class implementing :class:`collbench.backends.base.Backend`, announced under the
+entry point group ``collbench.backends``; the names it may take and what a broken one does:
+docs/plugins.md.
 
 Here: ``base`` (the interface and the control channel), ``devices`` (where buffers live),
 ``mpi``, ``mpi_pickle``, ``gloo``, ``nccl``, and what they share: ``_mpi`` (mpi4py, MPI's

@@ -1,18 +1,11 @@
 """Where a backend's buffers live: a small strategy apart from the communication library.
 
 A backend is a library driving a device. The device owns allocation, the array operations the
-result check runs where the buffers are (``collbench.benchmarks.check`` says what they compute:
-a table of check values in the buffers' type, counting a mask, widening for a tolerance),
-poisoning the receive side before a check, synchronisation and its free memory:
-
-* ``HostDevice``: numpy arrays in main memory, page-aligned (mpi, mpi-pickle);
-* ``MpiMemoryDevice``: numpy arrays over memory from ``MPI.Alloc_mem`` (mpi ``--buffers mpi``),
-  which the library may have registered with the network or placed in shared memory;
-* ``TorchDevice``: torch tensors on a torch device: the CPU (gloo) or one CUDA GPU (nccl, and
-  mpi ``--buffers cuda`` on a CUDA-aware MPI).
-
-Room for more: a cupy device would implement the same few methods, and any backend whose
-library accepts its arrays (mpi4py takes CUDA arrays from a CUDA-aware MPI) could drive it.
+result check runs where the buffers are, poisoning the receive side before a check,
+synchronisation and its free memory: ``HostDevice`` (numpy in main memory), ``MpiMemoryDevice``
+(numpy over ``MPI.Alloc_mem``) and ``TorchDevice`` (torch tensors on the CPU or one CUDA GPU).
+Kept apart, another array library (cupy, say) can be one more device, driven by any backend
+whose library accepts its arrays (docs/plugins.md, "The interface").
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The pages under a rank's host buffers: small (4 KiB) or huge (transparent huge pages).
 
-Left to itself, numpy asks the kernel for huge pages for every array of 4 MiB or more and for
-none below; as a block's buffers are allocated at its largest size, a row's time then depended
-on the other sizes of its run (the figures: benchmarks/README.md, "The buffers' pages"). Here the
-buffers' pages are a choice, made the same way for every buffer whatever its size, and recorded:
-
-* ``small``: ``MADV_NOHUGEPAGE`` — what a C benchmark's ``malloc`` gets where the kernel gives
-  huge pages only to those who ask (``transparent_hugepage`` ``madvise``, the usual setting);
-  IMB and OSU measure so;
-* ``huge``: the buffer starts on a huge page and ``MADV_HUGEPAGE`` asks for them (none where the
-  kernel's setting is ``never``; the run says so).
-
-The advice is given before the buffer is first written, so the pages it faults in follow it.
+Left to itself, numpy gives huge pages only to arrays of 4 MiB or more, so a row's time
+depended on the other sizes of its run. Here the pages are a choice (``--pages``), made the
+same way for every buffer whatever its size, and recorded. The advice is given before the
+buffer is first written, so the pages it faults in follow it. Why, and the figures:
+docs/methodology.md, "The pages under the buffers"; benchmarks/README.md, "The buffers' pages".
 """
 
 from __future__ import annotations

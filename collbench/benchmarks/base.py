@@ -1,33 +1,13 @@
 """The contract every benchmark module fulfils, collective or point-to-point, and what each
 backend family hands it.
 
-A benchmark declares what the harness needs to time it, and the harness owns the rest (warm-up,
-the stop rule, rounds, the reduction over ranks):
-
-* who takes part: every rank, or the two ranks of a pair (``paired``: ``--pair A,B``); ranks
-  outside the pair wait, and are neither timed nor judged;
-* what one timed sample is: one call, after a barrier over every rank (collectives, sendrecv);
-  or an exchange that paces the pair itself (``self_paced``: a round trip, a window closed by
-  an acknowledgement), timed on the rank that starts it (``timed_on``), as OSU does;
-* what a sample's time is per message (``messages_per_call``): half a round trip, or a
-  window's time over its W messages, so that bandwidth is always size / time;
-* its buffers (lengths for n ranks, what each rank must find after the call, the bus factor);
-* how each family of backend issues it:
-
-  * ``buffer_call``: mpi4py's buffer API (``comm.Allreduce``, ``comm.Send`` …) on send and
-    receive buffers;
-  * ``object_call``: mpi4py's pickle API (``comm.allreduce``, ``comm.send`` …), results
-    returned as objects;
-  * ``tensor_call``: torch.distributed on tensors, returning the call and what to reset before
-    the check (torch reduces and broadcasts in place).
-
-A family the benchmark does not implement returns None: the plan reports the combination as
-unsupported before any rank starts. Sizes follow nccl-tests: for allreduce, bcast, reduce and
-the point-to-point benchmarks the size is each rank's buffer (one message); for the other
-collectives it is the whole n-rank array (each rank sends or receives ``size / n``). Lengths
-are in elements. Each rank's send buffer holds ``pattern.value(rank, k, n)`` at index k, and
-``received`` says which rank's values (or the reduction's) each part of a receive buffer must
-hold (``collbench.benchmarks.check``).
+A benchmark declares what the harness needs to time it (who takes part, what one sample is,
+what a call's time is divided by, its buffers, what each rank must find after the call, its
+bus factor) and how each backend family issues it (``buffer_call``, ``object_call``,
+``tensor_call``); the harness owns the rest: warm-up, the stop rule, rounds, the reduction
+over ranks. So a new benchmark is one module and nothing else. A family a benchmark does not
+implement is refused when the plan is built. Each attribute and method: docs/benchmarks.md;
+what a size means: docs/methodology.md, "Sizes".
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """The result check, in one place: what each rank writes into its send buffer, what it must find
-in its receive buffer after a call, what the receive side holds before the call (the sentinel),
-and how the two are compared — worked where the buffers live.
+in its receive buffer after a call, the sentinel the receive side holds before the call, and
+how the two are compared, worked where the buffers live.
 
-Every rank fills its send buffer with small integers ``value(rank, k, n)`` (k = index in the
-buffer) and ``reduced(k, n)`` is the closed form of their reduction over n ranks, so an expected
-result never needs all ranks' data in one place; a benchmark says where each value ends up
-(``Benchmark.received``). Each op's pattern is exact at any scale and in any reduction order
-(docs/methodology.md, "The check's patterns, op by op"). Every pattern repeats along k
-(``CheckPattern.period(n)`` elements), so the check computes one period on the host, sends it
-to the buffers' device once per block (``Tables``), repeats it there into the send buffer and
-compares the receive buffer against it a bounded chunk at a time; only the count of wrong
-elements comes back.
+The values are small integers whose reduction has a closed form, so an expected result never
+needs every rank's data in one place and every reduction is exact at any scale and in any
+order; a benchmark only says where each value ends up (``Benchmark.received``), and only the
+count of wrong elements comes back to the host. The patterns and how they are checked:
+docs/methodology.md, "Buffers", "The check's patterns, op by op" and "Check".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
-"""How a v-collective spreads its bytes over the ranks (``--pattern``): a matrix of how many
-elements each rank sends each rank, scaled so that a rank sends the sweep's size on average.
+"""How a v-collective spreads its bytes over the ranks (``--pattern``).
 
-* ``uniform``: every rank sends every rank the same (alltoall's traffic);
-* ``spread:F``: nccl-tests' distance-weighted blend (``NCCL_TESTS_ALLTOALLV_SPREAD``): rank i
-  sends rank j in proportion to (1 - F) / n + F · d / (n (n - 1) / 2), d = (j - i) mod n; every
-  rank sends and receives the same total, F = 0 is uniform;
-* ``zipf:S[:SEED]``: a mixture-of-experts router: every rank sends its tokens to the ranks in
-  proportion to a Zipf law of exponent S over their places in a seeded shuffle (SEED, 0 unless
-  given), so that every rank sends the same and the hot ranks receive more;
-* ``matrix:FILE``: a traffic matrix of one's own (a router's recorded counts, say): entry (i, j)
-  of FILE, n lines of n whitespace- or comma-separated non-negative numbers (``#`` starts a
-  comment), is what rank i sends rank j, scaled so that the average rank sends the size: ranks
-  may send, as well as receive, different totals. The matrix must be n × n for a world (or
-  group) of n ranks. It is named by its content (``matrix:`` and 12 hex digits of its
-  SHA-256): two runs of one matrix match, whatever the file was called, and every rank must
-  read the same.
-
-A pattern is named in rows by its canonical spelling (``zipf:1.2:0``), so that two runs of one
-pattern match and two of different seeds do not. Counts are whole elements (the largest
-remainders take the leftover ones): each rank's pieces add up to exactly the size, or for a
-matrix the ranks' totals to exactly n times it, so a row's size is what the average rank sent;
-its imbalance is the busiest rank's elements over the mean, sent and received.
+A pattern is a matrix of how many elements each rank sends each rank, scaled so that the
+average rank sends the sweep's size: ``uniform``, ``spread:F`` (nccl-tests' distance-weighted
+blend), ``zipf:S[:SEED]`` (a mixture-of-experts router's hot ranks) or ``matrix:FILE`` (a
+traffic matrix of one's own, named by its content's digest). Rows name a pattern by its
+canonical spelling, so that runs of one pattern match and runs of different seeds do not. The
+definitions, the matrix file's format, the rounding to whole elements and the imbalance a row
+records: docs/methodology.md, "Patterns (v-collectives)".
 """
 
 from __future__ import annotations

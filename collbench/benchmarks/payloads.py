@@ -1,15 +1,11 @@
 """What mpi4py's pickle API sends (``--payload``): the same data as different Python objects.
 
-The lowercase calls pickle whatever they are given, and the object decides the cost: a numpy
-array pickles as one buffer, ``bytes`` as one string, a list of numbers element by element, a
-dict of them with a key per element. Each payload here carries the send buffer's values (the
-check pattern's, so checks stay exact) and its size is the data's bytes, as for the buffer API;
-the pickled message is larger for lists and dicts, and that is what is measured.
-
-A payload says how to make its object from the values, how to take a piece of it (the chunks
-of scatter and alltoall, the one-element acknowledgement of bw), how to turn what arrives back
-into values for the check, and how to reduce two of them: through numpy, converting each
-operand (a user's reduction of lists is a Python loop at least as slow).
+The lowercase calls pickle whatever they are given, and the object decides the cost. Each
+payload (array, bytes, list, dict) carries the send buffer's check values and is sized by the
+data's bytes, as for the buffer API, so the larger pickles of lists and dicts are what is
+measured. A payload says how to make its object, take a piece of it, read it back for the
+check and reduce two of them (through numpy). docs/usage.md, "Buffers and payloads";
+docs/methodology.md, "Backends".
 """
 
 from __future__ import annotations

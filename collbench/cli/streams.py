@@ -1,25 +1,11 @@
 """Standard streams that cannot turn a run's outcome into a crash.
 
 collbench's exit code means something (a regression, a wrong result, a timeout), so what
-happens to its output must never change it:
-
-* a **closed** stdin, stdout or stderr (``>&-``): the descriptor is reopened on /dev/null, so
-  that the first file collbench opens does not become fd 1 and receive its prints;
-* an encoding that cannot hold a character (``PYTHONIOENCODING=ascii``, a C locale): the text
-  falls back to ASCII (µ as u, → as ->) instead of raising;
-* a **broken pipe** (``collbench compare … | head -1``): what is left to print is dropped,
-  quietly, and the command goes on to its own exit code. A pipe that closed is not a verdict.
-
-But a write that **failed** (a full disk: ``> x.json`` on a full filesystem, ``> /dev/full``;
+happens to its output must never change it: a closed stream, an encoding that cannot hold a
+character and a broken pipe are taken quietly. But a write to stdout that failed (a full disk,
 an I/O error) lost what the user asked for: the command says so in one line and exits 2 where
-it would have exited 0 (``outcome``); so does a stdout closed at start when the user asked for
-a document on it (``-f json``, ``csv``, ``markdown``). On stderr such a failure has nowhere to
-be said, and changes nothing.
-
-And on a terminal, collbench's own lines on stderr ("collbench: …", one line each for the
-programs that read them) are wrapped between words at the terminal's width, not by the
-terminal mid-word; a rank whose stderr reaches the user's terminal through a launcher wraps
-them at that terminal's width (``collbench.launch.origin.terminal``).
+it would have exited 0. On a terminal, collbench's own lines on stderr are wrapped between
+words at its width. Each case, and why: docs/failures.md, "Output".
 """
 
 from __future__ import annotations

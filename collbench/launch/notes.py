@@ -1,23 +1,12 @@
 """Notes a self-launched job leaves for the process that launched it, in the run's state folder
-(``COLLBENCH_STATE``, which only self-launch sets): what that process needs to know about a launch
-that ended badly, written by processes that MPICH's mpiexec may kill at any moment (when one
-process it started dies by a signal, it SIGKILLs the others' process groups at once).
+(``COLLBENCH_STATE``, which only self-launch sets).
 
-* ``ended-before-joining-R``: rank R ended before the ranks could talk (its exit code);
-* ``guardian-PID``: the guardian with that pid speaks for rank R, whose process is CHILD on HOST;
-* ``orphaned-R``: rank R's guardian died under it (the rank learns it at once, from
-  PR_SET_PDEATHSIG, and mpiexec's clean-up does not reach it: it is in the dead guardian's
-  process group);
-* ``launched``: the pids the launching process started for the launch (mpiexec, or the local
-  ranks' guardians), for its stand-in (``janitor``) to end if the launching process dies;
-* ``explained``: the line that says why the job ended, written before it is printed (empty when
-  a rank printed its own), so that the launching process can print it if its writer was killed
-  first;
-* ``said-first``: a rank's guardian said why its rank ended before the ranks could talk (no
-  coordinator picks one line then): the others, which ended of the same cause, say nothing;
-* ``startup-PID``: what the MPI library printed on stderr while it started in the rank whose
-  guardian is PID (``startup_output``), for the line about a start-up that failed. Under a
-  user's launcher it lives in the temporary folder, and the guardian removes it.
+They hold what that process needs to know about a launch that ended badly: which rank ended
+before the ranks could talk, which guardian speaks for which rank, a rank orphaned by its
+guardian's death, the launch's pids, the line that says why the job ended, and what MPI printed
+while it started. They are files because their writers may be killed at any moment: MPICH's
+mpiexec SIGKILLs every process group once one of its processes dies by a signal (each note:
+docs/development.md, "Inside a launch").
 
 Only the standard library is used (guardians and a rank's signal thread import this).
 """

@@ -1,21 +1,12 @@
 """A run's result files: claimed before anything is measured, rewritten on a schedule whose
 cost stays flat however many sizes came before, and never left half written.
 
-* **Claiming.** ``-o`` files and the default pair in ``results/`` are created empty at once
-  (``O_EXCL``), so that two runs starting together cannot take the same names. If the run is
-  refused after that (the first write fails), the files it claimed go again.
-* **Rewriting.** Each rewrite renders every row with every round, so its cost grows with the
-  run. After every size while the run has at most ``EVERY_SIZE_ROWS`` rows and the last
-  rewrite took at most ``EVERY_SIZE_S`` (any ordinary sweep: the files are current whenever
-  one looks); beyond, once ``1 / SAVE_SHARE`` times the last rewrite's cost has passed, so that
-  the files take at most that share of the run's time and neither a 10,000-size sweep nor the
-  40th round of a long sweep spends it rewriting a growing file (benchmarks/README.md, "files at
-  the 40th round"). The cost per size is thus bounded by one rewrite of ``EVERY_SIZE_S``, whatever
-  came before. What the files do not hold yet is in the journal (``journal``); they are rewritten at
-  every round's end, at the end of the run, and on any early end (a signal, a timeout, an abort).
-* **Failures.** A write that fails (a full disk, a folder gone) is one line naming the file
-  and how many rows it still holds (its last whole version: writes are atomic). "wrote" is
-  only ever said of a file whose last write is complete.
+Claiming the names at once keeps two runs that start together apart. The files are rewritten
+after every size while that is cheap, then only often enough to take a small share of the
+run's time (``EVERY_SIZE_ROWS``, ``EVERY_SIZE_S``, ``SAVE_SHARE``), with the journal holding
+what they do not hold yet. Every write is atomic, and a failed one names the file and the rows
+it still holds. The schedule and why: docs/results-format.md, "When files are written"; its
+cost: benchmarks/README.md, "Saving after every size" and "files at the 40th round".
 """
 
 from __future__ import annotations

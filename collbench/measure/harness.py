@@ -1,19 +1,13 @@
 """The measurement loop for one (benchmark, backend, size): warm-up, check, timed iterations,
-stop rule and cross-rank reduction, for every kind of benchmark. It talks to backends only
-through ``Bound`` and ``Control``; statistics come from ``collbench.stats.samples``.
+stop rule and cross-rank reduction, for every kind of benchmark.
 
-The timing (``collbench.measure.timings``) decides what a sample is: one call timed on the host
-(latency), k back-to-back calls (throughput), a replay of k calls captured in a CUDA graph
-(graph), or one call timed by the device's own events with its stream held until the call is
-queued (device); the device timings ask the buffers' device for its clock and its graphs.
-
-What a benchmark declares (``collbench.benchmarks.base``) decides the loop's shape: a barrier
-before each sample, or none where the exchange paces its pair itself; which ranks' clocks make
-a sample (the maximum over them); what one call's time is divided by; how many measurements
-one call makes (``group_count``: each pair of a step of ``collbench pairs`` is one, timed on its own
-first rank, and the stop rule waits for the least precise). Ranks that take no part run nothing
-timed: they join the stop rule's messages between batches, and their per-rank time is NaN, so
-that they are neither counted nor judged.
+It talks to backends only through ``Bound`` and ``Control`` and takes its statistics from
+``collbench.stats.samples``, so that one loop serves every backend and benchmark. The timing
+(``collbench.measure.timings``) decides what a sample is; what the benchmark declares
+(``collbench.benchmarks.base``) decides the loop's shape: a barrier before each sample or
+none, whose clocks count, what a call's time is divided by, how many groups measure at once.
+Ranks that take no part run nothing timed and are neither counted nor judged. How it works:
+docs/methodology.md, "Timing" and "Iterations".
 """
 
 from __future__ import annotations

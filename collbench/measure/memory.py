@@ -1,16 +1,11 @@
 """Memory guard: what a size needs on each host, against what the host can give, before allocating.
 
-A rank measuring a size takes, beyond what it held when the sweep started (interpreter, numpy,
-MPI, torch and its communicators: its base, in use already), a factor per byte of its nominal
-send and receive buffers that depends on the collective and the backend family (the buffers
-themselves, the library's temporary buffers, pickles and unpickled results for mpi4py's object
-API), plus the fill and check temporaries, which grow with the size up to a cap. Both are
-measured, not guessed (each collective's ``memory_factors``, ``WORK_BYTES``). Summed over the ranks
-of each host, that must fit a budget: what is available there (MemAvailable, or the room left under
-a cgroup memory limit, v1 or v2, when the ranks run in one, as in containers and under Slurm), less
-a reserve for everything else, and within ``COLLBENCH_MEMORY_LIMIT`` when the user sets it. Sizes
-that do not fit are skipped with a note rather than killed by the kernel; the sweep asks again, from
-every rank, before each large size, since other processes come and go.
+A rank needs what it held when the sweep started, plus measured factors per byte of its
+buffers and the check's bounded temporaries; summed over a host's ranks, that must fit the
+host's budget (available memory or room under a cgroup limit, less a reserve, within
+``COLLBENCH_MEMORY_LIMIT``). Sizes that do not fit are skipped with a note rather than killed
+by the kernel, and large sizes are asked about again just before they run. The rule:
+docs/methodology.md, "Memory"; the factors: benchmarks/README.md, "Memory factors".
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Results in the formats of CI benchmark trackers, so that their charts and alerts can follow a
-collbench sweep. Pure: a RunResult in, text out (``collbench export`` writes it).
+"""Results in the formats of CI benchmark trackers (``github-action-benchmark``, ``bencher``),
+so that their charts and alerts can follow a collbench sweep. Pure: a RunResult in, text out
+(``collbench export`` writes it).
 
-* ``github-action-benchmark``: the JSON list its ``customSmallerIsBetter`` tool reads, one entry
-  per row, ``{"name", "unit", "value", "range", "extra"}``: the row's median time in µs (unit
-  ``us``, which the action can rescale to ``ms`` or ``ns``), ``range`` ``± h`` with h the larger
-  distance from the median to an end of its 95% CI, ``extra`` the CI itself and the row's
-  rounds, iterations, bus bandwidth and check. Only a smaller-is-better metric fits this tool.
-* ``bencher``: Bencher Metric Format (BMF), ``{benchmark: {measure: {"value", "lower_value",
-  "upper_value"}}}``; measure ``latency`` (Bencher's built-in Latency, in nanoseconds) is the
-  median time and its 95% CI; ``bus-bandwidth`` (GB/s, higher is better; Bencher creates the
-  measure on first use) the bus bandwidth at the median and at the CI's ends.
-
-A benchmark's name is the row's identity as compare matches it, e.g. ``allreduce mpi float32
-sum 2 ranks 1K latency`` (the op only for reducing collectives, dtype and size only for those
-that move data; the size as ``--sizes`` takes it): stable from run to run, and unique within a
-file that compare accepts.
+Each row becomes one benchmark, named by the fields compare matches rows on, so that names
+stay the same from run to run and are unique within a file. The formats, the names and what
+each entry holds: docs/results-format.md, "Exports for CI trackers".
 """
 
 from __future__ import annotations

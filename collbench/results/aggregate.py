@@ -1,18 +1,12 @@
 """Rows from rounds: what one row reports once one or more rounds have measured it.
 
-* One round: the median of its samples and that median's order-statistics CI, as before
-  rounds existed.
-* Several rounds: ``time_us_p50`` is the geometric mean of the round medians, rounds set aside
-  as interference left out — which ones, by the row's own rounds alone (``noise.own_rounds``),
-  so that no other row, merge or sweep moves it — and its CI comes from their spread
-  (``runstats.summarize_rounds``), moderated by the file's noise model (``stats.noise``) by
-  ``moderate_rows`` once the rows of a run are known (the model shapes only the interval and
-  whether a row's rounds disagree, ‡); mean, min, percentiles and max are over
-  the samples of every round; the check is the worst round's; ``precision_reached`` only if
-  every round reached it.
-
-Pure functions: the runner uses them after every size, ``collbench merge`` and the
-calibration script on rounds read back from files.
+One round gives the median of its samples and its order-statistics CI. Several rounds give the
+geometric mean of the counted round medians, the rounds set aside as interference chosen by
+the row's own rounds alone so that no other row, merge or sweep moves it, and a run-to-run CI
+moderated by the file's noise model once a run's rows are known (``moderate_rows``). Pure
+functions: the runner uses them after every size, ``collbench merge`` and the calibration
+script on rounds read back from files. The method: docs/methodology.md, "Statistics"; the
+fields: docs/results-format.md, "Row fields".
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
-"""The link map: the rows of one point-to-point measurement over many pairs of ranks
-(``collbench pairs``), and the hosts, ranks and pairs whose figures lie out.
+"""The link map of ``collbench pairs``: the hosts, ranks and pairs whose figures lie out.
 
-A map is the rows of one (benchmark, backend, dtype, size, timing, window) that name three
-pairs or more. A pair's figure is its time per message (``time_us_p50``; for bandwidth, the
-larger the slower too). Pairs are compared only with comparable pairs: those within one host
-(shared memory) and those across hosts (the network) are two classes, never mixed.
-
-The rule (``OUT_SIGMAS``, ``OUT_RATIO``): a figure lies out when it is slower than the median
-of its reference by more than 3.5 robust standard deviations (1.4826 × the median absolute
-deviation, which a few bad links cannot inflate) and by more than 25% (so that a class of
-near-identical figures does not call a 2% difference out). Most pairs must be good for the
-median to be a good pair's figure, so a host or rank is judged first, against the links that
-do not touch it:
-
-1. a host is named when more than half of its links of a class lie out against that class's
-   links that do not touch it (for a one-way figure, its outgoing and incoming links apart);
-2. then a rank, the same way, among the links of the hosts not named;
-3. then a pair, against its class's links that touch no named host or rank.
-
-So a host whose every link is slow is one finding, not n − 1 pairs.
+A map is the rows of one point-to-point measurement (benchmark, backend, dtype, size, timing,
+window) that name three pairs or more. Pairs within a host and pairs across hosts are judged
+apart, each figure against the median of comparable links, by a robust spread
+(``OUT_SIGMAS``) and a ratio (``OUT_RATIO``). Hosts are judged first, then ranks, then single
+pairs, each against the links that touch nothing already named, so that a host whose every
+link is slow is one finding rather than n − 1 pairs. The rule: docs/point-to-point.md,
+"Every pair: collbench pairs".
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Per-rank view of a row: the rank a collective waits on, and ranks that stand out.
 
-Every round keeps each rank's mean time per call (``RoundData.rank_means_us``). With a barrier
-before each timed call a rank's time runs from leaving the barrier to the end of its own part,
-so the rank with the highest mean is the one the collective ends on: a rank that unpacks or
-reduces slowly, or whose link delivers last. A rank that is late *into* a call delays every
-other rank by as much, so the ranks' means stay alike there: this view finds ranks that end
-late, not ranks that start late.
-
-The rules — the peers compared (all but a rooted collective's root), each rank's relative time,
-the slowest rank, and when a rank is an outlier (``K_SPREADS`` robust spreads and ``MARGIN``
-beyond its peers' median, in more than half of the rounds, where every rank does the same work
-and 3 or more are compared) — are docs/results-format.md's, "Per-rank fields".
-
-Pure functions: the exporters put the view in every row, ``collbench report --per-rank`` draws
-its tables from it.
+With a barrier before each timed call, the rank with the highest mean time is the one the
+collective ends on, so each round's per-rank means name the slowest rank and any outliers; a
+rank that is late into a call delays every rank alike and does not show. Pure functions: the
+exporters put the view in every row, and ``collbench report --per-rank`` draws its tables from
+it. The rules (``K_SPREADS``, ``MARGIN``): docs/results-format.md, "Per-rank fields".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Splitting the ranks into groups that measure at once (``--split``, ``--split-mask``).
 
-Users at scale measure within a host, across hosts and in concurrent groups (nccl-tests'
-``NCCL_TESTS_SPLIT``, IMB's ``-multi``, PARAM's ``--multi-comms``). A split gives every rank a
-group; each backend makes a communicator per group (MPI ``Split``, torch ``new_group``), every
-group runs the same calls at the same time, and each group's times make a row of its own:
-
-* ``intra``: a group per host (the ranks sharing it);
-* ``inter``: the i-th rank of every host together, so that each group has one rank per host and
-  every link between hosts is busy at once;
-* ``N``: N equal groups of consecutive ranks;
-* ``mask:M``: the ranks r with the same ``r & M`` (nccl-tests' ``NCCL_TESTS_SPLIT_MASK``).
-
-Groups are numbered in the order of their first ranks. They must be equal in size (a row's
-figures compare across groups only then), and of at least two ranks.
+Users at scale measure within a host, across hosts and in concurrent groups, as nccl-tests,
+IMB and PARAM let them. A split gives every rank a group (``intra``, ``inter``, ``N`` or
+``mask:M``); each backend makes a communicator per group, every group runs the same calls at
+the same time, and each group's times make rows of their own. Groups are numbered by their
+first ranks and must be of equal size, two ranks at least, so that a row's figures compare
+across groups. The splits: docs/usage.md, "Groups measuring at once (--split)".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""Interleaved A/B in one job: two setups of one measuring command, in turns.
+"""Interleaved A/B in one job (``collbench ab``): two setups of one measuring command, in turns.
 
-Back-to-back runs on a shared machine differ by what the machine did between them (a whole
-run drifts by percent, one collective can sit 30% slow for a minute). Measuring both sides in
-one job, alternating (Abedi & Brecht's randomized multiple interleaved trials), makes whatever
-moves the machine move both alike: round i of side A and round i of side B form a pair, and
-every pair uses the same shuffled order of sizes. By default a pair's two launches run at once
-and take turns size by size (``run.turns``); with ``turns="launch"`` they run one after the
-other in a random order. Each side is an ordinary self-launched run with its own result file;
-the files record the job (``metadata.ab``) and each round's turns (``rounds[].ab_turns``, or
-``ab_turn``: its place in its pair), so ``collbench compare`` knows they were interleaved.
-
-A side differs from the other by its environment (``MPIR_CVAR_*``, ``UCX_*``, ``NCCL_ALGO``),
-by its Python interpreter (another build of mpi4py or of the MPI library, with collbench
-installed in it; its ``mpiexec`` is the one beside that interpreter), or by its backend.
+Back-to-back runs on a shared machine differ by whatever the machine did between them; taking
+both sides in turns within one job makes that move both alike. Round i of side A and round i
+of side B form a pair over the same shuffled order of sizes, taking turns size by size or,
+with ``turns="launch"``, launch by launch. Each side is an ordinary self-launched run whose
+result file records the job, so compare judges it by pairs. A side differs by its environment,
+its Python interpreter (run by the ``mpiexec`` beside it) or its backend. docs/compare.md,
+"A/B in one job".
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Which pairs of ranks ``collbench pairs`` measures, and which of them at the same time.
 
-Every pair of the chosen ranks is measured once (latency: a round trip covers both directions)
-or once each way (bandwidth: A→B and B→A, since a link can be slow one way only). Pairs that
-share no rank run at the same time, by the round-robin ("circle") schedule of a tournament: n
-ranks give n−1 steps of n/2 pairs (n steps with one rank waiting in each when n is odd), so a
-run over 64 ranks takes 63 steps instead of 2016. ``--serial`` runs one pair per step.
-
-Pairs at the same time share what lies between them and their peers: the cores and memory of a
-host, a host's network interface, a switch. Their figures are those of a loaded system, and a
-pair's row says how many ran with it (``pairs_at_once``); ``--serial`` measures each link alone.
+Every pair of the chosen ranks is measured once for latency, or once each way for bandwidth,
+since a link can be slow one way only. Pairs that share no rank run at once by a tournament's
+round-robin ("circle") schedule: 64 ranks take 63 steps instead of 2016. Concurrent pairs load
+their hosts, so each row says how many ran with it (``pairs_at_once``); ``--serial`` runs one
+pair per step and measures each link alone. docs/point-to-point.md, "Every pair: collbench
+pairs".
 """
 
 from __future__ import annotations

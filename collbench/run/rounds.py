@@ -1,18 +1,11 @@
 """Rounds: the whole sweep measured several times, each time afresh, in a shuffled order.
 
-* **Schedule.** Self-launched runs make every round a launch of its own: the parent starts the
-  ranks once per round and tells them which round they are (``COLLBENCH_ROUND``) and where the
-  earlier rounds left their data (``COLLBENCH_STATE``, a folder with the run's journal,
-  ``collbench.launch.journal``). Under a user's launcher the rounds run inside the job, each
-  on freshly duplicated communicators and freshly allocated buffers. The result file records which
-  kind of rounds it holds.
-* **Order.** Within a round the collectives are shuffled, then the backends of each collective,
-  then the sizes of each (collective, backend) block, from a generator seeded with
-  (seed, round). A block's buffers are allocated once at its largest size, so sizes are shuffled
-  within a block and blocks among themselves rather than all points at once (which would need
-  every block's buffers at the same time). Rank 0 decides and broadcasts the order.
-
-How much CPU other processes took during a round: ``collbench.run.cpuload``.
+Self-launched runs make each round a launch of its own, told its number (``COLLBENCH_ROUND``)
+and where the earlier rounds left their data (``COLLBENCH_STATE``); under a user's launcher
+the rounds run inside the job on fresh communicators and buffers. Rank 0 shuffles each round's
+collectives, backends and sizes from a generator seeded with (seed, round), block by block,
+since a block's buffers are allocated once at its largest size. Why: docs/methodology.md,
+"Rounds" and "Order". Other processes' CPU during a round: ``collbench.run.cpuload``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
-"""Multiple comparisons: a sweep compares a hundred rows or more at once.
+"""Multiple comparisons: max-T over the rows of one comparison.
 
-At a 5% level per row, several unchanged rows would be flagged in every comparison. collbench
-controls the **family-wise error rate** — the chance that *any* unchanged row is called
-slower or faster — with a **step-down max-T** adjustment (Westfall & Young 1993, algorithm
-2.8): the row with the largest |t| gets the chance that the largest |t| over all rows, under no
-change at all, reaches its own; the next gets the chance that the largest over the rows left
-(itself and those with smaller |t|) reaches its own, and so on, each at least the one before.
-The first row's p-value, and so whether any row is called at all, is the single-step one;
-the rows after it are no longer held to a family that includes rows already shown to have
-changed (what that gained on starved runs: benchmarks/README.md, "Starved ranks and step-down
-max-T").
-
-Why not Holm or Bonferroni: the rows of a comparison are not unrelated. Whole runs drift
-together (a machine-wide factor), so every row's estimate carries the same drift term, with
-the same uncertainty about its size. Treating a hundred such rows as independent would demand
-a hundred-fold stricter level than the family needs, and throw away most of the power. The
-null distribution of the largest |t| is simulated from the fitted noise model itself: per
-row, the rounds' spread (its own estimate, with its degrees of freedom) plus the shared drift
-(one draw per simulated comparison, with its degrees of freedom). It is exact for that model
-whatever the correlation, and never less strict than one test alone.
-
-With no drift and every row's spread known, max-T is Šidák's correction for independent rows,
-a little less strict than Holm–Bonferroni (the tests hold it against Holm).
+A sweep compares a hundred rows or more at once, so a 5% level per row would flag several
+unchanged rows every time. This module controls the family-wise error rate with a step-down
+max-T adjustment (Westfall & Young 1993, algorithm 2.8), the null distribution of the largest
+|t| simulated from the fitted noise model: each row's own round spread plus one shared drift.
+Unlike Holm or Bonferroni it does not treat rows that drift together as independent, so it
+keeps the power a family of correlated rows allows. The method and why not Holm:
+docs/compare.md, "Many rows: false alarms"; what step-down gained: benchmarks/README.md,
+"Starved ranks and step-down max-T".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The noise model of a result file: how far each row's rounds spread, and which rounds count.
 
-The rows of one sweep do not share one noise: on a GPU the rows bound by per-call overhead
-move far more from round to round than those bound by memory bandwidth, and on a CPU the
-shortest rows carry the scheduler's jitter (benchmarks/README.md, "The noise model"). So the spread
-of a row's round medians (the sd of their logs) is modelled per **stratum** — the rows of one
-backend setup and one timing, as the caller labels them — with a **trend** against the row's time t:
-
-    variance(t) = c · ((1 − w) + w · (t_ref / t)²)
-
-a relative jitter that every time has, plus an absolute one (a fixed number of microseconds,
-relatively larger the shorter the row): the two-component error model of analytical chemistry
-(Rocke & Lorenzato, 1995), on the log scale. ``t_ref`` is the stratum's typical time, so ``c``
-is the variance there. The shape ``w`` (0: flat, 1: absolute jitter only) is fitted by least
-absolute deviations of the log variances over a grid; ``c`` is the median of the rows' variances
-over the shape. A flat trend is then the median of the variances: the estimator the CPU
-calibration was made with. A stratum of fewer than MIN_ROWS_FOR_PRIOR rows pools with the whole
-file.
-
-Every term that was one sweep-wide scale is the row's own modelled sd here: the interference
-window (``clean_rounds``), the prior that moderates each row's spread (``moderated``, limma-trend:
-Smyth 2004, Law et al. 2014), the spread between runs (BETWEEN_RUNS_FACTOR), the drift of whole
-runs (DRIFT_FACTOR) and the machine's state, read in units of each row's sd (``machine_state``).
+Rows bound by per-call overhead move far more from round to round than rows bound by
+bandwidth, so the spread of a row's round medians is modelled per stratum (one backend setup
+and one timing) with a trend against the row's time, and every term that scales with a row's
+noise (the prior that moderates its spread, the spread between runs, the drift of whole runs,
+the machine's state) uses the row's own modelled sd. A row's own rounds alone decide which
+of them make its p50 (``own_rounds``). The model and its fit: docs/methodology.md,
+"Statistics"; its figures: benchmarks/README.md, "The noise model".
 """
 
 from __future__ import annotations

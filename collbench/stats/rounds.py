@@ -1,19 +1,11 @@
 """Run-to-run statistics: pure functions on the per-round medians of one row (no MPI).
 
-A *round* is one measurement of the whole sweep: a fresh launch when collbench starts the
-ranks itself, a fresh communicator and fresh buffers inside a user's job. Launch-to-launch
-variation (placement, page layout, connection set-up, neighbours) is what makes one launch's
-numbers differ from the next, and the samples of one launch cannot see it; the round medians
-can. Everything here works on their logarithms: times are positive and their spread is
-multiplicative, so differences of logs are ratios. How far a row's rounds are expected to
-spread, and which of them count, is the file's noise model (``noise``).
-
-* ``summarize_rounds`` — the centre (geometric mean of the counted round medians), a 95% CI
-  of it (Student t on their logs, moderated by the row's trend), the coefficient of variation,
-  and whether the rounds spread beyond what the trend expects of the row.
-
-Whole runs of one side (their drift, the slow ones of a merged file): ``runs``. The change
-between two sides (a baseline and a new run), its CI and p-value: ``change``.
+A round is one measurement of the whole sweep; its median sees the launch-to-launch variation
+that one launch's samples cannot. ``summarize_rounds`` gives a row's centre (the geometric
+mean of its counted round medians), its 95% CI on their logs, moderated by the file's noise
+model (``noise``), the coefficient of variation, and whether the rounds disagree. Whole runs of
+one side are in ``runs``; the change between two sides in ``change``. The method:
+docs/methodology.md, "Rounds" and "Statistics".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """collbench's own channel between the ranks of a job, outside MPI and torch.
 
-A launcher cannot be trusted to end a job when one rank dies on another host, and MPI or
-gloo cannot say which rank a hung collective waits for. So every rank's guardian (see
-``supervise``) keeps a TCP connection to a small **coordinator** that runs in rank 0's
-guardian. Guardians send a beat every second with their rank's position (the collective and
-size it is in) and its process state; the coordinator beats back. Then:
+A launcher cannot be trusted to end a job when one rank dies on another host, and MPI or gloo
+cannot say which rank a hung collective waits for. So every rank's guardian (``supervise``)
+keeps a TCP connection to a small **coordinator** in rank 0's guardian, beating every second
+with its rank's position and state. When a rank dies, a host goes silent or a watchdog fires,
+the coordinator says which ranks and where, and ends the job on every host. The protocol and
+its token: docs/development.md, "Inside a launch"; each failure: docs/failures.md.
 
-* a rank that dies: its guardian says so, and the coordinator ends the job on every host,
-  naming the rank, its pid and its host;
-* a guardian whose connection drops, or that is silent for ``LOST_AFTER`` seconds (its host
-  died or was cut off): the same, naming the host and its ranks;
-* a watchdog that fires: the coordinator names which ranks were still in the collective,
-  which were elsewhere, and which were stopped;
-* the coordinator gone silent (rank 0's host died): every guardian ends its rank; the lowest
-  rank of each host says why.
-
-Every message is one JSON object per line. A connection must first show the job's token, so
-a stray process that happens to listen on a probed address is never mistaken for rank 0.
 Only the standard library is used: this runs in the guardian.
 """
 

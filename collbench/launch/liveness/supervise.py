@@ -1,23 +1,11 @@
 """Keeping a rank's failure loud, the job's end prompt, and its results safe.
 
-* A **guardian**: each rank forks before anything else is imported. The child is the real
-  rank; the parent (the guardian) waits for it, and keeps the rank's connection to the job's
-  coordinator (``coordinator``; rank 0's guardian hosts it). If the child dies abnormally (a
-  signal, or an exit code collbench never uses), the coordinator prints which rank died, where,
-  on which host, during which collective and size, and ends the job on every host; without a
-  coordinator (one rank, or before the ranks joined) the guardian prints it. The child gets
-  SIGUSR1 if its guardian dies (``PR_SET_PDEATHSIG``): it saves what it must and leaves, so a
-  launcher's clean-up never leaves an orphan rank. While MPI starts (``startup_output``) that
-  signal is SIGKILL: mpi4py starts MPI holding the interpreter's lock, so no thread of the rank
-  could take a SIGUSR1 there, and nothing is measured yet. A self-launched rank's guardian also ends
-  its rank when the collbench process that launched it is gone. Where the position lives: a few
-  shared bytes (mmap), written by the rank before each size, outside any timed region.
-* A **watchdog** thread per rank (``watchdog``): if one size takes longer than ``--timeout``
-  seconds, it tells the coordinator, which names the ranks still in the collective and the
-  ones stopped or elsewhere, and aborts the whole job.
-* **Signals** (``signals``): SIGINT, SIGTERM and SIGHUP are taken by a thread of their own,
-  which ends the rank at once even while the main thread is blocked inside MPI or torch;
-  SIGUSR1 is the guardian's quiet "stop now".
+Each rank forks before anything else is imported: the child is the real rank, and the parent,
+its **guardian**, waits for it and keeps its connection to the job's ``coordinator``, which
+names a rank that dies and ends the job on every host. This module is the rank's side of that:
+the fork, the position the rank writes for its guardian before each size, what must be saved
+before it leaves, and the job's abort; ``watchdog`` and ``signals`` work beside it. Why it is
+built so: docs/development.md, "Inside a launch"; what a user sees: docs/failures.md.
 
 Only the standard library is imported here: the guardian must stay small.
 """

@@ -1,18 +1,12 @@
 """How the ranks of a job find each other beyond MPI: joining rank 0's coordinator, and the
 addresses torch's store and gloo use afterwards.
 
-Every rank's guardian connects to the coordinator in rank 0's guardian, trying loopback first
-(the same host), then each of rank 0's non-loopback addresses, then ``MASTER_ADDR``. The
-address that answered is, by construction, one this rank reaches rank 0 at: torch's store is
-reached there, and gloo binds the interface of this end of that connection. Host names and
-what they resolve to play no part (they often do not resolve in containers, and resolve to
-127.0.1.1 on Debian).
-
-``--init-method`` (torch's ``init_process_group``) says how the torch backends' default group
-meets: ``env://`` (MASTER_ADDR/MASTER_PORT, or collbench's own store), ``tcp://HOST:PORT``
-(rank 0 listens there) or ``file:///PATH`` (torch's file store). Its form is checked with
-the plan; what only the ranks can see (rank 0's host, the others' view of the file's folder)
-is checked here before torch waits for anyone, and said in one line.
+Each guardian joins the coordinator at the first of rank 0's addresses that answers; that
+address, one this rank surely reaches rank 0 at, is where torch's store is reached, and gloo
+binds the interface of this end of it. Host names play no part (docs/launching.md, "torch
+backends: rendezvous and devices"). What only the ranks can see of ``--init-method`` (rank 0's
+host, the others' view of the file's folder) is checked here before torch waits for anyone,
+and said in one line (docs/launching.md, "How torch ranks meet").
 """
 
 from __future__ import annotations

@@ -3,18 +3,10 @@ that says why not: before MPI starts, where MPI would abort with a message of it
 exit code that says nothing, or wait forever; and after, when it started a world other than the
 launcher's.
 
-Under any launcher, a ``/dev/shm`` this user cannot write to (mounted read-only, as in some
-containers) makes MPI_Init fail with MPICH's or UCX's error stack and an exit code of 15:
-MPICH and UCX keep the memory the ranks of a host share there.
-
-srun is where the others come up. Without an MPI plugin (``--mpi=none``, Slurm's ``MpiDefault``) its
-N tasks are N worlds of one rank. Its PMIx plugin starts tasks that an MPICH built without
-PMIx aborts in. And with PMI-2, MPICH names its shared memory after the Slurm job and step
-(``/dev/shm/mpich_shm_<FNV-1a of "JOB.STEP">_<node>``): a segment left there by an earlier job
-with the same numbers (killed before MPICH removed it; numbers start again at 1 when a
-cluster's state is reset, as in a test cluster) is taken for this job's, and MPI_Init waits for
-a peer that never comes. Only the standard library is used here; the MPI library is asked in
-a process of its own.
+The cases: a ``/dev/shm`` this user cannot write to; under srun, no MPI plugin, a PMIx plugin
+the MPI library cannot start from, and MPICH's shared memory left by an earlier job with the
+same number (docs/slurm.md, "When srun cannot start MPI"; docs/failures.md). Only the standard
+library is used here; the MPI library is asked in a process of its own.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Whether what a rank prints reaches a person's terminal, and how wide that terminal is.
 
-A rank rarely writes to the terminal itself: under ``mpiexec`` (and collbench's own launch,
-which runs ``mpiexec`` or local processes) its stdout and stderr are pipes that the launcher
-reads and copies to its own streams; under Open MPI they may be a pseudo-terminal of the
-launcher's, whatever the launcher's own output is. What counts is where the launcher writes:
-
-* self-launched, the launching collbench process looked at its own streams and told its ranks
-  (``mark_terminals``: variables in their environment, with ``COLUMNS``);
-* under a user's launcher on this host, the launcher process is an ancestor of the rank, and
-  its stdout and stderr, read from /proc, say whether they are a terminal; the terminal's size
-  comes from the device itself (``launcher_terminal``);
-* under ``srun``, whose tasks descend from ``slurmstepd``, not from srun: when srun runs on
-  this host, it is the ``srun`` process that listens on the port the tasks report to
-  (``SLURM_SRUN_COMM_PORT``);
-* else (a rank on another host than its launcher) the rank's own streams are all there is to
-  go by.
+A rank rarely writes to the terminal itself: its launcher reads its stdout and stderr through
+pipes (under Open MPI, maybe a pseudo-terminal of its own) and copies them to its own streams.
+So what counts is where the launcher writes: as the self-launching process told its ranks
+(``mark_terminals``), as a launcher on this host shows in /proc (``launcher_terminal``), as
+srun does, or, failing these, the rank's own streams. How each is found: docs/launching.md,
+"Whether the output reaches a terminal".
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""What the self-launching process leaves to a stand-in: if it dies without cleaning up (SIGKILL,
+"""A stand-in for the self-launching process: if that process dies without cleaning up (SIGKILL,
 the out-of-memory killer), the run's state folder holds the journal of what was measured and
 nobody else would finish it.
 
-``Janitor`` starts, beside the self-launching process and before its state folder exists, a
-small process of its own session (so that neither the launcher's clean-up nor a signal to the
-job's process group reaches it). It waits for that process to end; if the state folder is there,
-it waits for the processes of the last launch to end (their guardians may still be writing), then
-rebuilds the result files from the journal and removes the folder. A process that ends normally
-removes the folder itself and ends its stand-in (``Janitor.close``). Should the stand-in die as
-well (SIGKILL to both), the next self-launched run's stand-in finishes the folder as it starts.
-
-Being there from the start is the point: a guardian that noticed the death could be SIGKILLed by
-mpiexec's clean-up before it acted, and between two rounds there is no guardian at all. So the
-stand-in starts first and the folder is made after it (``Janitor.folder``), under a name only
-this stand-in looks for: a random prefix it is given, made by ``tempfile.mkdtemp`` (owned by
-this user, private), so that a kill at any moment leaves either no folder or a watched one.
+``Janitor`` starts a small process in a session of its own before the state folder exists, and
+makes the folder after it, so that a kill at any moment leaves either no folder or a watched
+one. When the launching process is gone, the stand-in waits for the last launch to end,
+rebuilds the result files from the journal and removes the folder. Why it is built so:
+docs/development.md, "Inside a launch".
 
 Only the standard library is imported until the rebuild.
 """
