@@ -17,6 +17,7 @@ Rendezvous (``--init-method``):
 from __future__ import annotations
 
 import datetime
+import gc
 import importlib.util
 import json
 import os
@@ -112,9 +113,16 @@ def remove_rendezvous_file(control: Control) -> None:
     file:// rendezvous goes. torch removes it itself only when every rank's store object is
     destroyed, which a rank ending under an MPI launcher does not always get to (under load it
     was left behind, and the next run refused it as stale). It is this run's: rank 0 found no
-    file there before it began. Needs a control channel that outlives the groups (MPI's); over
-    torch's own (no MPI), torch's removal is all there is."""
-    if _method is None or _method.scheme != "file://" or isinstance(control, TorchControl):
+    file there before it began. Needs a control channel that outlives the groups (MPI's). Over
+    torch's own (no MPI) torch's removal is all there is, so each rank lets its store go here,
+    while the run is still its own, rather than at the interpreter's exit, where an object that
+    still holds it (the job's abort, a thread's frame) may never be freed: under torchrun, beside
+    two busy loops, the file was left twice in about 25 runs."""
+    if _method is None or _method.scheme != "file://":
+        return
+    if isinstance(control, TorchControl):
+        control.release()
+        gc.collect()                  # the groups' objects, in cycles or not: their store with them
         return
     control.barrier()                 # every rank's store is closed: nothing recreates the file
     if control.rank == 0:
@@ -336,6 +344,11 @@ class TorchControl(Control):
         t = self._torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64).copy())
         self._dist.reduce(t, dst=root, op=self._dist.ReduceOp.MAX, group=self._group)
         return t.numpy() if self.rank == root else None
+
+    def release(self) -> None:
+        """Let go of the control group, torn down with the others: torch's store goes with the
+        last object that holds it (``remove_rendezvous_file``)."""
+        self._group = None
 
 
 def torch_versions() -> dict:

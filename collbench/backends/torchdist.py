@@ -160,8 +160,10 @@ class TorchBackend(Backend):
 
     def close(self) -> None:
         # Tears down every group, the default one included: the run is over for this process.
+        # The groups' objects go too: each holds torch's store (remove_rendezvous_file).
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+        self.whole = self.group = None
 
     def closed(self, control: Control) -> None:
         _torch.remove_rendezvous_file(control)
