@@ -86,13 +86,14 @@ class Relay:
                     since, waiting = time.monotonic(), [line]
                 elif waiting:
                     waiting.append(line)
-                elif not self._noise(line, errors and self._interrupted(line)
-                                     and not self._continues(last, line)):
-                    keep.append(line + b"\n")
-                    last = line if self._continues(last, line) or _CONTROLS.sub(
-                        b"", line).startswith(b"collbench:") else b""
                 else:
-                    last = b""
+                    # the next part of a collbench line goes on, and may be followed by another
+                    ours = (self._continues(last, line)
+                            or _CONTROLS.sub(b"", line).startswith(b"collbench:"))
+                    passed = not self._noise(line, errors and self._interrupted(line) and not ours)
+                    if passed:
+                        keep.append(line + b"\n")
+                    last = line if passed and ours else b""
             if held and not waiting and not (errors and self.quiet) \
                     and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
                 # a partial line (a progress bar, or a line cut by the pipe):
