@@ -69,11 +69,14 @@ def say_first(line: str) -> None:
         except OSError:
             pass
     elif not _first_here():
+        _wait_for_the_first()
         return
     say(line)
 
 
 _held: list = []
+#: how long a process that lost the word waits for the one that has it to speak and leave
+FIRST_SPEAKER_WAIT = 5.0
 
 
 def _first_here() -> bool:
@@ -81,19 +84,39 @@ def _first_here() -> bool:
     starts the job's ranks of one host) claimed the word first: an abstract Unix socket named
     after the parent, held until this process ends, and gone with it (nothing is left behind).
     Where the claim cannot be made, every process may speak."""
-    parent = os.getppid()
-    started = processes.started_at(parent, 0.0)           # a pid is reused: its start too
     try:
         claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     except OSError:
         return True
     try:
-        claim.bind(f"\0collbench-said-{parent}-{started}")
+        claim.bind(_claim_name())           # a pid is reused: the parent's start is in the name
     except OSError:
         claim.close()
         return False
     _held.append(claim)
     return True
+
+
+def _claim_name() -> str:
+    parent = os.getppid()
+    return f"\0collbench-said-{parent}-{processes.started_at(parent, 0.0)}"
+
+
+def _wait_for_the_first(limit: float = FIRST_SPEAKER_WAIT) -> None:
+    """Stay until the process that claimed the word has left (its claim is free again), so that
+    it leaves first: a launcher that ends the job's processes once one exits with an error
+    (MPICH's) would otherwise end it before its line was said, when this one left first."""
+    name = _claim_name()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.bind(name)
+            return
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            probe.close()
 
 
 def launched(state: str, pids: list) -> None:
