@@ -11,6 +11,10 @@ Every module takes the names from here (a test keeps it so), so that a name is s
 meaning said, once. Only the standard library: guardians and the launching process import it.
 """
 
+from __future__ import annotations
+
+from typing import Optional
+
 # collbench's own: set by the self-launching process for every rank of a launch.
 
 #: How this rank was started by collbench itself: "mpi" (through mpiexec) or "local" (one
@@ -90,6 +94,31 @@ BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 #: the line about a start-up that failed, since a bad value fails it (``UCX_TLS=bogus``).
 LIBRARY_PREFIXES = ("UCX_", "MPIR_CVAR_", "MPICH_", "FI_", "I_MPI_", "OMPI_MCA_", "PMIX_MCA_",
                     "HYDRA_")
+
+
+#: The variable that picks MPICH's CH4 network module, and the modules MPICH's builds have: its
+#: library crashes in MPI_Init (SIGSEGV) on a name it lacks, saying nothing.
+NETMOD = "MPIR_CVAR_CH4_NETMOD"
+NETMODS = ("ucx", "ofi")
+
+
+def netmod_unknown(env, netmods: tuple = NETMODS) -> Optional[str]:
+    """"MPIR_CVAR_CH4_NETMOD=bogus names a network module MPICH's library has not (it has ucx,
+    ofi)" when ``env`` names one that is none of ``netmods``, compared as MPICH does (case
+    aside, spaces kept); None otherwise."""
+    value = env.get(NETMOD)
+    if not value or value.lower() in netmods:
+        return None
+    shown = value if value == value.strip() else repr(value)
+    return (f"{NETMOD}={shown} names a network module MPICH's library has not (it has "
+            f"{', '.join(netmods)})")
+
+
+def netmod_problem(env, netmods: tuple = NETMODS) -> Optional[str]:
+    """Why ``env``'s MPIR_CVAR_CH4_NETMOD would crash MPICH as it starts (None: it would not)."""
+    unknown = netmod_unknown(env, netmods)
+    return (f"{unknown}, and the library crashes as it starts; unset {NETMOD} or choose one of "
+            "them") if unknown else None
 
 
 def library_settings(env) -> list:

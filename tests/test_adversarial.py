@@ -174,8 +174,15 @@ def _limited(files: int = 0, size_kib: int = 0, space_kib: int = 0):
      ["rank 0", "during start-up", "MPI's start-up said '"], True),
     ("UCX_TLS=bogus", ["allreduce", *RUN], {"UCX_TLS": "bogus"}, {},
      ["start-up", "UCX_TLS=bogus is set"], True),
-    ("MPIR_CVAR_CH4_NETMOD=bogus", ["allreduce", *RUN], {"MPIR_CVAR_CH4_NETMOD": "bogus"}, {},
-     ["start-up", "MPIR_CVAR_CH4_NETMOD=bogus is set"], False),
+    ("a crash on a netmod MPICH lacks, under a user's mpiexec", ["--mpiexec", "allreduce", *RUN],
+     {"MPIR_CVAR_CH4_NETMOD": "bogus"}, {},
+     ["rank ", "SIGSEGV", "start-up", "MPIR_CVAR_CH4_NETMOD=bogus names a network module MPICH's "
+      "library has not (it has ucx, ofi); unset MPIR_CVAR_CH4_NETMOD or choose one of them"],
+     True),
+    ("the same self-launched: refused before a rank starts", ["allreduce", *RUN],
+     {"MPIR_CVAR_CH4_NETMOD": "Bogus"}, {},
+     ["collbench: error: MPIR_CVAR_CH4_NETMOD=Bogus names a network module MPICH's library has "
+      "not (it has ucx, ofi), and the library crashes"], True),
     ("ulimit -f 1000", ["allreduce", *RUN], {}, {"size_kib": 1000}, ["ulimit -f is 1000 KiB"],
      True),
 ])
@@ -184,8 +191,16 @@ def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragment
     """MPI's error stack, UCX's, or an exit code alone, where one line naming the cause was due:
     what the library said as it failed to start, the variables that tune it, a low limit. Where
     MPI refused to start and said why, the environment is bad: exit 2, as for a bad option (it
-    was 143 or 137, a lost rank's). A library that crashes (MPICH's SIGSEGV on a bogus netmod)
-    said nothing: a crash's code."""
+    was 143 or 137, a lost rank's). MPICH's library crashes (SIGSEGV) on a netmod it lacks,
+    saying nothing: that was a crash's 139; the name is now checked."""
+    if args[0] == "--mpiexec":          # the job's code is mpiexec's: 2, or 9 (see below)
+        from collbench.launch.self_launch.mpiexec import find_mpiexec
+        proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench",
+                               *args[1:]], cwd=files, env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode in (2, 9), proc.stderr
+        assert all(f in _one_line(proc.stderr) for f in fragments), proc.stderr
+        return
     proc = _run(args, files, env, preexec_fn=_limited(**limits))
     if bad_environment:
         assert proc.returncode == 2, proc.stderr
@@ -193,6 +208,19 @@ def test_a_start_up_that_fails_names_its_cause(case, args, env, limits, fragment
         assert proc.returncode not in (0, 1, 2), proc.stderr
     line = _one_line(proc.stderr)
     assert line.startswith("collbench: ") and all(f in line for f in fragments), line
+
+
+def test_a_netmod_is_compared_as_mpich_does():
+    """Case aside (UCX runs), spaces kept (' ucx' crashed, and is shown quoted); unset or empty
+    picks MPICH's default."""
+    from collbench import environment
+
+    def unknown(value, netmods=environment.NETMODS):
+        env = {} if value is None else {environment.NETMOD: value}
+        return environment.netmod_unknown(env, netmods)
+    assert [unknown(v) for v in (None, "", "ucx", "UCX", "ofi")] == [None] * 5
+    assert unknown(" ucx").startswith("MPIR_CVAR_CH4_NETMOD=' ucx' names a network module")
+    assert unknown("ofi", ("ucx",)).endswith("(it has ucx)")
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

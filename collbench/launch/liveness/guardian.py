@@ -258,7 +258,12 @@ class Guardian:
                 code = EXIT_LOST
             if not crashed and self._refused_to_start(status):     # and the launcher ended it (143)
                 how, crashed = "could not start its MPI library", True
-        if crashed and self.link is None:       # before the rank joined: in its start-up
+        unknown = environment.netmod_unknown(os.environ)
+        if crashed and self.link is None and os.WIFSIGNALED(status) and unknown:
+            # MPICH's library crashes in MPI_Init, saying nothing, on a network module it lacks
+            how += f" ({unknown}; unset {environment.NETMOD} or choose one of them)"
+            code = EXIT_BAD_ENVIRONMENT
+        elif crashed and self.link is None:     # before the rank joined: in its start-up
             how += self._startup_said() + processes.low_limits()
             if self._startup_words and not os.WIFSIGNALED(status):
                 code = EXIT_BAD_ENVIRONMENT     # MPI refused to start, and said why

@@ -6,12 +6,14 @@ behind when a job is ended by a signal.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
+from collbench import environment
 from collbench.errors import UsageError
 from collbench.launch import processes
 
@@ -84,7 +86,7 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated:
     flavour = mpiexec_flavour(mpiexec)
     cmd += _binding(flavour, n, bind)
     if flavour == "mpich":
-        problem = hydra_launcher_problem(mpiexec, env)
+        problem = hydra_launcher_problem(mpiexec, env) or _netmod_problem(mpiexec, env)
         if problem:
             raise UsageError(problem)
     if coordinated and flavour == "mpich":
@@ -162,15 +164,35 @@ def hydra_launcher_problem(mpiexec: str, env: dict) -> Optional[str]:
     return None
 
 
-def _hydra_launchers(mpiexec: str) -> tuple:
-    """The launchers this MPICH's mpiexec has (``mpiexec -info``); () if it does not say."""
+def _hydra_info(mpiexec: str, field: str) -> str:
+    """What ``mpiexec -info`` of MPICH's says after "FIELD:"; "" if it does not say."""
     try:
         out = subprocess.run([mpiexec, "-info"], capture_output=True, text=True, timeout=20,
                              env={k: v for k, v in os.environ.items()
                                   if k not in HYDRA_LAUNCHER_VARIABLES})
     except (OSError, subprocess.TimeoutExpired):
-        return ()
+        return ""
     for line in out.stdout.splitlines():
-        if line.strip().startswith("Launchers available:"):
-            return tuple(line.split(":", 1)[1].split())
-    return ()
+        if line.strip().startswith(f"{field}:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _hydra_launchers(mpiexec: str) -> tuple:
+    """The launchers this MPICH's mpiexec has; () if it does not say."""
+    return tuple(_hydra_info(mpiexec, "Launchers available").split())
+
+
+def _netmod_problem(mpiexec: str, env: dict) -> Optional[str]:
+    """Why the CH4 network module ``env`` names would crash this MPICH's ranks as they start:
+    checked against the modules it was built with ("--with-device=ch4:ucx,ofi" among its
+    configure options), or those MPICH's builds have where it does not say; None for a build of
+    another device (CH3 reads no such variable)."""
+    if not env.get(environment.NETMOD):
+        return None
+    device = re.search(r"--with-device=(\S+)", _hydra_info(mpiexec, "Configure options"))
+    if device is None:
+        return environment.netmod_problem(env)
+    if not device.group(1).startswith("ch4:"):
+        return None
+    return environment.netmod_problem(env, tuple(device.group(1)[4:].lower().split(",")))
