@@ -7,6 +7,7 @@ banner never reaches stdout. The same across hosts: tests/test_multihost.py.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -133,6 +134,51 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     while list((tmp_path / "tmp").glob("collbench-journal-*")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not list((tmp_path / "tmp").glob("collbench-journal-*"))
+    assert not _collbench_pids(_marker(tmp_path))
+
+
+#: rank 1 dies of SIGKILL as it starts MPI: a sitecustomize of the test's, in rank 1's rank
+#: process alone (its guardian never imports mpi4py.MPI)
+_KILLED_STARTING = """
+import os, signal, sys
+
+if os.environ.get("PMI_RANK") == "1":
+    class _Kill:
+        def find_spec(self, name, path=None, target=None):
+            if name == "mpi4py.MPI":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return None
+
+    sys.meta_path.insert(0, _Kill())
+"""
+
+
+@pytest.mark.mpi
+def test_a_rank_killed_in_start_up_under_a_users_mpiexec_ends_the_job_at_once(tmp_path):
+    """Its guardian said so and exited 137; MPICH's mpiexec, which ends a job at once when one of
+    its processes is killed, waited for an exit code until rank 0's guardian gave up on joining:
+    29 s, a second line ("another rank may have failed"), exit 253. The guardian now ends by its
+    rank's signal: 0.4 s, one line, mpiexec's 9."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_KILLED_STARTING)
+    env = _env({"PYTHONPATH": os.pathsep.join(filter(None, (str(site),
+                                                             os.environ.get("PYTHONPATH"))))})
+    cmd = mpiexec_command(mpiexec, 2, [sys.executable, "-m", "collbench", "allreduce", "--sizes",
+                                       "8", "--iters", "3", "--rounds", "1", "--timeout", "5",
+                                       "--no-save", "--results-dir", f"{tmp_path}/m"], env)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    took = time.monotonic() - started
+    lines = _collbench_lines(proc.stderr)
+    assert len(lines) == 1 and proc.returncode not in (0, 1, 2), proc.stderr
+    assert re.match(r"collbench: rank 1 \(pid \d+ on \S+\) was killed by signal 9 \(SIGKILL\) "
+                    r"during start-up.*its guardian ends by the same signal", lines[0]), lines[0]
+    # the join limit under --timeout 5 is 15 s: the job ended before anyone waited it out
+    assert took < 14, (took, proc.stderr)
     assert not _collbench_pids(_marker(tmp_path))
 
 

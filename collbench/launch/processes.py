@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import time
 import resource          # loaded now: under a low ulimit -v there may be no room to map it later
 from typing import Optional
 
@@ -257,6 +259,31 @@ def die_with_parent(signum: int) -> bool:
     """Have the kernel send this process ``signum`` when its parent (thread) ends
     (``PR_SET_PDEATHSIG``); False where that cannot be set."""
     return _prctl(1, signum)          # PR_SET_PDEATHSIG
+
+
+#: Signals whose default action dumps core: a process that passes one on dies of SIGKILL instead
+CORE_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGFPE,
+                          signal.SIGILL, signal.SIGQUIT, signal.SIGSYS, signal.SIGTRAP,
+                          signal.SIGXCPU, signal.SIGXFSZ})
+
+
+def die_of(signum: int) -> None:
+    """End this process by ``signum``, as a process killed by it would end (SIGKILL for one that
+    would dump core: the core would be this process's, not the one that crashed)."""
+    if signum in CORE_SIGNALS or signum in (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN,
+                                            signal.SIGTTOU, signal.SIGCHLD, signal.SIGCONT,
+                                            signal.SIGURG, signal.SIGWINCH):
+        signum = signal.SIGKILL
+    try:
+        if signum != signal.SIGKILL:
+            signal.signal(signum, signal.SIG_DFL)       # the main thread's: else ValueError
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)
+    except (ValueError, OSError):
+        pass
+    finally:
+        os._exit(128 + signum)
 
 
 def stay_small(arenas: int = 2) -> None:

@@ -25,8 +25,8 @@ from collbench.launch.liveness.wire import (EXIT_BAD_ENVIRONMENT, EXIT_LOST, EXI
                                             RANK_EXIT_CODES, STOP_GRACE, MessageReader,
                                            send_message)
 
-STARTUP_SLACK = 10.0              # seconds the rank's own watchdog gets to speak first
-# and a stopped rank's guardian, to name it before the others speak
+#: how long the guardian of a rank that waited past its join limit leaves a stopped rank's
+#: guardian to name it first
 STOPPED_FIRST_S = 1.0
 #: after the job's abort, how long a rank's guardian waits for rank 0's to leave first (it may be
 #: rewriting the result files from the journal: about a second)
@@ -306,9 +306,10 @@ class Guardian:
                 told = link is not None and link.tell_and_wait({"t": "died", "how": how,
                                                                 "where": where, "code": code})
                 if not told:              # noted first: its launcher's pipes may be gone with it
+                    passed_on = self._leave_as_the_rank_did(status, code)
                     notes.say_first(f"collbench: rank {self.rank} (pid {self.child} on "
                                     f"{socket.gethostname()}) {how} during {where}; "
-                                    f"{self._aftermath()}")
+                                    f"{self._aftermath(passed_on)}")
                 # rank 0's: the others are told before it leaves
                 elif self.coordinator is not None:
                     self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
@@ -324,16 +325,31 @@ class Guardian:
                 # others are being stopped
                 self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
         self._settle()
+        if crashed and self._leave_as_the_rank_did(status, code):
+            processes.die_of(os.WTERMSIG(status))
         os._exit(code)
 
-    def _aftermath(self) -> str:
+    def _leave_as_the_rank_did(self, status: int, code: int) -> bool:
+        """Whether this guardian ends by its rank's signal rather than an exit code: a rank killed
+        in its start-up under a user's launcher, which waits for the others there (MPICH's
+        mpiexec ignores an exit code until every process has ended, 30 s later and with a second
+        line) but ends the job at once when one of its processes is killed."""
+        return self.link is None and os.WIFSIGNALED(status) and code != EXIT_BAD_ENVIRONMENT \
+            and not os.environ.get(environment.STATE) and not self._launcher_gone()
+
+    def _aftermath(self, passed_on: bool = False) -> str:
         """What the line about the rank's end says of the others and the files. Under a user's
         launcher, a rank that ended before the ranks joined the job cannot reach the others
-        (they wait for it in MPI's start-up), and no result file was written yet."""
+        (they wait for it in MPI's start-up), and no result file was written yet. ``passed_on``:
+        this guardian will end by its rank's signal (``_leave_as_the_rank_did``)."""
         if self.link is None and self.size > 1 and not os.environ.get(environment.LAUNCHED):
             limit = f" ({self.startup_limit:g} s)" if self.startup_limit else ""
             srun = (" (srun does with --kill-on-bad-exit)"
                     if environment.SLURM_STEP_ID in os.environ else "")
+            if passed_on:
+                return ("the other ranks cannot be told: its guardian ends by the same signal, for "
+                        f"the launcher to end them{srun}, or they wait until their start-up "
+                        f"limit{limit}")
             return ("the other ranks cannot be told, and wait for it until their start-up "
                     f"limit{limit} unless the launcher ends them{srun}")
         if not self.files and self.rank != 0 and not os.environ.get(environment.STATE):
@@ -392,9 +408,10 @@ class Guardian:
 
     def _watch_startup(self, limit: float) -> None:
         """The rank's own watchdog cannot fire while MPI_Init holds the interpreter (waiting for
-        a rank that died during start-up, say): if the rank has not joined the job a little
-        after its start-up limit, its guardian stops it and says why."""
-        deadline = time.monotonic() + limit + STARTUP_SLACK
+        a rank that died during start-up, say): if the rank has not joined the job by ``limit``
+        (the join limit, shorter than the watchdog's start-up limit, so the guardian speaks
+        first), its guardian stops it and says why."""
+        deadline = time.monotonic() + limit
         while self.link is None and self.stop_code is None and time.monotonic() < deadline:
             time.sleep(0.5)
         if self.link is not None or self.stop_code is not None:
