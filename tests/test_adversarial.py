@@ -249,6 +249,30 @@ def test_a_start_up_every_rank_refuses_under_a_users_mpiexec_is_said(ranks, file
     assert "UCX_TLS=bogus is set" in lines[0] and "Traceback" not in lines[0]
 
 
+def test_ranks_that_each_exit_in_start_up_under_a_users_mpiexec_are_said_once(files):
+    """MPIR_CVAR_DEVICE_COLLECTIVES=xyz fails MPICH's start-up on every rank with exit code 15,
+    for which mpiexec does not end the job: each guardian reached its line in turn, after the one
+    before had left with its claim (2-3 lines at 3-4 ranks). The first one's mark in the
+    temporary folder outlives it; the next job on the host removes it."""
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
+
+    tmp = files / "said-marks"
+    tmp.mkdir()
+
+    def job(variables):
+        return subprocess.run([find_mpiexec(), "-n", "4", sys.executable, "-m", "collbench",
+                               "allreduce", "--sizes", "8", "--iters", "3", "--rounds", "1",
+                               "--no-save"], cwd=files, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "TMPDIR": str(tmp), **variables})
+    for _ in range(2):
+        proc = job({"MPIR_CVAR_DEVICE_COLLECTIVES": "xyz"})
+        line = _one_line(proc.stderr)
+        assert proc.returncode == 2 and re.match(r"collbench: rank \d \(pid \d+ on \S+\) exited "
+                                                 r"with code 15 \(MPI's start-up said", line), line
+        assert len(list(tmp.glob("collbench-said-*"))) == 1
+    assert job({}).returncode == 0 and not list(tmp.glob("collbench-said-*"))
+
+
 @pytest.mark.parametrize("variable,value,cause", [
     ("GLOO_SOCKET_IFNAME", "bogus0", "Unable to find address for: bogus0"),
     ("GLOO_DEVICE_TRANSPORT", "bogus", "unsupported gloo device"),

@@ -34,6 +34,8 @@ JOB_CODE = "job-code"
 SAID_FIRST = "said-first"
 LAUNCHED = "launched"
 STARTUP_PREFIX = "startup-"
+#: a mark, in the temporary folder, that a guardian of a user's launch spoke for its host
+SAID_PREFIX = "collbench-said-"
 
 
 def leave(name: str, text: str = "") -> None:
@@ -81,32 +83,53 @@ FIRST_SPEAKER_WAIT = 5.0
 
 def _first_here() -> bool:
     """Whether no other process started by this process's parent (a launcher's proxy, which
-    starts the job's ranks of one host) claimed the word first: an abstract Unix socket named
-    after the parent, held until this process ends, and gone with it (nothing is left behind).
-    Where the claim cannot be made, every process may speak."""
+    starts the job's ranks of one host) claimed the word first. Two claims: an abstract Unix
+    socket named after the parent, held until this process ends (the one that has it speaks;
+    another waits for it to leave, ``_wait_for_the_first``), and a mark in the temporary folder
+    that outlives it, for a process that comes to speak after it left (a launcher that does not
+    end the job on an exit code: every rank's guardian reached its line in turn). Where neither
+    claim can be made, or the parent is gone (an orphan's is init, every orphan's), every process
+    may speak."""
+    if os.getppid() == 1:
+        return True
     try:
         claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     except OSError:
         return True
     try:
-        claim.bind(_claim_name())           # a pid is reused: the parent's start is in the name
+        claim.bind("\0" + _said_name())    # a pid is reused: the parent's start is in the name
     except OSError:
         claim.close()
         return False
+    try:
+        os.close(os.open(_said_mark(), os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:             # it spoke, and left
+        claim.close()
+        return False
+    except OSError:
+        pass
     _held.append(claim)
     return True
 
 
-def _claim_name() -> str:
+def _said_name() -> str:
+    """"collbench-said-PARENT-START[-RESTART]": torchrun's restarts of the job are new jobs."""
     parent = os.getppid()
-    return f"\0collbench-said-{parent}-{processes.started_at(parent, 0.0)}"
+    restart = os.environ.get(environment.TORCHELASTIC_RESTART_COUNT)
+    return (f"{SAID_PREFIX}{parent}-{processes.started_at(parent, 0.0)}"
+            f"{f'-{restart}' if restart and restart.isdigit() else ''}")
+
+
+def _said_mark() -> str:
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), _said_name())
 
 
 def _wait_for_the_first(limit: float = FIRST_SPEAKER_WAIT) -> None:
     """Stay until the process that claimed the word has left (its claim is free again), so that
     it leaves first: a launcher that ends the job's processes once one exits with an error
     (MPICH's) would otherwise end it before its line was said, when this one left first."""
-    name = _claim_name()
+    name = "\0" + _said_name()
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -153,21 +176,29 @@ def startup_output(guardian: int) -> str:
 
 
 def remove_stale_startup_outputs() -> None:
-    """The temporary folder's start-up files whose guardian is gone: under a user's launcher a
-    guardian that the launcher killed (a job another rank aborted in MPI's start-up) could not
-    remove its own."""
+    """The temporary folder's start-up files whose guardian is gone, and its marks that a guardian
+    spoke (``_first_here``) whose launcher's process is gone: under a user's launcher a guardian
+    that the launcher killed (a job another rank aborted in MPI's start-up) could not remove its
+    own, and a mark must outlive its speaker."""
     import tempfile
     folder = tempfile.gettempdir()
     prefix = f"collbench-{STARTUP_PREFIX}"
     try:
-        names = [n for n in os.listdir(folder)
-                 if n.startswith(prefix) and n[len(prefix):].isdigit()]
+        names = os.listdir(folder)
     except OSError:
         return
     for name in names:
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            stale = not processes.alive(int(name[len(prefix):]))
+        elif name.startswith(SAID_PREFIX):
+            pid, _, rest = name[len(SAID_PREFIX):].partition("-")
+            stale = not pid.isdigit() or pid == "1" or \
+                rest.split("-")[0] != str(processes.started_at(int(pid), 0.0))
+        else:
+            continue
         path = os.path.join(folder, name)
         try:
-            if not processes.alive(int(name[len(prefix):])) and os.stat(path).st_uid == os.getuid():
+            if stale and os.stat(path, follow_symlinks=False).st_uid == os.getuid():
                 os.unlink(path)
         except OSError:
             pass
