@@ -273,6 +273,19 @@ def test_ranks_that_each_exit_in_start_up_under_a_users_mpiexec_are_said_once(fi
     assert job({}).returncode == 0 and not list(tmp.glob("collbench-said-*"))
 
 
+def test_no_file_at_all_is_one_line_naming_the_limit(files):
+    """ulimit -f 0: Python finds no usable temporary folder (it cannot write its test file); the
+    line now names the limit."""
+    def no_files():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    proc = _run(["allreduce", *RUN], files, preexec_fn=no_files)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2, proc.stderr
+    assert line.startswith("collbench: error: No usable temporary directory found in ") and \
+        line.endswith(" (ulimit -f is 0 KiB)"), line
+
+
 @pytest.mark.parametrize("variable,value,cause", [
     ("GLOO_SOCKET_IFNAME", "bogus0", "Unable to find address for: bogus0"),
     ("GLOO_DEVICE_TRANSPORT", "bogus", "unsupported gloo device"),

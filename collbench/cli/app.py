@@ -286,8 +286,35 @@ def _main(argv) -> None:
     # a file that could not be read or written (a full disk, a folder gone)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
+        _say_once_a_host(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}"
+                         f"{_low_limits()}")
         sys.exit(2)
+
+
+def _say_once_a_host(line: str) -> None:
+    """Under a launcher every rank of a host may meet the same: the first says it."""
+    from collbench.launch import notes
+    from collbench.launch.origin.launcher import StrayLauncherVariables, detect
+
+    try:
+        launched = detect().name != "none"
+    except StrayLauncherVariables:
+        launched = False
+    if launched:
+        notes.say_first(line)
+    else:
+        print(line, file=sys.stderr)
+
+
+def _low_limits() -> str:
+    """A low limit that may explain why a file could not be written (ulimit -f 0: not even the
+    temporary folder's test file), or "" when none."""
+    try:
+        from collbench.launch import processes
+
+        return processes.low_limits()
+    except (MemoryError, ImportError):
+        return ""
 
 
 def one_line(text: str) -> str:

@@ -131,9 +131,10 @@ def startup_output():
 @contextlib.contextmanager
 def _output_kept(guardian: int):
     """stdout and stderr to a file while the library starts (``startup_output``)."""
-    path = notes.startup_output(guardian)
+    path = ""
     saved: list = []
     try:
+        path = notes.startup_output(guardian)     # no usable temporary folder: OSError
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             sys.stdout.flush()
@@ -147,7 +148,8 @@ def _output_kept(guardian: int):
     except OSError:
         _restore(saved)
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            if path:
+                os.unlink(path)
         yield
         return
     try:
