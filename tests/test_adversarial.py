@@ -302,6 +302,23 @@ def test_a_gloo_start_up_that_every_rank_fails_is_one_line_and_exit_2(
             and cause in line), line
 
 
+def test_a_gloo_set_up_every_rank_fails_under_a_users_mpiexec_is_one_line_and_exit_2(files):
+    """Each rank said its own line, and the job exited 1, a failed result check's code: a rank
+    claimed the word under its guardian's name, and a backend's set-up was not start-up. A rank
+    now claims it as its guardian does, for the host."""
+    pytest.importorskip("torch")
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
+
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "collbench",
+                           "allreduce", "--backend", "gloo", "--sizes", "8", "--iters", "3",
+                           "--rounds", "1", "--no-save"], cwd=files, capture_output=True,
+                          text=True, timeout=120, env=_env({"GLOO_SOCKET_IFNAME": "bogus0"}))
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line(proc.stderr)
+    assert re.match(r"collbench: rank \d failed at set-up of backend gloo: RuntimeError: .*"
+                    r"Unable to find address for: bogus0", line), line
+
+
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_too_few_open_files_is_one_line_before_anything_starts(backend, files):
     """ulimit -n 16: under gloo torch's store retried for a minute, printing C++ frames, and the

@@ -90,7 +90,7 @@ def _first_here() -> bool:
     end the job on an exit code: every rank's guardian reached its line in turn). Where neither
     claim can be made, or the parent is gone (an orphan's is init, every orphan's), every process
     may speak."""
-    if os.getppid() == 1:
+    if (_host_parent[0] if _host_parent else os.getppid()) == 1:
         return True
     try:
         claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -112,9 +112,20 @@ def _first_here() -> bool:
     return True
 
 
+#: the process that started this host's part of the job, where it is not this process's parent:
+#: a rank's guardian is (``speak_for``)
+_host_parent: list = []
+
+
+def speak_for(parent: int) -> None:
+    """Claim the word (``_first_here``) as a process started by ``parent``: a rank claims it as
+    its guardian does, so that a host's guardians and ranks say one line between them."""
+    _host_parent[:] = [parent]
+
+
 def _said_name() -> str:
     """"collbench-said-PARENT-START[-RESTART]": torchrun's restarts of the job are new jobs."""
-    parent = os.getppid()
+    parent = _host_parent[0] if _host_parent else os.getppid()
     restart = os.environ.get(environment.TORCHELASTIC_RESTART_COUNT)
     return (f"{SAID_PREFIX}{parent}-{processes.started_at(parent, 0.0)}"
             f"{f'-{restart}' if restart and restart.isdigit() else ''}")

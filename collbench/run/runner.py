@@ -136,15 +136,16 @@ def run(plan: Plan, launcher: Launcher) -> int:
             time.sleep(60)
         # A failure on some ranks only (a rendezvous that cannot start, a library error):
         # the others would wait for this one forever, so end the whole job. Every rank may meet
-        # the same (GLOO_SOCKET_IFNAME naming no interface): the job says the first. One in the
-        # start-up is the environment's (exit 2); later, a library's (1).
+        # the same (GLOO_SOCKET_IFNAME naming no interface): the job says the first (a host's
+        # first, under a user's launcher). One in the start-up or in a backend's set-up is the
+        # environment's (exit 2); later, a library's (1).
         where = supervise.current_position() or "start-up"
         notes.say_first(f"collbench: rank {launcher.rank} failed at {where}: {type(exc).__name__}: "
                         f"{_said(exc)}")
         if plan.verbose:
             import traceback
             traceback.print_exc()
-        supervise.abort_job(2 if where.startswith("start-up") else 1)
+        supervise.abort_job(2 if where.startswith(("start-up", "set-up")) else 1)
 
 
 #: Lines of a library's error that are advice or a stack, not its cause (torch's CUDA errors end

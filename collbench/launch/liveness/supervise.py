@@ -76,7 +76,7 @@ def guard_rank(launcher) -> None:
     pair = socket.socketpair() if size > 1 else None
     listener = coordinator.open_listener() if rank == 0 and size > 1 else None
     token = os.urandom(16).hex()     # not secrets: it loads hashlib, noisy where no room is left
-    guardian = os.getpid()
+    guardian, launcher_process = os.getpid(), os.getppid()
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
@@ -85,6 +85,7 @@ def guard_rank(launcher) -> None:
         if os.getppid() != guardian:        # the guardian died between fork and prctl
             os._exit(1)
         _guardian_pid = guardian
+        notes.speak_for(launcher_process)
         if listener is not None:
             _coordinator_at = {"port": listener.getsockname()[1], "token": token}
             listener.close()
