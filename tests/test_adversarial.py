@@ -835,6 +835,15 @@ def test_what_mpi_prints_as_it_starts_never_reaches_the_results_on_stdout(files,
         assert proc.stdout.splitlines()[0].startswith(("collective", "#"))
 
 
+def test_what_mpi_prints_as_it_ends_never_follows_the_results_on_stdout(files):
+    """UCX_LOG_LEVEL=debug: about 490 lines that UCX writes on stdout in MPI_Finalize followed the
+    JSON document, which no longer parsed (this stop's adversarial pass, 3 of 3)."""
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8", "--iters", "3", "--rounds", "1",
+                 "--no-save", "-q", "-f", "json"], files, {"UCX_LOG_LEVEL": "debug"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["rows"] and "UCX  DEBUG" in proc.stderr
+
+
 def test_two_runs_writing_one_file_at_once_the_second_is_refused(files, tmp_path):
     """Both exited 0 and said "wrote same.json", which held one run; with -o s.json -o s.csv
     against -o s.csv, the JSON and the CSV came from different runs."""

@@ -5,6 +5,7 @@ mpi4py is imported here, lazily, so that MPI is initialised only in ranks that u
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from functools import lru_cache
@@ -52,6 +53,8 @@ def mpi_module():
             with supervise.startup_output():
                 threads.tell_mpi4py()
                 from mpi4py import MPI
+            import atexit
+            atexit.register(_library_output_to_stderr)       # runs before MPI_Finalize
     except Exception as exc:  # mpi4py missing (ImportError), or no loadable libmpi (RuntimeError)
         limits = processes.low_limits()
         if "ulimit -v" in limits and any(s in str(exc) for s in ("failed to map segment",
@@ -62,6 +65,20 @@ def mpi_module():
         raise BackendUnavailable(f"MPI is not usable here ({exc}); install it with: "
                                  f"{INSTALL_HINT}") from None
     return MPI
+
+
+def _library_output_to_stderr() -> None:
+    """As the rank leaves, what the MPI library still prints on stdout (UCX_LOG_LEVEL=debug
+    writes hundreds of lines in MPI_Finalize) goes to stderr: stdout may hold the document the
+    user asked for (-f json), which it would follow and spoil."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        pass
 
 
 _PROBE = ("import mpi4py; mpi4py.rc.initialize = False\n"
