@@ -343,16 +343,23 @@ def clear(state: str) -> None:
 def ended_in_startup(state: Optional[str]) -> Optional[int]:
     """The exit code of the first rank that ended before the ranks could talk, or None: the
     others may have ended of it since (stopped: 143), their notes in any order."""
+    first = first_ended_in_startup(state)
+    return first[1] if first else None
+
+
+def first_ended_in_startup(state: Optional[str]) -> Optional[tuple]:
+    """(rank, exit code) of the first rank that ended before the ranks could talk, or None."""
     found = []
     for note in Path(state).glob(f"{EARLY_END_PREFIX}*") if state else ():
         try:
-            found.append((note.stat().st_mtime_ns, note.read_text().strip()))
+            found.append((note.stat().st_mtime_ns, note.name[len(EARLY_END_PREFIX):],
+                          note.read_text().strip()))
         except OSError:
             continue
     if not found:
         return None
-    text = min(found)[1]
-    return int(text) if text.isdigit() else 1
+    _, rank, text = min(found)
+    return int(rank) if rank.isdigit() else -1, int(text) if text.isdigit() else 1
 
 
 def explanation(state: Optional[str]) -> Optional[str]:

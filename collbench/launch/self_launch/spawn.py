@@ -283,8 +283,10 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
         if lost_line:                # its writer's pipe was gone
             print(said, file=sys.stderr, flush=True)
         elif not said and not (relay is not None and relay.spoke):   # its writer was killed first
-            print(f"collbench: a rank ended during its start-up with code {early}{startup}"
-                  f"{processes.low_limits()}; the job is stopped; nothing was measured",
+            first = notes.first_ended_in_startup(state)
+            who = f"rank {first[0]}" if first and first[0] >= 0 else "a rank"
+            print(f"collbench: {who} ended during its start-up with code {early}{startup}"
+                  f"{processes.low_limits()}; the job is stopped; {saved()}",
                   file=sys.stderr, flush=True)
         # MPI refused to start and said why (its words are in the line): the environment is
         # at fault, as with a bad option, and nothing ran (exit 2), not a lost rank
