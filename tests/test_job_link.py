@@ -293,44 +293,6 @@ def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tm
     assert not _collbench_pids(_marker(tmp_path))
 
 
-def test_a_rank_stopped_in_start_up_is_named(tmp_path):
-    """Rank 1 of round 2's launch stopped (SIGSTOP) before it joined the job: rank 0 waited in
-    MPI's start-up and its guardian said "another rank may have failed while starting", naming
-    nobody. Now the guardian that waited names the stopped rank of its host."""
-    out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--iters",
-            "3", "--rounds",
-            "2", "--timeout", "5", "-o", str(out), "--results-dir", f"{tmp_path}/m"]
-    job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    victim = None
-    try:
-        deadline = time.monotonic() + 60
-        while victim is None and job.poll() is None and time.monotonic() < deadline:
-            ours = set()
-            for pid in _collbench_pids(_marker(tmp_path)):
-                try:
-                    variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"PMI_RANK=1" in variables and b"COLLBENCH_ROUND=2" in variables:
-                    ours.add(pid)
-            # the rank, not its guardian
-            victim = next((pid for pid in ours if _parent(pid) in ours), None)
-        assert victim is not None, "round 2's rank 1 never appeared"
-        os.kill(victim, signal.SIGSTOP)
-        _, stderr = job.communicate(timeout=90)
-    finally:
-        job.kill()
-    lines = _collbench_lines(stderr)
-    assert job.returncode not in (0, 1, 2) and len(lines) == 1, stderr
-    assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) was "
-                               "stopped (SIGSTOP or a debugger) in start-up: rank 0 "
-                               "(pid "), lines[0]
-    assert "keeps round 1" in lines[0] and json.loads(out.read_text())["rows"]
-    assert not _collbench_pids(_marker(tmp_path))
-
-
 def _signal_round_2s_rank_1_in_start_up(tmp_path, signum) -> tuple:
     """(the job's code, its stderr, the rank signalled) of a 2-round run whose round 2 rank 1 got
     ``signum`` as soon as it appeared, before it joined."""
@@ -359,6 +321,20 @@ def _signal_round_2s_rank_1_in_start_up(tmp_path, signum) -> tuple:
     finally:
         job.kill()
     return job.returncode, stderr, victim
+
+
+def test_a_rank_stopped_in_start_up_is_named(tmp_path):
+    """Rank 1 of round 2's launch stopped (SIGSTOP) before it joined the job: rank 0 waited in
+    MPI's start-up and its guardian said "another rank may have failed while starting", naming
+    nobody. Now the guardian that waited names the stopped rank of its host."""
+    code, stderr, victim = _signal_round_2s_rank_1_in_start_up(tmp_path, signal.SIGSTOP)
+    lines = _collbench_lines(stderr)
+    assert code not in (0, 1, 2) and len(lines) == 1, stderr
+    assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) was "
+                               "stopped (SIGSTOP or a debugger) in start-up: rank 0 "
+                               "(pid "), lines[0]
+    assert "keeps round 1" in lines[0] and json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert not _collbench_pids(_marker(tmp_path))
 
 
 def test_a_rank_signalled_in_a_later_rounds_start_up_is_named_and_the_file_is_kept(tmp_path):
