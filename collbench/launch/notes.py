@@ -88,9 +88,9 @@ def _first_here() -> bool:
     another waits for it to leave, ``_wait_for_the_first``), and a mark in the temporary folder
     that outlives it, for a process that comes to speak after it left (a launcher that does not
     end the job on an exit code: every rank's guardian reached its line in turn). Where neither
-    claim can be made, or the parent is gone (an orphan's is init, every orphan's), every process
-    may speak."""
-    if (_host_parent[0] if _host_parent else os.getppid()) == 1:
+    claim can be made, or the process has no guardian, or the parent is gone (an orphan's is init,
+    every orphan's), every process may speak."""
+    if not _host_parent or _host_parent[0] == 1:
         return True
     try:
         claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -112,20 +112,21 @@ def _first_here() -> bool:
     return True
 
 
-#: the process that started this host's part of the job, where it is not this process's parent:
-#: a rank's guardian is (``speak_for``)
+#: the process that started this host's part of the job (``speak_for``); none for a process
+#: without a guardian (a one-rank run, the launching process), which speaks for itself alone
 _host_parent: list = []
 
 
 def speak_for(parent: int) -> None:
-    """Claim the word (``_first_here``) as a process started by ``parent``: a rank claims it as
-    its guardian does, so that a host's guardians and ranks say one line between them."""
+    """Claim the word (``_first_here``) for the processes started by ``parent``: a guardian and
+    its rank claim it for the launcher's process that started the guardian, so that a host's
+    guardians and ranks say one line between them."""
     _host_parent[:] = [parent]
 
 
 def _said_name() -> str:
     """"collbench-said-PARENT-START[-RESTART]": torchrun's restarts of the job are new jobs."""
-    parent = _host_parent[0] if _host_parent else os.getppid()
+    parent = _host_parent[0]
     restart = os.environ.get(environment.TORCHELASTIC_RESTART_COUNT)
     return (f"{SAID_PREFIX}{parent}-{processes.started_at(parent, 0.0)}"
             f"{f'-{restart}' if restart and restart.isdigit() else ''}")

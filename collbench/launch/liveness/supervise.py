@@ -94,6 +94,7 @@ def guard_rank(launcher) -> None:
             _channel = pair[1]
             atexit.register(_channel.close)     # it lives as long as the rank, then goes quietly
         return
+    notes.speak_for(launcher_process)
     noted: list = []           # a signal before the guardian takes them: passed on when it does
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) is not signal.SIG_IGN:
