@@ -269,10 +269,7 @@ def _main(argv) -> None:
 
         refuse(exc)
     except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
-        try:
-            limits = processes.low_limits()
-        except (MemoryError, ImportError):      # no room left even for that
-            limits = ""
+        limits = _low_limits()
         print("collbench: error: out of "
               f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
               file=sys.stderr)
@@ -286,29 +283,17 @@ def _main(argv) -> None:
     # a file that could not be read or written (a full disk, a folder gone)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        _say_once_a_host(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}"
-                         f"{_low_limits()}")
+        from collbench.launch import notes
+
+        # under a launcher every rank of a host may meet the same: the first says it
+        notes.say_first(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}"
+                        f"{_low_limits()}")
         sys.exit(2)
 
 
-def _say_once_a_host(line: str) -> None:
-    """Under a launcher every rank of a host may meet the same: the first says it."""
-    from collbench.launch import notes
-    from collbench.launch.origin.launcher import StrayLauncherVariables, detect
-
-    try:
-        launched = detect().name != "none"
-    except StrayLauncherVariables:
-        launched = False
-    if launched:
-        notes.say_first(line)
-    else:
-        print(line, file=sys.stderr)
-
-
 def _low_limits() -> str:
-    """A low limit that may explain why a file could not be written (ulimit -f 0: not even the
-    temporary folder's test file), or "" when none."""
+    """A low limit that may explain a failure (ulimit -f 0: not even the temporary folder's test
+    file can be written; ulimit -v), or "" when none or no room is left to say."""
     try:
         from collbench.launch import processes
 
