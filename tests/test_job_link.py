@@ -337,16 +337,18 @@ def test_a_rank_stopped_in_start_up_is_named(tmp_path):
     assert not _collbench_pids(_marker(tmp_path))
 
 
-def test_a_rank_signalled_in_a_later_rounds_start_up_is_named_and_the_file_is_kept(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_rank_signalled_in_a_later_rounds_start_up_is_named_and_the_file_is_kept(tmp_path,
+                                                                                    signum):
     """SIGTERM to round 2's rank 1 before it joined: "a rank ended during its start-up with code
     143; the job is stopped; nothing was measured", while r.json held round 1 (this stop's
-    adversarial pass, 5 of 5). The line now names the rank and what the file keeps. A rank that
-    takes the signal at one moment of its start-up goes on instead, and the run ends well (exit
-    0, every round): not fixed, so the test takes the first of three jobs that ended early."""
-    for _ in range(3):
-        code, stderr, victim = _signal_round_2s_rank_1_in_start_up(tmp_path, signal.SIGTERM)
-        if code != 0:
-            break
+    adversarial pass, 5 of 5). The line now names the rank and what the file keeps.
+
+    The rank is signalled as soon as it appears, often before its first instruction after the
+    fork: the kernel then delivers the signal inside fork, and Python's after-fork reset dropped
+    it, so the run ended well (exit 0, every round; 5 of 8 jobs). The signals are now blocked
+    across the fork."""
+    code, stderr, _ = _signal_round_2s_rank_1_in_start_up(tmp_path, signum)
     lines = _collbench_lines(stderr)
     assert code not in (0, 1, 2) and len(lines) == 1, stderr
     assert lines[0].startswith("collbench: rank 1 ") and "keeps round 1" in lines[0], lines[0]

@@ -29,6 +29,8 @@ from collbench.launch.liveness import coordinator, wire
 from collbench.launch.liveness.wire import STOP_GRACE
 
 _POSITION_BYTES = 512
+#: the signals that end a run; a guardian passes them on to its rank
+_ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Position:
@@ -79,6 +81,10 @@ def guard_rank(launcher) -> None:
     guardian, launcher_process = os.getpid(), os.getppid()
     sys.stdout.flush()
     sys.stderr.flush()
+    # A signal that reaches the child before its first instruction is taken there inside fork,
+    # and Python's after-fork reset drops it: the rank went on as if never signalled. Blocked
+    # across the fork, it waits until each side has its handlers.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
     child = os.fork()
     if child == 0:
         processes.die_with_parent(signal.SIGUSR1)
@@ -93,12 +99,14 @@ def guard_rank(launcher) -> None:
             pair[0].close()
             _channel = pair[1]
             atexit.register(_channel.close)     # it lives as long as the rank, then goes quietly
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)    # one that came is taken now
         return
     notes.speak_for(launcher_process)
     noted: list = []           # a signal before the guardian takes them: passed on when it does
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for signum in _ENDING_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, lambda s, _frame: noted.append(s))
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if pair is not None:
         pair[1].close()
     from collbench.launch.liveness.guardian import Guardian
