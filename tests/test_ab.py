@@ -190,7 +190,9 @@ def _second_turn_started(prefix: str) -> bool:
 @pytest.mark.mpi
 def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir):
     """SIGINT while side b measured pair 1, after side a had finished it: "interrupted by SIGINT;
-    nothing was saved" and "no pair was completed", while the other side's file held its round."""
+    nothing was saved" and "no pair was completed", while the other side's file held its round.
+    Then each side said "interrupted" besides ab's own line (an adversarial pass, 3 of 4 jobs):
+    now ab alone says it, in one line with what each file keeps."""
     import os
     import signal
     import subprocess
@@ -218,10 +220,57 @@ def test_a_signal_in_the_second_side_of_a_pair_says_what_each_file_keeps(run_dir
     assert proc.returncode == 130 and "Traceback" not in err, err
     said = [line for line in err.splitlines()
             if line.startswith("collbench") and "pair 1/" not in line][1:]
-    assert len(said) == 2 and said[0].startswith("collbench: interrupted by SIGINT; ") and \
-        "nothing was saved" not in said[0], err
-    assert said[1].startswith("collbench ab: stopped in pair 1 of 2 (") and \
-        said[1].endswith(f"; {prefix}-{first[0]}.json keeps {first[0]}'s round 1"), err
+    second = "b" if first == ["a"] else "a"
+    cut = f"; {prefix}-{second}.json keeps what pair 1 measured"     # had it measured any size
+    assert said == ["collbench ab: interrupted by SIGINT in pair 1 of 2; no pair was completed; "
+                    f"{prefix}-{first[0]}.json keeps {first[0]}'s round 1"
+                    + (cut if (run_dir / f"{prefix}-{second}.json").exists() else "")], err
+
+
+@pytest.mark.mpi
+def test_a_signal_to_ab_in_its_second_pair_is_one_line_for_both_sides(run_dir):
+    """SIGTERM to the ab process while both sides measured pair 2, size by size: each side's
+    rank 0 said "interrupted by SIGTERM; …-a.json keeps round 1 and what round 2 measured", then
+    ab said "stopped in pair 2 of 4 (a)", three lines (an adversarial pass, 3 of 4). Now ab
+    alone says it, and both files keep pair 1."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "PMI_SIZE", "RANK",
+                                                            "WORLD_SIZE")}
+    prefix = f"term{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-m", "collbench", "ab", "-o", prefix, "--",
+                             "allreduce", "-n", "2", "--sizes", "8-64K", "--iters", "200",
+                             "--rounds", "3"], cwd=run_dir, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list = []
+    second = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if "pair 2/3" in line:
+                second.set()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert second.wait(60), lines
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    reader.join(10)
+    said = [line for line in lines if " pair" not in line.split(":")[1][:6]][1:]
+    assert proc.returncode == 143 and len(said) == 1, lines
+    files = f"{prefix}-a.json and {prefix}-b.json"
+    assert said[0] in (f"collbench ab: interrupted by SIGTERM in pair 2 of 3; {files} keep the "
+                       f"pairs before it{tail}" for tail in ("", " and what pair 2 measured")), said
+    for side in "ab":       # every size of pair 1
+        rows = json.loads((run_dir / f"{prefix}-{side}.json").read_text())["rows"]
+        assert len(rows) == 14 and all(row["rounds"] >= 1 for row in rows), rows
 
 
 # Pairs added where rows are undecided (ab --max-rounds).

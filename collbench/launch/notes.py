@@ -13,6 +13,7 @@ Only the standard library is used (guardians and a rank's signal thread import t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -33,6 +34,8 @@ EXPLAINED = "explained"
 JOB_CODE = "job-code"
 SAID_FIRST = "said-first"
 LAUNCHED = "launched"
+#: ``collbench ab`` passed a signal it received on to a side's launch: it says the one line
+PASSED_ON = "passed-on"
 STARTUP_PREFIX = "startup-"
 #: a mark, in the temporary folder, that a guardian of a user's launch spoke for its host
 SAID_PREFIX = "collbench-said-"
@@ -361,6 +364,20 @@ def first_ended_in_startup(state: Optional[str]) -> Optional[tuple]:
         return None
     _, rank, text = min(found)
     return int(rank) if rank.isdigit() else -1, int(text) if text.isdigit() else 1
+
+
+def passed_on(state: str) -> None:
+    """In ``collbench ab``'s process, before it passes a signal on to a side's ranks: the line
+    is its own, said once for both sides (``ab_says_it``)."""
+    with contextlib.suppress(OSError):
+        Path(state, PASSED_ON).touch()
+
+
+def ab_says_it() -> bool:
+    """On a rank of a side of ``collbench ab``: whether the signal that ends it came from ab's
+    own process, which says so in one line for both sides."""
+    state = os.environ.get(environment.STATE)
+    return bool(state) and ab_side() is not None and os.path.exists(os.path.join(state, PASSED_ON))
 
 
 def explanation(state: Optional[str]) -> Optional[str]:

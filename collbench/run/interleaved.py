@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -146,7 +147,8 @@ def run_interleaved(sides: tuple, argv: list, paths: tuple, *, n: int, use_mpi: 
             failed = next((i for i in (0, 1)
                            if codes[i] is not None and codes[i] is not NOT_LAUNCHED), None)
             if failed is not None:
-                _say_stopped(sides, paths, number, total, failed, codes)
+                _say_stopped(sides, paths, number, total, failed, codes,
+                             launchers[-1].stopped_by)
                 return codes[failed]
             added = more(number) if more is not None and number == total else 0
             if added > 0:
@@ -224,13 +226,26 @@ def _pair_at_once(launchers: list, sides: tuple, number: int, rounds: int, first
 
 
 def _say_stopped(sides: tuple, paths: tuple, number: int, rounds: int, failed: int,
-                 codes: list) -> None:
-    """The line of a pair that a side's launch stopped: what each file keeps."""
+                 codes: list, signals: list) -> None:
+    """The line of a pair that a side's launch, or a signal to this process, stopped: what each
+    file keeps. The sides leave a signal passed on from here to this line, one for both."""
     kept = (f"{paths[0]} and {paths[1]} keep the pairs before it"
             if number > 1 else "no pair was completed")
     done = [i for i in (0, 1) if i != failed and codes[i] is None]
     for i in done:                  # the other side finished its round of this pair
         kept += f"; {paths[i]} keeps {sides[i].label}'s round {number} too" if number > 1 else \
             f"; {paths[i]} keeps {sides[i].label}'s round 1"
-    print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[failed].label}); {kept}",
-          file=sys.stderr, flush=True)
+    if not signals:
+        print(f"collbench ab: stopped in pair {number} of {rounds} ({sides[failed].label}); "
+              f"{kept}", file=sys.stderr, flush=True)
+        return
+    # the sides it stopped in the middle of their round: what they measured of it
+    cut = [str(paths[i]) for i in (0, 1) if codes[i] is not None
+           and codes[i] is not NOT_LAUNCHED and os.path.exists(paths[i])]
+    if len(cut) == 2 and number > 1:
+        kept += f" and what pair {number} measured"
+    elif cut:
+        kept += (f"; {' and '.join(cut)} keep{'s' * (len(cut) == 1)} what pair {number} "
+                 f"measured{' too' if number > 1 else ''}")
+    print(f"collbench ab: interrupted by {signal.Signals(signals[0]).name} in pair {number} of "
+          f"{rounds}; {kept}", file=sys.stderr, flush=True)

@@ -70,18 +70,19 @@ LATE_SIGNAL_S = 0.5
 
 def _wait_forwarding(procs: list, relay: Optional[Relay], saved: Callable[[], str], state: str,
                      completed: Callable[[], bool] = lambda: False, noted: list = (),
-                     share: bool = False) -> int:
+                     share: bool = False, ab: bool = False) -> int:
     """Wait for all children, passing SIGINT, SIGTERM and SIGHUP on; the first failure stops
     the rest (also a rank that ended during start-up, which MPI would not notice), and whatever
     has not ended ``KILL_GRACE`` seconds after it was told to (a stopped rank, a stuck
     launcher) is killed. A launch that does not end ``LINGER_S`` seconds after it ``completed``
     its round (a stopped mpiexec or guardian) is ended, in one line: its files are whole.
     Returns the launch's exit code, with one line where nobody else could say what ended it
-    (``_ending``)."""
+    (``_ending``). ``ab``: the launch is a side of ``collbench ab``, which says the line of a
+    signal it passed on, once for both sides."""
     # Signals reach the main thread only: a launch waited for on another one (the other side of
     # an ab pair, launched at the same time) learns of them from ``noted``, which they join.
     on_main = threading.current_thread() is threading.main_thread()
-    waiter = _Waiter(procs, relay, state, completed, noted, share and on_main, on_main)
+    waiter = _Waiter(procs, relay, state, completed, noted, share and on_main, on_main, ab)
     old = {s: signal.signal(s, waiter.forward)
            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)} \
         if on_main else {}
@@ -109,7 +110,7 @@ class _Waiter:
 
     def __init__(self, procs: list, relay: Optional[Relay], state: str,
                  completed: Callable[[], bool],
-                 noted: list, share: bool, on_main: bool = True) -> None:
+                 noted: list, share: bool, on_main: bool = True, ab: bool = False) -> None:
         self.procs, self.relay, self.state, self.completed = procs, relay, state, completed
         self.noted, self.share, self.seen, self.on_main = noted, share, len(noted), on_main
         self.pending = list(procs)
@@ -129,6 +130,7 @@ class _Waiter:
         self.aborted_at: Optional[float] = None   # when the coordinator's end of the job was seen
         # its code, where the launch was killed for not ending
         self.abandoned: Optional[int] = None
+        self.ab = ab                      # a side of collbench ab, which says a signal's line
 
     def stop_all(self, signum: int) -> None:
         for p in self.procs:
@@ -142,13 +144,16 @@ class _Waiter:
 
     def passed_on(self, received: int, signum: int) -> None:
         self.received.append(received)
+        if self.ab:
+            notes.passed_on(self.state)
         if self.relay is not None:        # what the ranks print as they die of it is no news
             self.relay.quiet = True
         self.stop_all(signum)
 
     def forward(self, signum, _frame) -> None:
         self.passed_on(signum, signum)
-        if self.share:                    # a launch waited for on another thread sees it there
+        # a launch waited for on another thread sees it there, and ab says it
+        if self.share or self.ab:
             self.noted.append(signum)
 
     def _kill_trees(self) -> None:
@@ -294,7 +299,8 @@ def _ending(w: _Waiter, saved: Callable[[], str]) -> int:
     if received:
         # Rank 0 got the signal from us and said so (noting it first), unless it was still
         # starting (no handler yet) or mpiexec did not pass the signal on: then we say it.
-        if lost_line or not ((relay is not None and relay.spoke) or said is not None):
+        if not w.ab and (lost_line or not ((relay is not None and relay.spoke)
+                                           or said is not None)):
             if sys.stderr.isatty():
                 sys.stderr.write(END_PROGRESS_LINE)
             print(said if lost_line else "collbench: interrupted by "
@@ -501,6 +507,8 @@ class RoundLauncher:
         in one line with what the files keep; None when none came."""
         if not self.stopped_by:
             return None
+        if self.side:                   # collbench ab says it, once for both sides
+            return 128 + self.stopped_by[0]
         kept = ("nothing measured" if completed == 0 else "round 1"
                 if completed == 1 else f"rounds 1-{completed}")
         paths = _result_paths(self.state)
@@ -530,7 +538,7 @@ class RoundLauncher:
                                 lambda: notes.files_clause(*notes.launch_files(self.state, number),
                                                            self.side),
                                 self.state, lambda: self._completed(number), self.stopped_by,
-                                self.shares_signals)
+                                self.shares_signals, ab=bool(self.side))
         for proc in procs:                    # the relay has read them to their end
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
