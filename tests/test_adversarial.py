@@ -844,6 +844,23 @@ def test_what_mpi_prints_as_it_ends_never_follows_the_results_on_stdout(files):
     assert json.loads(proc.stdout)["rows"] and "UCX  DEBUG" in proc.stderr
 
 
+def test_mpiexecs_debug_output_never_reaches_a_document_on_stdout(files):
+    """HYDRA_DEBUG=1: the mpiexec that collbench starts printed its debug dump ("host: vm",
+    "mpiexec options: ...") on stdout, where `-f json` went (an adversarial pass, 2 of 2). A run
+    refuses it in one line; ab's sides print nothing on stdout, so their mpiexec's goes to
+    stderr, and ab's own document parses."""
+    proc = _run(["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1", "--no-save", "-q",
+                 "-f", "json"], files, {"HYDRA_DEBUG": "1"})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr == ("collbench: error: HYDRA_DEBUG=1 makes the mpiexec collbench starts "
+                           "print its debug output on standard output, where -f json goes; unset "
+                           "HYDRA_DEBUG, or write the document to a file (-o results.json)\n")
+    proc = _run(["ab", "-o", "h", "-f", "json", "--", "allreduce", "-n", "2", "--sizes", "8",
+                 "--iters", "3", "--rounds", "2"], files, {"HYDRA_DEBUG": "1"})
+    assert proc.returncode in (0, 3) and "mpiexec options:" in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)
+
+
 def test_two_runs_writing_one_file_at_once_the_second_is_refused(files, tmp_path):
     """Both exited 0 and said "wrote same.json", which held one run; with -o s.json -o s.csv
     against -o s.csv, the JSON and the CSV came from different runs."""

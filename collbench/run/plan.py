@@ -16,6 +16,7 @@ from typing import Optional
 from collbench.launch.origin import launcher as launch
 from collbench.launch.network import rendezvous
 from collbench.launch.self_launch import spawn
+from collbench.launch.self_launch.mpiexec import hydra_debug_problem
 from collbench.launch.origin.terminal import user_terminals
 from collbench.backends import (BUILTIN_NAMES, PluginFault, asked_of, backend_class, names,
                                 parse_backends, self_launch_ranks, uses_mpi)
@@ -391,6 +392,9 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
             seed = plan.seed if plan.seed is not None else new_seed()
             # rank 0's document reaches stdout through us
             if plan.output.print_format != "table":
+                problem = use_mpi and hydra_debug_problem(os.environ, plan.output.print_format)
+                if problem:
+                    raise UsageError(problem)
                 mark = getattr(sys.stdout, "asked_for", None)
                 if mark is not None:
                     mark(f"-f {plan.output.print_format}")

@@ -140,6 +140,21 @@ def remove_orphaned_topology_files(since: float) -> None:
 HYDRA_LAUNCHER_VARIABLES = ("HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP")
 
 
+#: the values of HYDRA_DEBUG with which MPICH's mpiexec prints its debug output, on stdout
+HYDRA_DEBUG_ON = ("1", "yes", "YES", "true", "TRUE", "on", "ON")
+
+
+def hydra_debug_problem(env: dict, document: str) -> Optional[str]:
+    """Why a self-launched run cannot print ``document`` (its -f) on stdout: HYDRA_DEBUG makes the
+    mpiexec it starts print its debug output there, before and among the ranks' (None: none)."""
+    value = env.get("HYDRA_DEBUG", "")
+    if value not in HYDRA_DEBUG_ON:
+        return None
+    return (f"HYDRA_DEBUG={value} makes the mpiexec collbench starts print its debug output on "
+            f"standard output, where -f {document} goes; unset HYDRA_DEBUG, or write the "
+            f"document to a file (-o results.{document})")
+
+
 def hydra_launcher_problem(mpiexec: str, env: dict) -> Optional[str]:
     """Why MPICH's mpiexec cannot start ranks with the launcher its environment names (None: it
     can). It fails with its own stack for a launcher it lacks (exit 255), and waits forever when

@@ -34,7 +34,8 @@ class Relay:
     what MPICH's mpiexec said first of its own failure ("unrecognized launcher: bogus"), left
     out of the output but kept for the line that says why the job ended. ``wrap_width``: the
     width the ranks wrap collbench's lines at (they do so when the user's stderr is a terminal),
-    so that the parts of a wrapped line go on together; None where they do not wrap."""
+    so that the parts of a wrapped line go on together; None where they do not wrap.
+    ``stdout``: where mpiexec's stdout goes (ours by default)."""
 
     NOISE = (b"=====", b"=   ", b"YOUR APPLICATION TERMINATED",
              b"This typically refers to a problem",
@@ -42,7 +43,8 @@ class Relay:
              b"internal ABORT", b"application called MPI_Abort", b"[unset]:", b"Press Ctrl-C again",
              b"Ctrl-C caught", b"Sending Ctrl-C")
 
-    def __init__(self, process: subprocess.Popen, wrap_width: Optional[int] = None) -> None:
+    def __init__(self, process: subprocess.Popen, wrap_width: Optional[int] = None,
+                 stdout=None) -> None:
         self.spoke = False
         self.wrap_width = wrap_width
         self.said: collections.deque = collections.deque(maxlen=64)
@@ -52,7 +54,8 @@ class Relay:
         #: Python's fatal start-up lines) is left out
         self.quiet = False
         self._threads = [threading.Thread(target=self._copy,
-                                          args=(process.stdout, sys.stdout, False), daemon=True),
+                                          args=(process.stdout, stdout or sys.stdout, False),
+                                          daemon=True),
                          threading.Thread(target=self._copy,
                                           args=(process.stderr, sys.stderr, True), daemon=True)]
         for t in self._threads:

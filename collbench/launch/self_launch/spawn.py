@@ -391,9 +391,10 @@ def _die_with_parent(signum: int, core: Optional[int] = None):
 
 
 def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool,
-           bind: str = "none") -> tuple:
+           bind: str = "none", stdout=None) -> tuple:
     """Start one launch of n ranks; returns the processes to wait for, and the relay of
-    mpiexec's output (None for local processes, which write straight to ours)."""
+    mpiexec's output (None for local processes, which write straight to ours). ``stdout``: where
+    the relay copies mpiexec's stdout (ours by default)."""
     if use_mpi:
         mpiexec = find_mpiexec(base[0])
         if mpiexec is None:
@@ -409,7 +410,7 @@ def _start(base: list, n: int, env: dict, *, use_mpi: bool, verbose: bool,
                                    preexec_fn=_die_with_parent(signal.SIGTERM))
         columns = env.get(environment.COLUMNS, "")
         wraps = env.get(environment.STDERR_TTY) == "1" and columns.isdigit()
-        return [process], Relay(process, int(columns) if wraps else None)
+        return [process], Relay(process, int(columns) if wraps else None, stdout or sys.stdout)
     env.update({environment.LAUNCHED: "local", environment.WORLD_SIZE: str(n),
                 environment.LOCAL_WORLD_SIZE: str(n)})
     if verbose:
@@ -531,8 +532,10 @@ class RoundLauncher:
             env[environment.MASTER_ADDR] = env.get(environment.MASTER_ADDR, "127.0.0.1")
             env[environment.MASTER_PORT] = self.user_port or str(free_port())
         began = time.time()
+        # a side of ab prints nothing on stdout (-q, -o), which is ab's: what its mpiexec says
+        # there (HYDRA_DEBUG) goes to stderr
         procs, relay = _start(self.base, self.n, env, use_mpi=self.use_mpi, verbose=verbose,
-                              bind=self.bind)
+                              bind=self.bind, stdout=sys.stderr if self.side else None)
         notes.launched(self.state, [p.pid for p in procs])    # for the stand-in, should we die
         code = _wait_forwarding(procs, relay,
                                 lambda: notes.files_clause(*notes.launch_files(self.state, number),
