@@ -137,6 +137,63 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     assert not _collbench_pids(_marker(tmp_path))
 
 
+def test_a_sigterm_to_one_rank_under_a_users_mpiexec_is_named_and_the_file_made_whole(tmp_path):
+    """SIGTERM to rank 1 alone, mid-run: its guardian left with the rank's code (143) at once,
+    and MPICH's mpiexec killed the job's other processes 4 ms later. No line, exit 9 or 143, and
+    rank 0's files were left to the next run to rebuild from the journal (3 of 3). The guardian
+    now waits for the coordinator, which names the rank and stops the others."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    out = tmp_path / "r.json"
+    (tmp_path / "tmp").mkdir()
+    env = _env({"TMPDIR": str(tmp_path / "tmp")})     # where rank 0 keeps the run's journal
+    cmd = mpiexec_command(mpiexec, 2,
+                          [sys.executable, "-m", "collbench", "allreduce", *_long("mpi"), "-o",
+                           str(out), "--results-dir", f"{tmp_path}/m"], env)
+    job = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_rows(out)
+        victim = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
+        os.kill(victim, signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert job.returncode == 143 and len(lines) == 1, stderr
+    assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) "
+                               "ended by SIGTERM with code 143 "), lines[0]
+    assert lines[0].endswith(f"the job is stopped; {out} keeps every size finished before"), lines
+    assert json.loads(out.read_text())["rows"]
+    assert not list((tmp_path / "tmp").glob("collbench-journal-*"))     # the files were whole
+    assert not _collbench_pids(_marker(tmp_path))
+
+
+def test_a_sigterm_to_one_rank_with_under_a_second_left_still_ends_the_job(tmp_path):
+    """A rank other than 0 gives rank 0 a second to speak first before it leaves on a signal.
+    Meanwhile its main thread went on measuring: a run with less than that left finished, and
+    ended with exit 0 and every size, as if the signal had never come (an adversarial pass, 3 of
+    6). The main thread now stops at its next size."""
+    out = tmp_path / "r.json"
+    job = subprocess.Popen([sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes",
+                            "8,512K,1M", "--iters", "2000", "--rounds", "1", "-o", str(out),
+                            "--results-dir", f"{tmp_path}/m"], cwd=tmp_path, env=_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_rows(out, pause=0.01, job=job)     # 8 B is done; the rest takes half a second
+        os.kill(_rank_process(_marker(tmp_path), 1, "PMI_RANK"), signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert job.returncode == 143 and len(lines) == 1, stderr
+    assert re.match(r"collbench: rank 1 \(pid \d+ on .*\) ended by SIGTERM with code 143 "
+                    r"while the other ranks went on; the job is stopped; .*r.json keeps every "
+                    "size finished before$", lines[0]), lines[0]
+    assert 1 <= len(json.loads(out.read_text())["rows"]) <= 2
+
+
 #: rank 1 dies of SIGKILL as it starts MPI: a sitecustomize of the test's, in rank 1's rank
 #: process alone (its guardian never imports mpi4py.MPI)
 _KILLED_STARTING = """

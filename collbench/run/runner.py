@@ -445,7 +445,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog,
             _round(control, backends, sweep, out, schedule, number, settings, list(launcher.hosts),
                    first=number == schedule.first, setup_limit=startup_limit, launch=launch)
         watchdog.disarm()
-        supervise.set_position("shutdown")
+        supervise.set_position(notes.SHUTDOWN)
         completed = True
         if is_rank0 and schedule.measures_last_round:
             _warn_resolution(out, collector)

@@ -39,6 +39,11 @@ def rank_ranges(ranks) -> str:
     return ",".join(spans)
 
 
+def _during(where: str) -> str:
+    """"during allreduce on mpi at 8K": when a rank ended, from its last position."""
+    return "after its last size, on its way out" if where == notes.SHUTDOWN else f"during {where}"
+
+
 def _by_signal(code: int) -> str:
     """" by SIGTERM" for 143, the code of a rank that a signal ended through collbench's own
     handling of it; "" for other codes."""
@@ -155,8 +160,8 @@ class Coordinator:
             peer.position, peer.state = str(message.get("where", "")), str(message.get("state", ""))
         elif kind == "died":
             self.abort(int(message.get("code", EXIT_LOST)),
-                       f"{peer.name()} {message.get('how', 'died')} during "
-                       f"{message.get('where') or 'start-up'}", told=peer)
+                       f"{peer.name()} {message.get('how', 'died')} "
+                       f"{_during(str(message.get('where') or 'start-up'))}", told=peer)
             peer.settled = True          # its rank has ended; its guardian waits for ours to leave
         elif kind == "abort-job":
             # The rank printed why itself, and waits to be stopped like the others: told as
@@ -179,7 +184,8 @@ class Coordinator:
                 self.abort(code, None, told=peer)
                 return
             if peer.rank != 0 and code not in (0, 1):    # the others may be on their way out too
-                self._early[peer.rank] = (time.monotonic() + EARLY_EXIT_GRACE, code)
+                self._early[peer.rank] = (time.monotonic() + EARLY_EXIT_GRACE, code,
+                                          str(message.get("where", peer.position)))
             if peer.rank == 0:          # rank 0 ended on its own terms: so does the job
                 self.finished = True
                 for p in self.peers.values():
@@ -190,12 +196,13 @@ class Coordinator:
     def _check_silence(self, now: float) -> None:
         if self.finished or self.aborted or self.size is None:
             return
-        for rank, (deadline, code) in list(self._early.items()):
+        for rank, (deadline, code, where) in list(self._early.items()):
             if now >= deadline:
                 peer = self.peers[rank]
                 self.abort(code,
-                           f"{peer.name()} ended{_by_signal(code)} with code {code} while the "
-                           "other ranks went on")
+                           f"{peer.name()} ended{_by_signal(code)} with code {code} "
+                           + (_during(where) if where == notes.SHUTDOWN
+                              else "while the other ranks went on"))
                 return
         lost_hosts = {p.host for p in self.peers.values()
                       if not p.done and now - p.last_seen > LOST_AFTER}

@@ -37,6 +37,8 @@ JOB_EXIT_WAIT = 30.0
 #: plugin may end the process with 0 (``os._exit(0)``) in the middle of the run. The rank tells
 #: its guardian the code it chose (``supervise.leaving``); one it did not choose is a crash.
 SHARED_EXIT_CODES = frozenset({0, 1, 2})
+#: the codes of a rank that a signal ended through collbench's own handling of it
+SIGNAL_EXIT_CODES = frozenset({128 + signal.SIGHUP, 128 + signal.SIGINT, 128 + signal.SIGTERM})
 
 
 #: Less room than this free in /dev/shm is taken for the cause of a rank's failure in MPI's
@@ -320,10 +322,18 @@ class Guardian:
                     link.ended = True
                     link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
         elif link is not None:
-            link.tell_and_wait({"t": "bye", "code": code}, 3.0 if self.rank == 0 else 0.2)
+            link.tell_and_wait({"t": "bye", "code": code, "where": self.position.read()},
+                               3.0 if self.rank == 0 else 0.2)
             if self.coordinator is not None and self.coordinator.aborted:   # rank 0 left early: the
                 # others are being stopped
                 self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
+            elif self.coordinator is None and code in SIGNAL_EXIT_CODES and not link.ended:
+                # A signal sent to this rank alone: the coordinator names it once the others had
+                # EARLY_EXIT_GRACE to follow, and stops them. Leaving now, this guardian let
+                # MPICH's launcher kill the job's processes at once: no line, rank 0's files
+                # left to the next run, exit 9.
+                link.ended = True
+                link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
         self._settle()
         if crashed and self._leave_as_the_rank_did(status, code):
             processes.die_of(os.WTERMSIG(status))

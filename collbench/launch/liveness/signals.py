@@ -124,6 +124,7 @@ def handle_signals(rank: int) -> None:
         deadline = threading.Timer(STOP_GRACE / 2, os._exit, (128 + signum,))
         deadline.daemon = True
         deadline.start()
+        supervise.ending()
         # the guardian's "stop now": it, or the coordinator, says why;
         if signum == signal.SIGUSR1:
             if supervise.guardian_died():   # or the guardian died (PR_SET_PDEATHSIG), and cannot

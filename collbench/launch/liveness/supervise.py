@@ -354,10 +354,25 @@ def abort_job(code: int) -> None:
 _here = ""
 
 
+#: set once a signal ends this rank (``signals``): its main thread stops at its next step
+_ending = threading.Event()
+
+
+def ending() -> None:
+    """A signal ends this rank, on a thread of its own that saves what must be saved and then
+    ends the process: the main thread goes no further than its next step. Going on, it finished
+    the run while the others waited a moment to let rank 0 speak first, and left with exit 0 as
+    if never signalled."""
+    _ending.set()
+
+
 def set_position(what: str) -> None:
     """Record what this rank is doing, for the guardian's report if it dies, and for this rank's
-    own line if it fails."""
+    own line if it fails; a rank that a signal ends stops here (``ending``)."""
     global _here
+    # the signal's thread ends the process, within its deadline
+    while _ending.is_set() and threading.current_thread() is threading.main_thread():
+        time.sleep(1.0)
     _here = what
     if _position is not None:
         _position.write(what)
