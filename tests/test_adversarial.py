@@ -286,6 +286,36 @@ def test_no_file_at_all_is_one_line_naming_the_limit(files):
         line.endswith(" (ulimit -f is 0 KiB)"), line
 
 
+def test_no_file_at_all_under_a_users_mpiexec_is_said_once(files):
+    """ulimit -f 0 under a user's mpiexec of 3 ranks: 2 lines in 2 of 10 jobs. The guardian that
+    spoke first could not leave its mark for the later ones: Python found no temporary folder
+    for it (it cannot write its test file there), though an empty mark can be made. mpiexec's
+    own code varies: its proxy dies writing a file too (255)."""
+    from collbench.launch.self_launch.mpiexec import find_mpiexec
+
+    tmp = files / "said-marks"
+    tmp.mkdir()
+    for _ in range(3):
+        proc = subprocess.run(["sh", "-c", f"ulimit -f 0; exec {find_mpiexec()} -n 3 "
+                               f"{sys.executable} -m collbench allreduce --sizes 8 --iters 3 "
+                               "--rounds 1 --no-save"], cwd=files, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "TMPDIR": str(tmp)})
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("collbench")]
+        assert proc.returncode in (2, 255) and len(lines) == 1, proc.stderr
+        assert lines[0].endswith(" (ulimit -f is 0 KiB)"), lines
+
+
+def test_a_file_size_limit_under_a_kib_is_said_in_bytes():
+    """dash counts ulimit -f in blocks of 512 bytes: its ulimit -f 1 was said as "0 KiB"."""
+    script = ("import resource\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (512, resource.RLIM_INFINITY))\n"
+              "from collbench.launch.processes import low_limits\n"
+              "print(low_limits())")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == " (the file size limit is 512 bytes)\n", out
+
+
 @pytest.mark.parametrize("variable,value,cause", [
     ("GLOO_SOCKET_IFNAME", "bogus0", "Unable to find address for: bogus0"),
     ("GLOO_DEVICE_TRANSPORT", "bogus", "unsupported gloo device"),

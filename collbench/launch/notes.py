@@ -136,8 +136,23 @@ def _said_name() -> str:
 
 
 def _said_mark() -> str:
+    return os.path.join(_temporary_folder(), _said_name())
+
+
+def _temporary_folder() -> str:
+    """The temporary folder as ``tempfile`` chooses it. ``tempfile`` takes a folder only once it
+    has written a test file there, so under ``ulimit -f 0`` it finds none (FileNotFoundError),
+    though an empty mark can still be made: then the first of its candidates that is a folder
+    this process may write in."""
     import tempfile
-    return os.path.join(tempfile.gettempdir(), _said_name())
+    try:
+        return tempfile.gettempdir()
+    except OSError:
+        candidates = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
+        for folder in [*candidates, "/tmp", "/var/tmp", "/usr/tmp"]:
+            if folder and os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+                return folder
+        raise
 
 
 def _wait_for_the_first(limit: float = FIRST_SPEAKER_WAIT) -> None:
@@ -186,7 +201,7 @@ def startup_output(guardian: int) -> str:
     state = os.environ.get(environment.STATE)
     if state and os.path.isdir(state):
         return os.path.join(state, f"{STARTUP_PREFIX}{guardian}")
-    import tempfile
+    import tempfile          # none usable (ulimit -f 0: no file can take what it prints): OSError
     return os.path.join(tempfile.gettempdir(), f"collbench-{STARTUP_PREFIX}{guardian}")
 
 
@@ -196,6 +211,8 @@ def remove_stale_startup_outputs() -> None:
     that the launcher killed (a job another rank aborted in MPI's start-up) could not remove its
     own, and a mark must outlive its speaker."""
     import tempfile
+    # none usable (ulimit -f 0): OSError, which refuses the run in one line at once, before MPI
+    # starts (its launcher's proxy dies writing its topology file, and the job with it)
     folder = tempfile.gettempdir()
     prefix = f"collbench-{STARTUP_PREFIX}"
     try:

@@ -179,7 +179,10 @@ def low_limits() -> str:
     if files != resource.RLIM_INFINITY and files < LOW_OPEN_FILES:
         said.append(f"ulimit -n is {files}")
     if size != resource.RLIM_INFINITY and size < LOW_FILE_SIZE:
-        said.append(f"ulimit -f is {size // 1024} KiB")
+        # bash counts ulimit -f in KiB, dash in blocks of 512 bytes: said in bytes where it is
+        # not a whole number of KiB (dash's ulimit -f 1 was said as 0 KiB)
+        said.append(f"ulimit -f is {size // 1024} KiB" if size % 1024 == 0
+                    else f"the file size limit is {size} bytes")
     if space != resource.RLIM_INFINITY and space < LOW_ADDRESS_SPACE:
         said.append(f"ulimit -v is {space // 1024} KiB")
     return f" ({'; '.join(said)})" if said else ""
