@@ -102,3 +102,13 @@ def plugin_env(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     path = os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}
+
+
+@pytest.fixture(autouse=True)
+def _a_job_per_test():
+    """A process says the line that ends its job once (``notes.say``); tests that run a guardian
+    or a coordinator in this process each stand for a job of their own."""
+    from collbench.launch import notes
+
+    notes._said_here.clear()
+    yield

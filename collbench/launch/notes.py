@@ -55,8 +55,13 @@ def leave(name: str, text: str = "") -> None:
         pass
 
 
+#: the lines that this process said end the job (``say``)
+_said_here: list = []
+
+
 def say(line: str) -> None:
     """Print the line that ends the job, noted first (see EXPLAINED)."""
+    _said_here.append(line)
     leave(EXPLAINED, line)
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
@@ -387,16 +392,28 @@ def first_ended_in_startup(state: Optional[str]) -> Optional[tuple]:
 
 def passed_on(state: str) -> None:
     """In ``collbench ab``'s process, before it passes a signal on to a side's ranks: the line
-    is its own, said once for both sides (``ab_says_it``)."""
+    is its own, said once for both sides (``said_elsewhere``)."""
     with contextlib.suppress(OSError):
         Path(state, PASSED_ON).touch()
 
 
-def ab_says_it() -> bool:
-    """On a rank of a side of ``collbench ab``: whether the signal that ends it came from ab's
-    own process, which says so in one line for both sides."""
+def end_said() -> bool:
+    """Whether this process, or under self-launch any process of the job, said why the job
+    ends: a later failure is its echo (a stopped rank's guardian killed as the job is ended)."""
     state = os.environ.get(environment.STATE)
-    return bool(state) and ab_side() is not None and os.path.exists(os.path.join(state, PASSED_ON))
+    return bool(_said_here) or (bool(state) and explanation(state) is not None)
+
+
+def said_elsewhere() -> bool:
+    """On a self-launched rank that a signal ends: whether another process says why. The job's
+    end was said already (a guardian named a rank stopped in start-up, and the launching
+    process stopped the others with SIGTERM), or the signal came from ``collbench ab``, which
+    says it in one line for both sides."""
+    state = os.environ.get(environment.STATE)
+    if not state:
+        return False
+    return explanation(state) is not None or (
+        ab_side() is not None and os.path.exists(os.path.join(state, PASSED_ON)))
 
 
 def explanation(state: Optional[str]) -> Optional[str]:

@@ -257,7 +257,7 @@ class Coordinator:
         for p in self.peers.values():      # lost already: nothing more will come from them
             if now - p.last_seen > 2 * BEAT_S:
                 p.settled = True
-        if why:
+        if why and not notes.end_said():
             notes.say(f"collbench: {why}; the job is stopped; "
                       f"{notes.files_clause(self.files, self.kept)}")
         else:                               # the rank that asked printed why

@@ -342,6 +342,10 @@ def _launcher_ending(w: _Waiter, said: Optional[str], startup: str,
         elif said and not relay.saw(said):     # its writer was killed before it could print it
             print(said, file=sys.stderr, flush=True)
         return 128 + code
+    if code not in JOB_EXIT_CODES and code >= 64 and said is not None:
+        # a code of mpiexec's own after the line that ended the job (253 once a rank stopped in
+        # start-up was named and killed): the job's
+        return notes.job_code(w.state) or EXIT_LOST
     return code
 
 
