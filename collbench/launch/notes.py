@@ -290,9 +290,9 @@ def startup_said(state: Optional[str]) -> str:
 
 # What the result files keep, said in a line about an early end.
 
-#: after an early end in a run's first launch, once a size finished
 #: the position of a rank whose sizes are all done, on its way out
 SHUTDOWN = "shutdown"
+#: after an early end in a run's first launch, once a size finished
 EVERY_SIZE = "every size finished before"
 #: and before any did
 NO_SIZE_YET = "no size yet (none had finished)"

@@ -257,7 +257,9 @@ class Coordinator:
         for p in self.peers.values():      # lost already: nothing more will come from them
             if now - p.last_seen > 2 * BEAT_S:
                 p.settled = True
-        if why and not notes.end_said():
+        if notes.end_said():        # a later failure is the echo of the one said (its line is
+            pass                      # kept, for the launching process to print should it be lost)
+        elif why:
             notes.say(f"collbench: {why}; the job is stopped; "
                       f"{notes.files_clause(self.files, self.kept)}")
         else:                               # the rank that asked printed why
