@@ -293,7 +293,7 @@ def test_no_file_at_all_under_a_users_mpiexec_is_said_once(files):
     own code varies: its proxy dies writing a file too (255)."""
     from collbench.launch.self_launch.mpiexec import find_mpiexec
 
-    tmp = files / "said-marks"
+    tmp = files / "said-marks-without-files"
     tmp.mkdir()
     for _ in range(3):
         proc = subprocess.run(["sh", "-c", f"ulimit -f 0; exec {find_mpiexec()} -n 3 "
