@@ -137,11 +137,15 @@ def test_a_rank_killed_under_a_users_mpiexec_ends_the_job_naming_it(tmp_path, ba
     assert not _collbench_pids(_marker(tmp_path))
 
 
-def test_a_sigterm_to_one_rank_under_a_users_mpiexec_is_named_and_the_file_made_whole(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_one_rank_under_a_users_mpiexec_is_named_and_the_file_made_whole(tmp_path,
+                                                                                     signum):
     """SIGTERM to rank 1 alone, mid-run: its guardian left with the rank's code (143) at once,
     and MPICH's mpiexec killed the job's other processes 4 ms later. No line, exit 9 or 143, and
     rank 0's files were left to the next run to rebuild from the journal (3 of 3). The guardian
-    now waits for the coordinator, which names the rank and stops the others."""
+    now waits for the coordinator, which names the rank and stops the others. SIGHUP went to
+    UCX's own handler, set as MPI started (it raised UCX's log level): exit 0 and UCX's debug
+    lines; collbench's handlers are set again once MPI has started."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec")
@@ -156,14 +160,14 @@ def test_a_sigterm_to_one_rank_under_a_users_mpiexec_is_named_and_the_file_made_
     try:
         wait_for_rows(out)
         victim = _rank_process(_marker(tmp_path), 1, "PMI_RANK")
-        os.kill(victim, signal.SIGTERM)
+        os.kill(victim, signum)
         _, stderr = job.communicate(timeout=60)
     finally:
         job.kill()
     lines = _collbench_lines(stderr)
-    assert job.returncode == 143 and len(lines) == 1, stderr
+    assert job.returncode == 128 + signum and len(lines) == 1, stderr
     assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) "
-                               "ended by SIGTERM with code 143 "), lines[0]
+                               f"ended by {signum.name} with code {128 + signum} "), lines[0]
     assert lines[0].endswith(f"the job is stopped; {out} keeps every size finished before"), lines
     assert json.loads(out.read_text())["rows"]
     assert not list((tmp_path / "tmp").glob("collbench-journal-*"))     # the files were whole
@@ -192,6 +196,50 @@ def test_a_sigterm_to_one_rank_with_under_a_second_left_still_ends_the_job(tmp_p
                     r"while the other ranks went on; the job is stopped; .*r.json keeps every "
                     "size finished before$", lines[0]), lines[0]
     assert 1 <= len(json.loads(out.read_text())["rows"]) <= 2
+
+
+def test_a_signal_to_one_rank_in_start_up_under_a_users_mpiexec_is_named_at_once(tmp_path):
+    """SIGTERM to rank 1 as it appeared, under a user's mpiexec: it left with 143 in its start-up,
+    which nothing told the others, and rank 0 waited in MPI_Init until its guardian gave up 20 s
+    later: "another rank may have failed while starting", exit 255 (an adversarial pass, 3 of
+    3). Its guardian now says so and ends by the same signal, for mpiexec to end the job."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    env = _env({"TMPDIR": str(tmp_path)})
+    job = subprocess.Popen(mpiexec_command(mpiexec, 2,
+                                           [sys.executable, "-m", "collbench", "allreduce",
+                                            "--sizes", "8", "--iters", "3", "--rounds", "1",
+                                            "--no-save", "--results-dir", f"{tmp_path}/m"],
+                                           env),
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        victim = None
+        deadline = time.monotonic() + 60
+        while victim is None and job.poll() is None and time.monotonic() < deadline:
+            ranks = [pid for pid in _collbench_pids(_marker(tmp_path))
+                     if b"PMI_RANK=1" in _environ(pid)]
+            victim = next((pid for pid in ranks if _parent(pid) in ranks), None)
+        assert victim is not None, "rank 1 never appeared"
+        signalled = time.monotonic()
+        os.kill(victim, signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+        took = time.monotonic() - signalled
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert took < 10 and len(lines) == 1, (took, stderr)
+    assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) "
+                               "ended by SIGTERM with code 143 during start-up"), lines[0]
+    assert not _collbench_pids(_marker(tmp_path))
+
+
+def _environ(pid: int) -> list:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 #: rank 1 dies of SIGKILL as it starts MPI: a sitecustomize of the test's, in rank 1's rank

@@ -314,8 +314,9 @@ def _report(exc: CollbenchError) -> None:
     if not exc.every_rank or detected_rank(on_host=exc.per_host) == 0:
         from collbench.launch import notes
 
-        # noted: the launching process says no more
-        notes.say(f"collbench: error: {one_line(exc)}")
+        # noted: the launching process says no more; nor this rank, once its guardian said why
+        # the job cannot run (ulimit -f 0: no temporary folder, then this limit)
+        notes.say_first(f"collbench: error: {one_line(exc)}")
     else:
         # Leave after rank 0, which says it: a launcher such as torchrun stops every rank
         # as soon as one exits, and rank 0 must not be stopped before it has spoken.

@@ -98,7 +98,8 @@ def _first_here() -> bool:
     end the job on an exit code: every rank's guardian reached its line in turn). Where neither
     claim can be made, or the process has no guardian, or the parent is gone (an orphan's is init,
     every orphan's), every process may speak."""
-    if not _host_parent or _host_parent[0] == 1:
+    if not _host_parent or _host_parent[0] == 1 or \
+            processes.started_at(_host_parent[0], 0.0) is None:    # gone: none can be claimed
         return True
     try:
         claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -229,8 +230,8 @@ def remove_stale_startup_outputs() -> None:
             stale = not processes.alive(int(name[len(prefix):]))
         elif name.startswith(SAID_PREFIX):
             pid, _, rest = name[len(SAID_PREFIX):].partition("-")
-            stale = not pid.isdigit() or pid == "1" or \
-                rest.split("-")[0] != str(processes.started_at(int(pid), 0.0))
+            started = processes.started_at(int(pid), 0.0) if pid.isdigit() else None
+            stale = started is None or pid == "1" or rest.split("-")[0] != str(started)
         else:
             continue
         path = os.path.join(folder, name)

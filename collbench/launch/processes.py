@@ -195,6 +195,29 @@ OPEN_FILES_BASE = 32
 OPEN_FILES_PER_RANK = 8
 
 
+#: Below this file size limit (ulimit -f) no run can start: MPICH's launcher writes the host's
+#: topology (5.5 KB here) and dies of SIGXFSZ, ending the job before a rank can say why; UCX
+#: writes its shared memory in pieces of 64 KiB; the result files and journal grow past it.
+MIN_FILE_SIZE = 64 << 10
+
+
+def file_size_problem() -> str:
+    """Why no run can start under this process's file size limit; "" when one can. A soft limit
+    below it is raised as far as the hard one lets it, as a user could."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft == resource.RLIM_INFINITY or soft >= MIN_FILE_SIZE:
+            return ""
+        if hard == resource.RLIM_INFINITY or hard >= MIN_FILE_SIZE:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+            return ""
+    except (OSError, ValueError):
+        return ""
+    return (f"{low_limits().strip(' ()')}: an MPI launch writes larger files as it starts (the "
+            "host's topology, shared memory), and the result files grow past it; raise it to "
+            f"{MIN_FILE_SIZE >> 10} KiB or more")
+
+
 def open_files_problem(ranks: int) -> str:
     """Why this rank of ``ranks`` could run out of open files; "" when it cannot. A soft limit
     (ulimit -Sn) below the need is raised as far as the hard one lets it, as a user could;

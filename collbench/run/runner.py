@@ -173,7 +173,8 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
     supervise.watch_startup(join_limit(plan.timeout))
-    problem = shared_memory_problem(launcher) or processes.open_files_problem(launcher.world_size)
+    problem = shared_memory_problem(launcher) or processes.file_size_problem() or \
+        processes.open_files_problem(launcher.world_size)
     if problem:                      # every rank of this host finds the same; other hosts may not
         raise HostUsageError(problem)
     problem = mpi_start_problem(launcher)
@@ -188,6 +189,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         threads.ask_for(level)
     # one init method
     control = make_control(launcher.shares_mpi_world, plan.backends, setups_of(plan)[0].options)
+    signals.take_back()               # from the MPI library, which may have set its own
     provided = getattr(control, "thread_level", "") if level else ""
     if provided and provided != level:
         plan = dataclasses.replace(plan, notes=plan.notes + ("MPI was asked for thread level "

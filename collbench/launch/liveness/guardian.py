@@ -260,6 +260,8 @@ class Guardian:
                 code = EXIT_LOST
             if not crashed and self._refused_to_start(status):     # and the launcher ended it (143)
                 how, crashed = "could not start its MPI library", True
+            elif self._signalled_alone_in_startup(status):
+                how, crashed = f"ended by {signal.Signals(code - 128).name} with code {code}", True
         unknown = environment.netmod_unknown(os.environ)
         if crashed and self.link is None and os.WIFSIGNALED(status) and unknown:
             # MPICH's library crashes in MPI_Init, saying nothing, on a network module it lacks
@@ -336,16 +338,26 @@ class Guardian:
                 link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
         self._settle()
         if crashed and self._leave_as_the_rank_did(status, code):
-            processes.die_of(os.WTERMSIG(status))
+            processes.die_of(os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                             else os.WEXITSTATUS(status) - 128)
         os._exit(code)
 
     def _leave_as_the_rank_did(self, status: int, code: int) -> bool:
         """Whether this guardian ends by its rank's signal rather than an exit code: a rank killed
-        in its start-up under a user's launcher, which waits for the others there (MPICH's
-        mpiexec ignores an exit code until every process has ended, 30 s later and with a second
-        line) but ends the job at once when one of its processes is killed."""
-        return self.link is None and os.WIFSIGNALED(status) and code != EXIT_BAD_ENVIRONMENT \
+        in its start-up under a user's launcher, or ended there by a signal sent to it alone,
+        which waits for the others there (MPICH's mpiexec ignores an exit code until every
+        process has ended, 30 s later and with a second line) but ends the job at once when one
+        of its processes is killed."""
+        return self.link is None and code != EXIT_BAD_ENVIRONMENT \
+            and (os.WIFSIGNALED(status) or self._signalled_alone_in_startup(status)) \
             and not os.environ.get(environment.STATE) and not self._launcher_gone()
+
+    def _signalled_alone_in_startup(self, status: int) -> bool:
+        """Whether the rank left in its start-up on a signal sent to it alone (its code 130, 143
+        or 129, and none to this guardian): nothing told the others, which wait for it there. A
+        signal to the whole job (Ctrl-C) reaches this guardian too, which then passes it on."""
+        return self.link is None and self.size > 1 and self.stop_code is None \
+            and os.WIFEXITED(status) and os.WEXITSTATUS(status) in SIGNAL_EXIT_CODES
 
     def _aftermath(self, passed_on: bool = False) -> str:
         """What the line about the rank's end says of the others and the files. Under a user's

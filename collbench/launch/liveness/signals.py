@@ -70,6 +70,18 @@ def _forget_in_child() -> None:
 
 
 
+def take_back() -> None:
+    """Once the MPI library has started: the handlers it set give way to collbench's again.
+    UCX takes SIGHUP for its own (it raises its log level and the rank goes on), so a SIGHUP to
+    one rank under a user's mpiexec let the run finish with exit 0 and UCX's debug lines."""
+    if not _pipe:
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is _nothing:
+            signal.signal(signum, _nothing)          # sets the process's handler again
+            signal.siginterrupt(signum, False)
+
+
 def handle_signals(rank: int) -> None:
     """SIGINT, SIGTERM, SIGHUP and SIGUSR1 end this rank from a thread of their own, at once.
 
