@@ -405,6 +405,12 @@ def end_said() -> bool:
     return bool(_said_here) or (bool(state) and explanation(state) is not None)
 
 
+#: How long a rank of a side of ``collbench ab`` that a signal ends waits for ab's note that it
+#: passed the signal on: a Ctrl-C reaches the whole process group at once, and the rank may
+#: come to its line before ab's process has run its handler.
+AB_NOTE_WAIT = 1.0
+
+
 def said_elsewhere() -> bool:
     """On a self-launched rank that a signal ends: whether another process says why. The job's
     end was said already (a guardian named a rank stopped in start-up, and the launching
@@ -413,8 +419,16 @@ def said_elsewhere() -> bool:
     state = os.environ.get(environment.STATE)
     if not state:
         return False
-    return explanation(state) is not None or (
-        ab_side() is not None and os.path.exists(os.path.join(state, PASSED_ON)))
+    if explanation(state) is not None:
+        return True
+    if ab_side() is None:
+        return False
+    deadline = time.monotonic() + AB_NOTE_WAIT
+    while not os.path.exists(os.path.join(state, PASSED_ON)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def explanation(state: Optional[str]) -> Optional[str]:
