@@ -62,10 +62,15 @@ _argv: list = []   # the arguments main() was given: self-launched ranks re-run 
 
 
 def _bench(collectives, **opts):
+    from collbench.errors import HostUsageError
+    from collbench.launch import processes
     from collbench.launch.origin import launcher as launch
     from collbench.launch.liveness import supervise
 
     launcher = launch.detect()
+    problem = processes.file_size_problem()
+    if problem:                      # before a guardian, which would fail on it as its rank does
+        raise HostUsageError(problem)
     if launcher.name != "none":
         supervise.guard_rank(launcher)   # before heavy imports: the guardian stays small
     from collbench.run.plan import build_and_run
@@ -314,9 +319,8 @@ def _report(exc: CollbenchError) -> None:
     if not exc.every_rank or detected_rank(on_host=exc.per_host) == 0:
         from collbench.launch import notes
 
-        # noted: the launching process says no more; nor this rank, once its guardian said why
-        # the job cannot run (ulimit -f 0: no temporary folder, then this limit)
-        notes.say_first(f"collbench: error: {one_line(exc)}")
+        # noted: the launching process says no more
+        notes.say(f"collbench: error: {one_line(exc)}")
     else:
         # Leave after rank 0, which says it: a launcher such as torchrun stops every rank
         # as soon as one exits, and rank 0 must not be stopped before it has spoken.

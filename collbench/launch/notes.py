@@ -217,9 +217,7 @@ def remove_stale_startup_outputs() -> None:
     that the launcher killed (a job another rank aborted in MPI's start-up) could not remove its
     own, and a mark must outlive its speaker."""
     import tempfile
-    # none usable (ulimit -f 0): OSError, which refuses the run in one line at once, before MPI
-    # starts (its launcher's proxy dies writing its topology file, and the job with it)
-    folder = tempfile.gettempdir()
+    folder = tempfile.gettempdir()      # none usable: OSError, which refuses the run in one line
     prefix = f"collbench-{STARTUP_PREFIX}"
     try:
         names = os.listdir(folder)

@@ -173,8 +173,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
     supervise.watch_startup(join_limit(plan.timeout))
-    problem = shared_memory_problem(launcher) or processes.file_size_problem() or \
-        processes.open_files_problem(launcher.world_size)
+    problem = shared_memory_problem(launcher) or processes.open_files_problem(launcher.world_size)
     if problem:                      # every rank of this host finds the same; other hosts may not
         raise HostUsageError(problem)
     problem = mpi_start_problem(launcher)
