@@ -142,23 +142,8 @@ def _said_name() -> str:
 
 
 def _said_mark() -> str:
-    return os.path.join(_temporary_folder(), _said_name())
-
-
-def _temporary_folder() -> str:
-    """The temporary folder as ``tempfile`` chooses it. ``tempfile`` takes a folder only once it
-    has written a test file there, so under ``ulimit -f 0`` it finds none (FileNotFoundError),
-    though an empty mark can still be made: then the first of its candidates that is a folder
-    this process may write in."""
     import tempfile
-    try:
-        return tempfile.gettempdir()
-    except OSError:
-        candidates = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
-        for folder in [*candidates, "/tmp", "/var/tmp", "/usr/tmp"]:
-            if folder and os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
-                return folder
-        raise
+    return os.path.join(tempfile.gettempdir(), _said_name())
 
 
 def _wait_for_the_first(limit: float = FIRST_SPEAKER_WAIT) -> None:
