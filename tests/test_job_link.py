@@ -398,9 +398,10 @@ def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tm
     assert not _collbench_pids(_marker(tmp_path))
 
 
-def _signal_round_2s_rank_1_in_start_up(tmp_path, signum, after: float = 0.0) -> tuple:
-    """(the job's code, its stderr, the rank signalled) of a 2-round run whose round 2 rank 1 got
-    ``signum`` ``after`` seconds after it appeared, before it joined."""
+def _signal_round_2s_rank_1_in_start_up(tmp_path, signum, after: float = 0.0,
+                                        number: int = 2) -> tuple:
+    """(the job's code, its stderr, the rank signalled) of a 2-round run whose round ``number``
+    rank 1 got ``signum`` ``after`` seconds after it appeared, before it joined."""
     out = tmp_path / "r.json"
     args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8", "--iters",
             "3", "--rounds", "2", "--timeout", "5", "-o", str(out), "--force", "--results-dir",
@@ -417,10 +418,10 @@ def _signal_round_2s_rank_1_in_start_up(tmp_path, signum, after: float = 0.0) ->
                     variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if b"PMI_RANK=1" in variables and b"COLLBENCH_ROUND=2" in variables:
+                if b"PMI_RANK=1" in variables and b"COLLBENCH_ROUND=%d" % number in variables:
                     ours.add(pid)
             victim = next((pid for pid in ours if _parent(pid) in ours), None)
-        assert victim is not None, "round 2's rank 1 never appeared"
+        assert victim is not None, f"round {number}'s rank 1 never appeared"
         time.sleep(after)
         os.kill(victim, signum)
         _, stderr = job.communicate(timeout=90)
@@ -429,24 +430,27 @@ def _signal_round_2s_rank_1_in_start_up(tmp_path, signum, after: float = 0.0) ->
     return job.returncode, stderr, victim
 
 
-def test_a_rank_stopped_in_start_up_is_named(tmp_path):
+@pytest.mark.parametrize("number,after", [(2, 0.0), (1, 0.15)])
+def test_a_rank_stopped_in_start_up_is_named(tmp_path, number, after):
     """Rank 1 of round 2's launch stopped (SIGSTOP) before it joined the job: rank 0 waited in
     MPI's start-up and its guardian said "another rank may have failed while starting", naming
     nobody. Now the guardian that waited names the stopped rank of its host.
 
-    Stopped 0.15 s after it appeared, inside MPI_Init, a second line followed (an adversarial
-    pass, 7 of 7): rank 0 said "interrupted by SIGTERM" as the launching process stopped it, or
-    the coordinator said rank 1 "was lost" as its guardian was killed, with exit 137 or 253. A
-    line after the one that ended the job is its echo, and mpiexec's own code after it is the
-    job's (137)."""
-    code, stderr, victim = _signal_round_2s_rank_1_in_start_up(tmp_path, signal.SIGSTOP, 0.15)
+    Round 1's rank 1 stopped 0.15 s after it appeared, as it loads collbench and MPI (round 2's
+    is past its join by then): a second line followed (an adversarial pass, 7 of 7). Rank 0 said
+    "interrupted by SIGTERM" as the launching process stopped it, or the coordinator said rank 1
+    "was lost" as its guardian was killed, with exit 137 or 253. A line after the one that ended
+    the job is its echo, and mpiexec's own code after it is the job's (137)."""
+    code, stderr, victim = _signal_round_2s_rank_1_in_start_up(tmp_path, signal.SIGSTOP, after,
+                                                               number)
     lines = _collbench_lines(stderr)
     assert code == 137 and len(lines) == 1, stderr
     # said by rank 0's guardian ("in start-up: rank 0 (pid …) waited …"), or by its own once it
     # had reached MPI_Init ("in start-up (MPI or torch initialisation) and had not joined …")
     assert lines[0].startswith(f"collbench: rank 1 (pid {victim} on {socket.gethostname()}) was "
                                "stopped (SIGSTOP or a debugger) in start-up"), lines[0]
-    assert "keeps round 1" in lines[0] and json.loads((tmp_path / "r.json").read_text())["rows"]
+    if number == 2:
+        assert "keeps round 1" in lines[0] and json.loads((tmp_path / "r.json").read_text())["rows"]
     assert not _collbench_pids(_marker(tmp_path))
 
 
