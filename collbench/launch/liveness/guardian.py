@@ -37,6 +37,9 @@ JOB_EXIT_WAIT = 30.0
 #: plugin may end the process with 0 (``os._exit(0)``) in the middle of the run. The rank tells
 #: its guardian the code it chose (``supervise.leaving``); one it did not choose is a crash.
 SHARED_EXIT_CODES = frozenset({0, 1, 2})
+#: how long rank 0's guardian, after a job that ended well, waits for the others' to leave
+#: before it removes what the job left (``remove-after-job``)
+LEFTOVER_WAIT = 5.0
 #: the codes of a rank that a signal ended through collbench's own handling of it
 SIGNAL_EXIT_CODES = frozenset({128 + signal.SIGHUP, 128 + signal.SIGINT, 128 + signal.SIGTERM})
 
@@ -84,6 +87,7 @@ class Guardian:
         self.kept = notes.EVERY_SIZE
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
+        self.leftover = ""         # rank 0: a file to remove once a job that ended well has ended
         # what its MPI library said as it failed to start
         self._startup_words: Optional[str] = None
         # reads the rank's requests (``_serve_rank``)
@@ -329,6 +333,8 @@ class Guardian:
             if self.coordinator is not None and self.coordinator.aborted:   # rank 0 left early: the
                 # others are being stopped
                 self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
+            elif self.coordinator is not None and code == 0 and self.leftover:
+                self._remove_leftover()
             elif self.coordinator is None and code in SIGNAL_EXIT_CODES and not link.ended:
                 # A signal sent to this rank alone: the coordinator names it once the others had
                 # EARLY_EXIT_GRACE to follow, and stops them. Leaving now, this guardian let
@@ -341,6 +347,16 @@ class Guardian:
             processes.die_of(os.WTERMSIG(status) if os.WIFSIGNALED(status)
                              else os.WEXITSTATUS(status) - 128)
         os._exit(code)
+
+    def _remove_leftover(self) -> None:
+        """The job ended well: once every rank has ended (its guardian said goodbye or left), no
+        store object of torch's holds the file of its file:// rendezvous, which torch removes only
+        when the last one is destroyed; under torchrun one outlived its run now and then, and
+        the next run refused the file as stale."""
+        self.coordinator.wait_for_peers(LEFTOVER_WAIT)
+        if all(p.settled or p.done for p in list(self.coordinator.peers.values()) if p.rank != 0):
+            with contextlib.suppress(OSError):
+                os.unlink(self.leftover)
 
     def _leave_as_the_rank_did(self, status: int, code: int) -> bool:
         """Whether this guardian ends by its rank's signal rather than an exit code: a rank killed
@@ -394,6 +410,8 @@ class Guardian:
                     if self.coordinator is not None:
                         self.coordinator.files = [str(p) for p in message.get("paths", [])]
                         self.coordinator.kept = str(message.get("kept") or self.coordinator.kept)
+                elif message.get("t") == "remove-after-job":
+                    self.leftover = str(message.get("path", ""))
                 elif message.get("t") == "startup":
                     self.startup_limit = float(message.get("limit", 0))
                     self._thread(self._watch_startup, self.startup_limit)

@@ -286,6 +286,16 @@ _kept = [notes.EVERY_SIZE]       # what the files hold, said in a line about an 
 _journal: list = [None]          # the folder of the run's journal, for the guardian
 
 
+def remove_after_the_job(path: str) -> bool:
+    """Rank 0: have its guardian remove ``path`` once every rank of a job that ended well has
+    ended (torch's file:// store, which torch leaves where a rank's store object outlives its
+    run). False without a guardian and job channel to do it."""
+    if _channel is None or _coordinator_at is None:
+        return False
+    with _channel_lock:
+        return wire.send_message(_channel, {"t": "remove-after-job", "path": str(path)})
+
+
 def set_result_files(paths, journal=None, kept: str = "") -> None:
     """The files this rank writes, so that a line about an early end can name them (also the
     coordinator's, which runs in this rank's guardian), and the folder of the run's journal,
