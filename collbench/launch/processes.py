@@ -204,14 +204,7 @@ MIN_FILE_SIZE = 64 << 10
 def file_size_problem() -> str:
     """Why no run can start under this process's file size limit; "" when one can. A soft limit
     below it is raised as far as the hard one lets it, as a user could."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if soft == resource.RLIM_INFINITY or soft >= MIN_FILE_SIZE:
-            return ""
-        if hard == resource.RLIM_INFINITY or hard >= MIN_FILE_SIZE:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-            return ""
-    except (OSError, ValueError):
+    if _short_of(resource.RLIMIT_FSIZE, MIN_FILE_SIZE, up_to_hard=True) is None:
         return ""
     return (f"{low_limits().strip(' ()')}: an MPI launch writes larger files as it starts (the "
             "host's topology, shared memory), and the result files grow past it; raise it to "
@@ -224,17 +217,27 @@ def open_files_problem(ranks: int) -> str:
     only a hard limit below the need is a problem. (Under it, torch's store retried for a minute,
     printing C++ frames, and MPI failed in its start-up.)"""
     need = OPEN_FILES_BASE + OPEN_FILES_PER_RANK * max(1, ranks)
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY or soft >= need:
-            return ""
-        if hard == resource.RLIM_INFINITY or hard >= need:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-            return ""
-    except (OSError, ValueError):
+    soft = _short_of(resource.RLIMIT_NOFILE, need)
+    if soft is None:
         return ""
     return (f"ulimit -n is {soft}, and a rank of a {ranks}-rank job needs about {need} open files "
             "(its libraries' own, and its connections to the other ranks); raise it")
+
+
+def _short_of(limit: int, need: int, up_to_hard: bool = False) -> Optional[int]:
+    """The soft ``limit`` where even the hard one is below ``need``; None where it meets it, once
+    the soft limit is raised (to ``need``, or as far as the hard one goes) where it was short.
+    None too where the limits cannot be read."""
+    try:
+        soft, hard = resource.getrlimit(limit)
+        if soft == resource.RLIM_INFINITY or soft >= need:
+            return None
+        if hard == resource.RLIM_INFINITY or hard >= need:
+            resource.setrlimit(limit, (hard if up_to_hard else need, hard))
+            return None
+    except (OSError, ValueError):
+        return None
+    return soft
 
 
 def adopt_orphans() -> bool:
