@@ -362,6 +362,33 @@ def test_a_stopped_rank_is_named_when_the_timeout_fires(tmp_path):
 
 
 @pytest.mark.mpi
+def test_a_rank_stopped_between_its_start_up_and_its_first_size_is_named_soon(tmp_path,
+                                                                             plugin_env):
+    """Rank 1 stops (SIGSTOP) as its backend's set-up ends, after it joined the job: rank 0 went
+    on to open the files and waited in collbench's own next step, which only the start-up limit
+    bounded (120 s, for MPI's and torch's own start-up). collbench's own steps now take as long
+    as joining may (at least 15 s): the stopped rank is named then."""
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--backend", "faulty-mpi",
+            "--sizes", "8", *FAST, "--thread-level", "multiple", "--timeout", "5", "-o", str(out),
+            "--results-dir", f"{tmp_path}/m"]
+    job = subprocess.Popen(args, cwd=tmp_path, env=_env({**plugin_env, "FAULTY_STOP": "1"}),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = job.communicate(timeout=75)
+    finally:
+        job.kill()
+    lines = _collbench_lines(stderr)
+    assert job.returncode == 124, stderr
+    assert lines == [lines[0]] and "did not finish within 15 s (--timeout)" in lines[0], stderr
+    assert "rank 1 on" in lines[0] and "stopped (SIGSTOP or a debugger) at set-up of backend " \
+        "faulty-mpi" in lines[0], lines[0]
+    assert "rank 0 on" in lines[0] and "before the first size" in lines[0], lines[0]
+    assert not out.exists(), (stderr, out.read_text()[-300:])
+    assert not _collbench_pids(_marker(tmp_path))
+
+
+@pytest.mark.mpi
 def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tmp_path):
     """Rank 1 and its guardian both stopped (SIGSTOP) mid-sweep: the coordinator's line came ("lost
     contact … the job is stopped"), and then nothing, for ever: mpiexec waited for the stopped

@@ -57,6 +57,14 @@ JOIN_TIMEOUT = 45.0
 JOIN_FLOOR = 15.0
 
 
+def _own_steps(watchdog, timeout: float, where: str) -> None:
+    """collbench's own steps between the libraries' start-up and the first size (agreeing on the
+    plan and the buffers) take as long as joining may: a rank stopped there is named that soon,
+    not after the whole start-up limit that MPI's or torch's own start-up may need."""
+    supervise.set_position(where)
+    watchdog.arm(join_limit(timeout), where)
+
+
 def join_limit(timeout: float) -> float:
     """The seconds every rank has to join the job under ``--timeout`` (0: no limit)."""
     return min(JOIN_TIMEOUT, max(timeout, JOIN_FLOOR)) if timeout else 0.0
@@ -199,6 +207,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
         raise world_mismatch(launcher, control.size)
     supervise.set_position("start-up (joining the other ranks, after MPI or torch initialisation)")
     rendezvous.join(control)          # collbench's own channel: a lost rank or host ends the job
+    _own_steps(watchdog, plan.timeout, "start-up (the ranks agreeing on the plan)")
     prints = control.gather(plan_fingerprint(plan))      # every rank's, on rank 0
     problem = control.bcast(plan_disagreement(prints) if control.rank == 0 else None)
     if problem:                       # ranks started with different commands (an MPMD launch)
@@ -404,6 +413,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog,
              startup_limit: float, schedule: rounds.Schedule, launch: dict, elsewhere: list) -> int:
     launcher = launcher.with_hosts(control.bcast(control.gather(hostname())))
     plan = _set_up(_split(plan, launcher), control, backends, watchdog, startup_limit)
+    _own_steps(watchdog, plan.timeout, "start-up (sizing the buffers, before the first size)")
     most_per_node = ranks_per_node(launcher.hosts)
     is_rank0 = control.rank == 0
     journal = Journal.open(schedule.state) if is_rank0 and schedule.state is not None else None
@@ -417,19 +427,24 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog,
     if not sweep.steps:
         raise SharedUsageError("nothing to measure: " + ("; ".join(sweep.notes[-2:]) or "no sizes"))
     out, problem = NullOutput(), None
+    # rank 0 first rebuilds the files of an earlier run that left its journal, which may take
+    # as long as start-up, and the others wait for it
+    supervise.set_position("start-up (opening the files)")
+    watchdog.arm(startup_limit, "start-up (opening the files)")
     if is_rank0:
         try:
             out = _open_output(plan, collector, sweep, schedule, journal)
         except UsageError as exc:        # an output file that appeared since the check
             problem = str(exc)
+        else:             # from here an early end, even in the next collective, names the files
+            later = schedule.first if schedule.kind == rounds.KIND_LAUNCH else 1
+            supervise.set_result_files(out.paths, out.journal.folder,
+                                       notes.kept_after_rounds(later, measured=False))
+            supervise.before_exit(out.save_now)      # an early end: the files are made whole
     problem = control.bcast(problem)
     if problem:
         raise SharedUsageError(problem)
-    if is_rank0:
-        later = schedule.first if schedule.kind == rounds.KIND_LAUNCH else 1
-        supervise.set_result_files(out.paths, out.journal.folder,
-                                   notes.kept_after_rounds(later, measured=False))
-        supervise.before_exit(out.save_now)      # an early end: the files are made whole
+    _own_steps(watchdog, plan.timeout, "start-up (before the first size)")
     cpu_sets = control.gather(sorted(cpuload.affinity()))
     crowded = _crowded(list(launcher.hosts), cpu_sets,
                        launch.get("thread_level_provided", "")) if is_rank0 else []

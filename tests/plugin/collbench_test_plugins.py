@@ -24,6 +24,9 @@ FAULTY_HOG=R:WHEN:BYTES    rank R allocates BYTES, touches every page and keeps 
                            a greedy neighbour in its memory cgroup would: WHEN is ``call`` (when
                            its first size is bound, inside the collective's position) or ``renew``
                            (between in-job rounds)
+FAULTY_STOP=R              rank R stops itself (SIGSTOP) as its set-up ends, as a rank that a
+                           debugger or a job-control signal stops between its start-up and its
+                           first size would
 
 ``timed-library-mpi`` makes non-blocking calls whose progress is known (``TIMED_LIBRARY``);
 ``raising-supports`` raises from ``supports``, ``text-ranks`` asks for "2" ranks, ``odd-axes`` names
@@ -36,6 +39,7 @@ its buffers as ``ODD_AXES`` says.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -103,6 +107,9 @@ class Faulty:
             blocked = next(line.split()[1] for line in status.splitlines()
                            if line.startswith("SigBlk:"))
             Path(folder, str(self.rank)).write_text(f"{helper.pid} {blocked}")
+        stop = os.environ.get("FAULTY_STOP")
+        if stop and int(stop) == self.rank:
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     def allocate(self, *, send_len, recv_len, dtype, in_place):
         self._itemsize = dtype.itemsize

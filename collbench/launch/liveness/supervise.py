@@ -380,8 +380,11 @@ def set_position(what: str) -> None:
     """Record what this rank is doing, for the guardian's report if it dies, and for this rank's
     own line if it fails; a rank that a signal ends stops here (``ending``)."""
     global _here
-    # the signal's thread ends the process, within its deadline
-    while _ending.is_set() and threading.current_thread() is threading.main_thread():
+    # the signal's thread ends the process, within its deadline; a rank its guardian asked to
+    # stop, and continued if it was stopped, would otherwise go on into the next collective
+    # for the moment its signal thread takes to see that, and let the others go on as well
+    while ((_ending.is_set() or asked_to_stop())
+           and threading.current_thread() is threading.main_thread()):
         time.sleep(1.0)
     _here = what
     if _position is not None:
