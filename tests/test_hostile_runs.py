@@ -74,6 +74,40 @@ def test_a_claimed_file_nothing_was_written_to_goes_with_a_killed_run(tmp_path):
     assert not lock.exists()
 
 
+def test_a_file_claimed_by_a_process_killed_before_it_recorded_the_claim_goes(tmp_path):
+    """A SIGKILL between making an -o file and recording it as claimed left the empty file and
+    its lock for good, and the next run with that -o was refused ("exists; use --force"): seen
+    under load, where the test above kills the launching process as soon as the file appears.
+    Each -o file is now noted before it is made; the stand-in removes those still empty whose
+    lock the killed process took, and nothing else."""
+    from collbench.launch.journal import Journal
+    from collbench.live import recover
+
+    dead_pid = 2 ** 22 + 1                 # past the kernel's largest pid: nobody's now
+    state = tmp_path / "state"
+    state.mkdir()
+    journal = Journal(state)
+    files = {name: tmp_path / name for name in ("ours.json", "theirs.json", "kept.json",
+                                                "never.json")}
+    locks = {name: path.with_name(f".{name}.lock") for name, path in files.items()}
+    for name in files:
+        journal.append({"type": "claiming", "path": str(files[name]), "pid": dead_pid})
+    journal.close()
+    files["ours.json"].write_text("")                # made, empty, locked by the killed run
+    locks["ours.json"].write_text(str(dead_pid))
+    files["theirs.json"].write_text("")              # the lock another run took since
+    locks["theirs.json"].write_text(str(os.getpid()))
+    files["kept.json"].write_text("{}")              # something was written: it stays
+    locks["kept.json"].write_text(str(dead_pid))
+    locks["never.json"].write_text(str(dead_pid))    # killed before the file was made
+    assert recover.rebuild(state, remove=True) == []
+    assert not files["ours.json"].exists() and not locks["ours.json"].exists()
+    assert files["theirs.json"].exists() and locks["theirs.json"].exists()
+    assert files["kept.json"].read_text() == "{}" and not locks["kept.json"].exists()
+    assert not files["never.json"].exists() and not locks["never.json"].exists()
+    assert not state.exists()
+
+
 @pytest.mark.parametrize("backend", ["mpi", pytest.param("gloo", marks=pytest.mark.torch)])
 def test_sigterm_in_a_later_round_is_one_line_that_says_what_the_file_keeps(tmp_path, backend):
     if backend == "gloo":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from collbench.errors import UsageError
 from collbench.render.exporters import exporter_for
@@ -127,6 +127,27 @@ def release_stale_lock(path: Path) -> None:
         os.close(fd)
 
 
+def release_half_claimed(paths, pid: int) -> None:
+    """The ``-o`` files that process ``pid``, now killed, was claiming (``claim``'s ``noted``)
+    and had not recorded as claimed: each that it locked, and made empty if it got that far,
+    goes with its lock, so that the next run with the same ``-o`` is not refused."""
+    for path in map(Path, paths):
+        lock = path.with_name(f".{path.name}.lock")
+        try:
+            if lock.read_text().strip() != str(pid):     # not that process's hold
+                continue
+        except OSError:
+            continue
+        release_stale_lock(path)
+        if lock.exists():                                 # held: a live run's after all
+            continue
+        try:
+            if path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass
+
+
 def _claim(path: Path) -> bool:
     """Create ``path`` if nobody has: another run starting at the same moment gets False."""
     try:
@@ -140,15 +161,17 @@ def _claim(path: Path) -> bool:
 claimed_here: list = []
 
 
-def claim(settings) -> list:
+def claim(settings, noted: Callable[[Path], None] = lambda path: None) -> list:
     """The run's result files, claimed now: the ``-o`` files, or a fresh JSON and CSV pair in
-    the results folder. A ``-o`` file that appeared since the check is not overwritten."""
-    paths = _claim_all(settings)
+    the results folder. A ``-o`` file that appeared since the check is not overwritten.
+    ``noted(path)`` is called once its lock is taken and before the file is made, so that a
+    process killed in between leaves word of it (``release_half_claimed``)."""
+    paths = _claim_all(settings, noted)
     claimed_here.extend(paths)
     return paths
 
 
-def _claim_all(settings) -> list:
+def _claim_all(settings, noted) -> list:
     if not settings.save:
         return []
     if not settings.outputs:
@@ -158,6 +181,7 @@ def _claim_all(settings) -> list:
         for path in paths:
             refuse_special(path)
             _lock(path)
+            noted(path)
             if _claim(path):
                 created.append(path)
             elif not settings.force:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from collbench.results.collector import Collector
 from collbench.results.paths import remove_partial
-from collbench.live.files import OutputFailed, ResultFiles, release_stale_lock
+from collbench.live.files import (OutputFailed, ResultFiles, release_half_claimed,
+                                  release_stale_lock)
 from collbench.launch.journal import Journal, claimed, release_claims, restore
 
 
@@ -41,6 +42,9 @@ def rebuild(folder, *, remove: bool = False) -> list:
     if remove:                            # the run's owner is gone: so is its hold on the files
         for path in claimed(journal) or []:
             release_stale_lock(path)
+        if claimed(journal) is None:      # killed while it claimed them
+            for entry in journal.of_type("claiming"):
+                release_half_claimed([entry["path"]], int(entry["pid"]))
     runs = journal.of_type("run")
     if not runs:
         release_claims(journal)

@@ -402,7 +402,7 @@ def build_and_run(collectives, opts: dict, argv: list, launcher: launch.Launcher
             # the same -o is refused now, not after it has measured (live.files).
             return spawn.self_launch(n, list(argv), use_mpi=use_mpi, verbose=plan.verbose,
                                      rounds=plan.rounds,
-                                     seed=seed, claim=lambda: claim(plan.output),
+                                     seed=seed, claim=lambda noted: claim(plan.output, noted),
                                      levels=plan.thread_levels, bind=plan.bind)
     elif opts["nprocs"] is not None and opts["nprocs"] != launcher.world_size:
         raise SharedUsageError(f"-n {opts['nprocs']} conflicts with the {launcher.world_size} "

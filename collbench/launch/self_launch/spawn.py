@@ -450,8 +450,9 @@ class RoundLauncher:
     #: thread is noted in ``stopped_by``, which the other side's wait (on another thread) watches
     shares_signals: bool = False
     #: claims the run's result files (``live.files.claim``), once the stand-in watches the
-    #: state folder: a run killed at once then leaves no empty file behind
-    claim: Callable[[], list] = list
+    #: state folder, noting each in the journal before it is made: a run killed at once then
+    #: leaves no empty file behind
+    claim: Callable[[Callable], list] = lambda noted: []
     state: str = field(init=False, default="")            # the journal's folder, made at start
     check_failed: bool = field(init=False, default=False)  # a round's result check failed
 
@@ -479,15 +480,18 @@ class RoundLauncher:
         except BaseException:
             self.janitor.close()
             raise
+        journal = Journal(Path(self.state))
         try:
-            claimed = self.claim()
+            claimed = self.claim(lambda path: journal.append({"type": "claiming",
+                                                              "path": str(path),
+                                                              "pid": os.getpid()}))
         except BaseException:
+            journal.close()
             self.close()
             raise
         if claimed:                # rank 0 of the first launch takes them up (launch.journal)
-            journal = Journal(Path(self.state))
             journal.append({"type": "claimed", "paths": [str(p) for p in claimed]})
-            journal.close()
+        journal.close()
         env.update({environment.ROUNDS: str(self.rounds), environment.SEED: str(self.seed),
                     environment.STATE: self.state})
         self.env = env
