@@ -113,16 +113,18 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def wait_for_rows(path: Path, seconds: float = 90, pause: float = 0.2, job=None) -> None:
-    """Until the result file at ``path`` holds a measured row: the run is in its later sizes then.
-    ``job``: the run's process, whose end stops the wait (its stderr then says why)."""
+def wait_for_rows(path: Path, seconds: float = 90, pause: float = 0.2, job=None,
+                  rows: int = 1) -> None:
+    """Until the result file at ``path`` holds ``rows`` measured rows: the run is in its later
+    sizes then. ``job``: the run's process, whose end stops the wait (its stderr then says
+    why)."""
     import json
     import time
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and (job is None or job.poll() is None):
         try:
-            if json.loads(Path(path).read_text()).get("rows"):
+            if len(json.loads(Path(path).read_text()).get("rows") or ()) >= rows:
                 return
         except (OSError, ValueError, AttributeError):
             pass
