@@ -127,11 +127,13 @@ def release_stale_lock(path: Path) -> None:
         os.close(fd)
 
 
-def release_half_claimed(paths, pid: int) -> None:
-    """The ``-o`` files that process ``pid``, now killed, was claiming (``claim``'s ``noted``)
-    and had not recorded as claimed: each that it locked, and made empty if it got that far,
-    goes with its lock, so that the next run with the same ``-o`` is not refused."""
-    for path in map(Path, paths):
+def release_half_claimed(claiming) -> None:
+    """``claiming``: (path, pid) of the ``-o`` files that process pid, now killed, was claiming
+    (``claim``'s ``noted``) and had not recorded as claimed: each that it locked, and made empty
+    if it got that far, goes with its lock, so that the next run with that ``-o`` is not
+    refused."""
+    for path, pid in claiming:
+        path = Path(path)
         lock = path.with_name(f".{path.name}.lock")
         try:
             if lock.read_text().strip() != str(pid):     # not that process's hold

@@ -43,8 +43,7 @@ def rebuild(folder, *, remove: bool = False) -> list:
         for path in claimed(journal) or []:
             release_stale_lock(path)
         if claimed(journal) is None:      # killed while it claimed them
-            for entry in journal.of_type("claiming"):
-                release_half_claimed([entry["path"]], int(entry["pid"]))
+            release_half_claimed((e["path"], int(e["pid"])) for e in journal.of_type("claiming"))
     runs = journal.of_type("run")
     if not runs:
         release_claims(journal)
