@@ -90,12 +90,14 @@ def test_csv_exports_the_same_benchmarks_to_six_digits(run, target):
     from_csv = json.loads(proc.stdout)
     if target == "bencher":
         assert list(from_csv) == list(from_json)
-        pairs = [(a[m][k], b[m][k]) for a, b in zip(from_csv.values(), from_json.values())
-                 for m in a for k in a[m]]
+        # a bandwidth bound is busbw * p50 / CI end: three six-digit CSV figures, each off by up
+        # to 5e-6, then rounded again; so 2.5e-5 apart at worst (1.27e-5 was seen)
+        pairs = [(a[m][k], b[m][k], 1e-5 if m == "latency" or k == "value" else 3e-5)
+                 for a, b in zip(from_csv.values(), from_json.values()) for m in a for k in a[m]]
     else:
         assert [e["name"] for e in from_csv] == [e["name"] for e in from_json]
-        pairs = [(a["value"], b["value"]) for a, b in zip(from_csv, from_json)]
-    assert all(a == pytest.approx(b, rel=1e-5) for a, b in pairs)
+        pairs = [(a["value"], b["value"], 1e-5) for a, b in zip(from_csv, from_json)]
+    assert all(a == pytest.approx(b, rel=rel) for a, b, rel in pairs), pairs
 
 
 @pytest.mark.mpi
