@@ -58,9 +58,9 @@ JOIN_FLOOR = 15.0
 
 
 def _own_steps(watchdog, timeout: float, where: str) -> None:
-    """collbench's own steps between the libraries' start-up and the first size (agreeing on the
-    plan and the buffers) take as long as joining may: a rank stopped there is named that soon,
-    not after the whole start-up limit that MPI's or torch's own start-up may need."""
+    """collbench's own steps outside the sizes (agreeing on the plan and the buffers, a round's
+    end) take as long as joining may: a rank stopped there is named that soon, not after the
+    whole start-up limit that MPI's or torch's own start-up may need."""
     supervise.set_position(where)
     watchdog.arm(join_limit(timeout), where)
 
@@ -441,6 +441,7 @@ def _measure(plan: Plan, launcher: Launcher, control, backends: dict, watchdog,
             supervise.set_result_files(out.paths, out.journal.folder,
                                        notes.kept_after_rounds(later, measured=False))
             supervise.before_exit(out.save_now)      # an early end: the files are made whole
+            notes.before_saying(out.end_progress)    # and its line is not the bar's to draw
     problem = control.bcast(problem)
     if problem:
         raise SharedUsageError(problem)
@@ -547,6 +548,8 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
     else:
         sweep.turns.meter = meter
     sweep.run(out, number, order, settings, schedule.total_rounds)
+    # a rank that a signal ends in its last size stops here, before the others finish the round
+    _own_steps(sweep.watchdog, sweep.plan.timeout, f"the end of round {number} (its CPU load)")
     reports = control.gather(meter.stop())
     huge = control.gather(sweep.huge_pages_kib)
     if is_rank0:
