@@ -59,8 +59,29 @@ def leave(name: str, text: str = "") -> None:
 _said_here: list = []
 
 
+#: what must leave the terminal before a line that ends the job (``before_saying``)
+_before_saying: list = []
+
+
+def before_saying(callback) -> None:
+    """Have ``callback`` run, once, before this process says the line that ends the job: a
+    progress bar stops, which otherwise holds stderr (rich redirects it), so that the line went
+    out unwrapped past the terminal's edge and the cursor stayed hidden."""
+    _before_saying.append(callback)
+
+
+def clear_terminal() -> None:
+    """Run what ``before_saying`` was given (on whichever thread ends the job)."""
+    while _before_saying:
+        try:
+            _before_saying.pop()()
+        except Exception:          # the line must still be said
+            pass
+
+
 def say(line: str) -> None:
     """Print the line that ends the job, noted first (see EXPLAINED)."""
+    clear_terminal()
     _said_here.append(line)
     leave(EXPLAINED, line)
     sys.stderr.write(line + "\n")

@@ -262,6 +262,13 @@ class Output:
         self.console.file.write(text + "\n")
         self.console.file.flush()
 
+    def end_progress(self) -> None:
+        """The job ends, on whichever thread says so (a signal, a timeout): the bar goes for
+        good, before the line that says why (``notes.before_saying``)."""
+        progress = self.progress
+        if progress:
+            progress.end()
+
     def abandon(self) -> None:
         """This process's rounds end early (an error, a stop): files whole, nothing printed."""
         if self.progress:

@@ -124,6 +124,7 @@ class ProgressBar:
         self.progress = Progress(*columns, console=console, transient=True, expand=True)
         self.task = self.progress.add_task("collbench", total=total, completed=done,
                                            left=_clock(self.estimate.seconds_left()))
+        self._ended = False
         self.progress.start()
 
     def describe(self, text: str) -> None:
@@ -153,4 +154,11 @@ class ProgressBar:
         self.progress.stop()
 
     def start(self) -> None:
-        self.progress.start()
+        if not self._ended:
+            self.progress.start()
+
+    def end(self) -> None:
+        """The job ends (a signal, a timeout, on another thread perhaps): the bar goes for good,
+        with the hold it has on stderr, and shows the cursor again."""
+        self._ended = True
+        self.progress.stop()

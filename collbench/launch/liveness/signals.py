@@ -142,6 +142,7 @@ def handle_signals(rank: int) -> None:
             if supervise.guardian_died():   # or the guardian died (PR_SET_PDEATHSIG), and cannot
                 notes.orphaned(rank)
         elif rank == 0 and not notes.said_elsewhere():
+            notes.clear_terminal()
             if user_terminals().stderr:
                 sys.stderr.write(END_PROGRESS_LINE)
             notes.say(f"collbench: interrupted by {signal.Signals(signum).name}; "
