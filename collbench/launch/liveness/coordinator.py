@@ -272,15 +272,12 @@ class Coordinator:
         self.stop_here(code)
 
 
-    def wait_for_peers(self, seconds: float, gone: bool = False) -> None:
+    def wait_for_peers(self, seconds: float) -> None:
         """After an abort: return once every other rank has ended (or is gone), or after
-        ``seconds``, so that this guardian, whose leaving releases the others, leaves last.
-        ``gone``: wait for their guardians to leave, even those whose end is no loss (a
-        signal from outside reached them too)."""
+        ``seconds``, so that this guardian, whose leaving releases the others, leaves last."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if all(p.settled or (p.done and not gone)
-                   for p in list(self.peers.values()) if p.rank != 0):
+            if all(p.settled or p.done for p in list(self.peers.values()) if p.rank != 0):
                 return
             time.sleep(0.02)
 

@@ -218,12 +218,8 @@ class Guardian:
             # killed by signal 9 if one was still there (as it did while rank 0's guardian was
             # rewriting the result files). So rank 0's waits for the others' ranks to end, and
             # theirs wait for it to leave.
-            # A signal from outside (a Ctrl-C to a user's mpiexec) reached every rank, and the
-            # others give rank 0 a second to speak first: leaving before them, rank 0's had
-            # them killed (the launcher's banner, exit 9, 1 run in 3)
-            if self.coordinator is not None:
-                self.coordinator.wait_for_peers(STOP_GRACE + 2.0,
-                                                gone=not self.coordinator.aborted)
+            if self.coordinator is not None and self.coordinator.aborted:
+                self.coordinator.wait_for_peers(STOP_GRACE + 2.0)
             elif self.link is not None and self.link.aborted:
                 self.link.send({"t": "stopped"})
                 self.link.wait_for_coordinator_exit(JOB_EXIT_WAIT)
