@@ -87,7 +87,7 @@ def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, ho
                             "2000", "--warmup", "0", "--rounds", "1", "--no-shuffle", "--timeout",
                             "0", "-o", str(out),
                             *marker.split()], cwd=tmp_path, env=full, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+                           stderr=(tmp_path / "stderr.txt").open("w"))
 
     def ours() -> list:
         found = []
@@ -101,7 +101,11 @@ def test_no_rank_outlives_the_self_launching_process_under_open_mpi(tmp_path, ho
         return found
 
     try:
-        wait_for_rows(out, pause=0.3)
+        try:        # once in CI the first size never came in 90 s: what the run said, if anything
+            wait_for_rows(out, pause=0.3, job=job)
+        except AssertionError as exc:
+            said = (tmp_path / "stderr.txt").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"{exc} (exit {job.poll()}); its stderr: {said!r}") from None
         job.send_signal(getattr(signal, how))
         job.wait(timeout=30)
         deadline = time.monotonic() + 15
