@@ -31,6 +31,17 @@ def pytest_configure(config):
                                      .replace("s", ""))
 
 
+def pytest_sessionstart(session):
+    """Compile collbench's bytecode before any test starts a process. An editable install keeps
+    no ``.pyc``, and under ``PYTHONDONTWRITEBYTECODE`` (CI's machines set it) every process
+    compiled every module again: 0.75 of the 1.85 CPU-seconds of a two-rank launch of one size.
+    A pip install compiles them the same way; a source newer than its ``.pyc`` still wins."""
+    import compileall
+
+    import collbench
+    compileall.compile_dir(Path(collbench.__file__).parent, quiet=1)
+
+
 def pytest_terminal_summary(terminalreporter, config):
     live = [r for r in terminalreporter.stats.get("skipped", [])
             if "live: it starts a process" in str(r.longrepr)]
