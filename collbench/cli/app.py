@@ -288,11 +288,13 @@ def _main(argv) -> None:
     # a file that could not be read or written (a full disk, a folder gone)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        from collbench.launch import notes
-
-        # under a launcher every rank of a host may meet the same: the first says it
-        notes.say_first(f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}"
-                        f"{_low_limits()}")
+        line = f"collbench: error: {one_line(where + (exc.strerror or str(exc)))}{_low_limits()}"
+        try:
+            from collbench.launch import notes
+        except (OSError, MemoryError, ImportError):     # no room to load it (ulimit -v)
+            print(line, file=sys.stderr)
+            sys.exit(2)
+        notes.say_first(line)     # under a launcher every rank of a host may meet the same
         sys.exit(2)
 
 

@@ -191,11 +191,12 @@ def _messages_width() -> Callable[[], Optional[int]]:
 
     def width() -> Optional[int]:
         if not seen:
-            from collbench.launch.origin.terminal import user_terminals
-
             try:
+                from collbench.launch.origin.terminal import user_terminals
+
                 seen.append(user_terminals())
-            except (OSError, ValueError):
+            # no room left to load the module (ulimit -v) while a line about that is said
+            except (OSError, ValueError, MemoryError, ImportError):
                 seen.append(None)
         if seen[0] is None or not seen[0].stderr:
             return None
