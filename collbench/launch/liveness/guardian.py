@@ -272,9 +272,12 @@ class Guardian:
             how += f" ({unknown}; unset {environment.NETMOD} or choose one of them)"
             code = EXIT_BAD_ENVIRONMENT
         elif crashed and self.link is None:     # before the rank joined: in its start-up
-            how += self._startup_said() + processes.low_limits()
-            if self._startup_words and not os.WIFSIGNALED(status):
-                code = EXIT_BAD_ENVIRONMENT     # MPI refused to start, and said why
+            limits = processes.low_limits()
+            how += self._startup_said() + limits
+            # MPI refused to start and said why, or a limit too low for it (ulimit -v: a rank's
+            # MPI_Init at 200 MB dies of SIGSEGV at times): the environment's fault either way
+            if limits or (self._startup_words and not os.WIFSIGNALED(status)):
+                code = EXIT_BAD_ENVIRONMENT
         gone = self._launcher_gone()
         if gone:
             return f"{how} after {gone} ended under it (killed, or it failed)", EXIT_LOST, True
