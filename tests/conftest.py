@@ -16,6 +16,11 @@ def gloo_lacks() -> set:
 
 FAST = ["--iters", "10", "--warmup", "1", "--rounds", "1"]   # one round: tests of rounds say so
 
+# The width of the tests' output is theirs to choose: a COLUMNS left in the environment (a shell's
+# export, pytest-xdist's workers set 80) would make collbench drop the columns tests look for.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 def pytest_configure(config):
     """``pytest -m "not live"``: the tests that run in this process alone. A test is live when
