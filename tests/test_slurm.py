@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -320,7 +321,7 @@ def two_nodes(munge, tmp_path):
     if multihost._WHY_NOT or not shutil.which("nsenter"):
         pytest.skip(multihost._WHY_NOT or "needs nsenter")
     prefix = f"cbsl-{secrets.token_hex(3)}"
-    made, cluster, left = [], None, []
+    made, cluster, left, root = [], None, [], None
     try:
         for i in (1, 2):
             netns = f"{prefix}-{i}"
@@ -346,14 +347,18 @@ def two_nodes(munge, tmp_path):
                                           "-c", OWN_SYS + multihost.ENTER, "enter", h.name,
                                           str(h.etc)])
                  for h in made]
-        (tmp_path / "slurm").mkdir()
-        cluster = Cluster(tmp_path / "slurm", nodes, munge)
+        # slurmstepd's PMI socket lives under the spool folder, and a Unix socket's path holds
+        # 108 bytes: under tmp_path it was 102 (112 under pytest-xdist's longer folders)
+        root = Path(tempfile.mkdtemp(prefix="cbsl-"))
+        cluster = Cluster(root, nodes, munge)
         cluster.start()
         yield cluster
     finally:
         if cluster is not None:
             cluster.stop()
             left = cluster.leftovers()
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
         multihost._tear_down(made)
     assert not left, "processes of the cluster left running"
 
