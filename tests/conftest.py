@@ -38,7 +38,7 @@ def pytest_configure(config):
 
 def pytest_sessionstart(session):
     """Compile collbench's bytecode before any test starts a process. An editable install keeps
-    no ``.pyc``, and under ``PYTHONDONTWRITEBYTECODE`` (CI's machines set it) every process
+    no ``.pyc``, and under ``PYTHONDONTWRITEBYTECODE`` (the development VM sets it) every process
     compiled every module again: 0.75 of the 1.85 CPU-seconds of a two-rank launch of one size.
     A pip install compiles them the same way; a source newer than its ``.pyc`` still wins."""
     import compileall
