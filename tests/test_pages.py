@@ -65,8 +65,9 @@ def test_huge_asks_the_kernel_for_huge_pages_and_gets_them(policy):
 def test_small_keeps_every_buffer_on_small_pages_and_numpy_stops_asking(policy):
     policy("small")
     buffers = HostDevice().allocate(4 * MIB, 4 * MIB, DTYPES["float32"], in_place=False)
-    # numpy alone would ask from 4 MiB
-    kept = [pages.zeros(16 * MIB), np.ones(16 * MIB, np.uint8),
+    # numpy alone would ask from 4 MiB. Its array is 64 MiB so that malloc maps it afresh: a
+    # smaller one may come from memory this process's earlier tests advised (seen under xdist)
+    kept = [pages.zeros(16 * MIB), np.ones(64 * MIB, np.uint8),
             buffers.send, buffers.recv]
     assert [huge_kib(array) for array in kept] == [0, 0, 0, 0]
 
