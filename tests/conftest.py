@@ -30,7 +30,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "live: starts a process (skipped as soon as it tries under "
                                        "-m 'not live')")
     if "not live" in (config.getoption("markexpr", "") or ""):
-        _processes_skip()
+        # pytest-xdist's controller starts the workers, and runs no test: the workers skip
+        if not _xdist_controller(config):
+            _processes_skip()
         # a line per live test skipped would bury the answer: they are counted at the end instead
         config.option.reportchars = ((config.option.reportchars or "").replace("a", "fEX")
                                      .replace("s", ""))
@@ -55,8 +57,15 @@ def pytest_terminal_summary(terminalreporter, config):
                                     "(run the whole suite for them)")
 
 
+def _xdist_controller(config) -> bool:
+    return not hasattr(config, "workerinput") and (config.getoption("dist", "no") or "no") != "no"
+
+
 def _processes_skip() -> None:
     import multiprocessing.context
+    import platform
+
+    platform.platform()        # asks uname -p once and keeps it (pytest-xdist's worker asks it)
 
     def live(*_args, **_kwargs):
         pytest.skip("live: it starts a process", allow_module_level=True)
