@@ -402,7 +402,7 @@ def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tm
     args = [sys.executable, "-m", "collbench", "allreduce", "-n", "2", "--sizes", "8,16M",
             "--iters", "100000",
             "--warmup", "0", "--rounds", "1", "--no-shuffle", "--thread-level", "multiple",
-            "--timeout", "10",
+            "--timeout", "30",          # 8 B's 100,000 calls took 10 s beside other tests
             "-o", str(out), "--results-dir", f"{tmp_path}/m"]
     job = subprocess.Popen(args, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)

@@ -93,8 +93,10 @@ def test_the_time_is_per_message_half_a_round_trip_and_a_window_over_its_message
                     "--rounds", "1",
                     "-o", f"{name}{window}.json", "-q"], run_dir, timeout=300)
         assert proc.returncode == 0, proc.stderr
-    wide = load_json(run_dir / "bw64.json")["rows"][0]["time_us_p50"]
-    narrow = load_json(run_dir / "bw1.json")["rows"][0]["time_us_p50"]
+    # the fastest calls: what the machine did to the others (seen: 148 µs against 12.6 at the
+    # median, beside the suite's other workers) says nothing of how a window is counted
+    wide = load_json(run_dir / "bw64.json")["rows"][0]["time_us_min"]
+    narrow = load_json(run_dir / "bw1.json")["rows"][0]["time_us_min"]
     assert wide < narrow * 8          # divided by 64; undivided it would be ~64x narrow's
 
 
