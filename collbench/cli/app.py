@@ -273,8 +273,13 @@ def _main(argv) -> None:
         from collbench.cli.broken import refuse
 
         refuse(exc)
-    except MemoryError:            # a limit (ulimit -v) below what Python, MPI or torch need
+    # a limit (ulimit -v) below what Python, MPI or torch need. Out of room inside an import,
+    # CPython at times says SystemError ("error return without exception set"), seen once in a
+    # whole run of the address-space test: with a low limit that is the same want of memory
+    except (MemoryError, SystemError) as exc:
         limits = _low_limits()
+        if isinstance(exc, SystemError) and not limits:
+            raise
         print("collbench: error: out of "
               f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
               file=sys.stderr)
