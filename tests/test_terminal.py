@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
 import pytest
 
@@ -132,35 +133,34 @@ def test_compare_at_80_columns_titles_each_setup(tmp_path):
 @pytest.mark.mpi
 def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launcher_file(tmp_path):
     """MPICH's mpiexec keeps a file in /tmp while it runs (hydra_hwloc_xmlfile_*) that only its
-    own ending removes. As root the job gets a /tmp of its own (a mount namespace), so that the
-    files of jobs beside it, the suite's other workers' among them, cannot be taken for its own."""
+    own ending removes. As root the job sees /tmp through an overlay of its own (a mount
+    namespace), so that what it writes there lands in a folder of its own, where the files of
+    jobs beside it, the suite's other workers' among them, cannot be taken for its own."""
     import glob
     import shutil
     import time
 
     args = ["all", "-n", "2", "-b", "mpi", "--sizes", "8-64M", "--rounds", "5"]
-    private = tmp_path / "tmp"
-    private.mkdir()
-    alone = os.geteuid() == 0 and shutil.which("unshare") is not None
-    command = None
-    if alone:
-        (private / "job").mkdir()         # its folder, where the job finds it once /tmp is bound
-        command = ("exec unshare --mount sh -c 'mount --bind \"$0\" /tmp && cd /tmp/job && exec "
-                   f"\"$@\"' {private} {sys.executable} -m collbench {' '.join(args)}")
-    started = time.time()
-    code, lines, seen = _on_terminal(args, tmp_path, command=command, interrupt_at=b"sizes")
-    text = "\n".join(lines)
-    assert code == 130, text
-    said = [i for i, line in enumerate(lines) if "interrupted by SIGINT" in line]
-    # not after the bar
-    assert said and lines[said[0]].startswith("collbench: interrupted by SIGINT"), text
-    assert not [line for line in lines if len(line) > 80], text          # wrapped between words
-    assert all(not line.endswith(("fini", "finishe")) for line in lines)
-    time.sleep(1.0)
-    if alone:
-        assert (private / "job" / "results").is_dir()           # it ran in the /tmp of its own
-        assert not list(private.glob("hydra_hwloc_xmlfile_*")), sorted(os.listdir(private))
-        return
+    layer, command = _tmp_of_its_own(args, tmp_path)
+    try:
+        started = time.time()
+        code, lines, seen = _on_terminal(args, tmp_path, command=command, interrupt_at=b"sizes")
+        text = "\n".join(lines)
+        assert code == 130, text
+        said = [i for i, line in enumerate(lines) if "interrupted by SIGINT" in line]
+        # not after the bar
+        assert said and lines[said[0]].startswith("collbench: interrupted by SIGINT"), text
+        assert not [line for line in lines if len(line) > 80], text      # wrapped between words
+        assert all(not line.endswith(("fini", "finishe")) for line in lines)
+        time.sleep(1.0)
+        if layer:
+            written = sorted(os.listdir(layer / "upper"))
+            assert written, "the job wrote nothing in /tmp: the overlay was not its /tmp"
+            assert not [n for n in written if n.startswith("hydra_hwloc_xmlfile_")], written
+            return
+    finally:
+        if layer:
+            shutil.rmtree(layer, ignore_errors=True)
 
     def written_since(path) -> bool:
         try:
@@ -175,6 +175,28 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
                     "be told apart")
     left = [p for p in glob.glob("/tmp/hydra_hwloc_xmlfile_*") if written_since(p)]
     assert not left, left
+
+
+def _tmp_of_its_own(args, cwd) -> tuple:
+    """(a folder, the shell line) that runs ``collbench ARGS`` with /tmp as an overlay whose
+    upper layer is the folder's ``upper`` (on /dev/shm: a layer may not lie in the /tmp it
+    covers); (None, None) where that cannot be (not root, no unshare or overlay)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.isdir("/dev/shm"):
+        return None, None
+    layer = Path(tempfile.mkdtemp(prefix="cbov-", dir="/dev/shm"))
+    (layer / "upper").mkdir()
+    (layer / "work").mkdir()
+    mount = (f"mount -t overlay overlay -o lowerdir=/tmp,upperdir={layer}/upper,"
+             f"workdir={layer}/work /tmp")
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True)
+    if probe.returncode != 0:
+        shutil.rmtree(layer, ignore_errors=True)
+        return None, None
+    return layer, (f"exec unshare --mount sh -c '{mount} && cd \"$0\" && exec \"$@\"' {cwd} "
+                   f"{sys.executable} -m collbench {' '.join(args)}")
 
 
 @pytest.mark.mpi
