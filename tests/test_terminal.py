@@ -191,7 +191,11 @@ def _tmp_of_its_own(args, cwd) -> tuple:
     (layer / "work").mkdir()
     mount = (f"mount -t overlay overlay -o lowerdir=/tmp,upperdir={layer}/upper,"
              f"workdir={layer}/work /tmp")
-    probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True)
+    try:                                  # under -m "not live" starting it skips the test
+        probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True)
+    except BaseException:
+        shutil.rmtree(layer, ignore_errors=True)
+        raise
     if probe.returncode != 0:
         shutil.rmtree(layer, ignore_errors=True)
         return None, None
