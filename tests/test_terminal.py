@@ -181,6 +181,7 @@ def _tmp_of_its_own(args, cwd) -> tuple:
     """(a folder, the shell line) that runs ``collbench ARGS`` with /tmp as an overlay whose
     upper layer is the folder's ``upper`` (on /dev/shm: a layer may not lie in the /tmp it
     covers); (None, None) where that cannot be (not root, no unshare or overlay)."""
+    import shlex
     import shutil
     import tempfile
 
@@ -199,8 +200,8 @@ def _tmp_of_its_own(args, cwd) -> tuple:
     if probe.returncode != 0:
         shutil.rmtree(layer, ignore_errors=True)
         return None, None
-    return layer, (f"exec unshare --mount sh -c '{mount} && cd \"$0\" && exec \"$@\"' {cwd} "
-                   f"{sys.executable} -m collbench {' '.join(args)}")
+    return layer, (f"exec unshare --mount sh -c '{mount} && cd \"$0\" && exec \"$@\"' "
+                   + shlex.join([str(cwd), sys.executable, "-m", "collbench", *args]))
 
 
 @pytest.mark.mpi
