@@ -54,6 +54,8 @@ def test_a_state_the_baseline_visited_seldom_is_evidence_not_an_excuse(runner):
     assert doc["summary"]["slower"] >= 110 and doc["summary"]["faster"] == 0
     held = [r for r in doc["rows"] if r["cause"] == "state"]
     assert all(r["change_ci_low"] > 0.1 for r in held)        # beyond the threshold: held, not same
+    # the rounds weighed are those of the two runs kept, not base-3's as well
+    assert held and all(" of its 20 rounds" in r["reason"] for r in held), held[:1]
     assert "1 of 3 merged runs ran in a noisy period" in proc.stderr
 
 

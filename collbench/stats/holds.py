@@ -61,8 +61,8 @@ def state_evidence(faster: list, slower: list) -> float:
 def state_reach(sides: tuple, alpha: float) -> tuple:
     """Per direction — (new slower, new faster) — whether a state of the machine can explain
     the change: (the faster side's rounds that ran as slow as the slower side's fastest counted
-    round, within the row's interference window; the faster side's rounds), or () where none did
-    or where how often they did is itself evidence of a change (``state_evidence`` below
+    round, within the row's interference window; the rounds of its runs looked at), or () where
+    none did or where how often they did is itself evidence of a change (``state_evidence`` below
     ``alpha``). Noise only adds time, so the slower side's own time lies at or below its fastest
     round; a state of the machine that held the faster side there in some of its rounds may have
     held the slower side there in all of its own — but not if the faster side's runs visited it
@@ -74,7 +74,8 @@ def state_reach(sides: tuple, alpha: float) -> tuple:
             return ()
         if state_evidence(seen, [len(run) for run in slower.reach_runs]) < alpha:
             return ()
-        return k, faster.positive
+        # of the rounds looked at: a merged file's runs left out for a noisy period are not
+        return k, sum(map(len, seen))
     base, new = sides
     return reached(new.fastest, new, base), reached(base.fastest, base, new)
 
