@@ -143,3 +143,20 @@ def test_markdown_and_csv_printing(run_dir):
     csv = cli(["allreduce", "-n", "2", "--sizes", "1K", *FAST, "--no-save", "--format", "csv"],
               run_dir)
     assert csv.returncode == 0 and csv.stdout.splitlines()[0].startswith("collective,backend,dtype")
+
+
+def test_a_library_setting_is_recorded_and_compare_names_it(tmp_path):
+    """MPICH's MPIR_CVAR_ variables tune the library (one can move a row 2-3x) and were not
+    recorded in the run's metadata; two runs that differ by one now say so in compare."""
+    args = ["allreduce", "-n", "2", "--sizes", "8", "--rounds", "1"]
+    plain = cli(args + ["-o", "a.json"], tmp_path)
+    tuned = cli(args + ["-o", "b.json"], tmp_path, env={"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"})
+    assert plain.returncode == 0 and tuned.returncode == 0, plain.stderr + tuned.stderr
+    recorded = load_json(tmp_path / "b.json")["metadata"]["environment"]
+    assert recorded.get("MPIR_CVAR_ENABLE_HEAVY_YIELD") == "1"
+    assert "MPIR_CVAR_ENABLE_HEAVY_YIELD" not in load_json(tmp_path / "a.json")["metadata"][
+        "environment"]
+    proc = cli(["compare", "a.json", "b.json"], tmp_path)
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    assert ("MPI library settings differ: MPIR_CVAR_ENABLE_HEAVY_YIELD=1 in b.json only"
+            in proc.stderr + proc.stdout), proc.stderr

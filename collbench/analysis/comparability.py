@@ -6,6 +6,7 @@ comparison cannot survive — no row in common — is an error raised by ``compa
 
 from __future__ import annotations
 
+from collbench.environment import LIBRARY_PREFIXES
 from collbench.measure.sizes import format_size
 from collbench.results.records import ASSUMED_SETUP, RunResult
 
@@ -100,6 +101,9 @@ def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str,
     if all(paged) and paged[0] != paged[1]:
         notes.append(f"the buffers were on other pages: {paged[0]} in {baseline_name}, {paged[1]} "
                      f"in {new_name} (copies of large messages may differ 2x)")
+    settings = library_settings_differ(baseline, new, baseline_name, new_name)
+    if settings:
+        notes.append(settings)
     for label, path in CHECKED_METADATA:
         a, b = _lookup(baseline.metadata, path), _lookup(new.metadata, path)
         if a is None or b is None:       # e.g. torch is only recorded by runs that used it
@@ -109,6 +113,38 @@ def metadata_warnings(baseline: RunResult, new: RunResult, baseline_name: str,
                          f"{baseline_name}, {_show(b) if b is not None else '(not recorded)'} in "
                          f"{new_name}")
     return notes
+
+
+def _library_settings(result: RunResult):
+    """The variables tuning the MPI library or its transports that a run recorded
+    (``metadata.environment``), or None where it recorded none at all."""
+    recorded = result.metadata.get("environment")
+    if not isinstance(recorded, dict):
+        return None
+    return {str(k): str(v) for k, v in recorded.items() if str(k).startswith(LIBRARY_PREFIXES)}
+
+
+def library_settings_differ(baseline: RunResult, new: RunResult, baseline_name: str,
+                            new_name: str) -> str:
+    """"MPI library settings differ: …" where the two runs recorded other values of the variables
+    that tune the library (one MPIR_CVAR_ can move a row 2-3x); "" where they agree or a run
+    recorded none."""
+    a, b = _library_settings(baseline), _library_settings(new)
+    if a is None or b is None or a == b:
+        return ""
+    said = []
+    for name in sorted(set(a) | set(b)):
+        if a.get(name) == b.get(name):
+            continue
+        if name not in b:
+            said.append(f"{name}={_show(a[name])} in {baseline_name} only")
+        elif name not in a:
+            said.append(f"{name}={_show(b[name])} in {new_name} only")
+        else:
+            said.append(f"{name}={_show(a[name])} in {baseline_name}, {_show(b[name])} in "
+                        f"{new_name}")
+    shown = "; ".join(said[:3]) + (f"; and {len(said) - 3} more" if len(said) > 3 else "")
+    return f"MPI library settings differ: {shown}"
 
 
 def row_warnings(baseline: RunResult, new: RunResult, baseline_name: str, new_name: str,

@@ -9,10 +9,14 @@ import socket
 from collections import Counter
 
 from collbench import __version__
+from collbench.environment import LIBRARY_PREFIXES
 from collbench.results.records import SCHEMA_VERSION
 
-ENV_PREFIXES = ("NCCL_", "OMPI_", "MPICH_", "UCX_", "I_MPI_", "FI_", "GLOO_", "TORCH_DIST",
-                "CUDA_VISIBLE")
+#: The variables a run records (``metadata.environment``): every one that tunes the MPI library
+#: or its transports (MPICH's MPIR_CVAR_ among them, which alone can move a row 2-3x), and
+#: those of NCCL, gloo, torch.distributed and CUDA's device list.
+ENV_PREFIXES = tuple(dict.fromkeys(LIBRARY_PREFIXES + ("NCCL_", "OMPI_", "GLOO_", "TORCH_DIST",
+                                                      "CUDA_VISIBLE")))
 
 
 def cpu_model() -> str:
