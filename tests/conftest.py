@@ -96,6 +96,36 @@ def mpirun(n, args, cwd, *, timeout=180, env=None):
                           timeout=timeout)
 
 
+def tmp_of_its_own(args, cwd) -> tuple:
+    """(a folder, the shell line) that runs ``collbench ARGS`` with /tmp as an overlay whose
+    upper layer is the folder's ``upper`` (on /dev/shm: a layer may not lie in the /tmp it
+    covers); (None, None) where that cannot be (not root, no unshare or overlay). What MPICH's
+    mpiexec leaves in /tmp (``hydra_hwloc_xmlfile_*``) then lands in the layer, where the files of
+    jobs beside it, the suite's other workers' among them, cannot be taken for its own. The
+    line execs collbench in the end: its pid is collbench's. Remove the folder when done."""
+    import shlex
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.isdir("/dev/shm"):
+        return None, None
+    layer = Path(tempfile.mkdtemp(prefix="cbov-", dir="/dev/shm"))
+    (layer / "upper").mkdir()
+    (layer / "work").mkdir()
+    mount = (f"mount -t overlay overlay -o lowerdir=/tmp,upperdir={layer}/upper,"
+             f"workdir={layer}/work /tmp")
+    try:                                  # under -m "not live" starting it skips the test
+        probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True)
+    except BaseException:
+        shutil.rmtree(layer, ignore_errors=True)
+        raise
+    if probe.returncode != 0:
+        shutil.rmtree(layer, ignore_errors=True)
+        return None, None
+    return layer, (f"exec unshare --mount sh -c '{mount} && cd \"$0\" && exec \"$@\"' "
+                   + shlex.join([str(cwd), sys.executable, "-m", "collbench", *args]))
+
+
 def load_json(path):
     return json.loads(Path(path).read_text())
 

@@ -3,6 +3,7 @@ must give way does so before it measures, and nothing is left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import os
@@ -12,9 +13,11 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from conftest import tmp_of_its_own
 from results_helpers import wait_for_rows
 from test_adversarial import _env
 
@@ -344,9 +347,36 @@ def test_mpiexecs_proxy_killed_in_start_up_is_named_not_the_ranks_it_left(tmp_pa
 @pytest.mark.mpi
 def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running(tmp_path):
     """SIGSTOP on rank 1's guardian, then SIGKILL of the launching process: its stand-in ends
-    mpiexec, its proxy and the stopped guardian, and the file holds what was measured."""
-    run = _start(_SIZES_IN_BOUNDED_TIME + ["-q", "-o", "r.json"], tmp_path)
+    mpiexec, its proxy and the stopped guardian, and the file holds what was measured. mpiexec
+    died writing to its dead reader (SIGPIPE) and left its topology file in /tmp, one per such
+    run; the stand-in now removes it (seen where the job can have a /tmp of its own: as root)."""
+    import tempfile
+
+    # the job's folder lies outside /tmp, which the job sees through its overlay
+    folder = Path(tempfile.mkdtemp(prefix="cbjob-", dir="/dev/shm")) if os.path.isdir(
+        "/dev/shm") else tmp_path
+    layer, command = tmp_of_its_own(_SIZES_IN_BOUNDED_TIME + ["-q", "-o", "r.json"], folder)
+    try:
+        _stopped_guardian_then_killed_launcher(folder if layer else tmp_path, command, layer)
+        if layer:
+            written = sorted(os.listdir(layer / "upper"))
+            assert not [n for n in written if n.startswith("hydra_hwloc_xmlfile_")], written
+    finally:
+        if layer:
+            shutil.rmtree(layer, ignore_errors=True)
+        if folder != tmp_path:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stopped_guardian_then_killed_launcher(tmp_path, command, layer) -> None:
+    if command:
+        run = subprocess.Popen(["sh", "-c", command], env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    else:
+        run = _start(_SIZES_IN_BOUNDED_TIME + ["-q", "-o", "r.json"], tmp_path)
     wait_for_rows(tmp_path / "r.json")
+    if layer:                    # the overlay is the job's /tmp: its mpiexec's file lies there
+        assert [n for n in os.listdir(layer / "upper") if n.startswith("hydra_hwloc_xmlfile_")]
     tree = _tree_of(run.pid)
     guardians = [pid for pid in _named(tree, "collbench") if pid != run.pid and _tree_of(pid)[1:]]
     os.kill(guardians[-1], signal.SIGSTOP)
@@ -675,3 +705,26 @@ def test_a_state_folder_is_an_orphan_only_once_its_owner_is_surely_gone(tmp_path
     assert janitor._owner_gone(folder("elsewhere-old", "999999999 1000.00 another-host",
                                       janitor.UNOWNED_AFTER_S + 60))
     assert not janitor._owner_gone(folder("older-collbench", "123 45.00"))
+
+
+def test_a_topology_file_no_process_holds_open_goes_and_an_open_one_stays():
+    """MPICH's proxy makes its /tmp/hydra_hwloc_xmlfile_* open and holds it while it runs. What
+    a launch ended by a signal left is what no process holds: it goes; one held open (a job
+    running beside it) stays, whatever mpiexec processes run."""
+    import tempfile
+    import time as clock
+
+    from collbench.launch.self_launch.mpiexec import remove_orphaned_topology_files
+
+    since = clock.time()
+    left_fd, left = tempfile.mkstemp(prefix="hydra_hwloc_xmlfile_", dir="/tmp")
+    os.close(left_fd)
+    held_fd, held = tempfile.mkstemp(prefix="hydra_hwloc_xmlfile_", dir="/tmp")
+    try:
+        remove_orphaned_topology_files(since)
+        assert not os.path.exists(left) and os.path.exists(held)
+    finally:
+        os.close(held_fd)
+        for path in (left, held):
+            with contextlib.suppress(OSError):
+                os.unlink(path)

@@ -10,10 +10,10 @@ import struct
 import subprocess
 import sys
 import termios
-from pathlib import Path
 
 import pytest
 
+from conftest import tmp_of_its_own
 from terminal_helpers import read_rest
 
 pyte = pytest.importorskip("pyte")
@@ -141,7 +141,7 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
     import time
 
     args = ["all", "-n", "2", "-b", "mpi", "--sizes", "8-64M", "--rounds", "5"]
-    layer, command = _tmp_of_its_own(args, tmp_path)
+    layer, command = tmp_of_its_own(args, tmp_path)
     try:
         started = time.time()
         code, lines, seen = _on_terminal(args, tmp_path, command=command, interrupt_at=b"sizes")
@@ -175,33 +175,6 @@ def test_ctrl_c_on_a_terminal_says_so_on_a_line_of_its_own_and_leaves_no_launche
                     "be told apart")
     left = [p for p in glob.glob("/tmp/hydra_hwloc_xmlfile_*") if written_since(p)]
     assert not left, left
-
-
-def _tmp_of_its_own(args, cwd) -> tuple:
-    """(a folder, the shell line) that runs ``collbench ARGS`` with /tmp as an overlay whose
-    upper layer is the folder's ``upper`` (on /dev/shm: a layer may not lie in the /tmp it
-    covers); (None, None) where that cannot be (not root, no unshare or overlay)."""
-    import shlex
-    import shutil
-    import tempfile
-
-    if os.geteuid() != 0 or shutil.which("unshare") is None or not os.path.isdir("/dev/shm"):
-        return None, None
-    layer = Path(tempfile.mkdtemp(prefix="cbov-", dir="/dev/shm"))
-    (layer / "upper").mkdir()
-    (layer / "work").mkdir()
-    mount = (f"mount -t overlay overlay -o lowerdir=/tmp,upperdir={layer}/upper,"
-             f"workdir={layer}/work /tmp")
-    try:                                  # under -m "not live" starting it skips the test
-        probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True)
-    except BaseException:
-        shutil.rmtree(layer, ignore_errors=True)
-        raise
-    if probe.returncode != 0:
-        shutil.rmtree(layer, ignore_errors=True)
-        return None, None
-    return layer, (f"exec unshare --mount sh -c '{mount} && cd \"$0\" && exec \"$@\"' "
-                   + shlex.join([str(cwd), sys.executable, "-m", "collbench", *args]))
 
 
 @pytest.mark.mpi

@@ -87,6 +87,28 @@ def alive(pid: int) -> bool:
     return fields is None or fields[:1] != [b"Z"]
 
 
+def open_by_any(paths: list) -> set:
+    """Those of ``paths`` (real paths) that a process whose open files this one may read holds
+    open: every process, as root; as a user, the user's own (another user's process cannot open
+    a file only its owner may read, as a file made by ``mkstemp`` is)."""
+    wanted, held = set(paths), set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:                    # ended meanwhile, or another user's
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if target in wanted:
+                held.add(target)
+    return held
+
+
 def name(pid: int) -> str:
     """The kernel's name of ``pid`` (its ``comm``, at most 15 characters); "" if unknown."""
     try:

@@ -33,6 +33,8 @@ from collbench.launch.liveness.wire import STOP_GRACE
 #: how long the stand-in waits for the last launch's processes to end before it kills them:
 #: a guardian's grace for its rank to save what it must (supervise.STOP_GRACE), and a margin
 LAUNCH_END_WAIT = STOP_GRACE + 4.0
+#: how long the stand-in waits for the processes it killed to be gone
+KILLED_GONE_WAIT = 5.0
 #: the state folder's note of the process that made it: "PID START HOST" (its start, epoch seconds)
 OWNER = "owner"
 #: every stand-in's prefix begins so (``Janitor``)
@@ -170,12 +172,18 @@ def main(argv: list) -> int:
     """``PARENT_PID PREFIX``: finishes the state folder named PREFIX… once PARENT_PID is gone;
     first, the folders of runs whose stand-in died with them (``orphaned``)."""
     parent, prefix = int(argv[0]), argv[1]
+    began = time.time()
     for state in orphaned(prefix):    # its launch's processes ended with their parent; the pids
         rebuild(state, remove=True)    # its notes name may be others' by now, and are left alone
     _wait_for_death(parent)
     code = 0
     for state in folders(prefix):
         code = max(code, _finish(state))
+    # MPICH's mpiexec removes its topology file only when it ends well; one that died with the
+    # launching process (its output's reader gone: SIGPIPE) or was killed above left it
+    from collbench.launch.self_launch.mpiexec import remove_orphaned_topology_files
+
+    remove_orphaned_topology_files(began)
     return code
 
 
@@ -191,11 +199,15 @@ def _finish(state: str) -> int:
     deadline = time.monotonic() + LAUNCH_END_WAIT
     while any(processes.alive(pid) for pid in everything()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in everything():
+    left = everything()
+    for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    deadline = time.monotonic() + KILLED_GONE_WAIT     # gone, not dying: their files are free
+    while any(processes.alive(pid) for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return rebuild(state, remove=True)
 
 

@@ -105,31 +105,27 @@ HYDRA_TOPOLOGY_FILES = "/tmp/hydra_hwloc_xmlfile_*"
 
 
 def remove_orphaned_topology_files(since: float) -> None:
-    """MPICH's mpiexec writes a file of the host's topology for its ranks and removes it when
-    it ends; a job ended by a signal (Ctrl-C) can leave it in /tmp. Removed here: the files
-    written since ``since`` (a launch's start, wall clock) that no running mpiexec can own —
-    none that started before the file was written is alive. Another job's file stays."""
+    """MPICH's mpiexec has its proxy write a file of the host's topology for its ranks
+    (``mkstemp``: made open), hold it open for as long as it runs and remove it when it ends
+    well; a launch ended by a signal (Ctrl-C, its launching process killed) can leave it in
+    /tmp. Removed here: the files written since ``since`` (a launch's start, wall clock) that no
+    process holds open. A running job's file, another's too, is open in its proxy and stays.
+    (Which mpiexec started before a file was written told nothing on a busy host: any other job's
+    mpiexec kept every file.)"""
     import glob
 
     leftovers = []
     for path in glob.glob(HYDRA_TOPOLOGY_FILES):
         try:
-            written = os.stat(path).st_mtime
+            if os.stat(path).st_mtime >= since - 1.0:
+                leftovers.append(os.path.realpath(path))
         except OSError:
             continue
-        if written >= since - 1.0:
-            leftovers.append((path, written))
     if not leftovers:
         return
-    boot = processes.boot_time()
-    if boot is None:
-        return                          # cannot tell the files' owners apart: leave them all
-    starts = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and processes.name(int(entry)).startswith("mpiexec"):
-            starts.append(processes.started_at(int(entry), boot))
-    for path, written in leftovers:
-        if not any(start is None or start <= written + 1.0 for start in starts):
+    held = processes.open_by_any(leftovers)
+    for path in leftovers:
+        if path not in held:
             try:
                 os.unlink(path)
             except OSError:
