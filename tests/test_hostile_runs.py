@@ -348,8 +348,9 @@ def test_mpiexecs_proxy_killed_in_start_up_is_named_not_the_ranks_it_left(tmp_pa
 def test_a_stopped_guardian_and_a_killed_launching_process_leave_nothing_running(tmp_path):
     """SIGSTOP on rank 1's guardian, then SIGKILL of the launching process: its stand-in ends
     mpiexec, its proxy and the stopped guardian, and the file holds what was measured. mpiexec
-    died writing to its dead reader (SIGPIPE) and left its topology file in /tmp, one per such
-    run; the stand-in now removes it (seen where the job can have a /tmp of its own: as root)."""
+    died writing to its dead reader (SIGPIPE) and left its topology file in /tmp, and the ranks
+    their shared memory in /dev/shm, one of each per such run; the stand-in now removes them
+    (the /tmp file is seen where the job can have a /tmp of its own: as root)."""
     import tempfile
 
     # the job's folder lies outside /tmp, which the job sees through its overlay
@@ -378,6 +379,8 @@ def _stopped_guardian_then_killed_launcher(tmp_path, command, layer) -> None:
     if layer:                    # the overlay is the job's /tmp: its mpiexec's file lies there
         assert [n for n in os.listdir(layer / "upper") if n.startswith("hydra_hwloc_xmlfile_")]
     tree = _tree_of(run.pid)
+    shared = _shared_memory_of(tree)
+    assert shared, "the ranks map no shared memory of MPICH's"
     guardians = [pid for pid in _named(tree, "collbench") if pid != run.pid and _tree_of(pid)[1:]]
     os.kill(guardians[-1], signal.SIGSTOP)
     run.kill()
@@ -394,6 +397,21 @@ def _stopped_guardian_then_killed_launcher(tmp_path, command, layer) -> None:
     assert not left, [open(f"/proc/{pid}/cmdline").read()[:80] for pid in left
                       if os.path.exists(f"/proc/{pid}")]
     assert json.loads((tmp_path / "r.json").read_text())["rows"]
+    # MPICH removes it at MPI_Finalize: 2-3 MB of memory each, left for good by a killed job
+    assert not [path for path in shared if os.path.exists(path)], shared
+
+
+def _shared_memory_of(pids) -> set:
+    """The files in /dev/shm that ``pids`` map (MPICH's shared memory, while its ranks run)."""
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                found.update(line.split(None, 5)[5].strip() for line in fh
+                             if "/dev/shm/mpich_" in line and "(deleted)" not in line)
+        except OSError:
+            pass
+    return found
 
 
 @pytest.mark.mpi
@@ -707,24 +725,35 @@ def test_a_state_folder_is_an_orphan_only_once_its_owner_is_surely_gone(tmp_path
     assert not janitor._owner_gone(folder("older-collbench", "123 45.00"))
 
 
-def test_a_topology_file_no_process_holds_open_goes_and_an_open_one_stays():
-    """MPICH's proxy makes its /tmp/hydra_hwloc_xmlfile_* open and holds it while it runs. What
-    a launch ended by a signal left is what no process holds: it goes; one held open (a job
-    running beside it) stays, whatever mpiexec processes run."""
+def test_mpichs_files_that_no_process_holds_or_maps_go_and_the_others_stay():
+    """MPICH's proxy makes its /tmp/hydra_hwloc_xmlfile_* open and holds it while it runs; its
+    ranks map their /dev/shm/mpich_shm_* as long as they run. What a launch ended by a signal
+    left is what no process holds or maps: it goes; a file held open or mapped (a job running
+    beside it) stays, whatever mpiexec processes run."""
+    import mmap
     import tempfile
     import time as clock
 
-    from collbench.launch.self_launch.mpiexec import remove_orphaned_topology_files
+    from collbench.launch.self_launch.mpiexec import remove_orphaned_mpich_files
 
     since = clock.time()
-    left_fd, left = tempfile.mkstemp(prefix="hydra_hwloc_xmlfile_", dir="/tmp")
-    os.close(left_fd)
-    held_fd, held = tempfile.mkstemp(prefix="hydra_hwloc_xmlfile_", dir="/tmp")
+    made = []
+    for folder, prefix in (("/tmp", "hydra_hwloc_xmlfile_"), ("/dev/shm", "mpich_shm_")):
+        for _ in range(2):
+            fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
+            os.ftruncate(fd, mmap.PAGESIZE)
+            made.append((fd, path))
+    (left_fd, left), (held_fd, held), (gone_fd, gone), (mapped_fd, mapped) = made
+    for fd in (left_fd, gone_fd):
+        os.close(fd)
+    view = mmap.mmap(mapped_fd, mmap.PAGESIZE)
+    os.close(mapped_fd)                     # mapped, no longer open: as MPICH's ranks hold it
     try:
-        remove_orphaned_topology_files(since)
-        assert not os.path.exists(left) and os.path.exists(held)
+        remove_orphaned_mpich_files(since)
+        assert [os.path.exists(p) for p in (left, held, gone, mapped)] == [False, True, False, True]
     finally:
+        view.close()
         os.close(held_fd)
-        for path in (left, held):
+        for _, path in made:
             with contextlib.suppress(OSError):
                 os.unlink(path)

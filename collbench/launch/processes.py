@@ -87,10 +87,10 @@ def alive(pid: int) -> bool:
     return fields is None or fields[:1] != [b"Z"]
 
 
-def open_by_any(paths: list) -> set:
-    """Those of ``paths`` (real paths) that a process whose open files this one may read holds
-    open: every process, as root; as a user, the user's own (another user's process cannot open
-    a file only its owner may read, as a file made by ``mkstemp`` is)."""
+def in_use(paths: list) -> set:
+    """Those of ``paths`` (real paths) that a process holds open or has mapped, of the processes
+    whose files this one may read: every process, as root; as a user, the user's own (another
+    user's process cannot open a file only its owner may read, as MPI's are made)."""
     wanted, held = set(paths), set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -106,6 +106,14 @@ def open_by_any(paths: list) -> set:
                 continue
             if target in wanted:
                 held.add(target)
+        try:
+            with open(f"/proc/{entry}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    fields = line.split(None, 5)     # address, perms, offset, dev, inode, path
+                    if len(fields) == 6 and fields[5].rstrip("\n") in wanted:
+                        held.add(fields[5].rstrip("\n"))
+        except OSError:
+            continue
     return held
 
 

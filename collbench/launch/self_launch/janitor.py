@@ -179,11 +179,12 @@ def main(argv: list) -> int:
     code = 0
     for state in folders(prefix):
         code = max(code, _finish(state))
-    # MPICH's mpiexec removes its topology file only when it ends well; one that died with the
-    # launching process (its output's reader gone: SIGPIPE) or was killed above left it
-    from collbench.launch.self_launch.mpiexec import remove_orphaned_topology_files
+    # MPICH removes its topology file and shared memory only when a job ends well; a mpiexec
+    # that died with the launching process (its output's reader gone: SIGPIPE), or what was
+    # killed above, left them
+    from collbench.launch.self_launch.mpiexec import remove_orphaned_mpich_files
 
-    remove_orphaned_topology_files(began)
+    remove_orphaned_mpich_files(began)
     return code
 
 

@@ -100,30 +100,34 @@ def mpiexec_command(mpiexec: str, n: int, argv: list, env: dict, *, coordinated:
     return cmd + argv
 
 
-#: Where MPICH's mpiexec writes the host's topology for its ranks to read (a fixed place).
-HYDRA_TOPOLOGY_FILES = "/tmp/hydra_hwloc_xmlfile_*"
+#: What MPICH leaves on a host when a job is ended by a signal: its proxy's file of the host's
+#: topology for the ranks (``mkstemp``: made open, held while it runs, removed when it ends well),
+#: and the shared memory its ranks map for as long as they run (removed at MPI_Finalize).
+MPICH_LEFTOVERS = ("/tmp/hydra_hwloc_xmlfile_*", "/dev/shm/mpich_shm_*", "/dev/shm/mpich_vci_*")
 
 
-def remove_orphaned_topology_files(since: float) -> None:
-    """MPICH's mpiexec has its proxy write a file of the host's topology for its ranks
-    (``mkstemp``: made open), hold it open for as long as it runs and remove it when it ends
-    well; a launch ended by a signal (Ctrl-C, its launching process killed) can leave it in
-    /tmp. Removed here: the files written since ``since`` (a launch's start, wall clock) that no
-    process holds open. A running job's file, another's too, is open in its proxy and stays.
-    (Which mpiexec started before a file was written told nothing on a busy host: any other job's
-    mpiexec kept every file.)"""
+def remove_orphaned_mpich_files(since: float, patterns: tuple = MPICH_LEFTOVERS) -> None:
+    """The files of ``patterns`` made since ``since`` (a launch's start, wall clock) that no
+    process holds open or maps, removed: a launch ended by a signal (Ctrl-C, its launching process
+    killed) left them (a killed job's shared memory is 2-3 MB of memory each, for good). A
+    running job's, another's too, is held by its proxy or mapped by its ranks and stays. (Which
+    mpiexec started before a file was written told nothing on a busy host: any other job's kept
+    every file.) A job in a process namespace this one cannot see that shares /tmp or /dev/shm
+    could lose a file it has not opened yet: callers look only after a launch that did not end
+    well."""
     import glob
 
     leftovers = []
-    for path in glob.glob(HYDRA_TOPOLOGY_FILES):
-        try:
-            if os.stat(path).st_mtime >= since - 1.0:
-                leftovers.append(os.path.realpath(path))
-        except OSError:
-            continue
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                if os.stat(path).st_mtime >= since - 1.0:
+                    leftovers.append(os.path.realpath(path))
+            except OSError:
+                continue
     if not leftovers:
         return
-    held = processes.open_by_any(leftovers)
+    held = processes.in_use(leftovers)
     for path in leftovers:
         if path not in held:
             try:

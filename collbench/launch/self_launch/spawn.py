@@ -30,7 +30,7 @@ from collbench.launch.network.addresses import free_port
 from collbench.launch.origin.terminal import END_PROGRESS_LINE, mark_terminals
 from collbench.launch.self_launch.janitor import Janitor
 from collbench.launch.self_launch.mpiexec import (find_mpiexec, mpiexec_command,
-                                                  remove_orphaned_topology_files)
+                                                  remove_orphaned_mpich_files, MPICH_LEFTOVERS)
 from collbench.launch.self_launch.relay import Relay
 
 
@@ -555,8 +555,8 @@ class RoundLauncher:
                 if pipe is not None:
                     pipe.close()
         _remove_made_since(self.rendezvous_file, began)
-        if self.use_mpi:
-            remove_orphaned_topology_files(began)
+        if self.use_mpi:             # its shared memory only after a launch that did not end well
+            remove_orphaned_mpich_files(began, MPICH_LEFTOVERS if code else MPICH_LEFTOVERS[:1])
         completed = self._completed(number)
         if code not in (0, 1, 2):     # the files hold all the journal does, rank 0 killed or not
             rebuild(self.state, python=self.python)
