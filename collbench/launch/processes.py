@@ -117,6 +117,43 @@ def in_use(paths: list) -> set:
     return held
 
 
+#: Where MPI libraries keep the shared memory of a job's ranks on a host (MPICH's names).
+SHARED_MEMORY = ("/dev/shm/mpich_shm_", "/dev/shm/mpich_vci_")
+
+
+def mapped_shared_memory(pid: int) -> frozenset:
+    """The files of the MPI library's shared memory (``SHARED_MEMORY``) that ``pid`` maps."""
+    found = set()
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and fields[5].startswith(SHARED_MEMORY) \
+                        and not fields[5].rstrip().endswith("(deleted)"):
+                    found.add(fields[5].rstrip("\n"))
+    except OSError:
+        pass
+    return frozenset(found)
+
+
+def free_shared_memory(paths, seconds: float = 1.0) -> None:
+    """A rank that ended by a signal or an error left the shared memory its library removes only
+    at MPI_Finalize (2-3 MB of memory each, for good): once no process maps or holds one of
+    ``paths`` — the host's other ranks ended too, waited for up to ``seconds`` — it is removed;
+    one they still map is theirs to remove, or their guardians'."""
+    deadline = time.monotonic() + seconds
+    left = [p for p in paths if os.path.exists(p)]
+    while left:
+        used = in_use(left)
+        for path in set(left) - used:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        left = sorted(used)
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.1)
+
+
 def name(pid: int) -> str:
     """The kernel's name of ``pid`` (its ``comm``, at most 15 characters); "" if unknown."""
     try:

@@ -88,6 +88,8 @@ class Guardian:
         self.startup_limit = 0.0               # seconds the rank has to join the job (0: no limit)
         self.chosen_exit: Optional[int] = None     # the exit code the rank said it leaves with
         self.leftover = ""         # rank 0: a file to remove once a job that ended well has ended
+        # the MPI library's shared memory the rank mapped once it had joined the job
+        self.shared: frozenset = frozenset()
         # what its MPI library said as it failed to start
         self._startup_words: Optional[str] = None
         # reads the rank's requests (``_serve_rank``)
@@ -206,6 +208,8 @@ class Guardian:
         if self.link is None and self.size > 1:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
+        if ended_early and self.shared:
+            processes.free_shared_memory(self.shared)
         # A journal of the run's own (under a user's launcher) that outlived the rank holds what
         # the files may lack, however the rank ended; rebuilding takes it away
         owned = not os.environ.get(environment.STATE)
@@ -457,6 +461,8 @@ class Guardian:
         deadline = time.monotonic() + limit
         while self.link is None and self.stop_code is None and time.monotonic() < deadline:
             time.sleep(0.5)
+            # what MPI's start-up has mapped so far: a rank that ends before it joins leaves it
+            self.shared |= processes.mapped_shared_memory(self.child)
         if self.link is not None or self.stop_code is not None:
             return
         where = f"rank {self.rank} (pid {self.child} on {socket.gethostname()})"
@@ -504,6 +510,7 @@ class Guardian:
             return {"t": "join-failed", "error": str(exc)}
         self.link = Link(sock, lines, self.rank, self.child, self.position.read, self.stop)
         self.link.ending = lambda: self.stop_code is not None
+        self.shared = processes.mapped_shared_memory(self.child)
         return {"t": "joined", "address": address, "local": local}
 
     def _watch_parent(self, pid: int) -> None:

@@ -168,13 +168,27 @@ def orphaned(own_prefix: str) -> list:
     return taken
 
 
+def _made_at(state: str):
+    """When the run whose state folder this is started (its owner's note), or None."""
+    try:
+        made = float(Path(state, OWNER).read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return made if made > 0 else None
+
+
 def main(argv: list) -> int:
     """``PARENT_PID PREFIX``: finishes the state folder named PREFIX… once PARENT_PID is gone;
     first, the folders of runs whose stand-in died with them (``orphaned``)."""
     parent, prefix = int(argv[0]), argv[1]
     began = time.time()
     for state in orphaned(prefix):    # its launch's processes ended with their parent; the pids
-        rebuild(state, remove=True)    # its notes name may be others' by now, and are left alone
+        made = _made_at(state)         # its notes name may be others' by now, and are left alone
+        rebuild(state, remove=True)
+        if made is not None:           # what its killed launch left in /tmp and /dev/shm
+            from collbench.launch.self_launch.mpiexec import remove_orphaned_mpich_files
+
+            remove_orphaned_mpich_files(made)
     _wait_for_death(parent)
     code = 0
     for state in folders(prefix):
