@@ -163,11 +163,13 @@ def test_real_run_rows_and_report(tmp_path):
 
 @pytest.mark.mpi
 def test_a_slow_rank_is_named_in_every_row_and_its_host_stands_out(tmp_path, plugin_env):
-    """Rank 2 sleeps 50 ms at the end of each call: it is the slowest rank and the one outlier.
+    """Rank 2 sleeps 150 ms at the end of each call: it is the slowest rank and the one outlier.
     (3 ranks on 2 cores: when rank 2 wakes it takes a core from a rank that then waits up to a
-    few ms in its own call, so the others' means spread that far; the sleep stands well beyond.)"""
+    few ms in its own call, so the others' means spread that far; the sleep stands well beyond.
+    With 50 ms, in two workers beside two busy loops, rank 2 was not judged an outlier once: the
+    two other ranks' means, whose gap is the spread with 3 ranks, lay too far apart.)"""
     rows = _sweep(tmp_path, "slow", "--iters", "10", "--warmup", "1",
-                  extra_env={**plugin_env, "FAULTY_SLOW": "2:0.05"}, backend="faulty-mpi")
+                  extra_env={**plugin_env, "FAULTY_SLOW": "2:0.15"}, backend="faulty-mpi")
     host = socket.gethostname()
     assert [r["size_bytes"] for r in rows] == [8, 1024]
     for row in rows:
