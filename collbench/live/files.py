@@ -239,6 +239,9 @@ class ResultFiles:
     def save(self, result) -> None:
         """Rewrite every file from ``result``; OutputFailed names the first that fails."""
         started = time.monotonic()
+        # the first write, made before anything is measured, pays for first use (a loaded host
+        # took long enough that the next writes waited out the whole run): it sets no schedule
+        first = all(rows is None for rows in self.rows_in.values())
         for path in self.paths:
             try:
                 write_atomic(path, exporter_for(path).render(result))
@@ -246,7 +249,8 @@ class ResultFiles:
                 raise OutputFailed(path, exc, _kept(self.rows_in[path])) from None
             self.rows_in[path] = len(result.rows)
         self._done_at = time.monotonic()
-        self._cost = self._done_at - started
+        if not first:
+            self._cost = self._done_at - started
 
     def written(self) -> list:
         return [p for p in self.paths if self.rows_in[p] is not None]
