@@ -106,15 +106,21 @@ def in_use(paths: list) -> set:
                 continue
             if target in wanted:
                 held.add(target)
-        try:
-            with open(f"/proc/{entry}/maps", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    fields = line.split(None, 5)     # address, perms, offset, dev, inode, path
-                    if len(fields) == 6 and fields[5].rstrip("\n") in wanted:
-                        held.add(fields[5].rstrip("\n"))
-        except OSError:
-            continue
+        held.update(path for path in _mapped(int(entry)) if path in wanted)
     return held
+
+
+def _mapped(pid: int):
+    """The paths of the files ``pid`` maps (none where its maps cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return
+    for line in lines:
+        fields = line.split(None, 5)             # address, perms, offset, dev, inode, path
+        if len(fields) == 6:
+            yield fields[5].rstrip("\n")
 
 
 #: Where MPI libraries keep the shared memory of a job's ranks on a host (MPICH's names).
@@ -123,24 +129,15 @@ SHARED_MEMORY = ("/dev/shm/mpich_shm_", "/dev/shm/mpich_vci_")
 
 def mapped_shared_memory(pid: int) -> frozenset:
     """The files of the MPI library's shared memory (``SHARED_MEMORY``) that ``pid`` maps."""
-    found = set()
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                fields = line.split(None, 5)
-                if len(fields) == 6 and fields[5].startswith(SHARED_MEMORY) \
-                        and not fields[5].rstrip().endswith("(deleted)"):
-                    found.add(fields[5].rstrip("\n"))
-    except OSError:
-        pass
-    return frozenset(found)
+    return frozenset(path for path in _mapped(pid)
+                     if path.startswith(SHARED_MEMORY) and not path.endswith("(deleted)"))
 
 
-def free_shared_memory(paths, seconds: float = 1.0) -> None:
-    """A rank that ended by a signal or an error left the shared memory its library removes only
-    at MPI_Finalize (2-3 MB of memory each, for good): once no process maps or holds one of
-    ``paths`` — the host's other ranks ended too, waited for up to ``seconds`` — it is removed;
-    one they still map is theirs to remove, or their guardians'."""
+def remove_unused(paths, seconds: float = 0.0) -> None:
+    """Each of ``paths`` removed once no process maps or holds it, waiting up to ``seconds`` for
+    those that still do; one still used then is left to its users. A rank that ended by a
+    signal or an error left the shared memory its library removes only at MPI_Finalize (2-3 MB
+    of memory each, for good)."""
     deadline = time.monotonic() + seconds
     left = [p for p in paths if os.path.exists(p)]
     while left:

@@ -209,7 +209,7 @@ class Guardian:
             self._ended_before_joining(status)
         ended_early = os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 1, 2)
         if ended_early and self.shared:
-            processes.free_shared_memory(self.shared)
+            processes.remove_unused(self.shared, seconds=1.0)
         # A journal of the run's own (under a user's launcher) that outlived the rank holds what
         # the files may lack, however the rank ended; rebuilding takes it away
         owned = not os.environ.get(environment.STATE)

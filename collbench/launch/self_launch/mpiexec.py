@@ -125,15 +125,7 @@ def remove_orphaned_mpich_files(since: float, patterns: tuple = MPICH_LEFTOVERS)
                     leftovers.append(os.path.realpath(path))
             except OSError:
                 continue
-    if not leftovers:
-        return
-    held = processes.in_use(leftovers)
-    for path in leftovers:
-        if path not in held:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+    processes.remove_unused(leftovers)
 
 
 #: The variables by which MPICH's mpiexec (hydra) is told how to start its proxies on the hosts.
