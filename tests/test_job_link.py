@@ -20,6 +20,7 @@ import pytest
 from collbench.launch.liveness import coordinator, wire
 from collbench.launch.liveness.link import connect, hello_message
 from collbench.launch.self_launch.mpiexec import find_mpiexec, mpiexec_command
+from collbench.run.runner import JOIN_FLOOR
 from conftest import FAST
 from results_helpers import wait_for_rows
 
@@ -483,6 +484,9 @@ def test_a_rank_stopped_in_start_up_is_named(tmp_path, number, after):
                                "stopped (SIGSTOP or a debugger) in start-up"), lines[0]
     if number == 2:
         assert "keeps round 1" in lines[0] and json.loads((tmp_path / "r.json").read_text())["rows"]
+    # named once stopped for --timeout (5 s), not after the join limit's floor for slow start-ups
+    waited = re.search(r"(?:after|waited) (\d+) s", lines[0])
+    assert waited and int(waited.group(1)) < JOIN_FLOOR, lines[0]
     assert not _collbench_pids(_marker(tmp_path))
 
 

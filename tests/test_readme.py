@@ -69,7 +69,7 @@ def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
         if command.startswith("git "):
             continue
         shrunk = (command.replace("--sizes 8-1M", "--sizes 8,64")
-                  .replace("--rounds 10", "--rounds 2"))
+                  .replace("--rounds 10", "--rounds 2 --max-time 0.1"))
         proc = subprocess.run(["bash", "-c", "set -o pipefail; " + shrunk], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
         codes.append(proc.returncode)
@@ -81,7 +81,8 @@ def test_ci_recipe_makes_its_baseline_first_and_its_gate_runs(tmp_path):
 
 def test_ci_recipe_leads_with_both_versions_in_one_job_and_its_step_runs(tmp_path):
     """The recipe's first job: main and the change built side by side, measured by collbench ab
-    in one job. Its command runs here with this Python as both sides, fewer sizes and rounds."""
+    in one job. Its command runs here with this Python as both sides, fewer sizes, rounds and
+    pairs."""
     import os
     import subprocess
     import sys
@@ -93,7 +94,9 @@ def test_ci_recipe_leads_with_both_versions_in_one_job_and_its_step_runs(tmp_pat
     assert "--a-python main/bin/python" in step and "--b-python pr/bin/python" in step
     shrunk = (step.replace("pr/bin/collbench", f"{sys.executable} -m collbench")
               .replace("main/bin/python", sys.executable).replace("pr/bin/python", sys.executable)
-              .replace("--sizes 8-1M", "--sizes 8,64").replace("--rounds 10", "--rounds 2"))
+              .replace("--sizes 8-1M", "--sizes 8,64")
+              .replace("--rounds 10", "--rounds 2 --max-time 0.1")
+              .replace(" -- all", " --max-rounds 2 -- all"))       # adding pairs: test_ab.py
     env = {**os.environ, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
     for name in ("PMI_RANK", "PMI_SIZE", "COLLBENCH_LAUNCHED"):
         env.pop(name, None)

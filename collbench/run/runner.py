@@ -70,6 +70,14 @@ def join_limit(timeout: float) -> float:
     return min(JOIN_TIMEOUT, max(timeout, JOIN_FLOOR)) if timeout else 0.0
 
 
+def stopped_limit(timeout: float) -> float:
+    """The seconds a rank may stay stopped (SIGSTOP, a debugger) in start-up under ``--timeout``
+    before the job ends naming it: --timeout itself, as for a size, within the join limit. The
+    floor of the join limit is for ranks that load slowly on a busy host; a stopped one does not
+    load at all."""
+    return min(JOIN_TIMEOUT, timeout) if timeout else 0.0
+
+
 @dataclass(frozen=True)
 class Plan:
     collectives: tuple
@@ -180,7 +188,7 @@ def _run(plan: Plan, launcher: Launcher) -> int:
     supervise.set_position("start-up (MPI or torch initialisation)")
     startup_limit = max(plan.timeout, STARTUP_TIMEOUT) if plan.timeout else 0
     watchdog.arm(startup_limit, "start-up")
-    supervise.watch_startup(join_limit(plan.timeout))
+    supervise.watch_startup(join_limit(plan.timeout), stopped_limit(plan.timeout))
     problem = shared_memory_problem(launcher) or processes.open_files_problem(launcher.world_size)
     if problem:                      # every rank of this host finds the same; other hosts may not
         raise HostUsageError(problem)

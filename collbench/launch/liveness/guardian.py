@@ -421,7 +421,8 @@ class Guardian:
                     self.leftover = str(message.get("path", ""))
                 elif message.get("t") == "startup":
                     self.startup_limit = float(message.get("limit", 0))
-                    self._thread(self._watch_startup, self.startup_limit)
+                    self._thread(self._watch_startup, self.startup_limit,
+                                 float(message.get("stopped", 0)))
                 elif message.get("t") == "join":
                     send_message(self.channel, self._join(message))
                 elif message.get("t") == "exit":
@@ -453,24 +454,34 @@ class Guardian:
             os._exit(2)
         return thread
 
-    def _watch_startup(self, limit: float) -> None:
+    def _watch_startup(self, limit: float, stopped_for: float = 0.0) -> None:
         """The rank's own watchdog cannot fire while MPI_Init holds the interpreter (waiting for
         a rank that died during start-up, say): if the rank has not joined the job by ``limit``
         (the join limit, shorter than the watchdog's start-up limit, so the guardian speaks
-        first), its guardian stops it and says why."""
-        deadline = time.monotonic() + limit
+        first), its guardian stops it and says why. A rank of this host seen stopped (SIGSTOP, a
+        debugger) throughout ``stopped_for`` seconds ends the wait sooner: the join limit allows
+        for ranks that load slowly on a busy host, and a stopped rank does not load at all."""
+        began = time.monotonic()
+        deadline, stopped_since = began + limit, {}
         while self.link is None and self.stop_code is None and time.monotonic() < deadline:
             time.sleep(0.5)
             # what MPI's start-up has mapped so far: a rank that ends before it joins leaves it
             self.shared |= processes.mapped_shared_memory(self.child)
+            if stopped_for > 0:
+                now = time.monotonic()
+                stopped_since = {pid: stopped_since.get(pid, now) for pid, _ in
+                                 processes.stopped_ranks(processes.tree(os.getppid()))}
+                if any(now - since >= stopped_for for since in stopped_since.values()):
+                    break
         if self.link is not None or self.stop_code is not None:
             return
+        waited = f"{time.monotonic() - began:.0f} s"
         where = f"rank {self.rank} (pid {self.child} on {socket.gethostname()})"
         # the one the others wait for: it says so first
         if processes.state(self.child) in ("T", "t"):
             notes.say_first(f"collbench: {where} was stopped (SIGSTOP or a debugger) in "
                             f"{self.position.read() or 'start-up'} and had not joined the job "
-                            f"after {limit:g} s; the job is stopped; "
+                            f"after {waited}; the job is stopped; "
                             f"{notes.files_clause(self.files, self.kept)}")
         else:
             # a stopped rank's guardian names it, where there is one
@@ -483,11 +494,11 @@ class Guardian:
                 pid, rank = stopped[0]
                 notes.say_first(f"collbench: rank {rank} (pid {pid} on {socket.gethostname()}) was "
                                 f"stopped (SIGSTOP or a debugger) in start-up: {where} waited "
-                                f"{limit:g} s for it to join the job; the job is stopped; "
+                                f"{waited} for it to join the job; the job is stopped; "
                                 f"{notes.files_clause(self.files, self.kept)}")
             else:
                 notes.say_first(f"collbench: {where} was still in "
-                                f"{self.position.read() or 'start-up'} after {limit:g} s: another "
+                                f"{self.position.read() or 'start-up'} after {waited}: another "
                                 "rank may have failed while starting, or never started; stopping "
                                 "it")
         # a stopped rank cannot end: the launch ends with it

@@ -245,12 +245,13 @@ def leaving(code) -> None:
         ask_guardian({"t": "exit", "code": code}, 1.0)
 
 
-def watch_startup(seconds: float) -> None:
+def watch_startup(seconds: float, stopped: float = 0.0) -> None:
     """Have the guardian stop this rank if it has not joined the job ``seconds`` from now (0:
-    never): the start-up deadline that still holds when MPI_Init keeps this interpreter."""
+    never), or once a rank of its host has been stopped for ``stopped`` seconds (0: only at
+    ``seconds``): the start-up deadline that still holds when MPI_Init keeps this interpreter."""
     if _channel is not None and seconds > 0:
         with _channel_lock:
-            wire.send_message(_channel, {"t": "startup", "limit": seconds})
+            wire.send_message(_channel, {"t": "startup", "limit": seconds, "stopped": stopped})
 
 
 def coordinator_at() -> Optional[dict]:
