@@ -59,10 +59,10 @@ JOIN_FLOOR = 15.0
 
 def _own_steps(watchdog, timeout: float, where: str) -> None:
     """collbench's own steps outside the sizes (agreeing on the plan and the buffers, a round's
-    end) take as long as joining may: a rank stopped there is named that soon, not after the
-    whole start-up limit that MPI's or torch's own start-up may need."""
+    end) take as long as joining may, not the whole start-up limit that MPI's or torch's own
+    start-up may need; a rank of the host stopped there for --timeout ends them sooner."""
     supervise.set_position(where)
-    watchdog.arm(join_limit(timeout), where)
+    watchdog.arm(join_limit(timeout), where, stopped_limit(timeout))
 
 
 def join_limit(timeout: float) -> float:
@@ -71,10 +71,10 @@ def join_limit(timeout: float) -> float:
 
 
 def stopped_limit(timeout: float) -> float:
-    """The seconds a rank may stay stopped (SIGSTOP, a debugger) in start-up under ``--timeout``
-    before the job ends naming it: --timeout itself, as for a size, within the join limit. The
-    floor of the join limit is for ranks that load slowly on a busy host; a stopped one does not
-    load at all."""
+    """The seconds a rank may stay stopped (SIGSTOP, a debugger) in start-up or collbench's own
+    steps under ``--timeout`` before the job ends naming it: --timeout itself, as for a size,
+    within the join limit. The floor of the join limit is for ranks that load slowly on a busy
+    host; a stopped one does not load at all."""
     return min(JOIN_TIMEOUT, timeout) if timeout else 0.0
 
 
