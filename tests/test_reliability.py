@@ -513,6 +513,24 @@ def test_a_starting_ranks_fatal_error_that_comes_before_the_handler_runs_is_left
     assert loud.endswith("collbench: interrupted by SIGINT\n"), loud
 
 
+def test_a_fatal_errors_first_piece_before_its_line_ends_is_held_too(tmp_path):
+    """Python writes "Fatal Python error: " and the rest of the line in two writes: the relay
+    passed the first piece on at once, as a partial line (a progress bar, say), and "collbench
+    ab: interrupted by SIGINT …" came out after "Fatal Python error: " on one line (CI, beside two
+    busy loops). A partial line that begins such a block is held with it."""
+    quiet, loud = _relayed(tmp_path, """
+        import sys, time
+        sys.stderr.write("Fatal Python error: ")
+        sys.stderr.flush()
+        time.sleep(0.4)
+        sys.stderr.write("init_import_site: Failed to import the site module\\n"
+                         "KeyboardInterrupt\\n")
+        sys.stderr.write("collbench: interrupted by SIGINT\\n")
+    """, quiet_after=0.2)
+    assert quiet == "collbench: interrupted by SIGINT\n", quiet
+    assert loud.startswith("Fatal Python error: init_import_site") and "KeyboardInterrupt\n" in loud
+
+
 def test_a_signal_that_python_cannot_raise_where_it_lands_is_said_once(tmp_path):
     """A Ctrl-C that lands in a weak reference's callback (the lock of a module being imported:
     seen once in a full suite) cannot be raised there: Python printed "Exception ignored in …"

@@ -26,6 +26,14 @@ HOLD_S = 1.0
 _HOLD = (b"Traceback (most recent call last):", b"Fatal Python error:")
 
 
+def _begins_hold(partial: bytes) -> bool:
+    """Whether a partial line may be the start of a block held back (``_HOLD``): Python writes
+    "Fatal Python error: " and the rest of its line in two writes."""
+    text = _CONTROLS.sub(b"", partial)
+    return any(text.startswith(mark) or (len(text) >= 5 and mark.startswith(text))
+               for mark in _HOLD)
+
+
 class Relay:
     """Copies mpiexec's output to ours as it comes, leaving out what the launcher itself says
     about a job collbench has already explained (MPICH's "BAD TERMINATION" banner, which it
@@ -98,7 +106,8 @@ class Relay:
                         keep.append(line + b"\n")
                     last = line if passed and ours else b""
             if held and not waiting and not (errors and self.quiet) \
-                    and not any(held.startswith(n[:len(held)]) for n in self.NOISE):
+                    and not any(held.startswith(n[:len(held)]) for n in self.NOISE) \
+                    and not (errors and _begins_hold(held)):
                 # a partial line (a progress bar, or a line cut by the pipe):
                 self._noise(held)
                 keep.append(held)          # noted if it is collbench's, and passed on now
