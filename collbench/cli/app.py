@@ -7,6 +7,7 @@ names (about 0.1 s for ``--help`` in all).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -234,6 +235,13 @@ def main(argv=None) -> None:
         if written != code:
             raise SystemExit(written) from None
         raise
+    except SystemError:
+        # Out of room as it leaves, CPython may fail to make the SystemExit and say SystemError
+        # instead (seen once beside two busy loops, after the line below was printed)
+        if not _low_limits():
+            leaving(1)
+            raise
+        _out_of_memory(_low_limits(), leave_now=True)
     except BaseException:            # a bug: Python prints the traceback and exits with 1
         leaving(1)
         raise
@@ -280,10 +288,7 @@ def _main(argv) -> None:
         limits = _low_limits()
         if isinstance(exc, SystemError) and not limits:
             raise
-        print("collbench: error: out of "
-              f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
-              file=sys.stderr)
-        sys.exit(2)
+        _out_of_memory(limits)
     except RuntimeError as exc:
         if "can't start new thread" not in str(exc):
             raise
@@ -301,6 +306,31 @@ def _main(argv) -> None:
             sys.exit(2)
         notes.say_first(line)     # under a launcher every rank of a host may meet the same
         sys.exit(2)
+
+
+_said_out_of_memory: list = []
+
+
+def _out_of_memory(limits: str, *, leave_now: bool = False) -> None:
+    """One line, once, and exit 2: the process is out of room (a limit such as ulimit -v). With
+    ``leave_now``, where raising SystemExit has already failed for want of room, the process
+    ends at once, its output flushed."""
+    if not _said_out_of_memory:
+        _said_out_of_memory.append(True)
+        print("collbench: error: out of "
+              f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
+              file=sys.stderr)
+    if not leave_now:
+        sys.exit(2)
+    try:
+        from collbench.launch.liveness.supervise import leaving
+
+        leaving(2)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (MemoryError, ImportError, SystemError, OSError, ValueError):
+        pass
+    os._exit(2)
 
 
 def _low_limits() -> str:
