@@ -21,14 +21,6 @@ def interrupted(signum: int) -> None:
 
     if not os.environ.get(environment.LAUNCHED) and detected_rank() == 0:
         saved = "" if files is not None and files.claimed_here else "; nothing was saved"
-        line = f"collbench: interrupted by {signal.Signals(signum).name}{saved}"
-        try:
-            from collbench.launch import notes
-        except ImportError:
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-        else:
-            # under a user's launcher a guardian of this host may have said why the job ends (a
-            # rank that failed in start-up, srun --kill-on-bad-exit then ending the others)
-            notes.say_first(line)
+        sys.stderr.write(f"collbench: interrupted by {signal.Signals(signum).name}{saved}\n")
+        sys.stderr.flush()
     sys.exit(128 + signum)
