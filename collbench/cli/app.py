@@ -238,10 +238,11 @@ def main(argv=None) -> None:
     except SystemError:
         # Out of room as it leaves, CPython may fail to make the SystemExit and say SystemError
         # instead (seen once beside two busy loops, after the line below was printed)
-        if not _low_limits():
+        limits = _low_limits()
+        if not limits:
             leaving(1)
             raise
-        _out_of_memory(_low_limits(), leave_now=True)
+        _out_of_memory(limits, leave_now=True)
     except BaseException:            # a bug: Python prints the traceback and exits with 1
         leaving(1)
         raise

@@ -204,6 +204,22 @@ def stopped_ranks(pids) -> list:
     return [(pid, rank) for rank, pid in sorted(found.items())]
 
 
+class StoppedRanks:
+    """The ranks below a process seen stopped (``stopped_ranks``) at every look, and since when:
+    how long a step has waited for a rank that makes no progress."""
+
+    def __init__(self) -> None:
+        self._since: dict = {}
+
+    def longest(self, root: Optional[int]) -> float:
+        """Look again below ``root``: the seconds the longest-stopped rank has been stopped at
+        every look (0.0 when none is, or there is no ``root``)."""
+        now = time.monotonic()
+        pids = [pid for pid, _ in stopped_ranks(tree(root))] if root else []
+        self._since = {pid: self._since.get(pid, now) for pid in pids}
+        return max((now - since for since in self._since.values()), default=0.0)
+
+
 def listening(port: int) -> Optional[set]:
     """The inodes of the sockets that listen on TCP ``port`` in this network namespace (the
     kernel's tables), empty when none does; None when the tables cannot be read."""

@@ -462,17 +462,13 @@ class Guardian:
         debugger) throughout ``stopped_for`` seconds ends the wait sooner: the join limit allows
         for ranks that load slowly on a busy host, and a stopped rank does not load at all."""
         began = time.monotonic()
-        deadline, stopped_since = began + limit, {}
+        deadline, stopped = began + limit, processes.StoppedRanks()
         while self.link is None and self.stop_code is None and time.monotonic() < deadline:
             time.sleep(0.5)
             # what MPI's start-up has mapped so far: a rank that ends before it joins leaves it
             self.shared |= processes.mapped_shared_memory(self.child)
-            if stopped_for > 0:
-                now = time.monotonic()
-                stopped_since = {pid: stopped_since.get(pid, now) for pid, _ in
-                                 processes.stopped_ranks(processes.tree(os.getppid()))}
-                if any(now - since >= stopped_for for since in stopped_since.values()):
-                    break
+            if stopped_for > 0 and stopped.longest(os.getppid()) >= stopped_for:
+                break
         if self.link is not None or self.stop_code is not None:
             return
         waited = f"{time.monotonic() - began:.0f} s"

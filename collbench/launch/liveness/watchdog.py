@@ -31,7 +31,7 @@ class Watchdog:
         self._what = ""
         self._limit = 0.0
         self._stopped_for = 0.0         # a rank of this host stopped this long ends the step
-        self._stopped_since: dict = {}
+        self._stopped = processes.StoppedRanks()
         self._thread = threading.Thread(target=self._loop, name="collbench-watchdog", daemon=True)
         self._thread.start()
 
@@ -44,7 +44,7 @@ class Watchdog:
             self._what, self._limit = what, seconds
             self._stopped_for = (stopped_for if 0 < stopped_for < seconds
                                  and supervise.has_guardian() else 0.0)
-            self._stopped_since = {}
+            self._stopped = processes.StoppedRanks()
         self._wake.set()
 
     def disarm(self) -> None:
@@ -65,7 +65,7 @@ class Watchdog:
             with self._lock:
                 expired = self._deadline is not None and time.monotonic() >= self._deadline
                 what, limit = self._what, self._limit
-            if not expired and stopped_for and self._stopped_long(stopped_for):
+            if not expired and stopped_for and self._stopped_host_rank(stopped_for):
                 expired, limit = True, stopped_for
             if expired and _report(what, limit):     # the coordinator ends the job; wait for it
                 time.sleep(LOST_AFTER + 2 * STOP_GRACE)
@@ -76,16 +76,12 @@ class Watchdog:
                 sys.stderr.flush()
                 supervise.abort_job(EXIT_TIMEOUT)
 
-
-    def _stopped_long(self, seconds: float) -> bool:
+    def _stopped_host_rank(self, seconds: float) -> bool:
         """Whether a rank of this host's part of the job (below this rank's guardian's parent)
         has been seen stopped at every look for ``seconds``."""
-        host = processes.parent(os.getppid())
-        stopped = processes.stopped_ranks(processes.tree(host)) if host else []
-        now = time.monotonic()
         with self._lock:
-            self._stopped_since = {pid: self._stopped_since.get(pid, now) for pid, _ in stopped}
-            return any(now - since >= seconds for since in self._stopped_since.values())
+            stopped = self._stopped
+        return stopped.longest(processes.parent(os.getppid())) >= seconds
 
 
 def _report(what: str, limit: float) -> bool:
