@@ -316,11 +316,11 @@ def _out_of_memory(limits: str, *, leave_now: bool = False) -> None:
     """One line, once, and exit 2: the process is out of room (a limit such as ulimit -v). With
     ``leave_now``, where raising SystemExit has already failed for want of room, the process
     ends at once, its output flushed."""
-    if not _said_out_of_memory:
-        _said_out_of_memory.append(True)
+    if not _said_out_of_memory:      # noted once printed: a print that failed is tried again
         print("collbench: error: out of "
               f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
               file=sys.stderr)
+        _said_out_of_memory.append(True)
     if not leave_now:
         sys.exit(2)
     try:
