@@ -298,3 +298,44 @@ def test_the_usual_level_is_the_default_one():
     from collbench.results.records import USUAL_THREAD_LEVEL
 
     assert DEFAULT == USUAL_THREAD_LEVEL == BackendOptions().thread_level
+
+
+class _Request:
+    """An MPI request that completes at the ``done``-th Test."""
+
+    def __init__(self, done: int) -> None:
+        self.tests, self.done = 0, done
+
+    def Test(self) -> bool:
+        self.tests += 1
+        return self.tests >= self.done
+
+
+def test_a_rank_waiting_in_collbenchs_own_steps_sleeps_between_polls():
+    """MPICH's blocking calls spin at every level below multiple: a rank that waited in one for
+    a rank still loading took a core, on a crowded host the core of the rank it waited for. In
+    collbench's own steps a rank polls for a short while, then sleeps, each pause longer, up to
+    a bound: a long wait costs little CPU and ends within a pause of the last arrival."""
+    from collbench.backends import _mpi
+
+    now = [0.0]
+    pauses = []
+
+    def sleep(seconds):
+        pauses.append(seconds)
+        now[0] += seconds
+
+    def clock():
+        now[0] += 1e-6                  # each poll takes a microsecond
+        return now[0]
+
+    quick = _Request(done=5)            # everyone there at once: no sleep
+    _mpi.wait_sleeping(quick, clock, sleep)
+    assert quick.tests == 5 and pauses == []
+    late = _Request(done=10_000)        # a rank arriving seconds later
+    _mpi.wait_sleeping(late, clock, sleep)
+    assert late.tests == 10_000 and pauses
+    assert pauses[0] == _mpi.FIRST_PAUSE_S and max(pauses) == _mpi.LONGEST_PAUSE_S
+    assert all(b == min(2 * a, _mpi.LONGEST_PAUSE_S) for a, b in zip(pauses, pauses[1:]))
+    spun = late.tests - len(pauses)     # the polls made before the first sleep
+    assert spun * 1e-6 <= 2 * _mpi.SPIN_S
