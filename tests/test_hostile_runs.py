@@ -451,9 +451,9 @@ def test_a_run_whose_stand_in_was_killed_too_is_finished_by_the_next_run(tmp_pat
     assert len(json.loads((tmp_path / "r.json").read_text())["rows"]) >= len(kept)
 
 
-def _mpmd_start(tmp_path, other: list, limit: tuple = ()) -> subprocess.Popen:
-    """mpiexec -n 2 collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part differs
-    (``limit``: more options of collbench's part, such as its --timeout)."""
+def _mpmd_start(tmp_path, other: list, limit: tuple = (), ranks: int = 2) -> subprocess.Popen:
+    """mpiexec -n RANKS collbench allreduce … : -n 1 OTHER — an MPMD launch whose last part
+    differs (``limit``: more options of collbench's part, such as its --timeout)."""
     from collbench.launch.self_launch.mpiexec import find_mpiexec
 
     mpiexec = find_mpiexec()
@@ -461,7 +461,8 @@ def _mpmd_start(tmp_path, other: list, limit: tuple = ()) -> subprocess.Popen:
         pytest.skip("no mpiexec")
     first = [sys.executable, "-m", "collbench", "allreduce", "--sizes", "8-1K", "--rounds", "1",
              "--no-save", *limit]
-    return subprocess.Popen([mpiexec, "-n", "2", *first, ":", "-n", "1", *other], cwd=tmp_path,
+    return subprocess.Popen([mpiexec, "-n", str(ranks), *first, ":", "-n", "1", *other],
+                            cwd=tmp_path,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -505,12 +506,13 @@ def test_ranks_started_with_another_command_are_named_before_anything_is_measure
 def test_a_part_of_an_mpmd_launch_that_never_joins_is_said_within_a_minute(tmp_path):
     """With --timeout 5 it took 58 s, as without: the limit on joining was 45 s whatever the
     --timeout. A shorter --timeout now shortens it, to 15 s at the least. A part that ends at
-    once and one that never ends: the two launches wait out their limits side by side."""
+    once and one that never ends: the two launches wait out their limits side by side. One
+    collbench rank each: MPICH's start-up waits by spinning, 15 s of a core a rank."""
     start = time.monotonic()
     jobs = {}
     for name, other in (("ends", ["true"]), ("sleeps", ["sleep", "1000"])):
         (tmp_path / name).mkdir()
-        jobs[name] = _mpmd_start(tmp_path / name, other, limit=("--timeout", "5"))
+        jobs[name] = _mpmd_start(tmp_path / name, other, limit=("--timeout", "5"), ranks=1)
     for name, job in jobs.items():
         try:
             _, stderr = job.communicate(timeout=150)
