@@ -682,3 +682,35 @@ def test_self_launched_torch_listens_on_loopback_only(run_dir, plugin_env):
     assert addresses, "expected the rendezvous store and gloo to listen"
     loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
     assert addresses <= loopback, addresses
+
+
+def test_a_signal_after_a_guardian_of_the_host_spoke_is_not_echoed(monkeypatch, capsys):
+    """srun --kill-on-bad-exit: rank 1 failed in start-up and its guardian said so, then srun
+    ended rank 0 with SIGTERM, which added "interrupted by SIGTERM; nothing was saved" under the
+    line (test_slurm, beside two busy loops). Rank 0 says its line only where no process of its
+    host's part of the job has claimed the word; it never waits for one."""
+    import signal
+
+    from collbench import environment
+    from collbench.cli.interrupt import interrupted
+    from collbench.launch import notes
+
+    for name in (environment.LAUNCHED, environment.STATE, "PMI_RANK", "RANK", "SLURM_PROCID",
+                 "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    # this process stands for rank 0, pytest's parent for the launcher's process of the host
+    monkeypatch.setattr(notes, "_host_parent", [os.getppid()])
+    with pytest.raises(SystemExit) as ended:
+        interrupted(signal.SIGTERM)
+    assert ended.value.code == 143
+    assert capsys.readouterr().err == "collbench: interrupted by SIGTERM; nothing was saved\n"
+    assert notes._first_here()          # a guardian of the host takes the word, and speaks
+    try:
+        with pytest.raises(SystemExit) as ended:
+            interrupted(signal.SIGTERM)
+        assert ended.value.code == 143 and capsys.readouterr().err == ""
+    finally:
+        for claim in notes._held:
+            claim.close()
+        notes._held.clear()
+        os.remove(notes._said_mark())
