@@ -422,6 +422,8 @@ def test_a_rank_stopped_with_its_guardian_does_not_keep_the_ended_job_waiting(tm
     assert job.returncode == 137, stderr            # a rank lost (docs/failures.md)
     assert time.monotonic() - stopped < 60
     assert len(lines) == 1 and "lost contact with" in lines[0] and "(rank 1)" in lines[0], stderr
+    # where its guardian last heard it was: 8 B or 16M, by when the signals came
+    assert "(rank 1 was last at allreduce on mpi (thread multiple) at " in lines[0], lines[0]
     assert ("its guardian is stopped" in lines[0]
             and "r.json keeps every size finished before" in lines[0])
     assert [r["size_bytes"] for r in json.loads(out.read_text())["rows"]] == [8]

@@ -218,7 +218,18 @@ class Coordinator:
                           for host, r in by_host.items())
         self.abort(EXIT_LOST,
                    f"lost contact with {hosts} for {LOST_AFTER:g} s: the host is down, cut off, "
-                              "or its guardian is stopped")
+                   f"or its guardian is stopped ({self._last_heard(by_host)})")
+
+    def _last_heard(self, by_host: dict) -> str:
+        """"rank 2 was last at allreduce on gloo at 8": where the silent ranks' guardians last
+        said their ranks were, so that a silence can be placed."""
+        at: dict = {}
+        for ranks in by_host.values():
+            for rank in ranks:
+                at.setdefault(self.peers[rank].position or "start-up", []).append(rank)
+        return "; ".join(f"rank{'s' if len(r) > 1 else ''} {rank_ranges(r)} "
+                         f"{'were' if len(r) > 1 else 'was'} last at {where}"
+                         for where, r in at.items())
 
     def _timeout_line(self, reporter: _Peer, message: dict) -> str:
         what, limit = message.get("what", "a size"), message.get("limit", 0)
