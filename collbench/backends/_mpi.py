@@ -189,8 +189,8 @@ def persistent_collectives(MPI, comm) -> bool:
 #: How a rank waits in collbench's own steps (the plan, a size's end, the results) for ranks that
 #: arrive later: it polls for ``SPIN_S``, then sleeps between polls from ``FIRST_PAUSE_S``,
 #: doubling up to ``LONGEST_PAUSE_S``. MPICH's blocking calls spin: a rank that waited there took
-#: a core for as long as the others were away (3.1 CPU-s of a 3 s wait, rank 1 sleeping), and on
-#: a host with more ranks than cores it took the core from the rank it waited for.
+#: a core for as long as the others were away (3.0 CPU-s of a 3 s wait, benchmarks/waiting_cpu.py),
+#: and on a host with more ranks than cores it took the core from the rank it waited for.
 SPIN_S = 200e-6
 FIRST_PAUSE_S = 50e-6
 LONGEST_PAUSE_S = 5e-3

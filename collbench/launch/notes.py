@@ -145,12 +145,7 @@ def _first_here() -> bool:
 def spoken_here() -> bool:
     """Whether a process of this host's part of the job has claimed the word (its mark is there,
     ``_first_here``): a line a signal would add after it is its echo. Never waits."""
-    if not _host_parent or _host_parent[0] == 1:
-        return False
-    try:
-        return os.path.exists(_said_mark())
-    except OSError:
-        return False
+    return bool(_host_parent) and _host_parent[0] != 1 and os.path.exists(_said_mark())
 
 
 #: the process that started this host's part of the job (``speak_for``); none for a process
