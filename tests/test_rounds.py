@@ -115,23 +115,23 @@ def test_shuffled_order_is_recorded_and_reproducible_from_the_seed(run_dir):
 
 
 def test_order_keeps_blocks_and_shuffles_within():
-    blocks = [("allreduce", "mpi", 0, 4, ""), ("allreduce", "gloo", 0, 4, ""),
-              ("bcast", "mpi", 0, 3, ""),
-              ("pingpong", "mpi", 0, 2, ""), ("pingpong", "mpi", 1, 2, "")]
+    f32, f64 = ("float32", "sum"), ("float64", "sum")
+    blocks = [("allreduce", "mpi", 0, 4, "", f32), ("allreduce", "gloo", 0, 4, "", f32),
+              ("allreduce", "mpi", 0, 4, "", f64), ("bcast", "mpi", 0, 3, "", ("float32", "none")),
+              ("pingpong", "mpi", 0, 2, "", f32), ("pingpong", "mpi", 1, 2, "", f32)]
     one = rounds.order(blocks, 42, 1, True)
     assert one == rounds.order(blocks, 42, 1, True) and one != rounds.order(blocks, 42, 2, True)
-    assert (sorted((b.collective, b.backend, b.layout) for b in one)
-            == sorted(blk[:3] for blk in blocks))
+    assert (sorted((b.collective, b.backend, b.layout, b.kind) for b in one)
+            == sorted((*blk[:3], blk[5]) for blk in blocks))
     assert all(sorted(b.points)
-               == list(range({blk[:3]: blk[3] for blk in blocks}[b.collective, b.backend,
-                                                                  b.layout]))
+               == list(range({(*blk[:3], blk[5]): blk[3] for blk in blocks}[
+                   b.collective, b.backend, b.layout, b.kind]))
                for b in one)
     collectives = [b.collective for b in one]
     # a collective's blocks stay together
     assert collectives == sorted(collectives, key=collectives.index)
-    assert [b.points for b in rounds.order(blocks, 42, 1, False)] == [(0, 1, 2, 3), (0, 1, 2, 3),
-                                                                      (0, 1, 2),
-                                                                       (0, 1), (0, 1)]
+    assert [b.points for b in rounds.order(blocks, 42, 1, False)] == [
+        (0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2), (0, 1), (0, 1)]
 
 
 def test_gloo_rounds_self_launched_and_in_job(run_dir):

@@ -82,6 +82,16 @@ def element_of(dtype: str, op: str) -> Dtype:
     return Dtype(base.name, pair.itemsize, pair if base.numpy is not None else None, pair)
 
 
+def kinds_of(coll, kinds: tuple) -> tuple:
+    """The (dtype, op) pairs ``coll`` measures of a run's ``kinds`` (every --dtype with every
+    --op): each dtype once, with the op ``none``, where it reduces nothing; the first alone where
+    it moves no data (a barrier)."""
+    if coll.reduces:
+        return tuple(kinds)
+    return tuple(dict.fromkeys((dtype, NO_OP) for dtype, _ in kinds))[:None if coll.moves_data
+                                                                       else 1]
+
+
 def op_refusal(op: str, dtype: str) -> Optional[str]:
     """None if ``op`` (or ``none``) takes ``dtype``, else why not, in one line."""
     return None if op == NO_OP else op_of(op).refusal(dtype_of(dtype))

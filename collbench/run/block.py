@@ -13,7 +13,7 @@ import math
 from collbench.backends import pages
 from collbench.benchmarks.base import IN_PLACE, Benchmark, Roles
 from collbench.benchmarks.check import Tables, pattern
-from collbench.benchmarks.ops import NO_OP
+from collbench.benchmarks.ops import element_of
 from collbench.launch.liveness import supervise
 from collbench.measure import caches, harness
 from collbench.measure.sizes import format_size
@@ -28,14 +28,16 @@ class Block:
     in the group it measures in."""
 
     def __init__(self, sweep, coll: Benchmark, backend_name: str, backend, roles: Roles,
-                 round_number: int, settings: harness.TimingSettings) -> None:
+                 round_number: int, settings: harness.TimingSettings, kind: tuple) -> None:
         self.sweep, self.coll, self.backend_name, self.backend = sweep, coll, backend_name, backend
         self.roles, self.round_number, self.settings = roles, round_number, settings
         self.plan, self.control = sweep.plan, sweep.control
         self.n, self.mine = sweep.group_size, sweep.group_rank
-        self.op_name = self.plan.op if coll.reduces else NO_OP
-        self.element = sweep._element(coll)
-        self.tables = Tables(pattern(self.op_name, self.plan.dtype), self.n, self.element,
+        #: the block's dtype and op (``none`` where the collective reduces nothing)
+        self.kind = kind
+        self.dtype, self.op_name = kind
+        self.element = element_of(*kind)
+        self.tables = Tables(pattern(self.op_name, self.dtype), self.n, self.element,
                              backend.device)
         self.placement = coll.placement(backend.family, backend.options.placement)
         self.received = (coll.received_in_place
@@ -108,7 +110,7 @@ class Block:
     def identity(self, point, g: int, timing: str) -> RowIdentity:
         """The row of group ``g`` at ``point`` and ``timing``."""
         coll, control, sweep = self.coll, self.control, self.sweep
-        return RowIdentity(collective=coll.name, backend=self.backend.name, dtype=self.plan.dtype,
+        return RowIdentity(collective=coll.name, backend=self.backend.name, dtype=self.dtype,
                            op=self.op_name,
                            world_size=control.size, ranks_per_node=sweep.ranks_per_node,
                            size_bytes=point.size_bytes,
@@ -242,7 +244,7 @@ class Block:
             window = sent.window_at(g)
             out.add(self.identity(point, g, timing),
                     self.sweep._sort_key(self.coll, self.backend_name, point, self.roles, g,
-                                         timing),
+                                         timing, self.kind),
                     round_data(self.round_number, samples, own,
                                precision_reached=m.precision_reached[g],
                                check=check, calls_per_sample=m.calls_per_sample,

@@ -26,7 +26,7 @@ from collbench.benchmarks import patterns
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.dtypes import dtype_of
-from collbench.benchmarks.ops import NO_OP, op_of, op_refusal
+from collbench.benchmarks.ops import kinds_of, op_of, op_refusal
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure import timings
 from collbench.measure.harness import TimingSettings
@@ -91,59 +91,69 @@ def _off_device(modes: tuple, collectives, setups: list, untimed: frozenset) -> 
     return notes
 
 
+def _kinds(opts: dict) -> tuple:
+    """The (dtype, op) pairs a run measures: every dtype of --dtype with every op of --op (comma
+    lists, as nccl-tests' -d and -o take several), in the order given, each once."""
+    lists = []
+    for name, parse in (("dtype", dtype_of), ("op", op_of)):
+        given, chosen = str(opts[name]), []
+        for text in given.split(","):
+            if not text.strip():
+                raise UsageError(f"--{name} {given:.60}: an empty name in the list")
+            word = parse(text.strip()).name
+            chosen += [word] * (word not in chosen)
+        lists.append(chosen)
+    return tuple(itertools.product(*lists))
+
+
 def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list]:
-    """The (collective, backend setup's key) pairs that cannot run with this dtype and op (the
-    op's own dtypes first, then the backend's, then its setup's options), found before any rank
-    starts: an error when the user named both the collective and the backend, else a note."""
-    dtype = dtype_of(opts["dtype"])
-    named = len(collectives) == 1 and "all" not in [b.strip() for b in opts["backend"].split(",")]
+    """The (collective, backend setup's key, dtype, op) that cannot run (the op's own dtypes
+    first, then the backend's, then its setup's options), found before any rank starts: an
+    error when the user named the collective, the backend, the dtype and the op, else a note."""
+    kinds = _kinds(opts)
+    named = (len(collectives) == 1 and len(kinds) == 1
+             and "all" not in [b.strip() for b in opts["backend"].split(",")])
     # a comma list's other choices may still run
     per_backend = Counter(setup.name for setup in setups)
-    pairs, why, placed = set(), {}, {}
+    left, why, placed, planned = set(), {}, {}, 0
     asked_placement = tuple(_choices(opts.get("placement", "out-of-place"))) != ("out-of-place",)
-    for cname in collectives:
+    measured: dict = {}        # per collective, kind, backend and its other options: placements
+    for cname, (dtype, op) in ((c, k) for c in collectives
+                               for k in kinds_of(get_benchmark(c), kinds)):
         coll = get_benchmark(cname)
-        op = opts["op"] if coll.reduces else NO_OP
-        measured: dict = {}           # per backend and its other options: the placements measured
+        label = cname if len(kinds) == 1 else \
+            f"{cname} ({dtype}{' ' + op if coll.reduces else ''})"
         for setup in setups:
-            cls, backend = backend_class(setup.name), setup.key
-            # the refusals of a whole setup first (no persistent calls on gloo), then a call its
-            # library lacks, whatever the setup's options (said once for the backend)
-            whole = (op_refusal(op, dtype.name) or coll.api_refusal(setup.options.api, cls.family)
-                     or _ungrouped(coll, setup.options))
-            lacked = None if whole else _answer(setup.name, "supports", collective=coll,
-                                                dtype=dtype, op=op)
-            reason = whole or lacked or \
-                _answer(setup.name, "options_problem", options=setup.options, collective=coll,
-                        dtype=dtype, op=op)
+            planned += 1
+            reason, lacked = _refusal(coll, setup, dtype_of(dtype), op)
+            backend = setup.key
             if reason is None:
                 # a placement the collective lacks here: its only form, measured once
                 asked, form = (setup.options.placement,
-                               coll.placement(cls.family, setup.options.placement))
-                siblings = measured.setdefault((setup.name,
-                                                dataclasses.replace(setup.options, placement="")),
-                                               set())
+                               coll.placement(backend_class(setup.name).family,
+                                              setup.options.placement))
+                siblings = measured.setdefault((cname, dtype, op, setup.name, dataclasses.replace(
+                    setup.options, placement="")), set())
                 if form != asked and asked_placement:
                     names = placed.setdefault(("no buffers to place" if not form else
                                                f"only {form.replace('-', ' ')}", cname), [])
                     names += [setup.name] * (setup.name not in names)
                 if form in siblings:
-                    pairs.add((cname, backend))
-                    continue
+                    left.add((cname, backend, dtype, op))
                 siblings.add(form)
-            if reason is None:
                 continue
             if named and per_backend[setup.name] == 1:
                 raise UsageError(f"{cname} on {backend} with {opts['dtype']}"
                                  f"{' ' + op if coll.reduces else ''}: {reason}")
-            pairs.add((cname, backend))
+            left.add((cname, backend, dtype, op))
             names = why.setdefault((setup.name if lacked else backend, reason), [])
-            names += [cname] * (cname not in names)
+            names += [label] * (label not in names)
 
     def which(names: list) -> str:
-        return "every collective" if len(names) == len(collectives) > 1 else ", ".join(names)
+        return ("every collective" if len(names) == len(collectives) > 1 and len(kinds) == 1
+                else ", ".join(names))
 
-    if len(pairs) == len(collectives) * len(setups):      # said once per backend and reason
+    if len(left) == planned:      # said once per backend and reason
         raise UsageError("nothing to measure: " + "; ".join(
             f"{backend} ({which(names)}): {reason}" for (backend, reason), names in why.items()))
     # one line per reason and set of backends: "allreduce, reduce on gloo: only in place; measured
@@ -151,10 +161,24 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
     once: dict = {}
     for (reason, cname), names in placed.items():
         once.setdefault((reason, ", ".join(names)), []).append(cname)
-    return frozenset(pairs), [f"{which(names)} on {backend}: {reason}; skipped"
-                              for (backend, reason), names in why.items()] + [
+    return frozenset(left), [f"{which(names)} on {backend}: {reason}; skipped"
+                             for (backend, reason), names in why.items()] + [
         f"{which(cnames)} on {backends}: {reason}; measured once"
         for (reason, backends), cnames in once.items()]
+
+
+def _refusal(coll, setup: Setup, dtype, op: str) -> tuple:
+    """(why ``coll`` cannot run on ``setup`` with ``dtype`` and ``op``, or None; whether its
+    library lacks the call whatever the setup's options): the refusals of a whole setup first (no
+    persistent calls on gloo), then a call its library lacks (said once for the backend), then
+    the setup's options."""
+    whole = (op_refusal(op, dtype.name)
+             or coll.api_refusal(setup.options.api, backend_class(setup.name).family)
+             or _ungrouped(coll, setup.options))
+    lacked = None if whole else _answer(setup.name, "supports", collective=coll, dtype=dtype,
+                                        op=op)
+    return (whole or lacked or _answer(setup.name, "options_problem", options=setup.options,
+                                       collective=coll, dtype=dtype, op=op)), lacked
 
 
 def _answer(name: str, method: str, **kwargs):
@@ -307,8 +331,7 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
 
     sizes = parse_sizes(opts["sizes"])
     user_limit()                     # COLLBENCH_MEMORY_LIMIT: a bad value is bad input too
-    dtype_of(opts["dtype"])
-    op_of(opts["op"])
+    kinds = _kinds(opts)
     if opts["root"] < 0:
         raise UsageError(f"--root must be 0 or more, got {opts['root']}")
     spreads = _patterns(opts)
@@ -361,7 +384,9 @@ def build_plan(collectives, opts: dict, argv: list, launcher: launch.Launcher):
         check_output_settings(output)
     split = Split.of(opts.get("split"), opts.get("split_mask"))
     return Plan(collectives=tuple(collectives), backends=tuple(backends), sizes=tuple(sizes),
-                dtype=opts["dtype"], op=opts["op"], roles=roles, pairing=opts.get("pairing"),
+                dtype=",".join(dict.fromkeys(d for d, _ in kinds)),
+                op=",".join(dict.fromkeys(o for _, o in kinds)), kinds=kinds, roles=roles,
+                pairing=opts.get("pairing"),
                 timing_modes=modes, untimed=untimed,
                 timing_settings=timing, check=opts["check"], output=output, argv=tuple(argv),
                 notes=tuple(notes),

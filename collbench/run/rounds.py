@@ -85,14 +85,16 @@ class Block:
     layout: int            # which of the sweep's layouts (a step of collbench pairs; else 0)
     points: tuple          # indices into the block's size points, in measurement order
     pattern: str = ""      # a v-collective's pattern (--pattern, one of a comma list); else ""
+    kind: tuple = ("float32", "sum")   # the (dtype, op) it measures (op "none": no reduction)
 
 
 def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
     """Measurement order for one round. ``blocks``: (collective, backend, layout, number of
-    points, pattern) in plan order; the result: Blocks, collectives kept together so their
-    tables can print as soon as they are done."""
+    points, pattern, (dtype, op)) in plan order; the result: Blocks, collectives kept together
+    so their tables can print as soon as they are done."""
     if not shuffle:
-        return [Block(c, b, layout, tuple(range(k)), p) for c, b, layout, k, p in blocks]
+        return [Block(c, b, layout, tuple(range(k)), p, kind)
+                for c, b, layout, k, p, kind in blocks]
     import numpy as np
 
     rng = np.random.default_rng([seed, round_number])
@@ -101,6 +103,6 @@ def order(blocks: list, seed: int, round_number: int, shuffle: bool) -> list:
     for ci in rng.permutation(len(collectives)):
         mine = [blk for blk in blocks if blk[0] == collectives[ci]]
         for bi in rng.permutation(len(mine)):
-            c, b, layout, k, p = mine[bi]
-            out.append(Block(c, b, layout, tuple(int(i) for i in rng.permutation(k)), p))
+            c, b, layout, k, p, kind = mine[bi]
+            out.append(Block(c, b, layout, tuple(int(i) for i in rng.permutation(k)), p, kind))
     return out

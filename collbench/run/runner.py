@@ -83,8 +83,10 @@ class Plan:
     collectives: tuple
     backends: tuple
     sizes: tuple
-    dtype: str = "float32"
+    dtype: str = "float32"       # --dtype and --op: comma lists, as given (canonical names)
     op: str = "sum"
+    #: the (dtype, op) pairs measured: every dtype with every op (``plan.kinds_of`` per collective)
+    kinds: tuple = (("float32", "sum"),)
     roles: Roles = Roles()        # the root, the pair, the window
     pairing: Optional[Pairing] = None     # collbench pairs: which pairs, how many at once
     timing_modes: tuple = ("latency",)            # timing names (``measure.timings``), in their
@@ -101,7 +103,8 @@ class Plan:
     rounds: int = rounds.DEFAULT_ROUNDS
     seed: Optional[int] = None      # None: chosen at random and recorded
     shuffle: bool = True
-    unsupported: frozenset = frozenset()   # (collective, backend) pairs left out when planned
+    #: (collective, backend setup's key, dtype, op) left out when planned
+    unsupported: frozenset = frozenset()
     #: the backends as measured, with their --buffers, --payload, --init-method (``plan._setups``);
     #: empty: each of ``backends`` with the usual options
     setups: tuple = ()
@@ -563,6 +566,8 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
     if is_rank0:
         sizes = {key: [p.size_bytes for p in points] for key, points in sweep.points.items()}
         patterned = {b.pattern: {"pattern": b.pattern} for b in order if b.pattern}
+        # which dtype and op each block measured, where the run measures several
+        kinded = len(sweep.plan.kinds) > 1
         turn = rounds.ab_turn()
         # at once with the other side, size by size: the turns this side took and its wait for them
         taken = {"ab_turns": {"taken": sweep.turns.taken,
@@ -578,8 +583,9 @@ def _round(control, backends: dict, sweep: Sweep, out, schedule: rounds.Schedule
                         "huge_pages_kib": huge,
                         **({"ab_turn": turn} if turn is not None else {}), **taken,
                         "order": [{"collective": b.collective, "backend": b.backend,
-                                   "sizes": [sizes[b.collective, b.backend, b.pattern][i]
+                                   "sizes": [sizes[b.collective, b.backend, b.pattern, b.kind][i]
                                              for i in b.points],
+                                   **({"dtype": b.kind[0], "op": b.kind[1]} if kinded else {}),
                                    **patterned.get(b.pattern, {}), **_pairs_of(sweep, b)}
                                   for b in order]})
 

@@ -20,7 +20,7 @@ from collbench.errors import SharedUsageError
 from collbench.benchmarks.base import Benchmark, Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks import check
-from collbench.benchmarks.ops import NO_OP, element_of
+from collbench.benchmarks.ops import element_of, kinds_of
 from collbench.measure.sizes import format_size
 from collbench.measure.timings import on_device
 from collbench.run.block import Block
@@ -35,13 +35,14 @@ class SizePoint:
     per_rank_bytes: int
     send_len: int
     recv_len: int
+    itemsize: int = 1    # the bytes of one element (a value–index pair's for maxloc, minloc)
 
 
 def size_points(coll: Benchmark, sizes, itemsize: int, n: int,
                 roles: Roles = Roles()) -> tuple[list, list]:
     """Round each size down to whole elements that split evenly over n ranks."""
     if not coll.moves_data:
-        return [SizePoint(0, 0, 0, 0, 0)], []
+        return [SizePoint(0, 0, 0, 0, 0, itemsize)], []
     points, small, seen = [], [], set()
     granule = coll.granule(n)
     for size in sizes:
@@ -56,7 +57,7 @@ def size_points(coll: Benchmark, sizes, itemsize: int, n: int,
         send, recv = (coll.lengths(elements, n, roles)
                       if coll.patterned else coll.lengths(elements, n))
         per_rank = elements * itemsize if coll.size_is_per_rank else elements * itemsize // n
-        points.append(SizePoint(elements, elements * itemsize, per_rank, send, recv))
+        points.append(SizePoint(elements, elements * itemsize, per_rank, send, recv, itemsize))
     if not small:
         return points, []
     named = f"size {format_size(small[0])}" if len(small) == 1 else \
@@ -171,10 +172,12 @@ class Sweep:
         self.notes: list = []
         self._caches: dict = {}           # the cache's bytes, by device (cache_bytes)
         for cname in plan.collectives:
+            coll = get_benchmark(cname)
             for backend_name, backend in backends.items():
-                for spread in self.patterns_of(get_benchmark(cname)):
-                    self.points[cname, backend_name, spread] = self._points(
-                        get_benchmark(cname), backend_name, backend, spread)
+                for spread in self.patterns_of(coll):
+                    for kind in kinds_of(coll, plan.kinds):
+                        self.points[cname, backend_name, spread, kind] = self._points(
+                            coll, backend_name, backend, spread, kind)
 
     def patterns_of(self, coll: Benchmark) -> tuple:
         """The patterns ``coll`` measures (``--pattern``'s list), or ("",) where its pieces all
@@ -186,15 +189,16 @@ class Sweep:
         roles = self.layouts[layout]
         return dataclasses.replace(roles, pattern=spread) if spread else roles
 
-    def _points(self, coll: Benchmark, backend_name: str, backend, spread: str) -> list:
-        """The sizes this (collective, backend, pattern) will measure; notes say why others are
-        skipped."""
-        if (coll.name, backend_name) in self.plan.unsupported:     # the plan's notes say why
+    def _points(self, coll: Benchmark, backend_name: str, backend, spread: str,
+                kind: tuple) -> list:
+        """The sizes this (collective, backend, pattern, (dtype, op)) will measure; notes say
+        why others are skipped."""
+        if (coll.name, backend_name, *kind) in self.plan.unsupported:   # the plan's notes say why
             return []
-        itemsize = self._element(coll).itemsize
+        itemsize = element_of(*kind).itemsize
         points, notes = size_points(coll, self.plan.sizes, itemsize, self.group_size,
                                     self.roles_of(0, spread))
-        self.notes += notes
+        self.notes += [note for note in notes if note not in self.notes]
         limit = backend.max_message_bytes()
         if limit is not None:
             over = [p for p in points if max(p.send_len, p.recv_len) * itemsize > limit]
@@ -232,7 +236,7 @@ class Sweep:
     def _nominal(self, coll: Benchmark, backend, point: SizePoint, roles: Roles) -> int:
         """The bytes of a rank's buffers at ``point``, with the copies of a message its family
         keeps in flight (the pickle API's window)."""
-        itemsize = self._element(coll).itemsize
+        itemsize = point.itemsize
         return int((point.send_len + point.recv_len) * itemsize
                    * coll.copies_in_flight(backend.family, roles) * backend.memory_scale(itemsize))
 
@@ -243,7 +247,7 @@ class Sweep:
         stride = self.set_stride(coll, point, False)
         extra = (self.pool_sets(backend, stride)
                  if caches.is_cold(coll, backend) else self.grouped(coll, backend)) - 1
-        return int(stride * extra * backend.memory_scale(self._element(coll).itemsize))
+        return int(stride * extra * backend.memory_scale(point.itemsize))
 
     @staticmethod
     def grouped(coll: Benchmark, backend) -> int:
@@ -255,7 +259,7 @@ class Sweep:
 
     def set_stride(self, coll: Benchmark, point: SizePoint, in_place: bool) -> int:
         """The bytes of one set of a rank's buffers at ``point``, each buffer page-aligned."""
-        itemsize = self._element(coll).itemsize
+        itemsize = point.itemsize
         if in_place:
             return caches.padded(max(point.send_len, point.recv_len) * itemsize)
         return caches.padded(point.send_len * itemsize) + caches.padded(point.recv_len * itemsize)
@@ -271,11 +275,6 @@ class Sweep:
         if key not in self._caches:
             self._caches[key] = caches.of_device(device)[0]
         return self._caches[key]
-
-    def _element(self, coll: Benchmark):
-        """What one element of ``coll``'s buffers is: the dtype, or a value–index pair for maxloc
-        and minloc (``ops.element_of``), whose itemsize makes the sizes."""
-        return element_of(self.plan.dtype, self.plan.op if coll.reduces else NO_OP)
 
     def _need(self, coll: Benchmark, backend, point: SizePoint, layouts: list):
         """What a rank takes at ``point`` beyond its base (``memory.rank_need``), by rank, where
@@ -354,7 +353,7 @@ class Sweep:
     def steps(self) -> int:
         """Measurements in one round."""
         return sum(len(points) * len(self.timings_of(b, get_benchmark(c)))
-                   for (c, b, _), points in self.points.items()) \
+                   for (c, b, _, _), points in self.points.items()) \
             * len(self.layouts)
 
     def timings_of(self, backend: str, coll: Benchmark) -> list:
@@ -364,12 +363,12 @@ class Sweep:
                 and not (coll.not_on_device and on_device(t))]
 
     def blocks(self) -> list:
-        """(collective, backend, layout, number of sizes, pattern) in plan order: what
-        ``rounds.order`` shuffles."""
-        return [(c, b, layout, len(self.points[c, b, p]), p) for c in self.plan.collectives
-                for b in self.backends
-                for p in self.patterns_of(get_benchmark(c)) for layout in range(len(self.layouts))
-                if self.points[c, b, p]]
+        """(collective, backend, layout, number of sizes, pattern, (dtype, op)) in plan order:
+        what ``rounds.order`` shuffles."""
+        return [(c, b, layout, len(self.points[c, b, p, k]), p, k) for c in self.plan.collectives
+                for b in self.backends for p in self.patterns_of(get_benchmark(c))
+                for k in kinds_of(get_benchmark(c), self.plan.kinds)
+                for layout in range(len(self.layouts)) if self.points[c, b, p, k]]
 
     def run(self, out, round_number: int, order: list, settings: harness.TimingSettings,
             total_rounds: int) -> None:
@@ -383,11 +382,11 @@ class Sweep:
             if current is not None and block.collective != current:
                 out.collective_done(current, final)
             current = block.collective
-            points = self.points[block.collective, block.backend, block.pattern]
+            points = self.points[block.collective, block.backend, block.pattern, block.kind]
             Block(self, get_benchmark(block.collective), block.backend,
                   self.backends[block.backend],
                   self.roles_of(block.layout, block.pattern), round_number,
-                  settings).run(points, block.points)
+                  settings, block.kind).run(points, block.points)
             self.control.barrier()
         if current is not None:
             out.collective_done(current, final)
@@ -401,12 +400,13 @@ class Sweep:
                 "group_hosts": split.group_hosts(roles.groups[g], self.hosts)}
 
     def _sort_key(self, coll: Benchmark, backend: str, point: SizePoint, roles: Roles, group: int,
-                  timing: str) -> tuple:
+                  timing: str, kind: tuple) -> tuple:
         plan = self.plan
         spread = (plan.patterns.index(roles.pattern)
                   if coll.patterned and roles.pattern in plan.patterns else 0)
+        kinds = kinds_of(coll, plan.kinds)
         return (plan.collectives.index(coll.name), list(self.backends).index(backend), spread,
-                point.size_bytes,
+                kinds.index(kind) if kind in kinds else 0, point.size_bytes,
                 tuple(roles.pairs[group]) if coll.paired else (group,),
                 plan.timing_modes.index(timing))
 
