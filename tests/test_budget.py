@@ -102,9 +102,17 @@ def test_a_slow_size_below_min_iters_says_so_in_its_row_and_notes(run_dir):
     assert "64M" in note.split(":")[0], proc.stdout
 
 
-def _written(run_dir) -> dict:
-    proc = cli([*SLOW, "-n", "2", "--rounds", "1", "-o", "w.json", "-q"], run_dir, timeout=300)
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> str:
+    """One real run's file, which the tests below each read and alter a copy of."""
+    folder = tmp_path_factory.mktemp("written")
+    proc = cli([*SLOW, "-n", "2", "--rounds", "1", "-o", "w.json", "-q"], folder, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    return (folder / "w.json").read_text()
+
+
+def _written(run_dir, text: str) -> dict:
+    (run_dir / "w.json").write_text(text)
     return load_json(run_dir / "w.json")
 
 
@@ -114,8 +122,8 @@ def _written(run_dir) -> dict:
     ("rounds_short", 2, "rounds_short (2) is more than rounds (1)"),
 ])
 def test_a_file_whose_window_or_short_rounds_contradict_the_row_is_refused(
-        run_dir, column, value, said):
-    doc = _written(run_dir)
+        run_dir, written, column, value, said):
+    doc = _written(run_dir, written)
     doc["rows"][0][column] = value
     (run_dir / "bad.json").write_text(json.dumps(doc))
     proc = cli(["report", "bad.json"], run_dir)
@@ -123,8 +131,8 @@ def test_a_file_whose_window_or_short_rounds_contradict_the_row_is_refused(
             and said in proc.stderr), proc.stderr
 
 
-def test_a_file_of_schema_6_reads_with_the_whole_window_and_no_short_round(run_dir):
-    doc = _written(run_dir)
+def test_a_file_of_schema_6_reads_with_the_whole_window_and_no_short_round(run_dir, written):
+    doc = _written(run_dir, written)
     doc["schema_version"] = 6
     for row in doc["rows"]:
         del row["window_used"], row["rounds_short"]
@@ -137,8 +145,8 @@ def test_a_file_of_schema_6_reads_with_the_whole_window_and_no_short_round(run_d
             and {r.rounds_short for r in result.rows} == {0})
 
 
-def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
-    doc = _written(run_dir)
+def test_compare_says_when_matched_rows_sent_other_windows(run_dir, written):
+    doc = _written(run_dir, written)
     (big,) = _shrunk_rows(doc)
     used = big["window_used"]
     big["window_used"] = 64
@@ -153,8 +161,9 @@ def test_compare_says_when_matched_rows_sent_other_windows(run_dir):
 
 
 @pytest.mark.parametrize("window, said", [(128, "sent windows of 128"), (3, "window_used says")])
-def test_a_file_whose_rounds_sent_other_windows_than_its_row_says_is_refused(run_dir, window, said):
-    doc = _written(run_dir)
+def test_a_file_whose_rounds_sent_other_windows_than_its_row_says_is_refused(run_dir, written,
+                                                                             window, said):
+    doc = _written(run_dir, written)
     (big,) = _shrunk_rows(doc)
     big["round_details"][0]["window"] = window
     (run_dir / "bad.json").write_text(json.dumps(doc))
@@ -163,8 +172,8 @@ def test_a_file_whose_rounds_sent_other_windows_than_its_row_says_is_refused(run
             and said in proc.stderr), proc.stderr
 
 
-def test_merging_runs_that_sent_other_windows_says_so(run_dir):
-    doc = _written(run_dir)
+def test_merging_runs_that_sent_other_windows_says_so(run_dir, written):
+    doc = _written(run_dir, written)
     (big,) = _shrunk_rows(doc)
     used = big["window_used"]
     doc["metadata"]["run_id"] = "other"

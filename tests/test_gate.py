@@ -34,9 +34,21 @@ def _compare(folder, new, *extra):
     return cli(["compare", "baseline.json", new, "--threshold", "10%", *extra], folder, timeout=300)
 
 
-def test_a_gate_that_decided_too_few_rows_says_undecided_and_exits_3(runner):
+@pytest.fixture(scope="module")
+def same_code(runner):
+    """The merged baseline against the same code on the busy runner, as a table."""
+    return _compare(runner, "new.json")
+
+
+@pytest.fixture(scope="module")
+def pinned(runner):
+    """The merged baseline against both ranks on one core, as a JSON document."""
+    return _compare(runner, "pinned.json", "-f", "json")
+
+
+def test_a_gate_that_decided_too_few_rows_says_undecided_and_exits_3(same_code):
     """The same code again, on the busy runner: it decided 0 of 145 rows and used to exit 0."""
-    proc = _compare(runner, "new.json")
+    proc = same_code
     assert proc.returncode == 3, proc.stderr
     first, why = proc.stdout.splitlines()[:2]
     assert first.startswith("UNDECIDED: decided ") and "80% needed" in first
@@ -44,11 +56,11 @@ def test_a_gate_that_decided_too_few_rows_says_undecided_and_exits_3(runner):
     assert why.startswith("undecided rows, why: ") and "collbench ab" in why
 
 
-def test_a_state_the_baseline_visited_seldom_is_evidence_not_an_excuse(runner):
+def test_a_state_the_baseline_visited_seldom_is_evidence_not_an_excuse(pinned):
     """Both ranks on one core, 2.5x slower: it used to pass (exit 0) because the baseline's own
     rounds had reached that level in some of its rounds. How often each side was there is now
     weighed, and base-3 (a noisy period: 60% of its rounds set aside) is left out, with a line."""
-    proc = _compare(runner, "pinned.json", "-f", "json")
+    proc = pinned
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["summary"]["slower"] >= 110 and doc["summary"]["faster"] == 0
@@ -59,15 +71,16 @@ def test_a_state_the_baseline_visited_seldom_is_evidence_not_an_excuse(runner):
     assert "1 of 3 merged runs ran in a noisy period" in proc.stderr
 
 
-def test_merging_more_runs_never_lets_the_gate_see_less(runner):
+def test_merging_more_runs_never_lets_the_gate_see_less(runner, pinned):
     """The pinned run against base-1, base-1+2 and base-1+2+3: it used to be called slower on
     80, 36 and 0 rows."""
     proc = cli(["merge", "base-1.json", "base-2.json", "-o", "two.json", "--force"], runner)
     assert proc.returncode == 0, proc.stderr
     slower = []
     for baseline in ("base-1.json", "two.json", "baseline.json"):
-        proc = cli(["compare", baseline, "pinned.json", "--threshold", "10%", "-f", "json"], runner,
-                   timeout=300)
+        proc = pinned if baseline == "baseline.json" else cli(
+            ["compare", baseline, "pinned.json", "--threshold", "10%", "-f", "json"], runner,
+            timeout=300)
         assert proc.returncode == 1, proc.stderr
         slower.append(json.loads(proc.stdout)["summary"]["slower"])
     assert slower == sorted(slower), slower
@@ -114,8 +127,8 @@ def test_a_bad_min_decided_is_one_line_and_exit_2(runner, bad):
             and "Traceback" not in proc.stderr)
 
 
-def test_compare_says_when_two_runs_met_a_busy_machine_and_points_to_ab(runner):
-    proc = _compare(runner, "new.json")
+def test_compare_says_when_two_runs_met_a_busy_machine_and_points_to_ab(same_code):
+    proc = same_code
     assert (("baseline.json and new.json were measured at different times, 97% and 90% of "
              "their rounds on a busy machine") in proc.stderr
             and "measure both versions in one job (collbench ab)" in proc.stderr)
