@@ -13,6 +13,7 @@ from collbench.backends._mpi import mpi_pair_type
 from collbench.benchmarks.dtypes import DTYPES, PAIR_FIELDS
 from collbench.benchmarks.ops import NO_OP, OPS, element_of, op_refusal
 from collbench.benchmarks.registry import ORDER
+from collbench.errors import UsageError
 from conftest import cli, gloo_lacks, load_json
 
 FAST = ["--iters", "3", "--warmup", "1", "--rounds", "1", "-q"]
@@ -309,3 +310,34 @@ def test_a_backend_that_does_not_declare_the_new_ops_is_not_handed_them():
         assert Older.supports(collective=allreduce, dtype=i32, op=op) == (
             f"older issues the reductions sum, max, min, prod, not {op}")
     assert Older.supports(collective=get_benchmark("bcast"), dtype=i32, op="none") is None
+
+
+def test_the_pairs_of_a_dtype_and_op_list_that_cannot_run_are_said_once_by_what_they_share():
+    """Every dtype with every op: what cannot run is left out per collective, backend and pair,
+    and said briefly: an op's dtypes once for every backend, a backend's refusal by the dtypes
+    or ops it refuses."""
+    from collbench.run import plan
+
+    setups, _ = plan._setups(["mpi", "gloo"], {})
+    left, notes = plan._unsupported(["allreduce", "bcast", "barrier"], setups,
+                                    {"dtype": "float32,int8,bfloat16", "op": "sum,band,lor",
+                                     "backend": "mpi,gloo"})
+    mismatched = {(d, o) for d in ("float32", "bfloat16") for o in ("band", "lor")}
+    assert left == ({("allreduce", b, d, o) for b in ("mpi", "gloo") for d, o in mismatched}
+                    | {("allreduce", "gloo", "int8", "lor"),
+                       ("allreduce", "mpi", "bfloat16", "sum"),
+                       ("bcast", "mpi", "bfloat16", "none")})
+    assert notes == [
+        "--op band with float32, bfloat16: band takes integer dtypes only: int32, int64, int8, "
+        "uint8; skipped",
+        "--op lor with float32, bfloat16: lor takes integer dtypes only: int32, int64, int8, "
+        "uint8; skipped",
+        "allreduce with lor on gloo: torch.distributed has no logical or (ReduceOp.BOR is "
+        "bitwise); skipped",
+        "every collective that moves data with bfloat16 on mpi: mpi4py sends numpy arrays and "
+        "numpy has no bfloat16; use gloo or nccl; skipped"]
+    # nothing left to run is refused before any rank starts, with every reason
+    with pytest.raises(UsageError, match="nothing to measure: --op lor with float32: lor takes "
+                                         "integer dtypes only.*; allreduce on gloo: torch"):
+        plan._unsupported(["allreduce"], setups[1:], {"dtype": "float32,int8", "op": "lor",
+                                                      "backend": "gloo"})

@@ -40,7 +40,7 @@ _OPTIONS = (
     ("dtype", click.option(
         "-d", "--dtype", default="float32", show_default=True,
         help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64, int8, uint8; a "
-             "comma list measures each side by side, with every --op.")),
+             "comma list measures each side by side.")),
     ("op", click.option("--op", default="sum", show_default=True,
                         help="Reduction: sum, max, min, prod; land, lor, band, bor (integer "
                              "dtypes); maxloc, minloc (mpi, mpi-pickle); avg (gloo, nccl); a "

@@ -26,7 +26,7 @@ from collbench.benchmarks import patterns
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
 from collbench.benchmarks.dtypes import dtype_of
-from collbench.benchmarks.ops import kinds_of, op_of, op_refusal
+from collbench.benchmarks.ops import NO_OP, kinds_of, op_of, op_refusal
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure import timings
 from collbench.measure.harness import TimingSettings
@@ -116,13 +116,12 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
     # a comma list's other choices may still run
     per_backend = Counter(setup.name for setup in setups)
     left, why, placed, planned = set(), {}, {}, 0
+    mismatched: dict = {}      # of several kinds: an op's dtypes it does not take, whatever ran
     asked_placement = tuple(_choices(opts.get("placement", "out-of-place"))) != ("out-of-place",)
     measured: dict = {}        # per collective, kind, backend and its other options: placements
     for cname, (dtype, op) in ((c, k) for c in collectives
                                for k in kinds_of(get_benchmark(c), kinds)):
         coll = get_benchmark(cname)
-        label = cname if len(kinds) == 1 else \
-            f"{cname} ({dtype}{' ' + op if coll.reduces else ''})"
         for setup in setups:
             planned += 1
             reason, lacked = _refusal(coll, setup, dtype_of(dtype), op)
@@ -146,25 +145,60 @@ def _unsupported(collectives, setups: list, opts: dict) -> tuple[frozenset, list
                 raise UsageError(f"{cname} on {backend} with {opts['dtype']}"
                                  f"{' ' + op if coll.reduces else ''}: {reason}")
             left.add((cname, backend, dtype, op))
-            names = why.setdefault((setup.name if lacked else backend, reason), [])
-            names += [label] * (label not in names)
-
-    def which(names: list) -> str:
-        return ("every collective" if len(names) == len(collectives) > 1 and len(kinds) == 1
-                else ", ".join(names))
-
-    if len(left) == planned:      # said once per backend and reason
-        raise UsageError("nothing to measure: " + "; ".join(
-            f"{backend} ({which(names)}): {reason}" for (backend, reason), names in why.items()))
+            if len(kinds) > 1 and op_refusal(op, dtype):
+                dtypes = mismatched.setdefault((op, reason), [])
+                dtypes += [dtype] * (dtype not in dtypes)
+                continue
+            entries = why.setdefault((setup.name if lacked else backend, reason), [])
+            entries += [(cname, dtype, op)] * ((cname, dtype, op) not in entries)
+    said = [f"--op {op} with {', '.join(dtypes)}: {reason}"
+            for (op, reason), dtypes in mismatched.items()] + [
+        f"{_skipped(entries, collectives, kinds)} on {backend}: {reason}"
+        for (backend, reason), entries in why.items()]
+    if len(left) == planned:
+        raise UsageError("nothing to measure: " + "; ".join(said))
     # one line per reason and set of backends: "allreduce, reduce on gloo: only in place; measured
     # once"
     once: dict = {}
     for (reason, cname), names in placed.items():
         once.setdefault((reason, ", ".join(names)), []).append(cname)
-    return frozenset(left), [f"{which(names)} on {backend}: {reason}; skipped"
-                             for (backend, reason), names in why.items()] + [
-        f"{which(cnames)} on {backends}: {reason}; measured once"
+    return frozenset(left), [line + "; skipped" for line in said] + [
+        f"{_every(cnames, collectives)} on {backends}: {reason}; measured once"
         for (reason, backends), cnames in once.items()]
+
+
+def _every(names: list, collectives) -> str:
+    """``names`` of the run's ``collectives``, or "every collective" (that moves data)."""
+    moving = [c for c in collectives if get_benchmark(c).moves_data]
+    if len(names) == len(collectives) > 1:
+        return "every collective"
+    if set(names) == set(moving) and len(names) > 1:
+        return "every collective that moves data"
+    return ", ".join(names)
+
+
+def _skipped(entries: list, collectives, kinds: tuple) -> str:
+    """What a note's (collective, dtype, op) entries skip, as briefly as they allow: the
+    collectives alone where each lost every kind of the run its op could take; with the dtypes,
+    the ops or both where each lost every such kind that has them; else each with its kind."""
+    lost: dict = {}
+    for cname, dtype, op in entries:
+        lost.setdefault(cname, set()).add((dtype, op))
+    names = _every(list(lost), collectives)
+    if len(kinds) == 1:
+        return names
+    runnable = {c: {k for k in kinds_of(get_benchmark(c), kinds) if not op_refusal(k[1], k[0])}
+                for c in lost}
+    dtypes = list(dict.fromkeys(d for _, d, _ in entries))
+    ops = list(dict.fromkeys(o for _, _, o in entries if o != NO_OP))
+    for said, keep in (("", lambda k: True),
+                       (f" with {', '.join(dtypes)}", lambda k: k[0] in dtypes),
+                       (f" with {', '.join(ops)}", lambda k: k[1] in ops),
+                       (f" with {', '.join(dtypes)} and {', '.join(ops)}",
+                        lambda k: k[0] in dtypes and k[1] in ops)):
+        if all(lost[c] == {k for k in runnable[c] if keep(k)} for c in lost):
+            return names + said
+    return ", ".join(f"{c} ({d}{'' if o == NO_OP else ' ' + o})" for c, d, o in entries)
 
 
 def _refusal(coll, setup: Setup, dtype, op: str) -> tuple:
