@@ -341,3 +341,16 @@ def test_the_pairs_of_a_dtype_and_op_list_that_cannot_run_are_said_once_by_what_
                                          "integer dtypes only.*; allreduce on gloo: torch"):
         plan._unsupported(["allreduce"], setups[1:], {"dtype": "float32,int8", "op": "lor",
                                                       "backend": "gloo"})
+
+
+def test_dtype_and_op_lists_take_all_and_keep_the_order_given_each_once():
+    from collbench.run import plan
+
+    kinds = plan._kinds({"dtype": "int8,all", "op": "max, sum,max"})
+    assert [d for d, _ in kinds[::2]] == ["int8"] + [d for d in DTYPES if d != "int8"]
+    assert {o for _, o in kinds} == {"max", "sum"} and kinds[:2] == (("int8", "max"),
+                                                                       ("int8", "sum"))
+    assert len(plan._kinds({"dtype": "float32", "op": "all"})) == len(OPS)
+    for bad, said in (("float32,,int8", "an empty name"), ("float32,bogus", "unknown dtype")):
+        with pytest.raises(UsageError, match=said):
+            plan._kinds({"dtype": bad, "op": "sum"})

@@ -40,11 +40,11 @@ _OPTIONS = (
     ("dtype", click.option(
         "-d", "--dtype", default="float32", show_default=True,
         help="float32, float64, float16, bfloat16 (gloo, nccl), int32, int64, int8, uint8; a "
-             "comma list measures each side by side.")),
+             "comma list measures each side by side (all: every one).")),
     ("op", click.option("--op", default="sum", show_default=True,
                         help="Reduction: sum, max, min, prod; land, lor, band, bor (integer "
                              "dtypes); maxloc, minloc (mpi, mpi-pickle); avg (gloo, nccl); a "
-                             "comma list measures each.")),
+                             "comma list measures each (all: every one).")),
     ("root",
      click.option("--root", type=params.Whole(), default=0, show_default=True, help="Root rank.")),
     ("pair", click.option(

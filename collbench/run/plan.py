@@ -25,8 +25,8 @@ from collbench.backends.base import BackendOptions, Setup
 from collbench.benchmarks import patterns
 from collbench.benchmarks.base import Roles
 from collbench.benchmarks.registry import get_benchmark
-from collbench.benchmarks.dtypes import dtype_of
-from collbench.benchmarks.ops import NO_OP, kinds_of, op_of, op_refusal
+from collbench.benchmarks.dtypes import DTYPES, dtype_of
+from collbench.benchmarks.ops import NO_OP, OPS, kinds_of, op_of, op_refusal
 from collbench.errors import BackendUnavailable, SharedUsageError, UsageError
 from collbench.measure import timings
 from collbench.measure.harness import TimingSettings
@@ -93,15 +93,16 @@ def _off_device(modes: tuple, collectives, setups: list, untimed: frozenset) -> 
 
 def _kinds(opts: dict) -> tuple:
     """The (dtype, op) pairs a run measures: every dtype of --dtype with every op of --op (comma
-    lists, as nccl-tests' -d and -o take several), in the order given, each once."""
+    lists, as nccl-tests' -d and -o take several; ``all``: every one), in the order given, each
+    once."""
     lists = []
-    for name, parse in (("dtype", dtype_of), ("op", op_of)):
+    for name, parse, every in (("dtype", dtype_of, DTYPES), ("op", op_of, OPS)):
         given, chosen = str(opts[name]), []
         for text in given.split(","):
             if not text.strip():
                 raise UsageError(f"--{name} {given:.60}: an empty name in the list")
-            word = parse(text.strip()).name
-            chosen += [word] * (word not in chosen)
+            words = list(every) if text.strip() == "all" else [parse(text.strip()).name]
+            chosen += [word for word in words if word not in chosen]
         lists.append(chosen)
     return tuple(itertools.product(*lists))
 
