@@ -56,6 +56,14 @@ def main(argv=None) -> None:
     except Interrupted as exc:      # where the command line's own handling does not reach
         from collbench.cli.interrupt import interrupted
         interrupted(exc.signum)
+    # out of room past the command line's own handlers (whole runs of the address-space test:
+    # "error return without exception set" from the exit's own steps, a ValueError from the
+    # compiler as a module loaded): the out-of-memory line and exit 2, no traceback
+    except Exception as exc:
+        from collbench.cli.app import left_out_of_memory
+
+        left_out_of_memory(exc)
+        raise
 
 
 if __name__ == "__main__":

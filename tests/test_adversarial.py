@@ -977,3 +977,53 @@ def test_a_file_size_limit_too_low_for_mpiexecs_own_processes_is_exit_2(files):
     assert proc.returncode == 2, proc.stderr
     line = _one_line(proc.stderr)
     assert "ulimit -f is 1 KiB" in line, line
+
+
+@pytest.mark.parametrize("error, said, limits, printable, room, ends", [
+    # the line said, then the exit itself ran out of room
+    (SystemError, True, "", True, True, True),
+    (SystemError, False, " (ulimit -v is 1000 KiB)", True, True, True),
+    # no room to wrap the line: said as it is
+    (SystemError, False, " (ulimit -v is 1000 KiB)", False, True, True),
+    (SystemError, False, "", True, False, False),   # no limit explains it: a bug, its traceback
+    # the compiler, out of room, says what it says; with room left the same error is a bug
+    (ValueError, False, " (ulimit -v is 1000 KiB)", True, False, True),
+    (ValueError, False, " (ulimit -v is 1000 KiB)", True, True, False),
+])
+def test_an_error_for_want_of_room_at_the_edge_is_the_memory_line_and_exit_2(
+        monkeypatch, capfd, error, said, limits, printable, room, ends):
+    """Whole runs of the address-space test twice printed a traceback: CPython's exit, or the
+    out-of-memory line itself (wrapping it loads a module), ran out of room where the command
+    line's handlers no longer reach (SystemError: error return without exception set)."""
+    import collbench.__main__ as entry
+    from collbench.cli import app
+
+    def run(argv):
+        if said:
+            app._said_out_of_memory.append(True)
+        raise error("error return without exception set")
+
+    def no_room(*args, **kwargs):
+        raise SystemError("error return without exception set")
+
+    ended = []
+
+    def exit_now(code):
+        ended.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(app, "main", run)
+    monkeypatch.setattr(app, "_said_out_of_memory", [])
+    monkeypatch.setattr(app, "_low_limits", lambda: limits)
+    monkeypatch.setattr(app, "_room", lambda nbytes: room)
+    if not printable:
+        monkeypatch.setattr(app, "print", no_room, raising=False)
+    monkeypatch.setattr(entry, "interrupt_on_signals", lambda: None)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.setattr(os, "_exit", exit_now)
+    with pytest.raises(SystemExit if ends else error):
+        entry.main([])
+    assert ended == ([2] if ends else [])
+    said_now = capfd.readouterr().err
+    assert said_now == ("" if said or not ends else
+                        f"collbench: error: out of memory{limits}\n")

@@ -7,6 +7,7 @@ names (about 0.1 s for ``--help`` in all).
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import sys
@@ -316,10 +317,18 @@ def _out_of_memory(limits: str, *, leave_now: bool = False) -> None:
     """One line, once, and exit 2: the process is out of room (a limit such as ulimit -v). With
     ``leave_now``, where raising SystemExit has already failed for want of room, the process
     ends at once, its output flushed."""
-    if not _said_out_of_memory:      # noted once printed: a print that failed is tried again
-        print("collbench: error: out of "
-              f"memory{limits or ' (a limit such as ulimit -v may be too low)'}",
-              file=sys.stderr)
+    if not _said_out_of_memory:
+        line = ("collbench: error: out of "
+                f"memory{limits or ' (a limit such as ulimit -v may be too low)'}")
+        try:
+            print(line, file=sys.stderr)
+        # no room to make the line as collbench's other lines are made (wrapped to the terminal,
+        # which loads a module): as it is
+        except (MemoryError, SystemError, ImportError):
+            try:
+                os.write(2, (line + "\n").encode())
+            except OSError:
+                pass
         _said_out_of_memory.append(True)
     if not leave_now:
         sys.exit(2)
@@ -334,6 +343,34 @@ def _out_of_memory(limits: str, *, leave_now: bool = False) -> None:
     os._exit(2)
 
 
+#: Address space a process that ran out of room still lacks: under a low limit (ulimit -v), an
+#: error of any kind at the process's edge with not even this much left to map was the want of
+#: room (CPython's compiler, making a dataclass as a module loaded, said "ValueError: field
+#: 'target' is required for AnnAssign" in a whole run of the address-space test).
+ROOM_BYTES = 8 << 20
+
+
+def left_out_of_memory(exc: BaseException) -> None:
+    """``exc`` reached the process's edge, past the command line's own handlers (its exit's
+    steps, or the out-of-memory line itself, ran out of room): where the process said it is out
+    of memory, or a low limit and the room left explain it (a SystemError or MemoryError, or no
+    ROOM_BYTES to map), it ends now with exit 2 and that one line; else it returns, and the
+    error is a bug with its traceback."""
+    limits = "" if _said_out_of_memory else _low_limits()
+    if _said_out_of_memory or (limits and (isinstance(exc, (SystemError, MemoryError))
+                                           or not _room(ROOM_BYTES))):
+        _out_of_memory(limits, leave_now=True)
+
+
+def _room(nbytes: int) -> bool:
+    """Whether ``nbytes`` of address space can still be mapped (reserved and given back)."""
+    try:
+        mmap.mmap(-1, nbytes, prot=mmap.PROT_READ).close()
+    except (OSError, MemoryError, ValueError):
+        return False
+    return True
+
+
 def _low_limits() -> str:
     """A low limit that may explain a failure (ulimit -f 0: not even the temporary folder's test
     file can be written; ulimit -v), or "" when none or no room is left to say."""
@@ -341,7 +378,7 @@ def _low_limits() -> str:
         from collbench.launch import processes
 
         return processes.low_limits()
-    except (MemoryError, ImportError):
+    except (MemoryError, ImportError, SystemError):
         return ""
 
 

@@ -85,7 +85,7 @@ class Plan:
     sizes: tuple
     dtype: str = "float32"       # --dtype and --op: comma lists, as given (canonical names)
     op: str = "sum"
-    #: the (dtype, op) pairs measured: every dtype with every op (``plan.kinds_of`` per collective)
+    #: the (dtype, op) pairs measured: every dtype with every op (``ops.kinds_of`` per collective)
     kinds: tuple = (("float32", "sum"),)
     roles: Roles = Roles()        # the root, the pair, the window
     pairing: Optional[Pairing] = None     # collbench pairs: which pairs, how many at once
