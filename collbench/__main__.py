@@ -2,12 +2,12 @@
 anything heavy is imported: a Ctrl-C while Python loads collbench, MPI or torch is one line,
 not a traceback."""
 
-import mmap
 import os
 import sys
 
 from collbench.environment import BLAS_THREADS
-from collbench.errors import Interrupted, address_limit, check_interrupted, interrupt_on_signals
+from collbench.errors import (Interrupted, address_limit, check_interrupted, has_room,
+                              interrupt_on_signals)
 
 #: Address space that numpy and collbench's modules take as they load: 91 MiB on x86-64 with one
 #: BLAS thread. With less left, OpenBLAS ends the process with its own message (exit 1).
@@ -22,16 +22,6 @@ def _one_blas_thread() -> None:
         os.environ[BLAS_THREADS[0]] = "1"
 
 
-def _room_to_load() -> bool:
-    """Whether this process can still map what loading takes (a mapping reserved and given back,
-    never touched)."""
-    try:
-        mmap.mmap(-1, LOADING_BYTES, prot=mmap.PROT_READ).close()
-    except (OSError, MemoryError, ValueError):
-        return False
-    return True
-
-
 def _out_of_memory() -> None:
     sys.stderr.write(f"collbench: error: out of memory while starting ({address_limit()})\n")
     sys.exit(2)
@@ -41,7 +31,7 @@ def main(argv=None) -> None:
     interrupt_on_signals()
     _one_blas_thread()
     # a limit (ulimit -v) too low to load numpy: said before it is tried
-    if not _room_to_load():
+    if not has_room(LOADING_BYTES):
         _out_of_memory()
     try:
         from collbench.cli.app import main as run

@@ -56,6 +56,18 @@ def address_limit() -> str:
             if soft.isdigit() else "a limit such as ulimit -v is too low")
 
 
+def has_room(nbytes: int) -> bool:
+    """Whether ``nbytes`` of address space can still be mapped (a mapping reserved and given
+    back, never touched), asked without importing anything."""
+    import mmap
+
+    try:
+        mmap.mmap(-1, nbytes, prot=mmap.PROT_READ).close()
+    except (OSError, MemoryError, ValueError):
+        return False
+    return True
+
+
 def printable(text: str) -> str:
     """``text`` as a terminal shows it, on one line and changing nothing on the terminal: a line
     end, a tab or another space that is not a plain one becomes a space; any other character

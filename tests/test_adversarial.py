@@ -517,7 +517,7 @@ resource.setrlimit(resource.RLIMIT_AS, (room, room))
 sys.argv = ["collbench", *sys.argv[2:]]
 import collbench.__main__ as entry
 # past the check at the start: the room runs out as modules load
-entry._room_to_load = lambda: True
+entry.has_room = lambda nbytes: True
 entry.main()
 '''
 
@@ -1015,7 +1015,7 @@ def test_an_error_for_want_of_room_at_the_edge_is_the_memory_line_and_exit_2(
     monkeypatch.setattr(app, "main", run)
     monkeypatch.setattr(app, "_said_out_of_memory", [])
     monkeypatch.setattr(app, "_low_limits", lambda: limits)
-    monkeypatch.setattr(app, "_room", lambda nbytes: room)
+    monkeypatch.setattr(app, "has_room", lambda nbytes: room)
     if not printable:
         monkeypatch.setattr(app, "print", no_room, raising=False)
     monkeypatch.setattr(entry, "interrupt_on_signals", lambda: None)

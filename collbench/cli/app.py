@@ -7,7 +7,6 @@ names (about 0.1 s for ``--help`` in all).
 
 from __future__ import annotations
 
-import mmap
 import os
 import signal
 import sys
@@ -19,7 +18,7 @@ try:
     from collbench.cli.options import BenchCommand, bench_options, defaults_without
     from collbench.benchmarks.registry import NAMES, ORDER
     from collbench.cli.interrupt import interrupted
-    from collbench.errors import CollbenchError, Interrupted, printable
+    from collbench.errors import CollbenchError, Interrupted, has_room, printable
 except ImportError as _missing:        # numpy, click or rich missing or broken in this Python
     from collbench.cli.broken import refuse
 
@@ -358,17 +357,9 @@ def left_out_of_memory(exc: BaseException) -> None:
     error is a bug with its traceback."""
     limits = "" if _said_out_of_memory else _low_limits()
     if _said_out_of_memory or (limits and (isinstance(exc, (SystemError, MemoryError))
-                                           or not _room(ROOM_BYTES))):
+                                           or not has_room(ROOM_BYTES))):
         _out_of_memory(limits, leave_now=True)
 
-
-def _room(nbytes: int) -> bool:
-    """Whether ``nbytes`` of address space can still be mapped (reserved and given back)."""
-    try:
-        mmap.mmap(-1, nbytes, prot=mmap.PROT_READ).close()
-    except (OSError, MemoryError, ValueError):
-        return False
-    return True
 
 
 def _low_limits() -> str:
